@@ -1,0 +1,160 @@
+#include "core/actor_system.h"
+
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "core/status.h"
+#include "spdlog/spdlog.h"
+
+namespace troupe {
+
+namespace {
+int default_threads(int requested) {
+  if (requested > 0) return requested;
+  unsigned cores = std::thread::hardware_concurrency();
+  return cores == 0 ? 1 : static_cast<int>(cores);
+}
+}  // namespace
+
+ActorSystem::ActorSystem(ActorSystemOptions options)
+    : options_(options), pool_(std::make_unique<ThreadPool>(default_threads(options.threads))) {}
+
+ActorSystem::~ActorSystem() { shutdown(); }
+
+absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> ActorSystem::spawn_cell(
+    const ActorTypeInfo& type, SpawnOptions options, detail::ActorBehavior behavior) {
+  reap_dedicated_threads();
+  ActorId id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot spawn ", type.name, ": the actor system is shutting down"));
+    }
+    if (!options.name.empty()) {
+      auto it = names_.find(options.name);
+      if (it != names_.end()) {
+        return absl::AlreadyExistsError(absl::StrCat("actor name '", options.name,
+                                                     "' is taken by ", it->second->type().name,
+                                                     " ", to_string(it->second->id())));
+      }
+    }
+    id = ActorId::make(options_.node, next_sequence_++);
+  }
+  if (options.mailbox_capacity == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot spawn ", type.name, ": mailbox_capacity must be at least 1"));
+  }
+
+  void* instance = nullptr;
+  try {
+    instance = behavior.create();
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("constructor of ", type.name, " threw: ", e.what()));
+  } catch (...) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("constructor of ", type.name, " threw a non-std exception"));
+  }
+
+  std::unique_ptr<DedicatedThread> thread;
+  Executor* executor = pool_.get();
+  if (options.dedicated_thread) {
+    thread = std::make_unique<DedicatedThread>();
+    executor = thread.get();
+  }
+  std::string name = options.name;
+  auto cell = detail::IntrusivePtr<detail::ActorCell>::adopt(new detail::ActorCell(
+      this, id, type, std::move(options), std::move(behavior), instance, executor));
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_ || (!name.empty() && names_.contains(name))) {
+    // Lost a race with shutdown() or another spawn of the same name.
+    return absl::AbortedError(absl::StrCat("spawn of ", type.name, " raced with ",
+                                           shutting_down_ ? "shutdown" : "another spawn of '" + name + "'"));
+  }
+  live_.emplace(id, cell);
+  if (!name.empty()) names_.emplace(name, cell);
+  if (thread) dedicated_.emplace(id, std::move(thread));
+  return cell;
+}
+
+absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> ActorSystem::lookup_cell(
+    std::string_view name_view, const ActorTypeInfo& type) {
+  absl::string_view name(name_view.data(), name_view.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = names_.find(name);
+  if (it == names_.end()) return absl::NotFoundError(absl::StrCat("no live actor named '", name, "'"));
+  if (&it->second->type() != &type) {
+    return absl::InvalidArgumentError(absl::StrCat("actor '", name, "' is a ",
+                                                   it->second->type().name, ", not a ", type.name));
+  }
+  return it->second;
+}
+
+void ActorSystem::on_actor_terminated(ActorId id, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  if (!name.empty()) {
+    auto named = names_.find(name);
+    if (named != names_.end() && named->second.get() == it->second.get()) names_.erase(named);
+  }
+  live_.erase(it);
+  auto thread = dedicated_.find(id);
+  if (thread != dedicated_.end()) {
+    retired_.push_back(std::move(thread->second));
+    dedicated_.erase(thread);
+  }
+  if (live_.empty()) all_terminated_.notify_all();
+}
+
+void ActorSystem::reap_dedicated_threads() {
+  std::vector<std::unique_ptr<DedicatedThread>> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& t : retired_) {
+      if (t->is_current()) {
+        continue;  // an actor's last callbacks run here; join it later
+      }
+      done.push_back(std::move(t));
+    }
+    std::erase(retired_, nullptr);
+  }
+  // Joined outside the lock: a terminating actor takes it on its way out.
+}
+
+void ActorSystem::shutdown() {
+  std::vector<detail::IntrusivePtr<detail::ActorCell>> cells;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!pool_) return;
+    shutting_down_ = true;
+    for (auto& [id, cell] : live_) cells.push_back(cell);
+  }
+  for (auto& cell : cells) cell->kill(/*restart=*/false, "the actor system is shutting down");
+  cells.clear();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!live_.empty()) {
+      if (!all_terminated_.wait_for(lock, std::chrono::seconds(5), [&] { return live_.empty(); })) {
+        spdlog::warn("shutdown: still waiting for {} actor(s) to finish their current message",
+                     live_.size());
+      }
+    }
+  }
+  reap_dedicated_threads();
+  std::unique_ptr<ThreadPool> pool;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pool = std::move(pool_);
+  }
+  pool.reset();
+}
+
+size_t ActorSystem::num_actors() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_.size();
+}
+
+}  // namespace troupe

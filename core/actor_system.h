@@ -1,0 +1,134 @@
+// ActorSystem: spawns actors in this process and runs them on a thread pool.
+//
+//   troupe::ActorSystem system;                          // threads = cores
+//   auto counter = system.spawn<Counter>({.name = "counter", .max_restarts = 3}, 0);
+//   auto same = system.lookup<Counter>("counter");
+//   system.monitor(*counter, [](ActorId id, const absl::Status& why) { ... });
+//   system.kill(*counter);                               // as ray.kill
+//
+// Actors live until killed, until they fail with no restarts left, or until
+// the system shuts down. Destroying the system shuts it down.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "core/actor_ref.h"
+#include "core/actor_type.h"
+#include "core/dedicated_thread.h"
+#include "core/ids.h"
+#include "core/spawn_options.h"
+#include "core/thread_pool.h"
+#include "core/detail/actor_cell.h"
+
+namespace troupe {
+
+struct ActorSystemOptions {
+  // Pool threads; 0 means one per core.
+  int threads = 0;
+  // This process's node index, the high bits of every ActorId it creates.
+  uint32_t node = 0;
+};
+
+class ActorSystem {
+ public:
+  explicit ActorSystem(ActorSystemOptions options = {});
+  // Shuts down: see shutdown().
+  ~ActorSystem();
+  ActorSystem(const ActorSystem&) = delete;
+  ActorSystem& operator=(const ActorSystem&) = delete;
+
+  // Constructs a T from copies of `args` and starts it. The copies are kept to
+  // build a fresh instance on restart. If T has
+  //   void on_restart(const troupe::RestartInfo&)
+  // it is called on each new instance after a restart.
+  // Errors: AlreadyExists (name taken), InvalidArgument (the constructor
+  // threw), FailedPrecondition (the system is shutting down).
+  template <RegisteredActor T, class... A>
+  absl::StatusOr<ActorRef<T>> spawn(SpawnOptions options, A&&... args) {
+    static_assert((std::is_copy_constructible_v<std::decay_t<A>> && ...),
+                  "spawn arguments are kept for restarts and must be copyable");
+    detail::ActorBehavior behavior;
+    behavior.create = [stored = std::make_tuple(std::decay_t<A>(std::forward<A>(args))...)]() {
+      return static_cast<void*>(std::apply([](const auto&... a) { return new T(a...); }, stored));
+    };
+    behavior.destroy = [](void* p) { delete static_cast<T*>(p); };
+    if constexpr (requires(T& t, const RestartInfo& info) { t.on_restart(info); }) {
+      behavior.on_restart = [](void* p, const RestartInfo& info) {
+        static_cast<T*>(p)->on_restart(info);
+      };
+    }
+    auto cell = spawn_cell(actor_type_of<T>(), std::move(options), std::move(behavior));
+    if (!cell.ok()) return cell.status();
+    return ActorRef<T>(*std::move(cell));
+  }
+
+  // The live actor registered under `name`. Errors: NotFound, or
+  // InvalidArgument if it is not a T.
+  template <RegisteredActor T>
+  absl::StatusOr<ActorRef<T>> lookup(std::string_view name) {
+    auto cell = lookup_cell(name, actor_type_of<T>());
+    if (!cell.ok()) return cell.status();
+    return ActorRef<T>(*std::move(cell));
+  }
+
+  // Makes the actor fail after the message it is running, like ray.kill:
+  // with `no_restart` it terminates and pending calls fail with ActorDied;
+  // otherwise it restarts if it has restarts left (pending calls then run on
+  // the new instance).
+  template <class T>
+  void kill(const ActorRef<T>& ref, bool no_restart = true) {
+    if (ref.cell_) ref.cell_->kill(!no_restart, no_restart ? "kill()" : "kill(no_restart=false)");
+  }
+
+  // Calls `on_death(id, reason)` once, when the actor terminates for good (at
+  // once if it already has), on the thread that terminated it.
+  template <class T>
+  void monitor(const ActorRef<T>& ref, DeathCallback on_death) {
+    if (ref.cell_) ref.cell_->monitor(std::move(on_death));
+  }
+
+  // Kills every actor, waits for each to finish the message it is running,
+  // and stops the threads. Calls and spawns after this fail. Idempotent.
+  void shutdown();
+
+  // Actors that have not terminated.
+  size_t num_actors() const;
+  ThreadPool& pool() { return *pool_; }
+
+  // Called by an actor as it terminates. Internal.
+  void on_actor_terminated(ActorId id, const std::string& name);
+
+ private:
+  absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> spawn_cell(const ActorTypeInfo& type,
+                                                                     SpawnOptions options,
+                                                                     detail::ActorBehavior behavior);
+  absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> lookup_cell(std::string_view name,
+                                                                      const ActorTypeInfo& type);
+  void reap_dedicated_threads();
+
+  const ActorSystemOptions options_;
+  std::unique_ptr<ThreadPool> pool_;
+
+  mutable std::mutex mu_;
+  std::condition_variable all_terminated_;
+  bool shutting_down_ = false;
+  uint64_t next_sequence_ = 1;
+  absl::flat_hash_map<ActorId, detail::IntrusivePtr<detail::ActorCell>> live_;
+  absl::flat_hash_map<std::string, detail::IntrusivePtr<detail::ActorCell>> names_;
+  absl::flat_hash_map<ActorId, std::unique_ptr<DedicatedThread>> dedicated_;
+  std::vector<std::unique_ptr<DedicatedThread>> retired_;  // of terminated actors
+};
+
+}  // namespace troupe

@@ -1,0 +1,141 @@
+// Actor types and their registration.
+//
+//   class Counter {
+//    public:
+//     int add(int n);
+//     int get() const;
+//   };
+//   TROUPE_ACTOR(Counter, &Counter::add, &Counter::get);
+//
+// TROUPE_ACTOR names a class's callable methods. It must appear once, in the
+// namespace of the class, with the class's unqualified name, after the class
+// is complete. Each method gets a stable id, the hash of "Class::method", the
+// same in every process; a worker that loads the class's library knows it by
+// that id. Overloaded methods are not supported: give each a distinct name.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "core/ids.h"
+
+namespace troupe {
+
+struct MethodInfo {
+  std::string name;  // "Class::method"
+  uint64_t id = 0;   // stable_id(name)
+};
+
+struct ActorTypeInfo {
+  std::string name;  // "Class"
+  uint64_t id = 0;   // stable_id(name)
+  std::vector<MethodInfo> methods;
+};
+
+// All actor types registered in this process, by name.
+// Returns null if no type of that name was registered.
+const ActorTypeInfo* find_actor_type(std::string_view name);
+
+namespace detail {
+
+template <class M>
+struct MethodTraits;
+
+#define TROUPE_DETAIL_METHOD_TRAITS(CV, NOEXCEPT)            \
+  template <class C, class R, class... P>                    \
+  struct MethodTraits<R (C::*)(P...) CV NOEXCEPT> {          \
+    using Class = C;                                         \
+    using Return = R;                                        \
+    using Params = std::tuple<P...>;                         \
+    static constexpr size_t kArity = sizeof...(P);           \
+  };
+TROUPE_DETAIL_METHOD_TRAITS(, )
+TROUPE_DETAIL_METHOD_TRAITS(const, )
+TROUPE_DETAIL_METHOD_TRAITS(, noexcept)
+TROUPE_DETAIL_METHOD_TRAITS(const, noexcept)
+#undef TROUPE_DETAIL_METHOD_TRAITS
+
+// The bytes of a member function pointer, for lookup in a method table.
+using MethodKey = std::array<unsigned char, 2 * sizeof(void*)>;
+
+template <class M>
+MethodKey method_key(M m) {
+  static_assert(sizeof(M) == sizeof(MethodKey), "unexpected member function pointer size");
+  MethodKey key;
+  std::memcpy(key.data(), &m, sizeof(M));
+  return key;
+}
+
+// Per-class table mapping member function pointers to method indices.
+template <class T>
+struct MethodTable {
+  static inline const ActorTypeInfo* type = nullptr;
+  static inline std::vector<MethodKey> keys;
+
+  // Index of `m` in the class's TROUPE_ACTOR list, or -1.
+  template <class M>
+  static int index_of(M m) {
+    MethodKey key = method_key(m);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i] == key) return static_cast<int>(i);
+    }
+    return -1;
+  }
+};
+
+// Adds a type to the process-wide registry; returns the stored entry. A type
+// registered twice under the same name keeps its first entry.
+const ActorTypeInfo& register_actor_type(ActorTypeInfo info);
+
+// Splits "&Counter::add, &Counter::get" into {"Counter::add", "Counter::get"}.
+std::vector<std::string> parse_method_names(std::string_view list);
+
+template <class T, class... M>
+const ActorTypeInfo& register_actor_class(std::string_view class_name, std::string_view method_list,
+                                          M... methods) {
+  static_assert((std::is_member_function_pointer_v<M> && ...),
+                "TROUPE_ACTOR takes member function pointers: &Class::method");
+  static_assert((std::is_base_of_v<typename MethodTraits<M>::Class, T> && ...),
+                "TROUPE_ACTOR lists a method of another class");
+  ActorTypeInfo info;
+  info.name = std::string(class_name);
+  info.id = stable_id(class_name);
+  for (std::string& qualified : parse_method_names(method_list)) {
+    uint64_t id = stable_id(qualified);
+    info.methods.push_back(MethodInfo{std::move(qualified), id});
+  }
+  const ActorTypeInfo& stored = register_actor_type(std::move(info));
+  MethodTable<T>::type = &stored;
+  MethodTable<T>::keys = {method_key(methods)...};
+  return stored;
+}
+
+}  // namespace detail
+
+// True for classes registered with TROUPE_ACTOR.
+template <class T>
+concept RegisteredActor = requires(T* p) {
+  { troupe_actor_type(p) } -> std::same_as<const ActorTypeInfo&>;
+};
+
+template <RegisteredActor T>
+const ActorTypeInfo& actor_type_of() {
+  return troupe_actor_type(static_cast<T*>(nullptr));
+}
+
+}  // namespace troupe
+
+#define TROUPE_ACTOR(Class, ...)                                                            \
+  inline const ::troupe::ActorTypeInfo& troupe_actor_type(Class*) {                         \
+    static const ::troupe::ActorTypeInfo& info =                                            \
+        ::troupe::detail::register_actor_class<Class>(#Class, #__VA_ARGS__, __VA_ARGS__);   \
+    return info;                                                                            \
+  }                                                                                         \
+  [[maybe_unused]] inline const bool troupe_actor_registered_##Class =                      \
+      (troupe_actor_type(static_cast<Class*>(nullptr)), true)

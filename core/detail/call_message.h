@@ -1,0 +1,81 @@
+// Messages that invoke an actor method: Call (with a reply) and Tell (without).
+#pragma once
+
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "core/actor_type.h"
+#include "core/future.h"
+#include "core/detail/message.h"
+
+namespace troupe::detail {
+
+// Invokes `method` on the actor object with the stored arguments, moved.
+template <class T, class M, class Args>
+decltype(auto) invoke_method(void* instance, M method, Args& args) {
+  return std::apply(
+      [&](auto&... a) -> decltype(auto) {
+        return (static_cast<T*>(instance)->*method)(std::move(a)...);
+      },
+      args);
+}
+
+inline std::string_view method_name_at(const ActorTypeInfo* type, int index) {
+  if (type == nullptr || index < 0) return {};
+  return type->methods[static_cast<size_t>(index)].name;
+}
+
+// A call whose reply completes the caller's Future<U>. The message is also the
+// future's state: one allocation per call. References: the caller's future,
+// and the message while it is queued or running.
+template <class T, class M, class U, class... P>
+class Call final : public FutureState<U>, public Message {
+ public:
+  Call(M method, int method_index, std::tuple<P...> args)
+      : method_(method), method_index_(method_index), args_(std::move(args)) {}
+
+  void deliver(void* instance) override {
+    auto invoke = [&] { return invoke_method<T>(instance, method_, args_); };
+    complete_with<U>(this, invoke);
+    this->release();
+  }
+  void reject(const absl::Status& why) override {
+    this->set(why);
+    this->release();
+  }
+  std::string_view method_name() const override {
+    return method_name_at(MethodTable<T>::type, method_index_);
+  }
+
+ private:
+  M method_;
+  int method_index_;
+  std::tuple<P...> args_;
+};
+
+// A fire-and-forget call: the result, and any error value it returns, are
+// dropped. An exception still fails the actor.
+template <class T, class M, class... P>
+class Tell final : public Message {
+ public:
+  Tell(M method, int method_index, std::tuple<P...> args)
+      : method_(method), method_index_(method_index), args_(std::move(args)) {}
+
+  void deliver(void* instance) override {
+    (void)invoke_method<T>(instance, method_, args_);
+    delete this;
+  }
+  void reject(const absl::Status&) override { delete this; }
+  std::string_view method_name() const override {
+    return method_name_at(MethodTable<T>::type, method_index_);
+  }
+
+ private:
+  M method_;
+  int method_index_;
+  std::tuple<P...> args_;
+};
+
+}  // namespace troupe::detail

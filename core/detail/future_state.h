@@ -1,0 +1,71 @@
+// The shared state behind Future<T>/Promise<T>. Internal to core.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/detail/ref_counted.h"
+
+namespace troupe::detail {
+
+struct Unit {};
+
+template <class T>
+using Stored = std::conditional_t<std::is_void_v<T>, Unit, T>;
+
+// Invoked exactly once when a state becomes ready. Owns itself.
+class Continuation {
+ public:
+  virtual ~Continuation() = default;
+  virtual void on_ready() = 0;
+};
+
+class FutureStateBase : public RefCounted {
+ public:
+  bool ready() const { return (state_.load(std::memory_order_acquire) & kReady) != 0; }
+
+  // Blocks until ready or `deadline`; returns ready(). Spins briefly first.
+  bool wait(absl::Time deadline);
+
+  // Runs `c->on_ready()` once the state is ready: now, if it already is.
+  // REQUIRES: at most one continuation per state.
+  void attach(Continuation* c);
+
+ protected:
+  // Marks the state ready, then runs the continuation and wakes waiters.
+  // REQUIRES: the caller holds a reference for the duration of the call.
+  void publish();
+
+ private:
+  static constexpr uint32_t kReady = 1;
+  static constexpr uint32_t kHasContinuation = 2;
+  static constexpr uint32_t kHasWaiter = 4;
+
+  std::atomic<uint32_t> state_{0};
+  Continuation* continuation_ = nullptr;
+};
+
+template <class T>
+class FutureState : public FutureStateBase {
+ public:
+  using Value = absl::StatusOr<Stored<T>>;
+
+  // REQUIRES: called once, by a holder of a reference.
+  void set(Value v) {
+    value_.emplace(std::move(v));
+    publish();
+  }
+  // REQUIRES: ready() and not taken before.
+  Value take() { return std::move(*value_); }
+
+ private:
+  std::optional<Value> value_;
+};
+
+}  // namespace troupe::detail

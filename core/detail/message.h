@@ -1,0 +1,39 @@
+// What travels through a mailbox. Internal to core.
+#pragma once
+
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "core/detail/ref_counted.h"
+
+namespace troupe::detail {
+
+class Message {
+ public:
+  Message* next_ = nullptr;  // mailbox link
+
+  // Runs in the receiving actor's context on `instance` (the actor object).
+  // On return the message has disposed of itself. It may throw; then it has
+  // not disposed of itself, and the actor fails and calls reject() on it.
+  virtual void deliver(void* instance) = 0;
+  // The message will never run: completes whatever waits on it with `why`
+  // and disposes of itself.
+  virtual void reject(const absl::Status& why) = 0;
+  // "Class::method" for calls, empty for internal messages.
+  virtual std::string_view method_name() const { return {}; }
+
+ protected:
+  virtual ~Message() = default;
+};
+
+// Something that accepts internal messages (continuations): an actor.
+class MessageTarget : public RefCounted {
+ public:
+  // Enqueues `m` without back-pressure; rejects it if the target is gone.
+  virtual void post_internal(Message* m) = 0;
+};
+
+// The actor whose message the calling thread is running, or null.
+MessageTarget* current_actor();
+
+}  // namespace troupe::detail

@@ -1,0 +1,41 @@
+// Errors in troupe are values: absl::Status and absl::StatusOr<T>.
+//
+// The core runtime distinguishes four failure kinds that callers act on
+// differently; each carries a human-readable reason in its message.
+//   ActorDied        the target actor is gone (method threw, killed, node lost)
+//   Unavailable      the target cannot be reached right now; retrying may help
+//   DeadlineExceeded a wait or send ran past its deadline
+//   Aborted          the operation was cancelled as part of a larger abort
+// ActorDied is represented as absl::StatusCode::kUnavailable with a payload
+// that marks it; use core_error() or IsActorDied() rather than the raw code.
+#pragma once
+
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace troupe {
+
+enum class CoreError {
+  kOk,
+  kActorDied,
+  kUnavailable,
+  kDeadlineExceeded,
+  kAborted,
+  kOther,  // any other absl::Status code (InvalidArgument, NotFound, ...)
+};
+
+// Builds an ActorDied error; `reason` says which actor died and why.
+absl::Status ActorDiedError(std::string_view reason);
+
+// Classifies a status into the core error kinds above.
+CoreError core_error(const absl::Status& status);
+
+inline bool IsActorDied(const absl::Status& status) {
+  return core_error(status) == CoreError::kActorDied;
+}
+
+std::string_view to_string(CoreError error);
+
+}  // namespace troupe
