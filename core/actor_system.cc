@@ -17,7 +17,9 @@ int default_threads(int requested) {
 }  // namespace
 
 ActorSystem::ActorSystem(ActorSystemOptions options)
-    : options_(options), pool_(std::make_unique<ThreadPool>(default_threads(options.threads))) {}
+    : options_(options), pool_(std::make_unique<ThreadPool>(default_threads(options.threads))) {
+  spdlog::default_logger_raw();  // create the logger before actor threads race to
+}
 
 ActorSystem::~ActorSystem() { shutdown(); }
 

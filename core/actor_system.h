@@ -10,6 +10,7 @@
 // the system shuts down. Destroying the system shuts it down.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -105,10 +106,13 @@ class ActorSystem {
 
   // Actors that have not terminated.
   size_t num_actors() const;
+  // Sends that found their target's mailbox full and had to wait for room.
+  uint64_t full_mailbox_waits() const { return full_mailbox_waits_.load(std::memory_order_relaxed); }
   ThreadPool& pool() { return *pool_; }
 
-  // Called by an actor as it terminates. Internal.
+  // Called by the runtime. Internal.
   void on_actor_terminated(ActorId id, const std::string& name);
+  void on_full_mailbox() { full_mailbox_waits_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> spawn_cell(const ActorTypeInfo& type,
@@ -120,6 +124,7 @@ class ActorSystem {
 
   const ActorSystemOptions options_;
   std::unique_ptr<ThreadPool> pool_;
+  std::atomic<uint64_t> full_mailbox_waits_{0};
 
   mutable std::mutex mu_;
   std::condition_variable all_terminated_;

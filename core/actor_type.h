@@ -61,14 +61,19 @@ TROUPE_DETAIL_METHOD_TRAITS(, noexcept)
 TROUPE_DETAIL_METHOD_TRAITS(const, noexcept)
 #undef TROUPE_DETAIL_METHOD_TRAITS
 
-// The bytes of a member function pointer, for lookup in a method table.
-using MethodKey = std::array<unsigned char, 2 * sizeof(void*)>;
+// The bits of a member function pointer (Itanium ABI: function + adjustment),
+// for lookup in a method table.
+struct MethodKey {
+  uintptr_t function;
+  uintptr_t adjustment;
+  friend bool operator==(const MethodKey&, const MethodKey&) = default;
+};
 
 template <class M>
 MethodKey method_key(M m) {
   static_assert(sizeof(M) == sizeof(MethodKey), "unexpected member function pointer size");
   MethodKey key;
-  std::memcpy(key.data(), &m, sizeof(M));
+  std::memcpy(&key, &m, sizeof(M));
   return key;
 }
 

@@ -284,16 +284,12 @@ class Promise {
   Promise& operator=(Promise&& o) noexcept {
     break_if_pending();
     state_ = std::move(o.state_);
-    future_taken_ = o.future_taken_;
     return *this;
   }
   ~Promise() { break_if_pending(); }
 
   // REQUIRES: called at most once.
-  Future<T> get_future() {
-    future_taken_ = true;
-    return Future<T>(state_);
-  }
+  Future<T> get_future() { return Future<T>(state_); }
 
   // Each of these fulfils the promise; later calls are ignored.
   template <class V = T>
@@ -310,8 +306,9 @@ class Promise {
   void set_error(absl::Status why) { set_result(Result<T>(std::move(why))); }
   void set_result(Result<T> r) {
     if (!state_) return;
-    state_->set(detail::from_result<T>(std::move(r)));
-    state_ = nullptr;
+    // Detach first: once the value is published, a waiter may destroy *this.
+    auto state = std::move(state_);
+    state->set(detail::from_result<T>(std::move(r)));
   }
   bool fulfilled() const { return state_ == nullptr; }
 
@@ -320,7 +317,6 @@ class Promise {
     if (state_) set_error(absl::CancelledError("promise destroyed before it was fulfilled"));
   }
   detail::IntrusivePtr<detail::FutureState<T>> state_;
-  bool future_taken_ = false;
 };
 
 }  // namespace troupe

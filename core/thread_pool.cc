@@ -130,9 +130,17 @@ Resumable* ThreadPool::pop_global() {
 }
 
 void ThreadPool::notify() {
+  // Dekker with spin_then_park(): we published work, then read the sleeper
+  // counts; a parking worker bumps parked_, then re-reads the queues.
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer does not model fences; an RMW orders the same way.
+  if (spinning_.fetch_add(0, std::memory_order_seq_cst) > 0) return;
+  if (parked_.fetch_add(0, std::memory_order_seq_cst) == 0) return;
+#else
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (spinning_.load(std::memory_order_relaxed) > 0) return;
   if (parked_.load(std::memory_order_relaxed) == 0) return;
+#endif
   epoch_.fetch_add(1, std::memory_order_release);
   detail::futex_wake(&epoch_, 1);
 }

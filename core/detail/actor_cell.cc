@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/actor_system.h"
+#include "core/detail/futex.h"
 #include "core/status.h"
 #include "spdlog/spdlog.h"
 
@@ -15,6 +16,8 @@ namespace {
 
 // Messages run per resume() before the actor yields its thread.
 constexpr int kMessagesPerResume = 128;
+// Rounds of 16 pauses a sender spins on a full mailbox before it blocks.
+constexpr int kSpinForSpace = 256;
 
 thread_local ActorCell* tl_current_actor = nullptr;
 
@@ -87,15 +90,8 @@ void ActorCell::send(Message* m) {
   // Self-sends skip back-pressure: an actor waiting for room in its own
   // mailbox would wait forever.
   if (mailbox_.backlog() >= options_.mailbox_capacity && tl_current_actor != this) {
-    absl::Time deadline = options_.send_timeout == absl::InfiniteDuration()
-                              ? absl::InfiniteFuture()
-                              : absl::Now() + options_.send_timeout;
-    Mailbox::SpaceResult space;
-    {
-      BlockingRegion region;
-      space = mailbox_.wait_for_space(options_.mailbox_capacity, deadline);
-    }
-    if (space == Mailbox::SpaceResult::kTimedOut) {
+    system_->on_full_mailbox();
+    if (!wait_briefly_for_space() && !block_for_space()) {
       m->reject(absl::ResourceExhaustedError(
           absl::StrCat("mailbox of actor ", describe(), " stayed full (capacity ",
                        options_.mailbox_capacity, ") for ",
@@ -105,6 +101,26 @@ void ActorCell::send(Message* m) {
   }
   mailbox_.count_push();
   enqueue(m);
+}
+
+bool ActorCell::block_for_space() {
+  absl::Time deadline = options_.send_timeout == absl::InfiniteDuration()
+                            ? absl::InfiniteFuture()
+                            : absl::Now() + options_.send_timeout;
+  BlockingRegion region;
+  // A closed mailbox counts as room: enqueue() then rejects with the reason.
+  return mailbox_.wait_for_space(options_.mailbox_capacity, deadline) !=
+         Mailbox::SpaceResult::kTimedOut;
+}
+
+bool ActorCell::wait_briefly_for_space() {
+  // The consumer takes its whole mailbox at once, so room usually appears
+  // within microseconds; spinning here avoids a sleep and a wake-up.
+  for (int i = 0; i < kSpinForSpace; ++i) {
+    for (int j = 0; j < 16; ++j) cpu_relax();
+    if (mailbox_.backlog() < options_.mailbox_capacity) return true;
+  }
+  return false;
 }
 
 void ActorCell::post_internal(Message* m) {

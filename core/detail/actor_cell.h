@@ -63,6 +63,10 @@ class ActorCell final : public MessageTarget, public Resumable {
  private:
   ~ActorCell() override;
 
+  // Spins a few microseconds for room in the mailbox; true if it appeared.
+  bool wait_briefly_for_space();
+  // Blocks until there is room or send_timeout passes; false on timeout.
+  bool block_for_space();
   void enqueue(Message* m);
   void schedule();
   void process(Message* m);

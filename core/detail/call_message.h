@@ -9,6 +9,7 @@
 #include "core/actor_type.h"
 #include "core/future.h"
 #include "core/detail/message.h"
+#include "core/detail/message_pool.h"
 
 namespace troupe::detail {
 
@@ -60,6 +61,7 @@ class Call final : public FutureState<U>, public Message {
 template <class T, class M, class... P>
 class Tell final : public Message {
  public:
+  TROUPE_POOLED_ALLOCATION()
   Tell(M method, int method_index, std::tuple<P...> args)
       : method_(method), method_index_(method_index), args_(std::move(args)) {}
 

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/detail/message_pool.h"
 #include "core/detail/ref_counted.h"
 
 namespace troupe::detail {
@@ -28,6 +29,7 @@ class Continuation {
 
 class FutureStateBase : public RefCounted {
  public:
+  TROUPE_POOLED_ALLOCATION()
   bool ready() const { return (state_.load(std::memory_order_acquire) & kReady) != 0; }
 
   // Blocks until ready or `deadline`; returns ready(). Spins briefly first.

@@ -20,7 +20,7 @@ std::atomic<long> live_payloads{0};
 std::atomic<long> peak_payloads{0};
 
 struct Payload {
-  static constexpr size_t kBytes = 4096;
+  static constexpr size_t kBytes = 16384;
   Payload() : bytes(kBytes, 'x') { track(); }
   Payload(const Payload& o) : bytes(o.bytes) { track(); }
   Payload(Payload&& o) noexcept : bytes(std::move(o.bytes)) { track(); }
@@ -46,13 +46,17 @@ class SlowConsumer {
     ++count_;
   }
   long count() const { return count_; }
+  // Holds this actor until `blocker` answers (its gate opens).
+  void wait_for(ActorRef<GatedWorker> blocker) {
+    static_cast<void>(blocker.call(&GatedWorker::wait_for_gate).get(absl::Seconds(60)));
+  }
 
  private:
   absl::Duration work_;
   long bytes_ = 0;
   long count_ = 0;
 };
-TROUPE_ACTOR(SlowConsumer, &SlowConsumer::consume, &SlowConsumer::count);
+TROUPE_ACTOR(SlowConsumer, &SlowConsumer::consume, &SlowConsumer::count, &SlowConsumer::wait_for);
 
 long resident_bytes() {
   std::ifstream statm("/proc/self/statm");
@@ -62,14 +66,20 @@ long resident_bytes() {
 }
 
 struct FloodResult {
-  long peak_payloads;
-  long rss_growth;
+  long peak_payloads;     // messages alive at once, at most
+  long rss_growth;        // resident bytes gained during the flood
+  uint64_t full_waits;    // sends that found the mailbox full
 };
 
-FloodResult flood(size_t capacity, int messages) {
+// One producer sends `messages` payloads to a consumer that spends 50us on
+// each. With `gated`, the consumer does not start until every send returned.
+FloodResult flood(size_t capacity, int messages, bool gated) {
   ActorSystem system({.threads = 2});
-  auto consumer = system.spawn<SlowConsumer>({.mailbox_capacity = capacity}, absl::Microseconds(5));
-  EXPECT_TRUE(consumer.ok());
+  Gate gate;
+  auto consumer = system.spawn<SlowConsumer>({.mailbox_capacity = capacity}, absl::Microseconds(50));
+  auto blocker = system.spawn<GatedWorker>({}, &gate);
+  EXPECT_TRUE(consumer.ok() && blocker.ok());
+  if (gated) consumer->tell(&SlowConsumer::wait_for, *blocker);
   live_payloads = 0;
   peak_payloads = 0;
   long rss_before = resident_bytes();
@@ -77,29 +87,34 @@ FloodResult flood(size_t capacity, int messages) {
   Payload payload;
   for (int i = 0; i < messages; ++i) {
     consumer->tell(&SlowConsumer::consume, payload);
-    if (i % 1024 == 0) rss_peak = std::max(rss_peak, resident_bytes());
+    if (i % 256 == 0) rss_peak = std::max(rss_peak, resident_bytes());
   }
+  rss_peak = std::max(rss_peak, resident_bytes());
+  gate.open();
   EXPECT_EQ(*consumer->call(&SlowConsumer::count).get(kWait), messages);
-  return FloodResult{peak_payloads.load() - 1, rss_peak - rss_before};
+  return FloodResult{peak_payloads.load() - 1, rss_peak - rss_before, system.full_mailbox_waits()};
 }
 
 TEST(BackpressureTest, FloodingProducerKeepsMemoryBounded) {
-  constexpr size_t kCapacity = 256;
-  constexpr int kMessages = 20000;  // 80 MB of payload if nothing held the producer back
-  FloodResult bounded = flood(kCapacity, kMessages);
+  constexpr size_t kCapacity = 32;
+  constexpr int kMessages = 4000;  // 64 MB of payload if nothing held the producer back
+  FloodResult bounded = flood(kCapacity, kMessages, /*gated=*/false);
+  EXPECT_GT(bounded.full_waits, 0u) << "the producer never had to wait: nothing was measured";
   // Mailbox invariant: at most about 2 x capacity messages held, plus slack
   // for the message being sent and the one being processed.
   EXPECT_LE(bounded.peak_payloads, static_cast<long>(2 * kCapacity + 4));
   EXPECT_LT(bounded.rss_growth, 16L << 20) << "resident memory grew by " << bounded.rss_growth;
 
-  // The same flood with a capacity that never binds holds far more: the bound
-  // above is the mailbox's doing.
-  FloodResult unbounded = flood(1 << 20, kMessages);
-  EXPECT_GT(unbounded.peak_payloads, 10 * bounded.peak_payloads)
-      << "a consumer 5us/message slower than the producer should fall far behind";
-  std::printf("peak messages held: capacity %zu -> %ld (rss +%ld KiB); unbounded -> %ld (rss +%ld KiB)\n",
+  // What the same flood holds when the mailbox never binds and the consumer
+  // has not started: all of it. The measurement above would have seen that.
+  FloodResult unbounded = flood(1 << 20, kMessages, /*gated=*/true);
+  EXPECT_GE(unbounded.peak_payloads, kMessages);
+  EXPECT_GT(unbounded.rss_growth, 32L << 20);
+  std::printf("peak messages held: capacity %zu -> %ld (rss +%ld KiB, %lu full-mailbox waits); "
+              "unbounded -> %ld (rss +%ld KiB)\n",
               kCapacity, bounded.peak_payloads, bounded.rss_growth >> 10,
-              unbounded.peak_payloads, unbounded.rss_growth >> 10);
+              static_cast<unsigned long>(bounded.full_waits), unbounded.peak_payloads,
+              unbounded.rss_growth >> 10);
 }
 
 TEST(BackpressureTest, SendTimeoutOnStuckConsumerIsResourceExhausted) {

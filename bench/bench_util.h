@@ -1,0 +1,89 @@
+// Shared helpers for benchmarks: flags, medians, a side-by-side table, JSON.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace troupe::bench {
+
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// One row: a case measured for troupe and for its peer (same unit, higher is better).
+struct Row {
+  std::string name;
+  std::string unit;
+  double troupe = 0;
+  double peer = 0;  // 0 when the peer was not run
+  double ratio() const { return peer > 0 ? troupe / peer : 0; }
+};
+
+inline void print_table(const std::string& peer_name, const std::vector<Row>& rows) {
+  std::printf("%-34s %16s %16s %8s\n", "case", "troupe", peer_name.c_str(), "ratio");
+  for (const Row& r : rows) {
+    if (r.peer > 0) {
+      std::printf("%-34s %16.4g %16.4g %7.2fx   (%s, median)\n", r.name.c_str(), r.troupe, r.peer,
+                  r.ratio(), r.unit.c_str());
+    } else {
+      std::printf("%-34s %16.4g %16s %8s   (%s, median)\n", r.name.c_str(), r.troupe, "-", "-",
+                  r.unit.c_str());
+    }
+  }
+}
+
+inline bool write_json(const std::string& path, const std::string& bench, const std::string& peer,
+                       const std::vector<Row>& rows) {
+  std::ofstream out(path);
+  if (!out) return false;
+  out << "{\n  \"benchmark\": \"" << bench << "\",\n  \"peer\": \"" << peer << "\",\n  \"cases\": [\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    out << "    {\"name\": \"" << r.name << "\", \"unit\": \"" << r.unit << "\", \"troupe\": " << r.troupe
+        << ", \"peer\": " << r.peer << ", \"ratio\": " << r.ratio() << "}"
+        << (i + 1 < rows.size() ? "," : "") << "\n";
+  }
+  out << "  ]\n}\n";
+  return static_cast<bool>(out);
+}
+
+// Minimal flag parsing: --name value.
+class Flags {
+ public:
+  Flags(int argc, char** argv) : argc_(argc), argv_(argv) {}
+  std::string get(const char* name, const std::string& fallback) const {
+    for (int i = 1; i + 1 < argc_; ++i) {
+      if (std::strcmp(argv_[i], name) == 0) return argv_[i + 1];
+    }
+    return fallback;
+  }
+  long get_long(const char* name, long fallback) const {
+    std::string v = get(name, "");
+    return v.empty() ? fallback : std::strtol(v.c_str(), nullptr, 10);
+  }
+  bool has(const char* name) const {
+    for (int i = 1; i < argc_; ++i) {
+      if (std::strcmp(argv_[i], name) == 0) return true;
+    }
+    return false;
+  }
+
+ private:
+  int argc_;
+  char** argv_;
+};
+
+}  // namespace troupe::bench
