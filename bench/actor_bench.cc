@@ -14,10 +14,18 @@
 
 #ifndef TROUPE_HAVE_CAF
 namespace troupe::bench::caf_side {
-double ping_pong(const ActorBenchConfig&) { return 0; }
-double driver_ping_pong(const ActorBenchConfig&) { return 0; }
-double one_to_one(const ActorBenchConfig&) { return 0; }
-double n_to_n(const ActorBenchConfig&) { return 0; }
+double ping_pong(const ActorBenchConfig&) {
+  return 0;
+}
+double driver_ping_pong(const ActorBenchConfig&) {
+  return 0;
+}
+double one_to_one(const ActorBenchConfig&) {
+  return 0;
+}
+double n_to_n(const ActorBenchConfig&) {
+  return 0;
+}
 }  // namespace troupe::bench::caf_side
 #endif
 
@@ -40,8 +48,9 @@ int main(int argc, char** argv) {
   std::string json = flags.get("--json", "");
   if (c.threads < 1 || c.round_trips < 4 || c.pairs < 1 || repeat < 1 ||
       c.messages < static_cast<long>(c.pairs) * c.pairs) {
-    std::fprintf(stderr, "actor_bench: bad sizes (need threads>=1, round-trips>=4, repeat>=1, "
-                         "messages>=pairs^2)\n");
+    std::fprintf(stderr,
+                 "actor_bench: bad sizes (need threads>=1, round-trips>=4, repeat>=1, "
+                 "messages>=pairs^2)\n");
     return 2;
   }
 #ifdef TROUPE_HAVE_CAF
@@ -57,7 +66,8 @@ int main(int argc, char** argv) {
     double (*troupe)(const ActorBenchConfig&);
     double (*peer)(const ActorBenchConfig&);
   };
-  std::string nn_name = "N:N throughput (" + std::to_string(c.pairs) + "x" + std::to_string(c.pairs) + ")";
+  std::string nn_name =
+      "N:N throughput (" + std::to_string(c.pairs) + "x" + std::to_string(c.pairs) + ")";
   const Case cases[] = {
       {"ping-pong actor<->actor", "round trips/s", troupe_side::ping_pong, caf_side::ping_pong},
       {"ping-pong driver thread<->actor", "round trips/s", troupe_side::driver_ping_pong,
@@ -79,7 +89,10 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   print_table("CAF", rows);
-  if (!json.empty() && !write_json(json, "actor_bench", "CAF " "0.17", rows)) {
+  if (!json.empty() && !write_json(json, "actor_bench",
+                                   "CAF "
+                                   "0.17",
+                                   rows)) {
     std::fprintf(stderr, "actor_bench: cannot write %s\n", json.c_str());
     return 1;
   }

@@ -71,7 +71,8 @@ caf::behavior sink(caf::stateful_actor<SinkState>* self, long expected, caf::act
 caf::behavior source(caf::event_based_actor* self, std::vector<caf::actor> sinks) {
   return {[=](go_atom, long per_sink) {
     for (long i = 0; i < per_sink; ++i) {
-      for (const auto& s : sinks) self->send(s, i);
+      for (const auto& s : sinks)
+        self->send(s, i);
     }
   }};
 }
@@ -86,13 +87,18 @@ double fan(const ActorBenchConfig& c, int senders, int receivers) {
     sinks.push_back(system.spawn(sink, per_pair * senders, caf::actor{self}));
   }
   std::vector<caf::actor> sources;
-  for (int i = 0; i < senders; ++i) sources.push_back(system.spawn(source, sinks));
+  for (int i = 0; i < senders; ++i)
+    sources.push_back(system.spawn(source, sinks));
   auto start = std::chrono::steady_clock::now();
-  for (auto& s : sources) self->send(s, go_atom::value, per_pair);
-  for (int i = 0; i < receivers; ++i) self->receive([](done_atom) {});
+  for (auto& s : sources)
+    self->send(s, go_atom::value, per_pair);
+  for (int i = 0; i < receivers; ++i)
+    self->receive([](done_atom) {});
   double rate = static_cast<double>(per_pair * senders * receivers) / seconds_since(start);
-  for (auto& a : sources) self->send_exit(a, caf::exit_reason::user_shutdown);
-  for (auto& a : sinks) self->send_exit(a, caf::exit_reason::user_shutdown);
+  for (auto& a : sources)
+    self->send_exit(a, caf::exit_reason::user_shutdown);
+  for (auto& a : sinks)
+    self->send_exit(a, caf::exit_reason::user_shutdown);
   return rate;
 }
 
@@ -108,7 +114,9 @@ double ping_pong(const ActorBenchConfig& c) {
   double rate = 0;
   self->request(ping, caf::infinite, start_atom::value, c.round_trips)
       .receive([&](int) { rate = static_cast<double>(c.round_trips) / seconds_since(start); },
-               [&](caf::error& e) { std::fprintf(stderr, "caf ping-pong: %s\n", system.render(e).c_str()); });
+               [&](caf::error& e) {
+                 std::fprintf(stderr, "caf ping-pong: %s\n", system.render(e).c_str());
+               });
   self->send_exit(ping, caf::exit_reason::user_shutdown);
   self->send_exit(pong, caf::exit_reason::user_shutdown);
   return rate;
@@ -123,16 +131,21 @@ double driver_ping_pong(const ActorBenchConfig& c) {
   auto start = std::chrono::steady_clock::now();
   for (long i = 0; i < n; ++i) {
     self->request(pong, caf::infinite, ping_atom::value, 1)
-        .receive([](int) {}, [&](caf::error& e) {
-          std::fprintf(stderr, "caf driver ping: %s\n", system.render(e).c_str());
-        });
+        .receive([](int) {},
+                 [&](caf::error& e) {
+                   std::fprintf(stderr, "caf driver ping: %s\n", system.render(e).c_str());
+                 });
   }
   double rate = static_cast<double>(n) / seconds_since(start);
   self->send_exit(pong, caf::exit_reason::user_shutdown);
   return rate;
 }
 
-double one_to_one(const ActorBenchConfig& c) { return fan(c, 1, 1); }
-double n_to_n(const ActorBenchConfig& c) { return fan(c, c.pairs, c.pairs); }
+double one_to_one(const ActorBenchConfig& c) {
+  return fan(c, 1, 1);
+}
+double n_to_n(const ActorBenchConfig& c) {
+  return fan(c, c.pairs, c.pairs);
+}
 
 }  // namespace troupe::bench::caf_side

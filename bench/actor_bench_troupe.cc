@@ -69,7 +69,8 @@ class Source {
   explicit Source(std::vector<ActorRef<Sink>> sinks) : sinks_(std::move(sinks)) {}
   long blast(long per_sink) {
     for (long i = 0; i < per_sink; ++i) {
-      for (const auto& s : sinks_) s.tell(&Sink::push, i);
+      for (const auto& s : sinks_)
+        s.tell(&Sink::push, i);
     }
     return per_sink * static_cast<long>(sinks_.size());
   }
@@ -111,7 +112,8 @@ double driver_ping_pong(const ActorBenchConfig& c) {
   auto pong = must(system.spawn<Ponger>({}), "spawn Ponger");
   long n = c.round_trips / 4;
   auto start = std::chrono::steady_clock::now();
-  for (long i = 0; i < n; ++i) must(pong.call(&Ponger::ping, 1).get(), "driver ping");
+  for (long i = 0; i < n; ++i)
+    must(pong.call(&Ponger::ping, 1).get(), "driver ping");
   return static_cast<double>(n) / seconds_since(start);
 }
 
@@ -119,24 +121,31 @@ namespace {
 double fan(const ActorBenchConfig& c, int senders, int receivers) {
   ActorSystem system({.threads = c.threads});
   std::vector<ActorRef<Sink>> sinks;
-  for (int i = 0; i < receivers; ++i) sinks.push_back(must(system.spawn<Sink>({}), "spawn Sink"));
+  for (int i = 0; i < receivers; ++i)
+    sinks.push_back(must(system.spawn<Sink>({}), "spawn Sink"));
   std::vector<ActorRef<Source>> sources;
   for (int i = 0; i < senders; ++i) {
     sources.push_back(must(system.spawn<Source>({}, sinks), "spawn Source"));
   }
   long per_pair = c.messages / (static_cast<long>(senders) * receivers);
   std::vector<Future<void>> done;
-  for (auto& s : sinks) done.push_back(s.call(&Sink::expect, per_pair * senders));
+  for (auto& s : sinks)
+    done.push_back(s.call(&Sink::expect, per_pair * senders));
   auto start = std::chrono::steady_clock::now();
   std::vector<Future<long>> sent;
-  for (auto& s : sources) sent.push_back(s.call(&Source::blast, per_pair));
+  for (auto& s : sources)
+    sent.push_back(s.call(&Source::blast, per_pair));
   must_ok(when_all(std::move(done)).get(), "throughput");
   must(when_all(std::move(sent)).get(), "senders");
   return static_cast<double>(per_pair * senders * receivers) / seconds_since(start);
 }
 }  // namespace
 
-double one_to_one(const ActorBenchConfig& c) { return fan(c, 1, 1); }
-double n_to_n(const ActorBenchConfig& c) { return fan(c, c.pairs, c.pairs); }
+double one_to_one(const ActorBenchConfig& c) {
+  return fan(c, 1, 1);
+}
+double n_to_n(const ActorBenchConfig& c) {
+  return fan(c, c.pairs, c.pairs);
+}
 
 }  // namespace troupe::bench::troupe_side

@@ -49,12 +49,13 @@ inline bool write_json(const std::string& path, const std::string& bench, const 
                        const std::vector<Row>& rows) {
   std::ofstream out(path);
   if (!out) return false;
-  out << "{\n  \"benchmark\": \"" << bench << "\",\n  \"peer\": \"" << peer << "\",\n  \"cases\": [\n";
+  out << "{\n  \"benchmark\": \"" << bench << "\",\n  \"peer\": \"" << peer
+      << "\",\n  \"cases\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    out << "    {\"name\": \"" << r.name << "\", \"unit\": \"" << r.unit << "\", \"troupe\": " << r.troupe
-        << ", \"peer\": " << r.peer << ", \"ratio\": " << r.ratio() << "}"
-        << (i + 1 < rows.size() ? "," : "") << "\n";
+    out << "    {\"name\": \"" << r.name << "\", \"unit\": \"" << r.unit
+        << "\", \"troupe\": " << r.troupe << ", \"peer\": " << r.peer
+        << ", \"ratio\": " << r.ratio() << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
   }
   out << "  ]\n}\n";
   return static_cast<bool>(out);

@@ -2,10 +2,10 @@
 // Future/Promise, when_all, Status helpers. See docs/actors.md.
 #pragma once
 
-#include "core/actor_ref.h"     // IWYU pragma: export
-#include "core/actor_system.h"  // IWYU pragma: export
-#include "core/actor_type.h"    // IWYU pragma: export
-#include "core/future.h"        // IWYU pragma: export
-#include "core/spawn_options.h" // IWYU pragma: export
-#include "core/status.h"        // IWYU pragma: export
-#include "core/when_all.h"      // IWYU pragma: export
+#include "core/actor_ref.h"      // IWYU pragma: export
+#include "core/actor_system.h"   // IWYU pragma: export
+#include "core/actor_type.h"     // IWYU pragma: export
+#include "core/future.h"         // IWYU pragma: export
+#include "core/spawn_options.h"  // IWYU pragma: export
+#include "core/status.h"         // IWYU pragma: export
+#include "core/when_all.h"       // IWYU pragma: export

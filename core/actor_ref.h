@@ -19,11 +19,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/actor_type.h"
-#include "core/future.h"
-#include "core/ids.h"
 #include "core/detail/actor_cell.h"
 #include "core/detail/call_message.h"
 #include "core/detail/ref_counted.h"
+#include "core/future.h"
+#include "core/ids.h"
 
 namespace troupe {
 
@@ -43,9 +43,9 @@ struct ArgsMatch<std::tuple<P...>, std::tuple<A...>, std::enable_if_t<sizeof...(
     : std::bool_constant<(kPassable<P, A> && ...)> {};
 
 template <class T, class M, class... A>
-concept CallableWith = std::is_member_function_pointer_v<M> &&
-                       std::is_base_of_v<typename MethodTraits<M>::Class, T> &&
-                       ArgsMatch<typename MethodTraits<M>::Params, std::tuple<A...>>::value;
+concept CallableWith =
+    std::is_member_function_pointer_v<M> && std::is_base_of_v<typename MethodTraits<M>::Class, T> &&
+    ArgsMatch<typename MethodTraits<M>::Params, std::tuple<A...>>::value;
 
 template <class Params>
 struct Decayed;
@@ -72,7 +72,7 @@ class ActorRef {
   // Sends a request; the future completes with the method's result. Blocks
   // while the actor's mailbox is full (back-pressure).
   template <class M, class... A>
-    requires detail::CallableWith<T, M, A...>
+  requires detail::CallableWith<T, M, A...>
   auto call(M method, A&&... args) const
       -> Future<detail::unwrap_t<typename detail::MethodTraits<M>::Return>> {
     using Traits = detail::MethodTraits<M>;
@@ -81,8 +81,7 @@ class ActorRef {
     using CallMessage = typename Params::template Call<T, M, U>;
     int index = detail::MethodTable<T>::index_of(method);
     if (absl::Status s = check(index); !s.ok()) return Future<U>::failed(std::move(s));
-    auto* message =
-        new CallMessage(method, index, typename Params::type(std::forward<A>(args)...));
+    auto* message = new CallMessage(method, index, typename Params::type(std::forward<A>(args)...));
     Future<U> result(detail::IntrusivePtr<detail::FutureState<U>>::share(message));
     cell_->send(message);
     return result;
@@ -91,7 +90,7 @@ class ActorRef {
   // Sends a one-way message. Blocks while the mailbox is full. Errors are
   // dropped; use call() to learn of them.
   template <class M, class... A>
-    requires detail::CallableWith<T, M, A...>
+  requires detail::CallableWith<T, M, A...>
   void tell(M method, A&&... args) const {
     using Traits = detail::MethodTraits<M>;
     using Params = detail::Decayed<typename Traits::Params>;
@@ -101,7 +100,9 @@ class ActorRef {
     cell_->send(new TellMessage(method, index, typename Params::type(std::forward<A>(args)...)));
   }
 
-  friend bool operator==(const ActorRef& a, const ActorRef& b) { return a.cell_.get() == b.cell_.get(); }
+  friend bool operator==(const ActorRef& a, const ActorRef& b) {
+    return a.cell_.get() == b.cell_.get();
+  }
 
  private:
   friend class ActorSystem;
@@ -110,8 +111,8 @@ class ActorRef {
   absl::Status check(int method_index) const {
     if (!cell_) return absl::FailedPreconditionError("call on an invalid ActorRef");
     if (method_index < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "method is not listed in TROUPE_ACTOR(", actor_type_of<T>().name, ", ...)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("method is not listed in TROUPE_ACTOR(", actor_type_of<T>().name, ", ...)"));
     }
     return absl::OkStatus();
   }

@@ -21,7 +21,9 @@ ActorSystem::ActorSystem(ActorSystemOptions options)
   spdlog::default_logger_raw();  // create the logger before actor threads race to
 }
 
-ActorSystem::~ActorSystem() { shutdown(); }
+ActorSystem::~ActorSystem() {
+  shutdown();
+}
 
 absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> ActorSystem::spawn_cell(
     const ActorTypeInfo& type, SpawnOptions options, detail::ActorBehavior behavior) {
@@ -36,9 +38,9 @@ absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> ActorSystem::spawn_cell(
     if (!options.name.empty()) {
       auto it = names_.find(options.name);
       if (it != names_.end()) {
-        return absl::AlreadyExistsError(absl::StrCat("actor name '", options.name,
-                                                     "' is taken by ", it->second->type().name,
-                                                     " ", to_string(it->second->id())));
+        return absl::AlreadyExistsError(absl::StrCat("actor name '", options.name, "' is taken by ",
+                                                     it->second->type().name, " ",
+                                                     to_string(it->second->id())));
       }
     }
     id = ActorId::make(options_.node, next_sequence_++);
@@ -72,8 +74,9 @@ absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> ActorSystem::spawn_cell(
   std::lock_guard<std::mutex> lock(mu_);
   if (shutting_down_ || (!name.empty() && names_.contains(name))) {
     // Lost a race with shutdown() or another spawn of the same name.
-    return absl::AbortedError(absl::StrCat("spawn of ", type.name, " raced with ",
-                                           shutting_down_ ? "shutdown" : "another spawn of '" + name + "'"));
+    return absl::AbortedError(
+        absl::StrCat("spawn of ", type.name, " raced with ",
+                     shutting_down_ ? "shutdown" : "another spawn of '" + name + "'"));
   }
   live_.emplace(id, cell);
   if (!name.empty()) names_.emplace(name, cell);
@@ -86,10 +89,11 @@ absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> ActorSystem::lookup_cell
   absl::string_view name(name_view.data(), name_view.size());
   std::lock_guard<std::mutex> lock(mu_);
   auto it = names_.find(name);
-  if (it == names_.end()) return absl::NotFoundError(absl::StrCat("no live actor named '", name, "'"));
+  if (it == names_.end())
+    return absl::NotFoundError(absl::StrCat("no live actor named '", name, "'"));
   if (&it->second->type() != &type) {
-    return absl::InvalidArgumentError(absl::StrCat("actor '", name, "' is a ",
-                                                   it->second->type().name, ", not a ", type.name));
+    return absl::InvalidArgumentError(
+        absl::StrCat("actor '", name, "' is a ", it->second->type().name, ", not a ", type.name));
   }
   return it->second;
 }
@@ -132,9 +136,11 @@ void ActorSystem::shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
     if (!pool_) return;
     shutting_down_ = true;
-    for (auto& [id, cell] : live_) cells.push_back(cell);
+    for (auto& [id, cell] : live_)
+      cells.push_back(cell);
   }
-  for (auto& cell : cells) cell->kill(/*restart=*/false, "the actor system is shutting down");
+  for (auto& cell : cells)
+    cell->kill(/*restart=*/false, "the actor system is shutting down");
   cells.clear();
   {
     std::unique_lock<std::mutex> lock(mu_);

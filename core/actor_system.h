@@ -28,10 +28,10 @@
 #include "core/actor_ref.h"
 #include "core/actor_type.h"
 #include "core/dedicated_thread.h"
+#include "core/detail/actor_cell.h"
 #include "core/ids.h"
 #include "core/spawn_options.h"
 #include "core/thread_pool.h"
-#include "core/detail/actor_cell.h"
 
 namespace troupe {
 
@@ -65,7 +65,7 @@ class ActorSystem {
       return static_cast<void*>(std::apply([](const auto&... a) { return new T(a...); }, stored));
     };
     behavior.destroy = [](void* p) { delete static_cast<T*>(p); };
-    if constexpr (requires(T& t, const RestartInfo& info) { t.on_restart(info); }) {
+    if constexpr (requires(T & t, const RestartInfo& info) { t.on_restart(info); }) {
       behavior.on_restart = [](void* p, const RestartInfo& info) {
         static_cast<T*>(p)->on_restart(info);
       };
@@ -107,7 +107,9 @@ class ActorSystem {
   // Actors that have not terminated.
   size_t num_actors() const;
   // Sends that found their target's mailbox full and had to wait for room.
-  uint64_t full_mailbox_waits() const { return full_mailbox_waits_.load(std::memory_order_relaxed); }
+  uint64_t full_mailbox_waits() const {
+    return full_mailbox_waits_.load(std::memory_order_relaxed);
+  }
   ThreadPool& pool() { return *pool_; }
 
   // Called by the runtime. Internal.
@@ -115,9 +117,8 @@ class ActorSystem {
   void on_full_mailbox() { full_mailbox_waits_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
-  absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> spawn_cell(const ActorTypeInfo& type,
-                                                                     SpawnOptions options,
-                                                                     detail::ActorBehavior behavior);
+  absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> spawn_cell(
+      const ActorTypeInfo& type, SpawnOptions options, detail::ActorBehavior behavior);
   absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> lookup_cell(std::string_view name,
                                                                       const ActorTypeInfo& type);
   void reap_dedicated_threads();

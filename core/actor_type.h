@@ -47,13 +47,13 @@ namespace detail {
 template <class M>
 struct MethodTraits;
 
-#define TROUPE_DETAIL_METHOD_TRAITS(CV, NOEXCEPT)            \
-  template <class C, class R, class... P>                    \
-  struct MethodTraits<R (C::*)(P...) CV NOEXCEPT> {          \
-    using Class = C;                                         \
-    using Return = R;                                        \
-    using Params = std::tuple<P...>;                         \
-    static constexpr size_t kArity = sizeof...(P);           \
+#define TROUPE_DETAIL_METHOD_TRAITS(CV, NOEXCEPT)   \
+  template <class C, class R, class... P>           \
+  struct MethodTraits<R (C::*)(P...) CV NOEXCEPT> { \
+    using Class = C;                                \
+    using Return = R;                               \
+    using Params = std::tuple<P...>;                \
+    static constexpr size_t kArity = sizeof...(P);  \
   };
 TROUPE_DETAIL_METHOD_TRAITS(, )
 TROUPE_DETAIL_METHOD_TRAITS(const, )
@@ -136,11 +136,11 @@ const ActorTypeInfo& actor_type_of() {
 
 }  // namespace troupe
 
-#define TROUPE_ACTOR(Class, ...)                                                            \
-  inline const ::troupe::ActorTypeInfo& troupe_actor_type(Class*) {                         \
-    static const ::troupe::ActorTypeInfo& info =                                            \
-        ::troupe::detail::register_actor_class<Class>(#Class, #__VA_ARGS__, __VA_ARGS__);   \
-    return info;                                                                            \
-  }                                                                                         \
-  [[maybe_unused]] inline const bool troupe_actor_registered_##Class =                      \
+#define TROUPE_ACTOR(Class, ...)                                                          \
+  inline const ::troupe::ActorTypeInfo& troupe_actor_type(Class*) {                       \
+    static const ::troupe::ActorTypeInfo& info =                                          \
+        ::troupe::detail::register_actor_class<Class>(#Class, #__VA_ARGS__, __VA_ARGS__); \
+    return info;                                                                          \
+  }                                                                                       \
+  [[maybe_unused]] inline const bool troupe_actor_registered_##Class =                    \
       (troupe_actor_type(static_cast<Class*>(nullptr)), true)

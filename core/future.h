@@ -238,7 +238,8 @@ class [[nodiscard]] Future {
   auto then(F f) && -> Future<typename detail::ThenResult<T, std::decay_t<F>>::type> {
     using U = typename detail::ThenResult<T, std::decay_t<F>>::type;
     using ThenState = detail::Then<T, std::decay_t<F>, U>;
-    if (!state_) return Future<U>::failed(absl::FailedPreconditionError("then() on an empty future"));
+    if (!state_)
+      return Future<U>::failed(absl::FailedPreconditionError("then() on an empty future"));
     detail::MessageTarget* actor = detail::current_actor();
     auto target = actor ? detail::IntrusivePtr<detail::MessageTarget>::share(actor)
                         : detail::IntrusivePtr<detail::MessageTarget>();
@@ -272,14 +273,17 @@ template <class T>
 Future<std::decay_t<T>> make_ready_future(T&& value) {
   return Future<std::decay_t<T>>::ready_with(std::forward<T>(value));
 }
-inline Future<void> make_ready_future() { return Future<void>::ready_with(absl::OkStatus()); }
+inline Future<void> make_ready_future() {
+  return Future<void>::ready_with(absl::OkStatus());
+}
 
 // The producing side of a Future. Move-only. Destroying a promise that was
 // never fulfilled completes its future with Cancelled ("broken promise").
 template <class T>
 class Promise {
  public:
-  Promise() : state_(detail::IntrusivePtr<detail::FutureState<T>>::adopt(new detail::FutureState<T>)) {}
+  Promise()
+      : state_(detail::IntrusivePtr<detail::FutureState<T>>::adopt(new detail::FutureState<T>)) {}
   Promise(Promise&&) noexcept = default;
   Promise& operator=(Promise&& o) noexcept {
     break_if_pending();
@@ -293,15 +297,8 @@ class Promise {
 
   // Each of these fulfils the promise; later calls are ignored.
   template <class V = T>
-    requires(!std::is_void_v<V>)
-  void set_value(V value) {
-    set_result(Result<T>(std::move(value)));
-  }
-  void set_value()
-    requires std::is_void_v<T>
-  {
-    set_result(absl::OkStatus());
-  }
+  requires(!std::is_void_v<V>) void set_value(V value) { set_result(Result<T>(std::move(value))); }
+  void set_value() requires std::is_void_v<T> { set_result(absl::OkStatus()); }
   // REQUIRES: !why.ok().
   void set_error(absl::Status why) { set_result(Result<T>(std::move(why))); }
   void set_result(Result<T> r) {

@@ -4,6 +4,8 @@
 
 namespace troupe {
 
-std::string to_string(ActorId id) { return absl::StrCat("actor-", id.node(), "-", id.sequence()); }
+std::string to_string(ActorId id) {
+  return absl::StrCat("actor-", id.node(), "-", id.sequence());
+}
 
 }  // namespace troupe

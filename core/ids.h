@@ -13,7 +13,8 @@ struct ActorId {
 
   static constexpr int kSequenceBits = 48;
   static ActorId make(uint32_t node, uint64_t sequence) {
-    return ActorId{(uint64_t{node} << kSequenceBits) | (sequence & ((uint64_t{1} << kSequenceBits) - 1))};
+    return ActorId{(uint64_t{node} << kSequenceBits) |
+                   (sequence & ((uint64_t{1} << kSequenceBits) - 1))};
   }
   uint32_t node() const { return static_cast<uint32_t>(value >> kSequenceBits); }
   uint64_t sequence() const { return value & ((uint64_t{1} << kSequenceBits) - 1); }

@@ -57,8 +57,10 @@ ThreadPool::ThreadPool(int threads, int max_threads)
       max_threads_(max_threads > 0 ? std::max(max_threads, target_threads_)
                                    : target_threads_ * 8 + 16),
       workers_(new std::atomic<Worker*>[max_threads_]) {
-  for (int i = 0; i < max_threads_; ++i) workers_[i].store(nullptr, std::memory_order_relaxed);
-  for (int i = 0; i < target_threads_; ++i) add_worker();
+  for (int i = 0; i < max_threads_; ++i)
+    workers_[i].store(nullptr, std::memory_order_relaxed);
+  for (int i = 0; i < target_threads_; ++i)
+    add_worker();
 }
 
 ThreadPool::~ThreadPool() {
@@ -66,8 +68,10 @@ ThreadPool::~ThreadPool() {
   wake_all();
   std::lock_guard<std::mutex> lock(grow_mu_);
   int n = num_workers_.load(std::memory_order_acquire);
-  for (int i = 0; i < n; ++i) workers_[i].load()->thread.join();
-  for (int i = 0; i < n; ++i) delete workers_[i].load();
+  for (int i = 0; i < n; ++i)
+    workers_[i].load()->thread.join();
+  for (int i = 0; i < n; ++i)
+    delete workers_[i].load();
 }
 
 void ThreadPool::add_worker() {
@@ -229,7 +233,8 @@ Resumable* ThreadPool::spin_then_park(Worker* w) {
         if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1) notify();
         return r;
       }
-      for (int i = 0; i < kPausesPerRound; ++i) detail::cpu_relax();
+      for (int i = 0; i < kPausesPerRound; ++i)
+        detail::cpu_relax();
       if (stop_.load(std::memory_order_relaxed)) break;
     }
     spinning_.fetch_sub(1, std::memory_order_seq_cst);
@@ -268,7 +273,9 @@ void ThreadPool::enter_blocking() {
   notify();
 }
 
-void ThreadPool::exit_blocking() { blocked_.fetch_sub(1, std::memory_order_relaxed); }
+void ThreadPool::exit_blocking() {
+  blocked_.fetch_sub(1, std::memory_order_relaxed);
+}
 
 BlockingRegion::BlockingRegion() : pool_(nullptr) {
   if (ThreadPool::current_worker_ != nullptr) {

@@ -12,7 +12,8 @@ namespace detail {
 
 // Collects the results of N futures; completes when the last arrives.
 template <class T>
-class Gather final : public FutureState<std::conditional_t<std::is_void_v<T>, void, std::vector<T>>> {
+class Gather final
+    : public FutureState<std::conditional_t<std::is_void_v<T>, void, std::vector<T>>> {
  public:
   explicit Gather(size_t n) : remaining_(n), results_(n) {}
 
@@ -34,7 +35,8 @@ class Gather final : public FutureState<std::conditional_t<std::is_void_v<T>, vo
     } else {
       std::vector<T> values;
       values.reserve(results_.size());
-      for (auto& r : results_) values.push_back(std::move(**r));
+      for (auto& r : results_)
+        values.push_back(std::move(**r));
       this->set(std::move(values));
     }
   }
@@ -69,7 +71,8 @@ template <class T>
 auto when_all(std::vector<Future<T>> futures)
     -> Future<std::conditional_t<std::is_void_v<T>, void, std::vector<T>>> {
   using Out = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
-  auto gather = detail::IntrusivePtr<detail::Gather<T>>::adopt(new detail::Gather<T>(futures.size()));
+  auto gather =
+      detail::IntrusivePtr<detail::Gather<T>>::adopt(new detail::Gather<T>(futures.size()));
   Future<Out> result(detail::IntrusivePtr<detail::FutureState<Out>>::share(gather.get()));
   if (futures.empty()) {
     gather->finish();

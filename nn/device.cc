@@ -5,8 +5,12 @@
 namespace troupe::nn {
 
 #ifndef TROUPE_HAVE_CUDA
-bool cuda_compiled() { return false; }
-int cuda_device_count() { return 0; }
+bool cuda_compiled() {
+  return false;
+}
+int cuda_device_count() {
+  return 0;
+}
 absl::Status cuda_self_test() {
   return absl::FailedPreconditionError("this build of troupe has no CUDA support");
 }

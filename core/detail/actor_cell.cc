@@ -64,7 +64,9 @@ std::string describe_current_exception() {
 
 }  // namespace
 
-MessageTarget* current_actor() { return tl_current_actor; }
+MessageTarget* current_actor() {
+  return tl_current_actor;
+}
 
 ActorCell::ActorCell(ActorSystem* system, ActorId id, const ActorTypeInfo& type,
                      SpawnOptions options, ActorBehavior behavior, void* instance,
@@ -92,10 +94,9 @@ void ActorCell::send(Message* m) {
   if (mailbox_.backlog() >= options_.mailbox_capacity && tl_current_actor != this) {
     system_->on_full_mailbox();
     if (!wait_briefly_for_space() && !block_for_space()) {
-      m->reject(absl::ResourceExhaustedError(
-          absl::StrCat("mailbox of actor ", describe(), " stayed full (capacity ",
-                       options_.mailbox_capacity, ") for ",
-                       absl::FormatDuration(options_.send_timeout))));
+      m->reject(absl::ResourceExhaustedError(absl::StrCat(
+          "mailbox of actor ", describe(), " stayed full (capacity ", options_.mailbox_capacity,
+          ") for ", absl::FormatDuration(options_.send_timeout))));
       return;
     }
   }
@@ -117,7 +118,8 @@ bool ActorCell::wait_briefly_for_space() {
   // The consumer takes its whole mailbox at once, so room usually appears
   // within microseconds; spinning here avoids a sleep and a wake-up.
   for (int i = 0; i < kSpinForSpace; ++i) {
-    for (int j = 0; j < 16; ++j) cpu_relax();
+    for (int j = 0; j < 16; ++j)
+      cpu_relax();
     if (mailbox_.backlog() < options_.mailbox_capacity) return true;
   }
   return false;
@@ -189,7 +191,8 @@ void ActorCell::resume() {
           reason = std::move(kill_reason_);
           kill_requested_.store(false, std::memory_order_relaxed);
         }
-        absl::Status status = ActorDiedError(absl::StrCat("actor ", describe(), " was killed: ", reason));
+        absl::Status status =
+            ActorDiedError(absl::StrCat("actor ", describe(), " was killed: ", reason));
         if (restart) {
           restart_or_terminate(status);
         } else {
@@ -271,7 +274,8 @@ void ActorCell::terminate(absl::Status reason) {
   }
   spdlog::debug("actor {} terminated: {}", describe(), std::string(reason.message()));
   system_->on_actor_terminated(id_, options_.name);
-  for (DeathCallback& cb : monitors) cb(id_, reason);
+  for (DeathCallback& cb : monitors)
+    cb(id_, reason);
 }
 
 }  // namespace troupe::detail

@@ -12,11 +12,11 @@
 
 #include "absl/status/status.h"
 #include "core/actor_type.h"
+#include "core/detail/mailbox.h"
+#include "core/detail/message.h"
 #include "core/executor.h"
 #include "core/ids.h"
 #include "core/spawn_options.h"
-#include "core/detail/mailbox.h"
-#include "core/detail/message.h"
 
 namespace troupe {
 class ActorSystem;
@@ -26,7 +26,7 @@ namespace troupe::detail {
 
 // Type-erased operations on the user's actor class.
 struct ActorBehavior {
-  std::function<void*()> create;                          // may throw
+  std::function<void*()> create;  // may throw
   void (*destroy)(void*) = nullptr;
   void (*on_restart)(void*, const RestartInfo&) = nullptr;  // null if absent
 };

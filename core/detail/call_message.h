@@ -7,9 +7,9 @@
 #include <utility>
 
 #include "core/actor_type.h"
-#include "core/future.h"
 #include "core/detail/message.h"
 #include "core/detail/message_pool.h"
+#include "core/future.h"
 
 namespace troupe::detail {
 

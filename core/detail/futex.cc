@@ -1,5 +1,5 @@
-#include "absl/time/clock.h"
 #include "core/detail/futex.h"
+#include "absl/time/clock.h"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -28,8 +28,8 @@ bool futex_wait(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadl
 }
 
 void futex_wake(std::atomic<uint32_t>* word, int count) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, count, nullptr,
-          nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr,
+          0);
 }
 
 }  // namespace troupe::detail

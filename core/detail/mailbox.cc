@@ -60,12 +60,11 @@ Message* Mailbox::close() {
     all = rest;
   } else {
     Message* tail = all;
-    while (tail->next_ != nullptr) tail = tail->next_;
+    while (tail->next_ != nullptr)
+      tail = tail->next_;
     tail->next_ = rest;
   }
-  {
-    std::lock_guard<std::mutex> lock(space_mu_);
-  }
+  { std::lock_guard<std::mutex> lock(space_mu_); }
   space_cv_.notify_all();
   return all;
 }
@@ -74,9 +73,7 @@ void Mailbox::wake_space_waiters() {
   // Pairs with the seq_cst increment in wait_for_space: either the waiter sees
   // the new taken_ count, or we see it waiting.
   if (space_waiters_.load(std::memory_order_seq_cst) == 0) return;
-  {
-    std::lock_guard<std::mutex> lock(space_mu_);
-  }
+  { std::lock_guard<std::mutex> lock(space_mu_); }
   space_cv_.notify_all();
 }
 

@@ -14,7 +14,7 @@ namespace {
 
 constexpr size_t kGranule = 64;
 constexpr size_t kClasses = kMaxPooledSize / kGranule;  // 64, 128, ..., 512 bytes
-constexpr int kBatch = 64;                                // blocks moved at once
+constexpr int kBatch = 64;                              // blocks moved at once
 constexpr size_t kSlabBytes = 256 * 1024;
 
 struct FreeBlock {
@@ -28,8 +28,12 @@ struct Batch {
   int count = 0;
 };
 
-size_t class_of(size_t size) { return (size + kGranule - 1) / kGranule - 1; }
-size_t class_size(size_t c) { return (c + 1) * kGranule; }
+size_t class_of(size_t size) {
+  return (size + kGranule - 1) / kGranule - 1;
+}
+size_t class_size(size_t c) {
+  return (c + 1) * kGranule;
+}
 
 // The shared side: full batches per class, and fresh slabs.
 class Central {
@@ -89,7 +93,8 @@ class ThreadCache {
  public:
   ~ThreadCache() {
     for (size_t c = 0; c < kClasses; ++c) {
-      while (count_[c] > 0) release_batch(c);
+      while (count_[c] > 0)
+        release_batch(c);
     }
   }
 

@@ -24,10 +24,10 @@ void pool_free(void* p, size_t size) noexcept;
 
 // Gives a class pooled operator new/delete. The sized delete receives the
 // dynamic type's size through the virtual destructor.
-#define TROUPE_POOLED_ALLOCATION()                                              \
-  static void* operator new(std::size_t size) {                                 \
-    return ::troupe::detail::pool_allocate(size);                               \
-  }                                                                             \
-  static void operator delete(void* p, std::size_t size) noexcept {            \
-    ::troupe::detail::pool_free(p, size);                                       \
+#define TROUPE_POOLED_ALLOCATION()                                  \
+  static void* operator new(std::size_t size) {                     \
+    return ::troupe::detail::pool_allocate(size);                   \
+  }                                                                 \
+  static void operator delete(void* p, std::size_t size) noexcept { \
+    ::troupe::detail::pool_free(p, size);                           \
   }

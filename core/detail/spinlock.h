@@ -12,7 +12,8 @@ class SpinLock {
  public:
   void lock() {
     while (locked_.exchange(true, std::memory_order_acquire)) {
-      while (locked_.load(std::memory_order_relaxed)) cpu_relax();
+      while (locked_.load(std::memory_order_relaxed))
+        cpu_relax();
     }
   }
   bool try_lock() {

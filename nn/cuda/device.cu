@@ -20,7 +20,9 @@ absl::Status cuda_error(const char* what, cudaError_t err) {
 
 }  // namespace
 
-bool cuda_compiled() { return true; }
+bool cuda_compiled() {
+  return true;
+}
 
 int cuda_device_count() {
   int n = 0;

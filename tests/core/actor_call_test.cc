@@ -14,7 +14,9 @@ constexpr absl::Duration kWait = absl::Seconds(30);
 
 // Wrong argument types must not compile: call() is constrained on them.
 template <class Ref, class M, class... A>
-concept CanCall = requires(Ref r, M m, A... a) { r.call(m, a...); };
+concept CanCall = requires(Ref r, M m, A... a) {
+  r.call(m, a...);
+};
 static_assert(CanCall<ActorRef<Counter>, decltype(&Counter::add), int>);
 static_assert(CanCall<ActorRef<Counter>, decltype(&Counter::describe), const char*>);
 static_assert(!CanCall<ActorRef<Counter>, decltype(&Counter::add), std::string>);
@@ -50,7 +52,8 @@ TEST(ActorCallTest, TellIsOrderedBeforeLaterCall) {
   ActorSystem system({.threads = 2});
   auto counter = system.spawn<Counter>({});
   ASSERT_TRUE(counter.ok());
-  for (int i = 0; i < 1000; ++i) counter->tell(&Counter::add, 1);
+  for (int i = 0; i < 1000; ++i)
+    counter->tell(&Counter::add, 1);
   EXPECT_EQ(*counter->call(&Counter::get).get(kWait), 1000);
 }
 
@@ -63,10 +66,12 @@ TEST(ActorCallTest, FifoPerSenderUnderManyConcurrentThreads) {
   std::vector<std::thread> senders;
   for (int s = 0; s < kSenders; ++s) {
     senders.emplace_back([&, s] {
-      for (int i = 1; i <= kPerSender; ++i) checker->tell(&SequenceChecker::record, s, i);
+      for (int i = 1; i <= kPerSender; ++i)
+        checker->tell(&SequenceChecker::record, s, i);
     });
   }
-  for (auto& t : senders) t.join();
+  for (auto& t : senders)
+    t.join();
   EXPECT_EQ(*checker->call(&SequenceChecker::received).get(kWait), kSenders * kPerSender);
   EXPECT_EQ(*checker->call(&SequenceChecker::out_of_order).get(kWait), 0);
 }
@@ -76,7 +81,8 @@ class Sender {
  public:
   Sender(ActorRef<SequenceChecker> target, int id) : target_(target), id_(id) {}
   int send(int count) {
-    for (int i = 1; i <= count; ++i) target_.tell(&SequenceChecker::record, id_, i);
+    for (int i = 1; i <= count; ++i)
+      target_.tell(&SequenceChecker::record, id_, i);
     return count;
   }
 
@@ -117,7 +123,8 @@ TEST(ActorCallTest, LookupByName) {
             absl::StatusCode::kInvalidArgument);
   auto duplicate = system.spawn<Counter>({.name = "counter"});
   EXPECT_EQ(duplicate.status().code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_NE(duplicate.status().message().find(to_string(counter->id()).c_str()), absl::string_view::npos);
+  EXPECT_NE(duplicate.status().message().find(to_string(counter->id()).c_str()),
+            absl::string_view::npos);
 }
 
 TEST(ActorCallTest, NameIsFreedWhenActorTerminates) {
@@ -139,11 +146,14 @@ TEST(ActorCallTest, WhenAllOverManyActors) {
   ActorSystem system({.threads = 2});
   std::vector<Future<int>> results;
   std::vector<ActorRef<Counter>> counters;
-  for (int i = 0; i < 50; ++i) counters.push_back(*system.spawn<Counter>({}, i));
-  for (auto& c : counters) results.push_back(c.call(&Counter::add, 100));
+  for (int i = 0; i < 50; ++i)
+    counters.push_back(*system.spawn<Counter>({}, i));
+  for (auto& c : counters)
+    results.push_back(c.call(&Counter::add, 100));
   auto all = when_all(std::move(results)).get(kWait);
   ASSERT_TRUE(all.ok());
-  for (int i = 0; i < 50; ++i) EXPECT_EQ((*all)[i], i + 100);
+  for (int i = 0; i < 50; ++i)
+    EXPECT_EQ((*all)[i], i + 100);
 }
 
 TEST(ActorCallTest, DedicatedThreadActorKeepsItsThread) {
@@ -208,11 +218,30 @@ TEST(ActorCallTest, BlockingGetInsideActorsDoesNotStarveSinglePool) {
   ASSERT_TRUE(counter.ok());
   std::vector<Future<int>> reads;
   std::vector<ActorRef<Accumulator>> accs;
-  for (int i = 0; i < 4; ++i) accs.push_back(*system.spawn<Accumulator>({}, *counter));
-  for (auto& a : accs) reads.push_back(a.call(&Accumulator::blocking_read));
+  for (int i = 0; i < 4; ++i)
+    accs.push_back(*system.spawn<Accumulator>({}, *counter));
+  for (auto& a : accs)
+    reads.push_back(a.call(&Accumulator::blocking_read));
   auto all = when_all(std::move(reads)).get(kWait);
   ASSERT_TRUE(all.ok()) << all.status();
-  for (int v : *all) EXPECT_EQ(v, 77);
+  for (int v : *all)
+    EXPECT_EQ(v, 77);
+}
+
+TEST(ActorCallTest, GetDeadlineOnBusyActor) {
+  ActorSystem system({.threads = 2});
+  Gate gate;
+  auto worker = system.spawn<GatedWorker>({}, &gate);
+  ASSERT_TRUE(worker.ok());
+  Future<bool> busy = worker->call(&GatedWorker::wait_for_gate);
+  Future<int> queued = worker->call(&GatedWorker::echo, 3);
+  absl::Time start = absl::Now();
+  EXPECT_EQ(core_error(queued.get(absl::Milliseconds(50)).status()), CoreError::kDeadlineExceeded);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(50));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  gate.open();
+  EXPECT_EQ(*queued.get(kWait), 3) << "the call still completes after a timed-out get";
+  EXPECT_TRUE(*busy.get(kWait));
 }
 
 TEST(ActorCallTest, CallOnInvalidRefFails) {

@@ -123,7 +123,8 @@ TEST(ActorFailureTest, KillFailsPendingCalls) {
   ASSERT_TRUE(worker.ok());
   Future<bool> running = worker->call(&GatedWorker::wait_for_gate);
   std::vector<Future<int>> pending;
-  for (int i = 0; i < 10; ++i) pending.push_back(worker->call(&GatedWorker::echo, i));
+  for (int i = 0; i < 10; ++i)
+    pending.push_back(worker->call(&GatedWorker::echo, i));
   ASSERT_TRUE(gate.wait_entered(1));
   system.kill(*worker);  // no_restart: max_restarts does not apply
   gate.open();
@@ -198,11 +199,13 @@ TEST(ActorFailureTest, ShutdownFailsPendingCallsAndLaterSpawns) {
     auto worker = system.spawn<GatedWorker>({}, &gate);
     ASSERT_TRUE(worker.ok());
     running = worker->call(&GatedWorker::wait_for_gate);
-    for (int i = 0; i < 5; ++i) pending.push_back(worker->call(&GatedWorker::echo, i));
+    for (int i = 0; i < 5; ++i)
+      pending.push_back(worker->call(&GatedWorker::echo, i));
     ASSERT_TRUE(gate.wait_entered(1));
     std::thread opener([&] {
       // Shutdown waits for the running message; let it finish once shutdown began.
-      while (system.spawn<Counter>({}).ok()) std::this_thread::yield();
+      while (system.spawn<Counter>({}).ok())
+        std::this_thread::yield();
       gate.open();
     });
     system.shutdown();
@@ -211,7 +214,8 @@ TEST(ActorFailureTest, ShutdownFailsPendingCallsAndLaterSpawns) {
     EXPECT_TRUE(IsActorDied(worker->call(&GatedWorker::echo, 1).get(kWait).status()));
   }
   EXPECT_TRUE(*running.get(kWait));
-  for (auto& f : pending) EXPECT_TRUE(IsActorDied(f.get(kWait).status()));
+  for (auto& f : pending)
+    EXPECT_TRUE(IsActorDied(f.get(kWait).status()));
 }
 
 }  // namespace

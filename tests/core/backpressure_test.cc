@@ -2,11 +2,11 @@
 // stays bounded; send timeouts turn a stuck consumer into an error.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <atomic>
 #include <fstream>
 #include <string>
 #include <thread>
-#include <unistd.h>
 
 #include "tests/core/test_actors.h"
 
@@ -66,9 +66,9 @@ long resident_bytes() {
 }
 
 struct FloodResult {
-  long peak_payloads;     // messages alive at once, at most
-  long rss_growth;        // resident bytes gained during the flood
-  uint64_t full_waits;    // sends that found the mailbox full
+  long peak_payloads;   // messages alive at once, at most
+  long rss_growth;      // resident bytes gained during the flood
+  uint64_t full_waits;  // sends that found the mailbox full
 };
 
 // One producer sends `messages` payloads to a consumer that spends 50us on
@@ -76,7 +76,8 @@ struct FloodResult {
 FloodResult flood(size_t capacity, int messages, bool gated) {
   ActorSystem system({.threads = 2});
   Gate gate;
-  auto consumer = system.spawn<SlowConsumer>({.mailbox_capacity = capacity}, absl::Microseconds(50));
+  auto consumer =
+      system.spawn<SlowConsumer>({.mailbox_capacity = capacity}, absl::Microseconds(50));
   auto blocker = system.spawn<GatedWorker>({}, &gate);
   EXPECT_TRUE(consumer.ok() && blocker.ok());
   if (gated) consumer->tell(&SlowConsumer::wait_for, *blocker);
@@ -110,11 +111,12 @@ TEST(BackpressureTest, FloodingProducerKeepsMemoryBounded) {
   FloodResult unbounded = flood(1 << 20, kMessages, /*gated=*/true);
   EXPECT_GE(unbounded.peak_payloads, kMessages);
   EXPECT_GT(unbounded.rss_growth, 32L << 20);
-  std::printf("peak messages held: capacity %zu -> %ld (rss +%ld KiB, %lu full-mailbox waits); "
-              "unbounded -> %ld (rss +%ld KiB)\n",
-              kCapacity, bounded.peak_payloads, bounded.rss_growth >> 10,
-              static_cast<unsigned long>(bounded.full_waits), unbounded.peak_payloads,
-              unbounded.rss_growth >> 10);
+  std::printf(
+      "peak messages held: capacity %zu -> %ld (rss +%ld KiB, %lu full-mailbox waits); "
+      "unbounded -> %ld (rss +%ld KiB)\n",
+      kCapacity, bounded.peak_payloads, bounded.rss_growth >> 10,
+      static_cast<unsigned long>(bounded.full_waits), unbounded.peak_payloads,
+      unbounded.rss_growth >> 10);
 }
 
 TEST(BackpressureTest, SendTimeoutOnStuckConsumerIsResourceExhausted) {
@@ -140,7 +142,8 @@ TEST(BackpressureTest, SendTimeoutOnStuckConsumerIsResourceExhausted) {
   EXPECT_LE(queued.size(), 8u);
   gate.open();
   EXPECT_TRUE(*stuck.get(kWait));
-  for (size_t i = 0; i < queued.size(); ++i) EXPECT_EQ(*queued[i].get(kWait), static_cast<int>(i));
+  for (size_t i = 0; i < queued.size(); ++i)
+    EXPECT_EQ(*queued[i].get(kWait), static_cast<int>(i));
 }
 
 TEST(BackpressureTest, BlockedSenderIsReleasedWhenActorDies) {
@@ -159,7 +162,8 @@ TEST(BackpressureTest, BlockedSenderIsReleasedWhenActorDies) {
   });
   // The sender fills the mailbox and blocks well before 100.
   absl::Time deadline = absl::Now() + kWait;
-  while (sent.load() < 2 && absl::Now() < deadline) std::this_thread::yield();
+  while (sent.load() < 2 && absl::Now() < deadline)
+    std::this_thread::yield();
   system.kill(*worker);
   gate.open();
   sender.join();  // released: sends to a dead actor fail fast

@@ -77,9 +77,9 @@ TEST(FutureTest, GetWakesWhenValueArrivesFromAnotherThread) {
 
 TEST(FutureTest, ThenChainsValues) {
   Promise<int> p;
-  Future<std::string> f = p.get_future()
-                              .then([](int v) { return v * 2; })
-                              .then([](int v) { return std::to_string(v); });
+  Future<std::string> f = p.get_future().then([](int v) { return v * 2; }).then([](int v) {
+    return std::to_string(v);
+  });
   p.set_value(21);
   EXPECT_EQ(*f.get(), "42");
 }
@@ -118,7 +118,8 @@ TEST(FutureTest, ThenUnwrapsStatusOrAndFuture) {
     return v;
   });
   Future<int> b = std::move(a).then([](int v) { return make_ready_future(v * 10); });
-  Future<void> c = std::move(b).then([](int v) { return v == 30 ? absl::OkStatus() : absl::InternalError("bad"); });
+  Future<void> c = std::move(b).then(
+      [](int v) { return v == 30 ? absl::OkStatus() : absl::InternalError("bad"); });
   p.set_value(3);
   EXPECT_TRUE(c.get().ok());
 }
@@ -135,7 +136,8 @@ TEST(FutureTest, ThenContinuationThatThrowsGivesInternalError) {
 TEST(FutureTest, WhenAllCollectsInOrder) {
   std::vector<Promise<int>> promises(5);
   std::vector<Future<int>> futures;
-  for (auto& p : promises) futures.push_back(p.get_future());
+  for (auto& p : promises)
+    futures.push_back(p.get_future());
   Future<std::vector<int>> all = when_all(std::move(futures));
   for (int i = 4; i >= 0; --i) {
     EXPECT_FALSE(all.ready());
@@ -149,7 +151,8 @@ TEST(FutureTest, WhenAllCollectsInOrder) {
 TEST(FutureTest, WhenAllReportsFirstErrorInInputOrder) {
   std::vector<Promise<void>> promises(3);
   std::vector<Future<void>> futures;
-  for (auto& p : promises) futures.push_back(p.get_future());
+  for (auto& p : promises)
+    futures.push_back(p.get_future());
   Future<void> all = when_all(std::move(futures));
   promises[2].set_error(absl::InternalError("third"));
   promises[0].set_value();

@@ -47,10 +47,13 @@ TEST(ThreadPoolTest, RunsEverythingScheduledFromOutsideAndInside) {
   ThreadPool pool(2);
   std::atomic<int> done{0};
   std::vector<std::unique_ptr<Task>> tasks;
-  for (int i = 0; i < 100; ++i) tasks.push_back(std::make_unique<Task>(&pool, &done, 50));
-  for (auto& t : tasks) pool.schedule(t.get());
+  for (int i = 0; i < 100; ++i)
+    tasks.push_back(std::make_unique<Task>(&pool, &done, 50));
+  for (auto& t : tasks)
+    pool.schedule(t.get());
   ASSERT_TRUE(wait_for(done, 100, absl::Seconds(30)));
-  for (auto& t : tasks) EXPECT_EQ(t->runs(), 50);
+  for (auto& t : tasks)
+    EXPECT_EQ(t->runs(), 50);
 }
 
 // A task that blocks its worker until released, inside a BlockingRegion.
@@ -60,7 +63,8 @@ class Blocker final : public Resumable {
   void resume() override {
     BlockingRegion region;
     started.fetch_add(1);
-    while (release_->load() == 0) detail::futex_wait(release_, 0, absl::Now() + absl::Seconds(1));
+    while (release_->load() == 0)
+      detail::futex_wait(release_, 0, absl::Now() + absl::Seconds(1));
     finished.fetch_add(1);
   }
   std::atomic<int> started{0};
@@ -74,15 +78,18 @@ TEST(ThreadPoolTest, BlockedWorkersAreReplaced) {
   ThreadPool pool(2);
   std::atomic<uint32_t> release{0};
   std::vector<std::unique_ptr<Blocker>> blockers;
-  for (int i = 0; i < 6; ++i) blockers.push_back(std::make_unique<Blocker>(&release));
-  for (auto& b : blockers) pool.schedule(b.get());
+  for (int i = 0; i < 6; ++i)
+    blockers.push_back(std::make_unique<Blocker>(&release));
+  for (auto& b : blockers)
+    pool.schedule(b.get());
   // All six block at once, which needs more than the two original workers.
   std::atomic<int> started{0};
   absl::Time deadline = absl::Now() + absl::Seconds(30);
   int total = 0;
   while (absl::Now() < deadline) {
     total = 0;
-    for (auto& b : blockers) total += b->started.load();
+    for (auto& b : blockers)
+      total += b->started.load();
     if (total == 6) break;
     std::this_thread::yield();
   }
@@ -97,7 +104,8 @@ TEST(ThreadPoolTest, BlockedWorkersAreReplaced) {
   detail::futex_wake(&release, INT32_MAX);
   for (auto& b : blockers) {
     absl::Time until = absl::Now() + absl::Seconds(30);
-    while (b->finished.load() == 0 && absl::Now() < until) std::this_thread::yield();
+    while (b->finished.load() == 0 && absl::Now() < until)
+      std::this_thread::yield();
     EXPECT_EQ(b->finished.load(), 1);
   }
 }

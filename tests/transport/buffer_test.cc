@@ -9,7 +9,8 @@ namespace troupe::transport {
 namespace {
 
 TEST(BufferTest, SizesIncludingZeroAndOdd) {
-  for (size_t size : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{1001}, size_t{1} << 20}) {
+  for (size_t size :
+       {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{1001}, size_t{1} << 20}) {
     Buffer b(size);
     EXPECT_EQ(b.size(), size);
     if (size > 0) {
@@ -24,7 +25,8 @@ TEST(BufferTest, SizesIncludingZeroAndOdd) {
 
 TEST(BufferTest, CopyOfAndMove) {
   std::vector<std::byte> src(777);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 31);
+  for (size_t i = 0; i < src.size(); ++i)
+    src[i] = static_cast<std::byte>(i * 31);
   Buffer a = Buffer::copy_of(src);
   ASSERT_EQ(a.size(), src.size());
   EXPECT_EQ(std::memcmp(a.data(), src.data(), src.size()), 0);

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that troupe's build, tests and benchmarks need.
+# Idempotent: installs only what is missing. Run as root on Debian 12.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build ccache pkg-config git clang-format
+  # libraries the build links
+  libabsl-dev libspdlog-dev libfmt-dev
+  # tests and benchmarks (CAF is the actor benchmark's peer)
+  libgtest-dev libgmock-dev libbenchmark-dev libcaf-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup: missing packages: ${missing[*]}" >&2
+  echo "setup: run as root (or install them with sudo apt-get install)" >&2
+  exit 1
+fi
+
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "setup: done"
