@@ -5,6 +5,8 @@
 #include <compare>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 
 namespace troupe {
 
