@@ -4,10 +4,10 @@
 set -euo pipefail
 
 packages=(
-  # toolchain
-  build-essential cmake ninja-build ccache pkg-config git clang-format
+  # toolchain (clang and its runtime for the libFuzzer targets)
+  build-essential cmake ninja-build ccache pkg-config git clang-format clang libclang-rt-14-dev
   # libraries the build links
-  libabsl-dev libspdlog-dev libfmt-dev
+  libabsl-dev libspdlog-dev libfmt-dev capnproto libcapnp-dev
   # tests and benchmarks (CAF is the actor benchmark's peer)
   libgtest-dev libgmock-dev libbenchmark-dev libcaf-dev
 )

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Quick start, second command: sets up this machine, builds everything, and
 # runs every test: formatting, the full suite (unit, layering, benchmark smoke
-# runs), and the core suite again under ThreadSanitizer.
+# runs), the decoders under libFuzzer, and the core suite again under
+# ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -16,6 +17,15 @@ echo "== build (Release, warnings as errors)"
 
 echo "== tests"
 ctest --test-dir build --output-on-failure -j2
+
+echo "== fuzzing the wire decoders (libFuzzer, bounded)"
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DTROUPE_FUZZ=ON -DTROUPE_CUDA=OFF >build-fuzz.configure.log 2>&1 || {
+  cat build-fuzz.configure.log >&2
+  exit 1
+}
+ninja -C build-fuzz
+ctest --test-dir build-fuzz --output-on-failure
 
 echo "== core tests under ThreadSanitizer"
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_SANITIZE=thread \

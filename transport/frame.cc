@@ -66,14 +66,17 @@ std::string to_string(FrameKind kind) {
   return absl::StrCat("unknown(", static_cast<int>(kind), ")");
 }
 
-uint64_t Frame::wire_bytes() const { return header_of(*this).total_bytes(); }
+uint64_t Frame::wire_bytes() const {
+  return header_of(*this).total_bytes();
+}
 
 FrameHeader header_of(const Frame& frame) {
   FrameHeader h;
   h.kind = frame.kind;
   h.buffer_count = static_cast<uint16_t>(frame.buffers.size());
   h.message_bytes = static_cast<uint32_t>(frame.message.size());
-  for (const Buffer& b : frame.buffers) h.buffers_bytes += b.size();
+  for (const Buffer& b : frame.buffers)
+    h.buffers_bytes += b.size();
   return h;
 }
 
@@ -93,7 +96,8 @@ std::array<std::byte, kFrameHeaderBytes> encode_header(const FrameHeader& h) {
 std::vector<uint64_t> encode_lengths(const Frame& frame) {
   std::vector<uint64_t> lengths;
   lengths.reserve(frame.buffers.size());
-  for (const Buffer& b : frame.buffers) lengths.push_back(b.size());
+  for (const Buffer& b : frame.buffers)
+    lengths.push_back(b.size());
   return lengths;
 }
 
@@ -121,8 +125,8 @@ std::vector<std::byte> encode_frame(const Frame& frame) {
 absl::StatusOr<FrameHeader> decode_header(std::span<const std::byte> bytes,
                                           const FrameLimits& limits) {
   if (bytes.size() < kFrameHeaderBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("truncated frame header: ", bytes.size(), " of ", kFrameHeaderBytes, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("truncated frame header: ", bytes.size(), " of ",
+                                                   kFrameHeaderBytes, " bytes"));
   }
   uint32_t magic = load<uint32_t>(bytes, kMagicAt);
   if (magic != kFrameMagic) {
@@ -152,12 +156,11 @@ absl::StatusOr<FrameHeader> decode_header(std::span<const std::byte> bytes,
         absl::StrCat("frame has ", h.buffer_count, " buffers; the limit is ", limits.max_buffers));
   }
   if (h.message_bytes > limits.max_message_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("frame message of ", h.message_bytes,
-                                                     " bytes; the limit is ", limits.max_message_bytes));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "frame message of ", h.message_bytes, " bytes; the limit is ", limits.max_message_bytes));
   }
   // Each term is bounded, so this sum cannot overflow before the comparison.
-  if (h.buffers_bytes > limits.max_frame_bytes ||
-      h.total_bytes() > limits.max_frame_bytes) {
+  if (h.buffers_bytes > limits.max_frame_bytes || h.total_bytes() > limits.max_frame_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("frame of ", h.buffers_bytes,
                                                      " buffer bytes is over the limit of ",
                                                      limits.max_frame_bytes, " bytes"));
@@ -179,13 +182,14 @@ absl::StatusOr<std::vector<uint64_t>> decode_lengths(const FrameHeader& h,
   for (size_t i = 0; i < lengths.size(); ++i) {
     lengths[i] = load<uint64_t>(bytes, i * 8);
     if (lengths[i] > limits.max_frame_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat("buffer ", i, " of ", lengths[i], " bytes is over the limit"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("buffer ", i, " of ", lengths[i], " bytes is over the limit"));
     }
     sum += lengths[i];  // at most 64 x 2^30-ish: no overflow
   }
   if (sum != h.buffers_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("buffer lengths add up to ", sum,
-                                                   " but the header says ", h.buffers_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("buffer lengths add up to ", sum, " but the header says ", h.buffers_bytes));
   }
   return lengths;
 }
@@ -218,8 +222,8 @@ absl::StatusOr<Frame> decode_frame(std::span<const std::byte> bytes, const Frame
   absl::StatusOr<FrameHeader> h = decode_header(bytes, limits);
   if (!h.ok()) return h.status();
   if (bytes.size() < h->total_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat("truncated frame: ", bytes.size(), " of ",
-                                                   h->total_bytes(), " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("truncated frame: ", bytes.size(), " of ", h->total_bytes(), " bytes"));
   }
   if (bytes.size() > h->total_bytes()) {
     return absl::InvalidArgumentError(

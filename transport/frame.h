@@ -39,18 +39,18 @@ bool is_known(FrameKind kind);
 std::string to_string(FrameKind kind);
 
 struct FrameLimits {
-  uint64_t max_frame_bytes = uint64_t{1} << 30;     // header + lengths + message + buffers
-  uint32_t max_message_bytes = 64u << 20;           // the Cap'n Proto part
+  uint64_t max_frame_bytes = uint64_t{1} << 30;  // header + lengths + message + buffers
+  uint32_t max_message_bytes = 64u << 20;        // the Cap'n Proto part
   uint16_t max_buffers = 64;
-  uint64_t traversal_limit_words = 8u << 20;        // Cap'n Proto reader limits
+  uint64_t traversal_limit_words = 8u << 20;  // Cap'n Proto reader limits
   int nesting_limit = 64;
 };
 
 struct FrameHeader {
   FrameKind kind = FrameKind::kData;
   uint16_t buffer_count = 0;
-  uint32_t message_bytes = 0;   // a multiple of 8 (Cap'n Proto words)
-  uint64_t buffers_bytes = 0;   // sum of the buffer lengths
+  uint32_t message_bytes = 0;  // a multiple of 8 (Cap'n Proto words)
+  uint64_t buffers_bytes = 0;  // sum of the buffer lengths
 
   uint64_t lengths_bytes() const { return uint64_t{buffer_count} * 8; }
   uint64_t total_bytes() const {

@@ -20,7 +20,8 @@ Frame hello_frame(std::vector<size_t> buffer_sizes) {
   f.message = to_buffer(builder);
   for (size_t i = 0; i < buffer_sizes.size(); ++i) {
     Buffer b(buffer_sizes[i]);
-    for (size_t j = 0; j < b.size(); ++j) b.data()[j] = static_cast<std::byte>(i * 31 + j);
+    for (size_t j = 0; j < b.size(); ++j)
+      b.data()[j] = static_cast<std::byte>(i * 31 + j);
     f.buffers.push_back(std::move(b));
   }
   return f;
@@ -85,15 +86,19 @@ TEST(FrameTest, RejectsOversizedFramesBeforeReadingThem) {
   small.max_frame_bytes = 1000;
   small.max_buffers = 2;
   small.max_message_bytes = 16;  // smaller than any Hello
-  EXPECT_EQ(decode_code(encode_frame(hello_frame({2000})), small), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(decode_code(encode_frame(hello_frame({1, 1, 1})), small), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(decode_code(encode_frame(hello_frame({})), small), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(decode_code(encode_frame(hello_frame({2000})), small),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(decode_code(encode_frame(hello_frame({1, 1, 1})), small),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(decode_code(encode_frame(hello_frame({})), small),
+            absl::StatusCode::kResourceExhausted);
   // A header alone claiming a huge frame fails on the header, with nothing allocated.
   FrameHeader h;
   h.buffer_count = 1;
   h.buffers_bytes = uint64_t{1} << 50;
   auto header = encode_header(h);
-  EXPECT_EQ(decode_header(header, FrameLimits{}).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(decode_header(header, FrameLimits{}).status().code(),
+            absl::StatusCode::kResourceExhausted);
 }
 
 TEST(FrameTest, RejectsInconsistentLengths) {
