@@ -1,0 +1,220 @@
+// One conformance suite for every transport (Gloo's habit): each test runs on
+// inproc and tcp, and skips, saying so, what a transport cannot do.
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "tests/transport/transport_test_util.h"
+
+namespace troupe::transport::testing {
+namespace {
+
+std::string any_address(std::string_view kind) {
+  static std::atomic<int> counter{0};
+  if (kind == "inproc") return "inproc://conformance-" + std::to_string(counter++);
+  return "tcp://127.0.0.1:0";
+}
+
+class ConformanceTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    auto server = make_transport(GetParam(), options_with(kToken, "server"));
+    auto client = make_transport(GetParam(), options_with(kToken, "client"));
+    if (!server.ok() && server.status().code() == absl::StatusCode::kNotFound) {
+      GTEST_SKIP() << "transport " << GetParam() << " is not available: " << server.status();
+    }
+    ASSERT_TRUE(server.ok() && client.ok()) << server.status() << " " << client.status();
+    server_ = *std::move(server);
+    client_ = *std::move(client);
+  }
+
+  // Listens with a server that echoes every frame back.
+  std::string listen_echo() {
+    auto listener = server_->listen(any_address(GetParam()), [](std::shared_ptr<Connection> c) {
+      std::weak_ptr<Connection> weak = c;
+      return ConnectionCallbacks{[weak](Frame f) {
+                                   if (auto conn = weak.lock())
+                                     static_cast<void>(conn->send(std::move(f)));
+                                 },
+                                 [](absl::Status) {}};
+    });
+    EXPECT_TRUE(listener.ok()) << listener.status();
+    std::string address = (*listener)->address();
+    listeners_.push_back(*std::move(listener));
+    return address;
+  }
+
+  std::shared_ptr<Connection> connect(const std::string& address, Inbox& inbox) {
+    auto c = client_->connect(address, inbox.callbacks(), absl::Seconds(10));
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *c : nullptr;
+  }
+
+  // Callback targets outlive the transports (members go in reverse order):
+  // a transport that shuts down reports on_closed to its connections.
+  Inbox& new_inbox() { return *inboxes_.emplace_back(std::make_unique<Inbox>()); }
+
+  std::deque<std::unique_ptr<Inbox>> inboxes_;
+  std::unique_ptr<Transport> server_;
+  std::unique_ptr<Transport> client_;
+  std::vector<std::unique_ptr<Listener>> listeners_;
+};
+
+TEST_P(ConformanceTest, EchoInOrder) {
+  std::string address = listen_echo();
+  Inbox& inbox = new_inbox();
+  auto conn = connect(address, inbox);
+  ASSERT_NE(conn, nullptr);
+  constexpr int kFrames = 2000;
+  for (int i = 0; i < kFrames; ++i)
+    ASSERT_TRUE(conn->send(tagged(0, i)).ok());
+  ASSERT_TRUE(inbox.wait_frames(kFrames));
+  auto frames = inbox.take();
+  for (int i = 0; i < kFrames; ++i)
+    EXPECT_EQ(tag_of(frames[i]).second, static_cast<uint64_t>(i));
+  EXPECT_NE(conn->peer_name().find("server"), std::string::npos) << conn->peer_name();
+  EXPECT_EQ(server_->stats().connections_accepted.load(), 1u);
+}
+
+TEST_P(ConformanceTest, OrderPerSenderUnderConcurrentSenders) {
+  std::string address = listen_echo();
+  Inbox& inbox = new_inbox();
+  auto conn = connect(address, inbox);
+  ASSERT_NE(conn, nullptr);
+  constexpr int kSenders = 8;
+  constexpr int kPerSender = 1000;
+  std::vector<std::thread> senders;
+  for (int s = 0; s < kSenders; ++s) {
+    senders.emplace_back([&, s] {
+      for (int i = 0; i < kPerSender; ++i)
+        ASSERT_TRUE(conn->send(tagged(s, i)).ok());
+    });
+  }
+  for (auto& t : senders)
+    t.join();
+  ASSERT_TRUE(inbox.wait_frames(kSenders * kPerSender));
+  std::map<uint64_t, uint64_t> next;
+  int out_of_order = 0;
+  for (const Frame& f : inbox.take()) {
+    auto [sender, seq] = tag_of(f);
+    if (seq != next[sender]) ++out_of_order;
+    next[sender] = seq + 1;
+  }
+  EXPECT_EQ(out_of_order, 0);
+}
+
+TEST_P(ConformanceTest, BuffersOfEverySizeArriveIntact) {
+  std::string address = listen_echo();
+  Inbox& inbox = new_inbox();
+  auto conn = connect(address, inbox);
+  ASSERT_NE(conn, nullptr);
+  const std::vector<size_t> sizes = {0, 1, 7, 8, 4097, (size_t{1} << 20) + 3, size_t{256} << 20};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ASSERT_TRUE(conn->send(tagged(1, i, patterned(sizes[i], i))).ok());
+  }
+  ASSERT_TRUE(inbox.wait_frames(sizes.size(), absl::Seconds(120)));
+  auto frames = inbox.take();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ASSERT_EQ(frames[i].buffers.size(), 2u);
+    EXPECT_EQ(frames[i].buffers[1].size(), sizes[i]);
+    EXPECT_TRUE(matches(frames[i].buffers[1], i)) << "buffer of " << sizes[i] << " bytes corrupted";
+  }
+}
+
+TEST_P(ConformanceTest, HundredsOfConcurrentConnections) {
+  std::string address = listen_echo();
+  constexpr int kConnections = 200;
+  std::vector<Inbox*> inboxes;
+  std::vector<std::shared_ptr<Connection>> conns;
+  for (int i = 0; i < kConnections; ++i) {
+    inboxes.push_back(&new_inbox());
+    conns.push_back(connect(address, *inboxes.back()));
+    ASSERT_NE(conns.back(), nullptr) << "connection " << i;
+  }
+  for (int i = 0; i < kConnections; ++i)
+    ASSERT_TRUE(conns[i]->send(tagged(i, 0)).ok());
+  for (int i = 0; i < kConnections; ++i) {
+    ASSERT_TRUE(inboxes[i]->wait_frames(1)) << "connection " << i;
+    EXPECT_EQ(tag_of(inboxes[i]->take().front()).first, static_cast<uint64_t>(i));
+  }
+  EXPECT_EQ(server_->stats().connections_accepted.load(), static_cast<uint64_t>(kConnections));
+}
+
+TEST_P(ConformanceTest, OrderlyCloseReachesBothSides) {
+  Inbox& server_side = new_inbox();
+  auto listener = server_->listen(any_address(GetParam()), [&](std::shared_ptr<Connection>) {
+    return server_side.callbacks();
+  });
+  ASSERT_TRUE(listener.ok());
+  Inbox& inbox = new_inbox();
+  auto conn = connect((*listener)->address(), inbox);
+  ASSERT_NE(conn, nullptr);
+  ASSERT_TRUE(conn->send(tagged(0, 0)).ok());
+  conn->close();
+  ASSERT_TRUE(server_side.wait_frames(1)) << "frames sent before close() arrive";
+  ASSERT_TRUE(server_side.wait_closed());
+  EXPECT_TRUE(server_side.close_status().ok()) << server_side.close_status();
+  ASSERT_TRUE(inbox.wait_closed());
+  EXPECT_TRUE(inbox.close_status().ok()) << inbox.close_status();
+  EXPECT_EQ(inbox.close_count(), 1);
+  EXPECT_EQ(conn->send(tagged(0, 1)).code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_P(ConformanceTest, WrongTokenIsRefusedBeforeAnyMessage) {
+  std::atomic<int> accepted{0};
+  auto listener = server_->listen(any_address(GetParam()), [&](std::shared_ptr<Connection>) {
+    accepted++;
+    return ConnectionCallbacks{[](Frame) {}, [](absl::Status) {}};
+  });
+  ASSERT_TRUE(listener.ok());
+  auto intruder = make_transport(GetParam(), options_with("not-the-token", "intruder"));
+  ASSERT_TRUE(intruder.ok());
+  Inbox& inbox = new_inbox();
+  auto conn = (*intruder)->connect((*listener)->address(), inbox.callbacks(), absl::Seconds(10));
+  ASSERT_FALSE(conn.ok());
+  EXPECT_EQ(conn.status().code(), absl::StatusCode::kPermissionDenied) << conn.status();
+  EXPECT_NE(conn.status().message().find("wrong cluster token"), absl::string_view::npos);
+  EXPECT_EQ(accepted.load(), 0);
+  EXPECT_EQ(server_->stats().connections_refused.load(), 1u);
+  // The listener still serves the cluster.
+  Inbox& good = new_inbox();
+  EXPECT_NE(connect((*listener)->address(), good), nullptr);
+  EXPECT_EQ(accepted.load(), 1);
+}
+
+TEST_P(ConformanceTest, ClientRefusesAServerWithoutTheToken) {
+  auto impostor = make_transport(GetParam(), options_with("impostor-token", "impostor"));
+  ASSERT_TRUE(impostor.ok());
+  auto listener = (*impostor)->listen(any_address(GetParam()), [](std::shared_ptr<Connection>) {
+    return ConnectionCallbacks{[](Frame) {}, [](absl::Status) {}};
+  });
+  ASSERT_TRUE(listener.ok());
+  Inbox& inbox = new_inbox();
+  auto conn = client_->connect((*listener)->address(), inbox.callbacks(), absl::Seconds(10));
+  EXPECT_EQ(conn.status().code(), absl::StatusCode::kPermissionDenied) << conn.status();
+}
+
+TEST_P(ConformanceTest, MissingTokenIsAnError) {
+  auto none = make_transport(GetParam(), options_with(""));
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(none.status().message().find("TROUPE_TOKEN"), absl::string_view::npos);
+}
+
+TEST_P(ConformanceTest, ConnectToNothingFailsFast) {
+  Inbox& inbox = new_inbox();
+  std::string nowhere = GetParam() == "inproc" ? "inproc://nobody-listens" : "tcp://127.0.0.1:1";
+  auto conn = client_->connect(nowhere, inbox.callbacks(), absl::Seconds(10));
+  EXPECT_EQ(conn.status().code(), absl::StatusCode::kUnavailable) << conn.status();
+  auto bad = client_->connect("bogus", inbox.callbacks(), absl::Seconds(1));
+  EXPECT_FALSE(bad.ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTransports, ConformanceTest, ::testing::Values("inproc", "tcp"),
+                         [](const auto& param_info) { return param_info.param; });
+
+}  // namespace
+}  // namespace troupe::transport::testing

@@ -1,0 +1,98 @@
+// The transport interface: authenticated, ordered, message-oriented
+// connections that carry Frames. One implementation per subfolder (inproc/,
+// tcp/, ucx/), chosen by make_transport().
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "transport/frame.h"
+
+namespace troupe::transport {
+
+// What a connection delivers. Called on the transport's I/O thread, one call
+// at a time per connection, in arrival order. Keep them short: they hold up
+// every connection of that transport.
+struct ConnectionCallbacks {
+  std::function<void(Frame)> on_frame;          // Data frames, after authentication
+  std::function<void(absl::Status)> on_closed;  // exactly once; OK for an orderly close
+};
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+
+  // Queues a Data frame. Frames arrive in the order they were sent; the
+  // buffers are sent without being copied into the message. Thread-safe.
+  // Errors: Unavailable once the connection is closed, with the reason.
+  virtual absl::Status send(Frame frame) = 0;
+
+  // Closes the connection: queued frames are sent first, then both sides see
+  // on_closed(OK). Idempotent.
+  virtual void close() = 0;
+
+  // The peer's name from its Hello ("worker host:port"), for logs.
+  virtual std::string peer_name() const = 0;
+};
+
+// Counters a transport keeps, for logs and /metrics.
+struct TransportStats {
+  std::atomic<uint64_t> connections_accepted{0};
+  std::atomic<uint64_t> connections_refused{0};  // failed authentication
+  std::atomic<uint64_t> bad_frames{0};           // malformed, oversized, unexpected
+  std::atomic<uint64_t> frames_sent{0};
+  std::atomic<uint64_t> frames_received{0};
+};
+
+struct TransportOptions {
+  std::string token;                  // the cluster token; required
+  std::string local_name = "troupe";  // sent in Hello, shown in the peer's logs
+  FrameLimits limits;
+  absl::Duration handshake_timeout = absl::Seconds(10);
+};
+
+// Called once per accepted, authenticated connection; returns the callbacks
+// for it. Runs on the I/O thread.
+using AcceptCallback = std::function<ConnectionCallbacks(std::shared_ptr<Connection>)>;
+
+class Listener {
+ public:
+  virtual ~Listener() = default;
+  // Where peers connect: "tcp://127.0.0.1:41234", "inproc://name", ...
+  virtual std::string address() const = 0;
+  // Stops accepting; established connections stay open.
+  virtual void close() = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string_view name() const = 0;
+
+  // Accepts connections on `address` (transport-specific; "tcp://127.0.0.1:0"
+  // picks a free port). Errors: InvalidArgument, Unavailable (in use).
+  virtual absl::StatusOr<std::unique_ptr<Listener>> listen(std::string_view address,
+                                                           AcceptCallback on_accept) = 0;
+
+  // Connects to a listener and authenticates both ways. Returns once the
+  // connection is ready. Errors: Unavailable (unreachable), PermissionDenied
+  // (token rejected, by either side), DeadlineExceeded.
+  virtual absl::StatusOr<std::shared_ptr<Connection>> connect(std::string_view address,
+                                                              ConnectionCallbacks callbacks,
+                                                              absl::Duration timeout) = 0;
+
+  virtual const TransportStats& stats() const = 0;
+};
+
+// "inproc", "tcp" or "ucx". NotFound for an unknown or unavailable kind.
+absl::StatusOr<std::unique_ptr<Transport>> make_transport(std::string_view kind,
+                                                          TransportOptions options);
+
+}  // namespace troupe::transport

@@ -1,0 +1,97 @@
+// The transport-neutral half of a connection: the authentication handshake,
+// the connection state, and the user's callbacks. A transport subclasses
+// Session and supplies the I/O: write_frame() and shutdown_channel() going
+// out, on_frame_received() and on_channel_closed() coming in.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "transport/auth.h"
+#include "transport/connection.h"
+
+namespace troupe::transport::detail {
+
+class Session : public Connection, public std::enable_shared_from_this<Session> {
+ public:
+  // `channel_name` names the underlying channel in logs ("tcp 127.0.0.1:5555").
+  // Options are copied and stats shared: a session may outlive its transport.
+  Session(Role role, TransportOptions options, std::shared_ptr<TransportStats> stats,
+          std::string channel_name);
+  ~Session() override;
+
+  // Sends our Hello. Call once the channel can carry frames.
+  void start();
+
+  // Client side: blocks until the handshake succeeds or fails, or `deadline`.
+  absl::Status wait_ready(absl::Time deadline);
+  // Client side: the callbacks for Data frames and close, set before start().
+  void set_callbacks(ConnectionCallbacks callbacks) { callbacks_ = std::move(callbacks); }
+  // Server side: called on the I/O thread once the peer is authenticated; its
+  // result becomes this connection's callbacks.
+  void set_accept(AcceptCallback on_accept) { on_accept_ = std::move(on_accept); }
+
+  // For the transport, on its I/O thread, one call at a time.
+  void on_frame_received(Frame frame);
+  void on_channel_closed(absl::Status why);
+  // A frame that failed to decode: counted, logged, and the connection dropped.
+  void on_bad_frame(const absl::Status& why);
+  // Ends the connection from the transport's side (handshake timeout, the
+  // transport shutting down): callbacks see `why`.
+  void abort(absl::Status why) { fail(std::move(why)); }
+
+  bool open() const;
+
+  // Connection.
+  absl::Status send(Frame frame) override;
+  void close() override;
+  std::string peer_name() const override;
+
+ protected:
+  // Queues `frame` for writing, in order. Thread-safe.
+  virtual absl::Status write_frame(Frame frame) = 0;
+  // Closes the channel once queued frames are written; the transport then
+  // calls on_channel_closed(). Thread-safe, idempotent.
+  virtual void shutdown_channel() = 0;
+
+  const TransportOptions& options() const { return options_; }
+  TransportStats& stats() { return *stats_; }
+
+ private:
+  enum class State { kHandshaking, kOpen, kClosing, kClosed };
+
+  void handle_hello(const Frame& frame);
+  void handle_proof(const Frame& frame);
+  void handle_verdict(const Frame& frame);
+  void send_control(FrameKind kind, Buffer message);
+  void become_open();
+  // Ends the handshake or the connection with `why`; refuses if `refuse`.
+  void fail(absl::Status why);
+
+  const Role role_;
+  const TransportOptions options_;
+  const std::shared_ptr<TransportStats> stats_;
+  const std::string channel_name_;
+  const Nonce my_nonce_;
+
+  // Handshake progress (I/O thread only).
+  bool got_hello_ = false;
+  bool got_verdict_ = false;
+  Nonce their_nonce_{};
+
+  ConnectionCallbacks callbacks_;
+  AcceptCallback on_accept_;
+
+  mutable std::mutex mu_;  // guards the fields below
+  std::condition_variable ready_cv_;
+  State state_ = State::kHandshaking;
+  absl::Status close_reason_;  // why it is not open (once it is not)
+  std::string peer_name_;
+  bool closed_reported_ = false;
+};
+
+}  // namespace troupe::transport::detail

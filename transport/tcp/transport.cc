@@ -1,0 +1,426 @@
+#include "transport/tcp/transport.h"
+
+#include <asio.hpp>
+
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "transport/address.h"
+#include "transport/detail/session.h"
+
+namespace troupe::transport::tcp {
+namespace {
+
+using asio::ip::tcp;
+
+constexpr size_t kMaxFramesPerWrite = 64;
+constexpr auto kCloseGrace = std::chrono::seconds(2);
+
+// The I/O context, shared with sessions so that one outliving the transport
+// can still be destroyed; `stopped` tells them not to post to it any more.
+struct Io {
+  asio::io_context context;
+  std::atomic<bool> stopped{false};
+};
+
+std::string endpoint_name(const tcp::endpoint& e) {
+  if (e.address().is_v6()) return absl::StrCat("[", e.address().to_string(), "]:", e.port());
+  return absl::StrCat(e.address().to_string(), ":", e.port());
+}
+
+class TcpSession final : public detail::Session {
+ public:
+  TcpSession(Role role, const TransportOptions& options, std::shared_ptr<TransportStats> stats,
+             std::shared_ptr<Io> io, tcp::socket socket)
+      : Session(role, options, std::move(stats), "tcp " + peer_of(socket)),
+        io_(std::move(io)),
+        socket_(std::move(socket)),
+        close_timer_(io_->context) {}
+
+  // On the I/O thread: begins the read loop.
+  void start_reading() { read_header(); }
+
+  // On the I/O thread: drops the socket now.
+  void close_socket() {
+    asio::error_code ignored;
+    socket_.close(ignored);
+    close_timer_.cancel();
+  }
+
+ protected:
+  absl::Status write_frame(Frame frame) override {
+    Outgoing out;
+    out.header = encode_header(header_of(frame));
+    out.lengths = encode_lengths(frame);
+    out.frame = std::move(frame);
+    {
+      std::lock_guard<std::mutex> lock(out_mu_);
+      if (shutdown_requested_ || io_->stopped.load()) {
+        return absl::UnavailableError(absl::StrCat("connection to ", peer_name(), " is closed"));
+      }
+      outbox_.push_back(std::move(out));
+      if (writing_) return absl::OkStatus();
+      writing_ = true;
+    }
+    asio::post(io_->context, [self = self()] { self->write_next(); });
+    return absl::OkStatus();
+  }
+
+  void shutdown_channel() override {
+    {
+      std::lock_guard<std::mutex> lock(out_mu_);
+      if (shutdown_requested_) return;
+      shutdown_requested_ = true;
+      if (writing_) return;  // write_next() finishes the shutdown
+      writing_ = true;
+    }
+    if (!io_->stopped.load()) asio::post(io_->context, [self = self()] { self->write_next(); });
+  }
+
+ private:
+  struct Outgoing {
+    std::array<std::byte, kFrameHeaderBytes> header;
+    std::vector<uint64_t> lengths;
+    Frame frame;
+  };
+
+  static std::string peer_of(const tcp::socket& s) {
+    asio::error_code ec;
+    tcp::endpoint e = s.remote_endpoint(ec);
+    return ec ? std::string("(unconnected)") : endpoint_name(e);
+  }
+
+  std::shared_ptr<TcpSession> self() {
+    return std::static_pointer_cast<TcpSession>(shared_from_this());
+  }
+
+  // Writes queued frames, several per system call; finishes a requested
+  // shutdown once the queue is empty. I/O thread.
+  void write_next() {
+    bool finish_shutdown = false;
+    {
+      std::lock_guard<std::mutex> lock(out_mu_);
+      in_flight_.clear();
+      while (!outbox_.empty() && in_flight_.size() < kMaxFramesPerWrite) {
+        in_flight_.push_back(std::move(outbox_.front()));
+        outbox_.pop_front();
+      }
+      if (in_flight_.empty()) {
+        writing_ = false;
+        finish_shutdown = shutdown_requested_;
+      }
+    }
+    if (finish_shutdown) {
+      begin_close();
+      return;
+    }
+    if (in_flight_.empty()) return;
+    std::vector<asio::const_buffer> buffers;
+    for (const Outgoing& o : in_flight_) {
+      buffers.emplace_back(o.header.data(), o.header.size());
+      if (!o.lengths.empty()) buffers.emplace_back(o.lengths.data(), o.lengths.size() * 8);
+      if (!o.frame.message.empty())
+        buffers.emplace_back(o.frame.message.data(), o.frame.message.size());
+      for (const Buffer& b : o.frame.buffers) {
+        if (!b.empty()) buffers.emplace_back(b.data(), b.size());
+      }
+    }
+    asio::async_write(socket_, buffers, [self = self()](asio::error_code ec, size_t) {
+      if (ec) {
+        self->channel_failed(ec);
+        std::lock_guard<std::mutex> lock(self->out_mu_);
+        self->outbox_.clear();
+        self->in_flight_.clear();
+        self->writing_ = false;
+        return;
+      }
+      self->write_next();
+    });
+  }
+
+  // Half-close: the peer reads everything we sent, then end-of-file. The
+  // socket is closed when the peer closes too, or after a grace period.
+  void begin_close() {
+    asio::error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    close_timer_.expires_after(kCloseGrace);
+    close_timer_.async_wait([self = self()](asio::error_code ec) {
+      if (!ec) self->close_socket();
+    });
+  }
+
+  void channel_failed(asio::error_code ec) {
+    if (reported_) return;
+    reported_ = true;
+    on_channel_closed(absl::UnavailableError(
+        ec == asio::error::eof ? std::string("the peer closed the connection") : ec.message()));
+    close_socket();
+  }
+
+  void read_header() {
+    asio::async_read(socket_, asio::buffer(header_buf_),
+                     [self = self()](asio::error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  void on_header(asio::error_code ec) {
+    if (ec) return channel_failed(ec);
+    absl::StatusOr<FrameHeader> h = decode_header(header_buf_, options().limits);
+    if (!h.ok()) return bad_frame(h.status());
+    header_ = *h;
+    incoming_ = Frame();
+    incoming_.kind = header_.kind;
+    if (header_.buffer_count == 0) return read_body({});
+    lengths_buf_.resize(header_.lengths_bytes());
+    asio::async_read(socket_, asio::buffer(lengths_buf_),
+                     [self = self()](asio::error_code e, size_t) { self->on_lengths(e); });
+  }
+
+  void on_lengths(asio::error_code ec) {
+    if (ec) return channel_failed(ec);
+    absl::StatusOr<std::vector<uint64_t>> lengths =
+        decode_lengths(header_, lengths_buf_, options().limits);
+    if (!lengths.ok()) return bad_frame(lengths.status());
+    read_body(*lengths);
+  }
+
+  void read_body(const std::vector<uint64_t>& lengths) {
+    std::vector<asio::mutable_buffer> targets;
+    incoming_.message = Buffer(header_.message_bytes);
+    if (header_.message_bytes > 0)
+      targets.emplace_back(incoming_.message.data(), incoming_.message.size());
+    incoming_.buffers.reserve(lengths.size());
+    for (uint64_t len : lengths) {
+      incoming_.buffers.emplace_back(len);
+      if (len > 0) targets.emplace_back(incoming_.buffers.back().data(), len);
+    }
+    if (targets.empty()) return on_body({});
+    asio::async_read(socket_, targets,
+                     [self = self()](asio::error_code e, size_t) { self->on_body(e); });
+  }
+
+  void on_body(asio::error_code ec) {
+    if (ec) return channel_failed(ec);
+    if (absl::Status s = validate_message(incoming_.message, options().limits); !s.ok()) {
+      return bad_frame(s);
+    }
+    on_frame_received(std::move(incoming_));
+    read_header();
+  }
+
+  // A frame that broke the rules: this connection ends; nothing else is affected.
+  void bad_frame(const absl::Status& why) {
+    on_bad_frame(why);
+    close_socket();
+  }
+
+  std::shared_ptr<Io> io_;
+  tcp::socket socket_;
+  asio::steady_timer close_timer_;
+  bool reported_ = false;  // I/O thread
+
+  // Read state (I/O thread).
+  std::array<std::byte, kFrameHeaderBytes> header_buf_{};
+  FrameHeader header_;
+  std::vector<std::byte> lengths_buf_;
+  Frame incoming_;
+
+  // Write state.
+  std::mutex out_mu_;
+  std::deque<Outgoing> outbox_;
+  bool writing_ = false;
+  bool shutdown_requested_ = false;
+  std::vector<Outgoing> in_flight_;  // I/O thread
+};
+
+class TcpListener final : public Listener {
+ public:
+  TcpListener(std::shared_ptr<Io> io, std::shared_ptr<tcp::acceptor> acceptor, std::string address)
+      : io_(std::move(io)), acceptor_(std::move(acceptor)), address_(std::move(address)) {}
+  ~TcpListener() override { close(); }
+  std::string address() const override { return address_; }
+  void close() override {
+    if (io_->stopped.load()) return;
+    std::promise<void> done;
+    asio::post(io_->context, [this, &done] {
+      asio::error_code ignored;
+      acceptor_->close(ignored);
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+
+ private:
+  std::shared_ptr<Io> io_;
+  std::shared_ptr<tcp::acceptor> acceptor_;
+  std::string address_;
+};
+
+class TcpTransport final : public Transport {
+ public:
+  explicit TcpTransport(TransportOptions options)
+      : options_(std::move(options)),
+        io_(std::make_shared<Io>()),
+        work_(asio::make_work_guard(io_->context)),
+        thread_([this] { io_->context.run(); }) {}
+
+  // REQUIRES: not called from one of this transport's callbacks.
+  ~TcpTransport() override {
+    std::promise<void> done;
+    asio::post(io_->context, [this, &done] {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& weak : sessions_) {
+        if (auto s = weak.lock()) {
+          s->abort(absl::UnavailableError("the transport is shutting down"));
+          s->close_socket();
+        }
+      }
+      for (auto& a : acceptors_) {
+        asio::error_code ignored;
+        a->close(ignored);
+      }
+      done.set_value();
+    });
+    done.get_future().wait();
+    io_->stopped.store(true);
+    work_.reset();
+    io_->context.stop();
+    thread_.join();
+    // Complete what the closed sockets left pending, releasing the sessions it holds.
+    io_->context.restart();
+    io_->context.poll();
+  }
+
+  std::string_view name() const override { return "tcp"; }
+  const TransportStats& stats() const override { return *stats_; }
+
+  absl::StatusOr<std::unique_ptr<Listener>> listen(std::string_view address,
+                                                   AcceptCallback on_accept) override {
+    absl::StatusOr<HostPort> hp = parse_address(address, "tcp");
+    if (!hp.ok()) return hp.status();
+    asio::error_code ec;
+    asio::ip::address ip = asio::ip::make_address(hp->host, ec);
+    if (ec) return absl::InvalidArgumentError(absl::StrCat("bad IP address '", hp->host, "'"));
+    auto acceptor = std::make_shared<tcp::acceptor>(io_->context);
+    tcp::endpoint endpoint(ip, hp->port);
+    acceptor->open(endpoint.protocol(), ec);
+    if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor->bind(endpoint, ec);
+    if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", std::string(address), ": ", ec.message()));
+    }
+    std::string bound = absl::StrCat("tcp://", endpoint_name(acceptor->local_endpoint()));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      acceptors_.push_back(acceptor);
+    }
+    asio::post(io_->context, [this, acceptor, cb = std::move(on_accept)]() mutable {
+      accept_next(acceptor, std::make_shared<AcceptCallback>(std::move(cb)));
+    });
+    return std::unique_ptr<Listener>(new TcpListener(io_, acceptor, bound));
+  }
+
+  absl::StatusOr<std::shared_ptr<Connection>> connect(std::string_view address,
+                                                      ConnectionCallbacks callbacks,
+                                                      absl::Duration timeout) override {
+    absl::Time deadline = absl::Now() + timeout;
+    absl::StatusOr<HostPort> hp = parse_address(address, "tcp");
+    if (!hp.ok()) return hp.status();
+    asio::error_code ec;
+    asio::ip::address ip = asio::ip::make_address(hp->host, ec);
+    if (ec) return absl::InvalidArgumentError(absl::StrCat("bad IP address '", hp->host, "'"));
+    tcp::endpoint endpoint(ip, hp->port);
+
+    auto socket = std::make_shared<tcp::socket>(io_->context);
+    auto timer = std::make_shared<asio::steady_timer>(io_->context);
+    std::promise<asio::error_code> connected;
+    auto result = connected.get_future();
+    asio::post(io_->context, [&, socket, timer] {
+      timer->expires_after(absl::ToChronoNanoseconds(timeout));
+      timer->async_wait([socket](asio::error_code e) {
+        if (!e) socket->close();
+      });
+      socket->async_connect(endpoint, [&, timer](asio::error_code e) {
+        timer->cancel();
+        connected.set_value(e);
+      });
+    });
+    ec = result.get();
+    if (ec) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot connect to ", std::string(address), ": ",
+          ec == asio::error::operation_aborted ? std::string("timed out") : ec.message()));
+    }
+    socket->set_option(tcp::no_delay(true), ec);
+    auto session =
+        std::make_shared<TcpSession>(Role::kClient, options_, stats_, io_, std::move(*socket));
+    session->set_callbacks(std::move(callbacks));
+    track(session);
+    asio::post(io_->context, [session] {
+      session->start_reading();
+      session->start();
+    });
+    absl::Status ready = session->wait_ready(deadline);
+    if (!ready.ok()) return ready;
+    return std::shared_ptr<Connection>(session);
+  }
+
+ private:
+  void accept_next(std::shared_ptr<tcp::acceptor> acceptor, std::shared_ptr<AcceptCallback> cb) {
+    acceptor->async_accept([this, acceptor, cb](asio::error_code ec, tcp::socket socket) {
+      if (ec) {
+        if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
+        accept_next(acceptor, cb);  // e.g. too many open files: keep serving
+        return;
+      }
+      asio::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
+      auto session =
+          std::make_shared<TcpSession>(Role::kServer, options_, stats_, io_, std::move(socket));
+      session->set_accept(*cb);
+      track(session);
+      auto timer = std::make_shared<asio::steady_timer>(io_->context);
+      timer->expires_after(absl::ToChronoNanoseconds(options_.handshake_timeout));
+      timer->async_wait([weak = std::weak_ptr<TcpSession>(session), timer](asio::error_code e) {
+        auto s = weak.lock();
+        if (!e && s && !s->open()) {
+          s->abort(absl::DeadlineExceededError(
+              absl::StrCat("refused ", s->peer_name(), ": no handshake within the deadline")));
+        }
+      });
+      session->start_reading();
+      session->start();
+      accept_next(acceptor, cb);
+    });
+  }
+
+  void track(const std::shared_ptr<TcpSession>& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(sessions_, [](const std::weak_ptr<TcpSession>& w) { return w.expired(); });
+    sessions_.push_back(s);
+  }
+
+  const TransportOptions options_;
+  std::shared_ptr<TransportStats> stats_ = std::make_shared<TransportStats>();
+  std::shared_ptr<Io> io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<std::weak_ptr<TcpSession>> sessions_;
+  std::vector<std::shared_ptr<tcp::acceptor>> acceptors_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_transport(TransportOptions options) {
+  return std::make_unique<TcpTransport>(std::move(options));
+}
+
+}  // namespace troupe::transport::tcp
