@@ -253,7 +253,7 @@ void Session::on_bad_frame(const absl::Status& why) {
   fail(absl::InvalidArgumentError(absl::StrCat("dropped ", peer_name(), ": ", why.message())));
 }
 
-void Session::fail(absl::Status why) {
+void Session::fail(absl::Status why, bool warn) {
   bool report = false;
   bool was_handshaking = false;
   {
@@ -266,8 +266,10 @@ void Session::fail(absl::Status why) {
     close_reason_ = why;
   }
   ready_cv_.notify_all();
-  if (role_ == Role::kServer || !was_handshaking) {
+  if (warn && (role_ == Role::kServer || !was_handshaking)) {
     spdlog::warn("transport: {}", std::string(why.message()));
+  } else {
+    spdlog::debug("transport: {}", std::string(why.message()));
   }
   shutdown_channel();
   if (report && callbacks_.on_closed) callbacks_.on_closed(why);

@@ -42,7 +42,7 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   void on_bad_frame(const absl::Status& why);
   // Ends the connection from the transport's side (handshake timeout, the
   // transport shutting down): callbacks see `why`.
-  void abort(absl::Status why) { fail(std::move(why)); }
+  void abort(absl::Status why) { fail(std::move(why), /*warn=*/false); }
 
   bool open() const;
 
@@ -69,8 +69,9 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   void handle_verdict(const Frame& frame);
   void send_control(FrameKind kind, Buffer message);
   void become_open();
-  // Ends the handshake or the connection with `why`; refuses if `refuse`.
-  void fail(absl::Status why);
+  // Ends the handshake or the connection with `why`, logged as a warning
+  // when `warn` (refusals, bad frames) and at debug level otherwise.
+  void fail(absl::Status why, bool warn = true);
 
   const Role role_;
   const TransportOptions options_;

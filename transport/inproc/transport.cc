@@ -241,8 +241,10 @@ class InprocTransport final : public Transport {
     client->io().adopt(client);
     server->io().adopt(server);
     client->set_callbacks(std::move(callbacks));
-    server->start();
+    // The client's Hello goes first: the server must see it before the Proof
+    // that the client sends in answer to the server's Hello.
     client->start();
+    server->start();
     absl::Status ready = client->wait_ready(absl::Now() + timeout);
     if (!ready.ok()) return ready;
     return std::shared_ptr<Connection>(client);
