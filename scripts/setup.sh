@@ -7,7 +7,8 @@ packages=(
   # toolchain (clang and its runtime for the libFuzzer targets)
   build-essential cmake ninja-build ccache pkg-config git clang-format clang libclang-rt-14-dev
   # libraries the build links
-  libabsl-dev libspdlog-dev libfmt-dev capnproto libcapnp-dev
+  libabsl-dev libspdlog-dev libfmt-dev capnproto libcapnp-dev libasio-dev libssl-dev
+  libibverbs-dev
   # tests and benchmarks (CAF is the actor benchmark's peer)
   libgtest-dev libgmock-dev libbenchmark-dev libcaf-dev
 )

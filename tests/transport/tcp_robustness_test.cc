@@ -1,0 +1,242 @@
+// What a TCP listener does with hostile or broken peers: raw bytes that are
+// not frames, frames that break the limits, peers that never authenticate,
+// and peers that die mid-transfer. Each costs only its own connection.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <deque>
+#include <string>
+
+#include "tests/transport/transport_test_util.h"
+#include "transport/address.h"
+
+extern char** environ;
+
+namespace troupe::transport::testing {
+namespace {
+
+// A plain socket to 127.0.0.1:port, for sending arbitrary bytes.
+class RawClient {
+ public:
+  explicit RawClient(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~RawClient() { ::close(fd_); }
+  bool connected() const { return connected_; }
+  void send(const void* data, size_t n) { static_cast<void>(::send(fd_, data, n, MSG_NOSIGNAL)); }
+  void send(const std::vector<std::byte>& bytes) { send(bytes.data(), bytes.size()); }
+  // True if the server closes the connection within `timeout` (reading and
+  // discarding whatever it sent first, e.g. its Hello).
+  bool closed_by_server(absl::Duration timeout) {
+    absl::Time deadline = absl::Now() + timeout;
+    char buf[4096];
+    while (absl::Now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      int ready =
+          ::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now())) + 1);
+      if (ready <= 0) continue;
+      ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+      if (n <= 0) return true;
+    }
+    return false;
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+class TcpRobustnessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TransportOptions o = options_with(kToken, "server");
+    o.handshake_timeout = absl::Milliseconds(300);
+    o.limits.max_frame_bytes = 64 << 20;
+    server_ = *make_transport("tcp", o);
+    client_ = *make_transport("tcp", options_with(kToken, "client"));
+    auto listener = server_->listen("tcp://127.0.0.1:0", [](std::shared_ptr<Connection> c) {
+      std::weak_ptr<Connection> weak = c;
+      return ConnectionCallbacks{[weak](Frame f) {
+                                   if (auto conn = weak.lock())
+                                     static_cast<void>(conn->send(std::move(f)));
+                                 },
+                                 [](absl::Status) {}};
+    });
+    ASSERT_TRUE(listener.ok());
+    listener_ = *std::move(listener);
+    port_ = parse_address(listener_->address(), "tcp")->port;
+    // A well-behaved connection that must keep working throughout.
+    auto good = client_->connect(listener_->address(), good_inbox_.callbacks(), absl::Seconds(10));
+    ASSERT_TRUE(good.ok()) << good.status();
+    good_ = *good;
+  }
+
+  void expect_good_connection_still_works() {
+    good_inbox_.take();
+    ASSERT_TRUE(good_->send(tagged(9, echoes_)).ok());
+    ASSERT_TRUE(good_inbox_.wait_frames(1, absl::Seconds(10)));
+    EXPECT_EQ(tag_of(good_inbox_.take().front()).second, echoes_);
+    ++echoes_;
+  }
+
+  std::vector<std::byte> header_bytes(FrameHeader h) {
+    auto a = encode_header(h);
+    return std::vector<std::byte>(a.begin(), a.end());
+  }
+
+  // Callback targets are declared first so that they outlive the transports.
+  Inbox& new_inbox() { return *inboxes_.emplace_back(std::make_unique<Inbox>()); }
+  std::deque<std::unique_ptr<Inbox>> inboxes_;
+  Inbox good_inbox_;
+  std::unique_ptr<Transport> server_;
+  std::unique_ptr<Transport> client_;
+  std::unique_ptr<Listener> listener_;
+  std::shared_ptr<Connection> good_;
+  uint16_t port_ = 0;
+  uint64_t echoes_ = 0;
+};
+
+TEST_F(TcpRobustnessTest, GarbageIsDroppedAndCounted) {
+  RawClient raw(port_);
+  ASSERT_TRUE(raw.connected());
+  std::string junk = "GET / HTTP/1.1\r\nHost: troupe\r\n\r\n";
+  raw.send(junk.data(), junk.size());
+  EXPECT_TRUE(raw.closed_by_server(absl::Seconds(10)));
+  EXPECT_GE(server_->stats().bad_frames.load(), 1u);
+  expect_good_connection_still_works();
+}
+
+TEST_F(TcpRobustnessTest, WrongVersionIsDropped) {
+  RawClient raw(port_);
+  auto bytes = header_bytes(FrameHeader{FrameKind::kHello, 0, 0, 0});
+  bytes[4] = std::byte{9};
+  raw.send(bytes);
+  EXPECT_TRUE(raw.closed_by_server(absl::Seconds(10)));
+  expect_good_connection_still_works();
+}
+
+TEST_F(TcpRobustnessTest, OversizedFrameIsDroppedBeforeAllocation) {
+  RawClient raw(port_);
+  raw.send(header_bytes(FrameHeader{FrameKind::kData, 1, 0, uint64_t{1} << 40}));
+  EXPECT_TRUE(raw.closed_by_server(absl::Seconds(10)));
+  EXPECT_GE(server_->stats().bad_frames.load(), 1u);
+  expect_good_connection_still_works();
+}
+
+TEST_F(TcpRobustnessTest, TruncatedFrameThenHangUp) {
+  {
+    RawClient raw(port_);
+    raw.send(header_bytes(FrameHeader{FrameKind::kHello, 0, 1024, 0}));
+    raw.send("only a few bytes", 16);
+  }  // closes mid-frame
+  expect_good_connection_still_works();
+}
+
+TEST_F(TcpRobustnessTest, DataBeforeAuthenticationIsRefused) {
+  RawClient raw(port_);
+  Frame f = tagged(1, 1);
+  raw.send(encode_frame(f));
+  EXPECT_TRUE(raw.closed_by_server(absl::Seconds(10)));
+  EXPECT_GE(server_->stats().connections_refused.load(), 1u);
+  expect_good_connection_still_works();
+}
+
+TEST_F(TcpRobustnessTest, SilentPeerIsDroppedAfterHandshakeTimeout) {
+  RawClient raw(port_);
+  absl::Time start = absl::Now();
+  EXPECT_TRUE(raw.closed_by_server(absl::Seconds(10)));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(250));
+  expect_good_connection_still_works();
+}
+
+// Starts tests/transport/transport_peer with `args`; returns its pid and, if
+// `out` is given, a pipe from its stdout.
+pid_t spawn_peer(std::vector<std::string> args, FILE** out) {
+  int pipe_fds[2] = {-1, -1};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (out != nullptr) {
+    EXPECT_EQ(::pipe(pipe_fds), 0);
+    posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+  }
+  args.insert(args.begin(), TROUPE_TRANSPORT_PEER);
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  EXPECT_EQ(posix_spawn(&pid, TROUPE_TRANSPORT_PEER, &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  if (out != nullptr) {
+    ::close(pipe_fds[1]);
+    *out = ::fdopen(pipe_fds[0], "r");
+  }
+  return pid;
+}
+
+void kill_and_reap(pid_t pid) {
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+}
+
+TEST_F(TcpRobustnessTest, SenderKilledMidTransferFailsTheReceiverPromptly) {
+  Inbox& doomed = new_inbox();
+  std::atomic<bool> accepted{false};
+  auto listener = server_->listen("tcp://127.0.0.1:0", [&](std::shared_ptr<Connection>) {
+    accepted = true;
+    return doomed.callbacks();
+  });
+  ASSERT_TRUE(listener.ok());
+  pid_t pid = spawn_peer({"send", (*listener)->address(), kToken}, nullptr);
+  ASSERT_TRUE(doomed.wait_frames(1, absl::Seconds(30))) << "the peer never delivered a frame";
+  absl::Time killed_at = absl::Now();
+  kill_and_reap(pid);
+  ASSERT_TRUE(doomed.wait_closed(absl::Seconds(5))) << "no error within 5 s of SIGKILL";
+  EXPECT_LT(absl::Now() - killed_at, absl::Seconds(5));
+  EXPECT_EQ(doomed.close_status().code(), absl::StatusCode::kUnavailable) << doomed.close_status();
+  expect_good_connection_still_works();
+}
+
+TEST_F(TcpRobustnessTest, ServerKilledMidTransferFailsTheClientPromptly) {
+  FILE* out = nullptr;
+  pid_t pid = spawn_peer({"serve", kToken}, &out);
+  char line[256] = {0};
+  ASSERT_NE(std::fgets(line, sizeof(line), out), nullptr) << "peer did not report its address";
+  std::fclose(out);
+  std::string address(line);
+  while (!address.empty() && (address.back() == '\n' || address.back() == '\r'))
+    address.pop_back();
+  Inbox* doomed_inbox = &new_inbox();
+  auto conn = client_->connect(address, doomed_inbox->callbacks(), absl::Seconds(10));
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  Frame big;
+  big.buffers.push_back(patterned(size_t{64} << 20, 3));
+  ASSERT_TRUE((*conn)->send(std::move(big)).ok());
+  ASSERT_TRUE(doomed_inbox->wait_frames(1, absl::Seconds(30)));  // echoed once: the peer is live
+  Frame again;
+  again.buffers.push_back(patterned(size_t{64} << 20, 4));
+  ASSERT_TRUE((*conn)->send(std::move(again)).ok());
+  kill_and_reap(pid);
+  ASSERT_TRUE(doomed_inbox->wait_closed(absl::Seconds(5)));
+  EXPECT_EQ(doomed_inbox->close_status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*conn)->send(tagged(0, 0)).code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace troupe::transport::testing
