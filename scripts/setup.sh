@@ -8,9 +8,9 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git clang-format clang libclang-rt-14-dev
   # libraries the build links
   libabsl-dev libspdlog-dev libfmt-dev capnproto libcapnp-dev libasio-dev libssl-dev
-  libibverbs-dev
-  # tests and benchmarks (CAF is the actor benchmark's peer)
-  libgtest-dev libgmock-dev libbenchmark-dev libcaf-dev
+  libibverbs-dev libucx-dev
+  # tests and benchmarks (peers: CAF for actors, ucx_perftest for transports)
+  libgtest-dev libgmock-dev libbenchmark-dev libcaf-dev ucx-utils
 )
 
 missing=()

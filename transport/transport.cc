@@ -1,7 +1,9 @@
+// make_transport(): the transport named by a kind.
 #include "transport/inproc/transport.h"
 #include "absl/strings/str_cat.h"
 #include "transport/connection.h"
 #include "transport/tcp/transport.h"
+#include "transport/ucx/transport.h"
 
 namespace troupe::transport {
 
@@ -14,8 +16,16 @@ absl::StatusOr<std::unique_ptr<Transport>> make_transport(std::string_view kind,
   }
   if (kind == "inproc") return inproc::make_transport(std::move(options));
   if (kind == "tcp") return tcp::make_transport(std::move(options));
-  return absl::NotFoundError(
-      absl::StrCat("unknown transport '", std::string(kind), "' (this build has: inproc, tcp)"));
+  if (kind == "ucx") {
+    auto t = ucx::make_transport(std::move(options));
+    if (!t.ok()) {
+      return absl::NotFoundError(
+          absl::StrCat("transport 'ucx' is not available here: ", t.status().message()));
+    }
+    return t;
+  }
+  return absl::NotFoundError(absl::StrCat("unknown transport '", std::string(kind),
+                                          "' (this build has: inproc, tcp, ucx)"));
 }
 
 }  // namespace troupe::transport

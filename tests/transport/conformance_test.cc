@@ -16,7 +16,7 @@ namespace {
 std::string any_address(std::string_view kind) {
   static std::atomic<int> counter{0};
   if (kind == "inproc") return "inproc://conformance-" + std::to_string(counter++);
-  return "tcp://127.0.0.1:0";
+  return std::string(kind) + "://127.0.0.1:0";
 }
 
 class ConformanceTest : public ::testing::TestWithParam<std::string> {
@@ -206,14 +206,15 @@ TEST_P(ConformanceTest, MissingTokenIsAnError) {
 
 TEST_P(ConformanceTest, ConnectToNothingFailsFast) {
   Inbox& inbox = new_inbox();
-  std::string nowhere = GetParam() == "inproc" ? "inproc://nobody-listens" : "tcp://127.0.0.1:1";
+  std::string nowhere =
+      GetParam() == "inproc" ? "inproc://nobody-listens" : GetParam() + "://127.0.0.1:1";
   auto conn = client_->connect(nowhere, inbox.callbacks(), absl::Seconds(10));
   EXPECT_EQ(conn.status().code(), absl::StatusCode::kUnavailable) << conn.status();
   auto bad = client_->connect("bogus", inbox.callbacks(), absl::Seconds(1));
   EXPECT_FALSE(bad.ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTransports, ConformanceTest, ::testing::Values("inproc", "tcp"),
+INSTANTIATE_TEST_SUITE_P(AllTransports, ConformanceTest, ::testing::Values("inproc", "tcp", "ucx"),
                          [](const auto& param_info) { return param_info.param; });
 
 }  // namespace
