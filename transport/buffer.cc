@@ -1,16 +1,73 @@
 #include "transport/buffer.h"
 
+#include <array>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <utility>
+#include <vector>
 
 namespace troupe::transport {
+namespace {
+
+// Large buffers come and go at the rate frames arrive. Fresh ones from the
+// system are mapped and zero-filled page by page on first touch, which costs
+// more than moving their bytes, so recently freed ones are kept for reuse:
+// sizes from kMinCached up are rounded to a power of two, and each size class
+// keeps at most kPerClass blocks, kMaxCachedBytes in all.
+constexpr size_t kMinCached = size_t{1} << 20;
+constexpr int kClasses = 48;
+constexpr size_t kPerClass = 4;
+constexpr size_t kMaxCachedBytes = size_t{1} << 30;
+
+class LargeBlockCache {
+ public:
+  static size_t class_bytes(size_t size) { return std::bit_ceil(size); }
+
+  std::byte* take(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& free = free_[std::countr_zero(bytes)];
+    if (free.empty()) return nullptr;
+    std::byte* p = free.back();
+    free.pop_back();
+    cached_bytes_ -= bytes;
+    return p;
+  }
+  // Keeps `p` for reuse, or returns false if the cache is full.
+  bool give(std::byte* p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& free = free_[std::countr_zero(bytes)];
+    if (free.size() >= kPerClass || cached_bytes_ + bytes > kMaxCachedBytes) return false;
+    free.push_back(p);
+    cached_bytes_ += bytes;
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::array<std::vector<std::byte*>, kClasses> free_;
+  size_t cached_bytes_ = 0;
+};
+
+LargeBlockCache& cache() {
+  static LargeBlockCache* c = new LargeBlockCache;  // lives to the end: buffers may outlive main
+  return *c;
+}
+
+size_t allocation_bytes(size_t size) {
+  if (size >= kMinCached) return LargeBlockCache::class_bytes(size);
+  return (size + Buffer::kAlignment - 1) / Buffer::kAlignment * Buffer::kAlignment;
+}
+
+}  // namespace
 
 Buffer::Buffer(size_t size) : size_(size) {
   if (size == 0) return;
-  size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
-  data_ = static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded));
+  size_t bytes = allocation_bytes(size);
+  if (size >= kMinCached) data_ = cache().take(bytes);
+  if (data_ == nullptr) data_ = static_cast<std::byte*>(std::aligned_alloc(kAlignment, bytes));
   if (data_ == nullptr) throw std::bad_alloc();
 }
 
@@ -20,20 +77,39 @@ Buffer Buffer::copy_of(std::span<const std::byte> bytes) {
   return b;
 }
 
+Buffer Buffer::borrow(std::shared_ptr<const void> owner, std::byte* data, size_t size) {
+  Buffer b;
+  b.data_ = data;
+  b.size_ = size;
+  b.owner_ = owner ? std::move(owner) : std::make_shared<int>(0);
+  return b;
+}
+
 Buffer::Buffer(Buffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      owner_(std::move(other.owner_)) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   if (this != &other) {
-    std::free(data_);
+    release();
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    owner_ = std::move(other.owner_);
   }
   return *this;
 }
 
 Buffer::~Buffer() {
-  std::free(data_);
+  release();
+}
+
+void Buffer::release() {
+  if (owner_ == nullptr && data_ != nullptr) {
+    if (size_ < kMinCached || !cache().give(data_, allocation_bytes(size_))) std::free(data_);
+  }
+  owner_.reset();
+  data_ = nullptr;
 }
 
 }  // namespace troupe::transport

@@ -1,10 +1,12 @@
-// Buffer: an owned, contiguous, 64-byte-aligned run of bytes. It is what
-// transports move between processes out of band (tensors, large payloads);
-// layers above wrap their own storage in it.
+// Buffer: a contiguous run of bytes that transports move out of band
+// (tensors, large payloads). It either owns 64-byte-aligned storage, or
+// borrows storage that someone else owns (a tensor's), keeping that owner
+// alive until the buffer is destroyed, so that sending it copies nothing.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 namespace troupe::transport {
@@ -14,9 +16,12 @@ class Buffer {
   static constexpr size_t kAlignment = 64;
 
   Buffer() = default;
-  // Uninitialised storage for `size` bytes. Throws std::bad_alloc on failure.
+  // Uninitialised owned storage for `size` bytes. Throws std::bad_alloc.
   explicit Buffer(size_t size);
   static Buffer copy_of(std::span<const std::byte> bytes);
+  // Views `size` bytes at `data`, owned by `owner`, which is kept alive as
+  // long as this Buffer. The bytes must not change while a send is in flight.
+  static Buffer borrow(std::shared_ptr<const void> owner, std::byte* data, size_t size);
 
   Buffer(Buffer&& other) noexcept;
   Buffer& operator=(Buffer&& other) noexcept;
@@ -28,12 +33,16 @@ class Buffer {
   const std::byte* data() const { return data_; }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
+  bool borrowed() const { return owner_ != nullptr; }
   std::span<std::byte> bytes() { return {data_, size_}; }
   std::span<const std::byte> bytes() const { return {data_, size_}; }
 
  private:
+  void release();
+
   std::byte* data_ = nullptr;
   size_t size_ = 0;
+  std::shared_ptr<const void> owner_;  // set for borrowed storage
 };
 
 }  // namespace troupe::transport

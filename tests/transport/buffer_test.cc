@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
 namespace troupe::transport {
@@ -37,6 +38,26 @@ TEST(BufferTest, CopyOfAndMove) {
   Buffer c;
   c = std::move(b);
   EXPECT_EQ(c.size(), src.size());
+}
+
+}  // namespace
+}  // namespace troupe::transport
+
+namespace troupe::transport {
+namespace {
+
+TEST(BufferTest, BorrowKeepsTheOwnerAliveAndCopiesNothing) {
+  auto storage = std::make_shared<std::vector<std::byte>>(1000, std::byte{7});
+  std::weak_ptr<std::vector<std::byte>> watch = storage;
+  Buffer b = Buffer::borrow(storage, storage->data(), storage->size());
+  EXPECT_TRUE(b.borrowed());
+  EXPECT_EQ(b.data(), storage->data());
+  storage.reset();
+  EXPECT_FALSE(watch.expired()) << "the buffer keeps its owner alive";
+  Buffer moved = std::move(b);
+  EXPECT_EQ(static_cast<int>(moved.data()[999]), 7);
+  moved = Buffer(16);
+  EXPECT_TRUE(watch.expired()) << "and lets it go when done";
 }
 
 }  // namespace

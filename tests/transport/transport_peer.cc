@@ -1,8 +1,8 @@
 // A peer process for the transport tests, so that tests can kill it with
-// SIGKILL. Modes:
-//   transport_peer send ADDRESS TOKEN   connect and send 32 MiB frames until killed
-//   transport_peer serve TOKEN          listen on tcp://127.0.0.1:0, print the
-//                                       address, echo frames until killed
+// SIGKILL. KIND is tcp or ucx. Modes:
+//   transport_peer send KIND ADDRESS TOKEN   connect and send 32 MiB frames until killed
+//   transport_peer serve KIND TOKEN          listen on KIND://127.0.0.1:0, print the
+//                                            address, echo frames until killed
 // Either mode exits by itself after 60 seconds.
 #include <chrono>
 #include <cstdio>
@@ -16,13 +16,13 @@ using namespace troupe::transport;
 
 int main(int argc, char** argv) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  if (argc == 4 && std::strcmp(argv[1], "send") == 0) {
+  if (argc == 5 && std::strcmp(argv[1], "send") == 0) {
     TransportOptions o;
-    o.token = argv[3];
+    o.token = argv[4];
     o.local_name = "doomed sender";
-    auto t = make_transport("tcp", o);
+    auto t = make_transport(argv[2], o);
     if (!t.ok()) return 1;
-    auto c = (*t)->connect(argv[2], ConnectionCallbacks{[](Frame) {}, [](absl::Status) {}},
+    auto c = (*t)->connect(argv[3], ConnectionCallbacks{[](Frame) {}, [](absl::Status) {}},
                            absl::Seconds(10));
     if (!c.ok()) {
       std::fprintf(stderr, "transport_peer: %s\n", c.status().ToString().c_str());
@@ -36,20 +36,21 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (argc == 3 && std::strcmp(argv[1], "serve") == 0) {
+  if (argc == 4 && std::strcmp(argv[1], "serve") == 0) {
     TransportOptions o;
-    o.token = argv[2];
+    o.token = argv[3];
     o.local_name = "doomed server";
-    auto t = make_transport("tcp", o);
+    auto t = make_transport(argv[2], o);
     if (!t.ok()) return 1;
-    auto l = (*t)->listen("tcp://127.0.0.1:0", [](std::shared_ptr<Connection> c) {
-      std::weak_ptr<Connection> weak = c;
-      return ConnectionCallbacks{[weak](Frame f) {
-                                   if (auto conn = weak.lock())
-                                     static_cast<void>(conn->send(std::move(f)));
-                                 },
-                                 [](absl::Status) {}};
-    });
+    auto l =
+        (*t)->listen(std::string(argv[2]) + "://127.0.0.1:0", [](std::shared_ptr<Connection> c) {
+          std::weak_ptr<Connection> weak = c;
+          return ConnectionCallbacks{[weak](Frame f) {
+                                       if (auto conn = weak.lock())
+                                         static_cast<void>(conn->send(std::move(f)));
+                                     },
+                                     [](absl::Status) {}};
+        });
     if (!l.ok()) return 1;
     std::printf("%s\n", (*l)->address().c_str());
     std::fflush(stdout);
@@ -58,6 +59,6 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  std::fprintf(stderr, "usage: transport_peer send ADDRESS TOKEN | serve TOKEN\n");
+  std::fprintf(stderr, "usage: transport_peer send KIND ADDRESS TOKEN | serve KIND TOKEN\n");
   return 2;
 }

@@ -148,6 +148,7 @@ class UcxTransport final : public Transport {
   }
 
   void send_now(const std::shared_ptr<UcxSession>& s, std::shared_ptr<Frame> frame);
+  bool on_progress_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
   void close_now(const std::shared_ptr<UcxSession>& s);
   void close_listener_now(ucp_listener_h l);
 
@@ -197,7 +198,11 @@ absl::Status UcxSession::write_frame(Frame frame) {
   auto self = std::static_pointer_cast<UcxSession>(shared_from_this());
   auto f = std::make_shared<Frame>(std::move(frame));
   UcxTransport* t = link_->transport;
-  t->post([t, self, f] { t->send_now(self, f); });
+  if (t->on_progress_thread()) {
+    t->send_now(self, std::move(f));  // a reply from a callback: no hand-off
+  } else {
+    t->post([t, self, f] { t->send_now(self, f); });
+  }
   return absl::OkStatus();
 }
 
@@ -332,6 +337,11 @@ void UcxTransport::run() {
   for (auto& [l, cb] : listeners_)
     ucp_listener_destroy(l);
   listeners_.clear();
+  // Let closes and sends still in flight finish (bounded) before the worker goes.
+  absl::Time until = absl::Now() + absl::Milliseconds(200);
+  for (int quiet = 0; quiet < 1000 && absl::Now() < until;) {
+    quiet = ucp_worker_progress(worker_) != 0 ? 0 : quiet + 1;
+  }
 }
 
 void UcxTransport::check_handshake_deadlines() {
