@@ -164,15 +164,20 @@ TEST_F(TcpRobustnessTest, SilentPeerIsDroppedAfterHandshakeTimeout) {
 }
 
 // Starts tests/transport/transport_peer with `args`; returns its pid and, if
-// `out` is given, a pipe from its stdout.
-pid_t spawn_peer(std::vector<std::string> args, FILE** out) {
-  int pipe_fds[2] = {-1, -1};
+// `out` is given, a pipe from its stdout. Its stdin is a pipe the test keeps
+// open (`*keepalive`): the peer serves until it closes.
+pid_t spawn_peer(std::vector<std::string> args, FILE** out, int* keepalive) {
+  int out_fds[2] = {-1, -1};
+  int in_fds[2] = {-1, -1};
+  EXPECT_EQ(::pipe(in_fds), 0);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in_fds[0], STDIN_FILENO);
+  posix_spawn_file_actions_addclose(&actions, in_fds[1]);
   if (out != nullptr) {
-    EXPECT_EQ(::pipe(pipe_fds), 0);
-    posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+    EXPECT_EQ(::pipe(out_fds), 0);
+    posix_spawn_file_actions_adddup2(&actions, out_fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, out_fds[0]);
   }
   args.insert(args.begin(), TROUPE_TRANSPORT_PEER);
   std::vector<char*> argv;
@@ -182,17 +187,20 @@ pid_t spawn_peer(std::vector<std::string> args, FILE** out) {
   pid_t pid = -1;
   EXPECT_EQ(posix_spawn(&pid, TROUPE_TRANSPORT_PEER, &actions, nullptr, argv.data(), environ), 0);
   posix_spawn_file_actions_destroy(&actions);
+  ::close(in_fds[0]);
+  *keepalive = in_fds[1];
   if (out != nullptr) {
-    ::close(pipe_fds[1]);
-    *out = ::fdopen(pipe_fds[0], "r");
+    ::close(out_fds[1]);
+    *out = ::fdopen(out_fds[0], "r");
   }
   return pid;
 }
 
-void kill_and_reap(pid_t pid) {
+void kill_and_reap(pid_t pid, int keepalive) {
   ::kill(pid, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
+  ::close(keepalive);
 }
 
 // A peer process killed with SIGKILL in the middle of a transfer, on every
@@ -222,10 +230,11 @@ TEST_P(PeerKilledTest, SenderKilledMidTransferFailsTheReceiver) {
       transport_->listen(GetParam() + "://127.0.0.1:0",
                          [&](std::shared_ptr<Connection>) { return doomed.callbacks(); });
   ASSERT_TRUE(listener.ok()) << listener.status();
-  pid_t pid = spawn_peer({"send", GetParam(), (*listener)->address(), kToken}, nullptr);
+  int keepalive = -1;
+  pid_t pid = spawn_peer({"send", GetParam(), (*listener)->address(), kToken}, nullptr, &keepalive);
   ASSERT_TRUE(doomed.wait_frames(1, absl::Seconds(30))) << "the peer never delivered a frame";
   absl::Time killed_at = absl::Now();
-  kill_and_reap(pid);
+  kill_and_reap(pid, keepalive);
   ASSERT_TRUE(doomed.wait_closed(kDetection)) << "no error within " << kDetection << " of SIGKILL";
   EXPECT_LT(absl::Now() - killed_at, kDetection);
   EXPECT_EQ(doomed.close_status().code(), absl::StatusCode::kUnavailable) << doomed.close_status();
@@ -233,7 +242,8 @@ TEST_P(PeerKilledTest, SenderKilledMidTransferFailsTheReceiver) {
 
 TEST_P(PeerKilledTest, ServerKilledMidTransferFailsTheClient) {
   FILE* out = nullptr;
-  pid_t pid = spawn_peer({"serve", GetParam(), kToken}, &out);
+  int keepalive = -1;
+  pid_t pid = spawn_peer({"serve", GetParam(), kToken}, &out, &keepalive);
   char line[256] = {0};
   ASSERT_NE(std::fgets(line, sizeof(line), out), nullptr) << "peer did not report its address";
   std::fclose(out);
@@ -251,7 +261,7 @@ TEST_P(PeerKilledTest, ServerKilledMidTransferFailsTheClient) {
   again.buffers.push_back(patterned(size_t{64} << 20, 4));
   ASSERT_TRUE((*conn)->send(std::move(again)).ok());
   absl::Time killed_at = absl::Now();
-  kill_and_reap(pid);
+  kill_and_reap(pid, keepalive);
   ASSERT_TRUE(doomed.wait_closed(kDetection)) << "no error within " << kDetection << " of SIGKILL";
   EXPECT_LT(absl::Now() - killed_at, kDetection);
   EXPECT_EQ(doomed.close_status().code(), absl::StatusCode::kUnavailable) << doomed.close_status();

@@ -3,12 +3,14 @@
 //   transport_peer send KIND ADDRESS TOKEN   connect and send 32 MiB frames until killed
 //   transport_peer serve KIND TOKEN          listen on KIND://127.0.0.1:0, print the
 //                                            address, echo frames until killed
-// Either mode exits by itself after 60 seconds.
+// Either mode also ends when its standard input closes (the test went away)
+// and after 60 seconds at most.
+#include <poll.h>
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <thread>
 
 #include "transport/connection.h"
 
@@ -54,8 +56,12 @@ int main(int argc, char** argv) {
     if (!l.ok()) return 1;
     std::printf("%s\n", (*l)->address().c_str());
     std::fflush(stdout);
+    // Serve until the test closes our stdin (or dies), within the bound.
+    pollfd in{STDIN_FILENO, POLLIN, 0};
     while (std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (::poll(&in, 1, static_cast<int>(left.count()) + 1) != 0) break;
     }
     return 0;
   }
