@@ -85,85 +85,72 @@ Pair make_pair(const std::string& kind, bool echo) {
   return p;
 }
 
-// Drives a loop from the client's receive callback until `total` replies.
+// Sends `total` frames from `next_frame` with `window` in flight, each reply
+// releasing the next send from the receive callback; returns the seconds taken.
+// A window of 1 is a ping-pong.
 struct Driver {
   std::shared_ptr<Connection> conn;
-  std::atomic<long> received{0};
-  long total = 0;
-  std::promise<void> done;
   std::function<Frame()> next_frame;
+  long total = 0;
   std::atomic<long> sent{0};
+  std::atomic<long> received{0};
+  std::promise<void> done;
+
+  void send_next() {
+    if (sent.fetch_add(1) < total) static_cast<void>(conn->send(next_frame()));
+  }
 };
+
+double run_window(Pair& p, std::function<Frame()> next_frame, long total, int window) {
+  auto d = std::make_shared<Driver>();
+  d->next_frame = std::move(next_frame);
+  d->total = total;
+  auto conn = p.client->connect(p.listener->address(),
+                                ConnectionCallbacks{[d](Frame) {
+                                                      if (++d->received == d->total) {
+                                                        d->done.set_value();
+                                                      } else {
+                                                        d->send_next();
+                                                      }
+                                                    },
+                                                    [](absl::Status) {}},
+                                absl::Seconds(10));
+  if (!conn.ok()) {
+    std::fprintf(stderr, "transport_bench: connect: %s\n", conn.status().ToString().c_str());
+    std::exit(1);
+  }
+  d->conn = *conn;
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < window; ++i)
+    d->send_next();
+  d->done.get_future().wait();
+  double seconds = troupe::bench::seconds_since(start);
+  d->conn->close();
+  return seconds;
+}
 
 double troupe_rtt_us(const std::string& kind, long round_trips) {
   Pair p = make_pair(kind, /*echo=*/true);
-  auto d = std::make_shared<Driver>();
-  d->total = round_trips;
-  d->next_frame = [] {
+  auto ping = [] {
     Frame f;
     f.buffers.emplace_back(8);
     std::memset(f.buffers.back().data(), 1, 8);
     return f;
   };
-  auto conn =
-      p.client->connect(p.listener->address(),
-                        ConnectionCallbacks{[d](Frame) {
-                                              long n = ++d->received;
-                                              if (n == d->total) {
-                                                d->done.set_value();
-                                              } else if (n < d->total) {
-                                                static_cast<void>(d->conn->send(d->next_frame()));
-                                              }
-                                            },
-                                            [](absl::Status) {}},
-                        absl::Seconds(10));
-  if (!conn.ok()) std::exit(1);
-  d->conn = *conn;
-  // Warm up, then time.
-  auto start = std::chrono::steady_clock::now();
-  static_cast<void>(d->conn->send(d->next_frame()));
-  d->done.get_future().wait();
-  double us = troupe::bench::seconds_since(start) * 1e6 / static_cast<double>(round_trips);
-  d->conn->close();
-  return us;
+  return run_window(p, ping, round_trips, 1) * 1e6 / static_cast<double>(round_trips);
 }
 
 // Bytes per second moving `frames` frames of `size` bytes, kWindow in flight.
 double troupe_bandwidth(const std::string& kind, size_t size, long frames) {
   Pair p = make_pair(kind, /*echo=*/false);
   auto source = std::make_shared<std::vector<std::byte>>(size, std::byte{0x5a});
-  auto d = std::make_shared<Driver>();
-  d->total = frames;
-  d->next_frame = [source] {
+  auto borrowed = [source] {
     Frame f;
     f.buffers.push_back(Buffer::borrow(source, source->data(), source->size()));
     return f;
   };
-  auto conn =
-      p.client->connect(p.listener->address(),
-                        ConnectionCallbacks{[d](Frame) {
-                                              long n = ++d->received;
-                                              if (n == d->total) {
-                                                d->done.set_value();
-                                              } else if (d->sent < d->total) {
-                                                ++d->sent;
-                                                static_cast<void>(d->conn->send(d->next_frame()));
-                                              }
-                                            },
-                                            [](absl::Status) {}},
-                        absl::Seconds(10));
-  if (!conn.ok()) std::exit(1);
-  d->conn = *conn;
-  auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < kWindow && d->sent < frames; ++i) {
-    ++d->sent;
-    static_cast<void>(d->conn->send(d->next_frame()));
-  }
-  d->done.get_future().wait();
-  double bps =
-      static_cast<double>(size) * static_cast<double>(frames) / troupe::bench::seconds_since(start);
-  d->conn->close();
-  return bps;
+  double seconds = run_window(p, borrowed, frames, kWindow);
+  return static_cast<double>(size) * static_cast<double>(frames) / seconds;
 }
 
 // --- plain TCP sockets --------------------------------------------------------
