@@ -1,6 +1,7 @@
 // Transport benchmark: round-trip latency (8 B) and bandwidth (4 MiB, 64 MiB)
 // for each troupe transport, side by side in the same invocation with
-// ucx_perftest (Debian ucx-utils) on the same UCX transport and with a plain
+// ucx_perftest (Debian ucx-utils) on the same UCX transport (with and without
+// peer-failure handling, which troupe's ucx transport uses) and with a plain
 // TCP socket ping-pong.
 //
 //   transport_bench [--round-trips 20000] [--frames 64] [--repeat 5]
@@ -306,6 +307,11 @@ int main(int argc, char** argv) {
       lat.peer = median_of([&] { return troupe::bench::perftest_rtt_us(tls, round_trips); });
     }
     rows.push_back(lat);
+    if (kind == "ucx" && have_perftest) {
+      rows.push_back(
+          Row{"ucx 8 B round trip vs perftest -e", "us (lower is better)", lat.troupe,
+              median_of([&] { return troupe::bench::perftest_rtt_us(tls, round_trips, true); })});
+    }
     if (kind == "tcp") {
       rows.push_back(Row{"tcp 8 B round trip vs socket", "us (lower is better)", lat.troupe,
                          median_of([&] { return socket_rtt_us(round_trips); })});
@@ -318,6 +324,12 @@ int main(int argc, char** argv) {
         bw.peer = median_of([&] { return troupe::bench::perftest_bandwidth(tls, size, n); }) / 1e9;
       }
       rows.push_back(bw);
+      if (kind == "ucx" && have_perftest) {
+        rows.push_back(Row{label + " vs perftest -e", "GB/s", bw.troupe,
+                           median_of([&] {
+                             return troupe::bench::perftest_bandwidth(tls, size, n, true);
+                           }) / 1e9});
+      }
       if (kind == "tcp") {
         rows.push_back(Row{label + " vs socket", "GB/s", bw.troupe,
                            median_of([&] { return socket_bandwidth(size, n); }) / 1e9});

@@ -29,10 +29,11 @@ uint16_t free_port() {
 
 // The numbers on ucx_perftest's "Final:" line: iterations, latency 50%ile,
 // average, overall (usec), bandwidth average, overall (MB/s), message rates.
-std::vector<double> run(const std::string& tls, const std::string& test, size_t size, long n) {
+std::vector<double> run(const std::string& tls, const std::string& test, size_t size, long n,
+                        bool error_handling) {
   std::string env = tls.empty() ? "" : "UCX_TLS=" + tls + " ";
   std::string args = " -t " + test + " -s " + std::to_string(size) + " -n " + std::to_string(n) +
-                     " -p " + std::to_string(free_port());
+                     " -p " + std::to_string(free_port()) + (error_handling ? " -e" : "");
   FILE* server = ::popen((env + "ucx_perftest" + args + " 2>&1").c_str(), "r");
   if (server == nullptr) return {};
   std::vector<double> numbers;
@@ -63,13 +64,14 @@ bool ucx_perftest_available() {
   return std::system("command -v ucx_perftest >/dev/null 2>&1") == 0;
 }
 
-double perftest_rtt_us(const std::string& tls, long iterations) {
-  std::vector<double> v = run(tls, "ucp_am_lat", 8, iterations);
+double perftest_rtt_us(const std::string& tls, long iterations, bool error_handling) {
+  std::vector<double> v = run(tls, "ucp_am_lat", 8, iterations, error_handling);
   return v.size() >= 2 ? 2 * v[1] : 0;
 }
 
-double perftest_bandwidth(const std::string& tls, size_t size, long iterations) {
-  std::vector<double> v = run(tls, "ucp_am_bw", size, iterations);
+double perftest_bandwidth(const std::string& tls, size_t size, long iterations,
+                          bool error_handling) {
+  std::vector<double> v = run(tls, "ucp_am_bw", size, iterations, error_handling);
   return v.size() >= 5 ? v[4] * 1024 * 1024 : 0;
 }
 

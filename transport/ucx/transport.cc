@@ -23,7 +23,16 @@
 namespace troupe::transport::ucx {
 namespace {
 
-constexpr unsigned kFrameAmId = 0;
+// A frame travels as active messages, each one contiguous buffer (UCX 1.13's
+// shared-memory transports mishandle I/O vectors and AM headers). A frame of
+// at most kInlineFrameBytes goes whole, as its wire bytes, in one eager
+// message (kFrameStartAm). A larger one sends its header and lengths that way,
+// then (kFramePartAm) the message and each non-empty buffer, eager or by
+// rendezvous as UCX sees fit. UCP delivers an endpoint's active messages in
+// order, so the receiver knows which part comes next.
+constexpr unsigned kFrameStartAm = 0;
+constexpr unsigned kFramePartAm = 1;
+constexpr size_t kInlineFrameBytes = 4096;
 // Progress calls without events before the thread blocks on the worker's fd.
 constexpr int kSpinsBeforeSleep = 20000;
 constexpr int kSleepMillis = 50;
@@ -82,6 +91,9 @@ class UcxSession final : public detail::Session {
   // small frame behind a large rendezvous one waits for it.
   struct Incoming {
     Frame frame;
+    std::vector<std::pair<std::byte*, size_t>> parts;  // where each part lands
+    size_t next_part = 0;                              // parts announced so far
+    size_t parts_done = 0;                             // parts fully received
     bool complete = false;
   };
   std::deque<std::unique_ptr<Incoming>> incoming;
@@ -166,8 +178,14 @@ class UcxTransport final : public Transport {
   void adopt(const std::shared_ptr<UcxSession>& s) { by_ep_[s->ep] = s; }
   void drop(const std::shared_ptr<UcxSession>& s, absl::Status why);
 
-  static ucs_status_t on_am(void* arg, const void* header, size_t header_length, void* data,
-                            size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t on_frame_start(void* arg, const void* header, size_t header_length,
+                                     void* data, size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t on_frame_part(void* arg, const void* header, size_t header_length, void* data,
+                                    size_t length, const ucp_am_recv_param_t* param);
+  std::shared_ptr<UcxSession> session_of(const ucp_am_recv_param_t* param);
+  void receive_part(const std::shared_ptr<UcxSession>& s, UcxSession::Incoming* in, void* data,
+                    size_t length, const ucp_am_recv_param_t* param);
+  static void part_received(const std::shared_ptr<UcxSession>& s, UcxSession::Incoming* in);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
   static void on_conn_request(ucp_conn_request_h request, void* arg);
 
@@ -262,14 +280,17 @@ absl::Status UcxTransport::init() {
   if (s = ucp_worker_get_efd(worker_, &worker_fd_); s != UCS_OK) {
     return ucx_error("ucp_worker_get_efd", s);
   }
-  ucp_am_handler_param_t hp{};
-  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  hp.id = kFrameAmId;
-  hp.cb = &UcxTransport::on_am;
-  hp.arg = this;
-  if (s = ucp_worker_set_am_recv_handler(worker_, &hp); s != UCS_OK) {
-    return ucx_error("ucp_worker_set_am_recv_handler", s);
+  for (auto [id, cb] : {std::pair{kFrameStartAm, &UcxTransport::on_frame_start},
+                        std::pair{kFramePartAm, &UcxTransport::on_frame_part}}) {
+    ucp_am_handler_param_t hp{};
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = id;
+    hp.cb = cb;
+    hp.arg = this;
+    if (s = ucp_worker_set_am_recv_handler(worker_, &hp); s != UCS_OK) {
+      return ucx_error("ucp_worker_set_am_recv_handler", s);
+    }
   }
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) return absl::InternalError("eventfd failed");
@@ -357,55 +378,62 @@ void UcxTransport::check_handshake_deadlines() {
   }
 }
 
+// One frame's sends; freed when the last of its active messages completes.
 struct SendOp {
   std::shared_ptr<UcxSession> session;
   std::shared_ptr<Frame> frame;
   std::vector<std::byte> header;
-  std::vector<ucp_dt_iov_t> iov;
+  int pending = 0;
 };
 
 void UcxTransport::send_now(const std::shared_ptr<UcxSession>& s, std::shared_ptr<Frame> frame) {
   if (s->ep == nullptr) return;
-  auto* op = new SendOp{s, std::move(frame), {}, {}};
-  FrameHeader h = header_of(*op->frame);
-  auto head = encode_header(h);
+  auto* op = new SendOp{s, std::move(frame), {}, 1};  // 1: held while issuing
+  Frame& f = *op->frame;
+  auto head = encode_header(header_of(f));
   op->header.assign(head.begin(), head.end());
-  for (uint64_t len : encode_lengths(*op->frame)) {
+  for (uint64_t len : encode_lengths(f)) {
     const auto* p = reinterpret_cast<const std::byte*>(&len);
     op->header.insert(op->header.end(), p, p + 8);
   }
-  if (!op->frame->message.empty()) {
-    op->iov.push_back({op->frame->message.data(), op->frame->message.size()});
+  std::vector<std::pair<void*, size_t>> parts;
+  if (!f.message.empty()) parts.emplace_back(f.message.data(), f.message.size());
+  for (Buffer& b : f.buffers) {
+    if (!b.empty()) parts.emplace_back(b.data(), b.size());
   }
-  for (Buffer& b : op->frame->buffers) {
-    if (!b.empty()) op->iov.push_back({b.data(), b.size()});
+  if (f.wire_bytes() <= kInlineFrameBytes) {
+    for (auto [data, size] : parts) {
+      const auto* p = static_cast<const std::byte*>(data);
+      op->header.insert(op->header.end(), p, p + size);
+    }
+    parts.clear();
   }
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                       UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = UCP_AM_SEND_FLAG_REPLY;
-  param.user_data = op;
-  param.cb.send = [](void* request, ucs_status_t, void* user) {
-    delete static_cast<SendOp*>(user);
-    ucp_request_free(request);
-  };
-  const void* data = nullptr;
-  size_t count = 0;
-  if (op->iov.empty()) {
+  for (size_t i = 0; i <= parts.size(); ++i) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_REPLY | (i == 0 ? UCP_AM_SEND_FLAG_EAGER : 0);
     param.datatype = ucp_dt_make_contig(1);
-  } else {
-    param.datatype = ucp_dt_make_iov();
-    data = op->iov.data();
-    count = op->iov.size();
+    param.user_data = op;
+    param.cb.send = [](void* request, ucs_status_t, void* user) {
+      auto* o = static_cast<SendOp*>(user);
+      if (--o->pending == 0) delete o;
+      ucp_request_free(request);
+    };
+    ++op->pending;
+    ucs_status_ptr_t req = i == 0
+                               ? ucp_am_send_nbx(s->ep, kFrameStartAm, nullptr, 0,
+                                                 op->header.data(), op->header.size(), &param)
+                               : ucp_am_send_nbx(s->ep, kFramePartAm, nullptr, 0,
+                                                 parts[i - 1].first, parts[i - 1].second, &param);
+    if (req == nullptr || UCS_PTR_IS_ERR(req)) --op->pending;  // done, or never started
+    if (UCS_PTR_IS_ERR(req)) {
+      if (--op->pending == 0) delete op;  // the guard
+      drop(s, ucx_error("ucp_am_send_nbx", UCS_PTR_STATUS(req)));
+      return;
+    }
   }
-  ucs_status_ptr_t req =
-      ucp_am_send_nbx(s->ep, kFrameAmId, op->header.data(), op->header.size(), data, count, &param);
-  if (req == nullptr) {
-    delete op;
-  } else if (UCS_PTR_IS_ERR(req)) {
-    delete op;
-    drop(s, ucx_error("ucp_am_send_nbx", UCS_PTR_STATUS(req)));
-  }
+  if (--op->pending == 0) delete op;  // the guard
 }
 
 void UcxTransport::close_now(const std::shared_ptr<UcxSession>& s) {
@@ -446,87 +474,128 @@ void UcxTransport::on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
   t->drop(s, absl::UnavailableError(ucs_status_string(status)));
 }
 
-struct RecvOp {
-  std::shared_ptr<UcxSession> session;
-  UcxSession::Incoming* incoming;
-  std::vector<ucp_dt_iov_t> iov;
-};
+std::shared_ptr<UcxSession> UcxTransport::session_of(const ucp_am_recv_param_t* param) {
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return nullptr;
+  auto it = by_ep_.find(param->reply_ep);
+  return it == by_ep_.end() ? nullptr : it->second;
+}
 
-ucs_status_t UcxTransport::on_am(void* arg, const void* header, size_t header_length, void* data,
-                                 size_t length, const ucp_am_recv_param_t* param) {
+ucs_status_t UcxTransport::on_frame_start(void* arg, const void*, size_t, void* data, size_t length,
+                                          const ucp_am_recv_param_t* param) {
   auto* t = static_cast<UcxTransport*>(arg);
-  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return UCS_OK;
-  auto it = t->by_ep_.find(param->reply_ep);
-  if (it == t->by_ep_.end()) return UCS_OK;
-  std::shared_ptr<UcxSession> s = it->second;
+  std::shared_ptr<UcxSession> s = t->session_of(param);
+  if (!s) return UCS_OK;
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+    s->on_bad_frame(absl::InvalidArgumentError("a frame start arrived by rendezvous"));
+    return UCS_OK;
+  }
   const FrameLimits& limits = t->options_.limits;
-  std::span<const std::byte> head(static_cast<const std::byte*>(header), header_length);
-  absl::StatusOr<FrameHeader> h = decode_header(head, limits);
+  std::span<const std::byte> bytes(static_cast<const std::byte*>(data), length);
+  absl::StatusOr<FrameHeader> h = decode_header(bytes, limits);
   if (!h.ok()) {
     s->on_bad_frame(h.status());
     return UCS_OK;
   }
-  if (header_length != kFrameHeaderBytes + h->lengths_bytes() ||
-      length != h->message_bytes + h->buffers_bytes) {
-    s->on_bad_frame(absl::InvalidArgumentError("frame sizes do not match what arrived"));
+  size_t table_end = kFrameHeaderBytes + h->lengths_bytes();
+  bool whole = length == h->total_bytes();
+  if (length != table_end && !whole) {
+    s->on_bad_frame(absl::InvalidArgumentError("frame start has the wrong size"));
     return UCS_OK;
   }
   absl::StatusOr<std::vector<uint64_t>> lengths =
-      decode_lengths(*h, head.subspan(kFrameHeaderBytes), limits);
+      decode_lengths(*h, bytes.subspan(kFrameHeaderBytes), limits);
   if (!lengths.ok()) {
     s->on_bad_frame(lengths.status());
+    return UCS_OK;
+  }
+  if (!s->incoming.empty() && s->incoming.back()->next_part < s->incoming.back()->parts.size()) {
+    s->on_bad_frame(absl::InvalidArgumentError("a frame started before the last one was whole"));
     return UCS_OK;
   }
   auto in = std::make_unique<UcxSession::Incoming>();
   UcxSession::Incoming* raw = in.get();
   raw->frame.kind = h->kind;
   raw->frame.message = Buffer(h->message_bytes);
-  for (uint64_t len : *lengths)
-    raw->frame.buffers.emplace_back(len);
-  s->incoming.push_back(std::move(in));
-
-  std::vector<ucp_dt_iov_t> targets;
   if (!raw->frame.message.empty())
-    targets.push_back({raw->frame.message.data(), raw->frame.message.size()});
-  for (Buffer& b : raw->frame.buffers) {
-    if (!b.empty()) targets.push_back({b.data(), b.size()});
+    raw->parts.emplace_back(raw->frame.message.data(), h->message_bytes);
+  for (uint64_t len : *lengths) {
+    raw->frame.buffers.emplace_back(len);
+    if (len > 0) raw->parts.emplace_back(raw->frame.buffers.back().data(), len);
   }
-  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
-    const auto* src = static_cast<const std::byte*>(data);
-    for (const ucp_dt_iov_t& v : targets) {
-      std::memcpy(v.buffer, src, v.length);
-      src += v.length;
+  if (whole) {
+    const std::byte* src = bytes.data() + table_end;
+    for (auto [target, size] : raw->parts) {
+      std::memcpy(target, src, size);
+      src += size;
     }
-    raw->complete = true;
-    s->deliver_completed();
+    raw->parts.clear();
+  }
+  raw->complete = raw->parts.empty();
+  s->incoming.push_back(std::move(in));
+  if (raw->complete) s->deliver_completed();
+  return UCS_OK;
+}
+
+ucs_status_t UcxTransport::on_frame_part(void* arg, const void*, size_t, void* data, size_t length,
+                                         const ucp_am_recv_param_t* param) {
+  auto* t = static_cast<UcxTransport*>(arg);
+  std::shared_ptr<UcxSession> s = t->session_of(param);
+  if (!s) return UCS_OK;
+  if (s->incoming.empty() || s->incoming.back()->next_part >= s->incoming.back()->parts.size()) {
+    s->on_bad_frame(absl::InvalidArgumentError("a frame part with no frame to belong to"));
     return UCS_OK;
   }
-  auto* op = new RecvOp{s, raw, std::move(targets)};
+  t->receive_part(s, s->incoming.back().get(), data, length, param);
+  return UCS_OK;
+}
+
+struct RecvOp {
+  std::shared_ptr<UcxSession> session;
+  UcxSession::Incoming* incoming;
+};
+
+void UcxTransport::part_received(const std::shared_ptr<UcxSession>& s, UcxSession::Incoming* in) {
+  if (++in->parts_done == in->parts.size()) {
+    in->complete = true;
+    s->deliver_completed();
+  }
+}
+
+// Receives the next part of `in`: copied now if it came eagerly, otherwise
+// pulled by rendezvous straight into its buffer.
+void UcxTransport::receive_part(const std::shared_ptr<UcxSession>& s, UcxSession::Incoming* in,
+                                void* data, size_t length, const ucp_am_recv_param_t* param) {
+  auto [target, size] = in->parts[in->next_part++];
+  if (length != size) {
+    s->on_bad_frame(absl::InvalidArgumentError(
+        absl::StrCat("frame part of ", length, " bytes where ", size, " were announced")));
+    return;
+  }
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
+    std::memcpy(target, data, size);
+    part_received(s, in);
+    return;
+  }
+  auto* op = new RecvOp{s, in};
   ucp_request_param_t rp{};
   rp.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-  rp.datatype = ucp_dt_make_iov();
+  rp.datatype = ucp_dt_make_contig(1);
   rp.user_data = op;
   rp.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user) {
     auto* o = static_cast<RecvOp*>(user);
-    if (status == UCS_OK) {
-      o->incoming->complete = true;
-      o->session->deliver_completed();
-    }
+    if (status == UCS_OK) part_received(o->session, o->incoming);
     delete o;
     ucp_request_free(request);
   };
-  ucs_status_ptr_t req =
-      ucp_am_recv_data_nbx(t->worker_, data, op->iov.data(), op->iov.size(), &rp);
+  ucs_status_ptr_t req = ucp_am_recv_data_nbx(worker_, data, target, size, &rp);
   if (req == nullptr) {
-    raw->complete = true;
     delete op;
-    s->deliver_completed();
+    part_received(s, in);
   } else if (UCS_PTR_IS_ERR(req)) {
     delete op;
-    t->drop(s, ucx_error("ucp_am_recv_data_nbx", UCS_PTR_STATUS(req)));
+    drop(s, ucx_error("ucp_am_recv_data_nbx", UCS_PTR_STATUS(req)));
   }
-  return UCS_OK;
 }
 
 void UcxTransport::on_conn_request(ucp_conn_request_h request, void* arg) {
