@@ -34,14 +34,7 @@ class ConformanceTest : public ::testing::TestWithParam<std::string> {
 
   // Listens with a server that echoes every frame back.
   std::string listen_echo() {
-    auto listener = server_->listen(any_address(GetParam()), [](std::shared_ptr<Connection> c) {
-      std::weak_ptr<Connection> weak = c;
-      return ConnectionCallbacks{[weak](Frame f) {
-                                   if (auto conn = weak.lock())
-                                     static_cast<void>(conn->send(std::move(f)));
-                                 },
-                                 [](absl::Status) {}};
-    });
+    auto listener = server_->listen(any_address(GetParam()), echo_callbacks);
     EXPECT_TRUE(listener.ok()) << listener.status();
     std::string address = (*listener)->address();
     listeners_.push_back(*std::move(listener));

@@ -68,14 +68,7 @@ class TcpRobustnessTest : public ::testing::Test {
     o.limits.max_frame_bytes = 64 << 20;
     server_ = *make_transport("tcp", o);
     client_ = *make_transport("tcp", options_with(kToken, "client"));
-    auto listener = server_->listen("tcp://127.0.0.1:0", [](std::shared_ptr<Connection> c) {
-      std::weak_ptr<Connection> weak = c;
-      return ConnectionCallbacks{[weak](Frame f) {
-                                   if (auto conn = weak.lock())
-                                     static_cast<void>(conn->send(std::move(f)));
-                                 },
-                                 [](absl::Status) {}};
-    });
+    auto listener = server_->listen("tcp://127.0.0.1:0", echo_callbacks);
     ASSERT_TRUE(listener.ok());
     listener_ = *std::move(listener);
     port_ = parse_address(listener_->address(), "tcp")->port;

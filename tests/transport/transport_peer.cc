@@ -12,9 +12,11 @@
 #include <cstring>
 #include <string>
 
+#include "tests/transport/transport_test_util.h"
 #include "transport/connection.h"
 
 using namespace troupe::transport;
+using troupe::transport::testing::echo_callbacks;
 
 int main(int argc, char** argv) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -44,15 +46,7 @@ int main(int argc, char** argv) {
     o.local_name = "doomed server";
     auto t = make_transport(argv[2], o);
     if (!t.ok()) return 1;
-    auto l =
-        (*t)->listen(std::string(argv[2]) + "://127.0.0.1:0", [](std::shared_ptr<Connection> c) {
-          std::weak_ptr<Connection> weak = c;
-          return ConnectionCallbacks{[weak](Frame f) {
-                                       if (auto conn = weak.lock())
-                                         static_cast<void>(conn->send(std::move(f)));
-                                     },
-                                     [](absl::Status) {}};
-        });
+    auto l = (*t)->listen(std::string(argv[2]) + "://127.0.0.1:0", echo_callbacks);
     if (!l.ok()) return 1;
     std::printf("%s\n", (*l)->address().c_str());
     std::fflush(stdout);

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -22,6 +23,17 @@ inline TransportOptions options_with(std::string token, std::string name = "test
   o.local_name = std::move(name);
   o.handshake_timeout = absl::Seconds(5);
   return o;
+}
+
+// Callbacks for an accepted connection that sends every frame back. Holds the
+// connection weakly: a connection's callbacks must not keep it alive.
+inline ConnectionCallbacks echo_callbacks(const std::shared_ptr<Connection>& c) {
+  std::weak_ptr<Connection> weak = c;
+  return ConnectionCallbacks{[weak](Frame f) {
+                               if (auto conn = weak.lock())
+                                 static_cast<void>(conn->send(std::move(f)));
+                             },
+                             [](absl::Status) {}};
 }
 
 // A byte pattern that depends on (seed, index), to check buffers arrive intact.
