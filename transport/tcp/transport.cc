@@ -263,8 +263,9 @@ class TcpListener final : public Listener {
 
 class TcpTransport final : public Transport {
  public:
-  explicit TcpTransport(TransportOptions options)
+  TcpTransport(TransportOptions options, std::shared_ptr<TransportStats> stats)
       : options_(std::move(options)),
+        stats_(std::move(stats)),
         io_(std::make_shared<Io>()),
         work_(asio::make_work_guard(io_->context)),
         thread_([this] { io_->context.run(); }) {}
@@ -408,7 +409,7 @@ class TcpTransport final : public Transport {
   }
 
   const TransportOptions options_;
-  std::shared_ptr<TransportStats> stats_ = std::make_shared<TransportStats>();
+  std::shared_ptr<TransportStats> stats_;
   std::shared_ptr<Io> io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   std::thread thread_;
@@ -420,7 +421,12 @@ class TcpTransport final : public Transport {
 }  // namespace
 
 std::unique_ptr<Transport> make_transport(TransportOptions options) {
-  return std::make_unique<TcpTransport>(std::move(options));
+  return make_transport(std::move(options), std::make_shared<TransportStats>());
+}
+
+std::unique_ptr<Transport> make_transport(TransportOptions options,
+                                          std::shared_ptr<TransportStats> stats) {
+  return std::make_unique<TcpTransport>(std::move(options), std::move(stats));
 }
 
 }  // namespace troupe::transport::tcp

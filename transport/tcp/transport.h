@@ -13,4 +13,8 @@ namespace troupe::transport::tcp {
 
 std::unique_ptr<Transport> make_transport(TransportOptions options);
 
+// As above, counting into `stats` (shared with a transport built on this one).
+std::unique_ptr<Transport> make_transport(TransportOptions options,
+                                          std::shared_ptr<TransportStats> stats);
+
 }  // namespace troupe::transport::tcp

@@ -1,17 +1,16 @@
 #include "transport/ucx/transport.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
-#include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -19,20 +18,31 @@
 #include "absl/strings/str_cat.h"
 #include "transport/address.h"
 #include "transport/detail/session.h"
+#include "transport/tcp/transport.h"
 
 namespace troupe::transport::ucx {
 namespace {
 
-// A frame travels as active messages, each one contiguous buffer (UCX 1.13's
-// shared-memory transports mishandle I/O vectors and AM headers). A frame of
-// at most kInlineFrameBytes goes whole, as its wire bytes, in one eager
-// message (kFrameStartAm). A larger one sends its header and lengths that way,
-// then (kFramePartAm) the message and each non-empty buffer, eager or by
-// rendezvous as UCX sees fit. UCP delivers an endpoint's active messages in
+// How a connection is set up. Each ucx connection rides on an authenticated
+// tcp connection to the same host:port, the side channel: over it both sides
+// send {their connection id, their UCP worker address}, then create UCP
+// endpoints to each other's worker (as ucx_perftest does). The side channel
+// stays open as the liveness signal: the kernel reports a dead peer on it at
+// once, for every UCX lane including shared memory. (UCX's own socket-address
+// endpoints, with peer-failure handling, fall back to TCP lanes on one host,
+// and fail short sends once shared-memory error handling is enabled.)
+//
+// How frames travel. Active messages, each one contiguous buffer. A frame of at
+// most kInlineFrameBytes goes whole, as its wire bytes, in one eager message
+// (kFrameStartAm) behind an 8-byte prefix naming the receiving connection. A
+// larger one sends its header and lengths that way, then (kFramePartAm, the
+// connection id as AM header) the message and each non-empty buffer, eager or
+// by rendezvous as UCX sees fit. UCP delivers an endpoint's active messages in
 // order, so the receiver knows which part comes next.
 constexpr unsigned kFrameStartAm = 0;
 constexpr unsigned kFramePartAm = 1;
 constexpr size_t kInlineFrameBytes = 4096;
+constexpr size_t kIdBytes = sizeof(uint64_t);
 // Progress calls without events before the thread blocks on the worker's fd.
 constexpr int kSpinsBeforeSleep = 20000;
 constexpr int kSleepMillis = 50;
@@ -41,32 +51,11 @@ absl::Status ucx_error(std::string_view what, ucs_status_t status) {
   return absl::UnavailableError(absl::StrCat(std::string(what), ": ", ucs_status_string(status)));
 }
 
-std::string sockaddr_name(const sockaddr_storage& ss) {
-  char host[INET6_ADDRSTRLEN] = "?";
-  uint16_t port = 0;
-  if (ss.ss_family == AF_INET) {
-    auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
-    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-    port = ntohs(in->sin_port);
-  } else if (ss.ss_family == AF_INET6) {
-    auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
-    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-    port = ntohs(in6->sin6_port);
-  }
-  return absl::StrCat(host, ":", port);
-}
-
-absl::StatusOr<sockaddr_in> to_sockaddr(std::string_view address) {
+// "ucx://h:p" -> "tcp://h:p", the side channel's address.
+absl::StatusOr<std::string> side_address(std::string_view address) {
   absl::StatusOr<HostPort> hp = parse_address(address, "ucx");
   if (!hp.ok()) return hp.status();
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(hp->port);
-  if (inet_pton(AF_INET, hp->host.c_str(), &addr.sin_addr) != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ucx needs a numeric IPv4 host, not '", hp->host, "'"));
-  }
-  return addr;
+  return absl::StrCat("tcp://", std::string(address.substr(6)));
 }
 
 class UcxTransport;
@@ -80,12 +69,17 @@ struct Link {
 class UcxSession final : public detail::Session {
  public:
   UcxSession(Role role, const TransportOptions& options, std::shared_ptr<TransportStats> stats,
-             std::string name, std::shared_ptr<Link> link)
-      : Session(role, options, std::move(stats), std::move(name)), link_(std::move(link)) {}
+             std::string name, std::shared_ptr<Link> link, uint64_t id)
+      : Session(role, options, std::move(stats), std::move(name)), id(id), link_(std::move(link)) {}
+
+  const uint64_t id;
+  std::shared_ptr<Connection> side;  // the side channel; set once, before use
 
   // Progress thread only.
   ucp_ep_h ep = nullptr;
-  absl::Time handshake_deadline = absl::InfiniteFuture();
+  uint64_t peer_id = 0;
+  bool gone = false;                         // dropped; ignore further traffic
+  std::vector<std::shared_ptr<Frame>> held;  // frames sent before the endpoint existed
 
   // Frames whose bytes are still arriving, in the order they were sent: a
   // small frame behind a large rendezvous one waits for it.
@@ -127,22 +121,36 @@ class UcxTransport final : public Transport {
     return std::unique_ptr<Transport>(std::move(t));
   }
 
+  // REQUIRES: not called from one of this transport's callbacks.
   ~UcxTransport() override {
     {
       std::lock_guard<std::mutex> lock(link_->mu);
       link_->transport = nullptr;
     }
+    side_.reset();  // side channels close; their callbacks post nothing any more
     if (thread_.joinable()) {
       post([this] { stopping_ = true; });
       thread_.join();
     }
+    if (address_ != nullptr) ucp_worker_release_address(worker_, address_);
     if (worker_ != nullptr) ucp_worker_destroy(worker_);
     if (context_ != nullptr) ucp_cleanup(context_);
     if (wake_fd_ >= 0) ::close(wake_fd_);
   }
 
   std::string_view name() const override { return "ucx"; }
-  const TransportStats& stats() const override { return *stats_; }
+  const TransportStats& stats() const override {
+    auto sum = [](const std::atomic<uint64_t>& a, const std::atomic<uint64_t>& b) {
+      return a.load(std::memory_order_relaxed) + b.load(std::memory_order_relaxed);
+    };
+    combined_.connections_accepted.store(stats_->connections_accepted.load());
+    combined_.connections_refused.store(
+        sum(stats_->connections_refused, side_stats_->connections_refused));
+    combined_.bad_frames.store(sum(stats_->bad_frames, side_stats_->bad_frames));
+    combined_.frames_sent.store(stats_->frames_sent.load());
+    combined_.frames_received.store(stats_->frames_received.load());
+    return combined_;
+  }
 
   absl::StatusOr<std::unique_ptr<Listener>> listen(std::string_view address,
                                                    AcceptCallback on_accept) override;
@@ -156,13 +164,14 @@ class UcxTransport final : public Transport {
       std::lock_guard<std::mutex> lock(commands_mu_);
       commands_.push_back(std::move(fn));
     }
-    wake();
+    uint64_t one = 1;
+    if (sleeping_.load(std::memory_order_seq_cst)) static_cast<void>(::write(wake_fd_, &one, 8));
   }
+  bool on_progress_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
   void send_now(const std::shared_ptr<UcxSession>& s, std::shared_ptr<Frame> frame);
-  bool on_progress_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
   void close_now(const std::shared_ptr<UcxSession>& s);
-  void close_listener_now(ucp_listener_h l);
+  void drop(const std::shared_ptr<UcxSession>& s, absl::Status why);
 
  private:
   explicit UcxTransport(TransportOptions options) : options_(std::move(options)) {}
@@ -170,44 +179,52 @@ class UcxTransport final : public Transport {
   absl::Status init();
   void run();
   bool run_commands();
-  void wake() {
-    uint64_t one = 1;
-    if (sleeping_.load(std::memory_order_seq_cst)) static_cast<void>(::write(wake_fd_, &one, 8));
-  }
-  void check_handshake_deadlines();
-  void adopt(const std::shared_ptr<UcxSession>& s) { by_ep_[s->ep] = s; }
-  void drop(const std::shared_ptr<UcxSession>& s, absl::Status why);
+
+  // A new session on an authenticated side channel: registers it and sends
+  // our half of the endpoint exchange.
+  std::shared_ptr<UcxSession> open_session(Role role, const std::shared_ptr<Connection>& side,
+                                           ConnectionCallbacks callbacks, AcceptCallback accept);
+  // The side channel's callbacks for session `id`.
+  ConnectionCallbacks side_callbacks(std::weak_ptr<UcxSession> session);
+  // The peer's half arrived: make the endpoint, flush held frames, start.
+  void connect_endpoint(const std::shared_ptr<UcxSession>& s, Frame exchange);
 
   static ucs_status_t on_frame_start(void* arg, const void* header, size_t header_length,
                                      void* data, size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t on_frame_part(void* arg, const void* header, size_t header_length, void* data,
                                     size_t length, const ucp_am_recv_param_t* param);
-  std::shared_ptr<UcxSession> session_of(const ucp_am_recv_param_t* param);
+  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+  std::shared_ptr<UcxSession> session_by_id(uint64_t id);
   void receive_part(const std::shared_ptr<UcxSession>& s, UcxSession::Incoming* in, void* data,
                     size_t length, const ucp_am_recv_param_t* param);
   static void part_received(const std::shared_ptr<UcxSession>& s, UcxSession::Incoming* in);
-  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
-  static void on_conn_request(ucp_conn_request_h request, void* arg);
 
   const TransportOptions options_;
   std::shared_ptr<TransportStats> stats_ = std::make_shared<TransportStats>();
+  // The side channel's: refusals and bad frames there count as ours (that is
+  // where a peer without the token is turned away), its connections do not.
+  std::shared_ptr<TransportStats> side_stats_ = std::make_shared<TransportStats>();
+  mutable TransportStats combined_;  // what stats() returns: a fresh snapshot
   std::shared_ptr<Link> link_ = std::make_shared<Link>();
+  std::unique_ptr<Transport> side_;  // tcp, for set-up and liveness
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
+  ucp_address_t* address_ = nullptr;
+  size_t address_length_ = 0;
   int worker_fd_ = -1;
   int wake_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> sleeping_{false};
+  std::atomic<uint64_t> next_id_{1};
 
   std::mutex commands_mu_;
   std::deque<std::function<void()>> commands_;
 
+  std::mutex sessions_mu_;  // by_id_ is read on the progress thread, filled from others
+  absl::flat_hash_map<uint64_t, std::shared_ptr<UcxSession>> by_id_;
   // Progress thread only.
   bool stopping_ = false;
   absl::flat_hash_map<ucp_ep_h, std::shared_ptr<UcxSession>> by_ep_;
-  absl::flat_hash_map<ucp_listener_h, std::shared_ptr<AcceptCallback>> listeners_;
-  std::vector<std::unique_ptr<std::pair<UcxTransport*, std::shared_ptr<AcceptCallback>>>>
-      accept_args_;
 };
 
 absl::Status UcxSession::write_frame(Frame frame) {
@@ -234,32 +251,23 @@ void UcxSession::shutdown_channel() {
 
 class UcxListener final : public Listener {
  public:
-  UcxListener(std::shared_ptr<Link> link, ucp_listener_h listener, std::string address)
-      : link_(std::move(link)), listener_(listener), address_(std::move(address)) {}
-  ~UcxListener() override { close(); }
+  UcxListener(std::unique_ptr<Listener> side, std::string address)
+      : side_(std::move(side)), address_(std::move(address)) {}
   std::string address() const override { return address_; }
-  void close() override {
-    std::promise<void> done;
-    {
-      std::lock_guard<std::mutex> lock(link_->mu);
-      if (link_->transport == nullptr || listener_ == nullptr) return;
-      UcxTransport* t = link_->transport;
-      ucp_listener_h l = std::exchange(listener_, nullptr);
-      t->post([t, l, &done] {
-        t->close_listener_now(l);
-        done.set_value();
-      });
-    }
-    done.get_future().wait();
-  }
+  void close() override { side_->close(); }
 
  private:
-  std::shared_ptr<Link> link_;
-  ucp_listener_h listener_;
+  std::unique_ptr<Listener> side_;
   std::string address_;
 };
 
 absl::Status UcxTransport::init() {
+  // Endpoints ask for peer-failure reports; UCX's shared-memory transports
+  // offer them only when told to, through the environment. A user's value wins.
+  ::setenv("UCX_POSIX_ERROR_HANDLING", "y", /*overwrite=*/0);
+  ::setenv("UCX_SYSV_ERROR_HANDLING", "y", /*overwrite=*/0);
+  side_ = tcp::make_transport(options_, side_stats_);
+
   ucp_config_t* config = nullptr;
   if (ucs_status_t s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) {
     return ucx_error("ucp_config_read", s);
@@ -276,6 +284,9 @@ absl::Status UcxTransport::init() {
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;
   if (s = ucp_worker_create(context_, &wp, &worker_); s != UCS_OK) {
     return ucx_error("ucp_worker_create", s);
+  }
+  if (s = ucp_worker_get_address(worker_, &address_, &address_length_); s != UCS_OK) {
+    return ucx_error("ucp_worker_get_address", s);
   }
   if (s = ucp_worker_get_efd(worker_, &worker_fd_); s != UCS_OK) {
     return ucx_error("ucp_worker_get_efd", s);
@@ -325,7 +336,6 @@ void UcxTransport::run() {
     }
     if (++idle < kSpinsBeforeSleep) continue;
     idle = 0;
-    check_handshake_deadlines();
     sleeping_.store(true, std::memory_order_seq_cst);
     bool have_commands;
     {
@@ -342,22 +352,14 @@ void UcxTransport::run() {
     sleeping_.store(false, std::memory_order_seq_cst);
   }
   // Shutting down: every connection ends now.
-  auto sessions = std::move(by_ep_);
-  for (auto& [ep, s] : sessions) {
-    s->abort(absl::UnavailableError("the transport is shutting down"));
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &param);
-    if (UCS_PTR_IS_PTR(req)) {
-      while (ucp_request_check_status(req) == UCS_INPROGRESS)
-        ucp_worker_progress(worker_);
-      ucp_request_free(req);
-    }
+  std::vector<std::shared_ptr<UcxSession>> sessions;
+  {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    for (auto& [id, s] : by_id_)
+      sessions.push_back(s);
   }
-  for (auto& [l, cb] : listeners_)
-    ucp_listener_destroy(l);
-  listeners_.clear();
+  for (auto& s : sessions)
+    drop(s, absl::UnavailableError("the transport is shutting down"));
   // Let closes and sends still in flight finish (bounded) before the worker goes.
   absl::Time until = absl::Now() + absl::Milliseconds(200);
   for (int quiet = 0; quiet < 1000 && absl::Now() < until;) {
@@ -365,36 +367,110 @@ void UcxTransport::run() {
   }
 }
 
-void UcxTransport::check_handshake_deadlines() {
-  absl::Time now = absl::Now();
-  std::vector<std::shared_ptr<UcxSession>> late;
-  for (auto& [ep, s] : by_ep_) {
-    if (s->handshake_deadline < now && !s->open()) late.push_back(s);
+std::shared_ptr<UcxSession> UcxTransport::session_by_id(uint64_t id) {
+  std::lock_guard<std::mutex> lock(sessions_mu_);
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second;
+}
+
+ConnectionCallbacks UcxTransport::side_callbacks(std::weak_ptr<UcxSession> session) {
+  return ConnectionCallbacks{
+      [this, session](Frame f) {
+        auto s = session.lock();
+        if (!s) return;
+        auto frame = std::make_shared<Frame>(std::move(f));
+        std::lock_guard<std::mutex> lock(link_->mu);
+        if (link_->transport != nullptr)
+          post([this, s, frame] { connect_endpoint(s, std::move(*frame)); });
+      },
+      [this, session](absl::Status why) {
+        auto s = session.lock();
+        if (!s) return;
+        absl::Status lost = why.ok() ? absl::UnavailableError("the peer closed the connection")
+                                     : absl::UnavailableError(why.message());
+        std::lock_guard<std::mutex> lock(link_->mu);
+        if (link_->transport != nullptr) post([this, s, lost] { drop(s, lost); });
+      }};
+}
+
+std::shared_ptr<UcxSession> UcxTransport::open_session(Role role,
+                                                       const std::shared_ptr<Connection>& side,
+                                                       ConnectionCallbacks callbacks,
+                                                       AcceptCallback accept) {
+  uint64_t id = next_id_.fetch_add(1);
+  auto s =
+      std::make_shared<UcxSession>(role, options_, stats_, "ucx " + side->peer_name(), link_, id);
+  s->side = side;
+  if (role == Role::kClient) {
+    s->set_callbacks(std::move(callbacks));
+  } else {
+    s->set_accept(std::move(accept));
   }
-  for (auto& s : late) {
-    s->handshake_deadline = absl::InfiniteFuture();
-    s->abort(absl::DeadlineExceededError(
-        absl::StrCat("refused ", s->peer_name(), ": no handshake within the deadline")));
+  {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    by_id_[id] = s;
   }
+  // Our half of the exchange: {our connection id, our worker address}.
+  Frame hello;
+  hello.buffers.emplace_back(kIdBytes);
+  std::memcpy(hello.buffers.back().data(), &id, kIdBytes);
+  hello.buffers.push_back(
+      Buffer::copy_of({reinterpret_cast<const std::byte*>(address_), address_length_}));
+  static_cast<void>(side->send(std::move(hello)));
+  return s;
+}
+
+void UcxTransport::connect_endpoint(const std::shared_ptr<UcxSession>& s, Frame exchange) {
+  if (s->gone || s->ep != nullptr) return;
+  if (exchange.buffers.size() != 2 || exchange.buffers[0].size() != kIdBytes ||
+      exchange.buffers[1].empty()) {
+    drop(s, absl::InvalidArgumentError("malformed endpoint exchange on the side channel"));
+    return;
+  }
+  std::memcpy(&s->peer_id, exchange.buffers[0].data(), kIdBytes);
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.address = reinterpret_cast<const ucp_address_t*>(exchange.buffers[1].data());
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = &UcxTransport::on_ep_error;
+  ep.err_handler.arg = this;
+  if (ucs_status_t st = ucp_ep_create(worker_, &ep, &s->ep); st != UCS_OK) {
+    s->ep = nullptr;
+    drop(s, ucx_error("ucp_ep_create", st));
+    return;
+  }
+  by_ep_[s->ep] = s;
+  // Our Hello goes first: frames held so far answer the peer's (its Proof).
+  s->start();
+  for (auto& f : std::exchange(s->held, {}))
+    send_now(s, f);
 }
 
 // One frame's sends; freed when the last of its active messages completes.
 struct SendOp {
   std::shared_ptr<UcxSession> session;
   std::shared_ptr<Frame> frame;
-  std::vector<std::byte> header;
+  std::vector<std::byte> start;  // receiver id, header, lengths (and the whole frame if small)
+  uint64_t to = 0;               // receiver id, the AM header of parts
   int pending = 0;
 };
 
 void UcxTransport::send_now(const std::shared_ptr<UcxSession>& s, std::shared_ptr<Frame> frame) {
-  if (s->ep == nullptr) return;
-  auto* op = new SendOp{s, std::move(frame), {}, 1};  // 1: held while issuing
+  if (s->gone) return;
+  if (s->ep == nullptr) {
+    s->held.push_back(std::move(frame));  // the endpoint exchange is still on its way
+    return;
+  }
+  auto* op = new SendOp{s, std::move(frame), {}, s->peer_id, 1};  // 1: held while issuing
   Frame& f = *op->frame;
+  const auto* to = reinterpret_cast<const std::byte*>(&op->to);
+  op->start.assign(to, to + kIdBytes);
   auto head = encode_header(header_of(f));
-  op->header.assign(head.begin(), head.end());
+  op->start.insert(op->start.end(), head.begin(), head.end());
   for (uint64_t len : encode_lengths(f)) {
     const auto* p = reinterpret_cast<const std::byte*>(&len);
-    op->header.insert(op->header.end(), p, p + 8);
+    op->start.insert(op->start.end(), p, p + 8);
   }
   std::vector<std::pair<void*, size_t>> parts;
   if (!f.message.empty()) parts.emplace_back(f.message.data(), f.message.size());
@@ -404,7 +480,7 @@ void UcxTransport::send_now(const std::shared_ptr<UcxSession>& s, std::shared_pt
   if (f.wire_bytes() <= kInlineFrameBytes) {
     for (auto [data, size] : parts) {
       const auto* p = static_cast<const std::byte*>(data);
-      op->header.insert(op->header.end(), p, p + size);
+      op->start.insert(op->start.end(), p, p + size);
     }
     parts.clear();
   }
@@ -412,7 +488,7 @@ void UcxTransport::send_now(const std::shared_ptr<UcxSession>& s, std::shared_pt
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                          UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_AM_SEND_FLAG_REPLY | (i == 0 ? UCP_AM_SEND_FLAG_EAGER : 0);
+    param.flags = i == 0 ? UCP_AM_SEND_FLAG_EAGER : 0;
     param.datatype = ucp_dt_make_contig(1);
     param.user_data = op;
     param.cb.send = [](void* request, ucs_status_t, void* user) {
@@ -422,9 +498,9 @@ void UcxTransport::send_now(const std::shared_ptr<UcxSession>& s, std::shared_pt
     };
     ++op->pending;
     ucs_status_ptr_t req = i == 0
-                               ? ucp_am_send_nbx(s->ep, kFrameStartAm, nullptr, 0,
-                                                 op->header.data(), op->header.size(), &param)
-                               : ucp_am_send_nbx(s->ep, kFramePartAm, nullptr, 0,
+                               ? ucp_am_send_nbx(s->ep, kFrameStartAm, nullptr, 0, op->start.data(),
+                                                 op->start.size(), &param)
+                               : ucp_am_send_nbx(s->ep, kFramePartAm, &op->to, kIdBytes,
                                                  parts[i - 1].first, parts[i - 1].second, &param);
     if (req == nullptr || UCS_PTR_IS_ERR(req)) --op->pending;  // done, or never started
     if (UCS_PTR_IS_ERR(req)) {
@@ -437,33 +513,41 @@ void UcxTransport::send_now(const std::shared_ptr<UcxSession>& s, std::shared_pt
 }
 
 void UcxTransport::close_now(const std::shared_ptr<UcxSession>& s) {
-  if (s->ep == nullptr) return;
-  ucp_ep_h ep = std::exchange(s->ep, nullptr);
-  by_ep_.erase(ep);
-  ucp_request_param_t param{};  // flush: queued sends go out first
-  ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &param);
-  if (UCS_PTR_IS_PTR(req)) {
-    // Let it finish in the background; the request frees itself on completion.
-    param.op_attr_mask = 0;
-    ucp_request_free(req);
+  if (s->gone) return;
+  s->gone = true;
+  {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    by_id_.erase(s->id);
   }
+  if (s->ep != nullptr) {
+    ucp_ep_h ep = std::exchange(s->ep, nullptr);
+    by_ep_.erase(ep);
+    ucp_request_param_t param{};  // flush: queued sends go out first
+    ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &param);
+    if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);  // completes in the background
+  }
+  if (s->side) s->side->close();
   s->on_channel_closed(absl::UnavailableError("the connection was closed"));
 }
 
 void UcxTransport::drop(const std::shared_ptr<UcxSession>& s, absl::Status why) {
-  if (s->ep == nullptr) return;
-  ucp_ep_h ep = std::exchange(s->ep, nullptr);
-  by_ep_.erase(ep);
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &param);
-  if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
+  if (s->gone) return;
+  s->gone = true;
+  {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    by_id_.erase(s->id);
+  }
+  if (s->ep != nullptr) {
+    ucp_ep_h ep = std::exchange(s->ep, nullptr);
+    by_ep_.erase(ep);
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &param);
+    if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
+  }
+  if (s->side) s->side->close();
   s->on_channel_closed(std::move(why));
-}
-
-void UcxTransport::close_listener_now(ucp_listener_h l) {
-  if (listeners_.erase(l) > 0) ucp_listener_destroy(l);
 }
 
 void UcxTransport::on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
@@ -474,31 +558,29 @@ void UcxTransport::on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
   t->drop(s, absl::UnavailableError(ucs_status_string(status)));
 }
 
-std::shared_ptr<UcxSession> UcxTransport::session_of(const ucp_am_recv_param_t* param) {
-  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return nullptr;
-  auto it = by_ep_.find(param->reply_ep);
-  return it == by_ep_.end() ? nullptr : it->second;
-}
-
 ucs_status_t UcxTransport::on_frame_start(void* arg, const void*, size_t, void* data, size_t length,
                                           const ucp_am_recv_param_t* param) {
   auto* t = static_cast<UcxTransport*>(arg);
-  std::shared_ptr<UcxSession> s = t->session_of(param);
-  if (!s) return UCS_OK;
+  if (length < kIdBytes) return UCS_OK;
+  uint64_t to = 0;
+  std::memcpy(&to, data, kIdBytes);
+  std::shared_ptr<UcxSession> s = t->session_by_id(to);
+  if (!s || s->gone) return UCS_OK;
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
     s->on_bad_frame(absl::InvalidArgumentError("a frame start arrived by rendezvous"));
     return UCS_OK;
   }
   const FrameLimits& limits = t->options_.limits;
-  std::span<const std::byte> bytes(static_cast<const std::byte*>(data), length);
+  std::span<const std::byte> bytes(static_cast<const std::byte*>(data) + kIdBytes,
+                                   length - kIdBytes);
   absl::StatusOr<FrameHeader> h = decode_header(bytes, limits);
   if (!h.ok()) {
     s->on_bad_frame(h.status());
     return UCS_OK;
   }
   size_t table_end = kFrameHeaderBytes + h->lengths_bytes();
-  bool whole = length == h->total_bytes();
-  if (length != table_end && !whole) {
+  bool whole = bytes.size() == h->total_bytes();
+  if (bytes.size() != table_end && !whole) {
     s->on_bad_frame(absl::InvalidArgumentError("frame start has the wrong size"));
     return UCS_OK;
   }
@@ -536,11 +618,15 @@ ucs_status_t UcxTransport::on_frame_start(void* arg, const void*, size_t, void* 
   return UCS_OK;
 }
 
-ucs_status_t UcxTransport::on_frame_part(void* arg, const void*, size_t, void* data, size_t length,
+ucs_status_t UcxTransport::on_frame_part(void* arg, const void* header, size_t header_length,
+                                         void* data, size_t length,
                                          const ucp_am_recv_param_t* param) {
   auto* t = static_cast<UcxTransport*>(arg);
-  std::shared_ptr<UcxSession> s = t->session_of(param);
-  if (!s) return UCS_OK;
+  if (header_length != kIdBytes) return UCS_OK;
+  uint64_t to = 0;
+  std::memcpy(&to, header, kIdBytes);
+  std::shared_ptr<UcxSession> s = t->session_by_id(to);
+  if (!s || s->gone) return UCS_OK;
   if (s->incoming.empty() || s->incoming.back()->next_part >= s->incoming.back()->parts.size()) {
     s->on_bad_frame(absl::InvalidArgumentError("a frame part with no frame to belong to"));
     return UCS_OK;
@@ -598,90 +684,71 @@ void UcxTransport::receive_part(const std::shared_ptr<UcxSession>& s, UcxSession
   }
 }
 
-void UcxTransport::on_conn_request(ucp_conn_request_h request, void* arg) {
-  auto* entry = static_cast<std::pair<UcxTransport*, std::shared_ptr<AcceptCallback>>*>(arg);
-  UcxTransport* t = entry->first;
-  ucp_conn_request_attr_t attr{};
-  attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
-  std::string peer = "ucx (unknown peer)";
-  if (ucp_conn_request_query(request, &attr) == UCS_OK)
-    peer = "ucx " + sockaddr_name(attr.client_address);
-  ucp_ep_params_t ep{};
-  ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  ep.conn_request = request;
-  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  ep.err_handler.cb = &UcxTransport::on_ep_error;
-  ep.err_handler.arg = t;
-  auto s = std::make_shared<UcxSession>(Role::kServer, t->options_, t->stats_, peer, t->link_);
-  if (ucp_ep_create(t->worker_, &ep, &s->ep) != UCS_OK) return;
-  s->set_accept(*entry->second);
-  s->handshake_deadline = absl::Now() + t->options_.handshake_timeout;
-  t->adopt(s);
-  s->start();
-}
-
 absl::StatusOr<std::unique_ptr<Listener>> UcxTransport::listen(std::string_view address,
                                                                AcceptCallback on_accept) {
-  absl::StatusOr<sockaddr_in> addr = to_sockaddr(address);
-  if (!addr.ok()) return addr.status();
-  std::promise<absl::StatusOr<std::pair<ucp_listener_h, std::string>>> result;
-  auto cb = std::make_shared<AcceptCallback>(std::move(on_accept));
-  post([&, cb] {
-    // The conn handler's argument lives as long as the transport.
-    auto* entry = new std::pair<UcxTransport*, std::shared_ptr<AcceptCallback>>(this, cb);
-    accept_args_.emplace_back(entry);
-    ucp_listener_params_t lp{};
-    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-    lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(&*addr);
-    lp.sockaddr.addrlen = sizeof(sockaddr_in);
-    lp.conn_handler.cb = &UcxTransport::on_conn_request;
-    lp.conn_handler.arg = entry;
-    ucp_listener_h l = nullptr;
-    if (ucs_status_t s = ucp_listener_create(worker_, &lp, &l); s != UCS_OK) {
-      result.set_value(ucx_error(absl::StrCat("cannot listen on ", std::string(address)), s));
-      return;
-    }
-    ucp_listener_attr_t attr{};
-    attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-    ucp_listener_query(l, &attr);
-    listeners_[l] = cb;
-    result.set_value(std::make_pair(l, "ucx://" + sockaddr_name(attr.sockaddr)));
+  absl::StatusOr<std::string> side_addr = side_address(address);
+  if (!side_addr.ok()) return side_addr.status();
+  auto accept = std::make_shared<AcceptCallback>(std::move(on_accept));
+  auto listener = side_->listen(*side_addr, [this, accept](std::shared_ptr<Connection> side) {
+    // Runs on the side channel's I/O thread, once the peer is authenticated.
+    auto s = open_session(Role::kServer, side, {}, *accept);
+    return side_callbacks(s);
   });
-  auto r = result.get_future().get();
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<Listener>(new UcxListener(link_, r->first, r->second));
+  if (!listener.ok()) return listener.status();
+  std::string bound = "ucx://" + (*listener)->address().substr(6);
+  return std::unique_ptr<Listener>(new UcxListener(*std::move(listener), bound));
 }
 
 absl::StatusOr<std::shared_ptr<Connection>> UcxTransport::connect(std::string_view address,
                                                                   ConnectionCallbacks callbacks,
                                                                   absl::Duration timeout) {
-  absl::StatusOr<sockaddr_in> addr = to_sockaddr(address);
-  if (!addr.ok()) return addr.status();
-  auto s = std::make_shared<UcxSession>(
-      Role::kClient, options_, stats_, absl::StrCat("ucx ", std::string(address.substr(6))), link_);
-  s->set_callbacks(std::move(callbacks));
-  std::promise<absl::Status> created;
-  post([&, s] {
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&*addr);
-    ep.sockaddr.addrlen = sizeof(sockaddr_in);
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = &UcxTransport::on_ep_error;
-    ep.err_handler.arg = this;
-    if (ucs_status_t st = ucp_ep_create(worker_, &ep, &s->ep); st != UCS_OK) {
-      created.set_value(ucx_error(absl::StrCat("cannot connect to ", std::string(address)), st));
-      return;
-    }
-    adopt(s);
-    s->start();
-    created.set_value(absl::OkStatus());
-  });
-  if (absl::Status st = created.get_future().get(); !st.ok()) return st;
-  if (absl::Status ready = s->wait_ready(absl::Now() + timeout); !ready.ok()) return ready;
+  absl::Time deadline = absl::Now() + timeout;
+  absl::StatusOr<std::string> side_addr = side_address(address);
+  if (!side_addr.ok()) return side_addr.status();
+  // The side channel's callbacks need the session, which needs the channel:
+  // they meet in `early`, which keeps what arrives before the session exists.
+  struct Early {
+    std::mutex mu;
+    std::weak_ptr<UcxSession> session;
+    std::vector<Frame> frames;
+    std::optional<absl::Status> closed;
+  };
+  auto early = std::make_shared<Early>();
+  auto side =
+      side_->connect(*side_addr,
+                     ConnectionCallbacks{[this, early](Frame f) {
+                                           std::unique_lock<std::mutex> lock(early->mu);
+                                           if (early->session.expired()) {
+                                             early->frames.push_back(std::move(f));
+                                             return;
+                                           }
+                                           auto session = early->session;
+                                           lock.unlock();
+                                           side_callbacks(session).on_frame(std::move(f));
+                                         },
+                                         [this, early](absl::Status why) {
+                                           std::unique_lock<std::mutex> lock(early->mu);
+                                           if (early->session.expired()) {
+                                             early->closed = std::move(why);
+                                             return;
+                                           }
+                                           auto session = early->session;
+                                           lock.unlock();
+                                           side_callbacks(session).on_closed(std::move(why));
+                                         }},
+                     timeout);
+  if (!side.ok()) return side.status();
+  auto s = open_session(Role::kClient, *side, std::move(callbacks), nullptr);
+  {
+    std::lock_guard<std::mutex> lock(early->mu);
+    early->session = s;
+    ConnectionCallbacks cb = side_callbacks(s);
+    for (Frame& f : early->frames)
+      cb.on_frame(std::move(f));
+    early->frames.clear();
+    if (early->closed) cb.on_closed(*early->closed);
+  }
+  if (absl::Status ready = s->wait_ready(deadline); !ready.ok()) return ready;
   return std::shared_ptr<Connection>(s);
 }
 
