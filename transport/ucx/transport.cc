@@ -385,9 +385,11 @@ ConnectionCallbacks UcxTransport::side_callbacks(std::weak_ptr<UcxSession> sessi
       },
       [this, session](absl::Status why) {
         auto s = session.lock();
-        if (!s) return;
-        absl::Status lost = why.ok() ? absl::UnavailableError("the peer closed the connection")
-                                     : absl::UnavailableError(why.message());
+        // An orderly close of the side channel follows the peer's Close frame
+        // over UCX, which may still be on its way: let that frame end the
+        // connection. Anything else means the peer is gone.
+        if (!s || why.ok()) return;
+        absl::Status lost = absl::UnavailableError(why.message());
         std::lock_guard<std::mutex> lock(link_->mu);
         if (link_->transport != nullptr) post([this, s, lost] { drop(s, lost); });
       }};
