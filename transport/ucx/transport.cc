@@ -374,25 +374,25 @@ std::shared_ptr<UcxSession> UcxTransport::session_by_id(uint64_t id) {
 }
 
 ConnectionCallbacks UcxTransport::side_callbacks(std::weak_ptr<UcxSession> session) {
-  return ConnectionCallbacks{
-      [this, session](Frame f) {
-        auto s = session.lock();
-        if (!s) return;
-        auto frame = std::make_shared<Frame>(std::move(f));
-        std::lock_guard<std::mutex> lock(link_->mu);
-        if (link_->transport != nullptr)
-          post([this, s, frame] { connect_endpoint(s, std::move(*frame)); });
-      },
-      [this, session](absl::Status why) {
-        auto s = session.lock();
-        // An orderly close of the side channel follows the peer's Close frame
-        // over UCX, which may still be on its way: let that frame end the
-        // connection. Anything else means the peer is gone.
-        if (!s || why.ok()) return;
-        absl::Status lost = absl::UnavailableError(why.message());
-        std::lock_guard<std::mutex> lock(link_->mu);
-        if (link_->transport != nullptr) post([this, s, lost] { drop(s, lost); });
-      }};
+  return ConnectionCallbacks{[this, session](Frame f) {
+                               auto s = session.lock();
+                               if (!s) return;
+                               auto frame = std::make_shared<Frame>(std::move(f));
+                               std::lock_guard<std::mutex> lock(link_->mu);
+                               if (link_->transport != nullptr)
+                                 post([this, s, frame] { connect_endpoint(s, std::move(*frame)); });
+                             },
+                             [this, session](absl::Status why) {
+                               auto s = session.lock();
+                               // An orderly close of the side channel follows the peer's Close
+                               // frame over UCX, which may still be on its way: let that frame end
+                               // the connection. Anything else means the peer is gone.
+                               if (!s || why.ok()) return;
+                               absl::Status lost = absl::UnavailableError(why.message());
+                               std::lock_guard<std::mutex> lock(link_->mu);
+                               if (link_->transport != nullptr)
+                                 post([this, s, lost] { drop(s, lost); });
+                             }};
 }
 
 std::shared_ptr<UcxSession> UcxTransport::open_session(Role role,
