@@ -58,7 +58,8 @@ class Mailbox {
   static inline Message* const kClosed = reinterpret_cast<Message*>(uintptr_t{2});
 
   static Message* reverse(Message* stack, uint64_t* count);
-  void wake_space_waiters();
+  void wake_space_waiters();    // if any wait
+  void notify_space_waiters();  // unconditionally
 
   // Producer-written line.
   alignas(64) std::atomic<Message*> head_{kIdle};

@@ -17,14 +17,12 @@
 
 using namespace troupe::transport;
 using troupe::transport::testing::echo_callbacks;
+using troupe::transport::testing::options_with;
 
 int main(int argc, char** argv) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   if (argc == 5 && std::strcmp(argv[1], "send") == 0) {
-    TransportOptions o;
-    o.token = argv[4];
-    o.local_name = "doomed sender";
-    auto t = make_transport(argv[2], o);
+    auto t = make_transport(argv[2], options_with(argv[4], "doomed sender"));
     if (!t.ok()) return 1;
     auto c = (*t)->connect(argv[3], ConnectionCallbacks{[](Frame) {}, [](absl::Status) {}},
                            absl::Seconds(10));
@@ -41,10 +39,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc == 4 && std::strcmp(argv[1], "serve") == 0) {
-    TransportOptions o;
-    o.token = argv[3];
-    o.local_name = "doomed server";
-    auto t = make_transport(argv[2], o);
+    auto t = make_transport(argv[2], options_with(argv[3], "doomed server"));
     if (!t.ok()) return 1;
     auto l = (*t)->listen(std::string(argv[2]) + "://127.0.0.1:0", echo_callbacks);
     if (!l.ok()) return 1;

@@ -59,7 +59,6 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   virtual void shutdown_channel() = 0;
 
   const TransportOptions& options() const { return options_; }
-  TransportStats& stats() { return *stats_; }
 
  private:
   enum class State { kHandshaking, kOpen, kClosing, kClosed };

@@ -7,7 +7,6 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "transport/detail/session.h"
 

@@ -8,8 +8,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "transport/address.h"
 #include "transport/detail/session.h"

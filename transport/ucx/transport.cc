@@ -172,6 +172,9 @@ class UcxTransport final : public Transport {
   void send_now(const std::shared_ptr<UcxSession>& s, std::shared_ptr<Frame> frame);
   void close_now(const std::shared_ptr<UcxSession>& s);
   void drop(const std::shared_ptr<UcxSession>& s, absl::Status why);
+  // Forgets `s`, closes its endpoint (flushing queued sends, or not) and its
+  // side channel, and reports `why` to the session.
+  void end_session(const std::shared_ptr<UcxSession>& s, absl::Status why, bool flush);
 
  private:
   explicit UcxTransport(TransportOptions options) : options_(std::move(options)) {}
@@ -515,24 +518,14 @@ void UcxTransport::send_now(const std::shared_ptr<UcxSession>& s, std::shared_pt
 }
 
 void UcxTransport::close_now(const std::shared_ptr<UcxSession>& s) {
-  if (s->gone) return;
-  s->gone = true;
-  {
-    std::lock_guard<std::mutex> lock(sessions_mu_);
-    by_id_.erase(s->id);
-  }
-  if (s->ep != nullptr) {
-    ucp_ep_h ep = std::exchange(s->ep, nullptr);
-    by_ep_.erase(ep);
-    ucp_request_param_t param{};  // flush: queued sends go out first
-    ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &param);
-    if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);  // completes in the background
-  }
-  if (s->side) s->side->close();
-  s->on_channel_closed(absl::UnavailableError("the connection was closed"));
+  end_session(s, absl::UnavailableError("the connection was closed"), /*flush=*/true);
 }
 
 void UcxTransport::drop(const std::shared_ptr<UcxSession>& s, absl::Status why) {
+  end_session(s, std::move(why), /*flush=*/false);
+}
+
+void UcxTransport::end_session(const std::shared_ptr<UcxSession>& s, absl::Status why, bool flush) {
   if (s->gone) return;
   s->gone = true;
   {
@@ -542,11 +535,13 @@ void UcxTransport::drop(const std::shared_ptr<UcxSession>& s, absl::Status why) 
   if (s->ep != nullptr) {
     ucp_ep_h ep = std::exchange(s->ep, nullptr);
     by_ep_.erase(ep);
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucp_request_param_t param{};  // default: flush, queued sends go out first
+    if (!flush) {
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    }
     ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &param);
-    if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
+    if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);  // completes in the background
   }
   if (s->side) s->side->close();
   s->on_channel_closed(std::move(why));
