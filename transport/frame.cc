@@ -93,8 +93,8 @@ std::array<std::byte, kFrameHeaderBytes> encode_header(const FrameHeader& h) {
   return out;
 }
 
-std::vector<uint64_t> encode_lengths(const Frame& frame) {
-  std::vector<uint64_t> lengths;
+LengthTable encode_lengths(const Frame& frame) {
+  LengthTable lengths;
   lengths.reserve(frame.buffers.size());
   for (const Buffer& b : frame.buffers)
     lengths.push_back(b.size());
@@ -171,13 +171,12 @@ absl::StatusOr<FrameHeader> decode_header(std::span<const std::byte> bytes,
   return h;
 }
 
-absl::StatusOr<std::vector<uint64_t>> decode_lengths(const FrameHeader& h,
-                                                     std::span<const std::byte> bytes,
-                                                     const FrameLimits& limits) {
+absl::StatusOr<LengthTable> decode_lengths(const FrameHeader& h, std::span<const std::byte> bytes,
+                                           const FrameLimits& limits) {
   if (bytes.size() < h.lengths_bytes()) {
     return absl::InvalidArgumentError("truncated buffer length table");
   }
-  std::vector<uint64_t> lengths(h.buffer_count);
+  LengthTable lengths(h.buffer_count);
   uint64_t sum = 0;
   for (size_t i = 0; i < lengths.size(); ++i) {
     lengths[i] = load<uint64_t>(bytes, i * 8);
@@ -230,7 +229,7 @@ absl::StatusOr<Frame> decode_frame(std::span<const std::byte> bytes, const Frame
         absl::StrCat(bytes.size() - h->total_bytes(), " stray bytes after the frame"));
   }
   size_t at = kFrameHeaderBytes;
-  absl::StatusOr<std::vector<uint64_t>> lengths = decode_lengths(*h, bytes.subspan(at), limits);
+  absl::StatusOr<LengthTable> lengths = decode_lengths(*h, bytes.subspan(at), limits);
   if (!lengths.ok()) return lengths.status();
   at += h->lengths_bytes();
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "transport/buffer.h"
@@ -58,12 +59,15 @@ struct FrameHeader {
   }
 };
 
+// A frame's buffer lengths, in order (inline for the usual few buffers).
+using LengthTable = absl::InlinedVector<uint64_t, 4>;
+
 // A decoded or to-be-sent frame. `message` holds Cap'n Proto words (the
 // Buffer is 64-byte aligned, as the reader needs 8).
 struct Frame {
   FrameKind kind = FrameKind::kData;
   Buffer message;
-  std::vector<Buffer> buffers;
+  absl::InlinedVector<Buffer, 2> buffers;  // inline: most frames carry one or two
 
   uint64_t wire_bytes() const;
 };
@@ -72,7 +76,7 @@ struct Frame {
 std::array<std::byte, kFrameHeaderBytes> encode_header(const FrameHeader& h);
 FrameHeader header_of(const Frame& frame);
 // The lengths table for `frame`'s buffers.
-std::vector<uint64_t> encode_lengths(const Frame& frame);
+LengthTable encode_lengths(const Frame& frame);
 // The whole frame as one contiguous byte string (tests, fuzzing, inproc).
 std::vector<std::byte> encode_frame(const Frame& frame);
 
@@ -81,9 +85,8 @@ std::vector<std::byte> encode_frame(const Frame& frame);
 absl::StatusOr<FrameHeader> decode_header(std::span<const std::byte> bytes,
                                           const FrameLimits& limits);
 // Checks the lengths table against the header and limits.
-absl::StatusOr<std::vector<uint64_t>> decode_lengths(const FrameHeader& h,
-                                                     std::span<const std::byte> bytes,
-                                                     const FrameLimits& limits);
+absl::StatusOr<LengthTable> decode_lengths(const FrameHeader& h, std::span<const std::byte> bytes,
+                                           const FrameLimits& limits);
 // Traverses the Cap'n Proto message under the limits; OK if well-formed.
 absl::Status validate_message(const Buffer& message, const FrameLimits& limits);
 // All of the above on a complete frame in memory. Extra trailing bytes are an error.

@@ -34,8 +34,7 @@ Session::Session(Role role, TransportOptions options, std::shared_ptr<TransportS
 Session::~Session() = default;
 
 bool Session::open() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return state_ == State::kOpen;
+  return state_.load(std::memory_order_acquire) == State::kOpen;
 }
 
 std::string Session::peer_name() const {
@@ -77,11 +76,9 @@ absl::Status Session::wait_ready(absl::Time deadline) {
 
 void Session::on_frame_received(Frame frame) {
   stats_->frames_received.fetch_add(1, std::memory_order_relaxed);
-  State state;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    state = state_;
-  }
+  // Read without the lock (as before, it may move on once read): states only
+  // advance, and the branches below that change it do so under mu_.
+  State state = state_.load(std::memory_order_acquire);
   if (state == State::kClosed) return;
   if (state == State::kOpen || state == State::kClosing) {
     if (frame.kind == FrameKind::kData) {
@@ -307,7 +304,7 @@ void Session::on_channel_closed(absl::Status why) {
 }
 
 absl::Status Session::send(Frame frame) {
-  {
+  if (state_.load(std::memory_order_acquire) != State::kOpen) {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ != State::kOpen) {
       return close_reason_.ok() ? absl::UnavailableError("connection is closing") : close_reason_;

@@ -4,6 +4,7 @@
 // out, on_frame_received() and on_channel_closed() coming in.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -86,9 +87,9 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   ConnectionCallbacks callbacks_;
   AcceptCallback on_accept_;
 
-  mutable std::mutex mu_;  // guards the fields below
+  mutable std::mutex mu_;  // guards the fields below; state_ is also read without it
   std::condition_variable ready_cv_;
-  State state_ = State::kHandshaking;
+  std::atomic<State> state_{State::kHandshaking};
   absl::Status close_reason_;  // why it is not open (once it is not)
   std::string peer_name_;
   bool closed_reported_ = false;

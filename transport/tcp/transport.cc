@@ -84,7 +84,7 @@ class TcpSession final : public detail::Session {
  private:
   struct Outgoing {
     std::array<std::byte, kFrameHeaderBytes> header;
-    std::vector<uint64_t> lengths;
+    LengthTable lengths;
     Frame frame;
   };
 
@@ -181,13 +181,12 @@ class TcpSession final : public detail::Session {
 
   void on_lengths(asio::error_code ec) {
     if (ec) return channel_failed(ec);
-    absl::StatusOr<std::vector<uint64_t>> lengths =
-        decode_lengths(header_, lengths_buf_, options().limits);
+    absl::StatusOr<LengthTable> lengths = decode_lengths(header_, lengths_buf_, options().limits);
     if (!lengths.ok()) return bad_frame(lengths.status());
     read_body(*lengths);
   }
 
-  void read_body(const std::vector<uint64_t>& lengths) {
+  void read_body(const LengthTable& lengths) {
     std::vector<asio::mutable_buffer> targets;
     incoming_.message = Buffer(header_.message_bytes);
     if (header_.message_bytes > 0)

@@ -60,10 +60,19 @@ absl::StatusOr<std::string> side_address(std::string_view address) {
 
 class UcxTransport;
 
-// How sessions reach their transport; cleared when it goes.
+// An inline frame whose send did not complete at once keeps its bytes here,
+// in the UCP request's own space (the context's request_size), until it does.
+struct InlineSend {
+  std::vector<std::byte> bytes;
+};
+
+// How sessions reach their transport; cleared when it goes. On the
+// progress thread the transport is alive by definition: `progress` (that
+// thread's id, while it runs) lets sends from there skip the lock.
 struct Link {
   std::mutex mu;
   UcxTransport* transport = nullptr;
+  std::atomic<std::thread::id> progress{};
 };
 
 class UcxSession final : public detail::Session {
@@ -78,8 +87,8 @@ class UcxSession final : public detail::Session {
   // Progress thread only.
   ucp_ep_h ep = nullptr;
   uint64_t peer_id = 0;
-  bool gone = false;                         // dropped; ignore further traffic
-  std::vector<std::shared_ptr<Frame>> held;  // frames sent before the endpoint existed
+  bool gone = false;        // dropped; ignore further traffic
+  std::vector<Frame> held;  // frames sent before the endpoint existed
 
   // Frames whose bytes are still arriving, in the order they were sent: a
   // small frame behind a large rendezvous one waits for it.
@@ -126,6 +135,7 @@ class UcxTransport final : public Transport {
     {
       std::lock_guard<std::mutex> lock(link_->mu);
       link_->transport = nullptr;
+      link_->progress.store(std::thread::id(), std::memory_order_release);
     }
     side_.reset();  // side channels close; their callbacks post nothing any more
     if (thread_.joinable()) {
@@ -159,17 +169,14 @@ class UcxTransport final : public Transport {
                                                       absl::Duration timeout) override;
 
   // Runs `fn` on the progress thread. Thread-safe.
-  void post(std::function<void()> fn) {
-    {
-      std::lock_guard<std::mutex> lock(commands_mu_);
-      commands_.push_back(std::move(fn));
-    }
-    uint64_t one = 1;
-    if (sleeping_.load(std::memory_order_seq_cst)) static_cast<void>(::write(wake_fd_, &one, 8));
+  void post(std::function<void()> fn) { enqueue(Command{std::move(fn), nullptr, Frame()}); }
+  // Sends `frame` on `s` from the progress thread, in order with post(). Thread-safe.
+  void post_send(std::shared_ptr<UcxSession> s, Frame frame) {
+    enqueue(Command{nullptr, std::move(s), std::move(frame)});
   }
-  bool on_progress_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
-  void send_now(const std::shared_ptr<UcxSession>& s, std::shared_ptr<Frame> frame);
+  // Progress thread only: sends now, or holds the frame until `s` has an endpoint.
+  void send_now(UcxSession* s, Frame frame);
   void close_now(const std::shared_ptr<UcxSession>& s);
   void drop(const std::shared_ptr<UcxSession>& s, absl::Status why);
   // Forgets `s`, closes its endpoint (flushing queued sends, or not) and its
@@ -179,9 +186,22 @@ class UcxTransport final : public Transport {
  private:
   explicit UcxTransport(TransportOptions options) : options_(std::move(options)) {}
 
+  // What other threads hand the progress thread: a function to run or, when
+  // `fn` is empty, a frame to send on `session`.
+  struct Command {
+    std::function<void()> fn;
+    std::shared_ptr<UcxSession> session;
+    Frame frame;
+  };
+
   absl::Status init();
+  void enqueue(Command command);
   void run();
   bool run_commands();
+  // Sends a frame small enough to travel whole in one eager message.
+  void send_inline(UcxSession* s, const FrameHeader& h, const Frame& f);
+  // Sends a larger frame: its start, then the message and each buffer.
+  void send_parts(UcxSession* s, const FrameHeader& h, Frame f);
 
   // A new session on an authenticated side channel: registers it and sends
   // our half of the endpoint exchange.
@@ -197,7 +217,10 @@ class UcxTransport final : public Transport {
   static ucs_status_t on_frame_part(void* arg, const void* header, size_t header_length, void* data,
                                     size_t length, const ucp_am_recv_param_t* param);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
-  std::shared_ptr<UcxSession> session_by_id(uint64_t id);
+  // Progress thread only: the session with our connection id `id`, or null.
+  // Valid until the progress loop next goes round (ended sessions are
+  // retired, not destroyed, while callbacks may still be using them).
+  UcxSession* session_by_id(uint64_t id);
   void receive_part(const std::shared_ptr<UcxSession>& s, UcxSession::Incoming* in, void* data,
                     size_t length, const ucp_am_recv_param_t* param);
   static void part_received(const std::shared_ptr<UcxSession>& s, UcxSession::Incoming* in);
@@ -221,26 +244,29 @@ class UcxTransport final : public Transport {
   std::atomic<uint64_t> next_id_{1};
 
   std::mutex commands_mu_;
-  std::deque<std::function<void()>> commands_;
+  std::vector<Command> commands_;           // guarded by commands_mu_
+  std::atomic<bool> have_commands_{false};  // commands_ is not empty, read without the lock
 
-  std::mutex sessions_mu_;  // by_id_ is read on the progress thread, filled from others
+  std::mutex sessions_mu_;  // by_id_ is filled from other threads
   absl::flat_hash_map<uint64_t, std::shared_ptr<UcxSession>> by_id_;
   // Progress thread only.
   bool stopping_ = false;
+  std::vector<Command> running_;  // the batch of commands being run
+  absl::flat_hash_map<uint64_t, std::shared_ptr<UcxSession>> known_;  // by_id_'s, lock-free
   absl::flat_hash_map<ucp_ep_h, std::shared_ptr<UcxSession>> by_ep_;
+  std::vector<std::byte> start_;                      // where the next inline frame is laid out
+  std::vector<std::shared_ptr<UcxSession>> retired_;  // ended; released between progress calls
 };
 
 absl::Status UcxSession::write_frame(Frame frame) {
+  if (link_->progress.load(std::memory_order_acquire) == std::this_thread::get_id()) {
+    link_->transport->send_now(this, std::move(frame));  // a reply from a callback: no hand-off
+    return absl::OkStatus();
+  }
   std::lock_guard<std::mutex> lock(link_->mu);
   if (link_->transport == nullptr) return absl::UnavailableError("the ucx transport has shut down");
-  auto self = std::static_pointer_cast<UcxSession>(shared_from_this());
-  auto f = std::make_shared<Frame>(std::move(frame));
-  UcxTransport* t = link_->transport;
-  if (t->on_progress_thread()) {
-    t->send_now(self, std::move(f));  // a reply from a callback: no hand-off
-  } else {
-    t->post([t, self, f] { t->send_now(self, f); });
-  }
+  link_->transport->post_send(std::static_pointer_cast<UcxSession>(shared_from_this()),
+                              std::move(frame));
   return absl::OkStatus();
 }
 
@@ -276,8 +302,9 @@ absl::Status UcxTransport::init() {
     return ucx_error("ucp_config_read", s);
   }
   ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.request_size = sizeof(InlineSend);
   ucs_status_t s = ucp_init(&params, config, &context_);
   ucp_config_release(config);
   if (s != UCS_OK) return ucx_error("ucp_init", s);
@@ -316,23 +343,42 @@ absl::Status UcxTransport::init() {
   return absl::OkStatus();
 }
 
-bool UcxTransport::run_commands() {
-  std::deque<std::function<void()>> batch;
+void UcxTransport::enqueue(Command command) {
   {
     std::lock_guard<std::mutex> lock(commands_mu_);
-    batch.swap(commands_);
+    commands_.push_back(std::move(command));
+    have_commands_.store(true, std::memory_order_seq_cst);
   }
-  for (auto& fn : batch)
-    fn();
-  return !batch.empty();
+  uint64_t one = 1;
+  if (sleeping_.load(std::memory_order_seq_cst)) static_cast<void>(::write(wake_fd_, &one, 8));
+}
+
+bool UcxTransport::run_commands() {
+  if (!have_commands_.load(std::memory_order_acquire)) return false;
+  {
+    std::lock_guard<std::mutex> lock(commands_mu_);
+    running_.swap(commands_);
+    have_commands_.store(false, std::memory_order_relaxed);
+  }
+  for (Command& c : running_) {
+    if (c.fn) {
+      c.fn();
+    } else {
+      send_now(c.session.get(), std::move(c.frame));
+    }
+  }
+  running_.clear();
+  return true;
 }
 
 void UcxTransport::run() {
+  link_->progress.store(std::this_thread::get_id(), std::memory_order_release);
   int idle = 0;
   while (!stopping_) {
     bool busy = run_commands();
     while (ucp_worker_progress(worker_) != 0)
       busy = true;
+    if (!retired_.empty()) retired_.clear();
     if (busy) {
       idle = 0;
       continue;
@@ -340,12 +386,7 @@ void UcxTransport::run() {
     if (++idle < kSpinsBeforeSleep) continue;
     idle = 0;
     sleeping_.store(true, std::memory_order_seq_cst);
-    bool have_commands;
-    {
-      std::lock_guard<std::mutex> lock(commands_mu_);
-      have_commands = !commands_.empty();
-    }
-    if (!have_commands && ucp_worker_arm(worker_) == UCS_OK) {
+    if (!have_commands_.load(std::memory_order_seq_cst) && ucp_worker_arm(worker_) == UCS_OK) {
       pollfd fds[2] = {{worker_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
       ::poll(fds, 2, kSleepMillis);
       uint64_t drained;
@@ -370,10 +411,13 @@ void UcxTransport::run() {
   }
 }
 
-std::shared_ptr<UcxSession> UcxTransport::session_by_id(uint64_t id) {
+UcxSession* UcxTransport::session_by_id(uint64_t id) {
+  if (auto it = known_.find(id); it != known_.end()) return it->second.get();
   std::lock_guard<std::mutex> lock(sessions_mu_);
   auto it = by_id_.find(id);
-  return it == by_id_.end() ? nullptr : it->second;
+  if (it == by_id_.end()) return nullptr;
+  known_.emplace(id, it->second);
+  return it->second.get();
 }
 
 ConnectionCallbacks UcxTransport::side_callbacks(std::weak_ptr<UcxSession> session) {
@@ -448,46 +492,91 @@ void UcxTransport::connect_endpoint(const std::shared_ptr<UcxSession>& s, Frame 
   by_ep_[s->ep] = s;
   // Our Hello goes first: frames held so far answer the peer's (its Proof).
   s->start();
-  for (auto& f : std::exchange(s->held, {}))
-    send_now(s, f);
+  for (Frame& f : std::exchange(s->held, {}))
+    send_now(s.get(), std::move(f));
 }
 
-// One frame's sends; freed when the last of its active messages completes.
+// A larger frame's sends; freed when the last of its active messages completes.
 struct SendOp {
-  std::shared_ptr<UcxSession> session;
-  std::shared_ptr<Frame> frame;
-  std::vector<std::byte> start;  // receiver id, header, lengths (and the whole frame if small)
+  Frame frame;
+  std::vector<std::byte> start;  // receiver id, header, lengths
   uint64_t to = 0;               // receiver id, the AM header of parts
   int pending = 0;
 };
 
-void UcxTransport::send_now(const std::shared_ptr<UcxSession>& s, std::shared_ptr<Frame> frame) {
+template <class T>
+void append(std::vector<std::byte>& out, const T& value) {
+  const auto* p = reinterpret_cast<const std::byte*>(&value);
+  out.insert(out.end(), p, p + sizeof(T));
+}
+
+// The receiver id, header and lengths table that start every frame.
+void append_start(std::vector<std::byte>& out, uint64_t to, const FrameHeader& h, const Frame& f) {
+  append(out, to);
+  append(out, encode_header(h));
+  for (const Buffer& b : f.buffers)
+    append(out, uint64_t{b.size()});
+}
+
+void UcxTransport::send_now(UcxSession* s, Frame frame) {
   if (s->gone) return;
   if (s->ep == nullptr) {
     s->held.push_back(std::move(frame));  // the endpoint exchange is still on its way
     return;
   }
-  auto* op = new SendOp{s, std::move(frame), {}, s->peer_id, 1};  // 1: held while issuing
-  Frame& f = *op->frame;
-  const auto* to = reinterpret_cast<const std::byte*>(&op->to);
-  op->start.assign(to, to + kIdBytes);
-  auto head = encode_header(header_of(f));
-  op->start.insert(op->start.end(), head.begin(), head.end());
-  for (uint64_t len : encode_lengths(f)) {
-    const auto* p = reinterpret_cast<const std::byte*>(&len);
-    op->start.insert(op->start.end(), p, p + 8);
+  FrameHeader h = header_of(frame);
+  if (h.total_bytes() <= kInlineFrameBytes) {
+    send_inline(s, h, frame);
+  } else {
+    send_parts(s, h, std::move(frame));
   }
+}
+
+void UcxTransport::send_inline(UcxSession* s, const FrameHeader& h, const Frame& f) {
+  start_.resize(kIdBytes + h.total_bytes());
+  std::byte* at = start_.data();
+  auto put = [&at](const void* p, size_t n) {
+    if (n > 0) std::memcpy(at, p, n);
+    at += n;
+  };
+  put(&s->peer_id, kIdBytes);
+  put(encode_header(h).data(), kFrameHeaderBytes);
+  for (const Buffer& b : f.buffers) {
+    uint64_t len = b.size();
+    put(&len, sizeof(len));
+  }
+  put(f.message.data(), f.message.size());
+  for (const Buffer& b : f.buffers)
+    put(b.data(), b.size());
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_AM_SEND_FLAG_EAGER;
+  param.datatype = ucp_dt_make_contig(1);
+  param.cb.send = [](void* request, ucs_status_t, void*) {
+    static_cast<InlineSend*>(request)->~InlineSend();
+    ucp_request_free(request);
+  };
+  ucs_status_ptr_t req =
+      ucp_am_send_nbx(s->ep, kFrameStartAm, nullptr, 0, start_.data(), start_.size(), &param);
+  if (req == nullptr) return;  // sent (the usual case): the bytes are UCX's now
+  if (UCS_PTR_IS_ERR(req)) {
+    drop(std::static_pointer_cast<UcxSession>(s->shared_from_this()),
+         ucx_error("ucp_am_send_nbx", UCS_PTR_STATUS(req)));
+    return;
+  }
+  // In flight: the request keeps the bytes; the callback runs later, on this thread.
+  new (req) InlineSend{std::exchange(start_, {})};
+}
+
+void UcxTransport::send_parts(UcxSession* s, const FrameHeader& h, Frame f) {
+  auto* op = new SendOp{std::move(f), {}, s->peer_id, 1};  // 1: held while issuing
+  append_start(op->start, op->to, h, op->frame);
   std::vector<std::pair<void*, size_t>> parts;
-  if (!f.message.empty()) parts.emplace_back(f.message.data(), f.message.size());
-  for (Buffer& b : f.buffers) {
+  if (!op->frame.message.empty())
+    parts.emplace_back(op->frame.message.data(), op->frame.message.size());
+  for (Buffer& b : op->frame.buffers) {
     if (!b.empty()) parts.emplace_back(b.data(), b.size());
-  }
-  if (f.wire_bytes() <= kInlineFrameBytes) {
-    for (auto [data, size] : parts) {
-      const auto* p = static_cast<const std::byte*>(data);
-      op->start.insert(op->start.end(), p, p + size);
-    }
-    parts.clear();
   }
   for (size_t i = 0; i <= parts.size(); ++i) {
     ucp_request_param_t param{};
@@ -510,7 +599,8 @@ void UcxTransport::send_now(const std::shared_ptr<UcxSession>& s, std::shared_pt
     if (req == nullptr || UCS_PTR_IS_ERR(req)) --op->pending;  // done, or never started
     if (UCS_PTR_IS_ERR(req)) {
       if (--op->pending == 0) delete op;  // the guard
-      drop(s, ucx_error("ucp_am_send_nbx", UCS_PTR_STATUS(req)));
+      drop(std::static_pointer_cast<UcxSession>(s->shared_from_this()),
+           ucx_error("ucp_am_send_nbx", UCS_PTR_STATUS(req)));
       return;
     }
   }
@@ -528,6 +618,8 @@ void UcxTransport::drop(const std::shared_ptr<UcxSession>& s, absl::Status why) 
 void UcxTransport::end_session(const std::shared_ptr<UcxSession>& s, absl::Status why, bool flush) {
   if (s->gone) return;
   s->gone = true;
+  retired_.push_back(s);  // callbacks further up the stack may still use it
+  known_.erase(s->id);
   {
     std::lock_guard<std::mutex> lock(sessions_mu_);
     by_id_.erase(s->id);
@@ -561,8 +653,8 @@ ucs_status_t UcxTransport::on_frame_start(void* arg, const void*, size_t, void* 
   if (length < kIdBytes) return UCS_OK;
   uint64_t to = 0;
   std::memcpy(&to, data, kIdBytes);
-  std::shared_ptr<UcxSession> s = t->session_by_id(to);
-  if (!s || s->gone) return UCS_OK;
+  UcxSession* s = t->session_by_id(to);
+  if (s == nullptr || s->gone) return UCS_OK;
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
     s->on_bad_frame(absl::InvalidArgumentError("a frame start arrived by rendezvous"));
     return UCS_OK;
@@ -581,7 +673,7 @@ ucs_status_t UcxTransport::on_frame_start(void* arg, const void*, size_t, void* 
     s->on_bad_frame(absl::InvalidArgumentError("frame start has the wrong size"));
     return UCS_OK;
   }
-  absl::StatusOr<std::vector<uint64_t>> lengths =
+  absl::StatusOr<LengthTable> lengths =
       decode_lengths(*h, bytes.subspan(kFrameHeaderBytes), limits);
   if (!lengths.ok()) {
     s->on_bad_frame(lengths.status());
@@ -589,6 +681,24 @@ ucs_status_t UcxTransport::on_frame_start(void* arg, const void*, size_t, void* 
   }
   if (!s->incoming.empty() && s->incoming.back()->next_part < s->incoming.back()->parts.size()) {
     s->on_bad_frame(absl::InvalidArgumentError("a frame started before the last one was whole"));
+    return UCS_OK;
+  }
+  if (whole && s->incoming.empty()) {  // the usual small frame: deliver it now
+    Frame f;
+    f.kind = h->kind;
+    const std::byte* src = bytes.data() + table_end;
+    f.message = Buffer::copy_of({src, h->message_bytes});
+    src += h->message_bytes;
+    f.buffers.reserve(lengths->size());
+    for (uint64_t len : *lengths) {
+      f.buffers.push_back(Buffer::copy_of({src, len}));
+      src += len;
+    }
+    if (absl::Status v = validate_message(f.message, limits); !v.ok()) {
+      s->on_bad_frame(v);
+    } else {
+      s->on_frame_received(std::move(f));
+    }
     return UCS_OK;
   }
   auto in = std::make_unique<UcxSession::Incoming>();
@@ -622,13 +732,14 @@ ucs_status_t UcxTransport::on_frame_part(void* arg, const void* header, size_t h
   if (header_length != kIdBytes) return UCS_OK;
   uint64_t to = 0;
   std::memcpy(&to, header, kIdBytes);
-  std::shared_ptr<UcxSession> s = t->session_by_id(to);
-  if (!s || s->gone) return UCS_OK;
+  UcxSession* s = t->session_by_id(to);
+  if (s == nullptr || s->gone) return UCS_OK;
   if (s->incoming.empty() || s->incoming.back()->next_part >= s->incoming.back()->parts.size()) {
     s->on_bad_frame(absl::InvalidArgumentError("a frame part with no frame to belong to"));
     return UCS_OK;
   }
-  t->receive_part(s, s->incoming.back().get(), data, length, param);
+  t->receive_part(std::static_pointer_cast<UcxSession>(s->shared_from_this()),
+                  s->incoming.back().get(), data, length, param);
   return UCS_OK;
 }
 
