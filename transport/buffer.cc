@@ -118,10 +118,6 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
   return *this;
 }
 
-Buffer::~Buffer() {
-  release();
-}
-
 void Buffer::release() {
   if (owner_ == nullptr && data_ != nullptr) {
     if (size_ < kMinCached || !cache().give(data_, allocation_bytes(size_))) free_block(data_);

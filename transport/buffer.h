@@ -27,7 +27,9 @@ class Buffer {
   Buffer& operator=(Buffer&& other) noexcept;
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
-  ~Buffer();
+  ~Buffer() {
+    if (data_ != nullptr || owner_ != nullptr) release();  // moved-from buffers cost nothing
+  }
 
   std::byte* data() { return data_; }
   const std::byte* data() const { return data_; }
@@ -38,7 +40,7 @@ class Buffer {
   std::span<const std::byte> bytes() const { return {data_, size_}; }
 
  private:
-  void release();
+  void release();  // frees or lets go of the storage; leaves the buffer empty
 
   std::byte* data_ = nullptr;
   size_t size_ = 0;
