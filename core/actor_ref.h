@@ -19,7 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/actor_type.h"
-#include "core/detail/actor_cell.h"
+#include "core/detail/actor_handle.h"
 #include "core/detail/call_message.h"
 #include "core/detail/ref_counted.h"
 #include "core/future.h"
@@ -66,6 +66,12 @@ class ActorRef {
   // An invalid reference; call() and tell() on it fail.
   ActorRef() = default;
 
+  // Wraps a handle (a local cell or a remote proxy). Internal.
+  static ActorRef from_handle(detail::IntrusivePtr<detail::ActorHandle> handle) {
+    return ActorRef(std::move(handle));
+  }
+  detail::ActorHandle* handle() const { return cell_.get(); }
+
   bool valid() const { return static_cast<bool>(cell_); }
   ActorId id() const { return cell_ ? cell_->id() : ActorId{}; }
 
@@ -106,7 +112,7 @@ class ActorRef {
 
  private:
   friend class ActorSystem;
-  explicit ActorRef(detail::IntrusivePtr<detail::ActorCell> cell) : cell_(std::move(cell)) {}
+  explicit ActorRef(detail::IntrusivePtr<detail::ActorHandle> cell) : cell_(std::move(cell)) {}
 
   absl::Status check(int method_index) const {
     if (!cell_) return absl::FailedPreconditionError("call on an invalid ActorRef");
@@ -117,7 +123,7 @@ class ActorRef {
     return absl::OkStatus();
   }
 
-  detail::IntrusivePtr<detail::ActorCell> cell_;
+  detail::IntrusivePtr<detail::ActorHandle> cell_;
 };
 
 }  // namespace troupe

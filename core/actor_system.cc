@@ -2,7 +2,9 @@
 
 #include <thread>
 
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "core/codec.h"
 #include "core/status.h"
 #include "spdlog/spdlog.h"
 
@@ -17,7 +19,9 @@ int default_threads(int requested) {
 }  // namespace
 
 ActorSystem::ActorSystem(ActorSystemOptions options)
-    : options_(options), pool_(std::make_unique<ThreadPool>(default_threads(options.threads))) {
+    : options_(options),
+      node_(options.node),
+      pool_(std::make_unique<ThreadPool>(default_threads(options.threads))) {
   spdlog::default_logger_raw();  // create the logger before actor threads race to
 }
 
@@ -26,7 +30,8 @@ ActorSystem::~ActorSystem() {
 }
 
 absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> ActorSystem::spawn_cell(
-    const ActorTypeInfo& type, SpawnOptions options, detail::ActorBehavior behavior) {
+    const ActorTypeInfo& type, SpawnOptions options, detail::ActorBehavior behavior,
+    ActorId fixed_id) {
   reap_dedicated_threads();
   ActorId id;
   {
@@ -43,7 +48,14 @@ absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> ActorSystem::spawn_cell(
                                                      to_string(it->second->id())));
       }
     }
-    id = ActorId::make(options_.node, next_sequence_++);
+    if (fixed_id.valid()) {
+      if (live_.contains(fixed_id)) {
+        return absl::AlreadyExistsError(absl::StrCat(to_string(fixed_id), " already lives here"));
+      }
+      id = fixed_id;
+    } else {
+      id = ActorId::make(node_.load(std::memory_order_relaxed), next_sequence_++);
+    }
   }
   if (options.mailbox_capacity == 0) {
     return absl::InvalidArgumentError(
@@ -96,6 +108,55 @@ absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> ActorSystem::lookup_cell
         absl::StrCat("actor '", name, "' is a ", it->second->type().name, ", not a ", type.name));
   }
   return it->second;
+}
+
+namespace {
+
+// Runs a restarted actor's on_restart() as its first message.
+class RestartNotice final : public detail::Message {
+ public:
+  RestartNotice(void (*on_restart)(void*, const RestartInfo&), RestartInfo info)
+      : on_restart_(on_restart), info_(std::move(info)) {}
+  void deliver(void* instance) override {
+    on_restart_(instance, info_);
+    delete this;
+  }
+  void reject(const absl::Status&) override { delete this; }
+
+ private:
+  void (*on_restart_)(void*, const RestartInfo&);
+  RestartInfo info_;
+};
+
+}  // namespace
+
+absl::StatusOr<detail::IntrusivePtr<detail::ActorHandle>> ActorSystem::spawn_remote(
+    const ActorTypeInfo& type, SpawnOptions options, uint64_t constructor, Reader& args, ActorId id,
+    const RestartInfo& restart) {
+  const ConstructorInfo* c = find_constructor(type, constructor);
+  if (c == nullptr) {
+    std::vector<std::string> known = constructor_signatures(type);
+    return absl::NotFoundError(
+        absl::StrCat(type.name, " has no constructor registered for these arguments; it has ",
+                     known.empty() ? std::string("none") : absl::StrJoin(known, ", "),
+                     " (add TROUPE_ACTOR_CONSTRUCTOR(", type.name, ", <parameter types>))"));
+  }
+  absl::StatusOr<detail::ActorBehavior> behavior = c->make(args);
+  if (!behavior.ok()) return behavior.status();
+  auto on_restart = behavior->on_restart;
+  auto cell = spawn_cell(type, std::move(options), *std::move(behavior), id);
+  if (!cell.ok()) return cell.status();
+  if (restart.restart_count > 0 && on_restart != nullptr) {
+    (*cell)->post_internal(new RestartNotice(on_restart, restart));
+  }
+  return detail::IntrusivePtr<detail::ActorHandle>(*std::move(cell));
+}
+
+detail::IntrusivePtr<detail::ActorHandle> ActorSystem::find(ActorId id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(id);
+  if (it == live_.end()) return nullptr;
+  return detail::IntrusivePtr<detail::ActorHandle>::share(it->second.get());
 }
 
 void ActorSystem::on_actor_terminated(ActorId id, const std::string& name) {

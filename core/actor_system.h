@@ -60,16 +60,8 @@ class ActorSystem {
   absl::StatusOr<ActorRef<T>> spawn(SpawnOptions options, A&&... args) {
     static_assert((std::is_copy_constructible_v<std::decay_t<A>> && ...),
                   "spawn arguments are kept for restarts and must be copyable");
-    detail::ActorBehavior behavior;
-    behavior.create = [stored = std::make_tuple(std::decay_t<A>(std::forward<A>(args))...)]() {
-      return static_cast<void*>(std::apply([](const auto&... a) { return new T(a...); }, stored));
-    };
-    behavior.destroy = [](void* p) { delete static_cast<T*>(p); };
-    if constexpr (requires(T & t, const RestartInfo& info) { t.on_restart(info); }) {
-      behavior.on_restart = [](void* p, const RestartInfo& info) {
-        static_cast<T*>(p)->on_restart(info);
-      };
-    }
+    detail::ActorBehavior behavior =
+        detail::make_behavior<T>(std::make_tuple(std::decay_t<A>(std::forward<A>(args))...));
     auto cell = spawn_cell(actor_type_of<T>(), std::move(options), std::move(behavior));
     if (!cell.ok()) return cell.status();
     return ActorRef<T>(*std::move(cell));
@@ -112,18 +104,49 @@ class ActorSystem {
   }
   ThreadPool& pool() { return *pool_; }
 
+  // For the cluster runtime. Internal.
+  //
+  // Spawns an actor of `type` with the constructor whose signature is
+  // `constructor`, its arguments decoded from `args`. With a valid `id` the
+  // actor takes that id (an actor restarted here after its node was lost);
+  // with restart.restart_count > 0 its on_restart(restart) runs before any
+  // call. Errors: NotFound (no such constructor, naming those there are),
+  // InvalidArgument (arguments malformed, constructor threw), AlreadyExists.
+  absl::StatusOr<detail::IntrusivePtr<detail::ActorHandle>> spawn_remote(
+      const ActorTypeInfo& type, SpawnOptions options, uint64_t constructor, Reader& args,
+      ActorId id = {}, const RestartInfo& restart = {});
+  // The live local actor with this id, or null.
+  detail::IntrusivePtr<detail::ActorHandle> find(ActorId id) const;
+  uint32_t node() const { return node_.load(std::memory_order_relaxed); }
+  // Sets the node index for actors spawned from now on (a node learns its
+  // index when it joins a cluster, after it started).
+  void set_node(uint32_t node) { node_.store(node, std::memory_order_relaxed); }
+
+  // Spawns a T with a given id (a node's well-known service actors). Internal.
+  template <RegisteredActor T, class... A>
+  absl::StatusOr<ActorRef<T>> spawn_at(ActorId id, SpawnOptions options, A&&... args) {
+    auto cell = spawn_cell(
+        actor_type_of<T>(), std::move(options),
+        detail::make_behavior<T>(std::make_tuple(std::decay_t<A>(std::forward<A>(args))...)), id);
+    if (!cell.ok()) return cell.status();
+    return ActorRef<T>(*std::move(cell));
+  }
+
   // Called by the runtime. Internal.
   void on_actor_terminated(ActorId id, const std::string& name);
   void on_full_mailbox() { full_mailbox_waits_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
-  absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> spawn_cell(
-      const ActorTypeInfo& type, SpawnOptions options, detail::ActorBehavior behavior);
+  absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> spawn_cell(const ActorTypeInfo& type,
+                                                                     SpawnOptions options,
+                                                                     detail::ActorBehavior behavior,
+                                                                     ActorId fixed_id = {});
   absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> lookup_cell(std::string_view name,
                                                                       const ActorTypeInfo& type);
   void reap_dedicated_threads();
 
   const ActorSystemOptions options_;
+  std::atomic<uint32_t> node_;
   std::unique_ptr<ThreadPool> pool_;
   std::atomic<uint64_t> full_mailbox_waits_{0};
 

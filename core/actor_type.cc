@@ -1,5 +1,6 @@
 #include "core/actor_type.h"
 
+#include <deque>
 #include <memory>
 #include <mutex>
 
@@ -13,6 +14,8 @@ namespace {
 struct Registry {
   std::mutex mu;
   absl::flat_hash_map<std::string, std::unique_ptr<ActorTypeInfo>> types;
+  absl::flat_hash_map<uint64_t, const ActorTypeInfo*> by_id;
+  absl::flat_hash_map<uint64_t, std::deque<ConstructorInfo>> constructors;  // by type id; stable
 };
 
 Registry& registry() {
@@ -29,14 +32,56 @@ const ActorTypeInfo* find_actor_type(std::string_view name) {
   return it == r.types.end() ? nullptr : it->second.get();
 }
 
+const ActorTypeInfo* find_actor_type(uint64_t id) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.by_id.find(id);
+  return it == r.by_id.end() ? nullptr : it->second;
+}
+
+const ConstructorInfo* find_constructor(const ActorTypeInfo& type, uint64_t signature) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.constructors.find(type.id);
+  if (it == r.constructors.end()) return nullptr;
+  for (const ConstructorInfo& c : it->second) {
+    if (c.signature == signature) return &c;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> constructor_signatures(const ActorTypeInfo& type) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> out;
+  auto it = r.constructors.find(type.id);
+  if (it == r.constructors.end()) return out;
+  for (const ConstructorInfo& c : it->second)
+    out.push_back(c.params);
+  return out;
+}
+
 namespace detail {
 
 const ActorTypeInfo& register_actor_type(ActorTypeInfo info) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto [it, inserted] = r.types.try_emplace(info.name, nullptr);
-  if (inserted) it->second = std::make_unique<ActorTypeInfo>(std::move(info));
+  if (inserted) {
+    it->second = std::make_unique<ActorTypeInfo>(std::move(info));
+    r.by_id.emplace(it->second->id, it->second.get());
+  }
   return *it->second;
+}
+
+void register_constructor(const ActorTypeInfo& type, ConstructorInfo info) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto& list = r.constructors[type.id];
+  for (const ConstructorInfo& c : list) {
+    if (c.signature == info.signature) return;  // registered twice: keep the first
+  }
+  list.push_back(std::move(info));
 }
 
 std::vector<std::string> parse_method_names(std::string_view list) {

@@ -17,30 +17,70 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/detail/actor_behavior.h"
 #include "core/ids.h"
 
 namespace troupe {
 
+class Reader;
+class Writer;
+namespace detail {
+class ActorHandle;
+}
+
+// Sends the encoded result of a call back to its caller in another process.
+using RemoteReply = std::function<void(Writer&)>;
+// Runs a call that arrived from another process on the local actor `target`:
+// decodes the arguments from `args`, sends the call, and when it completes
+// gives `reply` the encoded result (no reply for a tell: `reply` is empty).
+// Errors: the arguments did not decode, or the method cannot cross processes.
+using RemoteInvoker =
+    std::function<absl::Status(detail::ActorHandle& target, Reader& args, RemoteReply reply)>;
+
 struct MethodInfo {
   std::string name;  // "Class::method"
   uint64_t id = 0;   // stable_id(name)
+  RemoteInvoker invoke;
+};
+
+// A constructor another process may spawn the actor with.
+struct ConstructorInfo {
+  uint64_t signature = 0;  // stable_id of the parameter type names
+  std::string params;      // "(int32, string)", for errors
+  // Decodes the arguments and returns the behavior that builds the actor.
+  std::function<absl::StatusOr<detail::ActorBehavior>(Reader&)> make;
 };
 
 struct ActorTypeInfo {
   std::string name;  // "Class"
   uint64_t id = 0;   // stable_id(name)
   std::vector<MethodInfo> methods;
+
+  const MethodInfo* method(uint64_t method_id) const {
+    for (const MethodInfo& m : methods) {
+      if (m.id == method_id) return &m;
+    }
+    return nullptr;
+  }
 };
 
-// All actor types registered in this process, by name.
-// Returns null if no type of that name was registered.
+// All actor types registered in this process, by name, or by id.
+// Returns null if no such type was registered.
 const ActorTypeInfo* find_actor_type(std::string_view name);
+const ActorTypeInfo* find_actor_type(uint64_t id);
+// The constructor of `type` with this signature (see ConstructorInfo), or null.
+const ConstructorInfo* find_constructor(const ActorTypeInfo& type, uint64_t signature);
+// Every constructor registered for `type`, for error messages.
+std::vector<std::string> constructor_signatures(const ActorTypeInfo& type);
 
 namespace detail {
 
@@ -101,25 +141,14 @@ const ActorTypeInfo& register_actor_type(ActorTypeInfo info);
 // Splits "&Counter::add, &Counter::get" into {"Counter::add", "Counter::get"}.
 std::vector<std::string> parse_method_names(std::string_view list);
 
+// Defined in core/detail/register_actor.h (included by core/actor.h): builds
+// the type's entry, with cross-process invokers for its methods.
 template <class T, class... M>
 const ActorTypeInfo& register_actor_class(std::string_view class_name, std::string_view method_list,
-                                          M... methods) {
-  static_assert((std::is_member_function_pointer_v<M> && ...),
-                "TROUPE_ACTOR takes member function pointers: &Class::method");
-  static_assert((std::is_base_of_v<typename MethodTraits<M>::Class, T> && ...),
-                "TROUPE_ACTOR lists a method of another class");
-  ActorTypeInfo info;
-  info.name = std::string(class_name);
-  info.id = stable_id(class_name);
-  for (std::string& qualified : parse_method_names(method_list)) {
-    uint64_t id = stable_id(qualified);
-    info.methods.push_back(MethodInfo{std::move(qualified), id});
-  }
-  const ActorTypeInfo& stored = register_actor_type(std::move(info));
-  MethodTable<T>::type = &stored;
-  MethodTable<T>::keys = {method_key(methods)...};
-  return stored;
-}
+                                          M... methods);
+
+// Adds a remote constructor to a registered type. Internal.
+void register_constructor(const ActorTypeInfo& type, ConstructorInfo info);
 
 }  // namespace detail
 

@@ -25,6 +25,15 @@ struct SpawnOptions {
   // How long a sender waits on a full mailbox before its call fails with
   // ResourceExhausted. Infinite by default: the sender waits for room.
   absl::Duration send_timeout = absl::InfiniteDuration();
+
+  // In a cluster (Cluster::spawn), where the actor may run:
+  // Resources it holds while alive, "CPU=1,GPU=1,memory=2G,custom=1".
+  std::string resources;
+  // A placement group (its id) and bundle to draw them from; -1: any bundle.
+  uint64_t placement_group = 0;
+  int bundle_index = -1;
+  // A node to pin it to, or -1 for the scheduler's choice.
+  int node = -1;
 };
 
 // Passed to an actor's on_restart(const RestartInfo&) after a restart, so it

@@ -12,6 +12,8 @@
 
 #include "absl/status/status.h"
 #include "core/actor_type.h"
+#include "core/detail/actor_behavior.h"
+#include "core/detail/actor_handle.h"
 #include "core/detail/mailbox.h"
 #include "core/detail/message.h"
 #include "core/executor.h"
@@ -24,36 +26,29 @@ class ActorSystem;
 
 namespace troupe::detail {
 
-// Type-erased operations on the user's actor class.
-struct ActorBehavior {
-  std::function<void*()> create;  // may throw
-  void (*destroy)(void*) = nullptr;
-  void (*on_restart)(void*, const RestartInfo&) = nullptr;  // null if absent
-};
-
-class ActorCell final : public MessageTarget, public Resumable {
+class ActorCell final : public ActorHandle, public Resumable {
  public:
   // The cell owns `instance` (made by behavior.create) and runs on `executor`.
   ActorCell(ActorSystem* system, ActorId id, const ActorTypeInfo& type, SpawnOptions options,
             ActorBehavior behavior, void* instance, Executor* executor);
 
-  ActorId id() const { return id_; }
-  const ActorTypeInfo& type() const { return type_; }
+  ActorId id() const override { return id_; }
+  const ActorTypeInfo& type() const override { return type_; }
   const std::string& name() const { return options_.name; }
 
   // Enqueues a user message, blocking while the mailbox is full. If the actor
   // is gone or the wait times out, rejects `m` with the reason.
-  void send(Message* m);
+  void send(Message* m) override;
   // Enqueues without back-pressure (replies, continuations, control).
   void post_internal(Message* m) override;
 
   // Makes the actor fail after its current message: restarted if `restart`
   // and restarts remain, otherwise terminated. Pending messages survive a
   // restart and are rejected on termination.
-  void kill(bool restart, std::string reason);
+  void kill(bool restart, std::string reason) override;
 
   // Calls `cb` once when the actor terminates (at once if it already has).
-  void monitor(DeathCallback cb);
+  void monitor(DeathCallback cb) override;
 
   bool terminated() const { return terminated_.load(std::memory_order_acquire); }
 

@@ -9,6 +9,7 @@
 #include "core/actor_type.h"
 #include "core/detail/message.h"
 #include "core/detail/message_pool.h"
+#include "core/detail/remote_codec.h"
 #include "core/future.h"
 
 namespace troupe::detail {
@@ -26,6 +27,11 @@ decltype(auto) invoke_method(void* instance, M method, Args& args) {
 inline std::string_view method_name_at(const ActorTypeInfo* type, int index) {
   if (type == nullptr || index < 0) return {};
   return type->methods[static_cast<size_t>(index)].name;
+}
+
+inline uint64_t method_id_at(const ActorTypeInfo* type, int index) {
+  if (type == nullptr || index < 0) return 0;
+  return type->methods[static_cast<size_t>(index)].id;
 }
 
 // A call whose reply completes the caller's Future<U>. The message is also the
@@ -48,6 +54,25 @@ class Call final : public FutureState<U>, public Message {
   }
   std::string_view method_name() const override {
     return method_name_at(MethodTable<T>::type, method_index_);
+  }
+  uint64_t method_id() const override { return method_id_at(MethodTable<T>::type, method_index_); }
+  bool wants_reply() const override { return true; }
+  absl::Status encode_args(Writer& out) const override {
+    if constexpr (!kResultCodable<U>) {
+      return absl::UnimplementedError(
+          absl::StrCat(std::string(method_name()),
+                       " cannot be called in another process: its result type ", "has no Codec"));
+    } else {
+      return encode_args_tuple(out, args_, method_name());
+    }
+  }
+  void complete_remote(Reader& in) override {
+    if constexpr (kResultCodable<U>) {
+      this->set(from_result<U>(decode_result<U>(in)));
+    } else {
+      this->set(absl::InternalError("unexpected reply"));
+    }
+    this->release();
   }
 
  private:
@@ -72,6 +97,10 @@ class Tell final : public Message {
   void reject(const absl::Status&) override { delete this; }
   std::string_view method_name() const override {
     return method_name_at(MethodTable<T>::type, method_index_);
+  }
+  uint64_t method_id() const override { return method_id_at(MethodTable<T>::type, method_index_); }
+  absl::Status encode_args(Writer& out) const override {
+    return encode_args_tuple(out, args_, method_name());
   }
 
  private:

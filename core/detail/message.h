@@ -6,6 +6,11 @@
 #include "absl/status/status.h"
 #include "core/detail/ref_counted.h"
 
+namespace troupe {
+class Writer;
+class Reader;
+}  // namespace troupe
+
 namespace troupe::detail {
 
 class Message {
@@ -21,6 +26,15 @@ class Message {
   virtual void reject(const absl::Status& why) = 0;
   // "Class::method" for calls, empty for internal messages.
   virtual std::string_view method_name() const { return {}; }
+
+  // For a call to an actor in another process (core/cluster/remote_actor.h):
+  // the method's stable id, whether the caller waits for a reply, the
+  // arguments encoded (Unimplemented if one has no Codec), and, for calls,
+  // completion from the encoded reply, after which it has disposed of itself.
+  virtual uint64_t method_id() const { return 0; }
+  virtual bool wants_reply() const { return false; }
+  virtual absl::Status encode_args(Writer& out) const;
+  virtual void complete_remote(Reader& in);
 
  protected:
   virtual ~Message() = default;

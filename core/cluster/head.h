@@ -1,0 +1,169 @@
+// The head: the cluster's control plane, as one actor (HeadService) on node 0
+// of a head process (HeadServer). It keeps the node table (heartbeats, a
+// failure detector), the resource ledger and scheduler, placement groups,
+// the actor directory with cluster-wide names, a KV store for rendezvous and
+// an event log. Data never passes through it: nodes call each other's actors
+// directly.
+//
+// Failure semantics. A node is declared dead when it misses heartbeats for
+// the budget (1 s by default) or at once when a peer reports a broken
+// connection to it. Its actors with restarts left are re-created on live
+// nodes (same ActorId; their on_restart runs); the others die with ActorDied
+// naming the node and the reason. Every node learns of it with its next
+// heartbeat and fails the calls it has in flight there.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+#include "core/actor.h"
+#include "core/cluster/node.h"
+#include "core/cluster/protocol.h"
+#include "core/cluster/scheduler.h"
+
+namespace troupe::cluster {
+
+class NodeAgent;
+
+struct HeadConfig {
+  absl::Duration heartbeat_interval = absl::Milliseconds(100);
+  absl::Duration heartbeat_timeout = absl::Seconds(1);  // the failure-detection budget
+};
+
+class HeadService {
+ public:
+  HeadService(Node* node, HeadConfig config);
+
+  // Nodes.
+  Registration register_node(NodeInfo info);
+  HeartbeatReply heartbeat(uint32_t node, uint64_t seen_version);
+  // `reporter` lost its connection to `node`: the node is declared dead now.
+  void report_lost(uint32_t reporter, uint32_t node, std::string reason);
+  // A node leaving in order (a driver that is done, a worker stopped by hand).
+  void unregister_node(uint32_t node, std::string reason);
+
+  // Actors.
+  Future<ActorLocation> spawn_actor(SpawnRequest request);
+  absl::StatusOr<ActorLocation> get_actor(std::string name);
+  // Where actor `id` lives. Unavailable while it is being restarted,
+  // ActorDied once it is gone for good, NotFound if never known.
+  absl::StatusOr<uint32_t> locate(uint64_t id);
+  // Reported by a node: actor `id` terminated for good there.
+  void actor_died(uint64_t id, std::string reason);
+  absl::Status kill_actor(uint64_t id, bool no_restart);
+  // Completes with the reason when actor `id` terminates for good.
+  Future<std::string> watch_actor(uint64_t id);
+
+  // Placement groups (Ray's semantics; bundles as "CPU=1,GPU=1").
+  absl::StatusOr<uint64_t> create_placement_group(std::vector<std::string> bundles,
+                                                  std::string strategy, std::string name);
+  absl::StatusOr<bool> placement_group_ready(uint64_t id);
+  absl::Status remove_placement_group(uint64_t id);
+
+  // KV store (rendezvous): put returns false when the key exists and
+  // `overwrite` is false.
+  bool kv_put(std::string key, std::string value, bool overwrite);
+  std::optional<std::string> kv_get(std::string key);
+  bool kv_delete(std::string key);
+  std::vector<std::string> kv_keys(std::string prefix);
+
+  ClusterStatus status();
+  // Asks every worker to exit, then the head itself.
+  void stop();
+  bool stopping() const { return stopping_; }
+  // The failure detector's clock: called by the head process every few ms.
+  void tick();
+
+ private:
+  struct NodeRecord {
+    NodeInfo info;
+    NodeState state = NodeState::kAlive;
+    std::string death_reason;
+    absl::Time last_heartbeat;
+  };
+  struct ActorRecord {
+    uint64_t id = 0;
+    SpawnRequest spawn;
+    uint32_t node = 0;
+    Placement placement;
+    Resources resources;
+    ActorState state = ActorState::kPending;
+    int32_t restarts = 0;
+    std::string death_reason;
+    std::vector<Promise<std::string>> watchers;
+  };
+
+  ActorRef<NodeAgent> agent(uint32_t node);
+  void record(ClusterEvent event);
+  void log(std::string line);
+  void declare_dead(uint32_t node, const std::string& reason);
+  // Places and hosts `actor` (its first start, or a restart after its node
+  // was lost); completes with its location.
+  Future<ActorLocation> host(uint64_t id, int32_t restart_count, std::string restart_reason);
+  void actor_gone(ActorRecord& actor, const std::string& reason);
+  // Restarts actors waiting for room (after a node joined or resources freed).
+  void retry_waiting();
+  bool restartable(const ActorRecord& actor) const {
+    return actor.spawn.max_restarts < 0 || actor.restarts < actor.spawn.max_restarts;
+  }
+
+  Node* const node_;
+  const HeadConfig config_;
+  Scheduler scheduler_;
+  uint32_t next_node_ = 1;
+  uint64_t next_actor_ = 1;
+  uint64_t version_ = 0;
+  bool stopping_ = false;
+  std::map<uint32_t, NodeRecord> nodes_;
+  std::map<uint64_t, ActorRecord> actors_;
+  absl::flat_hash_map<std::string, uint64_t> names_;
+  std::set<uint64_t> waiting_;  // restarts that found no room yet
+  std::map<std::string, std::string> kv_;
+  std::vector<ClusterEvent> events_;
+  std::deque<std::string> log_;
+};
+
+// The head process: a node 0 listening on the control port, hosting the
+// HeadService and driving its failure detector.
+struct HeadOptions {
+  std::string host = "127.0.0.1";  // where to listen ("0.0.0.0" for every interface)
+  uint16_t port = 6380;            // 0 picks a free one
+  std::string token;
+  HeadConfig config;
+  int threads = 2;
+};
+
+class HeadServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<HeadServer>> start(HeadOptions options);
+  ~HeadServer();
+
+  // "tcp://host:port": where workers and drivers reach the head.
+  std::string address() const;
+  ActorRef<HeadService> service() const { return service_; }
+  // Blocks until stop() was called on the service, or `timeout` passes;
+  // true if stopped.
+  bool wait_stopped(absl::Duration timeout);
+
+ private:
+  HeadServer() = default;
+
+  std::unique_ptr<Node> node_;
+  ActorRef<HeadService> service_;
+  std::thread clock_;
+  std::atomic<bool> done_{false};
+};
+
+// The head's cluster-wide ActorIds live under this node index: they stay the
+// same when an actor moves.
+inline constexpr uint32_t kClusterActorNode = 0xfffe;
+
+}  // namespace troupe::cluster

@@ -1,0 +1,144 @@
+// What nodes and the head say to each other. The control plane is itself
+// made of actors - the head's HeadService and each node's NodeAgent - so these
+// are the argument and result types of their methods, made codable with
+// TROUPE_FIELDS.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/codec.h"
+#include "core/ids.h"
+
+namespace troupe::cluster {
+
+// The head is node 0; its service, and every node's agent, are the first
+// actor of their node.
+inline constexpr uint32_t kHeadNode = 0;
+inline constexpr uint32_t kUnassignedNode = 0xffff;
+inline ActorId head_service_id() {
+  return ActorId::make(kHeadNode, 1);
+}
+inline ActorId node_agent_id(uint32_t node) {
+  return ActorId::make(node, 1);
+}
+
+enum class NodeKind : uint8_t { kWorker = 0, kDriver = 1 };
+enum class NodeState : uint8_t { kAlive = 0, kDead = 1 };
+enum class ActorState : uint8_t { kPending = 0, kAlive = 1, kRestarting = 2, kDead = 3 };
+
+std::string_view to_string(NodeKind kind);
+std::string_view to_string(NodeState state);
+std::string_view to_string(ActorState state);
+
+struct NodeInfo {
+  uint32_t index = kUnassignedNode;
+  NodeKind kind = NodeKind::kWorker;
+  std::string name;  // "worker 10.0.0.5 pid 4242"
+  std::string host;
+  int64_t pid = 0;
+  std::vector<std::string> endpoints;  // data plane, best first
+  std::string resources;               // total, "CPU=2,GPU=0,memory=8G"
+  TROUPE_FIELDS(index, kind, name, host, pid, endpoints, resources);
+};
+
+// What a node learns at registration and then with each heartbeat: what
+// changed in the cluster since the version it last saw.
+struct ClusterEvent {
+  enum Kind : uint8_t { kNodeJoined = 0, kNodeDied = 1, kActorMoved = 2, kActorDied = 3 };
+  uint64_t version = 0;
+  Kind kind = kNodeJoined;
+  NodeInfo node;         // joined: the node; died: its index (and name)
+  std::string reason;    // died: why
+  uint64_t actor = 0;    // moved / died: the actor
+  uint32_t to_node = 0;  // moved: where it lives now
+  TROUPE_FIELDS(version, kind, node, reason, actor, to_node);
+};
+
+struct Registration {
+  uint32_t index = 0;                // the node's index, for its lifetime
+  int64_t heartbeat_ms = 100;        // how often to send heartbeats
+  std::vector<ClusterEvent> events;  // the cluster so far: every live node
+  TROUPE_FIELDS(index, heartbeat_ms, events);
+};
+
+struct HeartbeatReply {
+  bool known = true;  // false: the head declared this node dead; it must exit
+  std::vector<ClusterEvent> events;
+  TROUPE_FIELDS(known, events);
+};
+
+// Spawning an actor somewhere in the cluster.
+struct SpawnRequest {
+  std::string type;          // registered actor type name
+  uint64_t constructor = 0;  // signature id of the constructor's parameters
+  std::string args;          // the constructor arguments, Codec-encoded
+  std::string name;          // cluster-wide name, or empty
+  int32_t max_restarts = 0;
+  bool dedicated_thread = false;
+  uint64_t mailbox_capacity = 1024;
+  std::string resources;  // "CPU=1,GPU=1": held while alive
+  uint64_t placement_group = 0;
+  int32_t bundle_index = -1;
+  int32_t node = -1;  // pin to a node, or -1
+  TROUPE_FIELDS(type, constructor, args, name, max_restarts, dedicated_thread, mailbox_capacity,
+                resources, placement_group, bundle_index, node);
+};
+
+struct ActorLocation {
+  uint64_t id = 0;
+  uint32_t node = 0;
+  std::string type;
+  TROUPE_FIELDS(id, node, type);
+};
+
+// What a node agent is asked to host.
+struct HostRequest {
+  uint64_t id = 0;  // the actor's cluster-wide id (kept across restarts)
+  SpawnRequest spawn;
+  int32_t restart_count = 0;  // > 0: a restart after its node was lost
+  std::string restart_reason;
+  TROUPE_FIELDS(id, spawn, restart_count, restart_reason);
+};
+
+struct NodeStatus {
+  NodeInfo info;
+  NodeState state = NodeState::kAlive;
+  std::string available;  // resources not held by actors or placement groups
+  std::string death_reason;
+  int64_t actors = 0;             // alive actors on it
+  int64_t last_heartbeat_ms = 0;  // ago
+  TROUPE_FIELDS(info, state, available, death_reason, actors, last_heartbeat_ms);
+};
+
+struct ActorStatus {
+  uint64_t id = 0;
+  std::string type;
+  std::string name;
+  uint32_t node = 0;
+  ActorState state = ActorState::kPending;
+  int32_t restarts = 0;
+  std::string death_reason;
+  TROUPE_FIELDS(id, type, name, node, state, restarts, death_reason);
+};
+
+struct PlacementGroupStatus {
+  uint64_t id = 0;
+  std::string name;
+  std::string strategy;
+  std::vector<std::string> bundles;
+  bool placed = false;
+  std::vector<uint32_t> bundle_nodes;
+  TROUPE_FIELDS(id, name, strategy, bundles, placed, bundle_nodes);
+};
+
+struct ClusterStatus {
+  std::vector<NodeStatus> nodes;
+  std::vector<ActorStatus> actors;
+  std::vector<PlacementGroupStatus> placement_groups;
+  std::vector<std::string> events;  // the most recent, oldest first
+  TROUPE_FIELDS(nodes, actors, placement_groups, events);
+};
+
+}  // namespace troupe::cluster

@@ -1,0 +1,194 @@
+// Scheduler: the head node's resource ledger and placement logic. Pure
+// bookkeeping: no networking, no threads, no clocks. NOT thread-safe; the head
+// calls it from one thread (or under one lock).
+//
+// Ledger. Each node has a total and an available pool. Invariant, per node and
+// per resource:
+//   available = total - (bundles reserved on it) - (ungrouped actors on it)
+// and, per placed bundle, bundle_available = bundle - (actors drawn from it).
+// A bundle's reservation comes out of its node's pool when its group is
+// placed and goes back when the group is removed or unplaced.
+//
+// Actors. place_actor() picks a node (or a bundle of a placement group) and
+// reserves the request; release_actor() returns it. A release that no longer
+// matches the ledger (the node or group is gone, or was placed again since)
+// is ignored, and a release never raises an amount above what it came from.
+//
+// Placement groups (as in Ray). A group is a list of bundles reserved
+// together, all or nothing, by a strategy:
+//   STRICT_PACK    every bundle on one node
+//   PACK           as few nodes as possible, best effort
+//   STRICT_SPREAD  every bundle on a different node
+//   SPREAD         different nodes where possible, best effort
+// A group that cannot be placed now is kept PENDING and reserves nothing;
+// retry_pending() places those that fit, in creation order. Call it when a
+// node joins or resources are freed; the scheduler never retries by itself.
+//
+// Failures. remove_node() drops the node and everything on it. Every group
+// with a bundle there becomes pending again and releases its bundles on the
+// surviving nodes too (the gang is re-placed whole by retry_pending()).
+// Actors drawn from such a group, or from a removed group, lose their
+// reservation with it: the caller is expected to stop or restart them; their
+// later release_actor() calls are ignored.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/cluster/resources.h"
+
+namespace troupe::cluster {
+
+using NodeIndex = uint32_t;  // assigned by the head; 0 is the head itself
+
+enum class PlacementStrategy { kPack, kSpread, kStrictPack, kStrictSpread };
+
+// "PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD", in any case.
+// Errors: InvalidArgument listing the valid names.
+[[nodiscard]] absl::StatusOr<PlacementStrategy> parse_placement_strategy(std::string_view text);
+// The upper-case name, as parse_placement_strategy() takes it.
+std::string_view to_string(PlacementStrategy strategy);
+
+struct PlacementGroupId {
+  uint64_t value = 0;  // 0 is never assigned
+
+  bool valid() const { return value != 0; }
+  friend auto operator<=>(const PlacementGroupId&, const PlacementGroupId&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const PlacementGroupId& id) {
+    return H::combine(std::move(h), id.value);
+  }
+};
+
+// "pg-<value>", as shown in errors.
+std::string to_string(PlacementGroupId id);
+
+// Where an actor may go.
+struct PlacementRequest {
+  Resources resources;                    // held while the actor lives (Ray: nothing by default)
+  std::optional<NodeIndex> node;          // pin to this node
+  std::optional<PlacementGroupId> group;  // draw from this placement group's bundle...
+  int bundle_index = -1;                  // ...this one, or -1 for the first with room
+};
+
+// Where an actor went. Pass it back unchanged to release_actor().
+struct Placement {
+  NodeIndex node = 0;
+  std::optional<PlacementGroupId> group;
+  int bundle_index = -1;
+  // The incarnation of the node or group placement the reservation came from,
+  // so that a release after the node rejoined or the group was re-placed is
+  // recognised as stale. 0 (a hand-made Placement) skips that check.
+  uint64_t epoch = 0;
+};
+
+class Scheduler {
+ public:
+  // --- Nodes -------------------------------------------------------------
+
+  // Adds a node offering `total`. If the node is already present its total is
+  // replaced and what is in use on it stays in use (available may go below
+  // zero until actors are released). Does not retry pending groups.
+  void add_node(NodeIndex node, Resources total);
+  // Removes a node, its actors and its bundles. Returns the groups that had a
+  // bundle on it, in creation order; they are pending again (see the top of
+  // this file). Unknown node: no-op, returns {}.
+  std::vector<PlacementGroupId> remove_node(NodeIndex node);
+  // Every node, ascending.
+  std::vector<NodeIndex> nodes() const;
+  // A node's total and unreserved resources; empty for an unknown node.
+  Resources total(NodeIndex node) const;
+  Resources available(NodeIndex node) const;
+
+  // --- Actors ------------------------------------------------------------
+
+  // Chooses where an actor goes and reserves request.resources there.
+  //   Without a group: among the nodes (not in `excluded`; only request.node
+  //   if pinned) whose available pool contains the request, the one with the
+  //   most CPU left afterwards (spreads load); ties go to the lowest index.
+  //   With a group: the reservation comes from the bundle (bundle_index, or
+  //   the lowest-numbered bundle with room, skipping bundles on excluded
+  //   nodes and, if pinned, bundles on other nodes), not from the node's pool.
+  // Errors:
+  //   InvalidArgument   a negative amount; a bad bundle index; a request
+  //                     bigger than the whole bundle (or every bundle); a pin
+  //                     to an excluded node or away from the chosen bundle
+  //   NotFound          unknown pinned node or group
+  //   Unavailable       the group is pending (not placed yet); retry later
+  //   ResourceExhausted nothing has room now; the message names the request
+  //                     and the largest free amounts seen
+  [[nodiscard]] absl::StatusOr<Placement> place_actor(const PlacementRequest& request,
+                                                      const std::set<NodeIndex>& excluded = {});
+  // Returns an actor's resources to where place_actor() took them from.
+  // Stale or unknown placements are ignored (see the top of this file).
+  void release_actor(const Placement& where, const Resources& resources);
+
+  // --- Placement groups --------------------------------------------------
+
+  // Creates a group and tries to place it at once (even when older groups
+  // are pending); returns its id whether placed or pending.
+  // Errors: InvalidArgument (no bundles, an empty bundle, a negative amount),
+  // AlreadyExists (another group has the same non-empty name).
+  [[nodiscard]] absl::StatusOr<PlacementGroupId> create_placement_group(
+      std::vector<Resources> bundles, PlacementStrategy strategy, std::string name = "");
+  // Removes a group, placed or pending. Its whole bundles go back to their
+  // nodes, including what its actors still hold (they keep running; the
+  // caller stops them; their releases are ignored). NotFound if unknown.
+  [[nodiscard]] absl::Status remove_placement_group(PlacementGroupId id);
+  // Tries every pending group, in creation order, against what is free now;
+  // returns those placed.
+  std::vector<PlacementGroupId> retry_pending();
+
+  struct GroupInfo {
+    PlacementGroupId id;
+    std::string name;
+    PlacementStrategy strategy = PlacementStrategy::kPack;
+    std::vector<Resources> bundles;
+    bool placed = false;
+    std::vector<NodeIndex> bundle_nodes;      // node of each bundle; empty while pending
+    std::vector<Resources> bundle_available;  // left in each bundle; empty while pending
+  };
+  std::optional<GroupInfo> group(PlacementGroupId id) const;
+  std::optional<PlacementGroupId> group_by_name(std::string_view name) const;
+  // Every group, in creation order.
+  std::vector<GroupInfo> groups() const;
+
+ private:
+  struct NodeState {
+    Resources total;
+    Resources available;
+    Resources reserved;  // by placed bundles
+    uint64_t epoch = 0;
+  };
+  struct GroupState {
+    GroupInfo info;
+    uint64_t epoch = 0;  // of the current placement; 0 while pending
+  };
+
+  absl::StatusOr<Placement> place_ungrouped(const PlacementRequest& request,
+                                            const std::set<NodeIndex>& excluded);
+  absl::StatusOr<Placement> place_in_group(const PlacementRequest& request,
+                                           const std::set<NodeIndex>& excluded);
+  absl::Status exhausted_error(const Resources& request, const std::set<NodeIndex>& excluded,
+                               std::optional<NodeIndex> pinned) const;
+  // Reserves the group's bundles if they all fit now; true when placed.
+  bool try_place(GroupState& group);
+  // Returns a placed group's bundles to the surviving nodes; it becomes pending.
+  void unplace(GroupState& group);
+
+  std::map<NodeIndex, NodeState> nodes_;
+  std::map<PlacementGroupId, GroupState> groups_;  // ids grow: map order is creation order
+  uint64_t next_group_id_ = 1;
+  uint64_t next_epoch_ = 1;
+};
+
+}  // namespace troupe::cluster

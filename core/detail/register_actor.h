@@ -1,0 +1,122 @@
+// What TROUPE_ACTOR and TROUPE_ACTOR_CONSTRUCTOR expand to: the type's entry
+// in the registry, with what another process needs to run it - an invoker
+// per method and the constructors it may be spawned with. Internal to core;
+// included by core/actor.h.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "core/actor_ref.h"
+#include "core/actor_type.h"
+#include "core/codec.h"
+#include "core/detail/actor_behavior.h"
+#include "core/detail/remote_codec.h"
+
+namespace troupe::detail {
+
+template <class Params>
+struct ParamPack;
+template <class... P>
+struct ParamPack<std::tuple<P...>> {
+  using Values = std::tuple<std::decay_t<P>...>;
+  static constexpr bool kCodable = kArgsCodable<std::decay_t<P>...>;
+};
+
+// Runs `method` of T for a caller in another process.
+template <class T, class M>
+RemoteInvoker make_invoker(M method, std::string name) {
+  using Traits = MethodTraits<M>;
+  using Pack = ParamPack<typename Traits::Params>;
+  using U = unwrap_t<typename Traits::Return>;
+  if constexpr (!Pack::kCodable || !kResultCodable<U>) {
+    return [name](ActorHandle&, Reader&, RemoteReply) {
+      return absl::UnimplementedError(absl::StrCat(
+          name, " cannot be called from another process: a parameter or the result has no Codec"));
+    };
+  } else {
+    return [method](ActorHandle& target, Reader& in, RemoteReply reply) -> absl::Status {
+      typename Pack::Values args;
+      absl::Status decoded = std::apply([&](auto&... a) { return decode_values(in, a...); }, args);
+      if (!decoded.ok()) return decoded;
+      auto ref = ActorRef<T>::from_handle(IntrusivePtr<ActorHandle>::share(&target));
+      if (!reply) {
+        std::apply([&](auto&... a) { ref.tell(method, std::move(a)...); }, args);
+        return absl::OkStatus();
+      }
+      Future<U> result =
+          std::apply([&](auto&... a) { return ref.call(method, std::move(a)...); }, args);
+      static_cast<void>(std::move(result).then([reply = std::move(reply)](Result<U> r) {
+        Writer out;
+        encode_result<U>(out, r);
+        reply(out);
+      }));
+      return absl::OkStatus();
+    };
+  }
+}
+
+// Lets another process spawn T with arguments of types A... .
+template <class T, class... A>
+ConstructorInfo make_constructor() {
+  static_assert(kArgsCodable<A...>, "every constructor parameter type needs a Codec");
+  ConstructorInfo info;
+  info.params = arg_type_names<A...>();
+  info.signature = stable_id(info.params);
+  info.make = [](Reader& in) -> absl::StatusOr<ActorBehavior> {
+    std::tuple<A...> args;
+    absl::Status decoded = std::apply([&](auto&... a) { return decode_values(in, a...); }, args);
+    if (!decoded.ok()) return decoded;
+    return make_behavior<T>(std::move(args));
+  };
+  return info;
+}
+
+template <class T, class... M>
+const ActorTypeInfo& register_actor_class(std::string_view class_name, std::string_view method_list,
+                                          M... methods) {
+  static_assert((std::is_member_function_pointer_v<M> && ...),
+                "TROUPE_ACTOR takes member function pointers: &Class::method");
+  static_assert((std::is_base_of_v<typename MethodTraits<M>::Class, T> && ...),
+                "TROUPE_ACTOR lists a method of another class");
+  ActorTypeInfo info;
+  info.name = std::string(class_name);
+  info.id = stable_id(class_name);
+  std::vector<std::string> names = parse_method_names(method_list);
+  size_t i = 0;
+  ((info.methods.push_back(
+        MethodInfo{names[i], stable_id(names[i]), make_invoker<T>(methods, names[i])}),
+    ++i),
+   ...);
+  const ActorTypeInfo& stored = register_actor_type(std::move(info));
+  MethodTable<T>::type = &stored;
+  MethodTable<T>::keys = {method_key(methods)...};
+  if constexpr (std::is_default_constructible_v<T>) {
+    register_constructor(stored, make_constructor<T>());
+  }
+  return stored;
+}
+
+// The signature id of a constructor taking A... (as the spawning side computes it).
+template <class... A>
+uint64_t constructor_signature() {
+  return stable_id(arg_type_names<std::decay_t<A>...>());
+}
+
+}  // namespace troupe::detail
+
+// Lets other processes spawn Class with these constructor parameter types
+// (TROUPE_ACTOR already allows the default constructor). Place it after
+// TROUPE_ACTOR, at namespace scope; repeat for each constructor.
+//   TROUPE_ACTOR_CONSTRUCTOR(Counter, int, std::string);
+#define TROUPE_ACTOR_CONSTRUCTOR(Class, ...)                                               \
+  [[maybe_unused]] inline const bool TROUPE_DETAIL_CONCAT(troupe_constructor_, __LINE__) = \
+      (::troupe::detail::register_constructor(                                             \
+           ::troupe::actor_type_of<Class>(),                                               \
+           ::troupe::detail::make_constructor<Class __VA_OPT__(, ) __VA_ARGS__>()),        \
+       true)
+#define TROUPE_DETAIL_CONCAT_INNER(a, b) a##b
+#define TROUPE_DETAIL_CONCAT(a, b) TROUPE_DETAIL_CONCAT_INNER(a, b)

@@ -1,0 +1,69 @@
+// How calls cross processes, on top of Codec: arguments as a tuple of
+// values in order; a result as its Status, then the value when it is OK.
+// Internal to core.
+#pragma once
+
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/codec.h"
+#include "core/future.h"
+
+namespace troupe::detail {
+
+template <class U>
+constexpr bool kResultCodable = std::is_void_v<U> || Codable<U>;
+
+template <class... P>
+constexpr bool kArgsCodable = (Codable<P> && ...);
+
+// "(int32, string)": for errors about what cannot cross.
+template <class... P>
+std::string arg_type_names() {
+  std::string out = "(";
+  ((out += type_name<P>() + ", "), ...);
+  if (out.size() > 1) out.resize(out.size() - 2);
+  return out + ")";
+}
+
+template <class... P>
+absl::Status encode_args_tuple(Writer& w, const std::tuple<P...>& args, std::string_view method) {
+  if constexpr (kArgsCodable<P...>) {
+    std::apply([&](const auto&... a) { encode_values(w, a...); }, args);
+    return absl::OkStatus();
+  } else {
+    return absl::UnimplementedError(absl::StrCat(std::string(method),
+                                                 " cannot be called in another process: not every "
+                                                 "parameter type has a Codec"));
+  }
+}
+
+template <class U>
+void encode_result(Writer& w, const Result<U>& r) {
+  if constexpr (std::is_void_v<U>) {
+    w.write(r);
+  } else {
+    w.write(r.status());
+    if (r.ok()) w.write(*r);
+  }
+}
+
+template <class U>
+Result<U> decode_result(Reader& in) {
+  absl::Status status;
+  if (!in.read(status)) return in.status();
+  if (!status.ok()) return status;
+  if constexpr (std::is_void_v<U>) {
+    return absl::OkStatus();
+  } else {
+    U value{};
+    if (!in.read(value)) return in.status();
+    return value;
+  }
+}
+
+}  // namespace troupe::detail
