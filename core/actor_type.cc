@@ -1,5 +1,6 @@
 #include "core/actor_type.h"
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -59,6 +60,19 @@ std::vector<std::string> constructor_signatures(const ActorTypeInfo& type) {
   for (const ConstructorInfo& c : it->second)
     out.push_back(c.params);
   return out;
+}
+
+std::vector<std::string> registered_actor_types() {
+  Registry& r = registry();
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    names.reserve(r.types.size());
+    for (const auto& [name, info] : r.types)
+      names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 namespace detail {

@@ -81,6 +81,8 @@ const ActorTypeInfo* find_actor_type(uint64_t id);
 const ConstructorInfo* find_constructor(const ActorTypeInfo& type, uint64_t signature);
 // Every constructor registered for `type`, for error messages.
 std::vector<std::string> constructor_signatures(const ActorTypeInfo& type);
+// The names of all actor types registered in this process, sorted.
+std::vector<std::string> registered_actor_types();
 
 namespace detail {
 

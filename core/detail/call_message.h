@@ -57,7 +57,7 @@ class Call final : public FutureState<U>, public Message {
   }
   uint64_t method_id() const override { return method_id_at(MethodTable<T>::type, method_index_); }
   bool wants_reply() const override { return true; }
-  absl::Status encode_args(Writer& out) const override {
+  absl::Status encode_args(Writer& out) override {
     if constexpr (!kResultCodable<U>) {
       return absl::UnimplementedError(
           absl::StrCat(std::string(method_name()),
@@ -99,7 +99,7 @@ class Tell final : public Message {
     return method_name_at(MethodTable<T>::type, method_index_);
   }
   uint64_t method_id() const override { return method_id_at(MethodTable<T>::type, method_index_); }
-  absl::Status encode_args(Writer& out) const override {
+  absl::Status encode_args(Writer& out) override {
     return encode_args_tuple(out, args_, method_name());
   }
 

@@ -4,7 +4,7 @@
 
 namespace troupe::detail {
 
-absl::Status Message::encode_args(Writer&) const {
+absl::Status Message::encode_args(Writer&) {
   return absl::UnimplementedError(
       absl::StrCat(std::string(method_name()), " cannot be sent to another process"));
 }

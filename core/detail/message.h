@@ -31,9 +31,11 @@ class Message {
   // the method's stable id, whether the caller waits for a reply, the
   // arguments encoded (Unimplemented if one has no Codec), and, for calls,
   // completion from the encoded reply, after which it has disposed of itself.
+  // Encoding consumes the arguments: Buffers among them move into `out`, so
+  // the frame owns them however long the send takes.
   virtual uint64_t method_id() const { return 0; }
   virtual bool wants_reply() const { return false; }
-  virtual absl::Status encode_args(Writer& out) const;
+  virtual absl::Status encode_args(Writer& out);
   virtual void complete_remote(Reader& in);
 
  protected:

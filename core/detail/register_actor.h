@@ -51,7 +51,7 @@ RemoteInvoker make_invoker(M method, std::string name) {
           std::apply([&](auto&... a) { return ref.call(method, std::move(a)...); }, args);
       static_cast<void>(std::move(result).then([reply = std::move(reply)](Result<U> r) {
         Writer out;
-        encode_result<U>(out, r);
+        encode_result<U>(out, std::move(r));
         reply(out);
       }));
       return absl::OkStatus();

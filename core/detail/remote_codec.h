@@ -30,11 +30,12 @@ std::string arg_type_names() {
   return out + ")";
 }
 
+// Encodes the arguments in order, moving them out (a Buffer moves into `w`).
 template <class... P>
-absl::Status encode_args_tuple(Writer& w, const std::tuple<P...>& args, std::string_view method) {
+absl::Status encode_args_tuple(Writer& w, std::tuple<P...>& args, std::string_view method) {
   if constexpr (kArgsCodable<P...>) {
-    std::apply([&](const auto&... a) { encode_values(w, a...); }, args);
-    return absl::OkStatus();
+    std::apply([&](auto&... a) { (w.write(std::move(a)), ...); }, args);
+    return w.status();
   } else {
     return absl::UnimplementedError(absl::StrCat(std::string(method),
                                                  " cannot be called in another process: not every "
@@ -42,13 +43,14 @@ absl::Status encode_args_tuple(Writer& w, const std::tuple<P...>& args, std::str
   }
 }
 
+// Encodes a call's result, moving the value out (a Buffer moves into `w`).
 template <class U>
-void encode_result(Writer& w, const Result<U>& r) {
+void encode_result(Writer& w, Result<U>&& r) {
   if constexpr (std::is_void_v<U>) {
     w.write(r);
   } else {
     w.write(r.status());
-    if (r.ok()) w.write(*r);
+    if (r.ok()) w.write(std::move(*r));
   }
 }
 
