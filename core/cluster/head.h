@@ -13,6 +13,7 @@
 // heartbeat and fails the calls it has in flight there.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
@@ -40,10 +41,14 @@ struct HeadConfig {
 
 class HeadService {
  public:
-  HeadService(Node* node, HeadConfig config);
+  // `stopped` is set when stop() is called (the head process then exits).
+  HeadService(Node* node, HeadConfig config, std::shared_ptr<std::atomic<bool>> stopped);
 
   // Nodes.
   Registration register_node(NodeInfo info);
+  // A registered worker is ready to host actors (its agent runs): from now
+  // on the scheduler may place actors there.
+  void node_ready(uint32_t node);
   HeartbeatReply heartbeat(uint32_t node, uint64_t seen_version);
   // `reporter` lost its connection to `node`: the node is declared dead now.
   void report_lost(uint32_t reporter, uint32_t node, std::string reason);
@@ -78,7 +83,6 @@ class HeadService {
   ClusterStatus status();
   // Asks every worker to exit, then the head itself.
   void stop();
-  bool stopping() const { return stopping_; }
   // The failure detector's clock: called by the head process every few ms.
   void tick();
 
@@ -97,6 +101,7 @@ class HeadService {
     Resources resources;
     ActorState state = ActorState::kPending;
     int32_t restarts = 0;
+    uint64_t attempt = 0;  // of hosting it; a late answer to an older one is ignored
     std::string death_reason;
     std::vector<Promise<std::string>> watchers;
   };
@@ -121,7 +126,7 @@ class HeadService {
   uint32_t next_node_ = 1;
   uint64_t next_actor_ = 1;
   uint64_t version_ = 0;
-  bool stopping_ = false;
+  std::shared_ptr<std::atomic<bool>> stopped_;
   std::map<uint32_t, NodeRecord> nodes_;
   std::map<uint64_t, ActorRecord> actors_;
   absl::flat_hash_map<std::string, uint64_t> names_;
@@ -130,6 +135,14 @@ class HeadService {
   std::vector<ClusterEvent> events_;
   std::deque<std::string> log_;
 };
+TROUPE_ACTOR(HeadService, &HeadService::register_node, &HeadService::node_ready,
+             &HeadService::heartbeat, &HeadService::report_lost, &HeadService::unregister_node,
+             &HeadService::spawn_actor, &HeadService::get_actor, &HeadService::locate,
+             &HeadService::actor_died, &HeadService::kill_actor, &HeadService::watch_actor,
+             &HeadService::create_placement_group, &HeadService::placement_group_ready,
+             &HeadService::remove_placement_group, &HeadService::kv_put, &HeadService::kv_get,
+             &HeadService::kv_delete, &HeadService::kv_keys, &HeadService::status,
+             &HeadService::stop, &HeadService::tick);
 
 // The head process: a node 0 listening on the control port, hosting the
 // HeadService and driving its failure detector.
@@ -158,6 +171,7 @@ class HeadServer {
 
   std::unique_ptr<Node> node_;
   ActorRef<HeadService> service_;
+  std::shared_ptr<std::atomic<bool>> stopped_ = std::make_shared<std::atomic<bool>>(false);
   std::thread clock_;
   std::atomic<bool> done_{false};
 };

@@ -68,6 +68,12 @@ class NodeCore : public std::enable_shared_from_this<NodeCore> {
 
   // The node to send to now: the actor's new home if it moved, else `hint`.
   uint32_t route(uint32_t hint, ActorId id);
+  // Whether `node` was declared gone.
+  bool lost(uint32_t node) {
+    std::shared_ptr<Peer> p = peer(node);
+    std::lock_guard<std::mutex> lock(p->connect_mu);
+    return !p->lost.ok();
+  }
   std::shared_ptr<Peer> peer(uint32_t node);
   absl::StatusOr<std::shared_ptr<Connection>> connection_to(uint32_t node);
   void send_local(ActorId id, detail::Message* m);
@@ -277,6 +283,17 @@ void NodeCore::send(uint32_t hint, ActorId id, detail::Message* m) {
   }
   auto conn = connection_to(node);
   if (!conn.ok()) {
+    if (!lost(node)) {
+      // Unreachable, but not declared gone (yet): say so, and tell the head,
+      // which may declare the node dead at once.
+      if (absl::IsUnavailable(conn.status())) {
+        if (auto report = hooks().peer_lost) report(node, conn.status());
+      }
+      m->reject(absl::Status(conn.status().code(),
+                             absl::StrCat("cannot reach node ", node, " (for ", to_string(id),
+                                          "): ", conn.status().message())));
+      return;
+    }
     // Its node is gone: the actor may have been restarted elsewhere.
     NodeHooks h = hooks();
     if (h.locate) {
@@ -286,9 +303,12 @@ void NodeCore::send(uint32_t hint, ActorId id, detail::Message* m) {
         send(*now, id, m);
         return;
       }
+      if (!now.ok() && IsActorDied(now.status())) {
+        m->reject(now.status());
+        return;
+      }
     }
-    m->reject(IsActorDied(conn.status()) ? conn.status()
-                                         : node_lost_error(id, node, conn.status()));
+    m->reject(node_lost_error(id, node, conn.status()));
     return;
   }
   Writer args;

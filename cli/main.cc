@@ -1,0 +1,42 @@
+// troupe: the command-line entry point. Cluster commands (head, worker,
+// status, stop) come from core; training commands will come from trainers.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/cluster/commands.h"
+
+namespace {
+
+void print_usage() {
+  std::printf(
+      "usage: troupe <command> [flags]\n\n"
+      "Cluster commands:\n"
+      "  head     start the head of a cluster           (ray start --head)\n"
+      "  worker   join this machine to a cluster        (ray start --address)\n"
+      "  status   show nodes, actors, placement groups  (ray status)\n"
+      "  stop     stop the cluster                      (ray stop)\n\n"
+      "Run `troupe <command> --help` for its flags.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    print_usage();
+    return 2;
+  }
+  std::string command = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (command == "head") return troupe::cluster::head_command(args);
+  if (command == "worker") return troupe::cluster::worker_command(args);
+  if (command == "status") return troupe::cluster::status_command(args);
+  if (command == "stop") return troupe::cluster::stop_command(args);
+  if (command == "--help" || command == "-h" || command == "help") {
+    print_usage();
+    return 0;
+  }
+  std::fprintf(stderr, "troupe: unknown command '%s'\n\n", command.c_str());
+  print_usage();
+  return 2;
+}

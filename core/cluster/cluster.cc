@@ -1,0 +1,112 @@
+#include "core/cluster/cluster.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "transport/auth.h"
+
+namespace troupe {
+
+using cluster::HeadService;
+
+absl::StatusOr<std::unique_ptr<Cluster>> Cluster::connect(ClusterOptions options) {
+  if (options.head.empty()) {
+    const char* env = std::getenv("TROUPE_HEAD");
+    if (env == nullptr || *env == '\0') {
+      return absl::InvalidArgumentError(
+          "no head address: pass one (HOST:PORT, e.g. 127.0.0.1:6380) or set TROUPE_HEAD");
+    }
+    options.head = env;
+  }
+  if (options.token.empty()) {
+    absl::StatusOr<std::string> token = transport::resolve_token(options.token_file);
+    if (!token.ok()) return token.status();
+    options.token = *token;
+  }
+  auto member = cluster::Member::join({.head = options.head,
+                                       .token = options.token,
+                                       .kind = cluster::NodeKind::kDriver,
+                                       .name = options.name,
+                                       .transports = options.transports,
+                                       .threads = options.threads,
+                                       .timeout = std::min(options.timeout, absl::Seconds(10))});
+  if (!member.ok()) return member.status();
+  return std::unique_ptr<Cluster>(new Cluster(*std::move(member), options.timeout));
+}
+
+absl::StatusOr<cluster::ActorLocation> Cluster::spawn_actor(const std::string& type,
+                                                            uint64_t constructor, Writer& args,
+                                                            const SpawnOptions& options) {
+  if (!args.ok()) return args.status();
+  if (!args.buffers().empty()) {
+    return absl::InvalidArgumentError(
+        "constructor arguments cannot carry Buffers (they are kept for restarts); pass them "
+        "in a call instead");
+  }
+  cluster::SpawnRequest r;
+  r.type = type;
+  r.constructor = constructor;
+  r.args.assign(reinterpret_cast<const char*>(args.bytes().data()), args.bytes().size());
+  r.name = options.name;
+  r.max_restarts = options.max_restarts;
+  r.dedicated_thread = options.dedicated_thread;
+  r.mailbox_capacity = options.mailbox_capacity;
+  r.resources = options.resources;
+  r.placement_group = options.placement_group;
+  r.bundle_index = options.bundle_index;
+  r.node = options.node;
+  return head().call(&HeadService::spawn_actor, std::move(r)).get(timeout_);
+}
+
+absl::StatusOr<cluster::ActorLocation> Cluster::find_actor(std::string_view name) {
+  return head().call(&HeadService::get_actor, std::string(name)).get(timeout_);
+}
+
+absl::StatusOr<cluster::PlacementGroupId> Cluster::create_placement_group(
+    std::vector<std::string> bundles, cluster::PlacementStrategy strategy, std::string name) {
+  auto id = head()
+                .call(&HeadService::create_placement_group, std::move(bundles),
+                      std::string(cluster::to_string(strategy)), std::move(name))
+                .get(timeout_);
+  if (!id.ok()) return id.status();
+  return cluster::PlacementGroupId{*id};
+}
+
+absl::Status Cluster::wait_placement_group(cluster::PlacementGroupId id, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  for (int attempt = 0;; ++attempt) {
+    auto ready = head().call(&HeadService::placement_group_ready, id.value).get(timeout_);
+    if (!ready.ok()) return ready.status();
+    if (*ready) return absl::OkStatus();
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "placement group ", id.value, " was not placed within ", absl::FormatDuration(timeout),
+          " (not enough free resources on the right nodes; see `troupe status`)"));
+    }
+    absl::SleepFor(absl::Milliseconds(std::min(5 << std::min(attempt, 6), 100)));
+  }
+}
+
+absl::Status Cluster::remove_placement_group(cluster::PlacementGroupId id) {
+  return head().call(&HeadService::remove_placement_group, id.value).get(timeout_);
+}
+
+absl::StatusOr<bool> Cluster::kv_put(std::string key, std::string value, bool overwrite) {
+  return head()
+      .call(&HeadService::kv_put, std::move(key), std::move(value), overwrite)
+      .get(timeout_);
+}
+
+absl::StatusOr<std::optional<std::string>> Cluster::kv_get(std::string key) {
+  return head().call(&HeadService::kv_get, std::move(key)).get(timeout_);
+}
+
+absl::StatusOr<cluster::ClusterStatus> Cluster::status() {
+  return head().call(&HeadService::status).get(timeout_);
+}
+
+absl::Status Cluster::stop() {
+  return head().call(&HeadService::stop).get(timeout_);
+}
+
+}  // namespace troupe

@@ -1,0 +1,106 @@
+// Cluster: what a driver program uses - connect to a running cluster, spawn
+// actors on it, find them by name, reserve placement groups, use the KV store.
+// The Ray equivalents are noted beside each call.
+//
+//   auto cluster = troupe::Cluster::connect({.head = "10.0.0.1:6380"});  // ray.init(address=...)
+//   auto shard = cluster->spawn<Shard>({.name = "shard-0", .max_restarts = 3,
+//                                       .resources = "CPU=1"}, 0);     //
+//                                       Shard.options(...).remote(0)
+//   int n = *shard->call(&Shard::size).get();                           //
+//   ray.get(shard.size.remote())
+//
+// The head address comes from ClusterOptions::head or TROUPE_HEAD; the token
+// from ClusterOptions::token, the token file, or TROUPE_TOKEN.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/actor.h"
+#include "core/cluster/member.h"
+#include "core/cluster/protocol.h"
+#include "core/cluster/scheduler.h"
+
+namespace troupe {
+
+struct ClusterOptions {
+  std::string head;   // "HOST:PORT"; empty: $TROUPE_HEAD
+  std::string token;  // empty: read token_file, else $TROUPE_TOKEN
+  std::string token_file;
+  std::string name;  // shown in `troupe status`
+  std::vector<std::string> transports = {"ucx", "tcp"};
+  int threads = 0;
+  absl::Duration timeout = absl::Seconds(30);  // for control calls (spawn, lookups)
+};
+
+class Cluster {
+ public:
+  static absl::StatusOr<std::unique_ptr<Cluster>> connect(ClusterOptions options = {});
+
+  // Spawns a T somewhere in the cluster (options.resources, placement_group,
+  // bundle_index, node say where), constructed from `args` - which T's
+  // library must allow with TROUPE_ACTOR_CONSTRUCTOR (the default
+  // constructor is always allowed). Errors: ResourceExhausted (no node has
+  // room), NotFound (type or constructor unknown on the chosen node),
+  // AlreadyExists (name taken), and the constructor's own failure.
+  template <RegisteredActor T, class... A>
+  absl::StatusOr<ActorRef<T>> spawn(SpawnOptions options, A&&... args) {
+    Writer w;
+    encode_values(w, std::decay_t<A>(std::forward<A>(args))...);
+    absl::StatusOr<cluster::ActorLocation> where =
+        spawn_actor(actor_type_of<T>().name, detail::constructor_signature<A...>(), w, options);
+    if (!where.ok()) return where.status();
+    return member_->node().ref<T>(ActorId{where->id}, where->node);
+  }
+
+  // The live actor named `name` (ray.get_actor). NotFound if none.
+  template <RegisteredActor T>
+  absl::StatusOr<ActorRef<T>> get_actor(std::string_view name) {
+    absl::StatusOr<cluster::ActorLocation> where = find_actor(name);
+    if (!where.ok()) return where.status();
+    if (where->type != actor_type_of<T>().name) {
+      return absl::InvalidArgumentError(absl::StrCat("actor '", std::string(name), "' is a ",
+                                                     where->type, ", not a ",
+                                                     actor_type_of<T>().name));
+    }
+    return member_->node().ref<T>(ActorId{where->id}, where->node);
+  }
+
+  // Placement groups (ray.util.placement_group): bundles like "CPU=1,GPU=1".
+  // Created at once; pending until every bundle fits.
+  absl::StatusOr<cluster::PlacementGroupId> create_placement_group(
+      std::vector<std::string> bundles, cluster::PlacementStrategy strategy, std::string name = "");
+  // Waits until the group is placed (pg.ready()). DeadlineExceeded if not in time.
+  absl::Status wait_placement_group(cluster::PlacementGroupId id, absl::Duration timeout);
+  absl::Status remove_placement_group(cluster::PlacementGroupId id);
+
+  // The head's KV store, for rendezvous.
+  absl::StatusOr<bool> kv_put(std::string key, std::string value, bool overwrite = true);
+  absl::StatusOr<std::optional<std::string>> kv_get(std::string key);
+
+  absl::StatusOr<cluster::ClusterStatus> status();
+  // Stops the whole cluster: workers exit, then the head (`troupe stop`).
+  absl::Status stop();
+
+  cluster::Node& node() { return member_->node(); }
+  uint32_t node_index() const { return member_->index(); }
+  ActorRef<cluster::HeadService> head() const { return member_->head(); }
+
+ private:
+  explicit Cluster(std::unique_ptr<cluster::Member> member, absl::Duration timeout)
+      : member_(std::move(member)), timeout_(timeout) {}
+
+  absl::StatusOr<cluster::ActorLocation> spawn_actor(const std::string& type, uint64_t constructor,
+                                                     Writer& args, const SpawnOptions& options);
+  absl::StatusOr<cluster::ActorLocation> find_actor(std::string_view name);
+
+  std::unique_ptr<cluster::Member> member_;
+  absl::Duration timeout_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,434 @@
+#include "core/cluster/commands.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/cluster/actor_library.h"
+#include "core/cluster/agent.h"
+#include "core/cluster/flags.h"
+#include "core/cluster/head.h"
+#include "core/cluster/member.h"
+#include "core/cluster/resources.h"
+#include "transport/auth.h"
+
+namespace troupe::cluster {
+namespace {
+
+std::atomic<int> g_signal{0};
+
+void on_signal(int sig) {
+  g_signal.store(sig);
+}
+
+// SIGINT and SIGTERM end the command in order instead of killing it.
+void catch_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int fail(const absl::Status& s) {
+  std::fprintf(stderr, "troupe: %s\n", std::string(s.message()).c_str());
+  return 1;
+}
+
+int usage(const absl::Status& s) {
+  std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+  return 2;
+}
+
+std::string state_file(const std::string& dir, const char* name) {
+  return dir + "/" + name;
+}
+
+absl::Status make_state_dir(const std::string& dir) {
+  std::string path;
+  for (absl::string_view part : absl::StrSplit(dir, '/')) {
+    path += std::string(part) + "/";
+    if (part.empty()) continue;
+    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot create the state directory ", dir, ": ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Duration> parse_seconds(const std::string& flag, const std::string& text) {
+  absl::Duration d;
+  if (absl::ParseDuration(text, &d) && d > absl::ZeroDuration()) return d;
+  double s = 0;
+  if (absl::SimpleAtod(text, &s) && s > 0) return absl::Seconds(s);
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " ", text, ": expected a duration such as 1s, 500ms or 2.5"));
+}
+
+absl::StatusOr<uint16_t> parse_port(const std::string& flag, const std::string& text) {
+  int port = -1;
+  if (!absl::SimpleAtoi(text, &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", text, ": expected 0-65535"));
+  }
+  return static_cast<uint16_t>(port);
+}
+
+// The head to talk to: --head, else $TROUPE_HEAD, else the local head's
+// address file.
+absl::StatusOr<std::string> resolve_head(const Flags& flags) {
+  if (flags.has("head")) return flags.get("head");
+  if (const char* env = std::getenv("TROUPE_HEAD"); env != nullptr && *env != '\0') return env;
+  std::ifstream in(state_file(kDefaultStateDir, "head_address"));
+  std::string address;
+  if (in && std::getline(in, address) && !address.empty()) return address;
+  return absl::InvalidArgumentError(
+      "no head given: pass --head HOST:PORT or set TROUPE_HEAD (no head runs on this machine)");
+}
+
+// The token: --token-file, else $TROUPE_TOKEN, else the local head's token file.
+absl::StatusOr<std::string> resolve_token(const Flags& flags) {
+  if (!flags.has("token-file")) {
+    if (const char* env = std::getenv("TROUPE_TOKEN"); env == nullptr || *env == '\0') {
+      std::string local = state_file(kDefaultStateDir, "token");
+      if (::access(local.c_str(), R_OK) == 0) return transport::read_token_file(local);
+    }
+  }
+  return transport::resolve_token(flags.get("token-file"));
+}
+
+// A connection to the head for one-off questions, without joining the cluster.
+struct HeadClient {
+  std::unique_ptr<Node> node;
+  ActorRef<HeadService> head;
+};
+
+absl::StatusOr<HeadClient> head_client(const Flags& flags) {
+  absl::StatusOr<std::string> address = resolve_head(flags);
+  if (!address.ok()) return address.status();
+  absl::StatusOr<std::string> token = resolve_token(flags);
+  if (!token.ok()) return token.status();
+  auto node = Node::start({.index = kUnassignedNode,
+                           .token = *token,
+                           .name = "troupe cli",
+                           .transports = {"tcp"},
+                           .threads = 1,
+                           .connect_timeout = absl::Seconds(5)});
+  if (!node.ok()) return node.status();
+  HeadClient c;
+  c.node = *std::move(node);
+  c.node->set_node_endpoints(kHeadNode, {"tcp://" + *address});
+  c.head = c.node->ref<HeadService>(head_service_id(), kHeadNode);
+  return c;
+}
+
+absl::Status explain_head_error(const absl::Status& s, const Flags& flags) {
+  std::string where = resolve_head(flags).value_or("?");
+  if (absl::IsPermissionDenied(s)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the head at ", where, " refused our cluster token; pass --token-file with ",
+                     "the head's token file (", kDefaultStateDir, "/token by default)"));
+  }
+  return absl::Status(s.code(),
+                      absl::StrCat("cannot reach the head at ", where, ": ", s.message()));
+}
+
+// What a worker offers by default: every core and the machine's memory.
+std::string default_resources() {
+  long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  long pages = ::sysconf(_SC_PHYS_PAGES);
+  long page = ::sysconf(_SC_PAGE_SIZE);
+  Resources r;
+  r.set("CPU", static_cast<double>(cores > 0 ? cores : 1));
+  r.set("GPU", 0);
+  if (pages > 0 && page > 0)
+    r.set("memory", static_cast<double>(pages) * static_cast<double>(page));
+  return r.to_string();
+}
+
+// Waits until `stopped()` says why, or a signal arrives.
+template <class F>
+std::string wait_for_end(F stopped) {
+  while (true) {
+    if (int sig = g_signal.load(); sig != 0) return absl::StrCat("signal ", strsignal(sig));
+    if (std::optional<std::string> why = stopped(absl::Milliseconds(100))) return *why;
+  }
+}
+
+}  // namespace
+
+int head_command(const std::vector<std::string>& args) {
+  auto flags = Flags::parse("head", args,
+                            {"port", "host", "state-dir", "http-port", "heartbeat-timeout",
+                             "heartbeat-interval", "threads"});
+  if (!flags.ok()) return usage(flags.status());
+  if (flags->help()) {
+    std::printf(
+        "usage: troupe head [--port 6380] [--host 127.0.0.1] [--state-dir %s]\n"
+        "                   [--heartbeat-timeout 1s] [--heartbeat-interval 100ms]\n"
+        "                   [--http-port 8265]\n\n"
+        "Starts the head of a cluster (as `ray start --head`): the control plane workers\n"
+        "and drivers connect to. Writes a fresh cluster token to STATE_DIR/token (mode\n"
+        "0600) and the head's address to STATE_DIR/head_address, then runs until\n"
+        "`troupe stop` or Ctrl-C.\n\n"
+        "  --port               control port (0: any free port)\n"
+        "  --host               address to listen on (0.0.0.0: every interface)\n"
+        "  --state-dir          where the token and address files go\n"
+        "  --heartbeat-timeout  declare a node dead after this long without a heartbeat\n"
+        "  --http-port          the HTTP dashboard's port (not served yet)\n",
+        kDefaultStateDir);
+    return 0;
+  }
+  absl::StatusOr<uint16_t> port = parse_port("port", flags->get("port", "6380"));
+  if (!port.ok()) return usage(port.status());
+  HeadOptions options;
+  options.port = *port;
+  options.host = flags->get("host", "127.0.0.1");
+  if (flags->has("heartbeat-timeout")) {
+    auto d = parse_seconds("heartbeat-timeout", flags->get("heartbeat-timeout"));
+    if (!d.ok()) return usage(d.status());
+    options.config.heartbeat_timeout = *d;
+  }
+  if (flags->has("heartbeat-interval")) {
+    auto d = parse_seconds("heartbeat-interval", flags->get("heartbeat-interval"));
+    if (!d.ok()) return usage(d.status());
+    options.config.heartbeat_interval = *d;
+  }
+  if (flags->has("http-port")) {
+    std::fprintf(stderr,
+                 "troupe head: note: the HTTP dashboard is not served yet; --http-port "
+                 "is ignored\n");
+  }
+  std::string dir = flags->get("state-dir", kDefaultStateDir);
+  if (absl::Status s = make_state_dir(dir); !s.ok()) return fail(s);
+  options.token = transport::generate_token();
+  std::string token_file = state_file(dir, "token");
+  if (absl::Status s = transport::write_token_file(token_file, options.token); !s.ok()) {
+    return fail(s);
+  }
+  catch_signals();
+  auto server = HeadServer::start(options);
+  if (!server.ok()) return fail(server.status());
+  std::string address = (*server)->address().substr(6);  // "tcp://h:p" -> "h:p"
+  {
+    std::ofstream out(state_file(dir, "head_address"), std::ios::trunc);
+    out << address << "\n";
+  }
+  std::printf(
+      "troupe head listening on %s\n"
+      "  token: %s\n"
+      "  join a worker:  troupe worker --head %s --token-file %s\n"
+      "  see the cluster: troupe status --head %s --token-file %s\n",
+      address.c_str(), token_file.c_str(), address.c_str(), token_file.c_str(), address.c_str(),
+      token_file.c_str());
+  std::fflush(stdout);
+  HeadServer* s = server->get();
+  std::string why = wait_for_end([s](absl::Duration d) -> std::optional<std::string> {
+    if (s->wait_stopped(d)) return std::string("troupe stop");
+    return std::nullopt;
+  });
+  std::printf("troupe head: stopping (%s)\n", why.c_str());
+  std::fflush(stdout);
+  server->reset();
+  std::remove(state_file(dir, "head_address").c_str());
+  return 0;
+}
+
+int worker_command(const std::vector<std::string>& args) {
+  auto flags = Flags::parse("worker", args,
+                            {"head", "resources", "token-file", "actor-lib", "actor-lib-dir",
+                             "host", "threads", "transports", "name"});
+  if (!flags.ok()) return usage(flags.status());
+  if (flags->help()) {
+    std::printf(
+        "usage: troupe worker --head HOST:PORT [--resources CPU=2,GPU=0,memory=8G,custom=N]\n"
+        "                     [--token-file PATH] [--actor-lib PATH]... [--actor-lib-dir DIR]...\n"
+        "                     [--host ADDRESS] [--threads N] [--transports ucx,tcp]\n\n"
+        "Joins this machine to a cluster as a worker node (as `ray start --address`):\n"
+        "it hosts actors the head places here and talks to other nodes directly.\n\n"
+        "  --head           the head's control address (default: $TROUPE_HEAD, or the\n"
+        "                   head running on this machine)\n"
+        "  --resources      what this node offers (default: every core, all memory, no GPU)\n"
+        "  --token-file     the cluster token (default: $TROUPE_TOKEN, or the local head's)\n"
+        "  --actor-lib      a user actor library to load (must lie in an --actor-lib-dir\n"
+        "                   or a directory of $TROUPE_ACTOR_LIB_DIRS)\n"
+        "  --host           the address other nodes reach this one at (default: the\n"
+        "                   local address of the route to the head)\n");
+    return 0;
+  }
+  absl::StatusOr<std::string> head = resolve_head(*flags);
+  if (!head.ok()) return usage(head.status());
+  std::string resources_text = flags->get("resources", default_resources());
+  absl::StatusOr<Resources> resources = Resources::parse(resources_text);
+  if (!resources.ok()) {
+    return usage(absl::InvalidArgumentError(
+        absl::StrCat("--resources ", resources_text, ": ", resources.status().message())));
+  }
+  absl::StatusOr<std::string> token = resolve_token(*flags);
+  if (!token.ok()) return fail(token.status());
+  int threads = 0;
+  if (flags->has("threads") && !absl::SimpleAtoi(flags->get("threads"), &threads)) {
+    return usage(absl::InvalidArgumentError("--threads: expected a number"));
+  }
+  std::vector<std::string> dirs = flags->all("actor-lib-dir");
+  for (std::string& d : actor_library_dirs_from_env())
+    dirs.push_back(std::move(d));
+  for (const std::string& lib : flags->all("actor-lib")) {
+    auto types = load_actor_library(lib, dirs);
+    if (!types.ok()) return fail(types.status());
+    std::printf("troupe worker: loaded %s (%s)\n", lib.c_str(),
+                absl::StrJoin(*types, ", ").c_str());
+  }
+  std::vector<std::string> transports =
+      absl::StrSplit(flags->get("transports", "ucx,tcp"), ',', absl::SkipEmpty());
+  catch_signals();
+  auto member = Member::join({.head = *head,
+                              .token = *token,
+                              .kind = NodeKind::kWorker,
+                              .name = flags->get("name"),
+                              .resources = resources->to_string(),
+                              .host = flags->get("host"),
+                              .transports = transports,
+                              .threads = threads});
+  if (!member.ok()) return fail(member.status());
+  Member& m = **member;
+  auto agent = m.node().system().spawn_at<NodeAgent>(node_agent_id(m.index()), {.name = "agent"},
+                                                     &m.node(), m.stop_signal());
+  if (!agent.ok()) return fail(agent.status());
+  if (absl::Status s = m.ready(); !s.ok()) return fail(s);
+  std::printf("troupe worker: node %u joined the cluster at %s [%s], listening on %s\n", m.index(),
+              head->c_str(), resources->to_string().c_str(),
+              absl::StrJoin(m.node().endpoints(), ", ").c_str());
+  std::fflush(stdout);
+  std::string why = wait_for_end([&m](absl::Duration d) { return m.wait_stopped(d); });
+  std::printf("troupe worker: node %u stopping (%s)\n", m.index(), why.c_str());
+  std::fflush(stdout);
+  member->reset();
+  return 0;
+}
+
+namespace {
+
+// "CPU 1/2, GPU 0/1, memory 2G/8G": in use out of total.
+std::string usage_of(const std::string& total_text, const std::string& available_text) {
+  absl::StatusOr<Resources> total = Resources::parse(total_text);
+  absl::StatusOr<Resources> available = Resources::parse(available_text);
+  if (!total.ok()) return total_text;
+  std::vector<std::string> parts;
+  for (const auto& [name, amount] : total->amounts()) {
+    double used = amount - (available.ok() ? available->get(name) : amount);
+    Resources u, t;
+    u.set(name, used < 0 ? 0 : used);
+    t.set(name, amount);
+    std::string us = u.to_string(), ts = t.to_string();
+    parts.push_back(
+        absl::StrCat(name, " ", us.substr(us.find('=') + 1), "/", ts.substr(ts.find('=') + 1)));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+void print_status(const ClusterStatus& s) {
+  std::printf("Nodes\n");
+  std::printf("  %-5s %-7s %-6s %-34s %-9s %s\n", "NODE", "KIND", "STATE", "NAME", "ACTORS",
+              "RESOURCES (used/total)");
+  for (const NodeStatus& n : s.nodes) {
+    std::string res = n.info.kind == NodeKind::kWorker && n.state == NodeState::kAlive
+                          ? usage_of(n.info.resources, n.available)
+                          : "";
+    if (n.state == NodeState::kDead) res = "dead: " + n.death_reason;
+    std::printf("  %-5u %-7s %-6s %-34s %-9lld %s\n", n.info.index,
+                std::string(to_string(n.info.kind)).c_str(),
+                std::string(to_string(n.state)).c_str(), n.info.name.substr(0, 34).c_str(),
+                static_cast<long long>(n.actors), res.c_str());
+  }
+  std::map<ActorState, int> by_state;
+  for (const ActorStatus& a : s.actors)
+    ++by_state[a.state];
+  std::vector<std::string> counts;
+  for (const auto& [state, n] : by_state)
+    counts.push_back(absl::StrCat(n, " ", std::string(to_string(state))));
+  std::printf("\nActors: %zu (%s)\n", s.actors.size(),
+              counts.empty() ? "none" : absl::StrJoin(counts, ", ").c_str());
+  if (!s.actors.empty()) {
+    std::printf("  %-20s %-24s %-16s %-5s %-10s %-8s %s\n", "ID", "TYPE", "NAME", "NODE", "STATE",
+                "RESTARTS", "NOTE");
+    for (const ActorStatus& a : s.actors) {
+      std::printf("  %-20s %-24s %-16s %-5u %-10s %-8d %s\n", to_string(ActorId{a.id}).c_str(),
+                  a.type.substr(0, 24).c_str(), a.name.substr(0, 16).c_str(), a.node,
+                  std::string(to_string(a.state)).c_str(), a.restarts,
+                  a.state == ActorState::kAlive ? "" : a.death_reason.c_str());
+    }
+  }
+  std::printf("\nPlacement groups: %zu\n", s.placement_groups.size());
+  for (const PlacementGroupStatus& g : s.placement_groups) {
+    std::vector<std::string> nodes;
+    for (uint32_t n : g.bundle_nodes)
+      nodes.push_back(std::to_string(n));
+    std::printf("  pg-%llu %s %s %s bundles [%s] on nodes [%s]\n",
+                static_cast<unsigned long long>(g.id), g.name.c_str(), g.strategy.c_str(),
+                g.placed ? "PLACED" : "PENDING", absl::StrJoin(g.bundles, "; ").c_str(),
+                absl::StrJoin(nodes, ", ").c_str());
+  }
+  std::vector<const NodeStatus*> drivers;
+  for (const NodeStatus& n : s.nodes) {
+    if (n.info.kind == NodeKind::kDriver && n.state == NodeState::kAlive) drivers.push_back(&n);
+  }
+  std::printf("\nJobs (connected drivers): %zu\n", drivers.size());
+  for (const NodeStatus* d : drivers)
+    std::printf("  node %u: %s\n", d->info.index, d->info.name.c_str());
+  std::printf("\nRecent events\n");
+  size_t from = s.events.size() > 10 ? s.events.size() - 10 : 0;
+  for (size_t i = from; i < s.events.size(); ++i)
+    std::printf("  %s\n", s.events[i].c_str());
+}
+
+}  // namespace
+
+int status_command(const std::vector<std::string>& args) {
+  auto flags = Flags::parse("status", args, {"head", "token-file"});
+  if (!flags.ok()) return usage(flags.status());
+  if (flags->help()) {
+    std::printf(
+        "usage: troupe status [--head HOST:PORT] [--token-file PATH]\n\n"
+        "Shows the cluster (as `ray status`): nodes with their state and resources in use,\n"
+        "actors by state, placement groups, connected drivers and recent events.\n");
+    return 0;
+  }
+  auto client = head_client(*flags);
+  if (!client.ok()) return fail(client.status());
+  auto status = client->head.call(&HeadService::status).get(absl::Seconds(10));
+  if (!status.ok()) return fail(explain_head_error(status.status(), *flags));
+  print_status(*status);
+  return 0;
+}
+
+int stop_command(const std::vector<std::string>& args) {
+  auto flags = Flags::parse("stop", args, {"head", "token-file"});
+  if (!flags.ok()) return usage(flags.status());
+  if (flags->help()) {
+    std::printf(
+        "usage: troupe stop [--head HOST:PORT] [--token-file PATH]\n\n"
+        "Stops the cluster (as `ray stop`): every worker exits, then the head.\n");
+    return 0;
+  }
+  auto client = head_client(*flags);
+  if (!client.ok()) return fail(client.status());
+  absl::Status s = client->head.call(&HeadService::stop).get(absl::Seconds(10));
+  if (!s.ok()) return fail(explain_head_error(s, *flags));
+  std::printf("troupe stop: the cluster at %s is stopping\n",
+              resolve_head(*flags).value_or("?").c_str());
+  return 0;
+}
+
+}  // namespace troupe::cluster

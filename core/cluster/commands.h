@@ -1,0 +1,28 @@
+// The cluster commands of the `troupe` executable, as Ray users know them:
+//
+//   troupe head   [--port 6380] [--host 127.0.0.1] [--state-dir /tmp/troupe]   (ray start --head)
+//   troupe worker --head HOST:PORT [--resources CPU=2,GPU=0,memory=8G]       (ray start --address)
+//                 [--token-file PATH] [--actor-lib PATH]... [--actor-lib-dir DIR]...
+//   troupe status [--head HOST:PORT] [--token-file PATH]                       (ray status)
+//   troupe stop   [--head HOST:PORT] [--token-file PATH]                       (ray stop)
+//
+// Each takes its arguments after the command name and returns the process's
+// exit code: 0 on success, 1 on failure (with a message on stderr), 2 for a
+// usage error.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace troupe::cluster {
+
+int head_command(const std::vector<std::string>& args);
+int worker_command(const std::vector<std::string>& args);
+int status_command(const std::vector<std::string>& args);
+int stop_command(const std::vector<std::string>& args);
+
+// Where `troupe head` keeps its token and address unless told otherwise, and
+// where the other commands look for them when no --head / --token-file is given.
+inline constexpr char kDefaultStateDir[] = "/tmp/troupe";
+
+}  // namespace troupe::cluster

@@ -1,0 +1,522 @@
+#include "core/cluster/head.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "core/cluster/agent.h"
+#include "spdlog/spdlog.h"
+
+namespace troupe::cluster {
+namespace {
+
+constexpr size_t kLogLines = 1000;
+
+std::string seconds(absl::Duration d) {
+  return absl::StrFormat("%.3g s", absl::ToDoubleSeconds(d));
+}
+
+}  // namespace
+
+HeadService::HeadService(Node* node, HeadConfig config, std::shared_ptr<std::atomic<bool>> stopped)
+    : node_(node), config_(config), stopped_(std::move(stopped)) {
+  log("head started");
+}
+
+ActorRef<NodeAgent> HeadService::agent(uint32_t node) {
+  return node_->ref<NodeAgent>(node_agent_id(node), node);
+}
+
+void HeadService::record(ClusterEvent event) {
+  event.version = ++version_;
+  events_.push_back(std::move(event));
+}
+
+void HeadService::log(std::string line) {
+  spdlog::info("head: {}", line);
+  log_.push_back(absl::StrCat(absl::FormatTime("%H:%M:%E3S ", absl::Now(), absl::LocalTimeZone()),
+                              std::move(line)));
+  if (log_.size() > kLogLines) log_.pop_front();
+}
+
+// --- Nodes ---------------------------------------------------------------------
+
+Registration HeadService::register_node(NodeInfo info) {
+  info.index = next_node_++;
+  Registration reply;
+  reply.index = info.index;
+  reply.heartbeat_ms = absl::ToInt64Milliseconds(config_.heartbeat_interval);
+  // The cluster so far: every live node, as if it had just joined.
+  for (const auto& [index, n] : nodes_) {
+    if (n.state != NodeState::kAlive) continue;
+    ClusterEvent joined;
+    joined.version = version_;
+    joined.kind = ClusterEvent::kNodeJoined;
+    joined.node = n.info;
+    reply.events.push_back(std::move(joined));
+  }
+  node_->set_node_endpoints(info.index, info.endpoints);
+  NodeRecord& n = nodes_[info.index];
+  n.info = info;
+  n.last_heartbeat = absl::Now();
+  ClusterEvent joined;
+  joined.kind = ClusterEvent::kNodeJoined;
+  joined.node = info;
+  record(joined);
+  // Its own join comes last: the node carries on from that version.
+  reply.events.push_back(events_.back());
+  log(absl::StrCat(std::string(to_string(info.kind)), " ", info.index, " joined: ", info.name,
+                   info.kind == NodeKind::kWorker ? absl::StrCat(" [", info.resources, "]") : ""));
+  return reply;
+}
+
+void HeadService::node_ready(uint32_t node) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || it->second.state != NodeState::kAlive ||
+      it->second.info.kind != NodeKind::kWorker) {
+    return;
+  }
+  absl::StatusOr<Resources> total = Resources::parse(it->second.info.resources);
+  scheduler_.add_node(node, total.ok() ? *total : Resources());
+  scheduler_.retry_pending();
+  retry_waiting();
+}
+
+HeartbeatReply HeadService::heartbeat(uint32_t node, uint64_t seen_version) {
+  HeartbeatReply reply;
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || it->second.state != NodeState::kAlive) {
+    reply.known = false;
+    return reply;
+  }
+  it->second.last_heartbeat = absl::Now();
+  for (auto e = events_.rbegin(); e != events_.rend() && e->version > seen_version; ++e)
+    reply.events.push_back(*e);
+  std::reverse(reply.events.begin(), reply.events.end());
+  return reply;
+}
+
+void HeadService::report_lost(uint32_t reporter, uint32_t node, std::string reason) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || it->second.state != NodeState::kAlive) return;
+  declare_dead(node, absl::StrCat("node ", reporter, " lost its connection to it: ", reason));
+}
+
+void HeadService::unregister_node(uint32_t node, std::string reason) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || it->second.state != NodeState::kAlive) return;
+  declare_dead(node, reason.empty() ? "left the cluster" : reason);
+}
+
+void HeadService::tick() {
+  absl::Time now = absl::Now();
+  std::vector<uint32_t> late;
+  for (const auto& [index, n] : nodes_) {
+    if (n.state == NodeState::kAlive && now - n.last_heartbeat > config_.heartbeat_timeout) {
+      late.push_back(index);
+    }
+  }
+  for (uint32_t index : late) {
+    declare_dead(index,
+                 absl::StrCat("no heartbeat for ", seconds(now - nodes_[index].last_heartbeat),
+                              " (budget ", seconds(config_.heartbeat_timeout), ")"));
+  }
+}
+
+void HeadService::declare_dead(uint32_t node, const std::string& reason) {
+  NodeRecord& n = nodes_[node];
+  n.state = NodeState::kDead;
+  n.death_reason = reason;
+  log(absl::StrCat(std::string(to_string(n.info.kind)), " ", node, " (", n.info.name,
+                   ") is dead: ", reason));
+  ClusterEvent died;
+  died.kind = ClusterEvent::kNodeDied;
+  died.node = n.info;
+  died.reason = reason;
+  record(died);
+  node_->fail_node(node, absl::UnavailableError(reason));
+  std::vector<PlacementGroupId> displaced = scheduler_.remove_node(node);
+  for (PlacementGroupId g : displaced)
+    log(absl::StrCat("placement group ", g.value, " lost a bundle on node ", node,
+                     "; it is pending again"));
+  // Its actors: restarted elsewhere if they may be, otherwise gone.
+  std::string lost = absl::StrCat("its node ", node, " (", n.info.name, ") was lost: ", reason);
+  for (auto& [id, actor] : actors_) {
+    if (actor.node != node ||
+        (actor.state != ActorState::kAlive && actor.state != ActorState::kPending)) {
+      continue;
+    }
+    if (!restartable(actor)) {
+      actor_gone(actor, lost);
+      continue;
+    }
+    actor.state = ActorState::kRestarting;
+    actor.death_reason = lost;
+    ++actor.restarts;
+    waiting_.insert(id);
+  }
+  retry_waiting();
+  scheduler_.retry_pending();
+}
+
+// --- Actors --------------------------------------------------------------------
+
+Future<ActorLocation> HeadService::spawn_actor(SpawnRequest request) {
+  if (stopped_->load()) {
+    return Future<ActorLocation>::failed(absl::UnavailableError("the cluster is stopping"));
+  }
+  if (!request.name.empty()) {
+    auto it = names_.find(request.name);
+    if (it != names_.end() && actors_[it->second].state != ActorState::kDead) {
+      return Future<ActorLocation>::failed(absl::AlreadyExistsError(absl::StrCat(
+          "an actor named '", request.name, "' already exists: ", to_string(ActorId{it->second}))));
+    }
+  }
+  absl::StatusOr<Resources> resources = Resources::parse(request.resources);
+  if (!resources.ok()) return Future<ActorLocation>::failed(resources.status());
+  uint64_t id = ActorId::make(kClusterActorNode, next_actor_++).value;
+  ActorRecord& actor = actors_[id];
+  actor.id = id;
+  actor.resources = *resources;
+  actor.spawn = std::move(request);
+  if (!actor.spawn.name.empty()) names_[actor.spawn.name] = id;
+  return host(id, 0, "");
+}
+
+Future<ActorLocation> HeadService::host(uint64_t id, int32_t restart_count,
+                                        std::string restart_reason) {
+  ActorRecord& actor = actors_[id];
+  PlacementRequest where;
+  where.resources = actor.resources;
+  if (actor.spawn.node >= 0) where.node = static_cast<NodeIndex>(actor.spawn.node);
+  if (actor.spawn.placement_group != 0) {
+    where.group = PlacementGroupId{actor.spawn.placement_group};
+    where.bundle_index = actor.spawn.bundle_index;
+  }
+  absl::StatusOr<Placement> placed = scheduler_.place_actor(where);
+  if (!placed.ok()) {
+    if (restart_count == 0) {
+      if (!actor.spawn.name.empty()) names_.erase(actor.spawn.name);
+      actors_.erase(id);
+    } else {
+      waiting_.insert(id);  // no room now; tried again when nodes join or resources free up
+    }
+    return Future<ActorLocation>::failed(placed.status());
+  }
+  actor.placement = *placed;
+  actor.node = placed->node;
+  uint64_t attempt = ++actor.attempt;
+  if (restart_count == 0) actor.state = ActorState::kPending;
+  HostRequest request;
+  request.id = id;
+  request.spawn = actor.spawn;
+  request.restart_count = restart_count;
+  request.restart_reason = std::move(restart_reason);
+  uint32_t node = placed->node;
+  return agent(node)
+      .call(&NodeAgent::host, std::move(request))
+      .then([this, id, node,
+             attempt](absl::StatusOr<uint64_t> hosted) -> absl::StatusOr<ActorLocation> {
+        auto it = actors_.find(id);
+        if (it == actors_.end() || it->second.attempt != attempt) {
+          return absl::AbortedError("superseded: the actor was placed again meanwhile");
+        }
+        ActorRecord& a = it->second;
+        if (!hosted.ok()) {
+          scheduler_.release_actor(a.placement, a.resources);
+          if (a.restarts == 0 || a.state == ActorState::kPending) {
+            actor_gone(a, std::string(hosted.status().message()));
+          } else {
+            waiting_.insert(id);  // try another node later
+          }
+          return hosted.status();
+        }
+        bool moved = a.state == ActorState::kRestarting;
+        a.state = ActorState::kAlive;
+        a.node = node;
+        if (moved) {
+          ClusterEvent e;
+          e.kind = ClusterEvent::kActorMoved;
+          e.actor = id;
+          e.to_node = node;
+          record(e);
+          node_->relocate(ActorId{id}, node);
+          log(absl::StrCat(to_string(ActorId{id}), " (", a.spawn.type, ") restarted on node ", node,
+                           " (restart ", a.restarts, ")"));
+        }
+        return ActorLocation{id, node, a.spawn.type};
+      });
+}
+
+void HeadService::retry_waiting() {
+  std::set<uint64_t> waiting = std::exchange(waiting_, {});
+  for (uint64_t id : waiting) {
+    auto it = actors_.find(id);
+    if (it == actors_.end() || it->second.state != ActorState::kRestarting) continue;
+    // Placed and hosted, or back in waiting_ if there is no room yet.
+    static_cast<void>(host(id, it->second.restarts, it->second.death_reason));
+  }
+}
+
+void HeadService::actor_gone(ActorRecord& actor, const std::string& reason) {
+  if (actor.state == ActorState::kDead) return;
+  actor.state = ActorState::kDead;
+  actor.death_reason = reason;
+  if (!actor.spawn.name.empty()) {
+    auto it = names_.find(actor.spawn.name);
+    if (it != names_.end() && it->second == actor.id) names_.erase(it);
+  }
+  ClusterEvent e;
+  e.kind = ClusterEvent::kActorDied;
+  e.actor = actor.id;
+  e.reason = reason;
+  record(e);
+  for (Promise<std::string>& w : actor.watchers)
+    w.set_value(reason);
+  actor.watchers.clear();
+  log(absl::StrCat(to_string(ActorId{actor.id}), " (", actor.spawn.type, ") died: ", reason));
+}
+
+absl::StatusOr<ActorLocation> HeadService::get_actor(std::string name) {
+  auto it = names_.find(name);
+  if (it == names_.end()) {
+    return absl::NotFoundError(absl::StrCat("no actor named '", name, "' in the cluster"));
+  }
+  const ActorRecord& a = actors_[it->second];
+  return ActorLocation{a.id, a.node, a.spawn.type};
+}
+
+absl::StatusOr<uint32_t> HeadService::locate(uint64_t id) {
+  auto it = actors_.find(id);
+  if (it == actors_.end()) {
+    return absl::NotFoundError(absl::StrCat(to_string(ActorId{id}), " is not known to the head"));
+  }
+  const ActorRecord& a = it->second;
+  switch (a.state) {
+    case ActorState::kAlive:
+      return a.node;
+    case ActorState::kDead:
+      return ActorDiedError(absl::StrCat(to_string(ActorId{id}), " died: ", a.death_reason));
+    default:
+      return absl::UnavailableError(
+          absl::StrCat(to_string(ActorId{id}), " is being restarted: ", a.death_reason));
+  }
+}
+
+void HeadService::actor_died(uint64_t id, std::string reason) {
+  auto it = actors_.find(id);
+  if (it == actors_.end()) return;
+  ActorRecord& a = it->second;
+  if (a.state == ActorState::kDead) return;
+  if (a.state == ActorState::kAlive) scheduler_.release_actor(a.placement, a.resources);
+  actor_gone(a, reason);
+}
+
+absl::Status HeadService::kill_actor(uint64_t id, bool no_restart) {
+  auto it = actors_.find(id);
+  if (it == actors_.end()) {
+    return absl::NotFoundError(absl::StrCat(to_string(ActorId{id}), " is not known to the head"));
+  }
+  const ActorRecord& a = it->second;
+  if (a.state == ActorState::kDead) return absl::OkStatus();
+  agent(a.node).tell(&NodeAgent::kill, id, !no_restart,
+                     std::string(no_restart ? "kill()" : "kill(no_restart=false)"));
+  return absl::OkStatus();
+}
+
+Future<std::string> HeadService::watch_actor(uint64_t id) {
+  auto it = actors_.find(id);
+  if (it == actors_.end()) {
+    return Future<std::string>::failed(
+        absl::NotFoundError(absl::StrCat(to_string(ActorId{id}), " is not known to the head")));
+  }
+  if (it->second.state == ActorState::kDead) {
+    return make_ready_future(it->second.death_reason);
+  }
+  Promise<std::string> p;
+  Future<std::string> f = p.get_future();
+  it->second.watchers.push_back(std::move(p));
+  return f;
+}
+
+// --- Placement groups ----------------------------------------------------------
+
+absl::StatusOr<uint64_t> HeadService::create_placement_group(std::vector<std::string> bundles,
+                                                             std::string strategy,
+                                                             std::string name) {
+  absl::StatusOr<PlacementStrategy> s = parse_placement_strategy(strategy);
+  if (!s.ok()) return s.status();
+  std::vector<Resources> parsed;
+  for (const std::string& b : bundles) {
+    absl::StatusOr<Resources> r = Resources::parse(b);
+    if (!r.ok()) return r.status();
+    parsed.push_back(*r);
+  }
+  absl::StatusOr<PlacementGroupId> id =
+      scheduler_.create_placement_group(std::move(parsed), *s, std::move(name));
+  if (!id.ok()) return id.status();
+  auto info = scheduler_.group(*id);
+  log(absl::StrCat("placement group ", id->value, " (", std::string(to_string(*s)), ", ",
+                   bundles.size(), " bundles) ", info && info->placed ? "placed" : "pending"));
+  return id->value;
+}
+
+absl::StatusOr<bool> HeadService::placement_group_ready(uint64_t id) {
+  scheduler_.retry_pending();
+  auto info = scheduler_.group(PlacementGroupId{id});
+  if (!info) return absl::NotFoundError(absl::StrCat("no placement group ", id));
+  return info->placed;
+}
+
+absl::Status HeadService::remove_placement_group(uint64_t id) {
+  // As in Ray, the actors in it go with it.
+  for (auto& [actor_id, a] : actors_) {
+    if (a.spawn.placement_group == id && a.state != ActorState::kDead) {
+      agent(a.node).tell(&NodeAgent::kill, actor_id, false,
+                         std::string("its placement group was removed"));
+      actor_gone(a, "its placement group was removed");
+    }
+  }
+  absl::Status s = scheduler_.remove_placement_group(PlacementGroupId{id});
+  if (s.ok()) {
+    log(absl::StrCat("placement group ", id, " removed"));
+    scheduler_.retry_pending();
+    retry_waiting();
+  }
+  return s;
+}
+
+// --- KV --------------------------------------------------------------------------
+
+bool HeadService::kv_put(std::string key, std::string value, bool overwrite) {
+  auto [it, inserted] = kv_.try_emplace(std::move(key), value);
+  if (!inserted) {
+    if (!overwrite) return false;
+    it->second = std::move(value);
+  }
+  return true;
+}
+
+std::optional<std::string> HeadService::kv_get(std::string key) {
+  auto it = kv_.find(key);
+  if (it == kv_.end()) return std::nullopt;
+  return it->second;
+}
+
+bool HeadService::kv_delete(std::string key) {
+  return kv_.erase(key) > 0;
+}
+
+std::vector<std::string> HeadService::kv_keys(std::string prefix) {
+  std::vector<std::string> keys;
+  for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.starts_with(prefix); ++it)
+    keys.push_back(it->first);
+  return keys;
+}
+
+// --- Status and stop -------------------------------------------------------------
+
+ClusterStatus HeadService::status() {
+  ClusterStatus s;
+  absl::Time now = absl::Now();
+  std::map<uint32_t, int64_t> alive_on;
+  for (const auto& [id, a] : actors_) {
+    if (a.state == ActorState::kAlive) ++alive_on[a.node];
+    ActorStatus as;
+    as.id = id;
+    as.type = a.spawn.type;
+    as.name = a.spawn.name;
+    as.node = a.node;
+    as.state = a.state;
+    as.restarts = a.restarts;
+    as.death_reason = a.death_reason;
+    s.actors.push_back(std::move(as));
+  }
+  for (const auto& [index, n] : nodes_) {
+    NodeStatus ns;
+    ns.info = n.info;
+    ns.state = n.state;
+    ns.death_reason = n.death_reason;
+    ns.available = n.state == NodeState::kAlive && n.info.kind == NodeKind::kWorker
+                       ? scheduler_.available(index).to_string()
+                       : "";
+    ns.actors = alive_on[index];
+    ns.last_heartbeat_ms = absl::ToInt64Milliseconds(now - n.last_heartbeat);
+    s.nodes.push_back(std::move(ns));
+  }
+  for (const Scheduler::GroupInfo& g : scheduler_.groups()) {
+    PlacementGroupStatus ps;
+    ps.id = g.id.value;
+    ps.name = g.name;
+    ps.strategy = std::string(to_string(g.strategy));
+    for (const Resources& b : g.bundles)
+      ps.bundles.push_back(b.to_string());
+    ps.placed = g.placed;
+    ps.bundle_nodes.assign(g.bundle_nodes.begin(), g.bundle_nodes.end());
+    s.placement_groups.push_back(std::move(ps));
+  }
+  s.events.assign(log_.begin(), log_.end());
+  return s;
+}
+
+void HeadService::stop() {
+  log("stop requested");
+  for (const auto& [index, n] : nodes_) {
+    if (n.state == NodeState::kAlive && n.info.kind == NodeKind::kWorker) {
+      agent(index).tell(&NodeAgent::shutdown, std::string("the cluster was stopped"));
+    }
+  }
+  stopped_->store(true);
+}
+
+// --- HeadServer ------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<HeadServer>> HeadServer::start(HeadOptions options) {
+  std::unique_ptr<HeadServer> server(new HeadServer());
+  auto node = Node::start({.index = kHeadNode,
+                           .token = options.token,
+                           .name = "head",
+                           .host = options.host,
+                           .transports = {"tcp"},
+                           .tcp_port = options.port,
+                           .threads = options.threads});
+  if (!node.ok()) {
+    return absl::Status(node.status().code(),
+                        absl::StrCat("cannot listen on ", options.host, ":", options.port, ": ",
+                                     node.status().message()));
+  }
+  server->node_ = *std::move(node);
+  auto service = server->node_->system().spawn_at<HeadService>(
+      head_service_id(), {.name = "head"}, server->node_.get(), options.config, server->stopped_);
+  if (!service.ok()) return service.status();
+  server->service_ = *service;
+  absl::Duration period = std::min(options.config.heartbeat_interval, absl::Milliseconds(50));
+  server->clock_ = std::thread([s = server.get(), period] {
+    while (!s->done_.load()) {
+      s->service_.tell(&HeadService::tick);
+      absl::SleepFor(period);
+    }
+  });
+  return server;
+}
+
+HeadServer::~HeadServer() {
+  done_.store(true);
+  if (clock_.joinable()) clock_.join();
+  node_.reset();
+}
+
+std::string HeadServer::address() const {
+  return node_->endpoints().front();
+}
+
+bool HeadServer::wait_stopped(absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (!stopped_->load()) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return true;
+}
+
+}  // namespace troupe::cluster

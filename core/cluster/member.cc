@@ -1,0 +1,216 @@
+#include "core/cluster/member.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+#include "transport/address.h"
+
+namespace troupe::cluster {
+
+absl::StatusOr<std::string> local_address_towards(const std::string& head) {
+  absl::StatusOr<transport::HostPort> hp = transport::parse_address("tcp://" + head, "tcp");
+  if (!hp.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--head ", head, ": expected HOST:PORT, e.g. 10.0.0.1:6380"));
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(hp->host.c_str(), std::to_string(hp->port).c_str(), &hints, &found) != 0 ||
+      found == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot resolve the head's host ", hp->host));
+  }
+  // A UDP "connection" sends nothing; it only picks the route and source address.
+  std::string local;
+  int fd = ::socket(found->ai_family, SOCK_DGRAM, 0);
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    char text[INET6_ADDRSTRLEN] = {};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      if (addr.ss_family == AF_INET) {
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&addr)->sin_addr, text, sizeof(text));
+      } else {
+        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr, text, sizeof(text));
+      }
+      local = text;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  freeaddrinfo(found);
+  if (local.empty()) return absl::UnavailableError(absl::StrCat("no route to the head at ", head));
+  return local;
+}
+
+absl::StatusOr<std::unique_ptr<Member>> Member::join(MemberOptions options) {
+  if (options.token.empty()) {
+    return absl::FailedPreconditionError(
+        "no cluster token: pass --token-file PATH (the head writes one to its state directory) "
+        "or set TROUPE_TOKEN");
+  }
+  if (options.host.empty()) {
+    absl::StatusOr<std::string> local = local_address_towards(options.head);
+    if (!local.ok()) return local.status();
+    options.host = *local;
+  }
+  std::unique_ptr<Member> member(new Member(std::move(options)));
+  if (absl::Status s = member->start(); !s.ok()) return s;
+  return member;
+}
+
+absl::Status Member::start() {
+  std::string name = options_.name.empty() ? absl::StrCat(std::string(to_string(options_.kind)),
+                                                          " ", options_.host, " pid ", ::getpid())
+                                           : options_.name;
+  auto node = Node::start({.index = kUnassignedNode,
+                           .token = options_.token,
+                           .name = name,
+                           .host = options_.host,
+                           .transports = options_.transports,
+                           .threads = options_.threads,
+                           .connect_timeout = options_.timeout});
+  if (!node.ok()) return node.status();
+  node_ = *std::move(node);
+  node_->set_node_endpoints(kHeadNode, {"tcp://" + options_.head});
+  head_ = node_->ref<HeadService>(head_service_id(), kHeadNode);
+
+  NodeInfo info;
+  info.kind = options_.kind;
+  info.name = name;
+  info.host = options_.host;
+  info.pid = ::getpid();
+  info.endpoints = node_->endpoints();
+  info.resources = options_.resources;
+  auto registration = head_.call(&HeadService::register_node, info).get(options_.timeout);
+  if (!registration.ok()) {
+    absl::Status s = registration.status();
+    if (absl::IsPermissionDenied(s)) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("the head at ", options_.head, " refused this node: ", s.message()));
+    }
+    return absl::Status(
+        IsActorDied(s) ? absl::StatusCode::kUnavailable : s.code(),
+        absl::StrCat("cannot register with the head at ", options_.head, ": ", s.message()));
+  }
+  node_->set_index(registration->index);
+  apply(registration->events);
+
+  ActorRef<HeadService> head = head_;
+  uint32_t self = registration->index;
+  absl::Duration timeout = options_.timeout;
+  node_->set_hooks(NodeHooks{
+      .locate = [head, timeout](ActorId id) -> absl::StatusOr<uint32_t> {
+        // While it is being restarted the head answers Unavailable: ask again.
+        absl::Time deadline = absl::Now() + timeout;
+        for (int attempt = 0;; ++attempt) {
+          absl::StatusOr<uint32_t> where = head.call(&HeadService::locate, id.value).get(timeout);
+          if (where.ok() || !absl::IsUnavailable(where.status()) || absl::Now() >= deadline) {
+            return where;
+          }
+          absl::SleepFor(absl::Milliseconds(std::min(10 << std::min(attempt, 5), 200)));
+        }
+      },
+      .kill = [head](ActorId id, bool restart,
+                     std::string) { head.tell(&HeadService::kill_actor, id.value, !restart); },
+      .monitor =
+          [head](ActorId id, DeathCallback cb) {
+            static_cast<void>(head.call(&HeadService::watch_actor, id.value)
+                                  .then([id, cb](absl::StatusOr<std::string> reason) {
+                                    cb(id, reason.ok() ? ActorDiedError(*reason) : reason.status());
+                                  }));
+          },
+      .peer_lost =
+          [head, self](uint32_t peer, absl::Status why) {
+            if (peer != kHeadNode) {
+              head.tell(&HeadService::report_lost, self, peer, std::string(why.message()));
+            }
+          },
+  });
+  absl::Duration interval = absl::Milliseconds(registration->heartbeat_ms);
+  heartbeat_ = std::thread([this, interval] { heartbeats(interval); });
+  spdlog::info("joined the cluster at {} as {} {}", options_.head, to_string(options_.kind),
+               registration->index);
+  return absl::OkStatus();
+}
+
+void Member::apply(const std::vector<ClusterEvent>& events) {
+  for (const ClusterEvent& e : events) {
+    switch (e.kind) {
+      case ClusterEvent::kNodeJoined:
+        if (e.node.index != node_->index()) {
+          node_->set_node_endpoints(e.node.index, e.node.endpoints);
+        }
+        break;
+      case ClusterEvent::kNodeDied:
+        if (e.node.index == node_->index()) {
+          stop_->request("the head declared this node dead: " + e.reason);
+        } else {
+          node_->fail_node(e.node.index, absl::UnavailableError(e.reason));
+        }
+        break;
+      case ClusterEvent::kActorMoved:
+        node_->relocate(ActorId{e.actor}, e.to_node);
+        break;
+      case ClusterEvent::kActorDied:
+        break;  // calls to it are refused by its node
+    }
+    seen_version_ = std::max(seen_version_, e.version);
+  }
+}
+
+void Member::heartbeats(absl::Duration interval) {
+  absl::Time last_contact = absl::Now();
+  while (!leaving_.load() && !stop_->requested.load()) {
+    absl::Time next = absl::Now() + interval;
+    auto reply = head_.call(&HeadService::heartbeat, node_->index(), seen_version_)
+                     .get(std::max(interval * 10, absl::Seconds(1)));
+    if (reply.ok()) {
+      last_contact = absl::Now();
+      if (!reply->known) {
+        stop_->request("the head no longer knows this node (declared dead)");
+        break;
+      }
+      apply(reply->events);
+    } else if (absl::Now() - last_contact > options_.head_grace) {
+      stop_->request(absl::StrCat("lost contact with the head at ", options_.head, ": ",
+                                  reply.status().message()));
+      break;
+    }
+    while (!leaving_.load() && absl::Now() < next)
+      absl::SleepFor(std::min(next - absl::Now(), absl::Milliseconds(20)));
+  }
+}
+
+absl::Status Member::ready() {
+  return head_.call(&HeadService::node_ready, node_->index()).get(options_.timeout);
+}
+
+std::optional<std::string> Member::wait_stopped(absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (!stop_->requested.load()) {
+    if (absl::Now() >= deadline) return std::nullopt;
+    absl::SleepFor(std::min(deadline - absl::Now(), absl::Milliseconds(20)));
+  }
+  std::lock_guard<std::mutex> lock(stop_->mu);
+  return stop_->reason;
+}
+
+Member::~Member() {
+  leaving_.store(true);
+  if (heartbeat_.joinable()) heartbeat_.join();
+  if (node_ && !stop_->requested.load()) {
+    // Leave in order, so the head need not wait for missed heartbeats.
+    static_cast<void>(
+        head_.call(&HeadService::unregister_node, node_->index(), std::string("left the cluster"))
+            .get(absl::Seconds(2)));
+  }
+  stop_->request("leaving");
+  node_.reset();
+}
+
+}  // namespace troupe::cluster

@@ -1,0 +1,79 @@
+// Joining a cluster: what a worker or a driver does first. A Member starts a
+// node, registers it with the head (which assigns its index), and then keeps
+// it in step: heartbeats, and with each reply what changed in the cluster
+// (nodes that joined or died, actors that moved), applied to the node so that
+// calls go to the right place and fail at once when their node is gone.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/cluster/agent.h"
+#include "core/cluster/head.h"
+#include "core/cluster/node.h"
+#include "core/cluster/protocol.h"
+
+namespace troupe::cluster {
+
+struct MemberOptions {
+  std::string head;   // "HOST:PORT" of the head's control port
+  std::string token;  // the cluster token
+  NodeKind kind = NodeKind::kWorker;
+  std::string name;       // for status and logs; default "<kind> <host> pid <pid>"
+  std::string resources;  // workers: what they offer, "CPU=2,GPU=0,memory=8G"
+  // The address other nodes reach this one at; empty: the local address of
+  // the route to the head.
+  std::string host;
+  std::vector<std::string> transports = {"ucx", "tcp"};
+  int threads = 0;
+  absl::Duration timeout = absl::Seconds(10);  // to reach the head at start
+  // How long the head may stay unreachable before this node gives up.
+  absl::Duration head_grace = absl::Seconds(10);
+};
+
+class Member {
+ public:
+  // Errors: InvalidArgument (bad address or resources), Unavailable (head
+  // unreachable), PermissionDenied (wrong token), DeadlineExceeded.
+  static absl::StatusOr<std::unique_ptr<Member>> join(MemberOptions options);
+  // Leaves the cluster in order (the head is told) and stops the node.
+  ~Member();
+
+  Node& node() { return *node_; }
+  uint32_t index() const { return node_->index(); }
+  ActorRef<HeadService> head() const { return head_; }
+  const std::string& head_address() const { return options_.head; }
+  std::shared_ptr<StopSignal> stop_signal() const { return stop_; }
+  // Tells the head this worker can host actors (call once its agent runs).
+  absl::Status ready();
+
+  // Blocks until this node is asked to stop (the cluster stopped, the head
+  // declared it dead, or the head was lost) or `timeout` passes; returns the
+  // reason, or nullopt on timeout.
+  std::optional<std::string> wait_stopped(absl::Duration timeout);
+
+ private:
+  explicit Member(MemberOptions options) : options_(std::move(options)) {}
+  absl::Status start();
+  void apply(const std::vector<ClusterEvent>& events);
+  void heartbeats(absl::Duration interval);
+
+  const MemberOptions options_;
+  std::unique_ptr<Node> node_;
+  ActorRef<HeadService> head_;
+  std::shared_ptr<StopSignal> stop_ = std::make_shared<StopSignal>();
+  uint64_t seen_version_ = 0;  // heartbeat thread only (after start)
+  std::atomic<bool> leaving_{false};
+  std::thread heartbeat_;
+};
+
+// "127.0.0.1:6380" -> "127.0.0.1": the host to advertise for reaching the head
+// (the local address of the route to it).
+absl::StatusOr<std::string> local_address_towards(const std::string& head);
+
+}  // namespace troupe::cluster

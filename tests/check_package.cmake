@@ -1,0 +1,115 @@
+# The install and the CMake package of troupe, checked end to end:
+#  1. installs the build tree BUILD to a scratch prefix (cmake --install);
+#  2. checks that the installed libraries find their dependencies ($ORIGIN);
+#  3. configures and builds examples/user_actors as a project of its own
+#     against that prefix (find_package(troupe) through CMAKE_PREFIX_PATH);
+#  4. builds tests/package_consumer against the prefix too and runs it: it
+#     loads the library of step 3 with load_actor_library.
+# Skips (prints "troupe-package-check: SKIPPED") when BUILD has no install
+# rules for troupe. WORK is removed first, and again when every step passed.
+#
+#   cmake -DBUILD=<build dir> -DSOURCE=<repo> -DWORK=<scratch dir>
+#         [-DGENERATOR=Ninja -DMAKE_PROGRAM=... -DCC=... -DCXX=... -DLAUNCHER=ccache
+#          -DFLAGS=<extra compile and link flags>] -P check_package.cmake
+cmake_minimum_required(VERSION 3.25)
+
+foreach(var BUILD SOURCE WORK)
+  if(NOT ${var})
+    message(FATAL_ERROR "troupe-package-check: -D${var}=... is required")
+  endif()
+endforeach()
+
+set(rules "")
+if(EXISTS "${BUILD}/cmake_install.cmake")
+  file(READ "${BUILD}/cmake_install.cmake" rules)
+endif()
+if(NOT rules MATCHES "troupeTargets")
+  message("troupe-package-check: SKIPPED: ${BUILD} has no install rules for troupe "
+          "(they need the shared libraries: BUILD_SHARED_LIBS=ON)")
+  return()
+endif()
+
+file(REMOVE_RECURSE "${WORK}")
+set(prefix "${WORK}/prefix")
+
+# Runs a step; fails with its output if it fails.
+function(step name)
+  message(STATUS "troupe-package-check: ${name}")
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "troupe-package-check: ${name} failed (${rc}):\n${out}")
+  endif()
+  set(step_output "${out}" PARENT_SCOPE)
+endfunction()
+
+step("install ${BUILD} to ${prefix}" ${CMAKE_COMMAND} --install ${BUILD} --prefix ${prefix})
+
+foreach(file lib/cmake/troupe/troupeConfig.cmake lib/cmake/troupe/troupeConfigVersion.cmake
+             include/troupe/core/actor.h include/troupe/transport/buffer.h
+             include/troupe/transport/schema/handshake.capnp.h)
+  if(NOT EXISTS "${prefix}/${file}")
+    message(FATAL_ERROR "troupe-package-check: the install lacks ${file}")
+  endif()
+endforeach()
+
+# Each installed library finds the others beside it, and the system's.
+file(GLOB libraries "${prefix}/lib/libtroupe_*.so")
+file(GET_RUNTIME_DEPENDENCIES LIBRARIES ${libraries}
+     RESOLVED_DEPENDENCIES_VAR resolved UNRESOLVED_DEPENDENCIES_VAR unresolved)
+if(unresolved)
+  message(FATAL_ERROR "troupe-package-check: installed libraries with unresolved dependencies: "
+                      "${unresolved}")
+endif()
+foreach(dependency IN LISTS resolved)
+  get_filename_component(name "${dependency}" NAME)
+  string(FIND "${dependency}" "${prefix}/" at)
+  if(name MATCHES "^libtroupe_" AND NOT at EQUAL 0)
+    message(FATAL_ERROR "troupe-package-check: an installed library loads ${dependency}, "
+                        "not the copy in ${prefix}/lib")
+  endif()
+endforeach()
+
+set(configure_args -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=${prefix}")
+if(GENERATOR)
+  list(APPEND configure_args -G ${GENERATOR})
+endif()
+foreach(pair "MAKE_PROGRAM;CMAKE_MAKE_PROGRAM" "CC;CMAKE_C_COMPILER" "CXX;CMAKE_CXX_COMPILER"
+             "LAUNCHER;CMAKE_CXX_COMPILER_LAUNCHER")
+  list(GET pair 0 from)
+  list(GET pair 1 to)
+  if(${from})
+    list(APPEND configure_args "-D${to}=${${from}}")
+  endif()
+endforeach()
+if(FLAGS)
+  list(APPEND configure_args "-DCMAKE_CXX_FLAGS=${FLAGS}" "-DCMAKE_SHARED_LINKER_FLAGS=${FLAGS}"
+       "-DCMAKE_EXE_LINKER_FLAGS=${FLAGS}")
+endif()
+
+# Builds the project in `source` into `build` against the prefix.
+function(build_against_prefix source build)
+  step("configure ${source}" ${CMAKE_COMMAND} -S ${source} -B ${build} ${configure_args})
+  file(STRINGS "${build}/CMakeCache.txt" found REGEX "^troupe_DIR:")
+  string(FIND "${found}" "=${prefix}/" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "troupe-package-check: ${source} found troupe elsewhere: ${found}")
+  endif()
+  step("build ${source}" ${CMAKE_COMMAND} --build ${build})
+endfunction()
+
+build_against_prefix(${SOURCE}/examples/user_actors ${WORK}/user_actors)
+set(library "${WORK}/user_actors/libuser_actors.so")
+if(NOT EXISTS "${library}")
+  message(FATAL_ERROR "troupe-package-check: building examples/user_actors made no ${library}")
+endif()
+
+build_against_prefix(${SOURCE}/tests/package_consumer ${WORK}/consumer)
+step("load ${library}" ${WORK}/consumer/load_actor_library ${library} ${WORK}/user_actors)
+if(NOT step_output MATCHES "registered KeyValueShard")
+  message(FATAL_ERROR "troupe-package-check: loading ${library} did not register KeyValueShard:\n"
+                      "${step_output}")
+endif()
+
+file(REMOVE_RECURSE "${WORK}")
+message(STATUS "troupe-package-check: ok (installed, built examples/user_actors against the "
+               "install, loaded it)")
