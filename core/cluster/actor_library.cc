@@ -16,6 +16,14 @@
 #include "core/actor_type.h"
 #include "spdlog/spdlog.h"
 
+// Identifies this copy of libtroupe_core: a library built against another
+// troupe (another soname, loaded beside this one) resolves the name elsewhere,
+// and registers its actor types in that copy's registry, not the process's.
+extern "C" {
+extern const char troupe_core_instance;
+const char troupe_core_instance = 0;
+}
+
 namespace troupe::cluster {
 namespace {
 
@@ -116,6 +124,18 @@ absl::StatusOr<std::vector<std::string>> load_actor_library(
                                                       error != nullptr ? error : "dlopen failed"));
   }
   // The handle is never closed: the registry holds code from the library.
+  const void* core = dlsym(handle, "troupe_core_instance");
+  if (core != nullptr && core != &troupe_core_instance) {
+    Dl_info theirs{};
+    Dl_info ours{};
+    dladdr(core, &theirs);
+    dladdr(&troupe_core_instance, &ours);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "actor library ", resolved.native(), " uses another libtroupe_core (",
+        theirs.dli_fname != nullptr ? theirs.dli_fname : "unknown", ") than this process (",
+        ours.dli_fname != nullptr ? ours.dli_fname : "unknown",
+        "): build it against the troupe the workers run"));
+  }
   std::vector<std::string> after = registered_actor_types();
   std::vector<std::string> added;
   std::set_difference(after.begin(), after.end(), before.begin(), before.end(),

@@ -36,7 +36,8 @@ inline constexpr char kActorLibDirsEnv[] = "TROUPE_ACTOR_LIB_DIRS";
 // serialised.
 // Errors: PermissionDenied (outside every allowed directory, naming them, or
 // no directory allowed), NotFound (no such file), FailedPrecondition (not a
-// regular file, or dlopen failed: with dlerror()'s text).
+// regular file; dlopen failed, with dlerror()'s text; or the library links
+// another libtroupe_core than this process's - built against another troupe).
 absl::StatusOr<std::vector<std::string>> load_actor_library(
     const std::string& path, const std::vector<std::string>& allowed_dirs);
 

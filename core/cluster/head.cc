@@ -286,6 +286,16 @@ absl::StatusOr<ActorLocation> HeadService::get_actor(std::string name) {
   return ActorLocation{a.id, a.node, a.spawn.type};
 }
 
+absl::StatusOr<std::vector<std::string>> HeadService::node_endpoints(uint32_t node) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return absl::NotFoundError(absl::StrCat("no node ", node));
+  if (it->second.state != NodeState::kAlive) {
+    return absl::UnavailableError(
+        absl::StrCat("node ", node, " is dead: ", it->second.death_reason));
+  }
+  return it->second.info.endpoints;
+}
+
 absl::StatusOr<uint32_t> HeadService::locate(uint64_t id) {
   auto it = actors_.find(id);
   if (it == actors_.end()) {

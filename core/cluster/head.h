@@ -58,6 +58,8 @@ class HeadService {
   // Actors.
   Future<ActorLocation> spawn_actor(SpawnRequest request);
   absl::StatusOr<ActorLocation> get_actor(std::string name);
+  // Where a node listens. NotFound if unknown, Unavailable if dead.
+  absl::StatusOr<std::vector<std::string>> node_endpoints(uint32_t node);
   // Where actor `id` lives. Unavailable while it is being restarted,
   // ActorDied once it is gone for good, NotFound if never known.
   absl::StatusOr<uint32_t> locate(uint64_t id);
@@ -137,12 +139,12 @@ class HeadService {
 };
 TROUPE_ACTOR(HeadService, &HeadService::register_node, &HeadService::node_ready,
              &HeadService::heartbeat, &HeadService::report_lost, &HeadService::unregister_node,
-             &HeadService::spawn_actor, &HeadService::get_actor, &HeadService::locate,
-             &HeadService::actor_died, &HeadService::kill_actor, &HeadService::watch_actor,
-             &HeadService::create_placement_group, &HeadService::placement_group_ready,
-             &HeadService::remove_placement_group, &HeadService::kv_put, &HeadService::kv_get,
-             &HeadService::kv_delete, &HeadService::kv_keys, &HeadService::status,
-             &HeadService::stop, &HeadService::tick);
+             &HeadService::spawn_actor, &HeadService::get_actor, &HeadService::node_endpoints,
+             &HeadService::locate, &HeadService::actor_died, &HeadService::kill_actor,
+             &HeadService::watch_actor, &HeadService::create_placement_group,
+             &HeadService::placement_group_ready, &HeadService::remove_placement_group,
+             &HeadService::kv_put, &HeadService::kv_get, &HeadService::kv_delete,
+             &HeadService::kv_keys, &HeadService::status, &HeadService::stop, &HeadService::tick);
 
 // The head process: a node 0 listening on the control port, hosting the
 // HeadService and driving its failure detector.

@@ -109,7 +109,9 @@ absl::Status Member::start() {
         absl::Time deadline = absl::Now() + timeout;
         for (int attempt = 0;; ++attempt) {
           absl::StatusOr<uint32_t> where = head.call(&HeadService::locate, id.value).get(timeout);
-          if (where.ok() || !absl::IsUnavailable(where.status()) || absl::Now() >= deadline) {
+          // (ActorDied is an Unavailable code too, but final.)
+          if (where.ok() || !absl::IsUnavailable(where.status()) || IsActorDied(where.status()) ||
+              absl::Now() >= deadline) {
             return where;
           }
           absl::SleepFor(absl::Milliseconds(std::min(10 << std::min(attempt, 5), 200)));
@@ -129,6 +131,10 @@ absl::Status Member::start() {
             if (peer != kHeadNode) {
               head.tell(&HeadService::report_lost, self, peer, std::string(why.message()));
             }
+          },
+      .node_endpoints =
+          [head, timeout](uint32_t peer) {
+            return head.call(&HeadService::node_endpoints, peer).get(timeout);
           },
   });
   absl::Duration interval = absl::Milliseconds(registration->heartbeat_ms);

@@ -237,7 +237,14 @@ absl::StatusOr<std::shared_ptr<Connection>> NodeCore::connection_to(uint32_t nod
   if (!p->lost.ok()) return p->lost;
   if (p->conn) return p->conn;
   if (p->endpoints.empty()) {
-    return absl::UnavailableError(absl::StrCat("no endpoints known for node ", node));
+    // A node that joined after our last heartbeat: ask the head.
+    if (auto find = hooks().node_endpoints) {
+      absl::StatusOr<std::vector<std::string>> found = find(node);
+      if (found.ok()) p->endpoints = *std::move(found);
+    }
+    if (p->endpoints.empty()) {
+      return absl::UnavailableError(absl::StrCat("no endpoints known for node ", node));
+    }
   }
   std::map<std::string, transport::Transport*, std::less<>> usable;
   for (auto& [kind, t] : transports_)
@@ -283,19 +290,12 @@ void NodeCore::send(uint32_t hint, ActorId id, detail::Message* m) {
   }
   auto conn = connection_to(node);
   if (!conn.ok()) {
-    if (!lost(node)) {
-      // Unreachable, but not declared gone (yet): say so, and tell the head,
-      // which may declare the node dead at once.
-      if (absl::IsUnavailable(conn.status())) {
-        if (auto report = hooks().peer_lost) report(node, conn.status());
-      }
-      m->reject(absl::Status(conn.status().code(),
-                             absl::StrCat("cannot reach node ", node, " (for ", to_string(id),
-                                          "): ", conn.status().message())));
-      return;
-    }
-    // Its node is gone: the actor may have been restarted elsewhere.
+    bool gone = lost(node);
     NodeHooks h = hooks();
+    if (!gone && absl::IsUnavailable(conn.status()) && h.peer_lost) {
+      h.peer_lost(node, conn.status());  // the head may declare the node dead at once
+    }
+    // Ask the head where the actor is now: restarted elsewhere, or dead.
     if (h.locate) {
       absl::StatusOr<uint32_t> now = h.locate(id);
       if (now.ok() && *now != node) {
@@ -308,7 +308,13 @@ void NodeCore::send(uint32_t hint, ActorId id, detail::Message* m) {
         return;
       }
     }
-    m->reject(node_lost_error(id, node, conn.status()));
+    if (gone) {
+      m->reject(node_lost_error(id, node, conn.status()));
+    } else {
+      m->reject(absl::Status(conn.status().code(),
+                             absl::StrCat("cannot reach node ", node, " (for ", to_string(id),
+                                          "): ", conn.status().message())));
+    }
     return;
   }
   Writer args;

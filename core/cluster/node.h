@@ -53,6 +53,8 @@ struct NodeHooks {
   // A connection to node `node` broke (reported to the head, which may
   // declare the node dead at once).
   std::function<void(uint32_t node, absl::Status why)> peer_lost;
+  // The endpoints of a node this one has not heard of yet.
+  std::function<absl::StatusOr<std::vector<std::string>>(uint32_t node)> node_endpoints;
 };
 
 class Node {

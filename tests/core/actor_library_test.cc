@@ -28,8 +28,8 @@
 #include "core/detail/remote_codec.h"
 #include "gtest/gtest.h"
 
-#ifndef TROUPE_USER_ACTORS_LIB
-#error "TROUPE_USER_ACTORS_LIB: the path of the built examples/user_actors library"
+#if !defined(TROUPE_USER_ACTORS_LIB) || !defined(TROUPE_FOREIGN_ACTORS_LIB)
+#error "define TROUPE_USER_ACTORS_LIB and TROUPE_FOREIGN_ACTORS_LIB: the libraries' paths"
 #endif
 
 namespace troupe::cluster {
@@ -46,6 +46,7 @@ class ActorLibraryTest : public ::testing::Test {
   //   root/allowed/outside_dir               -> ../outside
   //   root/allowed/not_a_library.so          text
   //   root/allowed/sub/                      empty
+  //   root/allowed/libforeign_actors.so      linked against another "libtroupe_core"
   //   root/outside/libuser_actors.so         a copy outside the allow-list
   //   root/allowed_not/libuser_actors.so     a sibling sharing the prefix
   static void SetUpTestSuite() {
@@ -57,6 +58,7 @@ class ActorLibraryTest : public ::testing::Test {
       fs::create_directories(root_ / dir);
     for (const char* dir : {"allowed", "outside", "allowed_not"})
       fs::copy_file(TROUPE_USER_ACTORS_LIB, root_ / dir / "libuser_actors.so");
+    fs::copy_file(TROUPE_FOREIGN_ACTORS_LIB, allowed_ / "libforeign_actors.so");
     fs::create_symlink("libuser_actors.so", allowed_ / "alias.so");
     fs::create_symlink("../outside/libuser_actors.so", allowed_ / "escape.so");
     fs::create_directory_symlink("../outside", allowed_ / "outside_dir");
@@ -231,6 +233,14 @@ TEST_F(ActorLibraryTest, AFileThatIsNotASharedObjectIsFailedPrecondition) {
   // A failed load is not remembered as loaded.
   auto again = load_actor_library(in_allowed("not_a_library.so"), allow());
   EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ActorLibraryTest, ALibraryBuiltAgainstAnotherTroupeIsFailedPrecondition) {
+  // Its types would land in the other libtroupe_core's registry, unseen here.
+  auto foreign = load_actor_library(in_allowed("libforeign_actors.so"), allow());
+  EXPECT_EQ(foreign.status().code(), absl::StatusCode::kFailedPrecondition) << foreign.status();
+  EXPECT_TRUE(absl::StrContains(foreign.status().message(), "libforeign_troupe_core"))
+      << foreign.status();
 }
 
 TEST(ActorLibraryDirsTest, ComeFromTheEnvironment) {

@@ -1,0 +1,238 @@
+#include "core/cluster/local_cluster.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace troupe::cluster {
+namespace {
+
+constexpr absl::Duration kStopGrace = absl::Seconds(5);
+
+// Reads `fd` to its end, calling `line` for each line.
+void read_lines(int fd, const std::function<void(std::string)>& line) {
+  std::string pending;
+  char buf[4096];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buf, static_cast<size_t>(n));
+    for (size_t nl; (nl = pending.find('\n')) != std::string::npos;) {
+      line(pending.substr(0, nl));
+      pending.erase(0, nl + 1);
+    }
+  }
+  if (!pending.empty()) line(pending);
+  ::close(fd);
+}
+
+// Runs `argv` with stdout and stderr into a pipe; returns the pid and the
+// pipe's read end. The child dies with this process.
+absl::StatusOr<std::pair<pid_t, int>> run(const std::vector<std::string>& argv) {
+  // Everything the child needs is prepared before fork(): between fork and
+  // exec it may only make async-signal-safe calls.
+  std::vector<char*> args;
+  for (const std::string& arg : argv)
+    args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  static constexpr char kExecFailed[] = "cannot run the troupe executable\n";
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the parent is already gone
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    ::execvp(args[0], args.data());
+    static_cast<void>(::write(2, kExecFailed, sizeof(kExecFailed) - 1));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  return std::pair{pid, fds[0]};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions options) {
+  std::unique_ptr<LocalCluster> c(new LocalCluster(std::move(options)));
+  c->binary_ = c->options_.troupe_binary;
+  if (c->binary_.empty()) {
+    const char* env = std::getenv("TROUPE_BINARY");
+    c->binary_ = env != nullptr && *env != '\0' ? env : "troupe";
+  }
+  char dir[] = "/tmp/troupe-local-XXXXXX";
+  if (::mkdtemp(dir) == nullptr) return absl::InternalError("mkdtemp failed");
+  c->state_dir_ = dir;
+  c->token_file_ = c->state_dir_ + "/token";
+
+  auto head =
+      c->spawn("head", {"head", "--port", "0", "--state-dir", c->state_dir_, "--heartbeat-timeout",
+                        absl::StrCat(absl::ToDoubleSeconds(c->options_.heartbeat_timeout))});
+  if (!head.ok()) return head.status();
+  c->head_ = *std::move(head);
+  const std::string prefix = "troupe head listening on ";
+  auto line = c->wait_line(
+      *c->head_, [&](const std::string& l) { return l.starts_with(prefix); },
+      c->options_.start_timeout);
+  if (!line.ok()) return line.status();
+  c->head_address_ = line->substr(prefix.size());
+
+  for (int i = 0; i < c->options_.workers; ++i) {
+    std::string resources = i < static_cast<int>(c->options_.worker_resources.size())
+                                ? c->options_.worker_resources[i]
+                                : c->options_.default_resources;
+    auto node = c->start_worker(resources);
+    if (!node.ok()) return node.status();
+  }
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster::Child>> LocalCluster::spawn(
+    const std::string& name, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {binary_};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto started = run(argv);
+  if (!started.ok()) return started.status();
+  auto child = std::make_unique<Child>();
+  child->pid = started->first;
+  child->name = name;
+  Child* raw = child.get();
+  bool echo = options_.echo_output;
+  child->reader = std::thread([raw, fd = started->second, echo] {
+    read_lines(fd, [&](std::string l) {
+      if (echo) std::fprintf(stderr, "[%s] %s\n", raw->name.c_str(), l.c_str());
+      std::lock_guard<std::mutex> lock(raw->mu);
+      raw->lines.push_back(std::move(l));
+      raw->cv.notify_all();
+    });
+    std::lock_guard<std::mutex> lock(raw->mu);
+    raw->closed = true;
+    raw->cv.notify_all();
+  });
+  return child;
+}
+
+absl::StatusOr<std::string> LocalCluster::wait_line(
+    Child& child, const std::function<bool(const std::string&)>& match, absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(child.mu);
+  size_t seen = 0;
+  absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    for (; seen < child.lines.size(); ++seen) {
+      if (match(child.lines[seen])) return child.lines[seen];
+    }
+    if (child.closed) {
+      return absl::UnavailableError(absl::StrCat(
+          child.name, " exited before it was ready: ", absl::StrJoin(child.lines, " | ")));
+    }
+    if (child.cv.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(child.name, " was not ready within ", absl::FormatDuration(timeout)));
+    }
+  }
+}
+
+absl::StatusOr<uint32_t> LocalCluster::start_worker(const std::string& resources) {
+  std::string name = absl::StrCat("worker ", workers_.size());
+  std::vector<std::string> args = {"worker",       "--head",    head_address_,
+                                   "--token-file", token_file_, "--resources",
+                                   resources,      "--host",    "127.0.0.1"};
+  args.insert(args.end(), options_.worker_flags.begin(), options_.worker_flags.end());
+  auto child = spawn(name, args);
+  if (!child.ok()) return child.status();
+  const std::string prefix = "troupe worker: node ";
+  auto line = wait_line(
+      **child, [&](const std::string& l) { return l.starts_with(prefix); }, options_.start_timeout);
+  workers_.push_back(*std::move(child));
+  if (!line.ok()) return line.status();
+  uint32_t node = 0;
+  std::string rest = line->substr(prefix.size());
+  if (!absl::SimpleAtoi(rest.substr(0, rest.find(' ')), &node)) {
+    return absl::InternalError(absl::StrCat("unexpected worker output: ", *line));
+  }
+  worker_nodes_.push_back(node);
+  return node;
+}
+
+absl::StatusOr<int> LocalCluster::add_worker(const std::string& resources) {
+  auto node = start_worker(resources);
+  if (!node.ok()) return node.status();
+  return num_workers() - 1;
+}
+
+pid_t LocalCluster::worker_pid(int i) const {
+  return workers_.at(static_cast<size_t>(i))->pid;
+}
+
+uint32_t LocalCluster::worker_node(int i) const {
+  return worker_nodes_.at(static_cast<size_t>(i));
+}
+
+void LocalCluster::kill_worker(int i, int sig) {
+  ::kill(worker_pid(i), sig);
+}
+
+ClusterOptions LocalCluster::client_options() const {
+  return ClusterOptions{.head = head_address_, .token_file = token_file_, .name = "test driver"};
+}
+
+std::pair<int, std::string> LocalCluster::run_cli(const std::vector<std::string>& args) const {
+  std::vector<std::string> argv = {binary_};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto given = [&](const char* flag) {
+    return std::find(args.begin(), args.end(), flag) != args.end();
+  };
+  if (!given("--head")) argv.insert(argv.end(), {"--head", head_address_});
+  if (!given("--token-file")) argv.insert(argv.end(), {"--token-file", token_file_});
+  auto started = run(argv);
+  if (!started.ok()) return {-1, std::string(started.status().message())};
+  std::string out;
+  read_lines(started->second, [&](std::string l) { out += l + "\n"; });
+  int status = 0;
+  ::waitpid(started->first, &status, 0);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+void LocalCluster::stop(Child& child) {
+  if (child.pid > 0) {
+    ::kill(child.pid, SIGTERM);
+    absl::Time deadline = absl::Now() + kStopGrace;
+    int status = 0;
+    while (::waitpid(child.pid, &status, WNOHANG) == 0) {
+      if (absl::Now() >= deadline) {
+        ::kill(child.pid, SIGKILL);
+        ::waitpid(child.pid, &status, 0);
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    child.pid = -1;
+  }
+  if (child.reader.joinable()) child.reader.join();
+}
+
+LocalCluster::~LocalCluster() {
+  for (auto& w : workers_)
+    stop(*w);
+  if (head_) stop(*head_);
+  std::error_code ignored;
+  std::filesystem::remove_all(state_dir_, ignored);
+}
+
+}  // namespace troupe::cluster

@@ -1,0 +1,98 @@
+// LocalCluster: a head and N worker processes on this machine, on loopback,
+// for tests and examples. It runs the `troupe` executable (head, worker) in
+// child processes and tears them down when destroyed - also when a test
+// fails, and (through PR_SET_PDEATHSIG) when this process dies.
+//
+//   auto cluster = LocalCluster::start({.workers = 3});
+//   auto driver = Cluster::connect((*cluster)->client_options());
+//   (*cluster)->kill_worker(1);          // SIGKILL, as a machine failure
+#pragma once
+
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/cluster/cluster.h"
+
+namespace troupe::cluster {
+
+struct LocalClusterOptions {
+  int workers = 2;
+  // Each worker's --resources, by position; missing ones get `default_resources`.
+  std::vector<std::string> worker_resources;
+  std::string default_resources = "CPU=2";
+  // Extra flags for every worker, e.g. {"--actor-lib", path, "--actor-lib-dir", dir}.
+  std::vector<std::string> worker_flags;
+  // The troupe executable; empty: $TROUPE_BINARY, else "troupe" on the PATH.
+  std::string troupe_binary;
+  absl::Duration heartbeat_timeout = absl::Seconds(1);
+  absl::Duration start_timeout = absl::Seconds(30);
+  // Forward the children's output to this process's stderr, prefixed.
+  bool echo_output = true;
+};
+
+class LocalCluster {
+ public:
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> start(LocalClusterOptions options);
+  // Stops every process still running (SIGTERM, then SIGKILL after a grace
+  // period) and removes the state directory.
+  ~LocalCluster();
+
+  const std::string& head_address() const { return head_address_; }
+  const std::string& token_file() const { return token_file_; }
+  const std::string& state_dir() const { return state_dir_; }
+  // Options for Cluster::connect to this cluster.
+  ClusterOptions client_options() const;
+
+  int num_workers() const { return static_cast<int>(workers_.size()); }
+  pid_t worker_pid(int i) const;
+  uint32_t worker_node(int i) const;  // its node index in the cluster
+  // Sends `sig` to worker `i` (SIGKILL: a machine failure).
+  void kill_worker(int i, int sig = 9);
+  // Starts another worker; returns its position. It has joined when this returns.
+  absl::StatusOr<int> add_worker(const std::string& resources);
+  // Runs `troupe <args>` against this cluster (head and token filled in),
+  // returning its exit code and output (stdout and stderr).
+  std::pair<int, std::string> run_cli(const std::vector<std::string>& args) const;
+
+ private:
+  // A child process with its output collected line by line.
+  struct Child {
+    pid_t pid = -1;
+    std::string name;
+    std::thread reader;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::string> lines;
+    bool closed = false;
+  };
+
+  explicit LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
+  absl::StatusOr<std::unique_ptr<Child>> spawn(const std::string& name,
+                                               const std::vector<std::string>& args);
+  // Waits for a line of `child`'s output that `match` accepts; returns it.
+  absl::StatusOr<std::string> wait_line(Child& child,
+                                        const std::function<bool(const std::string&)>& match,
+                                        absl::Duration timeout);
+  absl::StatusOr<uint32_t> start_worker(const std::string& resources);
+  void stop(Child& child);
+
+  const LocalClusterOptions options_;
+  std::string binary_;
+  std::string state_dir_;
+  std::string token_file_;
+  std::string head_address_;
+  std::unique_ptr<Child> head_;
+  std::vector<std::unique_ptr<Child>> workers_;
+  std::vector<uint32_t> worker_nodes_;
+};
+
+}  // namespace troupe::cluster

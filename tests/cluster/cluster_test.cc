@@ -1,0 +1,297 @@
+// A real cluster: a head and worker processes of the `troupe` executable on
+// loopback (LocalCluster), a driver in this process (Cluster). Workers load
+// the probe actor library. Every wait has a deadline.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "core/cluster/cluster.h"
+#include "core/cluster/local_cluster.h"
+#include "tests/cluster/probe_actors.h"
+#include "transport/auth.h"
+
+namespace troupe::cluster {
+namespace {
+
+using troupe::testing::Probe;
+
+constexpr absl::Duration kCallTimeout = absl::Seconds(20);
+
+LocalClusterOptions options_with(std::vector<std::string> resources) {
+  LocalClusterOptions o;
+  o.workers = static_cast<int>(resources.size());
+  o.worker_resources = std::move(resources);
+  o.troupe_binary = TROUPE_BINARY;
+  o.worker_flags = {"--actor-lib-dir", PROBE_LIB_DIR, "--actor-lib", PROBE_LIB};
+  return o;
+}
+
+class ClusterTest : public ::testing::Test {
+ public:
+  void SetUp() override {
+    auto local = LocalCluster::start(options_with({"CPU=2", "CPU=2,GPU=1", "CPU=2"}));
+    ASSERT_TRUE(local.ok()) << local.status();
+    local_ = *std::move(local);
+    auto driver = Cluster::connect(local_->client_options());
+    ASSERT_TRUE(driver.ok()) << driver.status();
+    driver_ = *std::move(driver);
+  }
+  void TearDown() override {
+    driver_.reset();
+    local_.reset();
+  }
+
+  int64_t pid_of(const ActorRef<Probe>& p) {
+    auto pid = p.call(&Probe::pid).get(kCallTimeout);
+    EXPECT_TRUE(pid.ok()) << pid.status();
+    return pid.value_or(-1);
+  }
+  int worker_with_pid(int64_t pid) {
+    for (int i = 0; i < local_->num_workers(); ++i) {
+      if (local_->worker_pid(i) == pid) return i;
+    }
+    return -1;
+  }
+  // Polls the head until `pred(status)` holds or the deadline passes.
+  bool wait_status(const std::function<bool(const ClusterStatus&)>& pred,
+                   absl::Duration timeout = absl::Seconds(10)) {
+    absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      auto s = driver_->status();
+      if (s.ok() && pred(*s)) return true;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return false;
+  }
+
+  std::unique_ptr<LocalCluster> local_;
+  std::unique_ptr<Cluster> driver_;
+};
+
+TEST_F(ClusterTest, HeadSeesThreeWorkersAndTheDriver) {
+  auto s = driver_->status();
+  ASSERT_TRUE(s.ok()) << s.status();
+  int workers = 0, drivers = 0;
+  for (const NodeStatus& n : s->nodes) {
+    EXPECT_EQ(n.state, NodeState::kAlive);
+    (n.info.kind == NodeKind::kWorker ? workers : drivers)++;
+  }
+  EXPECT_EQ(workers, 3);
+  EXPECT_EQ(drivers, 1);
+}
+
+TEST_F(ClusterTest, CallsCrossProcessesPeerToPeer) {
+  auto probe = driver_->spawn<Probe>({}, std::string("hello"));
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  EXPECT_EQ(*probe->call(&Probe::tag).get(kCallTimeout), "hello");
+  EXPECT_EQ(*probe->call(&Probe::add, int64_t{2}, int64_t{40}).get(kCallTimeout), 42);
+  EXPECT_NE(worker_with_pid(pid_of(*probe)), -1);
+}
+
+TEST_F(ClusterTest, ActorsArePlacedByResources) {
+  for (int i = 0; i < 2; ++i) {
+    auto gpu = driver_->spawn<Probe>({.resources = "GPU=1"});
+    if (i == 0) {
+      ASSERT_TRUE(gpu.ok()) << gpu.status();
+      EXPECT_EQ(worker_with_pid(pid_of(*gpu)), 1);  // the only GPU
+    } else {
+      // The one GPU is taken: no node has room.
+      ASSERT_FALSE(gpu.ok());
+      EXPECT_TRUE(absl::IsResourceExhausted(gpu.status())) << gpu.status();
+    }
+  }
+  // Unconstrained actors with a CPU each spread over the nodes.
+  std::set<int> used;
+  for (int i = 0; i < 3; ++i) {
+    auto p = driver_->spawn<Probe>({.resources = "CPU=2"});
+    ASSERT_TRUE(p.ok()) << p.status();
+    used.insert(worker_with_pid(pid_of(*p)));
+  }
+  EXPECT_EQ(used.size(), 3u);
+}
+
+std::set<int64_t> pids_of_group(ClusterTest& t, Cluster& c, PlacementGroupId pg, int bundles) {
+  std::set<int64_t> pids;
+  for (int b = 0; b < bundles; ++b) {
+    auto p = c.spawn<Probe>({.resources = "CPU=1", .placement_group = pg.value, .bundle_index = b});
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (p.ok()) pids.insert(t.pid_of(*p));
+  }
+  return pids;
+}
+
+TEST_F(ClusterTest, StrictSpreadLandsOnThreeNodes) {
+  auto pg = driver_->create_placement_group({"CPU=1", "CPU=1", "CPU=1"},
+                                            PlacementStrategy::kStrictSpread, "spread3");
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  ASSERT_TRUE(driver_->wait_placement_group(*pg, absl::Seconds(10)).ok());
+  EXPECT_EQ(pids_of_group(*this, *driver_, *pg, 3).size(), 3u);
+  // A fourth bundle cannot go on a fourth node: it stays pending.
+  auto four = driver_->create_placement_group({"CPU=1", "CPU=1", "CPU=1", "CPU=1"},
+                                              PlacementStrategy::kStrictSpread);
+  ASSERT_TRUE(four.ok());
+  EXPECT_TRUE(
+      absl::IsDeadlineExceeded(driver_->wait_placement_group(*four, absl::Milliseconds(300))));
+}
+
+TEST_F(ClusterTest, StrictPackLandsOnOneNode) {
+  auto pg = driver_->create_placement_group({"CPU=1", "CPU=1"}, PlacementStrategy::kStrictPack);
+  ASSERT_TRUE(pg.ok());
+  ASSERT_TRUE(driver_->wait_placement_group(*pg, absl::Seconds(10)).ok());
+  EXPECT_EQ(pids_of_group(*this, *driver_, *pg, 2).size(), 1u);
+}
+
+TEST_F(ClusterTest, PackAndSpread) {
+  auto pack = driver_->create_placement_group({"CPU=1", "CPU=1"}, PlacementStrategy::kPack);
+  ASSERT_TRUE(pack.ok());
+  ASSERT_TRUE(driver_->wait_placement_group(*pack, absl::Seconds(10)).ok());
+  EXPECT_EQ(pids_of_group(*this, *driver_, *pack, 2).size(), 1u);
+  auto spread = driver_->create_placement_group({"CPU=1", "CPU=1"}, PlacementStrategy::kSpread);
+  ASSERT_TRUE(spread.ok());
+  ASSERT_TRUE(driver_->wait_placement_group(*spread, absl::Seconds(10)).ok());
+  EXPECT_EQ(pids_of_group(*this, *driver_, *spread, 2).size(), 2u);
+  EXPECT_TRUE(driver_->remove_placement_group(*spread).ok());
+}
+
+TEST_F(ClusterTest, KilledWorkerIsDeclaredDeadAndItsCallersGetActorDied) {
+  auto probe = driver_->spawn<Probe>({.node = static_cast<int>(local_->worker_node(0))});
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  ASSERT_EQ(worker_with_pid(pid_of(*probe)), 0);
+  auto in_flight = probe->call(&Probe::hold, 20000);
+  absl::Time killed = absl::Now();
+  local_->kill_worker(0, SIGKILL);
+  auto r = std::move(in_flight).get(kCallTimeout);
+  absl::Duration failed_after = absl::Now() - killed;
+  EXPECT_TRUE(IsActorDied(r.status())) << r.status();
+  EXPECT_NE(r.status().message().find(absl::StrCat("node ", local_->worker_node(0))),
+            std::string::npos)
+      << r.status();
+  EXPECT_LT(failed_after, absl::Seconds(1)) << "the budget is 1 s";
+  uint32_t dead = local_->worker_node(0);
+  EXPECT_TRUE(wait_status(
+      [&](const ClusterStatus& s) {
+        for (const NodeStatus& n : s.nodes) {
+          if (n.info.index == dead) return n.state == NodeState::kDead;
+        }
+        return false;
+      },
+      absl::Seconds(2)))
+      << "the head did not declare node " << dead << " dead within the budget";
+  // Later calls fail at once with ActorDied too.
+  auto later = probe->call(&Probe::tag).get(kCallTimeout);
+  EXPECT_TRUE(IsActorDied(later.status())) << later.status();
+}
+
+TEST_F(ClusterTest, ASilentWorkerIsDeclaredDeadWithinTheHeartbeatBudget) {
+  // Nobody holds a connection to worker 2: only its missing heartbeats tell.
+  uint32_t node = local_->worker_node(2);
+  absl::Time killed = absl::Now();
+  local_->kill_worker(2, SIGKILL);
+  std::string reason;
+  ASSERT_TRUE(wait_status([&](const ClusterStatus& s) {
+    for (const NodeStatus& n : s.nodes) {
+      if (n.info.index == node && n.state == NodeState::kDead) {
+        reason = n.death_reason;
+        return true;
+      }
+    }
+    return false;
+  }));
+  absl::Duration took = absl::Now() - killed;
+  // The budget (1 s) plus one failure-detector tick and one status poll.
+  EXPECT_LT(took, absl::Milliseconds(1300)) << reason;
+  EXPECT_GE(took, absl::Milliseconds(900)) << reason;
+  EXPECT_NE(reason.find("no heartbeat"), std::string::npos) << reason;
+}
+
+TEST_F(ClusterTest, RestartableActorComesBackOnAnotherNode) {
+  auto probe = driver_->spawn<Probe>({.max_restarts = 1}, std::string("survivor"));
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  int before = worker_with_pid(pid_of(*probe));
+  ASSERT_NE(before, -1);
+  local_->kill_worker(before, SIGKILL);
+  // Calls in flight fail; once the head has restarted it elsewhere, calls
+  // reach the new incarnation, which ran on_restart and kept its arguments.
+  absl::Time deadline = absl::Now() + absl::Seconds(15);
+  absl::StatusOr<int64_t> pid = absl::UnknownError("not called");
+  while (absl::Now() < deadline) {
+    pid = probe->call(&Probe::pid).get(kCallTimeout);
+    if (pid.ok()) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  int after = worker_with_pid(*pid);
+  EXPECT_NE(after, -1);
+  EXPECT_NE(after, before);
+  EXPECT_EQ(*probe->call(&Probe::restarts).get(kCallTimeout), 1);
+  EXPECT_EQ(*probe->call(&Probe::tag).get(kCallTimeout), "survivor");
+}
+
+TEST_F(ClusterTest, AWorkerThatJoinsLaterTakesNewActors) {
+  auto i = local_->add_worker("CPU=1,late=1");
+  ASSERT_TRUE(i.ok()) << i.status();
+  auto probe = driver_->spawn<Probe>({.resources = "late=1"});
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  EXPECT_EQ(worker_with_pid(pid_of(*probe)), *i);
+}
+
+TEST_F(ClusterTest, NamedActorsAreFoundClusterWide) {
+  auto probe = driver_->spawn<Probe>({.name = "the-probe"}, std::string("named"));
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  auto again = driver_->spawn<Probe>({.name = "the-probe"});
+  EXPECT_TRUE(absl::IsAlreadyExists(again.status())) << again.status();
+  auto other = Cluster::connect(local_->client_options());
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto found = (*other)->get_actor<Probe>("the-probe");
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(*found->call(&Probe::tag).get(kCallTimeout), "named");
+  EXPECT_TRUE(absl::IsNotFound((*other)->get_actor<Probe>("nobody").status()));
+}
+
+TEST_F(ClusterTest, KvStoreForRendezvous) {
+  EXPECT_TRUE(*driver_->kv_put("nccl/unique-id", "abc", false));
+  EXPECT_FALSE(*driver_->kv_put("nccl/unique-id", "xyz", false));
+  EXPECT_EQ(**driver_->kv_get("nccl/unique-id"), "abc");
+  EXPECT_FALSE(driver_->kv_get("missing")->has_value());
+}
+
+TEST_F(ClusterTest, AWrongTokenIsRefused) {
+  std::string bad = local_->state_dir() + "/bad-token";
+  ASSERT_TRUE(transport::write_token_file(bad, "not-the-cluster-token").ok());
+  auto stranger = Cluster::connect(
+      {.head = local_->head_address(), .token_file = bad, .timeout = absl::Seconds(5)});
+  ASSERT_FALSE(stranger.ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(stranger.status())) << stranger.status();
+  auto [code, out] = local_->run_cli({"status", "--token-file", bad});
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("token"), std::string::npos) << out;
+}
+
+TEST_F(ClusterTest, StatusShowsNodesActorsAndGroups) {
+  auto probe = driver_->spawn<Probe>({.name = "shown", .resources = "CPU=1"});
+  ASSERT_TRUE(probe.ok());
+  auto pg = driver_->create_placement_group({"CPU=1"}, PlacementStrategy::kPack, "grp");
+  ASSERT_TRUE(pg.ok());
+  local_->kill_worker(2, SIGKILL);
+  uint32_t dead = local_->worker_node(2);
+  ASSERT_TRUE(wait_status([&](const ClusterStatus& s) {
+    for (const NodeStatus& n : s.nodes) {
+      if (n.info.index == dead) return n.state == NodeState::kDead;
+    }
+    return false;
+  }));
+  auto [code, out] = local_->run_cli({"status"});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("ALIVE"), std::string::npos) << out;
+  EXPECT_NE(out.find("DEAD"), std::string::npos) << out;
+  EXPECT_NE(out.find("Probe"), std::string::npos) << out;
+  EXPECT_NE(out.find("shown"), std::string::npos) << out;
+  EXPECT_NE(out.find("grp"), std::string::npos) << out;
+  EXPECT_NE(out.find("CPU"), std::string::npos) << out;
+  EXPECT_NE(out.find("test driver"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace troupe::cluster
