@@ -320,6 +320,7 @@ void HeadService::actor_died(uint64_t id, std::string reason) {
   if (a.state == ActorState::kDead) return;
   if (a.state == ActorState::kAlive) scheduler_.release_actor(a.placement, a.resources);
   actor_gone(a, reason);
+  retry_waiting();  // its resources may be what a restart was waiting for
 }
 
 absl::Status HeadService::kill_actor(uint64_t id, bool no_restart) {

@@ -189,7 +189,7 @@ void LocalCluster::kill_worker(int i, int sig) {
 }
 
 ClusterOptions LocalCluster::client_options() const {
-  return ClusterOptions{.head = head_address_, .token_file = token_file_, .name = "test driver"};
+  return ClusterOptions{.head = head_address_, .token_file = token_file_, .name = "driver"};
 }
 
 std::pair<int, std::string> LocalCluster::run_cli(const std::vector<std::string>& args) const {

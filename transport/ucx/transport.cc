@@ -435,7 +435,8 @@ ConnectionCallbacks UcxTransport::side_callbacks(std::weak_ptr<UcxSession> sessi
                                // frame over UCX, which may still be on its way: let that frame end
                                // the connection. Anything else means the peer is gone.
                                if (!s || why.ok()) return;
-                               absl::Status lost = absl::UnavailableError(why.message());
+                               absl::Status lost =
+                                   absl::UnavailableError("the peer's process went away");
                                std::lock_guard<std::mutex> lock(link_->mu);
                                if (link_->transport != nullptr)
                                  post([this, s, lost] { drop(s, lost); });
