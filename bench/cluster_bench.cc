@@ -3,7 +3,7 @@
 //
 //   cluster_bench [--workers 2] [--calls N] [--window 64] [--fan 4] [--pairs 2]
 //                 [--spawn 50] [--groups 50] [--repeat 5] [--json FILE] [--no-peer]
-//                 [--cases sync_int64,sync_1k,...]
+//                 [--transports ucx,tcp] [--threads N] [--cases sync_int64,sync_1k,...]
 //
 // troupe: a LocalCluster (a head and --workers worker processes of the troupe
 // executable, on loopback) whose workers load libtroupe_bench_actors; this
@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "bench/bench_actors.h"
 #include "bench/bench_util.h"
 #include "core/cluster/cluster.h"
@@ -45,6 +46,8 @@ struct Config {
   int spawn = 50;
   int groups = 50;
   int repeat = 5;
+  std::string transports = "ucx,tcp";  // for the driver and the workers, by preference
+  int threads = 0;                     // actor threads per process; 0: the default
 };
 
 struct Case {
@@ -74,9 +77,16 @@ class TroupeSide {
     o.troupe_binary = TROUPE_BINARY;
     o.worker_flags = {"--actor-lib-dir", TROUPE_BENCH_ACTORS_DIR, "--actor-lib",
                       TROUPE_BENCH_ACTORS_LIB};
+    o.worker_flags.insert(o.worker_flags.end(), {"--transports", c.transports});
+    if (c.threads > 0) {
+      o.worker_flags.insert(o.worker_flags.end(), {"--threads", std::to_string(c.threads)});
+    }
     o.echo_output = false;
     local_ = value_or_die(cluster::LocalCluster::start(o), "starting the local cluster");
-    driver_ = value_or_die(Cluster::connect(local_->client_options()), "connecting the driver");
+    ClusterOptions client = local_->client_options();
+    client.transports = absl::StrSplit(c.transports, ',', absl::SkipEmpty());
+    client.threads = c.threads;
+    driver_ = value_or_die(Cluster::connect(client), "connecting the driver");
     // One Echo per worker at least, more for the 1:N and N:N cases; actor i
     // lives on worker i % workers.
     int n = std::max({c.workers, c.fan, c.pairs});
@@ -233,6 +243,9 @@ std::optional<std::map<std::string, double>> run_ray(const Config& c,
     std::printf("ray: not installed (set TROUPE_RAY_PYTHON to a python with ray) - peer skipped\n");
     return std::nullopt;
   }
+  std::string keys;
+  for (const Case& k : cases)
+    keys += (keys.empty() ? "" : ",") + std::string(k.key);
   char log_path[] = "/tmp/cluster_bench_ray_XXXXXX";
   int fd = ::mkstemp(log_path);
   if (fd >= 0) ::close(fd);
@@ -242,8 +255,8 @@ std::optional<std::map<std::string, double>> run_ray(const Config& c,
                     std::to_string(c.big_calls) + " --window " + std::to_string(c.window) +
                     " --fan " + std::to_string(c.fan) + " --pairs " + std::to_string(c.pairs) +
                     " --spawn " + std::to_string(c.spawn) + " --groups " +
-                    std::to_string(c.groups) + " --repeat " + std::to_string(c.repeat) + " 2>" +
-                    shell_quote(log_path);
+                    std::to_string(c.groups) + " --repeat " + std::to_string(c.repeat) +
+                    " --cases " + keys + " 2>" + shell_quote(log_path);
   std::printf("ray: running %s\n", cmd.c_str());
   std::fflush(stdout);
   FILE* pipe = ::popen(cmd.c_str(), "r");
@@ -298,7 +311,7 @@ int main(int argc, char** argv) {
     std::printf(
         "usage: cluster_bench [--workers N] [--calls N] [--big-calls N] [--window N] [--fan N]\n"
         "                     [--pairs N] [--spawn N] [--groups N] [--repeat N] [--json FILE]\n"
-        "                     [--cases KEY,...] [--no-peer]\n"
+        "                     [--transports ucx,tcp] [--threads N] [--cases KEY,...] [--no-peer]\n"
         "cases: sync_int64 sync_1k sync_1m async_int64 fan_out pairs groups spawn\n"
         "Ray runs as the peer when $TROUPE_RAY_PYTHON (else python3) can import ray.\n");
     return 0;
@@ -313,6 +326,8 @@ int main(int argc, char** argv) {
   c.spawn = static_cast<int>(flags.get_long("--spawn", c.spawn));
   c.groups = static_cast<int>(flags.get_long("--groups", c.groups));
   c.repeat = static_cast<int>(flags.get_long("--repeat", c.repeat));
+  c.transports = flags.get("--transports", c.transports);
+  c.threads = static_cast<int>(flags.get_long("--threads", c.threads));
   std::string json = flags.get("--json", "");
   std::string only = flags.get("--cases", "");
   if (c.workers < 1 || c.calls < 1 || c.big_calls < 1 || c.window < 1 || c.fan < 1 ||

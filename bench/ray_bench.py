@@ -3,7 +3,7 @@
 
     ray_bench.py [--workers 2] [--cpus-per-worker 2] [--calls N] [--big-calls N]
                  [--window 64] [--fan 4] [--pairs 2] [--spawn 50] [--groups 50]
-                 [--repeat 5]
+                 [--repeat 5] [--cases sync_int64,...]
 
 Starts a local Ray instance with workers * cpus-per-worker CPUs (ray.init),
 runs every case once to warm up and then --repeat times, and prints one JSON
@@ -85,6 +85,7 @@ def main():
     p.add_argument("--spawn", type=int, default=50)
     p.add_argument("--groups", type=int, default=50)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--cases", default="", help="comma-separated case keys (default: all)")
     a = p.parse_args()
 
     ray.init(num_cpus=a.workers * a.cpus_per_worker, include_dashboard=False,
@@ -135,8 +136,11 @@ def main():
         "spawn": spawn_rate,
     }
 
+    wanted = [k for k in a.cases.split(",") if k] or list(cases)
     results = {}
     for key, run in cases.items():
+        if key not in wanted:
+            continue
         run()  # warm-up
         results[key] = statistics.median(run() for _ in range(a.repeat))
         print(f"ray: {key} {results[key]:.4g}/s", file=sys.stderr, flush=True)

@@ -19,6 +19,7 @@
 #include "core/cluster/agent.h"
 #include "core/cluster/flags.h"
 #include "core/cluster/head.h"
+#include "core/cluster/http_status.h"
 #include "core/cluster/member.h"
 #include "core/cluster/resources.h"
 #include "transport/auth.h"
@@ -186,7 +187,8 @@ int head_command(const std::vector<std::string>& args) {
         "  --host               address to listen on (0.0.0.0: every interface)\n"
         "  --state-dir          where the token and address files go\n"
         "  --heartbeat-timeout  declare a node dead after this long without a heartbeat\n"
-        "  --http-port          the HTTP dashboard's port (not served yet)\n",
+        "  --http-port          plain-text status at / and Prometheus metrics at /metrics\n"
+        "                       (0: any free port)\n",
         kDefaultStateDir);
     return 0;
   }
@@ -205,11 +207,8 @@ int head_command(const std::vector<std::string>& args) {
     if (!d.ok()) return usage(d.status());
     options.config.heartbeat_interval = *d;
   }
-  if (flags->has("http-port")) {
-    std::fprintf(stderr,
-                 "troupe head: note: the HTTP dashboard is not served yet; --http-port "
-                 "is ignored\n");
-  }
+  absl::StatusOr<uint16_t> http_port = parse_port("http-port", flags->get("http-port", "8265"));
+  if (!http_port.ok()) return usage(http_port.status());
   std::string dir = flags->get("state-dir", kDefaultStateDir);
   if (absl::Status s = make_state_dir(dir); !s.ok()) return fail(s);
   options.token = transport::generate_token();
@@ -221,6 +220,19 @@ int head_command(const std::vector<std::string>& args) {
   auto server = HeadServer::start(options);
   if (!server.ok()) return fail(server.status());
   std::string address = (*server)->address().substr(6);  // "tcp://h:p" -> "h:p"
+  ActorRef<HeadService> service = (*server)->service();
+  auto http = HttpStatusServer::start(options.host, *http_port, [service]() {
+    return service.call(&HeadService::status).get(absl::Seconds(5));
+  });
+  std::string http_line;
+  if (http.ok()) {
+    http_line = absl::StrCat("  status over HTTP: http://", options.host, ":", (*http)->port(),
+                             "/ (Prometheus: /metrics)\n");
+  } else if (flags->has("http-port")) {
+    return fail(http.status());
+  } else {
+    http_line = absl::StrCat("  (no HTTP status: ", http.status().message(), ")\n");
+  }
   {
     std::ofstream out(state_file(dir, "head_address"), std::ios::trunc);
     out << address << "\n";
@@ -229,9 +241,9 @@ int head_command(const std::vector<std::string>& args) {
       "troupe head listening on %s\n"
       "  token: %s\n"
       "  join a worker:  troupe worker --head %s --token-file %s\n"
-      "  see the cluster: troupe status --head %s --token-file %s\n",
+      "  see the cluster: troupe status --head %s --token-file %s\n%s",
       address.c_str(), token_file.c_str(), address.c_str(), token_file.c_str(), address.c_str(),
-      token_file.c_str());
+      token_file.c_str(), http_line.c_str());
   std::fflush(stdout);
   HeadServer* s = server->get();
   std::string why = wait_for_end([s](absl::Duration d) -> std::optional<std::string> {
@@ -240,6 +252,7 @@ int head_command(const std::vector<std::string>& args) {
   });
   std::printf("troupe head: stopping (%s)\n", why.c_str());
   std::fflush(stdout);
+  if (http.ok()) http->reset();
   server->reset();
   std::remove(state_file(dir, "head_address").c_str());
   return 0;
@@ -318,82 +331,7 @@ int worker_command(const std::vector<std::string>& args) {
   return 0;
 }
 
-namespace {
-
-// "CPU 1/2, GPU 0/1, memory 2G/8G": in use out of total.
-std::string usage_of(const std::string& total_text, const std::string& available_text) {
-  absl::StatusOr<Resources> total = Resources::parse(total_text);
-  absl::StatusOr<Resources> available = Resources::parse(available_text);
-  if (!total.ok()) return total_text;
-  std::vector<std::string> parts;
-  for (const auto& [name, amount] : total->amounts()) {
-    double used = amount - (available.ok() ? available->get(name) : amount);
-    Resources u, t;
-    u.set(name, used < 0 ? 0 : used);
-    t.set(name, amount);
-    std::string us = u.to_string(), ts = t.to_string();
-    parts.push_back(
-        absl::StrCat(name, " ", us.substr(us.find('=') + 1), "/", ts.substr(ts.find('=') + 1)));
-  }
-  return absl::StrJoin(parts, ", ");
-}
-
-void print_status(const ClusterStatus& s) {
-  std::printf("Nodes\n");
-  std::printf("  %-5s %-7s %-6s %-34s %-9s %s\n", "NODE", "KIND", "STATE", "NAME", "ACTORS",
-              "RESOURCES (used/total)");
-  for (const NodeStatus& n : s.nodes) {
-    std::string res = n.info.kind == NodeKind::kWorker && n.state == NodeState::kAlive
-                          ? usage_of(n.info.resources, n.available)
-                          : "";
-    if (n.state == NodeState::kDead) res = "dead: " + n.death_reason;
-    std::printf("  %-5u %-7s %-6s %-34s %-9lld %s\n", n.info.index,
-                std::string(to_string(n.info.kind)).c_str(),
-                std::string(to_string(n.state)).c_str(), n.info.name.substr(0, 34).c_str(),
-                static_cast<long long>(n.actors), res.c_str());
-  }
-  std::map<ActorState, int> by_state;
-  for (const ActorStatus& a : s.actors)
-    ++by_state[a.state];
-  std::vector<std::string> counts;
-  for (const auto& [state, n] : by_state)
-    counts.push_back(absl::StrCat(n, " ", std::string(to_string(state))));
-  std::printf("\nActors: %zu (%s)\n", s.actors.size(),
-              counts.empty() ? "none" : absl::StrJoin(counts, ", ").c_str());
-  if (!s.actors.empty()) {
-    std::printf("  %-20s %-24s %-16s %-5s %-10s %-8s %s\n", "ID", "TYPE", "NAME", "NODE", "STATE",
-                "RESTARTS", "NOTE");
-    for (const ActorStatus& a : s.actors) {
-      std::printf("  %-20s %-24s %-16s %-5u %-10s %-8d %s\n", to_string(ActorId{a.id}).c_str(),
-                  a.type.substr(0, 24).c_str(), a.name.substr(0, 16).c_str(), a.node,
-                  std::string(to_string(a.state)).c_str(), a.restarts,
-                  a.state == ActorState::kAlive ? "" : a.death_reason.c_str());
-    }
-  }
-  std::printf("\nPlacement groups: %zu\n", s.placement_groups.size());
-  for (const PlacementGroupStatus& g : s.placement_groups) {
-    std::vector<std::string> nodes;
-    for (uint32_t n : g.bundle_nodes)
-      nodes.push_back(std::to_string(n));
-    std::printf("  pg-%llu %s %s %s bundles [%s] on nodes [%s]\n",
-                static_cast<unsigned long long>(g.id), g.name.c_str(), g.strategy.c_str(),
-                g.placed ? "PLACED" : "PENDING", absl::StrJoin(g.bundles, "; ").c_str(),
-                absl::StrJoin(nodes, ", ").c_str());
-  }
-  std::vector<const NodeStatus*> drivers;
-  for (const NodeStatus& n : s.nodes) {
-    if (n.info.kind == NodeKind::kDriver && n.state == NodeState::kAlive) drivers.push_back(&n);
-  }
-  std::printf("\nJobs (connected drivers): %zu\n", drivers.size());
-  for (const NodeStatus* d : drivers)
-    std::printf("  node %u: %s\n", d->info.index, d->info.name.c_str());
-  std::printf("\nRecent events\n");
-  size_t from = s.events.size() > 10 ? s.events.size() - 10 : 0;
-  for (size_t i = from; i < s.events.size(); ++i)
-    std::printf("  %s\n", s.events[i].c_str());
-}
-
-}  // namespace
+namespace {}  // namespace
 
 int status_command(const std::vector<std::string>& args) {
   auto flags = Flags::parse("status", args, {"head", "token-file"});
@@ -409,7 +347,7 @@ int status_command(const std::vector<std::string>& args) {
   if (!client.ok()) return fail(client.status());
   auto status = client->head.call(&HeadService::status).get(absl::Seconds(10));
   if (!status.ok()) return fail(explain_head_error(status.status(), *flags));
-  print_status(*status);
+  std::fputs(render_status(*status).c_str(), stdout);
   return 0;
 }
 

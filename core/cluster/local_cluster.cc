@@ -82,7 +82,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOp
   c->token_file_ = c->state_dir_ + "/token";
 
   auto head =
-      c->spawn("head", {"head", "--port", "0", "--state-dir", c->state_dir_, "--heartbeat-timeout",
+      c->spawn("head", {"head", "--port", "0", "--http-port", "0", "--state-dir", c->state_dir_,
+                        "--heartbeat-timeout",
                         absl::StrCat(absl::ToDoubleSeconds(c->options_.heartbeat_timeout))});
   if (!head.ok()) return head.status();
   c->head_ = *std::move(head);
