@@ -271,16 +271,22 @@ class TcpTransport final : public Transport {
   ~TcpTransport() override {
     std::promise<void> done;
     asio::post(io_->context, [this, &done] {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto& weak : sessions_) {
-        if (auto s = weak.lock()) {
-          s->abort(absl::UnavailableError("the transport is shutting down"));
-          s->close_socket();
+      // Callbacks run without our lock held: they may take locks of their own
+      // that are also held while calling into this transport.
+      std::vector<std::shared_ptr<TcpSession>> live;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (auto& weak : sessions_) {
+          if (auto s = weak.lock()) live.push_back(std::move(s));
+        }
+        for (auto& a : acceptors_) {
+          asio::error_code ignored;
+          a->close(ignored);
         }
       }
-      for (auto& a : acceptors_) {
-        asio::error_code ignored;
-        a->close(ignored);
+      for (auto& s : live) {
+        s->abort(absl::UnavailableError("the transport is shutting down"));
+        s->close_socket();
       }
       done.set_value();
     });
