@@ -199,13 +199,15 @@ void NodeCore::set_node_endpoints(uint32_t node, std::vector<std::string> endpoi
 void NodeCore::fail_node(uint32_t node, const absl::Status& reason) {
   std::shared_ptr<Peer> p = peer(node);
   std::shared_ptr<Connection> conn;
+  absl::Status lost;
   {
     std::lock_guard<std::mutex> lock(p->connect_mu);
     p->lost = reason.ok() ? absl::UnavailableError("declared dead") : reason;
+    lost = p->lost;
     conn = std::exchange(p->conn, nullptr);
   }
+  fail_pending(node, lost);  // before closing: the close reports a vaguer reason
   if (conn) conn->close();
-  fail_pending(node, p->lost);
 }
 
 void NodeCore::fail_pending(uint32_t node, const absl::Status& why) {
@@ -268,7 +270,8 @@ absl::StatusOr<std::shared_ptr<Connection>> NodeCore::connection_to(uint32_t nod
 void NodeCore::on_connection_lost(uint32_t node, const std::shared_ptr<Peer>& p, absl::Status why) {
   {
     std::lock_guard<std::mutex> lock(p->connect_mu);
-    p->conn = nullptr;  // the next call reconnects, if the node is still alive
+    p->conn = nullptr;                 // the next call reconnects, if the node is still alive
+    if (!p->lost.ok()) why = p->lost;  // declared gone: that is the reason
   }
   if (why.ok()) why = absl::UnavailableError("the peer closed the connection");
   fail_pending(node, why);
