@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Ray's side of cluster_bench: the same cases, written as Ray users write them.
 
-    ray_bench.py [--workers 2] [--cpus-per-worker 2] [--calls N] [--big-calls N]
-                 [--window 64] [--fan 4] [--pairs 2] [--spawn 50] [--groups 50]
-                 [--repeat 5] [--cases sync_int64,...]
+    ray_bench.py [--workers 2] [--cpus-per-worker 2] [--calls 1000] [--big-calls 100]
+                 [--window 64] [--fan 4] [--pairs 2] [--spawn 8] [--groups 8]
+                 [--repeat 3] [--cases sync_int64,...]
 
 Starts a local Ray instance with workers * cpus-per-worker CPUs (ray.init),
 runs every case once to warm up and then --repeat times, and prints one JSON
@@ -77,14 +77,14 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--cpus-per-worker", type=int, default=2)
-    p.add_argument("--calls", type=int, default=5000)
-    p.add_argument("--big-calls", type=int, default=500)
+    p.add_argument("--calls", type=int, default=1000)
+    p.add_argument("--big-calls", type=int, default=100)
     p.add_argument("--window", type=int, default=64)
     p.add_argument("--fan", type=int, default=4)
     p.add_argument("--pairs", type=int, default=2)
-    p.add_argument("--spawn", type=int, default=50)
-    p.add_argument("--groups", type=int, default=50)
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--spawn", type=int, default=8)
+    p.add_argument("--groups", type=int, default=8)
+    p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--cases", default="", help="comma-separated case keys (default: all)")
     a = p.parse_args()
 
@@ -107,42 +107,57 @@ def main():
         for i in range(n):
             ray.get(call(i))
 
-    def groups():
-        for _ in range(a.groups):
+    def groups(n):
+        for _ in range(n):
             pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK")
             ray.get(pg.ready())
             remove_placement_group(pg)
 
-    def spawn_rate():
+    def spawn_rate(n):
         start = time.perf_counter()
-        actors = [Echo.remote() for _ in range(a.spawn)]
+        actors = [Echo.remote() for _ in range(n)]
         ray.get([x.ping.remote(i) for i, x in enumerate(actors)])
         elapsed = time.perf_counter() - start
         for x in actors:
             ray.kill(x)
-        return a.spawn / elapsed
+        return n / elapsed
 
     e0 = echoes[0]
-    n, big_n, w = a.calls, a.big_calls, a.window
-    # In cluster_bench's order; each returns one measured rate.
-    cases = {
-        "sync_int64": lambda: timed(n, lambda: sync_calls(n, lambda i: e0.ping.remote(i))),
-        "sync_1k": lambda: timed(n, lambda: sync_calls(n, lambda i: e0.size.remote(payload_1k))),
-        "sync_1m": lambda: timed(big_n, lambda: sync_calls(big_n, lambda i: e0.bytes.remote(big))),
-        "async_int64": lambda: timed(n, lambda: windows(n, w, lambda i: e0)),
-        "fan_out": lambda: timed(n, lambda: windows(n, w, lambda i: echoes[i % a.fan])),
-        "pairs": lambda: timed(n * a.pairs, lambda: ray.get([c.run.remote(n, w) for c in callers])),
-        "groups": lambda: timed(a.groups, groups),
-        "spawn": spawn_rate,
-    }
+    n, w = a.calls, a.window
 
+    def measure(key, warm):
+        """One measurement of case `key`: its rate. A warm-up (warm=True)
+        spawns and creates only a couple: those cases are slow."""
+        if key == "spawn":
+            return spawn_rate(min(a.spawn, 2) if warm else a.spawn)
+        if key == "groups":
+            k = min(a.groups, 2) if warm else a.groups
+            return timed(k, lambda: groups(k))
+        if key == "sync_int64":
+            return timed(n, lambda: sync_calls(n, lambda i: e0.ping.remote(i)))
+        if key == "sync_1k":
+            return timed(n, lambda: sync_calls(n, lambda i: e0.size.remote(payload_1k)))
+        if key == "sync_1m":
+            k = a.big_calls
+            return timed(k, lambda: sync_calls(k, lambda i: e0.bytes.remote(big)))
+        if key == "async_int64":
+            return timed(n, lambda: windows(n, w, lambda i: e0))
+        if key == "fan_out":
+            return timed(n, lambda: windows(n, w, lambda i: echoes[i % a.fan]))
+        if key == "pairs":
+            return timed(n * a.pairs, lambda: ray.get([c.run.remote(n, w) for c in callers]))
+        raise ValueError(key)
+
+    # In cluster_bench's order.
+    cases = ["sync_int64", "sync_1k", "sync_1m", "async_int64", "fan_out", "pairs", "groups",
+             "spawn"]
     wanted = [k for k in a.cases.split(",") if k] or list(cases)
     results = {}
-    for key, run in cases.items():
+    for key in cases:
         if key not in wanted:
             continue
-        run()  # warm-up
-        results[key] = statistics.median(run() for _ in range(a.repeat))
+        measure(key, warm=True)
+        results[key] = statistics.median(measure(key, warm=False) for _ in range(a.repeat))
         print(f"ray: {key} {results[key]:.4g}/s", file=sys.stderr, flush=True)
     results["ray_version"] = ray.__version__
     ray.shutdown()

@@ -142,7 +142,7 @@ absl::Status explain_head_error(const absl::Status& s, const Flags& flags) {
                      "the head's token file (", kDefaultStateDir, "/token by default)"));
   }
   return absl::Status(s.code(),
-                      absl::StrCat("cannot reach the head at ", where, ": ", s.message()));
+                      absl::StrCat("cannot reach the head at ", where, ": ", head_error_text(s)));
 }
 
 // What a worker offers by default: every core and the machine's memory.

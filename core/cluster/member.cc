@@ -11,6 +11,12 @@
 
 namespace troupe::cluster {
 
+std::string head_error_text(const absl::Status& s) {
+  std::string text(s.message());
+  const std::string prefix = "cannot reach node 0 (for actor-0-1): ";
+  return text.starts_with(prefix) ? text.substr(prefix.size()) : text;
+}
+
 absl::StatusOr<std::string> local_address_towards(const std::string& head) {
   absl::StatusOr<transport::HostPort> hp = transport::parse_address("tcp://" + head, "tcp");
   if (!hp.ok()) {
@@ -95,7 +101,7 @@ absl::Status Member::start() {
     }
     return absl::Status(
         IsActorDied(s) ? absl::StatusCode::kUnavailable : s.code(),
-        absl::StrCat("cannot register with the head at ", options_.head, ": ", s.message()));
+        absl::StrCat("cannot register with the head at ", options_.head, ": ", head_error_text(s)));
   }
   node_->set_index(registration->index);
   apply(registration->events);

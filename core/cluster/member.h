@@ -72,6 +72,10 @@ class Member {
   std::thread heartbeat_;
 };
 
+// A failed call to the head, as a user should read it: without the runtime's
+// "cannot reach node 0 (for actor-0-1): " prefix.
+std::string head_error_text(const absl::Status& s);
+
 // "127.0.0.1:6380" -> "127.0.0.1": the host to advertise for reaching the head
 // (the local address of the route to it).
 absl::StatusOr<std::string> local_address_towards(const std::string& head);
