@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "absl/time/clock.h"
 #include "transport/connection.h"
 
@@ -121,5 +123,15 @@ class Inbox {
   int close_count_ = 0;
   absl::Status close_status_;
 };
+
+// Sends tagged frame `sequence` on `conn`, whose peer echoes, and expects it
+// back in `inbox` (emptied first); increments `sequence`.
+inline void expect_echo(Connection& conn, Inbox& inbox, uint64_t& sequence) {
+  inbox.take();
+  ASSERT_TRUE(conn.send(tagged(9, sequence)).ok());
+  ASSERT_TRUE(inbox.wait_frames(1, absl::Seconds(10)));
+  EXPECT_EQ(tag_of(inbox.take().front()).second, sequence);
+  ++sequence;
+}
 
 }  // namespace troupe::transport::testing
