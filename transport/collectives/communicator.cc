@@ -1,0 +1,196 @@
+#include "transport/collectives/communicator.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace troupe::transport {
+namespace {
+
+// Every frame is [header, payload]: the header names the sender and tag.
+struct Header {
+  uint64_t tag;
+  uint32_t rank;
+  uint32_t kind;  // kHello once per connection from the connecting side, then kData
+};
+constexpr uint32_t kHello = 0;
+constexpr uint32_t kData = 1;
+constexpr uint32_t kAbort = 2;  // the payload is the reason
+
+Frame make_frame(uint32_t kind, int rank, uint64_t tag, Buffer payload) {
+  Header h{tag, static_cast<uint32_t>(rank), kind};
+  Frame f;
+  f.buffers.push_back(Buffer::copy_of({reinterpret_cast<const std::byte*>(&h), sizeof(h)}));
+  f.buffers.push_back(std::move(payload));
+  return f;
+}
+
+std::string key(const CommunicatorOptions& o, const std::string& what) {
+  return absl::StrCat(o.group, "/", o.generation, "/", what);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::create(Transport& transport,
+                                                                   Store& store,
+                                                                   CommunicatorOptions options) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " of ", options.size, " is not a valid member"));
+  }
+  std::unique_ptr<Communicator> c(new Communicator(std::move(options)));
+  const CommunicatorOptions& o = c->options_;
+  c->peers_.resize(o.size);
+  Shared& sh = *c->shared_;
+  sh.accepted.resize(o.size);
+  sh.group = o.group;
+  std::weak_ptr<Shared> weak = c->shared_;
+  auto listener = transport.listen(o.listen_address, [weak](std::shared_ptr<Connection> conn) {
+    // The connecting rank's first frame (a hello) says who it is.
+    std::weak_ptr<Connection> weak_conn = conn;
+    return ConnectionCallbacks{[weak, weak_conn](Frame f) {
+                                 if (auto s = weak.lock())
+                                   s->deliver(std::move(f), weak_conn.lock());
+                               },
+                               [weak](absl::Status why) {
+                                 if (auto s = weak.lock()) s->lost(-1, why);
+                               }};
+  });
+  if (!listener.ok()) return listener.status();
+  c->listener_ = *std::move(listener);
+  if (absl::Status s = store.set(key(o, absl::StrCat("rank/", o.rank)), c->listener_->address());
+      !s.ok()) {
+    return s;
+  }
+  absl::Time deadline = absl::Now() + o.timeout;
+  // Connect to every lower rank; higher ranks connect to us.
+  for (int peer = 0; peer < o.rank; ++peer) {
+    auto address = store.wait_get(key(o, absl::StrCat("rank/", peer)), deadline - absl::Now());
+    if (!address.ok()) return address.status();
+    auto conn = transport.connect(*address, c->callbacks(peer), deadline - absl::Now());
+    if (!conn.ok()) return conn.status();
+    if (absl::Status s = (*conn)->send(make_frame(kHello, o.rank, 0, Buffer())); !s.ok()) return s;
+    c->peers_[peer] = *conn;
+  }
+  std::unique_lock<std::mutex> lock(sh.mu);
+  bool all = sh.arrived.wait_until(lock, absl::ToChronoTime(deadline), [&] {
+    for (int peer = o.rank + 1; peer < o.size; ++peer) {
+      if (!sh.accepted[peer]) return false;
+    }
+    return true;
+  });
+  if (!all) {
+    return absl::DeadlineExceededError(absl::StrCat("rank ", o.rank, " of group ", o.group,
+                                                    ": not every rank connected within ",
+                                                    absl::FormatDuration(o.timeout)));
+  }
+  for (int peer = o.rank + 1; peer < o.size; ++peer)
+    c->peers_[peer] = sh.accepted[peer];
+  return c;
+}
+
+Communicator::~Communicator() {
+  if (listener_) listener_->close();
+  for (auto& p : peers_) {
+    if (p) p->close();
+  }
+}
+
+ConnectionCallbacks Communicator::callbacks(int peer) {
+  std::weak_ptr<Shared> weak = shared_;
+  return ConnectionCallbacks{[weak](Frame f) {
+                               if (auto s = weak.lock()) s->deliver(std::move(f), nullptr);
+                             },
+                             [weak, peer](absl::Status why) {
+                               if (auto s = weak.lock()) s->lost(peer, why);
+                             }};
+}
+
+void Communicator::Shared::deliver(Frame frame, const std::shared_ptr<Connection>& from) {
+  Header h{};
+  if (frame.buffers.size() != 2 || frame.buffers[0].size() != sizeof(h)) return;
+  std::memcpy(&h, frame.buffers[0].data(), sizeof(h));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (h.kind == kHello) {
+      if (from && h.rank < accepted.size()) accepted[h.rank] = from;
+    } else if (h.kind == kData) {
+      inbox[{static_cast<int>(h.rank), h.tag}].push_back(std::move(frame.buffers[1]));
+    } else if (h.kind == kAbort && failed.ok()) {
+      const Buffer& why = frame.buffers[1];
+      failed = absl::AbortedError(
+          absl::StrCat("rank ", h.rank, " aborted the group: ",
+                       std::string(reinterpret_cast<const char*>(why.data()), why.size())));
+    }
+  }
+  arrived.notify_all();
+}
+
+void Communicator::Shared::lost(int peer, const absl::Status& why) {
+  // An orderly close is a member that finished; anything else a member lost.
+  if (why.ok()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (failed.ok()) {
+      failed = absl::UnavailableError(
+          absl::StrCat("a member of group ", group,
+                       peer >= 0 ? absl::StrCat(" (rank ", peer, ")") : std::string(),
+                       " was lost: ", why.message()));
+    }
+  }
+  arrived.notify_all();
+}
+
+absl::Status Communicator::send(int peer, uint64_t tag, Buffer data) {
+  Shared& sh = *shared_;
+  {
+    std::lock_guard<std::mutex> lock(sh.mu);
+    if (!sh.failed.ok()) return sh.failed;
+    if (peer == options_.rank) {
+      sh.inbox[{peer, tag}].push_back(std::move(data));
+      sh.arrived.notify_all();
+      return absl::OkStatus();
+    }
+  }
+  return peers_[peer]->send(make_frame(kData, options_.rank, tag, std::move(data)));
+}
+
+absl::StatusOr<Buffer> Communicator::recv(int peer, uint64_t tag) {
+  Shared& sh = *shared_;
+  std::unique_lock<std::mutex> lock(sh.mu);
+  auto& queue = sh.inbox[{peer, tag}];
+  bool ready = sh.arrived.wait_until(lock, absl::ToChronoTime(absl::Now() + options_.timeout),
+                                     [&] { return !queue.empty() || !sh.failed.ok(); });
+  if (!sh.failed.ok()) return sh.failed;
+  if (!ready) {
+    return absl::DeadlineExceededError(absl::StrCat("rank ", options_.rank, ": nothing from rank ",
+                                                    peer, " within ",
+                                                    absl::FormatDuration(options_.timeout)));
+  }
+  Buffer b = std::move(queue.front());
+  queue.pop_front();
+  if (queue.empty()) sh.inbox.erase({peer, tag});
+  return b;
+}
+
+void Communicator::abort(const absl::Status& why) {
+  Shared& sh = *shared_;
+  std::string reason = why.message().empty() ? "the group was aborted" : std::string(why.message());
+  {
+    std::lock_guard<std::mutex> lock(sh.mu);
+    if (!sh.failed.ok()) return;
+    sh.failed = absl::AbortedError(reason);
+  }
+  sh.arrived.notify_all();
+  // Every other member fails its pending operations too (best effort: a
+  // member that is gone learns nothing, and needs nothing).
+  for (auto& p : peers_) {
+    if (!p) continue;
+    Buffer text =
+        Buffer::copy_of({reinterpret_cast<const std::byte*>(reason.data()), reason.size()});
+    static_cast<void>(p->send(make_frame(kAbort, options_.rank, 0, std::move(text))));
+  }
+}
+
+}  // namespace troupe::transport
