@@ -30,12 +30,14 @@ std::vector<absl::Status> run_group(const std::string& kind, int n,
   int run = runs.fetch_add(1);
   InMemoryStore store;
   std::vector<absl::Status> results(n);
+  std::atomic<int> finished{0};
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       auto transport = make_transport(kind, options_with(kToken, absl::StrCat("rank ", r)));
       if (!transport.ok()) {
         results[r] = transport.status();
+        finished.fetch_add(1);
         return;
       }
       auto comm = Communicator::create(**transport, store,
@@ -46,9 +48,17 @@ std::vector<absl::Status> run_group(const std::string& kind, int n,
                                         .timeout = absl::Seconds(30)});
       if (!comm.ok()) {
         results[r] = comm.status();
+        finished.fetch_add(1);
         return;
       }
       results[r] = body(**comm);
+      // Stay connected until every rank is done: a rank that leaves at once
+      // tears down its transport before its last frames are delivered, and
+      // the others would rightly see a member lost.
+      finished.fetch_add(1);
+      absl::Time deadline = absl::Now() + absl::Seconds(60);
+      while (finished.load() < n && absl::Now() < deadline)
+        std::this_thread::yield();
     });
   }
   for (auto& t : threads)
