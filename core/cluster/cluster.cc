@@ -1,13 +1,6 @@
 #include "core/cluster/cluster.h"
 
-#include <unistd.h>
-
-#include <cstdlib>
-#include <fstream>
-
 #include "absl/strings/str_cat.h"
-#include "core/cluster/commands.h"
-#include "transport/auth.h"
 
 namespace troupe {
 
@@ -15,28 +8,12 @@ using cluster::HeadService;
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::connect(ClusterOptions options) {
   // Like ray.init(): the options, else the environment, else the head
-  // running on this machine (its state directory).
-  const std::string local = cluster::kDefaultStateDir;
-  if (options.head.empty()) {
-    const char* env = std::getenv("TROUPE_HEAD");
-    if (env != nullptr && *env != '\0') {
-      options.head = env;
-    } else {
-      std::ifstream in(local + "/head_address");
-      if (!in || !std::getline(in, options.head) || options.head.empty()) {
-        return absl::InvalidArgumentError(
-            "no head address: pass one (HOST:PORT, e.g. 127.0.0.1:6380) or set TROUPE_HEAD "
-            "(no head runs on this machine)");
-      }
-    }
-  }
+  // running on this machine.
+  absl::StatusOr<std::string> head = cluster::find_head_address(options.head);
+  if (!head.ok()) return head.status();
+  options.head = *head;
   if (options.token.empty()) {
-    const char* env = std::getenv("TROUPE_TOKEN");
-    if (options.token_file.empty() && (env == nullptr || *env == '\0') &&
-        ::access((local + "/token").c_str(), R_OK) == 0) {
-      options.token_file = local + "/token";
-    }
-    absl::StatusOr<std::string> token = transport::resolve_token(options.token_file);
+    absl::StatusOr<std::string> token = cluster::find_cluster_token(options.token_file);
     if (!token.ok()) return token.status();
     options.token = *token;
   }

@@ -86,27 +86,12 @@ absl::StatusOr<uint16_t> parse_port(const std::string& flag, const std::string& 
   return static_cast<uint16_t>(port);
 }
 
-// The head to talk to: --head, else $TROUPE_HEAD, else the local head's
-// address file.
 absl::StatusOr<std::string> resolve_head(const Flags& flags) {
-  if (flags.has("head")) return flags.get("head");
-  if (const char* env = std::getenv("TROUPE_HEAD"); env != nullptr && *env != '\0') return env;
-  std::ifstream in(state_file(kDefaultStateDir, "head_address"));
-  std::string address;
-  if (in && std::getline(in, address) && !address.empty()) return address;
-  return absl::InvalidArgumentError(
-      "no head given: pass --head HOST:PORT or set TROUPE_HEAD (no head runs on this machine)");
+  return find_head_address(flags.get("head"));
 }
 
-// The token: --token-file, else $TROUPE_TOKEN, else the local head's token file.
 absl::StatusOr<std::string> resolve_token(const Flags& flags) {
-  if (!flags.has("token-file")) {
-    if (const char* env = std::getenv("TROUPE_TOKEN"); env == nullptr || *env == '\0') {
-      std::string local = state_file(kDefaultStateDir, "token");
-      if (::access(local.c_str(), R_OK) == 0) return transport::read_token_file(local);
-    }
-  }
-  return transport::resolve_token(flags.get("token-file"));
+  return find_cluster_token(flags.get("token-file"));
 }
 
 // A connection to the head for one-off questions, without joining the cluster.

@@ -21,8 +21,4 @@ int worker_command(const std::vector<std::string>& args);
 int status_command(const std::vector<std::string>& args);
 int stop_command(const std::vector<std::string>& args);
 
-// Where `troupe head` keeps its token and address unless told otherwise, and
-// where the other commands look for them when no --head / --token-file is given.
-inline constexpr char kDefaultStateDir[] = "/tmp/troupe";
-
 }  // namespace troupe::cluster

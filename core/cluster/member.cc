@@ -5,11 +5,36 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 #include "transport/address.h"
+#include "transport/auth.h"
 
 namespace troupe::cluster {
+
+absl::StatusOr<std::string> find_head_address(const std::string& given) {
+  if (!given.empty()) return given;
+  if (const char* env = std::getenv("TROUPE_HEAD"); env != nullptr && *env != '\0') return env;
+  std::ifstream in(std::string(kDefaultStateDir) + "/head_address");
+  std::string address;
+  if (in && std::getline(in, address) && !address.empty()) return address;
+  return absl::InvalidArgumentError(
+      "no head address: give one (--head HOST:PORT, e.g. 127.0.0.1:6380) or set TROUPE_HEAD "
+      "(no head runs on this machine)");
+}
+
+absl::StatusOr<std::string> find_cluster_token(const std::string& token_file) {
+  const char* env = std::getenv("TROUPE_TOKEN");
+  std::string local = std::string(kDefaultStateDir) + "/token";
+  if (token_file.empty() && (env == nullptr || *env == '\0') &&
+      ::access(local.c_str(), R_OK) == 0) {
+    return transport::read_token_file(local);
+  }
+  return transport::resolve_token(token_file);
+}
 
 std::string head_error_text(const absl::Status& s) {
   std::string text(s.message());

@@ -72,6 +72,16 @@ class Member {
   std::thread heartbeat_;
 };
 
+// Where `troupe head` keeps its token and address unless told otherwise, and
+// where workers, drivers and the other commands look for them when not told.
+inline constexpr char kDefaultStateDir[] = "/tmp/troupe";
+
+// Finding the cluster, as ray.init() finds one: `given` if not empty, else
+// $TROUPE_HEAD / $TROUPE_TOKEN, else the state directory of a head running on
+// this machine. Errors name what to pass.
+absl::StatusOr<std::string> find_head_address(const std::string& given);
+absl::StatusOr<std::string> find_cluster_token(const std::string& token_file);
+
 // A failed call to the head, as a user should read it: without the runtime's
 // "cannot reach node 0 (for actor-0-1): " prefix.
 std::string head_error_text(const absl::Status& s);
