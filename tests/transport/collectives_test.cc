@@ -1,185 +1,264 @@
-// Ring allreduce over real transports: every rank a thread with a transport
-// of its own, found through an in-memory rendezvous store. Results against
-// closed forms, bitwise determinism, and abort.
+// Collective operations over real transports, in the manner of Gloo's tests:
+// every operation x ranks 1..8 x sizes x dtypes x transports against closed
+// forms; bitwise determinism; abort.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstring>
-#include <functional>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tests/transport/transport_test_util.h"
-#include "transport/collectives/communicator.h"
-#include "transport/collectives/ring.h"
+#include "tests/transport/collectives_group_util.h"
+#include "transport/collectives/collectives.h"
 
 namespace troupe::transport::testing {
 namespace {
 
-std::string listen_address(const std::string& kind, int rank, int run) {
-  if (kind == "inproc") return absl::StrCat("inproc://collectives-", run, "-", rank);
-  return kind + "://127.0.0.1:0";
-}
-
-// Runs `body(comm)` on `n` ranks at once, each on its own thread and
-// transport; returns each rank's status.
-std::vector<absl::Status> run_group(const std::string& kind, int n,
-                                    const std::function<absl::Status(Communicator&)>& body) {
-  static std::atomic<int> runs{0};
-  int run = runs.fetch_add(1);
-  InMemoryStore store;
-  std::vector<absl::Status> results(n);
-  std::atomic<int> finished{0};
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      auto transport = make_transport(kind, options_with(kToken, absl::StrCat("rank ", r)));
-      if (!transport.ok()) {
-        results[r] = transport.status();
-        finished.fetch_add(1);
-        return;
-      }
-      auto comm = Communicator::create(**transport, store,
-                                       {.rank = r,
-                                        .size = n,
-                                        .group = absl::StrCat("g", run),
-                                        .listen_address = listen_address(kind, r, run),
-                                        .timeout = absl::Seconds(30)});
-      if (!comm.ok()) {
-        results[r] = comm.status();
-        finished.fetch_add(1);
-        return;
-      }
-      results[r] = body(**comm);
-      // Stay connected until every rank is done: a rank that leaves at once
-      // tears down its transport before its last frames are delivered, and
-      // the others would rightly see a member lost.
-      finished.fetch_add(1);
-      absl::Time deadline = absl::Now() + absl::Seconds(60);
-      while (finished.load() < n && absl::Now() < deadline)
-        std::this_thread::yield();
-    });
-  }
-  for (auto& t : threads)
-    t.join();
-  return results;
-}
-
-class RingAllreduceTest : public ::testing::TestWithParam<std::string> {};
-
 // Rank r contributes (r + 1) * (i % 7 + 1) at element i: sums, maxima and
-// minima have closed forms and are exact in fp32.
+// minima have closed forms, exact in every dtype (sums stay below 256).
 float contribution(int rank, size_t i) {
   return static_cast<float>((rank + 1) * static_cast<int>(i % 7 + 1));
 }
 
-TEST_P(RingAllreduceTest, MatchesClosedFormsForEveryOpRankCountAndSize) {
-  const size_t sizes[] = {0, 1, 4, 100, 1000, 10000};
-  for (int n = 1; n <= 8; ++n) {
+// Elements of `type` stored as raw bytes.
+struct Tensor {
+  DType type;
+  std::vector<std::byte> bytes;
+
+  Tensor(DType t, size_t count) : type(t), bytes(count * element_size(t)) {}
+  size_t count() const { return bytes.size() / element_size(type); }
+  // Element i becomes contribution(rank, i).
+  void fill(int rank) {
+    const size_t n = count();
+    for (size_t i = 0, k = 0; i < n; ++i, k = k == 6 ? 0 : k + 1)
+      set(i, static_cast<float>((rank + 1) * static_cast<int>(k + 1)));
+  }
+  void* data() { return bytes.data(); }
+  void set(size_t i, float v) {
+    if (type == DType::kFloat32) [[likely]] {
+      std::memcpy(&bytes[i * 4], &v, 4);
+      return;
+    }
+    uint16_t h = type == DType::kFloat16 ? float_to_half(v) : float_to_bf16(v);
+    std::memcpy(&bytes[i * 2], &h, 2);
+  }
+  // The element's bits, widened.
+  uint32_t bits(size_t i) const {
+    uint32_t b = 0;
+    std::memcpy(&b, &bytes[i * element_size(type)], element_size(type));
+    return b;
+  }
+};
+
+// The bits of `v` rounded to `type`.
+uint32_t bits_of(DType type, float v) {
+  if (type == DType::kFloat32) return std::bit_cast<uint32_t>(v);
+  return type == DType::kFloat16 ? float_to_half(v) : float_to_bf16(v);
+}
+
+float closed_form(ReduceOp op, int n, size_t i) {
+  float k = static_cast<float>(i % 7 + 1);
+  float sum = k * static_cast<float>(n * (n + 1) / 2);
+  switch (op) {
+    case ReduceOp::kSum:
+      return sum;
+    case ReduceOp::kAvg:
+      return sum * (1.0f / static_cast<float>(n));  // as scale() computes it
+    case ReduceOp::kMax:
+      return k * static_cast<float>(n);
+    case ReduceOp::kMin:
+      return k;
+  }
+  return 0;
+}
+
+// The first element of `got` that is not `expected(i + base)`, as an error.
+// Every expected value here depends on its index modulo 7 only.
+absl::Status check(const std::string& what, const Tensor& got,
+                   const std::function<float(size_t)>& expected, size_t base = 0) {
+  uint32_t want[7];
+  for (size_t k = 0; k < 7; ++k)
+    want[k] = bits_of(got.type, expected(k));
+  const size_t width = element_size(got.type);
+  const size_t count = got.count();
+  for (size_t i = 0, k = base % 7; i < count; ++i, k = k == 6 ? 0 : k + 1) {
+    uint32_t bits = 0;
+    if (width == 4) {
+      std::memcpy(&bits, &got.bytes[i * 4], 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, &got.bytes[i * 2], 2);
+      bits = h;
+    }
+    if (bits != want[k]) {
+      return absl::InternalError(absl::StrCat(what, ": element ", i, " of ", count, " has bits ",
+                                              bits, ", expected ", want[k]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Every operation, for every dtype and size, on one group.
+absl::Status every_operation(Communicator& c, const std::vector<size_t>& sizes) {
+  const int n = c.size();
+  const int r = c.rank();
+  for (DType type : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (size_t count : sizes) {
-      std::vector<std::vector<float>> out(n);
-      auto results = run_group(GetParam(), n, [&](Communicator& c) -> absl::Status {
-        uint64_t seq = 0;
-        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg}) {
-          std::vector<float> data(count);
-          for (size_t i = 0; i < count; ++i)
-            data[i] = contribution(c.rank(), i);
-          if (absl::Status s = ring_allreduce(c, DType::kFloat32, op, data.data(), count, seq++);
+      const std::string where =
+          absl::StrCat(std::string(to_string(type)), " x ", count, ", rank ", r, "/", n);
+      for (Algorithm algorithm : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kHalvingDoubling,
+                                  Algorithm::kHierarchical}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+          Tensor t(type, count);
+          t.fill(r);
+          std::string what = absl::StrCat("allreduce ", std::string(to_string(algorithm)), " ",
+                                          std::string(to_string(op)), " ", where);
+          if (absl::Status s = allreduce(c, type, op, t.data(), count, algorithm); !s.ok()) {
+            return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+          }
+          if (absl::Status s = check(what, t, [&](size_t i) { return closed_form(op, n, i); });
               !s.ok()) {
             return s;
           }
-          out[c.rank()].insert(out[c.rank()].end(), data.begin(), data.end());
         }
-        return absl::OkStatus();
-      });
+      }
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+        // Block b of rank r's input holds elements b * count .. of the whole.
+        Tensor in(type, count * static_cast<size_t>(n));
+        in.fill(r);
+        Tensor out(type, count);
+        std::string what = absl::StrCat("reduce_scatter ", std::string(to_string(op)), " ", where);
+        if (absl::Status s = reduce_scatter(c, type, op, in.data(), out.data(), count); !s.ok()) {
+          return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+        }
+        size_t base = static_cast<size_t>(r) * count;
+        if (absl::Status s = check(
+                what, out, [&](size_t i) { return closed_form(op, n, i); }, base);
+            !s.ok()) {
+          return s;
+        }
+      }
+      {
+        Tensor mine(type, count);
+        mine.fill(r);
+        Tensor all(type, count * static_cast<size_t>(n));
+        std::string what = absl::StrCat("allgather ", where);
+        if (absl::Status s = allgather(c, mine.data(), all.data(), mine.bytes.size()); !s.ok()) {
+          return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+        }
+        for (int b = 0; b < n; ++b) {
+          Tensor block(type, count);
+          std::memcpy(block.data(), &all.bytes[static_cast<size_t>(b) * mine.bytes.size()],
+                      mine.bytes.size());
+          if (absl::Status s = check(absl::StrCat(what, ", block ", b), block,
+                                     [&](size_t i) { return contribution(b, i); });
+              !s.ok()) {
+            return s;
+          }
+        }
+      }
+      {
+        const int root = static_cast<int>(count % static_cast<size_t>(n));
+        Tensor t(type, count);
+        t.fill(r);
+        std::string what = absl::StrCat("broadcast from ", root, " ", where);
+        if (absl::Status s = broadcast(c, t.data(), t.bytes.size(), root); !s.ok()) {
+          return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+        }
+        if (absl::Status s = check(what, t, [&](size_t i) { return contribution(root, i); });
+            !s.ok()) {
+          return s;
+        }
+      }
+      if (absl::Status s = barrier(c); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("barrier ", where, ": ", s.message()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+class CollectivesTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CollectivesTest, EveryOperationMatchesClosedFormsForRanksOneToEight) {
+  const std::vector<size_t> sizes = {0, 1, 4, 100, 1000, 10000};
+  for (int n = 1; n <= 8; ++n) {
+    // Two pretend hosts, so that the hierarchical algorithm has both levels.
+    auto results = run_group(
+        GetParam(), n, [&](Communicator& c) { return every_operation(c, sizes); }, 2);
+    for (int r = 0; r < n; ++r)
+      ASSERT_TRUE(results[r].ok()) << results[r];
+  }
+}
+
+TEST_P(CollectivesTest, EveryOperationOnOneMebibytePlusThreeElements) {
+  const std::vector<size_t> sizes = {(size_t{1} << 20) + 3};
+  for (int n : {2, 3, 4}) {
+    auto results = run_group(
+        GetParam(), n, [&](Communicator& c) { return every_operation(c, sizes); }, 2);
+    for (int r = 0; r < n; ++r)
+      ASSERT_TRUE(results[r].ok()) << results[r];
+  }
+}
+
+TEST_P(CollectivesTest, BitwiseIdenticalAcrossRunsAndRanksForEachAlgorithm) {
+  const int n = 5;
+  const size_t count = 200000;  // several ring segments per block
+  for (Algorithm algorithm :
+       {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kHierarchical}) {
+    for (DType type : {DType::kFloat32, DType::kBFloat16}) {
+      auto reduce_random = [&] {
+        std::vector<Tensor> out(n, Tensor(type, 0));
+        auto results = run_group(
+            GetParam(), n,
+            [&](Communicator& c) -> absl::Status {
+              std::mt19937 gen(1234 + c.rank());
+              std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+              Tensor t(type, count);
+              for (size_t i = 0; i < count; ++i)
+                t.set(i, dist(gen));
+              absl::Status s = allreduce(c, type, ReduceOp::kSum, t.data(), count, algorithm);
+              out[c.rank()] = std::move(t);
+              return s;
+            },
+            2);
+        for (auto& s : results)
+          EXPECT_TRUE(s.ok()) << s;
+        return out;
+      };
+      auto first = reduce_random();
+      auto second = reduce_random();
       for (int r = 0; r < n; ++r) {
-        ASSERT_TRUE(results[r].ok()) << "n=" << n << " count=" << count << ": " << results[r];
-        const std::vector<float>& got = out[r];
-        ASSERT_EQ(got.size(), 4 * count);
-        for (size_t i = 0; i < count; ++i) {
-          float k = static_cast<float>(i % 7 + 1);
-          ASSERT_EQ(got[i], k * static_cast<float>(n * (n + 1) / 2)) << "sum n=" << n << " i=" << i;
-          ASSERT_EQ(got[count + i], k * static_cast<float>(n)) << "max n=" << n;
-          ASSERT_EQ(got[2 * count + i], k) << "min n=" << n;
-          ASSERT_NEAR(got[3 * count + i], k * static_cast<float>(n + 1) / 2.0f, 1e-5f * k * n)
-              << "avg n=" << n;
-        }
+        EXPECT_TRUE(first[r].bytes == first[0].bytes)
+            << to_string(algorithm) << " " << to_string(type) << ": rank " << r
+            << " differs from rank 0";
+        EXPECT_TRUE(first[r].bytes == second[r].bytes)
+            << to_string(algorithm) << " " << to_string(type) << ": rank " << r
+            << " differs between runs";
       }
     }
   }
 }
 
-TEST_P(RingAllreduceTest, LargeOddSizedBuffer) {
-  const size_t count = (size_t{1} << 20) + 3;
-  for (int n : {2, 3}) {
-    std::vector<bool> right(n, false);
-    auto results = run_group(GetParam(), n, [&](Communicator& c) -> absl::Status {
-      std::vector<float> data(count);
-      for (size_t i = 0; i < count; ++i)
-        data[i] = contribution(c.rank(), i);
-      absl::Status s = ring_allreduce(c, DType::kFloat32, ReduceOp::kSum, data.data(), count, 0);
-      bool ok = true;
-      for (size_t i = 0; i < count && ok; ++i)
-        ok = data[i] == static_cast<float>(i % 7 + 1) * static_cast<float>(n * (n + 1) / 2);
-      right[c.rank()] = ok;
-      return s;
-    });
-    for (int r = 0; r < n; ++r) {
-      ASSERT_TRUE(results[r].ok()) << results[r];
-      EXPECT_TRUE(right[r]) << "rank " << r << " of " << n;
-    }
-  }
-}
-
-TEST_P(RingAllreduceTest, BitwiseIdenticalAcrossRunsAndRanks) {
-  const int n = 5;
-  const size_t count = 12345;
-  auto reduce_random = [&] {
-    std::vector<std::vector<float>> out(n);
-    auto results = run_group(GetParam(), n, [&](Communicator& c) -> absl::Status {
-      std::mt19937 gen(1234 + c.rank());
-      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-      std::vector<float> data(count);
-      for (float& x : data)
-        x = dist(gen);
-      absl::Status s = ring_allreduce(c, DType::kFloat32, ReduceOp::kSum, data.data(), count, 0);
-      out[c.rank()] = std::move(data);
-      return s;
-    });
-    for (auto& s : results)
-      EXPECT_TRUE(s.ok()) << s;
-    return out;
-  };
-  auto first = reduce_random();
-  auto second = reduce_random();
-  for (int r = 0; r < n; ++r) {
-    ASSERT_EQ(first[r].size(), count);
-    EXPECT_EQ(std::memcmp(first[r].data(), first[0].data(), count * sizeof(float)), 0)
-        << "rank " << r << " differs from rank 0";
-    EXPECT_EQ(std::memcmp(first[r].data(), second[r].data(), count * sizeof(float)), 0)
-        << "rank " << r << " differs between runs";
-  }
-}
-
-TEST_P(RingAllreduceTest, AbortFailsEveryMemberWithAborted) {
+TEST_P(CollectivesTest, AbortFailsEveryMemberWithAborted) {
   const int n = 4;
   std::atomic<int> finished{0};
   absl::Time start = absl::Now();
   auto results = run_group(GetParam(), n, [&](Communicator& c) -> absl::Status {
-    std::vector<float> data(1000, 1.0f);
+    std::vector<float> data(100000, 1.0f);
     if (c.rank() == 2) {
       // Rank 2 aborts the group instead of taking part, and stays up (an
       // aborting member is alive: a dead one is a lost member) until the
       // others have returned.
       c.abort(absl::AbortedError("rank 2 gives up"));
-      absl::Status s = ring_allreduce(c, DType::kFloat32, ReduceOp::kSum, data.data(), 1000, 0);
+      absl::Status s = allreduce(c, DType::kFloat32, ReduceOp::kSum, data.data(), data.size());
       absl::Time deadline = absl::Now() + absl::Seconds(20);
       while (finished.load() < n - 1 && absl::Now() < deadline)
         std::this_thread::yield();
       return s;
     }
-    absl::Status s = ring_allreduce(c, DType::kFloat32, ReduceOp::kSum, data.data(), 1000, 0);
+    absl::Status s = allreduce(c, DType::kFloat32, ReduceOp::kSum, data.data(), data.size());
     finished.fetch_add(1);
     return s;
   });
@@ -188,7 +267,35 @@ TEST_P(RingAllreduceTest, AbortFailsEveryMemberWithAborted) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(20)) << "aborting must not wait for the timeout";
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, RingAllreduceTest, ::testing::Values("inproc", "tcp"),
+TEST_P(CollectivesTest, BadArgumentsAreRefused) {
+  auto results = run_group(GetParam(), 2, [&](Communicator& c) -> absl::Status {
+    float x = 1;
+    absl::Status s = broadcast(c, &x, sizeof(x), 2);
+    if (!absl::IsInvalidArgument(s))
+      return absl::InternalError(absl::StrCat("root 2: ", s.ToString()));
+    float out = 0;
+    s = reduce_scatter(c, DType::kFloat32, ReduceOp::kSum, &x, &out, 0,
+                       Algorithm::kHalvingDoubling);
+    if (!absl::IsInvalidArgument(s))
+      return absl::InternalError(absl::StrCat("algorithm: ", s.ToString()));
+    // The group still works.
+    return allreduce(c, DType::kFloat32, ReduceOp::kSum, &x, 1);
+  });
+  for (auto& s : results)
+    EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(CollectivesAlgorithmTest, NamesRoundTripAndUnknownNamesAreRefused) {
+  for (Algorithm a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kHalvingDoubling,
+                      Algorithm::kHierarchical}) {
+    auto parsed = parse_algorithm(to_string(a));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, a);
+  }
+  EXPECT_TRUE(absl::IsInvalidArgument(parse_algorithm("tree").status()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, CollectivesTest, ::testing::Values("inproc", "tcp", "ucx"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace

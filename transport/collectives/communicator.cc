@@ -1,5 +1,7 @@
 #include "transport/collectives/communicator.h"
 
+#include <unistd.h>
+
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -39,6 +41,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::create(Transport& tr
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", options.rank, " of ", options.size, " is not a valid member"));
   }
+  if (options.host.empty()) {
+    char name[256] = {};
+    if (gethostname(name, sizeof(name) - 1) != 0) return absl::InternalError("gethostname failed");
+    options.host = name;
+  }
   std::unique_ptr<Communicator> c(new Communicator(std::move(options)));
   const CommunicatorOptions& o = c->options_;
   c->peers_.resize(o.size);
@@ -63,7 +70,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::create(Transport& tr
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = store.set(key(o, absl::StrCat("host/", o.rank)), o.host); !s.ok()) return s;
   absl::Time deadline = absl::Now() + o.timeout;
+  c->hosts_.resize(o.size);
+  for (int peer = 0; peer < o.size; ++peer) {
+    auto host = store.wait_get(key(o, absl::StrCat("host/", peer)), deadline - absl::Now());
+    if (!host.ok()) return host.status();
+    c->hosts_[peer] = *std::move(host);
+  }
   // Connect to every lower rank; higher ranks connect to us.
   for (int peer = 0; peer < o.rank; ++peer) {
     auto address = store.wait_get(key(o, absl::StrCat("rank/", peer)), deadline - absl::Now());
@@ -116,12 +130,15 @@ void Communicator::Shared::deliver(Frame frame, const std::shared_ptr<Connection
     if (h.kind == kHello) {
       if (from && h.rank < accepted.size()) accepted[h.rank] = from;
     } else if (h.kind == kData) {
-      inbox[{static_cast<int>(h.rank), h.tag}].push_back(std::move(frame.buffers[1]));
+      // Once failed, nothing will be received: drop (and so release) it.
+      if (failed.ok())
+        inbox[{static_cast<int>(h.rank), h.tag}].push_back(std::move(frame.buffers[1]));
     } else if (h.kind == kAbort && failed.ok()) {
       const Buffer& why = frame.buffers[1];
       failed = absl::AbortedError(
           absl::StrCat("rank ", h.rank, " aborted the group: ",
                        std::string(reinterpret_cast<const char*>(why.data()), why.size())));
+      inbox.clear();
     }
   }
   arrived.notify_all();
@@ -137,6 +154,7 @@ void Communicator::Shared::lost(int peer, const absl::Status& why) {
           absl::StrCat("a member of group ", group,
                        peer >= 0 ? absl::StrCat(" (rank ", peer, ")") : std::string(),
                        " was lost: ", why.message()));
+      inbox.clear();
     }
   }
   arrived.notify_all();
@@ -158,19 +176,21 @@ absl::Status Communicator::send(int peer, uint64_t tag, Buffer data) {
 
 absl::StatusOr<Buffer> Communicator::recv(int peer, uint64_t tag) {
   Shared& sh = *shared_;
+  const std::pair<int, uint64_t> key{peer, tag};
   std::unique_lock<std::mutex> lock(sh.mu);
-  auto& queue = sh.inbox[{peer, tag}];
+  // The inbox is looked up afresh each time: a failure clears it.
   bool ready = sh.arrived.wait_until(lock, absl::ToChronoTime(absl::Now() + options_.timeout),
-                                     [&] { return !queue.empty() || !sh.failed.ok(); });
+                                     [&] { return !sh.failed.ok() || sh.inbox.contains(key); });
   if (!sh.failed.ok()) return sh.failed;
   if (!ready) {
     return absl::DeadlineExceededError(absl::StrCat("rank ", options_.rank, ": nothing from rank ",
                                                     peer, " within ",
                                                     absl::FormatDuration(options_.timeout)));
   }
-  Buffer b = std::move(queue.front());
-  queue.pop_front();
-  if (queue.empty()) sh.inbox.erase({peer, tag});
+  auto it = sh.inbox.find(key);
+  Buffer b = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) sh.inbox.erase(it);
   return b;
 }
 
@@ -181,6 +201,7 @@ void Communicator::abort(const absl::Status& why) {
     std::lock_guard<std::mutex> lock(sh.mu);
     if (!sh.failed.ok()) return;
     sh.failed = absl::AbortedError(reason);
+    sh.inbox.clear();
   }
   sh.arrived.notify_all();
   // Every other member fails its pending operations too (best effort: a

@@ -34,6 +34,9 @@ struct CommunicatorOptions {
   uint64_t generation = 0;
   // Where this rank listens ("tcp://127.0.0.1:0", "ucx://...", "inproc://name").
   std::string listen_address = "tcp://127.0.0.1:0";
+  // The host this rank runs on, for topology-aware algorithms (ranks on one
+  // host reduce among themselves first). Empty: this machine's host name.
+  std::string host;
   absl::Duration timeout = absl::Seconds(30);  // rendezvous and each recv
 };
 
@@ -48,6 +51,14 @@ class Communicator {
   int rank() const { return options_.rank; }
   int size() const { return options_.size; }
   absl::Duration timeout() const { return options_.timeout; }
+  const std::string& group() const { return options_.group; }
+  uint64_t generation() const { return options_.generation; }
+  // The host of every rank, by rank.
+  const std::vector<std::string>& hosts() const { return hosts_; }
+
+  // Numbers collective operations: every rank calls it once per operation,
+  // in the same order, so the numbers agree across ranks.
+  uint64_t next_sequence() { return sequence_++; }
 
   // Queues `data` for `peer` under `tag`. Errors once aborted.
   absl::Status send(int peer, uint64_t tag, Buffer data);
@@ -81,6 +92,8 @@ class Communicator {
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
   std::unique_ptr<Listener> listener_;
   std::vector<std::shared_ptr<Connection>> peers_;  // by rank; null for self
+  std::vector<std::string> hosts_;                  // by rank
+  uint64_t sequence_ = 0;
 };
 
 }  // namespace troupe::transport

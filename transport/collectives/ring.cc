@@ -3,73 +3,138 @@
 #include <cstring>
 #include <vector>
 
-namespace troupe::transport {
+namespace troupe::transport::detail {
 namespace {
 
-// Chunk i of `count` elements cut into `n` nearly equal parts.
-struct Chunk {
-  size_t offset;
-  size_t count;
-};
-
-Chunk chunk_of(size_t count, int n, int i) {
-  size_t base = count / static_cast<size_t>(n);
-  size_t extra = count % static_cast<size_t>(n);
-  size_t index = static_cast<size_t>(i);
-  size_t offset = index * base + std::min(index, extra);
-  return {offset, base + (index < extra ? 1 : 0)};
-}
-
-int mod(int a, int n) {
-  return ((a % n) + n) % n;
-}
-
-uint64_t tag_of(uint64_t sequence, int phase, int step) {
-  return (sequence << 16) | (static_cast<uint64_t>(phase) << 12) | static_cast<uint64_t>(step);
+// Elements per segment for blocks of up to `largest` elements: at least
+// kRingSegmentBytes, and few enough that segment numbers fit their tag bits.
+size_t segment_elements(size_t largest, size_t width) {
+  size_t elements = std::max<size_t>(kRingSegmentBytes / width, 1);
+  constexpr size_t kMaxSegments = 0xffff;
+  return std::max(elements, (largest + kMaxSegments - 1) / kMaxSegments);
 }
 
 }  // namespace
 
-absl::Status ring_allreduce(Communicator& comm, DType type, ReduceOp op, void* data, size_t count,
-                            uint64_t sequence) {
-  const int n = comm.size();
-  const int r = comm.rank();
+absl::Status ring_reduce_scatter(Communicator& comm, const Members& members, DType type,
+                                 ReduceOp op, const void* input, void* output, size_t count,
+                                 uint64_t sequence, int phase, BorrowedSends& first_sends) {
+  const int n = members.size();
+  const int m = members.me;
   const size_t width = element_size(type);
-  auto* bytes = static_cast<std::byte*>(data);
-  if (n > 1 && count > 0) {
-    const int right = mod(r + 1, n);
-    const int left = mod(r - 1, n);
-    auto send_chunk = [&](int i, uint64_t tag) {
-      Chunk c = chunk_of(count, n, i);
-      return comm.send(right, tag, Buffer::copy_of({bytes + c.offset * width, c.count * width}));
-    };
-    // Reduce-scatter: after step s, rank r holds chunk (r - s - 1) reduced over s + 2 ranks.
-    for (int s = 0; s < n - 1; ++s) {
-      uint64_t tag = tag_of(sequence, 0, s);
-      if (absl::Status st = send_chunk(mod(r - s, n), tag); !st.ok()) return st;
-      absl::StatusOr<Buffer> in = comm.recv(left, tag);
-      if (!in.ok()) return in.status();
-      Chunk c = chunk_of(count, n, mod(r - s - 1, n));
-      if (in->size() != c.count * width) {
-        return absl::InternalError("ring allreduce: a chunk of the wrong size arrived");
-      }
-      reduce_into(type, op, bytes + c.offset * width, in->data(), c.count);
-    }
-    // Allgather: rank r starts with the reduced chunk (r + 1) and passes chunks on.
-    for (int s = 0; s < n - 1; ++s) {
-      uint64_t tag = tag_of(sequence, 1, s);
-      if (absl::Status st = send_chunk(mod(r + 1 - s, n), tag); !st.ok()) return st;
-      absl::StatusOr<Buffer> in = comm.recv(left, tag);
-      if (!in.ok()) return in.status();
-      Chunk c = chunk_of(count, n, mod(r - s, n));
-      if (in->size() != c.count * width) {
-        return absl::InternalError("ring allreduce: a chunk of the wrong size arrived");
-      }
-      std::memcpy(bytes + c.offset * width, in->data(), c.count * width);
+  const auto* in_bytes = static_cast<const std::byte*>(input);
+  auto* out_bytes = static_cast<std::byte*>(output);
+  const Range mine = part_of(count, n, m);
+  if (n == 1) {
+    if (out_bytes != in_bytes + mine.offset * width)
+      std::memcpy(out_bytes, in_bytes + mine.offset * width, mine.count * width);
+    return absl::OkStatus();
+  }
+  const size_t seg = segment_elements(part_of(count, n, 0).count, width);
+  const int right = members.rank(m + 1);
+  const int left = members.rank(m - 1);
+  // Step 0 sends this member's copy of block m - 1, as it is.
+  const Range first = part_of(count, n, static_cast<size_t>((m - 1 + n) % n));
+  for (size_t at = 0, j = 0; at < first.count; at += seg, ++j) {
+    size_t len = std::min(seg, first.count - at);
+    Buffer b = first_sends.borrow(in_bytes + (first.offset + at) * width, len * width);
+    if (absl::Status s =
+            comm.send(right, tag_of(sequence, phase, 0, static_cast<int>(j)), std::move(b));
+        !s.ok()) {
+      return s;
     }
   }
-  if (op == ReduceOp::kAvg && count > 0) scale(type, data, count, 1.0f / static_cast<float>(n));
+  // Step s receives block m - s - 2, partly reduced over s + 1 members to the
+  // left, adds this member's part, and forwards it: after step n - 2 the
+  // block is m itself, reduced over all.
+  for (int s = 0; s < n - 1; ++s) {
+    const Range block = part_of(count, n, static_cast<size_t>(((m - s - 2) % n + n) % n));
+    const bool last = s == n - 2;
+    for (size_t at = 0, j = 0; at < block.count; at += seg, ++j) {
+      size_t len = std::min(seg, block.count - at);
+      absl::StatusOr<Buffer> in =
+          recv_exactly(comm, left, tag_of(sequence, phase, s, static_cast<int>(j)), len * width);
+      if (!in.ok()) return in.status();
+      // A buffer that borrows the sender's memory (inproc) is not ours to change.
+      if (in->borrowed()) *in = Buffer::copy_of(in->bytes());
+      reduce_into(type, op, in->data(), in_bytes + (block.offset + at) * width, len);
+      if (last) {
+        std::memcpy(out_bytes + at * width, in->data(), len * width);
+      } else if (absl::Status st = comm.send(
+                     right, tag_of(sequence, phase, s + 1, static_cast<int>(j)), *std::move(in));
+                 !st.ok()) {
+        return st;
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
-}  // namespace troupe::transport
+absl::Status ring_allgather(Communicator& comm, const Members& members, std::byte* data,
+                            std::span<const Range> blocks, uint64_t sequence, int phase,
+                            BorrowedSends& sends, BorrowedSends* before_write) {
+  const int n = members.size();
+  const int m = members.me;
+  if (n == 1) return absl::OkStatus();
+  size_t largest = 0;
+  for (const Range& b : blocks)
+    largest = std::max(largest, b.count);
+  const size_t seg = segment_elements(largest, 1);
+  const int right = members.rank(m + 1);
+  const int left = members.rank(m - 1);
+  const Range& mine = blocks[static_cast<size_t>(m)];
+  for (size_t at = 0, j = 0; at < mine.count; at += seg, ++j) {
+    size_t len = std::min(seg, mine.count - at);
+    if (absl::Status s = comm.send(right, tag_of(sequence, phase, 0, static_cast<int>(j)),
+                                   sends.borrow(data + mine.offset + at, len));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (before_write != nullptr) {
+    if (absl::Status s = before_write->wait(comm.timeout()); !s.ok()) return s;
+  }
+  // Step s receives block m - s - 1 and forwards it, unless it is the last.
+  for (int s = 0; s < n - 1; ++s) {
+    const Range& block = blocks[static_cast<size_t>(((m - s - 1) % n + n) % n)];
+    for (size_t at = 0, j = 0; at < block.count; at += seg, ++j) {
+      size_t len = std::min(seg, block.count - at);
+      absl::StatusOr<Buffer> in =
+          recv_exactly(comm, left, tag_of(sequence, phase, s, static_cast<int>(j)), len);
+      if (!in.ok()) return in.status();
+      std::memcpy(data + block.offset + at, in->data(), len);
+      if (s < n - 2) {
+        if (absl::Status st = comm.send(right, tag_of(sequence, phase, s + 1, static_cast<int>(j)),
+                                        *std::move(in));
+            !st.ok()) {
+          return st;
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ring_allreduce(Communicator& comm, const Members& members, DType type, ReduceOp op,
+                            void* data, size_t count, uint64_t sequence, int phase,
+                            BorrowedSends& first_sends, BorrowedSends& sends) {
+  const int n = members.size();
+  if (n == 1 || count == 0) return absl::OkStatus();
+  const size_t width = element_size(type);
+  auto* bytes = static_cast<std::byte*>(data);
+  const Range mine = part_of(count, n, members.me);
+  if (absl::Status s =
+          ring_reduce_scatter(comm, members, type, op, data, bytes + mine.offset * width, count,
+                              sequence, phase, first_sends);
+      !s.ok()) {
+    return s;
+  }
+  std::vector<Range> blocks(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    Range r = part_of(count, n, i);
+    blocks[i] = {r.offset * width, r.count * width};
+  }
+  return ring_allgather(comm, members, bytes, blocks, sequence, phase + 1, sends, &first_sends);
+}
+
+}  // namespace troupe::transport::detail

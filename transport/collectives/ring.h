@@ -1,10 +1,20 @@
-// Ring allreduce (bandwidth-optimal, as in Baidu's and Gloo's ring): the
-// buffer is cut into `size` chunks; a reduce-scatter of size-1 steps leaves
-// each rank with one fully reduced chunk, an allgather of size-1 steps hands
-// the chunks round. Each step sends one chunk to the right neighbour and
-// receives one from the left. For a given membership every element is
-// reduced in the same order on every run, so results are bitwise identical
-// across runs and across ranks.
+// Ring algorithms (bandwidth-optimal, as in Baidu's and Gloo's ring): the
+// data is cut into one block per member; a reduce-scatter of n-1 steps leaves
+// member i with block i reduced over all members, an allgather of n-1 steps
+// hands the blocks round. Each step sends to the right neighbour and
+// receives from the left. Blocks are cut into segments that are forwarded as
+// soon as they are reduced, so a large buffer streams round the ring instead
+// of moving a block at a time. Received buffers are reduced in place and
+// forwarded without a copy; only the caller's own blocks are sent borrowed.
+//
+// For a given membership every element is reduced in the same order on every
+// run, and handed out from the member that finished it, so results are
+// bitwise identical across runs and members.
+//
+// These run over a subset of a communicator's ranks (detail::Members) so
+// that the hierarchical algorithm can use them inside and across hosts.
+// Messages are tagged with (sequence, phase, step, segment): an algorithm
+// given phase p uses phases p and p + 1.
 #pragma once
 
 #include <cstddef>
@@ -12,16 +22,35 @@
 
 #include "absl/status/status.h"
 #include "transport/collectives/communicator.h"
+#include "transport/collectives/detail/steps.h"
 #include "transport/collectives/dtype.h"
 #include "transport/collectives/reduce.h"
 
-namespace troupe::transport {
+namespace troupe::transport::detail {
 
-// Reduces `count` elements of `data` in place across the communicator's
-// ranks. `sequence` numbers the operation (the same on every rank, different
-// for each collective on this communicator): it keeps operations apart.
-// Errors: those of Communicator::recv (Aborted, Unavailable, DeadlineExceeded).
-absl::Status ring_allreduce(Communicator& comm, DType type, ReduceOp op, void* data, size_t count,
-                            uint64_t sequence);
+// Bytes per segment of a block.
+inline constexpr size_t kRingSegmentBytes = 512 * 1024;
 
-}  // namespace troupe::transport
+// Block i of `count` elements is part_of(count, n, i). `output` (this
+// member's block) becomes op (kSum, kMax, kMin) over all members' block
+// me. `output` may be input's block me itself. Input blocks other than
+// this member's are only read; block me - 1 is sent borrowed through
+// `first_sends`, so it must not change until first_sends is drained.
+absl::Status ring_reduce_scatter(Communicator& comm, const Members& members, DType type,
+                                 ReduceOp op, const void* input, void* output, size_t count,
+                                 uint64_t sequence, int phase, BorrowedSends& first_sends);
+
+// `data` holds one block per member at `blocks[i]` (byte ranges); this
+// member's block is filled in, the others are received. Before writing
+// anything it waits for `before_write` (sends that borrowed those bytes).
+absl::Status ring_allgather(Communicator& comm, const Members& members, std::byte* data,
+                            std::span<const Range> blocks, uint64_t sequence, int phase,
+                            BorrowedSends& sends, BorrowedSends* before_write);
+
+// Reduce-scatter then allgather, in place. Uses phases `phase`, `phase + 1`.
+// kAvg is not handled here (the caller sums and scales).
+absl::Status ring_allreduce(Communicator& comm, const Members& members, DType type, ReduceOp op,
+                            void* data, size_t count, uint64_t sequence, int phase,
+                            BorrowedSends& first_sends, BorrowedSends& sends);
+
+}  // namespace troupe::transport::detail

@@ -1,0 +1,176 @@
+#include "transport/collectives/collectives.h"
+
+#include <string>
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "transport/collectives/detail/steps.h"
+#include "transport/collectives/halving_doubling.h"
+#include "transport/collectives/hierarchical.h"
+#include "transport/collectives/ring.h"
+
+namespace troupe::transport {
+namespace {
+
+// Below this many bytes allreduce takes halving-doubling (fewer steps);
+// above, the ring (less data per rank).
+constexpr size_t kHalvingDoublingBelowBytes = 64 * 1024;
+
+std::vector<int> all_ranks(const Communicator& comm) {
+  std::vector<int> ranks(static_cast<size_t>(comm.size()));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  return ranks;
+}
+
+}  // namespace
+
+std::string_view to_string(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kAuto:
+      return "auto";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kHalvingDoubling:
+      return "halving-doubling";
+    case Algorithm::kHierarchical:
+      return "hierarchical";
+  }
+  return "?";
+}
+
+absl::StatusOr<Algorithm> parse_algorithm(std::string_view name) {
+  for (Algorithm a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kHalvingDoubling,
+                      Algorithm::kHierarchical}) {
+    if (to_string(a) == name) return a;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown algorithm '", std::string(name),
+                                                 "' (auto, ring, halving-doubling, hierarchical)"));
+}
+
+Algorithm choose_algorithm(const Communicator& comm, size_t bytes) {
+  if (comm.size() > 1 && bytes < kHalvingDoublingBelowBytes) return Algorithm::kHalvingDoubling;
+  size_t hosts = detail::ranks_by_host(comm.hosts()).size();
+  if (hosts > 1 && hosts < static_cast<size_t>(comm.size())) return Algorithm::kHierarchical;
+  return Algorithm::kRing;
+}
+
+absl::Status allreduce(Communicator& comm, DType type, ReduceOp op, void* data, size_t count,
+                       Algorithm algorithm) {
+  const uint64_t sequence = comm.next_sequence();
+  const ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  if (algorithm == Algorithm::kAuto) algorithm = choose_algorithm(comm, count * element_size(type));
+  const std::vector<int> ranks = all_ranks(comm);
+  const detail::Members members{ranks, comm.rank()};
+  detail::BorrowedSends first_sends;
+  detail::BorrowedSends sends;
+  absl::Status s;
+  switch (algorithm) {
+    case Algorithm::kAuto:
+    case Algorithm::kRing:
+      s = detail::ring_allreduce(comm, members, type, base, data, count, sequence, 0, first_sends,
+                                 sends);
+      break;
+    case Algorithm::kHalvingDoubling:
+      s = detail::halving_doubling_allreduce(comm, members, type, base, data, count, sequence, 0);
+      break;
+    case Algorithm::kHierarchical:
+      s = detail::hierarchical_allreduce(comm, type, base, data, count, sequence, 0, first_sends,
+                                         sends);
+      break;
+  }
+  s = detail::finish(comm, std::move(s), {&first_sends, &sends});
+  if (s.ok() && op == ReduceOp::kAvg && count > 0) {
+    scale(type, data, count, 1.0f / static_cast<float>(comm.size()));
+  }
+  return s;
+}
+
+absl::Status reduce_scatter(Communicator& comm, DType type, ReduceOp op, const void* input,
+                            void* output, size_t count, Algorithm algorithm) {
+  const uint64_t sequence = comm.next_sequence();
+  if (algorithm != Algorithm::kAuto && algorithm != Algorithm::kRing) {
+    return absl::InvalidArgumentError(absl::StrCat("reduce_scatter runs the ring algorithm, not ",
+                                                   std::string(to_string(algorithm))));
+  }
+  const std::vector<int> ranks = all_ranks(comm);
+  const detail::Members members{ranks, comm.rank()};
+  detail::BorrowedSends first_sends;
+  absl::Status s = detail::ring_reduce_scatter(
+      comm, members, type, op == ReduceOp::kAvg ? ReduceOp::kSum : op, input, output,
+      count * static_cast<size_t>(comm.size()), sequence, 0, first_sends);
+  s = detail::finish(comm, std::move(s), {&first_sends});
+  if (s.ok() && op == ReduceOp::kAvg && count > 0) {
+    scale(type, output, count, 1.0f / static_cast<float>(comm.size()));
+  }
+  return s;
+}
+
+absl::Status allgather(Communicator& comm, const void* input, void* output, size_t bytes) {
+  const uint64_t sequence = comm.next_sequence();
+  const int n = comm.size();
+  auto* out = static_cast<std::byte*>(output);
+  std::byte* mine = out + static_cast<size_t>(comm.rank()) * bytes;
+  if (mine != input && bytes > 0) std::memcpy(mine, input, bytes);
+  std::vector<detail::Range> blocks;
+  for (int i = 0; i < n; ++i)
+    blocks.push_back({static_cast<size_t>(i) * bytes, bytes});
+  const std::vector<int> ranks = all_ranks(comm);
+  detail::BorrowedSends sends;
+  absl::Status s =
+      detail::ring_allgather(comm, {ranks, comm.rank()}, out, blocks, sequence, 0, sends, nullptr);
+  return detail::finish(comm, std::move(s), {&sends});
+}
+
+absl::Status broadcast(Communicator& comm, void* data, size_t bytes, int root) {
+  const uint64_t sequence = comm.next_sequence();
+  const int n = comm.size();
+  if (root < 0 || root >= n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("broadcast root ", root, " is not a rank of a group of ", n));
+  }
+  // A binomial tree over ranks renumbered so that the root is 0: rank v
+  // receives from v - 2^k (its lowest set bit) and sends to v + 2^j, j < k.
+  const int v = (comm.rank() - root + n) % n;
+  auto real = [&](int vr) { return (vr + root) % n; };
+  detail::BorrowedSends sends;
+  absl::Status s;
+  int mask = 1;
+  for (; mask < n; mask <<= 1) {
+    if ((v & mask) != 0) {
+      absl::StatusOr<Buffer> in =
+          detail::recv_exactly(comm, real(v - mask), detail::tag_of(sequence, 0, 0), bytes);
+      if (!in.ok()) return detail::finish(comm, in.status(), {&sends});
+      if (bytes > 0) std::memcpy(data, in->data(), bytes);
+      break;
+    }
+  }
+  for (mask >>= 1; mask > 0 && s.ok(); mask >>= 1) {
+    if (v + mask < n) {
+      s = comm.send(real(v + mask), detail::tag_of(sequence, 0, 0), sends.borrow(data, bytes));
+    }
+  }
+  return detail::finish(comm, std::move(s), {&sends});
+}
+
+absl::Status barrier(Communicator& comm) {
+  const uint64_t sequence = comm.next_sequence();
+  const int n = comm.size();
+  const int r = comm.rank();
+  // Dissemination: after round k every rank has heard, directly or not,
+  // from the 2^(k+1) - 1 ranks before it.
+  absl::Status s;
+  int step = 0;
+  for (int distance = 1; distance < n && s.ok(); distance *= 2, ++step) {
+    s = comm.send((r + distance) % n, detail::tag_of(sequence, 0, step), Buffer());
+    if (s.ok()) {
+      s = comm.recv((r - distance + n) % n, detail::tag_of(sequence, 0, step)).status();
+    }
+  }
+  detail::BorrowedSends none;
+  return detail::finish(comm, std::move(s), {&none});
+}
+
+}  // namespace troupe::transport
