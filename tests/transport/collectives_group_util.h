@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,12 +20,13 @@ inline std::string collective_listen_address(const std::string& kind, int rank, 
   return kind + "://127.0.0.1:0";
 }
 
-// Runs `body(comm)` on `n` ranks at once; returns each rank's status. With
-// hosts > 0, rank r claims to be on host r % hosts (for the hierarchical
-// algorithm); with 0 all ranks are on this host.
-inline std::vector<absl::Status> run_group(const std::string& kind, int n,
-                                           const std::function<absl::Status(Communicator&)>& body,
-                                           int hosts = 0) {
+// Runs `body(comm)` on `n` ranks at once, handing each its communicator;
+// returns each rank's status. With hosts > 0, rank r claims to be on host
+// r % hosts (for the hierarchical algorithm); with 0 all ranks are on this
+// host. Each rank's transport lives until every rank is done.
+inline std::vector<absl::Status> run_group_owning(
+    const std::string& kind, int n,
+    const std::function<absl::Status(std::unique_ptr<Communicator>)>& body, int hosts = 0) {
   static std::atomic<int> runs{0};
   int run = runs.fetch_add(1);
   InMemoryStore store;
@@ -52,7 +54,7 @@ inline std::vector<absl::Status> run_group(const std::string& kind, int n,
         finished.fetch_add(1);
         return;
       }
-      results[r] = body(**comm);
+      results[r] = body(*std::move(comm));
       // Stay connected until every rank is done: a rank that leaves at once
       // tears down its transport before its last frames are delivered, and
       // the others would rightly see a member lost.
@@ -65,6 +67,14 @@ inline std::vector<absl::Status> run_group(const std::string& kind, int n,
   for (auto& t : threads)
     t.join();
   return results;
+}
+
+// As run_group_owning, for a body that only uses the communicator.
+inline std::vector<absl::Status> run_group(const std::string& kind, int n,
+                                           const std::function<absl::Status(Communicator&)>& body,
+                                           int hosts = 0) {
+  return run_group_owning(
+      kind, n, [&](std::unique_ptr<Communicator> c) { return body(*c); }, hosts);
 }
 
 }  // namespace troupe::transport::testing

@@ -5,7 +5,7 @@
 // number, which keeps the messages of successive operations apart.
 //
 // Errors (all operations): those of Communicator::recv - Aborted (abort() on
-// any member), Unavailable (a member's connection broke), DeadlineExceeded -
+// any member, or a member lost), DeadlineExceeded -
 // and InvalidArgument for arguments that cannot be right (a root out of
 // range). After an error the communicator's group is failed: form a new
 // generation.

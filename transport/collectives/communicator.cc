@@ -150,7 +150,8 @@ void Communicator::Shared::lost(int peer, const absl::Status& why) {
   {
     std::lock_guard<std::mutex> lock(mu);
     if (failed.ok()) {
-      failed = absl::UnavailableError(
+      // The group is aborted: every member's operations fail alike.
+      failed = absl::AbortedError(
           absl::StrCat("a member of group ", group,
                        peer >= 0 ? absl::StrCat(" (rank ", peer, ")") : std::string(),
                        " was lost: ", why.message()));

@@ -4,8 +4,8 @@
 //
 // A message is matched by (source rank, tag); messages with the same source
 // and tag are received in the order they were sent. abort() - or a peer's
-// connection breaking - fails every pending and later recv with Aborted (or
-// Unavailable naming the lost peer), so no rank is left waiting.
+// connection breaking - fails every pending and later recv with Aborted
+// (naming the member that aborted or was lost), so no rank is left waiting.
 #pragma once
 
 #include <condition_variable>
@@ -63,7 +63,7 @@ class Communicator {
   // Queues `data` for `peer` under `tag`. Errors once aborted.
   absl::Status send(int peer, uint64_t tag, Buffer data);
   // The next buffer from `peer` under `tag`. Errors: Aborted (abort() was
-  // called), Unavailable (the peer's connection broke), DeadlineExceeded.
+  // called, or a member's connection broke), DeadlineExceeded.
   absl::StatusOr<Buffer> recv(int peer, uint64_t tag);
 
   // Fails every pending and later operation with Aborted(`why`), here and on
@@ -78,7 +78,7 @@ class Communicator {
     std::condition_variable arrived;
     std::map<std::pair<int, uint64_t>, std::deque<Buffer>> inbox;  // (source, tag)
     std::vector<std::shared_ptr<Connection>> accepted;             // by rank, from hellos
-    absl::Status failed;  // set once: Aborted or Unavailable
+    absl::Status failed;  // set once: Aborted
     std::string group;
 
     void deliver(Frame frame, const std::shared_ptr<Connection>& from);

@@ -36,11 +36,12 @@ struct Members {
   }
 };
 
-// Tags of one operation: the sequence number (32 bits), a phase (4 bits:
+// Tags of one operation: the sequence number (31 bits; tags with the top
+// bit set are point-to-point messages), a phase (4 bits:
 // parts of an algorithm, e.g. reduce-scatter and allgather), a step (12
 // bits) and a segment of a chunk (16 bits).
 inline uint64_t tag_of(uint64_t sequence, int phase, int step, int segment = 0) {
-  return (sequence & 0xffffffffu) << 32 | static_cast<uint64_t>(phase & 0xf) << 28 |
+  return (sequence & 0x7fffffffu) << 32 | static_cast<uint64_t>(phase & 0xf) << 28 |
          static_cast<uint64_t>(step & 0xfff) << 16 | static_cast<uint64_t>(segment & 0xffff);
 }
 

@@ -1,0 +1,173 @@
+// Group: asynchronous collectives with Work handles, run in the order they
+// were issued while the caller goes on; point-to-point messages; abort of
+// queued operations; bad arguments.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "tests/transport/collectives_group_util.h"
+#include "transport/collectives/group.h"
+
+namespace troupe::transport::testing {
+namespace {
+
+// Runs body(group) on n ranks over tcp, each rank a thread.
+std::vector<absl::Status> run_groups(int n, const std::function<absl::Status(Group&)>& body) {
+  return run_group_owning("tcp", n, [&](std::unique_ptr<Communicator> c) {
+    Group group(std::move(c));
+    return body(group);
+  });
+}
+
+absl::Status expect(bool ok, const std::string& what) {
+  return ok ? absl::OkStatus() : absl::InternalError(what);
+}
+
+TEST(CollectiveGroupTest, AsyncOperationsRunInOrderWhileTheCallerGoesOn) {
+  const int n = 3;
+  const size_t count = 300000;
+  auto results = run_groups(n, [&](Group& g) -> absl::Status {
+    // Eight buffers in flight at once, each a different closed form.
+    std::vector<std::vector<float>> buffers(8, std::vector<float>(count));
+    std::vector<Work> works;
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      std::fill(buffers[b].begin(), buffers[b].end(), static_cast<float>((g.rank() + 1) * (b + 1)));
+      works.push_back(g.allreduce_async(DType::kFloat32, ReduceOp::kSum, buffers[b].data(), count));
+    }
+    // The caller's own work meanwhile.
+    double busy = 0;
+    for (int i = 0; i < 100000; ++i)
+      busy += static_cast<double>(i) * 0.5;
+    if (busy <= 0) return absl::InternalError("unreachable");
+    for (size_t b = 0; b < works.size(); ++b) {
+      if (absl::Status s = works[b].wait(); !s.ok()) return s;
+      if (!works[b].done()) return absl::InternalError("waited for work is not done");
+      float want = static_cast<float>(n * (n + 1) / 2 * static_cast<int>(b + 1));
+      for (float x : buffers[b]) {
+        if (x != want)
+          return absl::InternalError(absl::StrCat("buffer ", b, ": ", x, " != ", want));
+      }
+    }
+    // Every other operation, async then waited.
+    std::vector<float> all(static_cast<size_t>(n));
+    float mine = static_cast<float>(g.rank());
+    if (absl::Status s = g.allgather_async(&mine, all.data(), sizeof(float)).wait(); !s.ok()) {
+      return s;
+    }
+    for (int r = 0; r < n; ++r) {
+      if (absl::Status s = expect(all[r] == static_cast<float>(r), "allgather"); !s.ok()) return s;
+    }
+    float root_value = g.rank() == 1 ? 42.0f : -1.0f;
+    if (absl::Status s = g.broadcast(&root_value, sizeof(float), 1); !s.ok()) return s;
+    if (absl::Status s = expect(root_value == 42.0f, "broadcast"); !s.ok()) return s;
+    std::vector<float> in(static_cast<size_t>(n) * 2, 1.0f);
+    std::vector<float> out(2);
+    if (absl::Status s =
+            g.reduce_scatter(DType::kFloat32, ReduceOp::kMax, in.data(), out.data(), 2);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = expect(out[0] == 1.0f && out[1] == 1.0f, "reduce_scatter"); !s.ok()) {
+      return s;
+    }
+    return g.barrier();
+  });
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+}
+
+TEST(CollectiveGroupTest, PointToPointMessagesPassRoundARing) {
+  const int n = 4;
+  auto results = run_groups(n, [&](Group& g) -> absl::Status {
+    const int right = (g.rank() + 1) % n;
+    const int left = (g.rank() + n - 1) % n;
+    std::vector<int> got(100, -1);
+    Work receiving = g.recv_async(left, 7, got.data(), got.size() * sizeof(int));
+    std::vector<int> sent(100);
+    std::iota(sent.begin(), sent.end(), g.rank() * 1000);
+    if (absl::Status s = g.send(right, 7, sent.data(), sent.size() * sizeof(int)); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = receiving.wait(); !s.ok()) return s;
+    for (int i = 0; i < 100; ++i) {
+      if (got[i] != left * 1000 + i) return absl::InternalError("wrong message");
+    }
+    // A message of the wrong size is refused, and named.
+    int one = 0;
+    if (absl::Status s = g.send(right, 8, sent.data(), sizeof(int) * 2); !s.ok()) return s;
+    absl::Status wrong = g.recv(left, 8, &one, sizeof(int));
+    if (!absl::IsInvalidArgument(wrong)) {
+      return absl::InternalError(absl::StrCat("wrong size: ", wrong.ToString()));
+    }
+    // Tags and peers out of range.
+    if (!absl::IsInvalidArgument(g.send(n, 1, &one, sizeof(int))) ||
+        !absl::IsInvalidArgument(g.recv(0, uint64_t{1} << 62, &one, sizeof(int)))) {
+      return absl::InternalError("bad peer or tag accepted");
+    }
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+}
+
+TEST(CollectiveGroupTest, AbortFailsRunningAndQueuedOperationsOnEveryMember) {
+  const int n = 3;
+  absl::Time start = absl::Now();
+  std::vector<std::vector<absl::Status>> seen(n);
+  std::atomic<int> queued{0};
+  auto results = run_groups(n, [&](Group& g) -> absl::Status {
+    std::vector<float> data(1000, 1.0f);
+    std::vector<Work> works;
+    if (g.rank() == 0) {
+      // Rank 0 never takes part: the others' operations queue up behind a
+      // first one that cannot finish, until rank 0 aborts.
+      absl::Time deadline = absl::Now() + absl::Seconds(10);
+      while (queued.load() < n - 1 && absl::Now() < deadline)
+        std::this_thread::yield();
+      g.abort(absl::AbortedError("rank 0 gives up"));
+      return absl::OkStatus();
+    }
+    for (int i = 0; i < 5; ++i)
+      works.push_back(g.allreduce_async(DType::kFloat32, ReduceOp::kSum, data.data(), data.size()));
+    queued.fetch_add(1);
+    for (Work& w : works)
+      seen[g.rank()].push_back(w.wait(absl::Seconds(20)));
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(results[r].ok()) << results[r];
+  for (int r = 1; r < n; ++r) {
+    ASSERT_EQ(seen[r].size(), 5u);
+    for (const absl::Status& s : seen[r])
+      EXPECT_TRUE(absl::IsAborted(s)) << "rank " << r << ": " << s;
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+}
+
+TEST(CollectiveGroupTest, WaitWithATimeoutGivesUpWithoutStoppingTheOperation) {
+  const int n = 2;
+  auto results = run_groups(n, [&](Group& g) -> absl::Status {
+    float x = 1;
+    if (g.rank() == 1) {
+      // Rank 1 joins late: rank 0's wait times out first, then succeeds.
+      float y = 0;
+      static_cast<void>(g.recv(0, 5, &y, sizeof(y)));
+      return g.allreduce(DType::kFloat32, ReduceOp::kSum, &x, 1);
+    }
+    Work w = g.allreduce_async(DType::kFloat32, ReduceOp::kSum, &x, 1);
+    absl::Status early = w.wait(absl::Milliseconds(50));
+    if (!absl::IsDeadlineExceeded(early)) {
+      return absl::InternalError(absl::StrCat("early wait: ", early.ToString()));
+    }
+    float go = 0;
+    if (absl::Status s = g.send(1, 5, &go, sizeof(go)); !s.ok()) return s;
+    if (absl::Status s = w.wait(); !s.ok()) return s;
+    return expect(x == 2.0f, "sum after the late rank joined");
+  });
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+}
+
+}  // namespace
+}  // namespace troupe::transport::testing

@@ -1,0 +1,103 @@
+// Group: a communicator with asynchronous collectives, so that communication
+// overlaps compute. Operations are queued in the order they are issued and
+// run one at a time, in that order, on the group's worker thread (every rank
+// must issue the same operations in the same order, as with MPI or NCCL);
+// each returns a Work handle at once. The caller's buffers must stay alive
+// and unchanged (inputs) or untouched (outputs) until the Work is done.
+//
+// Errors: as collectives.h. Once one operation fails, the group is failed:
+// every later operation fails the same way, and abort() fails everything
+// pending with Aborted on every member. A new generation of the group is a
+// new Group (Communicator options: same group name, generation + 1).
+//
+// Point-to-point send/recv take tags below 2^62 in a space of their own.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "transport/collectives/collectives.h"
+#include "transport/collectives/communicator.h"
+#include "transport/collectives/work.h"
+
+namespace troupe::transport {
+
+class Group {
+ public:
+  // Rendezvous (Communicator::create) and start the worker thread.
+  static absl::StatusOr<std::unique_ptr<Group>> create(Transport& transport, Store& store,
+                                                       CommunicatorOptions options);
+  explicit Group(std::unique_ptr<Communicator> comm);
+  // Operations still queued or running are aborted (so that no other member
+  // waits for this one), then the worker thread is joined.
+  ~Group();
+
+  int rank() const { return comm_->rank(); }
+  int size() const { return comm_->size(); }
+  uint64_t generation() const { return comm_->generation(); }
+  const std::string& name() const { return comm_->group(); }
+
+  Work allreduce_async(DType type, ReduceOp op, void* data, size_t count,
+                       Algorithm algorithm = Algorithm::kAuto);
+  Work reduce_scatter_async(DType type, ReduceOp op, const void* input, void* output, size_t count);
+  Work allgather_async(const void* input, void* output, size_t bytes);
+  Work broadcast_async(void* data, size_t bytes, int root);
+  Work barrier_async();
+  // Sends a copy of `bytes` at `data` to `peer` under `tag` (done at once).
+  Work send_async(int peer, uint64_t tag, const void* data, size_t bytes);
+  // Receives exactly `bytes` from `peer` under `tag` into `data`.
+  Work recv_async(int peer, uint64_t tag, void* data, size_t bytes);
+
+  // Synchronous forms: the async form, waited for.
+  absl::Status allreduce(DType type, ReduceOp op, void* data, size_t count,
+                         Algorithm algorithm = Algorithm::kAuto) {
+    return allreduce_async(type, op, data, count, algorithm).wait();
+  }
+  absl::Status reduce_scatter(DType type, ReduceOp op, const void* input, void* output,
+                              size_t count) {
+    return reduce_scatter_async(type, op, input, output, count).wait();
+  }
+  absl::Status allgather(const void* input, void* output, size_t bytes) {
+    return allgather_async(input, output, bytes).wait();
+  }
+  absl::Status broadcast(void* data, size_t bytes, int root) {
+    return broadcast_async(data, bytes, root).wait();
+  }
+  absl::Status barrier() { return barrier_async().wait(); }
+  absl::Status send(int peer, uint64_t tag, const void* data, size_t bytes) {
+    return send_async(peer, tag, data, bytes).wait();
+  }
+  absl::Status recv(int peer, uint64_t tag, void* data, size_t bytes) {
+    return recv_async(peer, tag, data, bytes).wait();
+  }
+
+  // Fails every pending and later operation with Aborted(why), here and on
+  // every member still reachable. Returns at once; the operation running
+  // now returns within moments.
+  void abort(const absl::Status& why);
+
+ private:
+  struct Op {
+    std::function<absl::Status(Communicator&)> run;
+    Work work;
+  };
+  Work enqueue(std::function<absl::Status(Communicator&)> run);
+  void run_worker();
+
+  std::unique_ptr<Communicator> comm_;
+  std::mutex mu_;
+  std::condition_variable queued_;
+  std::deque<Op> queue_;
+  bool running_ = false;  // an operation is being run
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace troupe::transport
