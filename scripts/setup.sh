@@ -11,6 +11,8 @@ packages=(
   libibverbs-dev libucx-dev
   # tests and benchmarks (peers: CAF for actors, ucx_perftest for transports)
   libgtest-dev libgmock-dev libbenchmark-dev libcaf-dev ucx-utils
+  # peers for collective_bench: Gloo, and Open MPI with its mpirun
+  libgloo-dev libopenmpi-dev openmpi-bin
 )
 
 missing=()

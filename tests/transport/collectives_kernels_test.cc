@@ -1,19 +1,29 @@
 // The element conversions and reduction kernels of transport/collectives,
 // checked exhaustively (every 16-bit pattern, every rounding boundary) and
-// against a scalar reference for every dtype x op x size.
+// against a scalar reference for every dtype x op x size. The kernels run
+// vectorised where the CPU allows; PortableKernelsPassTheSameTests runs every
+// test again with the portable kernels.
 #include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "transport/collectives/dtype.h"
 #include "transport/collectives/reduce.h"
+
+extern char** environ;
 
 namespace troupe::transport::testing {
 namespace {
@@ -262,7 +272,8 @@ float round_to(DType type, float v) {
 
 constexpr DType kTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
-constexpr size_t kSizes[] = {0, 1, 7, 100, 1003, 4096 + 5};
+// Around the vector width (16 elements) and the kernels' block (1024).
+constexpr size_t kSizes[] = {0, 1, 7, 15, 16, 17, 33, 100, 1003, 1024, 1024 + 31, 4096 + 5};
 
 TEST(ReduceTest, ReduceIntoMatchesScalarReference) {
   for (DType type : kTypes) {
@@ -420,6 +431,250 @@ TEST(ReduceTest, ScaleOfSmallValuesProducesSubnormalsAndZeros) {
   EXPECT_EQ(t.get(0), 0x1p-15f);
   EXPECT_EQ(std::bit_cast<uint32_t>(t.get(1)), 0u) << "2^-25 ties to even: +0";
   EXPECT_EQ(t.get(2), -1.5f);
+}
+
+// ---------------------------------------------------------------------------
+// Bit-level checks of the kernels: every 16-bit pattern (for fp32, a spread
+// of 65536 patterns with every exponent, NaN payloads and subnormals) against
+// each of a set of special operands, for every op, one and three sources, and
+// scale. Expected results come from the scalar conversions and the rules in
+// reduce.h, bit for bit, NaN payloads included; the one freedom is which NaN
+// a sum of two NaNs (or inf - inf) gives.
+
+// The pattern that `type` stores for element i of a sweep.
+uint32_t sweep_pattern(DType type, uint32_t i) {
+  // fp32: the bf16 pattern i in the top half, low bits varying too.
+  return type == DType::kFloat32 ? (i << 16) | ((i * 0x9e37u) & 0xffffu) : i;
+}
+
+float widen_bits(DType type, uint32_t bits) {
+  switch (type) {
+    case DType::kFloat32:
+      return std::bit_cast<float>(bits);
+    case DType::kFloat16:
+      return half_to_float(static_cast<uint16_t>(bits));
+    case DType::kBFloat16:
+      return bf16_to_float(static_cast<uint16_t>(bits));
+  }
+  return 0;
+}
+
+uint32_t narrow_bits(DType type, float v) {
+  switch (type) {
+    case DType::kFloat32:
+      return std::bit_cast<uint32_t>(v);
+    case DType::kFloat16:
+      return float_to_half(v);
+    case DType::kBFloat16:
+      return float_to_bf16(v);
+  }
+  return 0;
+}
+
+// reduce.h's rules: max/min give a if it is a NaN, else b if it is one,
+// else the larger (smaller), b on a tie.
+float documented_op(ReduceOp op, float a, float b) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      return a + b;
+    case ReduceOp::kMax:
+      return (a > b || std::isnan(a)) ? a : b;
+    case ReduceOp::kMin:
+      return (a < b || std::isnan(a)) ? a : b;
+  }
+  return 0;
+}
+
+// A tensor of raw patterns.
+struct Patterns {
+  DType type;
+  std::vector<uint8_t> bytes;
+
+  Patterns(DType t, size_t count) : type(t), bytes(count * element_size(t)) {}
+  void* data() { return bytes.data(); }
+  const void* data() const { return bytes.data(); }
+  uint32_t get(size_t i) const {
+    if (type == DType::kFloat32) {
+      uint32_t v;
+      std::memcpy(&v, &bytes[i * 4], 4);
+      return v;
+    }
+    uint16_t v;
+    std::memcpy(&v, &bytes[i * 2], 2);
+    return v;
+  }
+  void set(size_t i, uint32_t v) {
+    if (type == DType::kFloat32) {
+      std::memcpy(&bytes[i * 4], &v, 4);
+      return;
+    }
+    const auto h = static_cast<uint16_t>(v);
+    std::memcpy(&bytes[i * 2], &h, 2);
+  }
+};
+
+// Special operands, as patterns of each type: zeros, ones, the smallest
+// subnormal and the largest finite value, infinities, quiet and signalling
+// NaNs with payloads.
+std::vector<uint32_t> special_patterns(DType type) {
+  switch (type) {
+    case DType::kFloat32:
+      return {0x00000000, 0x80000000, 0x3f800000, 0xbf800000, 0x00000001, 0x80000001, 0x7f7fffff,
+              0xff7fffff, 0x7f800000, 0xff800000, 0x7fc01234, 0xffa00001, 0x7f800001, 0x40490fdb};
+    case DType::kFloat16:
+      return {0x0000, 0x8000, 0x3c00, 0xbc00, 0x0001, 0x8001, 0x7bff,
+              0xfbff, 0x7c00, 0xfc00, 0x7e12, 0xfd01, 0x7c01, 0x4248};
+    case DType::kBFloat16:
+      return {0x0000, 0x8000, 0x3f80, 0xbf80, 0x0001, 0x8001, 0x7f7f,
+              0xff7f, 0x7f80, 0xff80, 0x7fc3, 0xffa1, 0x7f81, 0x4049};
+  }
+  return {};
+}
+
+// 65536 sweep patterns, and five more for a tail past the vector width.
+constexpr size_t kSweepCount = 65536 + 5;
+
+void expect_bits(const Patterns& actual, size_t i, uint32_t expected, bool any_nan,
+                 const std::string& what) {
+  const uint32_t got = actual.get(i);
+  if (any_nan) {
+    ASSERT_TRUE(std::isnan(widen_bits(actual.type, got))) << what << " at " << i;
+  } else {
+    ASSERT_EQ(got, expected) << what << " at " << i << std::hex << ": got 0x" << got
+                             << ", expected 0x" << expected;
+  }
+}
+
+TEST(ReduceTest, KernelsMatchScalarConversionsBitForBit) {
+  for (DType type : kTypes) {
+    Patterns sweep(type, kSweepCount);
+    Patterns reversed(type, kSweepCount);
+    for (size_t i = 0; i < kSweepCount; ++i) {
+      sweep.set(i, sweep_pattern(type, static_cast<uint32_t>(i % 65536)));
+      reversed.set(i, sweep_pattern(type, static_cast<uint32_t>(65535 - i % 65536)));
+    }
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+      for (uint32_t special : special_patterns(type)) {
+        Patterns constant(type, kSweepCount);
+        for (size_t i = 0; i < kSweepCount; ++i)
+          constant.set(i, special);
+        std::ostringstream name;
+        name << to_string(type) << " " << to_string(op) << " special 0x" << std::hex << special;
+        // One source, with the special operand as src and as dst; then three
+        // sources (the kernels' fp32 accumulator path).
+        for (int variant = 0; variant < 3; ++variant) {
+          Patterns dst = variant == 1 ? constant : sweep;
+          std::vector<const Patterns*> srcs;
+          if (variant == 0) srcs = {&constant};
+          if (variant == 1) srcs = {&sweep};
+          if (variant == 2) srcs = {&constant, &reversed, &sweep};
+          std::vector<const void*> ptrs;
+          for (const Patterns* p : srcs)
+            ptrs.push_back(p->data());
+          const Patterns initial = dst;
+          reduce_many(type, op, dst.data(), ptrs.data(), ptrs.size(), kSweepCount);
+          const std::string what = name.str() + " variant " + std::to_string(variant);
+          for (size_t i = 0; i < kSweepCount; ++i) {
+            float acc = widen_bits(type, initial.get(i));
+            int nans = std::isnan(acc) ? 1 : 0;
+            for (const Patterns* p : srcs) {
+              const float operand = widen_bits(type, p->get(i));
+              nans += std::isnan(operand) ? 1 : 0;
+              acc = documented_op(op, acc, operand);
+            }
+            // Which NaN a sum gives is free unless exactly one operand is one.
+            const bool any_nan = op == ReduceOp::kSum && std::isnan(acc) && nans != 1;
+            expect_bits(dst, i, narrow_bits(type, acc), any_nan, what);
+            if (HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+    // NaN factors whose payload lies in the low fp32 bits too, which
+    // narrowing must drop without rounding them into the high ones.
+    const float nan_factors[] = {std::bit_cast<float>(0x7fc0ffffu),
+                                 std::bit_cast<float>(0xff80c001u)};
+    for (float factor : {0.5f, 1.5f, -1.0f, 1.0f / 3, 1.0f + 0x1p-9f, 0x1p-10f, 0x1p10f, 0x1p-20f,
+                         1e30f, 0.0f, -0.0f, kInf, nan_factors[0], nan_factors[1]}) {
+      Patterns data = sweep;
+      scale(type, data.data(), kSweepCount, factor);
+      std::ostringstream what;
+      what << to_string(type) << " scale 0x" << std::hex << std::bit_cast<uint32_t>(factor);
+      for (size_t i = 0; i < kSweepCount; ++i) {
+        const float x = widen_bits(type, sweep.get(i));
+        const float product = x * factor;
+        // A lone NaN operand's payload survives; which NaN 0 x inf or
+        // NaN x NaN gives is free.
+        const bool any_nan = std::isnan(product) && std::isnan(x) == std::isnan(factor);
+        expect_bits(data, i, narrow_bits(type, product), any_nan, what.str());
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// Buffers need only their element's alignment: run every kernel at odd
+// element offsets, against the same call on aligned copies.
+TEST(ReduceTest, KernelsAcceptBuffersAlignedToTheirElementOnly) {
+  constexpr size_t kCount = 1024 + 37;
+  for (DType type : kTypes) {
+    const size_t size = element_size(type);
+    for (size_t offset : {size_t{1}, size_t{3}, size_t{7}}) {
+      for (ReduceOp op : kOps) {
+        const Tensor dst = random_tensor(type, kCount, 21, true);
+        const Tensor src0 = random_tensor(type, kCount, 22, true);
+        const Tensor src1 = random_tensor(type, kCount, 23, true);
+        std::vector<uint8_t> dst_shifted((kCount + offset) * size);
+        std::vector<uint8_t> src0_shifted((kCount + offset + 1) * size);
+        std::vector<uint8_t> src1_shifted((kCount + offset + 2) * size);
+        std::memcpy(dst_shifted.data() + offset * size, dst.data(), kCount * size);
+        std::memcpy(src0_shifted.data() + (offset + 1) * size, src0.data(), kCount * size);
+        std::memcpy(src1_shifted.data() + (offset + 2) * size, src1.data(), kCount * size);
+        const void* shifted[] = {src0_shifted.data() + (offset + 1) * size,
+                                 src1_shifted.data() + (offset + 2) * size};
+        const void* aligned[] = {src0.data(), src1.data()};
+        Tensor expected = dst;
+        reduce_many(type, op, expected.data(), aligned, 2, kCount);
+        scale(type, expected.data(), kCount, 0.375f);
+        reduce_many(type, op, dst_shifted.data() + offset * size, shifted, 2, kCount);
+        scale(type, dst_shifted.data() + offset * size, kCount, 0.375f);
+        ASSERT_EQ(std::memcmp(dst_shifted.data() + offset * size, expected.data(), kCount * size),
+                  0)
+            << to_string(type) << " " << to_string(op) << " offset " << offset;
+      }
+    }
+  }
+}
+
+// The vectorised kernels must not change a result: every other test in this
+// file runs again in a child process with TROUPE_REDUCE_KERNELS=portable, which
+// reduce.cc reads at its first call.
+TEST(ReduceTest, PortableKernelsPassTheSameTests) {
+  if (const char* forced = std::getenv("TROUPE_REDUCE_KERNELS"); forced != nullptr) {
+    GTEST_SKIP() << "already running with TROUPE_REDUCE_KERNELS=" << forced;
+  }
+  std::array<char, 4096> self{};
+  const ssize_t n = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
+  ASSERT_GT(n, 0) << "cannot find this test binary";
+  // Not this test itself: ctest would read its skip in the output as ours.
+  std::string filter = "--gtest_filter=DTypeTest.*:ReduceTest.*-ReduceTest.PortableKernels*";
+  std::vector<char*> argv = {self.data(), filter.data(), nullptr};
+  constexpr std::string_view kVariable = "TROUPE_REDUCE_KERNELS=";
+  std::vector<std::string> env_strings = {std::string(kVariable) + "portable"};
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!std::string_view(*e).starts_with(kVariable)) env_strings.push_back(*e);
+  }
+  std::vector<char*> envp;
+  for (std::string& e : env_strings)
+    envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, self.data(), nullptr, nullptr, argv.data(), envp.data()), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the portable run died; its output is above";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the portable kernels failed; their output is above";
 }
 
 }  // namespace
