@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -34,6 +35,10 @@
 #include "core/thread_pool.h"
 
 namespace troupe {
+
+// The id of the actor whose method is running on this thread (Ray's
+// get_runtime_context().get_actor_id()); nullopt outside any actor.
+std::optional<ActorId> this_actor_id();
 
 struct ActorSystemOptions {
   // Pool threads; 0 means one per core.

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
@@ -14,6 +15,13 @@
 #include "transport/auth.h"
 
 namespace troupe::cluster {
+namespace {
+
+// Member::current(): the latest member joined in this process.
+std::mutex current_mu;
+Member* current_member = nullptr;
+
+}  // namespace
 
 absl::StatusOr<std::string> find_head_address(const std::string& given) {
   if (!given.empty()) return given;
@@ -91,6 +99,10 @@ absl::StatusOr<std::unique_ptr<Member>> Member::join(MemberOptions options) {
   }
   std::unique_ptr<Member> member(new Member(std::move(options)));
   if (absl::Status s = member->start(); !s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> lock(current_mu);
+    current_member = member.get();
+  }
   return member;
 }
 
@@ -237,7 +249,16 @@ std::optional<std::string> Member::wait_stopped(absl::Duration timeout) {
   return stop_->reason;
 }
 
+Member* Member::current() {
+  std::lock_guard<std::mutex> lock(current_mu);
+  return current_member;
+}
+
 Member::~Member() {
+  {
+    std::lock_guard<std::mutex> lock(current_mu);
+    if (current_member == this) current_member = nullptr;
+  }
   leaving_.store(true);
   if (heartbeat_.joinable()) heartbeat_.join();
   if (node_ && !stop_->requested.load()) {

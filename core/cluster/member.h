@@ -44,7 +44,13 @@ class Member {
   // Leaves the cluster in order (the head is told) and stops the node.
   ~Member();
 
+  // The member this process joined the cluster as (a worker's, or a
+  // driver's), while it lasts: what code running inside actors uses to reach
+  // the head. The latest one when a process holds several. Null if none.
+  static Member* current();
+
   Node& node() { return *node_; }
+  const MemberOptions& options() const { return options_; }
   uint32_t index() const { return node_->index(); }
   ActorRef<HeadService> head() const { return head_; }
   const std::string& head_address() const { return options_.head; }

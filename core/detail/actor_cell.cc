@@ -279,3 +279,12 @@ void ActorCell::terminate(absl::Status reason) {
 }
 
 }  // namespace troupe::detail
+
+namespace troupe {
+
+std::optional<ActorId> this_actor_id() {
+  if (detail::tl_current_actor == nullptr) return std::nullopt;
+  return detail::tl_current_actor->id();
+}
+
+}  // namespace troupe

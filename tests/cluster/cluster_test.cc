@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/cluster/cluster.h"
+#include "core/cluster/collective_group.h"
 #include "core/cluster/local_cluster.h"
 #include "tests/cluster/probe_actors.h"
 #include "transport/auth.h"
@@ -16,6 +17,7 @@ namespace troupe::cluster {
 namespace {
 
 using troupe::testing::Probe;
+using troupe::testing::Reducer;
 
 constexpr absl::Duration kCallTimeout = absl::Seconds(20);
 
@@ -291,6 +293,83 @@ TEST_F(ClusterTest, StatusShowsNodesActorsAndGroups) {
   EXPECT_NE(out.find("grp"), std::string::npos) << out;
   EXPECT_NE(out.find("CPU"), std::string::npos) << out;
   EXPECT_NE(out.find("driver"), std::string::npos) << out;
+}
+
+TEST_F(ClusterTest, CollectiveGroupOfActorsAllreducesAndSurvivesALostMember) {
+  // One reducer per worker, declared as group "dp" in that order.
+  std::vector<ActorRef<Reducer>> reducers;
+  std::vector<ActorId> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto r = driver_->spawn<Reducer>({.node = static_cast<int>(local_->worker_node(i))});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ids.push_back(r->id());
+    reducers.push_back(*r);
+  }
+  auto generation = declare_collective_group(*driver_, "dp", ids);
+  ASSERT_TRUE(generation.ok()) << generation.status();
+  EXPECT_EQ(*generation, 0u);
+  auto join_all = [&](const std::vector<ActorRef<Reducer>>& members) {
+    std::vector<Future<int>> joins;
+    for (auto& r : members)
+      joins.push_back(r.call(&Reducer::join, std::string("dp")));
+    for (size_t i = 0; i < joins.size(); ++i) {
+      auto rank = joins[i].get(kCallTimeout);
+      ASSERT_TRUE(rank.ok()) << rank.status();
+      EXPECT_EQ(*rank, static_cast<int>(i));
+    }
+  };
+  auto allreduce_all = [&](const std::vector<ActorRef<Reducer>>& members, double expected) {
+    std::vector<Future<double>> sums;
+    for (auto& r : members)
+      sums.push_back(r.call(&Reducer::allreduce, int64_t{100000}, 3));
+    for (auto& f : sums) {
+      auto sum = f.get(kCallTimeout);
+      ASSERT_TRUE(sum.ok()) << sum.status();
+      EXPECT_EQ(*sum, expected);
+    }
+  };
+  join_all(reducers);
+  allreduce_all(reducers, 1 + 2 + 3);
+
+  // Worker 2 dies while all three are in the middle of long allreduces: the
+  // others' operations fail with Aborted, at once.
+  std::vector<Future<double>> running;
+  for (auto& r : reducers)
+    running.push_back(r.call(&Reducer::allreduce, int64_t{1} << 20, 100000));
+  absl::Time killed = absl::Now();
+  local_->kill_worker(2, SIGKILL);
+  for (int i = 0; i < 2; ++i) {
+    auto result = running[i].get(kCallTimeout);
+    EXPECT_TRUE(absl::IsAborted(result.status())) << "rank " << i << ": " << result.status();
+  }
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(5));
+
+  // The survivors and a replacement form generation 1, which works.
+  auto replacement = driver_->spawn<Reducer>({.node = static_cast<int>(local_->worker_node(0))});
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  std::vector<ActorRef<Reducer>> next = {reducers[0], reducers[1], *replacement};
+  generation = declare_collective_group(*driver_, "dp", {next[0].id(), next[1].id(), next[2].id()});
+  ASSERT_TRUE(generation.ok()) << generation.status();
+  EXPECT_EQ(*generation, 1u);
+  join_all(next);
+  allreduce_all(next, 1 + 2 + 3);
+}
+
+TEST_F(ClusterTest, CollectiveGroupErrorsAreClear) {
+  auto r = driver_->spawn<Reducer>({});
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto missing = r->call(&Reducer::join, std::string("nobody-declared-this")).get(kCallTimeout);
+  EXPECT_TRUE(absl::IsNotFound(missing.status())) << missing.status();
+  auto other = driver_->spawn<Reducer>({});
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE(declare_collective_group(*driver_, "others", {other->id()}).ok());
+  auto outsider = r->call(&Reducer::join, std::string("others")).get(kCallTimeout);
+  EXPECT_TRUE(absl::IsNotFound(outsider.status())) << outsider.status();
+  EXPECT_NE(outsider.status().message().find("not a member"), std::string::npos);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      declare_collective_group(*driver_, "twice", {other->id(), other->id()}).status()));
+  // Outside an actor, join() cannot know the rank.
+  EXPECT_TRUE(absl::IsFailedPrecondition(CollectiveGroup::join("others").status()));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <thread>
+#include <vector>
 
 namespace troupe::testing {
 
@@ -14,6 +15,29 @@ int64_t Probe::pid() const {
 bool Probe::hold(int ms) {
   std::this_thread::sleep_for(std::chrono::milliseconds(std::min(ms, 30000)));
   return true;
+}
+
+absl::StatusOr<int> Reducer::join(std::string name) {
+  group_.reset();  // the previous generation, if any
+  auto group = CollectiveGroup::join(name, absl::Seconds(30));
+  if (!group.ok()) return group.status();
+  group_ = *std::move(group);
+  return group_->rank();
+}
+
+absl::StatusOr<double> Reducer::allreduce(int64_t count, int iterations) {
+  if (!group_) return absl::FailedPreconditionError("not in a group");
+  std::vector<float> data(static_cast<size_t>(count));
+  for (int i = 0; i < iterations; ++i) {
+    std::fill(data.begin(), data.end(), static_cast<float>(group_->rank() + 1));
+    absl::Status s = group_->allreduce(DType::kFloat32, ReduceOp::kSum, data.data(), data.size());
+    if (!s.ok()) return s;
+  }
+  return data.empty() ? 0.0 : static_cast<double>(data[0]);
+}
+
+int64_t Reducer::pid() const {
+  return ::getpid();
 }
 
 }  // namespace troupe::testing

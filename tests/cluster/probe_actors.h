@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/actor.h"
+#include "core/cluster/collective_group.h"
 
 namespace troupe::testing {
 
@@ -30,5 +32,20 @@ class Probe {
 TROUPE_ACTOR(Probe, &Probe::pid, &Probe::tag, &Probe::restarts, &Probe::hold, &Probe::add,
              &Probe::echo);
 TROUPE_ACTOR_CONSTRUCTOR(Probe, std::string);
+
+// A member of a collective group among actors.
+class Reducer {
+ public:
+  // Joins the latest generation of declared group `name`; returns its rank.
+  absl::StatusOr<int> join(std::string name);
+  // `iterations` allreduces (fp32 sum) of `count` elements, each (rank + 1):
+  // the last result's first element, or the first error.
+  absl::StatusOr<double> allreduce(int64_t count, int iterations);
+  int64_t pid() const;
+
+ private:
+  std::unique_ptr<CollectiveGroup> group_;
+};
+TROUPE_ACTOR(Reducer, &Reducer::join, &Reducer::allreduce, &Reducer::pid);
 
 }  // namespace troupe::testing

@@ -1,0 +1,137 @@
+// Collective groups among actors (Ray's ray.util.collective): allreduce,
+// reduce-scatter, allgather, broadcast, barrier and send/recv between the
+// actors of a group, over the fastest transport they share, rendezvousing
+// through the head's KV store.
+//
+// Declared by the driver, the actors in rank order, then joined inside each
+// actor (its rank is its position in the list):
+//
+//   troupe::declare_collective_group(*cluster, "dp", {a.id(), b.id(), c.id()});
+//   // in a method of each of a, b, c:
+//   auto group = troupe::CollectiveGroup::join("dp");
+//   group->allreduce(DType::kFloat32, ReduceOp::kAvg, grads.data(), grads.size());
+//
+// or formed imperatively, each member naming its rank (init_collective_group):
+//
+//   auto group = troupe::CollectiveGroup::init({.name = "dp", .world_size = 3, .rank = r});
+//
+// Generations: when a member is lost or the group is aborted, every pending
+// operation fails with Aborted on every member. The driver then declares the
+// group again with the survivors and their replacements (a new generation);
+// each of them joins afresh. Operations: see transport/collectives/group.h.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/cluster/cluster.h"
+#include "core/ids.h"
+#include "transport/collectives/group.h"
+
+namespace troupe {
+
+using transport::Algorithm;
+using transport::DType;
+using transport::ReduceOp;
+using transport::Work;
+
+// Declares the next generation of group `name`: `members` in rank order.
+// Returns the generation (0 for the first). Errors: InvalidArgument (no
+// members, a member twice), and those of reaching the head.
+absl::StatusOr<uint64_t> declare_collective_group(Cluster& cluster, const std::string& name,
+                                                  const std::vector<ActorId>& members);
+
+struct CollectiveGroupOptions {
+  std::string name;
+  int world_size = 0;
+  int rank = -1;
+  uint64_t generation = 0;
+  // "ucx" or "tcp"; empty: the first of this node's transports that starts.
+  std::string transport;
+  // Rendezvous, and each operation's wait for a peer.
+  absl::Duration timeout = absl::Seconds(60);
+};
+
+class CollectiveGroup {
+ public:
+  // Inside a method of an actor of a declared group: joins its latest
+  // generation. Errors: FailedPrecondition (not inside an actor of a cluster
+  // process), NotFound (no such group, or this actor is not in it),
+  // DeadlineExceeded (a member did not join within `timeout`).
+  static absl::StatusOr<std::unique_ptr<CollectiveGroup>> join(
+      const std::string& name, absl::Duration timeout = absl::Seconds(60));
+  // Forms the group with an explicit rank, from any code in a cluster
+  // process (an actor, or a driver). Errors: InvalidArgument (rank outside
+  // the world), FailedPrecondition (not in a cluster process), and those of
+  // join.
+  static absl::StatusOr<std::unique_ptr<CollectiveGroup>> init(CollectiveGroupOptions options);
+  ~CollectiveGroup();
+
+  int rank() const { return group_->rank(); }
+  int world_size() const { return group_->size(); }
+  uint64_t generation() const { return group_->generation(); }
+  const std::string& name() const { return name_; }
+  // The rendezvous store the group met through (the head's KV store): an
+  // NcclCommunicator for the same members can meet through it too.
+  transport::Store& store() { return *store_; }
+  // The operations, as transport::Group documents them. The synchronous
+  // forms (and wait) let the actor runtime run other actors meanwhile.
+  absl::Status allreduce(DType type, ReduceOp op, void* data, size_t count,
+                         Algorithm algorithm = Algorithm::kAuto) {
+    return wait(allreduce_async(type, op, data, count, algorithm));
+  }
+  absl::Status reduce_scatter(DType type, ReduceOp op, const void* input, void* output,
+                              size_t count) {
+    return wait(reduce_scatter_async(type, op, input, output, count));
+  }
+  absl::Status allgather(const void* input, void* output, size_t bytes) {
+    return wait(allgather_async(input, output, bytes));
+  }
+  absl::Status broadcast(void* data, size_t bytes, int root) {
+    return wait(broadcast_async(data, bytes, root));
+  }
+  absl::Status barrier() { return wait(group_->barrier_async()); }
+  absl::Status send(int peer, uint64_t tag, const void* data, size_t bytes) {
+    return group_->send(peer, tag, data, bytes);
+  }
+  absl::Status recv(int peer, uint64_t tag, void* data, size_t bytes) {
+    return wait(recv_async(peer, tag, data, bytes));
+  }
+
+  Work allreduce_async(DType type, ReduceOp op, void* data, size_t count,
+                       Algorithm algorithm = Algorithm::kAuto) {
+    return group_->allreduce_async(type, op, data, count, algorithm);
+  }
+  Work reduce_scatter_async(DType type, ReduceOp op, const void* input, void* output,
+                            size_t count) {
+    return group_->reduce_scatter_async(type, op, input, output, count);
+  }
+  Work allgather_async(const void* input, void* output, size_t bytes) {
+    return group_->allgather_async(input, output, bytes);
+  }
+  Work broadcast_async(void* data, size_t bytes, int root) {
+    return group_->broadcast_async(data, bytes, root);
+  }
+  Work recv_async(int peer, uint64_t tag, void* data, size_t bytes) {
+    return group_->recv_async(peer, tag, data, bytes);
+  }
+  // Waits for `work` (inside an actor, without holding up other actors).
+  static absl::Status wait(const Work& work);
+
+  // Fails every pending operation with Aborted on every member.
+  void abort(const absl::Status& why) { group_->abort(why); }
+
+ private:
+  CollectiveGroup() = default;
+
+  std::string name_;
+  std::unique_ptr<transport::Store> store_;
+  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<transport::Group> group_;  // last: goes first
+};
+
+}  // namespace troupe
