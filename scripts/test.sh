@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Quick start, second command: sets up this machine, builds everything, and
 # runs every test: formatting, the full suite (unit, layering, benchmark smoke
-# runs), the decoders under libFuzzer, and the core suite again under
-# ThreadSanitizer.
+# runs), the decoders under libFuzzer, and the core and collectives suites
+# again under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -27,11 +27,11 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWit
 ninja -C build-fuzz
 ctest --test-dir build-fuzz --output-on-failure
 
-echo "== core tests under ThreadSanitizer"
+echo "== core and collectives tests under ThreadSanitizer"
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_SANITIZE=thread \
   -DTROUPE_CUDA=OFF -DTROUPE_BUILD_BENCHMARKS=OFF -DTROUPE_BUILD_EXAMPLES=OFF >build-tsan.configure.log 2>&1 || {
   cat build-tsan.configure.log >&2
   exit 1
 }
 ninja -C build-tsan
-ctest --test-dir build-tsan -L core --output-on-failure -j2
+ctest --test-dir build-tsan -L "core|collectives" --output-on-failure -j2
