@@ -1,0 +1,532 @@
+// GPT training-step benchmark: troupe::nn::GPT and PyTorch side by side in one invocation.
+//
+//   gpt_bench [--configs 1M,5M,12M,25M,50M] [--threads N] [--steps 3] [--warmup 1]
+//             [--repeat 3] [--batch B] [--seq T] [--json FILE] [--no-peer] [--no-blas-fix]
+//
+// One step: zero_grad, forward (with targets: the loss), backward, AdamW update of every
+// parameter (lr 1e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 outside the biases and
+// LayerNorm weights), on a fixed random batch of B x T tokens. tokens/s = B*T / step time. Each
+// config warms up --warmup steps, then runs --repeat times --steps steps; a repeat's figure is
+// its median step, the config's the median over repeats.
+//
+// Peer: bench/gpt_bench_torch.py, the same model (tests/reference/gpt_reference.py's GPT-2:
+// tied LM head, pre-LN, tanh GELU, causal attention through F.scaled_dot_product_attention) and
+// torch.optim.AdamW with the same hyperparameters, B, T, steps and thread count
+// (torch.set_num_threads), run after troupe has finished, by the first of $TROUPE_TORCH_PYTHON,
+// python3 and /usr/bin/python3 that can import torch; without one the peer is skipped. Ratio =
+// troupe / PyTorch tokens/s (above 1: troupe is faster).
+#include <sched.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "nn/gemm.h"
+#include "nn/gpt.h"
+#include "nn/optim/adamw.h"
+#include "nn/threads.h"
+
+#ifndef TROUPE_GPT_BENCH_TORCH_SCRIPT
+#define TROUPE_GPT_BENCH_TORCH_SCRIPT "bench/gpt_bench_torch.py"
+#endif
+
+namespace troupe::bench {
+namespace {
+
+struct ModelConfig {
+  std::string name;
+  int L, C, NH, V, T, B;  // max_seq_len = T; no vocabulary padding (PyTorch's model has none)
+  troupe::nn::GPTConfig gpt_config() const {
+    troupe::nn::GPTConfig config;
+    config.max_seq_len = T;
+    config.vocab_size = V;
+    config.num_layers = L;
+    config.num_heads = NH;
+    config.channels = C;
+    return config;
+  }
+  size_t params() const { return troupe::nn::GPTParamLayout(gpt_config()).num_params(); }
+};
+
+// Named by their approximate parameter count. Widths follow GPT-2's head size of 64 (32 for the
+// smallest); B is chosen so that a step takes about a second or less on two cores, and every
+// config's activations fit a few GiB.
+const std::vector<ModelConfig>& all_configs() {
+  static const std::vector<ModelConfig> configs = {
+      {"1M", 4, 128, 4, 2048, 256, 16},  {"5M", 4, 256, 4, 8192, 256, 8},
+      {"12M", 6, 384, 6, 4096, 256, 8},  {"25M", 6, 512, 8, 8192, 512, 4},
+      {"50M", 6, 768, 12, 8192, 512, 2}, {"tiny", 2, 64, 4, 256, 32, 2},  // CI's smoke test
+  };
+  return configs;
+}
+
+struct Phases {
+  double zero_grad = 0, forward = 0, backward = 0, adamw = 0;
+  double total() const { return zero_grad + forward + backward + adamw; }
+};
+
+struct TroupeResult {
+  double step_s = 0;
+  // CPU time of the process over the timed steps / (their wall time x threads): well below 1
+  // when other processes took the cores (the run is then disturbed; idle waits count as CPU time
+  // only while OpenMP and OpenBLAS threads spin).
+  double cpu_share = 0;
+  double cpu_per_step = 0;  // CPU seconds per timed step (mean): with 1 thread, about the
+                            // step time of an undisturbed run
+  Phases phases;            // medians of each phase over every timed step
+  float loss_first = 0, loss_last = 0;
+  size_t memory_bytes = 0;
+};
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "gpt_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+template <class T>
+T value_or_die(absl::StatusOr<T> r, const std::string& what) {
+  if (!r.ok()) die(what + ": " + r.status().ToString());
+  return *std::move(r);
+}
+
+void ok_or_die(const absl::Status& s, const std::string& what) {
+  if (!s.ok()) die(what + ": " + s.ToString());
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// The 1-minute load average, or -1.
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double load = -1;
+  in >> load;
+  return load;
+}
+
+TroupeResult run_troupe(const ModelConfig& mc, int threads, int steps, int warmup, int repeat) {
+  nn::GPT gpt = value_or_die(nn::GPT::create(mc.gpt_config()), mc.name + ": GPT::create");
+  gpt.init_parameters(1337);
+  const size_t n = gpt.num_params();
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  const nn::AdamWConfig adamw{
+      .lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+  const std::vector<nn::ParamRange> no_decay = gpt.param_layout().no_decay_ranges();
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int32_t> token(0, mc.V - 1);
+  std::vector<int32_t> inputs(static_cast<size_t>(mc.B) * mc.T), targets(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    inputs[i] = token(rng);
+    targets[i] = token(rng);
+  }
+
+  int t = 0;  // AdamW's step count
+  std::vector<float> losses;
+  auto step = [&](Phases* p) {
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    gpt.zero_grad();
+    const auto t1 = clock::now();
+    losses.push_back(value_or_die(gpt.forward(inputs.data(), targets.data(), mc.B, mc.T),
+                                  mc.name + ": forward"));
+    const auto t2 = clock::now();
+    ok_or_die(gpt.backward(), mc.name + ": backward");
+    const auto t3 = clock::now();
+    nn::adamw_update(gpt.params(), gpt.grads(), m.data(), v.data(), n, adamw, adamw.lr, ++t,
+                     no_decay);
+    const auto t4 = clock::now();
+    auto s = [](clock::time_point a, clock::time_point b) {
+      return std::chrono::duration<double>(b - a).count();
+    };
+    *p = {s(t0, t1), s(t1, t2), s(t2, t3), s(t3, t4)};
+  };
+
+  Phases p;
+  for (int i = 0; i < warmup; ++i)
+    step(&p);
+  std::vector<double> repeat_medians;
+  std::vector<double> zg, fw, bw, ad;
+  double wall = 0;
+  const double cpu_start = process_cpu_seconds();
+  for (int r = 0; r < repeat; ++r) {
+    std::vector<double> times;
+    for (int i = 0; i < steps; ++i) {
+      step(&p);
+      times.push_back(p.total());
+      wall += p.total();
+      zg.push_back(p.zero_grad);
+      fw.push_back(p.forward);
+      bw.push_back(p.backward);
+      ad.push_back(p.adamw);
+    }
+    repeat_medians.push_back(median(times));
+  }
+  const double cpu = process_cpu_seconds() - cpu_start;
+  for (float l : losses) {
+    if (!std::isfinite(l)) die(mc.name + ": troupe's loss is not finite");
+  }
+  TroupeResult res;
+  res.step_s = median(repeat_medians);
+  res.cpu_share = cpu / (wall * threads);
+  res.cpu_per_step = cpu / (repeat * steps);
+  res.phases = {median(zg), median(fw), median(bw), median(ad)};
+  res.loss_first = losses.front();
+  res.loss_last = losses.back();
+  res.memory_bytes = gpt.memory().total() + 2 * n * sizeof(float);  // + AdamW's m and v
+  return res;
+}
+
+// ---- PyTorch -------------------------------------------------------------------------
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char ch : s) {
+    if (ch == '\'') {
+      out += "'\\''";
+    } else {
+      out += ch;
+    }
+  }
+  return out + "'";
+}
+
+// The value of "key": NUMBER in a flat JSON object, if present.
+std::optional<double> json_number(const std::string& json, const std::string& key) {
+  size_t at = json.find("\"" + key + "\"");
+  if (at == std::string::npos) return std::nullopt;
+  at = json.find(':', at);
+  if (at == std::string::npos) return std::nullopt;
+  const char* begin = json.c_str() + at + 1;
+  char* end = nullptr;
+  double v = std::strtod(begin, &end);
+  if (end == begin) return std::nullopt;
+  return v;
+}
+
+// The value of "key": "STRING" in a flat JSON object (no escapes), or "".
+std::string json_string(const std::string& json, const std::string& key) {
+  size_t at = json.find("\"" + key + "\"");
+  if (at == std::string::npos) return "";
+  size_t q1 = json.find('"', json.find(':', at));
+  size_t q2 = q1 == std::string::npos ? q1 : json.find('"', q1 + 1);
+  return q2 == std::string::npos ? "" : json.substr(q1 + 1, q2 - q1 - 1);
+}
+
+struct TorchRun {
+  std::string python;
+  std::string version;
+  std::string attention;
+  std::map<std::string, double> values;  // "NAME.tokens_per_s" etc.
+};
+
+// The first interpreter that can import torch: $TROUPE_TORCH_PYTHON, python3, /usr/bin/python3.
+std::optional<std::string> find_torch_python() {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("TROUPE_TORCH_PYTHON"); env != nullptr && *env != '\0') {
+    candidates.push_back(env);
+  }
+  candidates.push_back("python3");
+  candidates.push_back("/usr/bin/python3");
+  for (const std::string& python : candidates) {
+    std::string probe = shell_quote(python) + " -c 'import torch' >/dev/null 2>&1";
+    if (std::system(probe.c_str()) == 0) return python;
+  }
+  return std::nullopt;
+}
+
+// Runs gpt_bench_torch.py on the configs; nothing (with the reason printed) when no Python has
+// torch or the script fails. Its progress lines go to our stderr as they come.
+std::optional<TorchRun> run_torch(const std::vector<ModelConfig>& configs, int threads, int steps,
+                                  int warmup, int repeat) {
+  std::optional<std::string> python = find_torch_python();
+  if (!python) {
+    std::printf(
+        "torch: not installed (set TROUPE_TORCH_PYTHON to a python that can import torch; see "
+        "docs/benchmarks.md) - peer skipped\n");
+    return std::nullopt;
+  }
+  std::string cmd = shell_quote(*python) + " " + shell_quote(TROUPE_GPT_BENCH_TORCH_SCRIPT) +
+                    " --threads " + std::to_string(threads) + " --steps " + std::to_string(steps) +
+                    " --warmup " + std::to_string(warmup) + " --repeat " + std::to_string(repeat);
+  for (const ModelConfig& mc : configs) {
+    cmd += " --config " + mc.name + ":" + std::to_string(mc.L) + ":" + std::to_string(mc.C) + ":" +
+           std::to_string(mc.NH) + ":" + std::to_string(mc.V) + ":" + std::to_string(mc.T) + ":" +
+           std::to_string(mc.B);
+  }
+  std::printf("torch: running %s\n", cmd.c_str());
+  std::fflush(stdout);
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) {
+    std::printf("torch: cannot start %s - peer skipped\n", python->c_str());
+    return std::nullopt;
+  }
+  std::string out;
+  char chunk[4096];
+  size_t got;
+  while ((got = std::fread(chunk, 1, sizeof chunk, pipe)) > 0)
+    out.append(chunk, got);
+  const int status = ::pclose(pipe);
+  // The result is the last line that holds a JSON object.
+  std::string json;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line.front() == '{') json = line;
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  TorchRun run;
+  run.python = *python;
+  run.version = json_string(json, "torch_version");
+  run.attention = json_string(json, "attention");
+  for (const ModelConfig& mc : configs) {
+    for (const char* field : {"tokens_per_s", "step_s", "params", "loss_first", "loss_last",
+                              "cpu_share", "cpu_s_per_step"}) {
+      const std::string key = mc.name + "." + field;
+      if (std::optional<double> v = json_number(json, key)) run.values[key] = *v;
+    }
+  }
+  if (code != 0 || run.values.empty()) {
+    std::printf("torch: failed (exit code %d) - peer skipped\n", code);
+    return std::nullopt;
+  }
+  return run;
+}
+
+// ---- Output ----------------------------------------------------------------------------
+
+std::string si(double v) {
+  char buf[32];
+  if (v >= 1e6) {
+    std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+  } else if (v >= 1e3) {
+    std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  }
+  return buf;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
+// bench_util.h's layout (benchmark, peer, cases with name, unit, troupe, peer, ratio) plus each
+// config's shape and step times.
+bool write_gpt_json(const std::string& path, const std::string& peer, int threads,
+                    const std::vector<ModelConfig>& configs, const std::vector<TroupeResult>& ours,
+                    const std::optional<TorchRun>& torch) {
+  std::ofstream out(path);
+  if (!out) return false;
+  out << "{\n  \"benchmark\": \"gpt_bench\",\n  \"peer\": \"" << json_escape(peer)
+      << "\",\n  \"threads\": " << threads << ",\n  \"gemm\": \"" << json_escape(nn::gemm_backend())
+      << "\",\n  \"cases\": [\n";
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const ModelConfig& mc = configs[i];
+    const TroupeResult& r = ours[i];
+    const double tokens = static_cast<double>(mc.B) * mc.T;
+    auto peer_value = [&](const char* field) {
+      const std::string key = mc.name + "." + field;
+      return torch && torch->values.count(key) ? torch->values.at(key) : 0.0;
+    };
+    const double peer_tps = peer_value("tokens_per_s");
+    const double tps = tokens / r.step_s;
+    out << "    {\"name\": \"" << mc.name << "\", \"unit\": \"tokens/s\", \"troupe\": " << tps
+        << ", \"peer\": " << peer_tps << ", \"ratio\": " << (peer_tps > 0 ? tps / peer_tps : 0)
+        << ", \"params\": " << mc.params() << ", \"L\": " << mc.L << ", \"C\": " << mc.C
+        << ", \"NH\": " << mc.NH << ", \"V\": " << mc.V << ", \"T\": " << mc.T
+        << ", \"B\": " << mc.B << ", \"troupe_step_s\": " << r.step_s
+        << ", \"troupe_zero_grad_s\": " << r.phases.zero_grad
+        << ", \"troupe_forward_s\": " << r.phases.forward
+        << ", \"troupe_backward_s\": " << r.phases.backward
+        << ", \"troupe_adamw_s\": " << r.phases.adamw << ", \"troupe_cpu_share\": " << r.cpu_share
+        << ", \"troupe_cpu_s_per_step\": " << r.cpu_per_step
+        << ", \"peer_step_s\": " << peer_value("step_s")
+        << ", \"peer_cpu_share\": " << peer_value("cpu_share")
+        << ", \"peer_cpu_s_per_step\": " << peer_value("cpu_s_per_step") << "}"
+        << (i + 1 < configs.size() ? "," : "") << "\n";
+  }
+  out << "  ]\n}\n";
+  return static_cast<bool>(out);
+}
+
+// When OpenBLAS picked kernels far below this CPU (gemm_backend_warning) and the environment does
+// not choose them, runs this program again with OPENBLAS_CORETYPE set as the warning advises:
+// OpenBLAS reads it only when it loads. Returns only if it did not.
+void rerun_with_better_blas_kernels(char** argv) {
+  const std::string warning = nn::gemm_backend_warning();
+  const std::string key = "OPENBLAS_CORETYPE=";
+  const size_t at = warning.find(key);
+  if (at == std::string::npos || std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  std::string core;
+  for (size_t i = at + key.size();
+       i < warning.size() && std::isalnum(static_cast<unsigned char>(warning[i])); ++i)
+    core += warning[i];
+  if (core.empty()) return;
+  std::printf(
+      "gpt_bench: GEMM is %s on this CPU; running again with OPENBLAS_CORETYPE=%s "
+      "(--no-blas-fix: measure it as it is)\n",
+      nn::gemm_backend().c_str(), core.c_str());
+  std::fflush(stdout);
+  ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  ::execv("/proc/self/exe", argv);
+  std::printf("gpt_bench: could not run again (%s); going on with the kernels as they are\n",
+              std::strerror(errno));
+  ::unsetenv("OPENBLAS_CORETYPE");
+}
+
+int cores_available() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
+}
+
+}  // namespace
+}  // namespace troupe::bench
+
+using namespace troupe::bench;
+
+int main(int argc, char** argv) {
+  Flags flags(argc, argv);
+  if (flags.has("--help")) {
+    std::printf(
+        "usage: gpt_bench [--configs 1M,5M,12M,25M,50M] [--threads N] [--steps N] [--warmup N]\n"
+        "                 [--repeat N] [--batch B] [--seq T] [--json FILE] [--no-peer]\n"
+        "                 [--no-blas-fix]\n"
+        "configs:");
+    for (const ModelConfig& mc : all_configs())
+      std::printf(" %s", mc.name.c_str());
+    std::printf(
+        "\nPyTorch runs as the peer when $TROUPE_TORCH_PYTHON (else python3, else\n"
+        "/usr/bin/python3) can import torch.\n");
+    return 0;
+  }
+  const int threads = static_cast<int>(flags.get_long("--threads", cores_available()));
+  const int steps = static_cast<int>(flags.get_long("--steps", 3));
+  const int warmup = static_cast<int>(flags.get_long("--warmup", 1));
+  const int repeat = static_cast<int>(flags.get_long("--repeat", 3));
+  const int batch = static_cast<int>(flags.get_long("--batch", 0));
+  const int seq = static_cast<int>(flags.get_long("--seq", 0));
+  const std::string json = flags.get("--json", "");
+  const std::string names = flags.get("--configs", "1M,5M,12M,25M,50M");
+  if (threads < 1 || steps < 1 || warmup < 0 || repeat < 1 || batch < 0 || seq < 0) {
+    std::fprintf(stderr, "gpt_bench: --threads, --steps, --repeat must be at least 1\n");
+    return 2;
+  }
+  std::vector<ModelConfig> configs;
+  std::istringstream list(names);
+  for (std::string name; std::getline(list, name, ',');) {
+    if (name.empty()) continue;
+    auto it = std::find_if(all_configs().begin(), all_configs().end(),
+                           [&](const ModelConfig& mc) { return mc.name == name; });
+    if (it == all_configs().end()) {
+      std::fprintf(stderr, "gpt_bench: no config named %s (--help lists them)\n", name.c_str());
+      return 2;
+    }
+    configs.push_back(*it);
+    if (batch > 0) configs.back().B = batch;
+    if (seq > 0) configs.back().T = seq;
+    if (absl::Status s = configs.back().gpt_config().validate(); !s.ok()) {
+      std::fprintf(stderr, "gpt_bench: %s: %s\n", name.c_str(), s.ToString().c_str());
+      return 2;
+    }
+  }
+  if (configs.empty()) {
+    std::fprintf(stderr, "gpt_bench: --configs names no config\n");
+    return 2;
+  }
+
+  if (!flags.has("--no-blas-fix")) rerun_with_better_blas_kernels(argv);
+  troupe::nn::set_num_threads(threads);
+  std::printf(
+      "gpt_bench: %d threads, %d warm-up steps, %d repeats of %d steps; GEMM: %s; load %.1f\n",
+      threads, warmup, repeat, steps, troupe::nn::gemm_backend().c_str(), load_average());
+  if (const std::string warning = troupe::nn::gemm_backend_warning(); !warning.empty()) {
+    std::printf("gpt_bench: WARNING: %s\n", warning.c_str());
+  }
+  std::printf("%-6s %4s %5s %4s %6s %5s %4s %10s\n", "config", "L", "C", "NH", "V", "T", "B",
+              "params");
+  for (const ModelConfig& mc : configs) {
+    std::printf("%-6s %4d %5d %4d %6d %5d %4d %10zu\n", mc.name.c_str(), mc.L, mc.C, mc.NH, mc.V,
+                mc.T, mc.B, mc.params());
+  }
+  std::fflush(stdout);
+
+  std::vector<TroupeResult> ours;
+  for (const ModelConfig& mc : configs) {
+    TroupeResult r = run_troupe(mc, threads, steps, warmup, repeat);
+    const double tokens = static_cast<double>(mc.B) * mc.T;
+    std::printf(
+        "troupe: %s: %.1f ms/step (zero_grad %.1f, forward %.1f, backward %.1f, adamw %.1f), "
+        "%s tokens/s, loss %.4f -> %.4f, %.0f MiB, cpu %.0f%% (%.1f ms/step), load %.1f\n",
+        mc.name.c_str(), r.step_s * 1e3, r.phases.zero_grad * 1e3, r.phases.forward * 1e3,
+        r.phases.backward * 1e3, r.phases.adamw * 1e3, si(tokens / r.step_s).c_str(), r.loss_first,
+        r.loss_last, static_cast<double>(r.memory_bytes) / (1 << 20), r.cpu_share * 100,
+        r.cpu_per_step * 1e3, load_average());
+    std::fflush(stdout);
+    ours.push_back(r);
+  }
+
+  std::optional<TorchRun> torch;
+  if (!flags.has("--no-peer")) torch = run_torch(configs, threads, steps, warmup, repeat);
+  std::string peer = "none";
+  if (torch) {
+    peer = "PyTorch " + torch->version;
+    std::printf("torch: %s from %s, attention: %s\n", torch->version.c_str(), torch->python.c_str(),
+                torch->attention.c_str());
+  }
+
+  std::vector<Row> rows;
+  std::vector<std::string> short_of_goal;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const ModelConfig& mc = configs[i];
+    Row row{mc.name + " (" + si(static_cast<double>(mc.params())) + " params, B" +
+                std::to_string(mc.B) + " T" + std::to_string(mc.T) + ")",
+            "tokens/s", static_cast<double>(mc.B) * mc.T / ours[i].step_s, 0};
+    if (torch && torch->values.count(mc.name + ".tokens_per_s")) {
+      row.peer = torch->values.at(mc.name + ".tokens_per_s");
+      const double their_params =
+          torch->values.count(mc.name + ".params") ? torch->values.at(mc.name + ".params") : 0;
+      if (their_params != static_cast<double>(mc.params())) {
+        std::printf("gpt_bench: WARNING: %s has %zu parameters here and %.0f in PyTorch\n",
+                    mc.name.c_str(), mc.params(), their_params);
+      }
+      if (row.ratio() < 1.2) short_of_goal.push_back(mc.name);
+    }
+    rows.push_back(row);
+  }
+  print_table(torch ? "PyTorch" : "-", rows);
+  if (torch) {
+    std::string missed;
+    for (const std::string& name : short_of_goal)
+      missed += (missed.empty() ? "" : ", ") + name;
+    std::printf("goal, troupe >= 1.2x PyTorch on every config: %s%s\n",
+                missed.empty() ? "met" : "not met: ", missed.c_str());
+  }
+  if (!json.empty() && !write_gpt_json(json, peer, threads, configs, ours, torch)) {
+    std::fprintf(stderr, "gpt_bench: cannot write %s\n", json.c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,432 @@
+#include "nn/gpt.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "nn/layers/attention.h"
+#include "nn/layers/crossentropy.h"
+#include "nn/layers/encoder.h"
+#include "nn/layers/gelu.h"
+#include "nn/layers/layernorm.h"
+#include "nn/layers/linear.h"
+#include "nn/layers/residual.h"
+
+namespace troupe::nn {
+namespace {
+
+// xorshift64* seeded through splitmix64, normals by Box-Muller: the same seed gives the same
+// parameters with every compiler and standard library (std::normal_distribution does not).
+class InitRng {
+ public:
+  explicit InitRng(uint64_t seed) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    state_ = (z ^ (z >> 31)) | 1;
+  }
+  // Uniform in (0, 1].
+  double uniform() {
+    state_ ^= state_ >> 12;
+    state_ ^= state_ << 25;
+    state_ ^= state_ >> 27;
+    return static_cast<double>(((state_ * 0x2545F4914F6CDD1Dull) >> 11) + 1) * 0x1.0p-53;
+  }
+  void fill_normal(float* out, size_t n, double std) {
+    constexpr double kTwoPi = 6.283185307179586;
+    for (size_t i = 0; i < n; i += 2) {
+      double r = std::sqrt(-2.0 * std::log(uniform())), theta = kTwoPi * uniform();
+      out[i] = static_cast<float>(std * r * std::cos(theta));
+      if (i + 1 < n) out[i + 1] = static_cast<float>(std * r * std::sin(theta));
+    }
+  }
+
+ private:
+  uint64_t state_;
+};
+
+absl::Status check_tokens(const int32_t* tokens, size_t n, int V, const char* what) {
+  if (tokens == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("GPT: ", what, " is null"));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= V) {
+      return absl::InvalidArgumentError(absl::StrCat("GPT: ", what, "[", i, "] = ", tokens[i],
+                                                     " is outside the vocabulary [0, ", V, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Hands out consecutive ranges of a buffer; with a null base only counts.
+class Carver {
+ public:
+  explicit Carver(float* base) : base_(base) {}
+  float* take(size_t n) {
+    float* p = base_ != nullptr ? base_ + used_ : nullptr;
+    used_ += n;
+    return p;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  float* base_;
+  size_t used_ = 0;
+};
+
+void zero(float* p, size_t n) {
+  std::memset(p, 0, n * sizeof(float));
+}
+
+}  // namespace
+
+GPT::Buffer& GPT::Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    category_ = other.category_;
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+absl::Status GPT::Buffer::reset(MemoryCategory category, size_t n) {
+  release();
+  absl::StatusOr<void*> p =
+      allocate(Device::kCpu, category, static_cast<int64_t>(n * sizeof(float)));
+  if (!p.ok()) return p.status();
+  category_ = category;
+  data_ = static_cast<float*>(*p);
+  size_ = n;
+  if (n > 0) zero(data_, n);
+  return absl::OkStatus();
+}
+
+void GPT::Buffer::release() {
+  if (data_ == nullptr) return;
+  deallocate(Device::kCpu, category_, data_, static_cast<int64_t>(size_ * sizeof(float)));
+  data_ = nullptr;
+  size_ = 0;
+}
+
+absl::StatusOr<GPT> GPT::create(const GPTConfig& config, const GPTOptions& options) {
+  if (absl::Status s = config.validate(); !s.ok()) return s;
+  GPT gpt(config, options);
+  const size_t n = gpt.layout_.num_params();
+  if (absl::Status s = gpt.params_.reset(MemoryCategory::kParameters, n); !s.ok()) return s;
+  if (absl::Status s = gpt.grads_.reset(MemoryCategory::kGradients, n); !s.ok()) return s;
+  gpt.param_tensors_ = point_gpt_tensors(gpt.layout_, gpt.params_.data());
+  gpt.grad_tensors_ = point_gpt_tensors(gpt.layout_, gpt.grads_.data());
+  return gpt;
+}
+
+GPT::GPT(const GPTConfig& config, const GPTOptions& options)
+    : config_(config), options_(options), layout_(config) {}
+
+void GPT::init_parameters(uint64_t seed) {
+  InitRng rng(seed);
+  const double residual_std = 0.02 / std::sqrt(2.0 * config_.num_layers);
+  const size_t C = config_.channels;
+  for (const GPTParamTensor& t : layout_.tensors()) {
+    float* p = params_.data() + t.offset;
+    std::string_view name = t.name;
+    name = name.substr(name.find('.') + 1);  // "h0.qkvw" -> "qkvw"; no '.': unchanged
+    if (name == "wte") {
+      rng.fill_normal(p, config_.vocab_size * C, 0.02);
+      std::fill(p + config_.vocab_size * C, p + t.size, 0.0f);
+    } else if (name == "wpe" || name == "qkvw" || name == "fcw") {
+      rng.fill_normal(p, t.size, 0.02);
+    } else if (name == "attprojw" || name == "fcprojw") {
+      rng.fill_normal(p, t.size, residual_std);
+    } else if (name == "ln1w" || name == "ln2w" || name == "lnfw") {
+      std::fill(p, p + t.size, 1.0f);
+    } else {  // biases
+      std::fill(p, p + t.size, 0.0f);
+    }
+  }
+}
+
+void GPT::zero_grad() {
+  zero(grads_.data(), grads_.size());
+}
+
+size_t GPT::carve_activations(int B, int T, float* base, Activations* acts) const {
+  const size_t L = config_.num_layers, C = config_.channels, NH = config_.num_heads;
+  const size_t Vp = config_.padded_vocab(), BT = static_cast<size_t>(B) * T, BTC = BT * C;
+  const size_t Lr = options_.recompute_activations ? 1 : L;  // blocks of recomputed tensors
+  Carver c(base);
+  Activations a;
+  a.encoded = c.take(BTC);
+  a.ln1 = c.take(Lr * BTC);
+  a.ln1_mean = c.take(L * BT);
+  a.ln1_rstd = c.take(L * BT);
+  a.qkv = c.take(L * 3 * BTC);
+  a.atty = c.take(Lr * BTC);
+  a.att = c.take(Lr * BT * NH * T);
+  a.residual2 = c.take(L * BTC);
+  a.ln2 = c.take(Lr * BTC);
+  a.ln2_mean = c.take(L * BT);
+  a.ln2_rstd = c.take(L * BT);
+  a.fch = c.take(L * 4 * BTC);
+  a.fch_gelu = c.take(Lr * 4 * BTC);
+  a.residual3 = c.take(L * BTC);
+  a.lnf = c.take(BTC);
+  a.lnf_mean = c.take(BT);
+  a.lnf_rstd = c.take(BT);
+  a.logits = c.take(BT * Vp);
+  a.lse = c.take(BT);
+  a.losses = c.take(BT);
+  if (acts != nullptr) *acts = a;
+  return c.used();
+}
+
+size_t GPT::carve_activation_gradients(int B, int T, float* base,
+                                       ActivationGradients* dacts) const {
+  const size_t BT = static_cast<size_t>(B) * T, BTC = BT * config_.channels;
+  Carver c(base);
+  ActivationGradients d;
+  d.dresidual = c.take(BTC);
+  d.dln = c.take(BTC);
+  d.datty = c.take(BTC);
+  d.dqkv = c.take(3 * BTC);
+  d.dfch = c.take(4 * BTC);
+  d.dfch_gelu = c.take(4 * BTC);
+  d.dlogits = c.take(BT * config_.padded_vocab());
+  if (dacts != nullptr) *dacts = d;
+  return c.used();
+}
+
+absl::Status GPT::prepare(int B, int T) {
+  if (B < 1 || T < 1 || T > config_.max_seq_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPT: batch B = ", B, ", T = ", T,
+                     " needs B >= 1 and 1 <= T <= max_seq_len = ", config_.max_seq_len));
+  }
+  // The kernels index one block's tensors with int.
+  const int64_t BT = int64_t{B} * T;
+  const int64_t widest = std::max<int64_t>(4 * config_.channels, config_.padded_vocab());
+  if (BT * widest > INT_MAX || BT * config_.num_heads * T > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("GPT: batch B = ", B, ", T = ", T,
+                                                   " makes an activation over INT_MAX elements"));
+  }
+  if (B == B_ && T == T_) return absl::OkStatus();
+  // A smaller batch reuses the buffers; a larger one replaces them.
+  B_ = T_ = 0;
+  size_t n = carve_activations(B, T, nullptr, nullptr);
+  if (acts_buffer_.size() < n) {
+    if (absl::Status s = acts_buffer_.reset(MemoryCategory::kActivations, n); !s.ok()) return s;
+  }
+  carve_activations(B, T, acts_buffer_.data(), &acts_);
+  n = carve_activation_gradients(B, T, nullptr, nullptr);
+  if (dacts_buffer_.size() < n) {
+    if (absl::Status s = dacts_buffer_.reset(MemoryCategory::kActivations, n); !s.ok()) return s;
+  }
+  carve_activation_gradients(B, T, dacts_buffer_.data(), &dacts_);
+  B_ = B;
+  T_ = T;
+  have_inputs_ = false;
+  have_targets_ = false;
+  return absl::OkStatus();
+}
+
+float* GPT::residual(int l) {
+  const size_t BTC = static_cast<size_t>(B_) * T_ * config_.channels;
+  return l == 0 ? acts_.encoded : acts_.residual3 + (l - 1) * BTC;
+}
+
+GPT::BlockActivations GPT::block_activations(int l) const {
+  const size_t BT = static_cast<size_t>(B_) * T_, BTC = BT * config_.channels;
+  const size_t NH = config_.num_heads;
+  const size_t lr = options_.recompute_activations ? 0 : l;  // recomputed: the one shared block
+  const Activations& a = acts_;
+  return {a.ln1 + lr * BTC,      a.ln1_mean + l * BT, a.ln1_rstd + l * BT,
+          a.qkv + l * 3 * BTC,   a.atty + lr * BTC,   a.att + lr * BT * NH * T_,
+          a.residual2 + l * BTC, a.ln2 + lr * BTC,    a.ln2_mean + l * BT,
+          a.ln2_rstd + l * BT,   a.fch + l * 4 * BTC, a.fch_gelu + lr * 4 * BTC,
+          a.residual3 + l * BTC};
+}
+
+absl::Status GPT::check_blocks(int begin, int end, const char* what) const {
+  if (B_ == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("GPT::", what, ": call prepare() first"));
+  }
+  if (begin < 0 || begin > end || end > config_.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("GPT::", what, ": blocks [", begin, ", ", end,
+                                                   ") are not within [0, ", config_.num_layers,
+                                                   ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float> GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
+  if (absl::Status s = prepare(B, T); !s.ok()) return s;
+  const size_t BT = static_cast<size_t>(B) * T;
+  if (absl::Status s = check_tokens(inputs, BT, config_.vocab_size, "inputs"); !s.ok()) return s;
+  if (targets != nullptr) {
+    if (absl::Status s = check_tokens(targets, BT, config_.vocab_size, "targets"); !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = embed_forward(inputs); !s.ok()) return s;
+  if (absl::Status s = forward_blocks(0, config_.num_layers); !s.ok()) return s;
+  return head_forward(targets);
+}
+
+absl::Status GPT::embed_forward(const int32_t* inputs) {
+  if (B_ == 0) return absl::FailedPreconditionError("GPT::embed_forward: call prepare() first");
+  const size_t BT = static_cast<size_t>(B_) * T_;
+  if (absl::Status s = check_tokens(inputs, BT, config_.vocab_size, "inputs"); !s.ok()) return s;
+  inputs_.assign(inputs, inputs + BT);
+  have_inputs_ = true;
+  encoder_forward(acts_.encoded, inputs_.data(), param_tensors_.wte, param_tensors_.wpe, B_, T_,
+                  config_.channels);
+  return absl::OkStatus();
+}
+
+absl::Status GPT::forward_blocks(int begin, int end) {
+  if (absl::Status s = check_blocks(begin, end, "forward_blocks"); !s.ok()) return s;
+  for (int l = begin; l < end; ++l)
+    block_forward(l);
+  return absl::OkStatus();
+}
+
+void GPT::block_forward(int l) {
+  const int B = B_, T = T_, C = config_.channels, NH = config_.num_heads;
+  const size_t BTC = static_cast<size_t>(B) * T * C;
+  const GPTBlockTensors& w = param_tensors_.blocks[l];
+  const BlockActivations a = block_activations(l);
+  const float* inp = residual(l);
+  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, inp, w.ln1w, w.ln1b, B, T, C);
+  linear_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);
+  attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+  // The projections are written straight into the residual sums: residual2 = inp + attproj.
+  linear_forward(a.residual2, a.atty, w.attprojw, w.attprojb, B, T, C, C);
+  residual_forward(a.residual2, inp, a.residual2, BTC);
+  layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, B, T, C);
+  linear_forward(a.fch, a.ln2, w.fcw, w.fcb, B, T, C, 4 * C);
+  gelu_forward(a.fch_gelu, a.fch, 4 * BTC);
+  linear_forward(a.residual3, a.fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C);
+  residual_forward(a.residual3, a.residual2, a.residual3, BTC);
+}
+
+absl::StatusOr<float> GPT::head_forward(const int32_t* targets) {
+  if (B_ == 0) return absl::FailedPreconditionError("GPT::head_forward: call prepare() first");
+  const int B = B_, T = T_, C = config_.channels;
+  const size_t BT = static_cast<size_t>(B) * T;
+  if (targets != nullptr) {
+    if (absl::Status s = check_tokens(targets, BT, config_.vocab_size, "targets"); !s.ok()) {
+      return s;
+    }
+  }
+  layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual(config_.num_layers),
+                    param_tensors_.lnfw, param_tensors_.lnfb, B, T, C);
+  linear_forward(acts_.logits, acts_.lnf, param_tensors_.wte, nullptr, B, T, C,
+                 config_.padded_vocab());
+  have_targets_ = targets != nullptr;
+  if (!have_targets_) return std::numeric_limits<float>::quiet_NaN();
+  targets_.assign(targets, targets + BT);
+  return crossentropy_forward(acts_.losses, acts_.lse, acts_.logits, targets_.data(), B, T,
+                              config_.vocab_size, config_.padded_vocab());
+}
+
+absl::Status GPT::backward(float dloss) {
+  if (absl::Status s = head_backward(dloss); !s.ok()) return s;
+  if (absl::Status s = backward_blocks(0, config_.num_layers); !s.ok()) return s;
+  return embed_backward();
+}
+
+absl::Status GPT::head_backward(float dloss) {
+  if (!have_targets_) {
+    return absl::FailedPreconditionError(
+        "GPT::backward: the last forward had no targets; run forward with targets first");
+  }
+  const int B = B_, T = T_, C = config_.channels, V = config_.vocab_size;
+  const int Vp = config_.padded_vocab();
+  const size_t BT = static_cast<size_t>(B) * T;
+  zero(dacts_.dlogits, BT * Vp);
+  crossentropy_backward(dacts_.dlogits, dloss, acts_.logits, acts_.lse, targets_.data(), B, T, V,
+                        Vp);
+  zero(dacts_.dln, BT * C);
+  linear_backward(dacts_.dln, grad_tensors_.wte, nullptr, dacts_.dlogits, acts_.lnf,
+                  param_tensors_.wte, B, T, C, Vp);
+  zero(dacts_.dresidual, BT * C);
+  layernorm_backward(dacts_.dresidual, grad_tensors_.lnfw, grad_tensors_.lnfb, dacts_.dln,
+                     residual(config_.num_layers), param_tensors_.lnfw, acts_.lnf_mean,
+                     acts_.lnf_rstd, B, T, C);
+  return absl::OkStatus();
+}
+
+absl::Status GPT::backward_blocks(int begin, int end) {
+  if (absl::Status s = check_blocks(begin, end, "backward_blocks"); !s.ok()) return s;
+  for (int l = end - 1; l >= begin; --l) {
+    if (options_.recompute_activations) block_recompute(l);
+    block_backward(l);
+  }
+  return absl::OkStatus();
+}
+
+void GPT::block_recompute(int l) {
+  const int B = B_, T = T_, C = config_.channels, NH = config_.num_heads;
+  const GPTBlockTensors& w = param_tensors_.blocks[l];
+  const BlockActivations a = block_activations(l);
+  // The same kernels on the same inputs as block_forward: bitwise the same values (mean and rstd
+  // are rewritten with what they already hold).
+  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual(l), w.ln1w, w.ln1b, B, T, C);
+  attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+  layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, B, T, C);
+  gelu_forward(a.fch_gelu, a.fch, 4 * static_cast<size_t>(B) * T * C);
+}
+
+void GPT::block_backward(int l) {
+  const int B = B_, T = T_, C = config_.channels, NH = config_.num_heads;
+  const size_t BTC = static_cast<size_t>(B) * T * C;
+  const GPTBlockTensors& w = param_tensors_.blocks[l];
+  const GPTBlockTensors& dw = grad_tensors_.blocks[l];
+  const BlockActivations a = block_activations(l);
+  const ActivationGradients& d = dacts_;
+  // d.dresidual holds d residual3. As residual3 = residual2 + fcproj, it is also d fcproj and
+  // the first term of d residual2, which the ln2 branch then adds to in place; likewise through
+  // residual2 = residual(l) + attproj down to d residual(l).
+  zero(d.dfch_gelu, 4 * BTC);
+  linear_backward(d.dfch_gelu, dw.fcprojw, dw.fcprojb, d.dresidual, a.fch_gelu, w.fcprojw, B, T,
+                  4 * C, C);
+  zero(d.dfch, 4 * BTC);
+  gelu_backward(d.dfch, d.dfch_gelu, a.fch, 4 * BTC);
+  zero(d.dln, BTC);
+  linear_backward(d.dln, dw.fcw, dw.fcb, d.dfch, a.ln2, w.fcw, B, T, C, 4 * C);
+  layernorm_backward(d.dresidual, dw.ln2w, dw.ln2b, d.dln, a.residual2, w.ln2w, a.ln2_mean,
+                     a.ln2_rstd, B, T, C);
+  zero(d.datty, BTC);
+  linear_backward(d.datty, dw.attprojw, dw.attprojb, d.dresidual, a.atty, w.attprojw, B, T, C, C);
+  zero(d.dqkv, 3 * BTC);
+  attention_backward(d.dqkv, d.datty, a.qkv, a.att, B, T, C, NH);
+  zero(d.dln, BTC);
+  linear_backward(d.dln, dw.qkvw, dw.qkvb, d.dqkv, a.ln1, w.qkvw, B, T, C, 3 * C);
+  layernorm_backward(d.dresidual, dw.ln1w, dw.ln1b, d.dln, residual(l), w.ln1w, a.ln1_mean,
+                     a.ln1_rstd, B, T, C);
+}
+
+absl::Status GPT::embed_backward() {
+  if (!have_inputs_) {
+    return absl::FailedPreconditionError(
+        "GPT::embed_backward: no embed_forward for the current batch shape");
+  }
+  encoder_backward(grad_tensors_.wte, grad_tensors_.wpe, dacts_.dresidual, inputs_.data(), B_, T_,
+                   config_.channels);
+  return absl::OkStatus();
+}
+
+GPTMemory GPT::memory() const {
+  GPTMemory m;
+  m.parameters = params_.size() * sizeof(float);
+  m.gradients = grads_.size() * sizeof(float);
+  m.activations = acts_buffer_.size() * sizeof(float);
+  m.activation_gradients = dacts_buffer_.size() * sizeof(float);
+  return m;
+}
+
+}  // namespace troupe::nn

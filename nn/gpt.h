@@ -1,0 +1,229 @@
+// GPT-2 in the style of llm.c: token + position embedding, L pre-LN blocks of causal
+// self-attention and a GELU MLP, a final LayerNorm and an LM head tied to the token embedding.
+// Shapes: B = batch size, T = sequence length, C = channels, NH = heads, L = layers,
+// V = vocabulary, Vp = padded vocabulary (rows of wte; Vp >= V), maxT = max sequence length.
+//
+// All parameters live in ONE flat fp32 buffer (gpt_param_layout.h gives every tensor's offset),
+// the gradients in a second buffer of the same layout, so an optimizer or a shard can own any
+// slice of either. Typical step:
+//
+//   auto gpt = GPT::create(config);          // then init_parameters(seed) or fill params()
+//   gpt->zero_grad();
+//   float loss = *gpt->forward(inputs, targets, B, T);
+//   gpt->backward();                          // grads() += d loss / d params
+//   adamw_update(gpt->params(), gpt->grads(), m, v, gpt->num_params(), adamw, lr, step,
+//                gpt->param_layout().no_decay_ranges());
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "nn/gpt_param_layout.h"
+#include "nn/memory.h"
+
+namespace troupe::nn {
+
+struct GPTOptions {
+  // When true, the forward keeps per block only ln1/ln2's mean and rstd, qkv, fch and the two
+  // residual sums; backward recomputes, block by block into one block's buffers, the LayerNorm
+  // outputs (ln1, ln2), the attention output and probabilities (atty, att) and the GELU output
+  // (fch_gelu). That saves (L - 1) * (7*B*T*C + B*NH*T*T) floats for two LayerNorms, one
+  // attention and one GELU forward per block in backward. Gradients are bitwise the same.
+  bool recompute_activations = false;
+};
+
+// Bytes held by a model, by category. They are also counted in MemoryTracker::global() (memory.h)
+// under parameters, gradients and activations (both activation categories).
+struct GPTMemory {
+  size_t parameters = 0;
+  size_t gradients = 0;
+  size_t activations = 0;           // what the forward keeps for backward, for the largest (B, T)
+  size_t activation_gradients = 0;  // backward's scratch, for the largest (B, T)
+  size_t total() const { return parameters + gradients + activations + activation_gradients; }
+};
+
+// One model replica on the CPU. Not thread-safe: one caller at a time (the kernels themselves run
+// on num_threads() threads, threads.h). Deterministic: the same inputs and parameters give bitwise
+// the same logits, loss and gradients for a fixed thread count.
+class GPT {
+ public:
+  // InvalidArgument when the config is not a valid model (see GPTConfig::validate),
+  // ResourceExhausted without the memory. Parameters and gradients are zero; activations are
+  // allocated by the first forward (or prepare).
+  [[nodiscard]] static absl::StatusOr<GPT> create(const GPTConfig& config,
+                                                  const GPTOptions& options = {});
+
+  GPT(GPT&&) = default;
+  GPT& operator=(GPT&&) = default;
+
+  const GPTConfig& config() const { return config_; }
+  const GPTOptions& options() const { return options_; }
+
+  // GPT-2's initialisation, reproducible from seed: wte (rows < V), wpe, qkvw and fcw normal(0,
+  // 0.02); attprojw and fcprojw normal(0, 0.02 / sqrt(2L)); LayerNorm weights 1; biases and the
+  // padding rows of wte 0.
+  void init_parameters(uint64_t seed);
+
+  // The flat buffers: num_params() floats each, laid out as param_layout() says. The caller may
+  // read and write them between calls (loading a checkpoint, an optimizer step).
+  float* params() { return params_.data(); }
+  const float* params() const { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  const float* grads() const { return grads_.data(); }
+  size_t num_params() const { return layout_.num_params(); }
+  const GPTParamLayout& param_layout() const { return layout_; }
+  // Pointers to each tensor of params() / grads().
+  const GPTTensors& param_tensors() const { return param_tensors_; }
+  const GPTTensors& grad_tensors() const { return grad_tensors_; }
+
+  // Runs the model on inputs [B, T] (token ids < V). With targets [B, T] (ids < V) returns the
+  // mean cross-entropy over the B*T positions and readies backward(); without (null) returns NaN
+  // and only the logits are computed. Inputs and targets are copied.
+  // InvalidArgument when B < 1, T < 1, T > maxT or a token id is out of range (nothing is run);
+  // ResourceExhausted when the activations for a larger (B, T) cannot be allocated.
+  [[nodiscard]] absl::StatusOr<float> forward(const int32_t* inputs, const int32_t* targets, int B,
+                                              int T);
+
+  // Accumulates into grads() the gradient of dloss * (the last forward's loss): dloss = 1 for a
+  // plain step, 1/n to average n accumulated micro-batches. Gradients accumulate until
+  // zero_grad(). FailedPrecondition unless the last forward had targets.
+  [[nodiscard]] absl::Status backward(float dloss = 1.0f);
+
+  // Sets every gradient to zero.
+  void zero_grad();
+
+  // logits [B, T, Vp] of the last forward (columns [V, Vp) are the padding's, not part of the
+  // softmax). Valid until the next forward.
+  const float* logits() const { return acts_.logits; }
+
+  // --- Pieces of forward() and backward(), for pipeline stages that own blocks [begin, end). ---
+  // forward()  = prepare(B, T); embed_forward(inputs); forward_blocks(0, L); head_forward(targets)
+  // backward() = head_backward(dloss); backward_blocks(0, L); embed_backward()
+  // A stage that does not start at block 0 writes the activation it receives into residual(begin)
+  // before forward_blocks, and sends residual(end) onwards; in backward it writes the gradient it
+  // receives for residual(end) into dresidual() and, after backward_blocks, sends dresidual()
+  // (then the gradient for residual(begin)) back. Each piece REQUIRES the pieces before it ran for
+  // the current (B, T); the checked errors are as for forward() / backward().
+
+  // Sizes the activations for (B, T) (growing them if needed) and makes (B, T) current.
+  [[nodiscard]] absl::Status prepare(int B, int T);
+  // residual(0) = wte[inputs] + wpe. Copies inputs (for embed_backward).
+  [[nodiscard]] absl::Status embed_forward(const int32_t* inputs);
+  // residual(l + 1) = block l (residual(l)) for l in [begin, end).
+  [[nodiscard]] absl::Status forward_blocks(int begin, int end);
+  // logits from residual(L); with targets, returns the mean loss (else NaN).
+  [[nodiscard]] absl::StatusOr<float> head_forward(const int32_t* targets);
+  // Sets dresidual() to the gradient for residual(L) and accumulates lnf's and wte's gradients.
+  [[nodiscard]] absl::Status head_backward(float dloss = 1.0f);
+  // For l from end - 1 down to begin: accumulates block l's parameter gradients and turns
+  // dresidual() from the gradient for residual(l + 1) into the one for residual(l).
+  [[nodiscard]] absl::Status backward_blocks(int begin, int end);
+  // Accumulates wte's and wpe's gradients from dresidual() (the gradient for residual(0)).
+  [[nodiscard]] absl::Status embed_backward();
+
+  // The residual stream [B, T, C] entering block l, l in [0, L]; residual(L) is the last block's
+  // output. REQUIRES: prepare() ran.
+  float* residual(int l);
+  // The gradient of the residual stream [B, T, C] at the block boundary backward last reached.
+  float* dresidual() { return dacts_.dresidual; }
+
+  // What this model holds now.
+  GPTMemory memory() const;
+
+ private:
+  // fp32 memory from nn's allocator (memory.h), counted under its category while held.
+  class Buffer {
+   public:
+    Buffer() = default;
+    Buffer(Buffer&& other) noexcept { *this = std::move(other); }
+    Buffer& operator=(Buffer&& other) noexcept;
+    ~Buffer() { release(); }
+    // Replaces the contents by n zeros. ResourceExhausted without the memory (then empty).
+    [[nodiscard]] absl::Status reset(MemoryCategory category, size_t n);
+    float* data() const { return data_; }
+    size_t size() const { return size_; }
+
+   private:
+    void release();
+    MemoryCategory category_ = MemoryCategory::kOther;
+    float* data_ = nullptr;
+    size_t size_ = 0;
+  };
+
+  GPT(const GPTConfig& config, const GPTOptions& options);
+
+  // Pointers into acts_buffer_ for (B_, T_). Per-block tensors are [L, ...] when stored for every
+  // block and a single block's worth when recomputed (see GPTOptions).
+  struct Activations {
+    float* encoded;    // [B, T, C]
+    float* ln1;        // [L, B, T, C] or [B, T, C]
+    float* ln1_mean;   // [L, B, T]
+    float* ln1_rstd;   // [L, B, T]
+    float* qkv;        // [L, B, T, 3C]
+    float* atty;       // [L, B, T, C] or [B, T, C]
+    float* att;        // [L, B, NH, T, T] or [B, NH, T, T]
+    float* residual2;  // [L, B, T, C]
+    float* ln2;        // [L, B, T, C] or [B, T, C]
+    float* ln2_mean;   // [L, B, T]
+    float* ln2_rstd;   // [L, B, T]
+    float* fch;        // [L, B, T, 4C]
+    float* fch_gelu;   // [L, B, T, 4C] or [B, T, 4C]
+    float* residual3;  // [L, B, T, C]
+    float* lnf;        // [B, T, C]
+    float* lnf_mean;   // [B, T]
+    float* lnf_rstd;   // [B, T]
+    float* logits;     // [B, T, Vp]
+    float* lse;        // [B, T]
+    float* losses;     // [B, T]
+  };
+  // Backward's scratch; each piece is zeroed before the kernels accumulate into it.
+  struct ActivationGradients {
+    float* dresidual;  // [B, T, C]
+    float* dln;        // [B, T, C]: dln1, dln2, dlnf
+    float* datty;      // [B, T, C]
+    float* dqkv;       // [B, T, 3C]
+    float* dfch;       // [B, T, 4C]
+    float* dfch_gelu;  // [B, T, 4C]
+    float* dlogits;    // [B, T, Vp]
+  };
+  // One block's activation pointers; recomputed ones point at the shared single-block buffers.
+  struct BlockActivations {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean, *ln2_rstd,
+        *fch, *fch_gelu, *residual3;
+  };
+
+  // Lays out the activations (gradients) for (B, T) from base and returns their size in floats;
+  // with a null base only counts.
+  size_t carve_activations(int B, int T, float* base, Activations* acts) const;
+  size_t carve_activation_gradients(int B, int T, float* base, ActivationGradients* dacts) const;
+  BlockActivations block_activations(int l) const;
+  void block_forward(int l);
+  void block_recompute(int l);
+  void block_backward(int l);
+  absl::Status check_blocks(int begin, int end, const char* what) const;
+
+  GPTConfig config_;
+  GPTOptions options_;
+  GPTParamLayout layout_;
+  Buffer params_;
+  Buffer grads_;
+  GPTTensors param_tensors_;
+  GPTTensors grad_tensors_;
+
+  int B_ = 0;
+  int T_ = 0;
+  Buffer acts_buffer_;
+  Buffer dacts_buffer_;
+  Activations acts_ = {};
+  ActivationGradients dacts_ = {};
+  std::vector<int32_t> inputs_;
+  std::vector<int32_t> targets_;
+  bool have_inputs_ = false;   // embed_forward ran for (B_, T_)
+  bool have_targets_ = false;  // the last head_forward had targets
+};
+
+}  // namespace troupe::nn

@@ -1,0 +1,117 @@
+#include "nn/gpt_param_layout.h"
+
+#include <climits>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+
+namespace troupe::nn {
+namespace {
+
+constexpr const char* kBlockTensorNames[kNumBlockTensors] = {
+    "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw",  "fcprojb",
+};
+
+// Shapes of a block's tensors, in buffer order.
+std::vector<std::vector<int>> block_shapes(int C) {
+  return {{C}, {C}, {3 * C, C}, {3 * C}, {C, C},     {C},
+          {C}, {C}, {4 * C, C}, {4 * C}, {C, 4 * C}, {C}};
+}
+
+size_t numel(const std::vector<int>& shape) {
+  size_t n = 1;
+  for (int d : shape)
+    n *= static_cast<size_t>(d);
+  return n;
+}
+
+}  // namespace
+
+absl::Status GPTConfig::validate() const {
+  auto positive = [](const char* field, int value) -> absl::Status {
+    if (value > 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPTConfig: ", field, " = ", value, " must be positive"));
+  };
+  for (absl::Status s : {positive("max_seq_len", max_seq_len), positive("vocab_size", vocab_size),
+                         positive("num_layers", num_layers), positive("num_heads", num_heads),
+                         positive("channels", channels)}) {
+    if (!s.ok()) return s;
+  }
+  if (padded_vocab_size != 0 && padded_vocab_size < vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPTConfig: padded_vocab_size = ", padded_vocab_size,
+                     " < vocab_size = ", vocab_size, " (use 0 for no padding)"));
+  }
+  if (channels % num_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GPTConfig: channels = ", channels, " is not a multiple of num_heads = ", num_heads));
+  }
+  // The kernels index with int: the largest tensor, 4C x C or Vp x C, must fit.
+  int64_t C = channels;
+  if (4 * C * C > INT_MAX || int64_t{padded_vocab()} * C > INT_MAX ||
+      int64_t{max_seq_len} * C > INT_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPTConfig: channels = ", channels, " with vocabulary ", padded_vocab(),
+                     " and max_seq_len ", max_seq_len, " make a tensor over INT_MAX elements"));
+  }
+  return absl::OkStatus();
+}
+
+GPTParamLayout::GPTParamLayout(const GPTConfig& config)
+    : num_layers_(config.num_layers), channels_(config.channels) {
+  const int C = config.channels;
+  auto add = [this](std::string name, std::vector<int> shape) {
+    size_t offset = num_params_;
+    num_params_ += numel(shape);
+    tensors_.push_back({std::move(name), offset, numel(shape), std::move(shape)});
+  };
+  add("wte", {config.padded_vocab(), C});
+  wpe_ = num_params_;
+  add("wpe", {config.max_seq_len, C});
+  block0_ = num_params_;
+  std::vector<std::vector<int>> shapes = block_shapes(C);
+  for (int l = 0; l < config.num_layers; ++l) {
+    for (int t = 0; t < kNumBlockTensors; ++t) {
+      if (l == 0) block_offsets_[t] = num_params_ - block0_;
+      add(absl::StrCat("h", l, ".", kBlockTensorNames[t]), shapes[t]);
+    }
+    if (l == 0) block_size_ = num_params_ - block0_;
+  }
+  lnfw_ = num_params_;
+  add("lnfw", {C});
+  add("lnfb", {C});
+}
+
+std::vector<ParamRange> GPTParamLayout::no_decay_ranges() const {
+  std::vector<ParamRange> ranges;
+  for (const GPTParamTensor& t : tensors_) {
+    if (t.shape.size() != 1) continue;
+    if (!ranges.empty() && ranges.back().end == t.offset) {
+      ranges.back().end += t.size;
+    } else {
+      ranges.push_back({t.offset, t.offset + t.size});
+    }
+  }
+  return ranges;
+}
+
+GPTTensors point_gpt_tensors(const GPTParamLayout& layout, float* base) {
+  GPTTensors t;
+  t.wte = base + layout.wte();
+  t.wpe = base + layout.wpe();
+  for (int l = 0; l < layout.num_layers(); ++l) {
+    auto at = [&](BlockTensor bt) { return base + layout.block_tensor(l, bt); };
+    t.blocks.push_back({at(BlockTensor::kLn1w), at(BlockTensor::kLn1b), at(BlockTensor::kQkvw),
+                        at(BlockTensor::kQkvb), at(BlockTensor::kAttprojw),
+                        at(BlockTensor::kAttprojb), at(BlockTensor::kLn2w), at(BlockTensor::kLn2b),
+                        at(BlockTensor::kFcw), at(BlockTensor::kFcb), at(BlockTensor::kFcprojw),
+                        at(BlockTensor::kFcprojb)});
+  }
+  t.lnfw = base + layout.lnfw();
+  t.lnfb = base + layout.lnfb();
+  return t;
+}
+
+}  // namespace troupe::nn

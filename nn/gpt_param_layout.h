@@ -1,0 +1,120 @@
+// The GPT model's configuration and where each parameter tensor lives in its flat buffer
+// (llm.c's ParameterTensors). Shapes: C = channels, L = layers, V = vocabulary, Vp = padded
+// vocabulary, maxT = max sequence length.
+//
+// Buffer order (row-major tensors, one after the other):
+//   wte [Vp, C], wpe [maxT, C],
+//   block 0: ln1w [C], ln1b [C], qkvw [3C, C], qkvb [3C], attprojw [C, C], attprojb [C],
+//            ln2w [C], ln2b [C], fcw [4C, C], fcb [4C], fcprojw [C, 4C], fcprojb [C],
+//   block 1 ... block L-1 (the same 12 tensors),
+//   lnfw [C], lnfb [C].
+// Unlike llm.c, which stacks each block tensor over the layers, a block's tensors are
+// contiguous: the parameters of blocks [a, b) are the one range [block_begin(a), block_begin(b)).
+// The LM head has no tensor of its own: it is wte (tied).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "nn/optim/param_range.h"
+
+namespace troupe::nn {
+
+struct GPTConfig {
+  int max_seq_len = 0;        // maxT
+  int vocab_size = 0;         // V
+  int padded_vocab_size = 0;  // Vp (e.g. V rounded up to a multiple of 128); 0: Vp = V
+  int num_layers = 0;         // L
+  int num_heads = 0;          // NH
+  int channels = 0;           // C
+
+  int padded_vocab() const { return padded_vocab_size > 0 ? padded_vocab_size : vocab_size; }
+
+  // OK, or InvalidArgument naming the field: every size must be positive, C a multiple of NH,
+  // Vp >= V, and every tensor's size must fit in an int.
+  [[nodiscard]] absl::Status validate() const;
+};
+
+// A block's tensors, in buffer order.
+enum class BlockTensor : int {
+  kLn1w,
+  kLn1b,
+  kQkvw,
+  kQkvb,
+  kAttprojw,
+  kAttprojb,
+  kLn2w,
+  kLn2b,
+  kFcw,
+  kFcb,
+  kFcprojw,
+  kFcprojb,
+};
+inline constexpr int kNumBlockTensors = 12;
+
+// One tensor of the buffer: "wte", "wpe", "h<l>.<name>" for block l (names as in BlockTensor,
+// lower case: "h0.qkvw"), "lnfw", "lnfb".
+struct GPTParamTensor {
+  std::string name;
+  size_t offset = 0;  // in floats from the start of the buffer
+  size_t size = 0;    // in floats
+  std::vector<int> shape;
+};
+
+class GPTParamLayout {
+ public:
+  GPTParamLayout() = default;
+  // REQUIRES: config.validate() is OK.
+  explicit GPTParamLayout(const GPTConfig& config);
+
+  int num_layers() const { return num_layers_; }
+  size_t num_params() const { return num_params_; }
+  size_t wte() const { return 0; }
+  size_t wpe() const { return wpe_; }
+  // Offset of block l's first tensor, l in [0, L]; block_begin(L) is where lnfw starts.
+  size_t block_begin(int l) const { return block0_ + static_cast<size_t>(l) * block_size_; }
+  size_t block_size() const { return block_size_; }
+  size_t block_tensor(int l, BlockTensor t) const {
+    return block_begin(l) + block_offsets_[static_cast<int>(t)];
+  }
+  size_t lnfw() const { return lnfw_; }
+  size_t lnfb() const { return lnfw_ + channels_; }
+  // Every tensor, in buffer order.
+  const std::vector<GPTParamTensor>& tensors() const { return tensors_; }
+  // The 1-D tensors (biases and LayerNorm weights), which AdamW does not decay in GPT-2 training
+  // (nanoGPT, llm.c's train_gpt2.py), as sorted disjoint ranges with touching ones merged; for
+  // adamw_update's no_decay (cut to a shard with ranges_in_shard).
+  std::vector<ParamRange> no_decay_ranges() const;
+
+ private:
+  int num_layers_ = 0;
+  size_t channels_ = 0;
+  size_t wpe_ = 0;
+  size_t block0_ = 0;
+  size_t block_size_ = 0;
+  size_t block_offsets_[kNumBlockTensors] = {};
+  size_t lnfw_ = 0;
+  size_t num_params_ = 0;
+  std::vector<GPTParamTensor> tensors_;
+};
+
+struct GPTBlockTensors {
+  float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
+      *fcprojb;
+};
+
+// Pointers to every tensor of one buffer laid out as a GPTParamLayout (parameters or gradients).
+struct GPTTensors {
+  float* wte = nullptr;
+  float* wpe = nullptr;
+  std::vector<GPTBlockTensors> blocks;  // L
+  float* lnfw = nullptr;
+  float* lnfb = nullptr;
+};
+
+// REQUIRES: base holds layout.num_params() floats; they stay owned by the caller.
+GPTTensors point_gpt_tensors(const GPTParamLayout& layout, float* base);
+
+}  // namespace troupe::nn

@@ -1,0 +1,182 @@
+#include "nn/memory.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace troupe::nn {
+namespace {
+
+int64_t round_up(int64_t bytes) {
+  return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+std::string format_bytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (int64_t{1} << 30)) return absl::StrFormat("%.2f GiB", b / (1 << 30));
+  if (bytes >= (int64_t{1} << 20)) return absl::StrFormat("%.2f MiB", b / (1 << 20));
+  if (bytes >= (int64_t{1} << 10)) return absl::StrFormat("%.2f KiB", b / (1 << 10));
+  return absl::StrCat(bytes, " B");
+}
+
+}  // namespace
+
+const char* to_string(Device device) {
+  return device == Device::kCpu ? "cpu" : "cuda";
+}
+
+const char* to_string(MemoryCategory category) {
+  switch (category) {
+    case MemoryCategory::kParameters:
+      return "parameters";
+    case MemoryCategory::kGradients:
+      return "gradients";
+    case MemoryCategory::kOptimizerState:
+      return "optimizer_state";
+    case MemoryCategory::kActivations:
+      return "activations";
+    case MemoryCategory::kOther:
+      return "other";
+  }
+  return "unknown";
+}
+
+MemoryTracker& MemoryTracker::global() {
+  static MemoryTracker* tracker = new MemoryTracker();  // never destroyed: freed at exit too
+  return *tracker;
+}
+
+void MemoryTracker::Counter::add(int64_t bytes) {
+  const int64_t now = live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  int64_t seen = peak.load(std::memory_order_relaxed);
+  while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+  }
+}
+
+void MemoryTracker::on_allocate(Device device, MemoryCategory category, int64_t bytes) {
+  counters_[static_cast<int>(device)][static_cast<int>(category)].add(bytes);
+  totals_[static_cast<int>(device)].add(bytes);
+}
+
+void MemoryTracker::on_free(Device device, MemoryCategory category, int64_t bytes) {
+  counters_[static_cast<int>(device)][static_cast<int>(category)].add(-bytes);
+  totals_[static_cast<int>(device)].add(-bytes);
+}
+
+int64_t MemoryTracker::live_bytes(MemoryCategory category, Device device) const {
+  return counters_[static_cast<int>(device)][static_cast<int>(category)].live.load();
+}
+
+int64_t MemoryTracker::peak_bytes(MemoryCategory category, Device device) const {
+  return counters_[static_cast<int>(device)][static_cast<int>(category)].peak.load();
+}
+
+int64_t MemoryTracker::total_live_bytes(Device device) const {
+  return totals_[static_cast<int>(device)].live.load();
+}
+
+int64_t MemoryTracker::total_peak_bytes(Device device) const {
+  return totals_[static_cast<int>(device)].peak.load();
+}
+
+void MemoryTracker::reset_peak() {
+  for (auto& device : counters_) {
+    for (Counter& counter : device)
+      counter.reset_peak();
+  }
+  for (Counter& total : totals_)
+    total.reset_peak();
+}
+
+std::string MemoryTracker::summary() const {
+  std::string out;
+  for (int d = 0; d < kNumDevices; ++d) {
+    const auto device = static_cast<Device>(d);
+    if (total_peak_bytes(device) == 0 && d != 0) continue;  // the CPU line always
+    absl::StrAppend(&out, out.empty() ? "" : "\n", to_string(device), ": live ",
+                    format_bytes(total_live_bytes(device)), " (peak ",
+                    format_bytes(total_peak_bytes(device)), ")");
+    for (int c = 0; c < kNumMemoryCategories; ++c) {
+      const auto category = static_cast<MemoryCategory>(c);
+      absl::StrAppend(&out, c == 0 ? ": " : ", ", to_string(category), " ",
+                      format_bytes(live_bytes(category, device)), " (peak ",
+                      format_bytes(peak_bytes(category, device)), ")");
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<void*> allocate(Device device, MemoryCategory category, int64_t bytes) {
+  if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("allocate: ", bytes, " bytes"));
+  if (bytes == 0) return nullptr;
+  const int64_t rounded = round_up(bytes);
+  void* data = nullptr;
+  if (device == Device::kCpu) {
+    data = std::aligned_alloc(kAlignment, static_cast<size_t>(rounded));
+    if (data == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", format_bytes(rounded), " of ", to_string(category),
+                       " on the cpu: out of memory (", MemoryTracker::global().summary(), ")"));
+    }
+  } else {
+    absl::StatusOr<void*> cuda = detail::cuda_allocate(rounded);
+    if (!cuda.ok()) return cuda.status();
+    data = *cuda;
+  }
+  MemoryTracker::global().on_allocate(device, category, rounded);
+  return data;
+}
+
+void deallocate(Device device, MemoryCategory category, void* data, int64_t bytes) {
+  if (data == nullptr) return;
+  if (device == Device::kCpu) {
+    std::free(data);
+  } else {
+    detail::cuda_free(data);
+  }
+  MemoryTracker::global().on_free(device, category, round_up(bytes));
+}
+
+absl::Status copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
+                        int64_t bytes) {
+  if (bytes <= 0) return absl::OkStatus();
+  if (dst_device == Device::kCpu && src_device == Device::kCpu) {
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  return detail::cuda_copy(dst, dst_device, src, src_device, bytes);
+}
+
+absl::Status zero_bytes(void* data, Device device, int64_t bytes) {
+  if (bytes <= 0) return absl::OkStatus();
+  if (device == Device::kCpu) {
+    std::memset(data, 0, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  return detail::cuda_zero(data, bytes);
+}
+
+#ifndef TROUPE_HAVE_CUDA
+namespace detail {
+namespace {
+absl::Status no_cuda() {
+  return absl::FailedPreconditionError(
+      "CUDA memory requested, but this build of troupe has no CUDA support");
+}
+}  // namespace
+absl::StatusOr<void*> cuda_allocate(int64_t) {
+  return no_cuda();
+}
+void cuda_free(void*) {}
+absl::Status cuda_copy(void*, Device, const void*, Device, int64_t) {
+  return no_cuda();
+}
+absl::Status cuda_zero(void*, int64_t) {
+  return no_cuda();
+}
+}  // namespace detail
+#endif
+
+}  // namespace troupe::nn

@@ -1,0 +1,108 @@
+// Where tensor memory lives, and how much of it each part of training holds.
+//
+// Every allocation nn makes goes through allocate() below, which counts it in
+// MemoryTracker::global() under the category the caller names: parameters,
+// gradients, optimizer state, activations, or other. The tracker keeps the
+// bytes live and the peak, per category and in total, per device, so that a
+// ZeRO stage or an activation-checkpointing choice shows up as numbers.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace troupe::nn {
+
+enum class Device : uint8_t { kCpu, kCuda };
+inline constexpr int kNumDevices = 2;
+const char* to_string(Device device);  // "cpu", "cuda"
+
+enum class MemoryCategory : uint8_t {
+  kParameters,
+  kGradients,
+  kOptimizerState,
+  kActivations,
+  kOther,
+};
+inline constexpr int kNumMemoryCategories = 5;
+// "parameters", "gradients", "optimizer_state", "activations", "other"
+const char* to_string(MemoryCategory category);
+
+// Bytes live and peak, per device and category and per device in total.
+// Thread-safe: every method may be called from any thread at any time (the
+// counters are atomics; a reading is a snapshot of each counter, not of all
+// of them at one instant).
+class MemoryTracker {
+ public:
+  // The tracker nn's allocations are counted in.
+  static MemoryTracker& global();
+
+  MemoryTracker() = default;
+  MemoryTracker(const MemoryTracker&) = delete;
+  MemoryTracker& operator=(const MemoryTracker&) = delete;
+
+  // Counts `bytes` (>= 0) allocated or freed.
+  void on_allocate(Device device, MemoryCategory category, int64_t bytes);
+  void on_free(Device device, MemoryCategory category, int64_t bytes);
+
+  int64_t live_bytes(MemoryCategory category, Device device = Device::kCpu) const;
+  int64_t peak_bytes(MemoryCategory category, Device device = Device::kCpu) const;
+  int64_t total_live_bytes(Device device = Device::kCpu) const;
+  // The peak of the total, which is at most the sum of the categories' peaks.
+  int64_t total_peak_bytes(Device device = Device::kCpu) const;
+
+  // Sets every peak to the bytes live now (e.g. at the start of a step).
+  // Allocations racing with it may or may not count towards the new peaks.
+  void reset_peak();
+
+  // One line per device with any memory ever counted, e.g.
+  //   cpu: live 1.50 GiB (peak 2.00 GiB): parameters 512.00 MiB (peak 512.00 MiB), ...
+  std::string summary() const;
+
+ private:
+  struct Counter {
+    std::atomic<int64_t> live{0};
+    std::atomic<int64_t> peak{0};
+    void add(int64_t bytes);
+    void reset_peak() { peak.store(live.load(std::memory_order_relaxed)); }
+  };
+  std::array<std::array<Counter, kNumMemoryCategories>, kNumDevices> counters_;
+  std::array<Counter, kNumDevices> totals_;
+};
+
+// Alignment of every allocation, in bytes (a cache line; an AVX-512 vector).
+inline constexpr int64_t kAlignment = 64;
+
+// `bytes` (>= 0) of memory on `device`, 64-byte aligned and uninitialised,
+// counted in MemoryTracker::global() under `category` as `bytes` rounded up to
+// a multiple of 64. Returns nullptr for 0 bytes. ResourceExhausted when the
+// memory is not there; FailedPrecondition for kCuda in a build without CUDA or
+// on a machine without a GPU. The caller owns the memory and returns it with
+// deallocate(), passing the same device, category and bytes.
+[[nodiscard]] absl::StatusOr<void*> allocate(Device device, MemoryCategory category, int64_t bytes);
+void deallocate(Device device, MemoryCategory category, void* data, int64_t bytes);
+
+// Copies `bytes` from `src` on `src_device` to `dst` on `dst_device` (any of
+// cpu<->cuda). Internal (with a CUDA error's text) when the copy fails;
+// FailedPrecondition for kCuda without CUDA. REQUIRES: no overlap.
+[[nodiscard]] absl::Status copy_bytes(void* dst, Device dst_device, const void* src,
+                                      Device src_device, int64_t bytes);
+
+// Sets `bytes` at `data` on `device` to zero.
+[[nodiscard]] absl::Status zero_bytes(void* data, Device device, int64_t bytes);
+
+namespace detail {
+// The CUDA side of the functions above: nn/cuda/memory.cc in builds with
+// CUDA, stubs that return FailedPrecondition in builds without.
+absl::StatusOr<void*> cuda_allocate(int64_t bytes);
+void cuda_free(void* data);
+absl::Status cuda_copy(void* dst, Device dst_device, const void* src, Device src_device,
+                       int64_t bytes);
+absl::Status cuda_zero(void* data, int64_t bytes);
+}  // namespace detail
+
+}  // namespace troupe::nn
