@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/cluster/commands.h"
+#include "nn/process_env.h"
 
 namespace {
 
@@ -29,7 +30,12 @@ int main(int argc, char** argv) {
   std::string command = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "head") return troupe::cluster::head_command(args);
-  if (command == "worker") return troupe::cluster::worker_command(args);
+  if (command == "worker") {
+    // A worker runs the math: BLAS and OpenMP settings must be in place
+    // before those libraries load.
+    troupe::nn::reexec_with_compute_environment(argv);
+    return troupe::cluster::worker_command(args);
+  }
   if (command == "status") return troupe::cluster::status_command(args);
   if (command == "stop") return troupe::cluster::stop_command(args);
   if (command == "--help" || command == "-h" || command == "help") {
