@@ -1,0 +1,123 @@
+// The GPT layers of nn/layers/ on a CUDA device, fp32: the same functions, the same argument
+// order and the same semantics (see each CPU header), on device pointers, enqueued on `stream`.
+// Compiled only in builds with CUDA (TROUPE_HAVE_CUDA); no CPU path includes this header.
+// Shapes: B = batch size, T = sequence length, C = channels, NH = heads, hs = C / NH,
+// OC = output channels, V = vocabulary, Vp = padded row length of the logits.
+//
+// Every function returns once its work is enqueued (asynchronous, like a kernel launch). OK means
+// it was launched; an error (Internal, with the CUDA or cuBLAS code) means a launch failed or an
+// earlier asynchronous error surfaced. Results are read after synchronising `stream`.
+// Differences from the CPU layers:
+//   - the functions that run GEMMs (linear, attention) take a Cublas handle first;
+//   - attention_backward takes caller-owned scratch `datt` [B, NH, T, T];
+//   - crossentropy_forward writes the mean loss to a device float instead of returning it.
+// Backward passes accumulate (+=), as on the CPU. Every result is the same bits run after run on
+// one GPU model: no float atomics, every reduction in a fixed order, cuBLAS in pedantic fp32.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+struct cublasContext;  // cublasHandle_t is cublasContext*
+
+namespace troupe::nn::cuda {
+
+// A cuBLAS handle in CUBLAS_PEDANTIC_MATH mode: fp32 GEMMs in fp32 (no TF32 tensor cores, no
+// reduced-precision reductions), for parity with the CPU layers. Created on the calling thread's
+// current device; use it for pointers on that device, from one thread at a time.
+class Cublas {
+ public:
+  // FailedPrecondition without a usable device; Internal if cuBLAS fails to start.
+  [[nodiscard]] static absl::StatusOr<Cublas> create();
+
+  Cublas(Cublas&& other) noexcept;
+  Cublas& operator=(Cublas&& other) noexcept;
+  Cublas(const Cublas&) = delete;
+  Cublas& operator=(const Cublas&) = delete;
+  ~Cublas();
+
+  cublasContext* handle() const { return handle_; }
+
+ private:
+  explicit Cublas(cublasContext* handle) : handle_(handle) {}
+  cublasContext* handle_ = nullptr;
+};
+
+// --- encoder.h ---
+// out[B, T, C] = wte[inp[b, t], :] + wpe[t, :].
+[[nodiscard]] absl::Status encoder_forward(float* out, const int32_t* inp, const float* wte,
+                                           const float* wpe, int B, int T, int C,
+                                           cudaStream_t stream);
+// dwte[inp[b, t], :] += dout[b, t, :] and dwpe[t, :] += sum over b, both summed in (b, t) order:
+// the CPU layer's bits. A block per position; the first occurrence of a token owns its dwte row.
+[[nodiscard]] absl::Status encoder_backward(float* dwte, float* dwpe, const float* dout,
+                                            const int32_t* inp, int B, int T, int C,
+                                            cudaStream_t stream);
+
+// --- layernorm.h --- (a warp per position; dweight and dbias summed per column in a fixed tree)
+[[nodiscard]] absl::Status layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                             const float* weight, const float* bias, int B, int T,
+                                             int C, cudaStream_t stream);
+[[nodiscard]] absl::Status layernorm_backward(float* dinp, float* dweight, float* dbias,
+                                              const float* dout, const float* inp,
+                                              const float* weight, const float* mean,
+                                              const float* rstd, int B, int T, int C,
+                                              cudaStream_t stream);
+
+// --- linear.h --- (cuBLAS sgemm; the bias and dbias are kernels)
+// out[B*T, OC] = inp[B*T, C] @ weight[OC, C]^T + bias[OC]; bias may be null.
+[[nodiscard]] absl::Status linear_forward(const Cublas& blas, float* out, const float* inp,
+                                          const float* weight, const float* bias, int B, int T,
+                                          int C, int OC, cudaStream_t stream);
+// dinp += dout @ weight (skipped when null), dweight += dout^T @ inp, dbias += column sums of
+// dout (skipped when null).
+[[nodiscard]] absl::Status linear_backward(const Cublas& blas, float* dinp, float* dweight,
+                                           float* dbias, const float* dout, const float* inp,
+                                           const float* weight, int B, int T, int C, int OC,
+                                           cudaStream_t stream);
+
+// --- attention.h --- (per batch row, a strided-batched sgemm over the heads, the causal softmax
+// as a kernel; the whole T x T scores are computed and the upper triangle overwritten with 0)
+// inp [B, T, 3C] fused qkv; att [B, NH, T, T] saved for backward; out [B, T, C].
+// REQUIRES: C % NH == 0.
+[[nodiscard]] absl::Status attention_forward(const Cublas& blas, float* out, float* att,
+                                             const float* inp, int B, int T, int C, int NH,
+                                             cudaStream_t stream);
+// dinp [B, T, 3C] += (dq, dk, dv). datt [B, NH, T, T] is scratch, overwritten.
+[[nodiscard]] absl::Status attention_backward(const Cublas& blas, float* dinp, float* datt,
+                                              const float* dout, const float* inp, const float* att,
+                                              int B, int T, int C, int NH, cudaStream_t stream);
+
+// --- gelu.h --- (tanh approximation, elementwise; out may alias inp)
+[[nodiscard]] absl::Status gelu_forward(float* out, const float* inp, size_t N,
+                                        cudaStream_t stream);
+[[nodiscard]] absl::Status gelu_backward(float* dinp, const float* dout, const float* inp, size_t N,
+                                         cudaStream_t stream);
+
+// --- residual.h --- (out may alias either input; either gradient may be null)
+[[nodiscard]] absl::Status residual_forward(float* out, const float* inp1, const float* inp2,
+                                            size_t N, cudaStream_t stream);
+[[nodiscard]] absl::Status residual_backward(float* dinp1, float* dinp2, const float* dout,
+                                             size_t N, cudaStream_t stream);
+
+// --- crossentropy.h ---
+// loss (one device float) = mean over B*T of lse[b, t] - logits[b, t, targets[b, t]], summed in
+// double in a fixed order; losses [B, T] may be null; lse [B, T] is saved for backward.
+// REQUIRES: 0 <= targets[i] < V.
+[[nodiscard]] absl::Status crossentropy_forward(float* loss, float* losses, float* lse,
+                                                const float* logits, const int32_t* targets, int B,
+                                                int T, int V, int Vp, cudaStream_t stream);
+// dlogits[B, T, Vp] += dloss / (B*T) * (softmax - onehot(targets)) on columns [0, V).
+[[nodiscard]] absl::Status crossentropy_backward(float* dlogits, float dloss, const float* logits,
+                                                 const float* lse, const int32_t* targets, int B,
+                                                 int T, int V, int Vp, cudaStream_t stream);
+// probs[B, T, Vp] = softmax over columns [0, V), 0 on the padding.
+[[nodiscard]] absl::Status softmax_forward(float* probs, const float* logits, int B, int T, int V,
+                                           int Vp, cudaStream_t stream);
+
+}  // namespace troupe::nn::cuda
