@@ -78,7 +78,7 @@ class Communicator {
     std::condition_variable arrived;
     std::map<std::pair<int, uint64_t>, std::deque<Buffer>> inbox;  // (source, tag)
     std::vector<std::shared_ptr<Connection>> accepted;             // by rank, from hellos
-    absl::Status failed;  // set once: Aborted
+    absl::Status failed;                                           // set once: Aborted
     std::string group;
 
     void deliver(Frame frame, const std::shared_ptr<Connection>& from);
