@@ -1,5 +1,6 @@
 #include "transport/buffer.h"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstdlib>
@@ -12,14 +13,18 @@
 namespace troupe::transport {
 namespace {
 
-// Large buffers come and go at the rate frames arrive. Fresh ones from the
-// system are mapped and zero-filled page by page on first touch, which costs
-// more than moving their bytes, so recently freed ones are kept for reuse:
-// sizes from kMinCached up are rounded to a power of two, and each size class
-// keeps at most kPerClass blocks, kMaxCachedBytes in all.
-constexpr size_t kMinCached = size_t{1} << 20;
+// Large buffers come and go at the rate frames arrive (a pipelined
+// collective receives one per 512 KiB segment). Fresh ones from the system
+// are mapped and zero-filled page by page on first touch, which costs more
+// than moving their bytes - and malloc hands freed ones of these sizes back
+// to the system (unmap, or trimming its heap) - so recently freed ones are
+// kept for reuse: sizes from kMinCached up are rounded to a power of two,
+// and each size class keeps up to kClassBytes of blocks (at least
+// kMinPerClass), kMaxCachedBytes in all.
+constexpr size_t kMinCached = size_t{64} << 10;
 constexpr int kClasses = 48;
-constexpr size_t kPerClass = 4;
+constexpr size_t kMinPerClass = 4;
+constexpr size_t kClassBytes = size_t{128} << 20;
 constexpr size_t kMaxCachedBytes = size_t{1} << 30;
 
 class LargeBlockCache {
@@ -35,11 +40,13 @@ class LargeBlockCache {
     cached_bytes_ -= bytes;
     return p;
   }
-  // Keeps `p` for reuse, or returns false if the cache is full.
+  // Keeps `p` for reuse, or returns false if its class or the cache is full.
   bool give(std::byte* p, size_t bytes) {
+    const size_t per_class = std::max(kMinPerClass, kClassBytes / bytes);
     std::lock_guard<std::mutex> lock(mu_);
     auto& free = free_[std::countr_zero(bytes)];
-    if (free.size() >= kPerClass || cached_bytes_ + bytes > kMaxCachedBytes) return false;
+    if (free.size() >= per_class || cached_bytes_ + bytes > kMaxCachedBytes) return false;
+    if (free.capacity() == 0) free.reserve(per_class);  // no allocation when it fills up
     free.push_back(p);
     cached_bytes_ += bytes;
     return true;

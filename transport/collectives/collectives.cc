@@ -6,6 +6,7 @@
 #include <numeric>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "transport/collectives/detail/steps.h"
 #include "transport/collectives/halving_doubling.h"
@@ -19,8 +20,11 @@ namespace {
 // above, the ring (less data per rank).
 constexpr size_t kHalvingDoublingBelowBytes = 64 * 1024;
 
-std::vector<int> all_ranks(const Communicator& comm) {
-  std::vector<int> ranks(static_cast<size_t>(comm.size()));
+// Small groups, the common case, need no allocation.
+using Ranks = absl::InlinedVector<int, 16>;
+
+Ranks all_ranks(const Communicator& comm) {
+  Ranks ranks(static_cast<size_t>(comm.size()));
   std::iota(ranks.begin(), ranks.end(), 0);
   return ranks;
 }
@@ -60,12 +64,13 @@ Algorithm choose_algorithm(const Communicator& comm, size_t bytes) {
 absl::Status allreduce(Communicator& comm, DType type, ReduceOp op, void* data, size_t count,
                        Algorithm algorithm) {
   const uint64_t sequence = comm.next_sequence();
+  Communicator::Driving driving(comm);
   const ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   if (algorithm == Algorithm::kAuto) algorithm = choose_algorithm(comm, count * element_size(type));
-  const std::vector<int> ranks = all_ranks(comm);
+  const Ranks ranks = all_ranks(comm);
   const detail::Members members{ranks, comm.rank()};
-  detail::BorrowedSends first_sends;
-  detail::BorrowedSends sends;
+  detail::BorrowedSends first_sends(comm);
+  detail::BorrowedSends sends(comm);
   absl::Status s;
   switch (algorithm) {
     case Algorithm::kAuto:
@@ -91,13 +96,14 @@ absl::Status allreduce(Communicator& comm, DType type, ReduceOp op, void* data, 
 absl::Status reduce_scatter(Communicator& comm, DType type, ReduceOp op, const void* input,
                             void* output, size_t count, Algorithm algorithm) {
   const uint64_t sequence = comm.next_sequence();
+  Communicator::Driving driving(comm);
   if (algorithm != Algorithm::kAuto && algorithm != Algorithm::kRing) {
     return absl::InvalidArgumentError(absl::StrCat("reduce_scatter runs the ring algorithm, not ",
                                                    std::string(to_string(algorithm))));
   }
-  const std::vector<int> ranks = all_ranks(comm);
+  const Ranks ranks = all_ranks(comm);
   const detail::Members members{ranks, comm.rank()};
-  detail::BorrowedSends first_sends;
+  detail::BorrowedSends first_sends(comm);
   absl::Status s = detail::ring_reduce_scatter(
       comm, members, type, op == ReduceOp::kAvg ? ReduceOp::kSum : op, input, output,
       count * static_cast<size_t>(comm.size()), sequence, 0, first_sends);
@@ -110,6 +116,7 @@ absl::Status reduce_scatter(Communicator& comm, DType type, ReduceOp op, const v
 
 absl::Status allgather(Communicator& comm, const void* input, void* output, size_t bytes) {
   const uint64_t sequence = comm.next_sequence();
+  Communicator::Driving driving(comm);
   const int n = comm.size();
   auto* out = static_cast<std::byte*>(output);
   std::byte* mine = out + static_cast<size_t>(comm.rank()) * bytes;
@@ -117,15 +124,17 @@ absl::Status allgather(Communicator& comm, const void* input, void* output, size
   std::vector<detail::Range> blocks;
   for (int i = 0; i < n; ++i)
     blocks.push_back({static_cast<size_t>(i) * bytes, bytes});
-  const std::vector<int> ranks = all_ranks(comm);
-  detail::BorrowedSends sends;
-  absl::Status s =
-      detail::ring_allgather(comm, {ranks, comm.rank()}, out, blocks, sequence, 0, sends, nullptr);
+  const Ranks ranks = all_ranks(comm);
+  detail::BorrowedSends sends(comm);
+  const detail::Members members{ranks, comm.rank()};
+  detail::place_allgather(comm, members, out, blocks, sequence, 0, sends);
+  absl::Status s = detail::ring_allgather(comm, members, out, blocks, sequence, 0, sends, nullptr);
   return detail::finish(comm, std::move(s), {&sends});
 }
 
 absl::Status broadcast(Communicator& comm, void* data, size_t bytes, int root) {
   const uint64_t sequence = comm.next_sequence();
+  Communicator::Driving driving(comm);
   const int n = comm.size();
   if (root < 0 || root >= n) {
     return absl::InvalidArgumentError(
@@ -135,15 +144,16 @@ absl::Status broadcast(Communicator& comm, void* data, size_t bytes, int root) {
   // receives from v - 2^k (its lowest set bit) and sends to v + 2^j, j < k.
   const int v = (comm.rank() - root + n) % n;
   auto real = [&](int vr) { return (vr + root) % n; };
-  detail::BorrowedSends sends;
+  detail::BorrowedSends sends(comm);
   absl::Status s;
   int mask = 1;
   for (; mask < n; mask <<= 1) {
     if ((v & mask) != 0) {
-      absl::StatusOr<Buffer> in =
-          detail::recv_exactly(comm, real(v - mask), detail::tag_of(sequence, 0, 0), bytes);
+      const uint64_t tag = detail::tag_of(sequence, 0, 0);
+      comm.place(real(v - mask), tag, sends.borrow(data, bytes));  // land it in `data` directly
+      absl::StatusOr<Buffer> in = detail::recv_exactly(comm, real(v - mask), tag, bytes);
       if (!in.ok()) return detail::finish(comm, in.status(), {&sends});
-      if (bytes > 0) std::memcpy(data, in->data(), bytes);
+      if (bytes > 0 && in->data() != data) std::memcpy(data, in->data(), bytes);
       break;
     }
   }
@@ -157,6 +167,7 @@ absl::Status broadcast(Communicator& comm, void* data, size_t bytes, int root) {
 
 absl::Status barrier(Communicator& comm) {
   const uint64_t sequence = comm.next_sequence();
+  Communicator::Driving driving(comm);
   const int n = comm.size();
   const int r = comm.rank();
   // Dissemination: after round k every rank has heard, directly or not,
@@ -169,7 +180,7 @@ absl::Status barrier(Communicator& comm) {
       s = comm.recv((r - distance + n) % n, detail::tag_of(sequence, 0, step)).status();
     }
   }
-  detail::BorrowedSends none;
+  detail::BorrowedSends none(comm);
   return detail::finish(comm, std::move(s), {&none});
 }
 

@@ -1,8 +1,12 @@
 #include "transport/collectives/communicator.h"
 
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -30,6 +34,21 @@ Frame make_frame(uint32_t kind, int rank, uint64_t tag, Buffer payload) {
 
 std::string key(const CommunicatorOptions& o, const std::string& what) {
   return absl::StrCat(o.group, "/", o.generation, "/", what);
+}
+
+// The communicator whose transport this thread drives now (see Driving).
+thread_local const Communicator* tls_driven = nullptr;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
 }
 
 }  // namespace
@@ -101,6 +120,21 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::create(Transport& tr
   }
   for (int peer = o.rank + 1; peer < o.size; ++peer)
     c->peers_[peer] = sh.accepted[peer];
+  lock.unlock();
+  const auto local_ranks = std::count(c->hosts_.begin(), c->hosts_.end(), o.host);
+  c->crowded_ = local_ranks > static_cast<long>(std::max(1u, std::thread::hardware_concurrency()));
+  // Every connection comes from one transport: if it lets waiting threads
+  // run its I/O, they may run these connections' callbacks too.
+  for (const auto& p : c->peers_) {
+    if (auto* direct_io = dynamic_cast<detail::DirectIo*>(p.get())) {
+      direct_io->allow_driving();
+      direct_io->set_placement([weak](std::span<const Buffer> earlier, size_t bytes) {
+        auto s = weak.lock();
+        return s ? s->place(earlier, bytes) : Buffer();
+      });
+      c->direct_io_ = direct_io;
+    }
+  }
   return c;
 }
 
@@ -131,17 +165,33 @@ void Communicator::Shared::deliver(Frame frame, const std::shared_ptr<Connection
       if (from && h.rank < accepted.size()) accepted[h.rank] = from;
     } else if (h.kind == kData) {
       // Once failed, nothing will be received: drop (and so release) it.
-      if (failed.ok())
+      if (failed.ok()) {
         inbox[{static_cast<int>(h.rank), h.tag}].push_back(std::move(frame.buffers[1]));
+        arrivals.fetch_add(1, std::memory_order_release);
+      }
     } else if (h.kind == kAbort && failed.ok()) {
       const Buffer& why = frame.buffers[1];
       failed = absl::AbortedError(
           absl::StrCat("rank ", h.rank, " aborted the group: ",
                        std::string(reinterpret_cast<const char*>(why.data()), why.size())));
       inbox.clear();
+      arrivals.fetch_add(1, std::memory_order_release);
     }
   }
   arrived.notify_all();
+}
+
+Buffer Communicator::Shared::place(std::span<const Buffer> earlier, size_t bytes) {
+  Header h{};
+  if (earlier.size() != 1 || earlier[0].size() != sizeof(h)) return Buffer();
+  std::memcpy(&h, earlier[0].data(), sizeof(h));
+  if (h.kind != kData) return Buffer();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = placements.find({static_cast<int>(h.rank), h.tag});
+  if (it == placements.end() || it->second.size() != bytes) return Buffer();
+  Buffer target = std::move(it->second);
+  placements.erase(it);
+  return target;
 }
 
 void Communicator::Shared::lost(int peer, const absl::Status& why) {
@@ -156,6 +206,7 @@ void Communicator::Shared::lost(int peer, const absl::Status& why) {
                        peer >= 0 ? absl::StrCat(" (rank ", peer, ")") : std::string(),
                        " was lost: ", why.message()));
       inbox.clear();
+      arrivals.fetch_add(1, std::memory_order_release);
     }
   }
   arrived.notify_all();
@@ -168,6 +219,7 @@ absl::Status Communicator::send(int peer, uint64_t tag, Buffer data) {
     if (!sh.failed.ok()) return sh.failed;
     if (peer == options_.rank) {
       sh.inbox[{peer, tag}].push_back(std::move(data));
+      sh.arrivals.fetch_add(1, std::memory_order_release);
       sh.arrived.notify_all();
       return absl::OkStatus();
     }
@@ -178,21 +230,102 @@ absl::Status Communicator::send(int peer, uint64_t tag, Buffer data) {
 absl::StatusOr<Buffer> Communicator::recv(int peer, uint64_t tag) {
   Shared& sh = *shared_;
   const std::pair<int, uint64_t> key{peer, tag};
-  std::unique_lock<std::mutex> lock(sh.mu);
   // The inbox is looked up afresh each time: a failure clears it.
-  bool ready = sh.arrived.wait_until(lock, absl::ToChronoTime(absl::Now() + options_.timeout),
-                                     [&] { return !sh.failed.ok() || sh.inbox.contains(key); });
+  auto ready = [&] { return !sh.failed.ok() || sh.inbox.contains(key); };
+  std::unique_lock<std::mutex> lock(sh.mu);
+  if (!ready()) {
+    uint64_t seen = sh.arrivals.load(std::memory_order_relaxed);
+    lock.unlock();
+    bool spun = false;
+    for (Spinner spin(*this); spin.next();) {
+      uint64_t now = sh.arrivals.load(std::memory_order_acquire);
+      if (now == seen) continue;
+      seen = now;
+      lock.lock();
+      if (ready()) {
+        spun = true;
+        break;
+      }
+      lock.unlock();
+    }
+    if (!spun) {
+      const absl::Time deadline = absl::Now() + options_.timeout;
+      Blocked blocked(*this);
+      lock.lock();
+      sh.arrived.wait_until(lock, absl::ToChronoTime(deadline), ready);
+    }
+  }
   if (!sh.failed.ok()) return sh.failed;
-  if (!ready) {
+  auto it = sh.inbox.find(key);
+  if (it == sh.inbox.end()) {
     return absl::DeadlineExceededError(absl::StrCat("rank ", options_.rank, ": nothing from rank ",
                                                     peer, " within ",
                                                     absl::FormatDuration(options_.timeout)));
   }
-  auto it = sh.inbox.find(key);
   Buffer b = std::move(it->second.front());
-  it->second.pop_front();
+  it->second.erase(it->second.begin());
   if (it->second.empty()) sh.inbox.erase(it);
   return b;
+}
+
+Communicator::Driving::Driving(Communicator& comm) {
+  if (tls_driven != nullptr || comm.direct_io_ == nullptr) return;  // nested, or cannot
+  tls_driven = &comm;
+  began_ = &comm;
+  comm.direct_io_->begin_driving();
+}
+
+Communicator::Driving::~Driving() {
+  if (began_ == nullptr) return;
+  tls_driven = nullptr;
+  began_->direct_io_->end_driving(/*blocking=*/false);
+}
+
+Communicator::Spinner::Spinner(Communicator& comm)
+    : direct_io_(tls_driven == &comm ? comm.direct_io_ : nullptr), crowded_(comm.crowded_) {}
+
+bool Communicator::Spinner::next() {
+  if (direct_io_ != nullptr && direct_io_->poll()) {
+    idle_ = 0;
+    give_out_ns_ = 0;
+    return true;
+  }
+  ++idle_;
+  // Not driving: the transport's I/O thread delivers, and may want this
+  // core. Driving: so may the rank this one waits for, if it shares the core
+  // (as it must on a crowded host, and may on a busy one). A yield nobody
+  // takes costs a system call; one taken costs a time slice, so not too often.
+  if (direct_io_ == nullptr || idle_ % (crowded_ ? 4 : 16) == 0) {
+    sched_yield();
+  } else {
+    cpu_relax();
+  }
+  if (idle_ % 8 != 0) return true;
+  // The clock is read now and then: the budget starts at the first reading.
+  int64_t now = now_ns();
+  if (give_out_ns_ == 0) give_out_ns_ = now + kSpinMicros * 1000;
+  return now < give_out_ns_;
+}
+
+Communicator::Blocked::Blocked(Communicator& comm)
+    : direct_io_(tls_driven == &comm ? comm.direct_io_ : nullptr) {
+  if (direct_io_ != nullptr) direct_io_->end_driving(/*blocking=*/true);
+}
+
+Communicator::Blocked::~Blocked() {
+  if (direct_io_ != nullptr) direct_io_->begin_driving();
+}
+
+void Communicator::place(int peer, uint64_t tag, Buffer target) {
+  if (direct_io_ == nullptr || peer == options_.rank) return;  // nothing would place it
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  shared_->placements.try_emplace({peer, tag}, std::move(target));
+}
+
+void Communicator::clear_placements() {
+  decltype(Shared::placements) unused;  // released outside the lock
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  if (!shared_->placements.empty()) unused.swap(shared_->placements);
 }
 
 void Communicator::abort(const absl::Status& why) {
@@ -203,6 +336,7 @@ void Communicator::abort(const absl::Status& why) {
     if (!sh.failed.ok()) return;
     sh.failed = absl::AbortedError(reason);
     sh.inbox.clear();
+    sh.arrivals.fetch_add(1, std::memory_order_release);
   }
   sh.arrived.notify_all();
   // Every other member fails its pending operations too (best effort: a

@@ -6,22 +6,29 @@
 // and tag are received in the order they were sent. abort() - or a peer's
 // connection breaking - fails every pending and later recv with Aborted
 // (naming the member that aborted or was lost), so no rank is left waiting.
+//
+// Waiting. A thread waiting for a message spins a little before it blocks,
+// and inside a Driving (each collective operation opens one) it runs the
+// transport's I/O itself meanwhile, where the transport allows that (ucx):
+// a message then reaches it without a hand-over from the I/O thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "transport/buffer.h"
 #include "transport/collectives/store.h"
 #include "transport/connection.h"
+#include "transport/detail/direct_io.h"
 
 namespace troupe::transport {
 
@@ -66,9 +73,65 @@ class Communicator {
   // called, or a member's connection broke), DeadlineExceeded.
   absl::StatusOr<Buffer> recv(int peer, uint64_t tag);
 
+  // Asks for the payload of the next message from `peer` under `tag` to land
+  // in `target` (a buffer over the caller's memory, of the payload's size),
+  // where the transport can place it (ucx, for large payloads): recv() then
+  // returns a buffer over target's bytes. Otherwise, or if the message came
+  // first, it arrives as usual. clear_placements() lets go of the targets
+  // not used; a target used is released with the buffer recv() returns.
+  void place(int peer, uint64_t tag, Buffer target);
+  void clear_placements();
+
   // Fails every pending and later operation with Aborted(`why`), here and on
   // every other member it can still reach.
   void abort(const absl::Status& why);
+
+  // While one lives, this thread drives the transport's I/O when it waits
+  // (see above). Nests; one thread at a time per communicator.
+  class Driving {
+   public:
+    explicit Driving(Communicator& comm);
+    ~Driving();
+    Driving(const Driving&) = delete;
+    Driving& operator=(const Driving&) = delete;
+
+   private:
+    Communicator* began_ = nullptr;  // set if this one began driving
+  };
+
+  // A wait's spinning phase, before it blocks:
+  //   for (Communicator::Spinner spin(comm); !done();)
+  //     if (!spin.next()) { Communicator::Blocked b(comm); ...block... }
+  // Inside a Driving each next() runs the transport's I/O once, and now and
+  // then lets the CPU go (often when this host has more ranks than CPUs);
+  // otherwise it lets the CPU go a moment, for the transport's I/O thread.
+  // next() gives out after kSpinMicros without any I/O, so that a long wait
+  // costs little CPU.
+  class Spinner {
+   public:
+    static constexpr int64_t kSpinMicros = 50;
+    explicit Spinner(Communicator& comm);
+    bool next();
+
+   private:
+    detail::DirectIo* direct_io_;  // null unless this thread drives
+    bool crowded_;
+    int64_t give_out_ns_ = 0;
+    int idle_ = 0;
+  };
+
+  // While one lives, the transport's own I/O thread runs its I/O: block
+  // inside one (a thread that drives must not block without).
+  class Blocked {
+   public:
+    explicit Blocked(Communicator& comm);
+    ~Blocked();
+    Blocked(const Blocked&) = delete;
+    Blocked& operator=(const Blocked&) = delete;
+
+   private:
+    detail::DirectIo* direct_io_;  // set if this thread drives
+  };
 
  private:
   // What the transport's callbacks reach; it outlives the communicator for
@@ -76,12 +139,18 @@ class Communicator {
   struct Shared {
     std::mutex mu;
     std::condition_variable arrived;
-    std::map<std::pair<int, uint64_t>, std::deque<Buffer>> inbox;  // (source, tag)
-    std::vector<std::shared_ptr<Connection>> accepted;             // by rank, from hellos
-    absl::Status failed;                                           // set once: Aborted
+    // By (source, tag), oldest first; most keys see one message.
+    absl::flat_hash_map<std::pair<int, uint64_t>, absl::InlinedVector<Buffer, 1>> inbox;
+    // Counts changes to inbox and failed, made under mu: a waiter spins on it.
+    std::atomic<uint64_t> arrivals{0};
+    absl::flat_hash_map<std::pair<int, uint64_t>, Buffer> placements;  // see place()
+    std::vector<std::shared_ptr<Connection>> accepted;                 // by rank, from hellos
+    absl::Status failed;                                               // set once: Aborted
     std::string group;
 
     void deliver(Frame frame, const std::shared_ptr<Connection>& from);
+    // The transport's placement (detail::DirectIo) for a frame's payload.
+    Buffer place(std::span<const Buffer> earlier, size_t bytes);
     void lost(int peer, const absl::Status& why);
   };
 
@@ -94,6 +163,9 @@ class Communicator {
   std::vector<std::shared_ptr<Connection>> peers_;  // by rank; null for self
   std::vector<std::string> hosts_;                  // by rank
   uint64_t sequence_ = 0;
+  // The connections' transport, if a waiting thread can run its I/O.
+  detail::DirectIo* direct_io_ = nullptr;
+  bool crowded_ = false;  // more ranks on this host than CPUs to run them
 };
 
 }  // namespace troupe::transport

@@ -9,9 +9,11 @@
 // at distance p/2, p/4, ..., reduce the half kept) and allgather by
 // recursive doubling, and the even members of the pairs pass the result on.
 //
-// Every element is reduced by one member, in an order fixed by the
-// membership, and then copied to the others: results are bitwise identical
-// across runs and members. Sends copy (the messages are small).
+// Every element is reduced in an order fixed by the membership: above 16 KiB
+// by one member, which then hands it out; up to 16 KiB the partners of each
+// step swap whole vectors and both combine them in the same order (one
+// exchange instead of two). Either way results are bitwise identical across
+// runs and members. Sends copy (the messages are small).
 #pragma once
 
 #include <cstddef>

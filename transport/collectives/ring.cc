@@ -46,7 +46,10 @@ absl::Status ring_reduce_scatter(Communicator& comm, const Members& members, DTy
   }
   // Step s receives block m - s - 2, partly reduced over s + 1 members to the
   // left, adds this member's part, and forwards it: after step n - 2 the
-  // block is m itself, reduced over all.
+  // block is m itself, reduced over all. In place (`output` is input's block
+  // m) the last step adds the received part into `output` rather than the
+  // other way round, which saves a copy and is as deterministic.
+  const bool in_place = out_bytes == in_bytes + mine.offset * width;
   for (int s = 0; s < n - 1; ++s) {
     const Range block = part_of(count, n, static_cast<size_t>(((m - s - 2) % n + n) % n));
     const bool last = s == n - 2;
@@ -55,6 +58,10 @@ absl::Status ring_reduce_scatter(Communicator& comm, const Members& members, DTy
       absl::StatusOr<Buffer> in =
           recv_exactly(comm, left, tag_of(sequence, phase, s, static_cast<int>(j)), len * width);
       if (!in.ok()) return in.status();
+      if (last && in_place) {
+        reduce_into(type, op, out_bytes + at * width, in->data(), len);
+        continue;
+      }
       // A buffer that borrows the sender's memory (inproc) is not ours to change.
       if (in->borrowed()) *in = Buffer::copy_of(in->bytes());
       reduce_into(type, op, in->data(), in_bytes + (block.offset + at) * width, len);
@@ -68,6 +75,26 @@ absl::Status ring_reduce_scatter(Communicator& comm, const Members& members, DTy
     }
   }
   return absl::OkStatus();
+}
+
+void place_allgather(Communicator& comm, const Members& members, std::byte* data,
+                     std::span<const Range> blocks, uint64_t sequence, int phase,
+                     BorrowedSends& sends) {
+  const int n = members.size();
+  const int m = members.me;
+  size_t largest = 0;
+  for (const Range& b : blocks)
+    largest = std::max(largest, b.count);
+  const size_t seg = segment_elements(largest, 1);
+  const int left = members.rank(m - 1);
+  for (int s = 0; s < n - 1; ++s) {
+    const Range& block = blocks[static_cast<size_t>(((m - s - 1) % n + n) % n)];
+    for (size_t at = 0, j = 0; at < block.count; at += seg, ++j) {
+      size_t len = std::min(seg, block.count - at);
+      comm.place(left, tag_of(sequence, phase, s, static_cast<int>(j)),
+                 sends.borrow(data + block.offset + at, len));
+    }
+  }
 }
 
 absl::Status ring_allgather(Communicator& comm, const Members& members, std::byte* data,
@@ -91,9 +118,9 @@ absl::Status ring_allgather(Communicator& comm, const Members& members, std::byt
       return s;
     }
   }
-  if (before_write != nullptr) {
-    if (absl::Status s = before_write->wait(comm.timeout()); !s.ok()) return s;
-  }
+  // Segments placed in `data` land only after the sends of those bytes were
+  // read (see place_allgather); copies wait for the sends to be let go.
+  bool may_write = before_write == nullptr;
   // Step s receives block m - s - 1 and forwards it, unless it is the last.
   for (int s = 0; s < n - 1; ++s) {
     const Range& block = blocks[static_cast<size_t>(((m - s - 1) % n + n) % n)];
@@ -102,7 +129,13 @@ absl::Status ring_allgather(Communicator& comm, const Members& members, std::byt
       absl::StatusOr<Buffer> in =
           recv_exactly(comm, left, tag_of(sequence, phase, s, static_cast<int>(j)), len);
       if (!in.ok()) return in.status();
-      std::memcpy(data + block.offset + at, in->data(), len);
+      if (in->data() != data + block.offset + at) {
+        if (!may_write) {
+          if (absl::Status st = before_write->wait(comm.timeout()); !st.ok()) return st;
+          may_write = true;
+        }
+        std::memcpy(data + block.offset + at, in->data(), len);
+      }
       if (s < n - 2) {
         if (absl::Status st = comm.send(right, tag_of(sequence, phase, s + 1, static_cast<int>(j)),
                                         *std::move(in));
@@ -123,16 +156,17 @@ absl::Status ring_allreduce(Communicator& comm, const Members& members, DType ty
   const size_t width = element_size(type);
   auto* bytes = static_cast<std::byte*>(data);
   const Range mine = part_of(count, n, members.me);
+  std::vector<Range> blocks(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    Range r = part_of(count, n, i);
+    blocks[i] = {r.offset * width, r.count * width};
+  }
+  place_allgather(comm, members, bytes, blocks, sequence, phase + 1, sends);
   if (absl::Status s =
           ring_reduce_scatter(comm, members, type, op, data, bytes + mine.offset * width, count,
                               sequence, phase, first_sends);
       !s.ok()) {
     return s;
-  }
-  std::vector<Range> blocks(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    Range r = part_of(count, n, i);
-    blocks[i] = {r.offset * width, r.count * width};
   }
   return ring_allgather(comm, members, bytes, blocks, sequence, phase + 1, sends, &first_sends);
 }

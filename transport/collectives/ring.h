@@ -41,11 +41,22 @@ absl::Status ring_reduce_scatter(Communicator& comm, const Members& members, DTy
                                  uint64_t sequence, int phase, BorrowedSends& first_sends);
 
 // `data` holds one block per member at `blocks[i]` (byte ranges); this
-// member's block is filled in, the others are received. Before writing
-// anything it waits for `before_write` (sends that borrowed those bytes).
+// member's block is filled in, the others are received. Segments land in
+// `data` directly where the transport can place them (Communicator::place)
+// and place_allgather() asked for it beforehand (as early as possible: a
+// segment that arrives first is copied). Before copying anything into
+// `data` it waits for `before_write` (sends that borrowed those bytes).
 absl::Status ring_allgather(Communicator& comm, const Members& members, std::byte* data,
                             std::span<const Range> blocks, uint64_t sequence, int phase,
                             BorrowedSends& sends, BorrowedSends* before_write);
+
+// Asks for ring_allgather's incoming segments to land in `data`, through
+// buffers borrowed from `sends`. A segment can land before a borrowed send
+// of the same bytes is let go only once that send's bytes have been read:
+// the segment comes back only after the ring has reduced them.
+void place_allgather(Communicator& comm, const Members& members, std::byte* data,
+                     std::span<const Range> blocks, uint64_t sequence, int phase,
+                     BorrowedSends& sends);
 
 // Reduce-scatter then allgather, in place. Uses phases `phase`, `phase + 1`.
 // kAvg is not handled here (the caller sums and scales).

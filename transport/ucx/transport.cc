@@ -6,18 +6,21 @@
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "transport/address.h"
+#include "transport/detail/direct_io.h"
 #include "transport/detail/session.h"
 #include "transport/tcp/transport.h"
 
@@ -37,12 +40,17 @@ namespace {
 // most kInlineFrameBytes goes whole, as its wire bytes, in one eager message
 // (kFrameStartAm) behind an 8-byte prefix naming the receiving connection. A
 // larger one sends its header and lengths that way, then (kFramePartAm, the
-// connection id as AM header) the message and each non-empty buffer, eager or
-// by rendezvous as UCX sees fit. UCP delivers an endpoint's active messages in
-// order, so the receiver knows which part comes next.
+// connection id as AM header) the message and each non-empty buffer: eager
+// up to kEagerPartBytes, above that by rendezvous as UCX sees fit (landing
+// where detail::DirectIo placement says). UCP delivers an endpoint's active
+// messages in order, so the receiver knows which part comes next.
 constexpr unsigned kFrameStartAm = 0;
 constexpr unsigned kFramePartAm = 1;
 constexpr size_t kInlineFrameBytes = 4096;
+// Parts up to this size go eagerly, in pieces through the shared-memory FIFO:
+// two copies, but no rendezvous handshake, which UCX would start at 8 KiB and
+// which costs more than the copy it saves below about this size.
+constexpr size_t kEagerPartBytes = 64 * 1024;
 constexpr size_t kIdBytes = sizeof(uint64_t);
 // Progress calls without events before the thread blocks on the worker's fd
 // (tens of microseconds), yielding the core between them. Short, and polite,
@@ -52,9 +60,33 @@ constexpr size_t kIdBytes = sizeof(uint64_t);
 // back well within the budget.
 constexpr int kSpinsBeforeSleep = 500;
 constexpr int kSleepMillis = 50;
+// While threads drive the worker themselves the progress thread sleeps in
+// steps this long: the most that work left to it can wait.
+constexpr int kStandBackMillis = 1;
 
 absl::Status ucx_error(std::string_view what, ucs_status_t status) {
   return absl::UnavailableError(absl::StrCat(std::string(what), ": ", ucs_status_string(status)));
+}
+
+// Large parts on one host move by a single copy: the receiver reads them out
+// of the sender's memory with CMA (process_vm_readv) instead of the sender
+// copying them into a shared-memory FIFO and the receiver copying them out.
+// UCX 1.13 lets endpoints with peer-failure handling use a memory domain for
+// rendezvous only if it can invalidate registered memory, so that a failed
+// peer can no longer reach it, and CMA claims that only when told to
+// (UCX_CMA_MEMORY_INVALIDATE; its invalidation does nothing). So rendezvous
+// is pinned to get_zcopy, where the receiver reads: a peer only ever reads
+// memory we send from, never writes ours. (Under the put scheme a peer
+// writes into the receiver's buffer, which a failed receive may already have
+// handed back.) Both sides of an endpoint must choose alike - UCX aborts the
+// process when a peer's lanes differ from ours - so this goes through the
+// environment, as the error-handling settings do, and a user's values win:
+// with any other scheme CMA stays off.
+void enable_single_copy() {
+  const char* scheme = std::getenv("UCX_RNDV_SCHEME");
+  if (scheme != nullptr && std::string_view(scheme) != "get_zcopy") return;
+  ::setenv("UCX_RNDV_SCHEME", "get_zcopy", /*overwrite=*/0);
+  ::setenv("UCX_CMA_MEMORY_INVALIDATE", "y", /*overwrite=*/0);
 }
 
 // "ucx://h:p" -> "tcp://h:p", the side channel's address.
@@ -66,22 +98,56 @@ absl::StatusOr<std::string> side_address(std::string_view address) {
 
 class UcxTransport;
 
+// Counts an operation that needs the worker run to finish, while it lives.
+class InFlight {
+ public:
+  explicit InFlight(std::atomic<int>& count) : count_(&count) {
+    count_->fetch_add(1, std::memory_order_relaxed);
+  }
+  InFlight(InFlight&& other) noexcept : count_(std::exchange(other.count_, nullptr)) {}
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+  ~InFlight() {
+    if (count_ != nullptr) count_->fetch_sub(1, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<int>* count_;
+};
+
 // An inline frame whose send did not complete at once keeps its bytes here,
 // in the UCP request's own space (the context's request_size), until it does.
 struct InlineSend {
   std::vector<std::byte> bytes;
+  InFlight in_flight;
 };
 
-// How sessions reach their transport; cleared when it goes. On the
-// progress thread the transport is alive by definition: `progress` (that
-// thread's id, while it runs) lets sends from there skip the lock.
+// How sessions reach their transport; cleared when it goes. Sends and
+// closes post to it under `mu`. Threads that drive the transport (see
+// detail::DirectIo) visit it through `live` instead, lock-free: the
+// transport waits for the visitors to leave before it goes.
 struct Link {
   std::mutex mu;
   UcxTransport* transport = nullptr;
-  std::atomic<std::thread::id> progress{};
+  std::atomic<UcxTransport*> live{nullptr};
+  std::atomic<int> visitors{0};
+
+  // Runs fn(transport) unless the transport is going or gone.
+  template <class Fn>
+  void visit(Fn fn) {
+    visitors.fetch_add(1, std::memory_order_seq_cst);
+    if (UcxTransport* t = live.load(std::memory_order_seq_cst)) fn(*t);
+    visitors.fetch_sub(1, std::memory_order_seq_cst);
+  }
 };
 
-class UcxSession final : public detail::Session {
+// The link whose worker this thread is running now, holding the worker lock
+// (the progress thread, or a thread driving it), and whether it is a thread
+// driving it rather than the progress thread.
+thread_local const Link* tls_running = nullptr;
+thread_local bool tls_driving = false;
+
+class UcxSession final : public detail::Session, public detail::DirectIo {
  public:
   UcxSession(Role role, const TransportOptions& options, std::shared_ptr<TransportStats> stats,
              std::string name, std::shared_ptr<Link> link, uint64_t id)
@@ -89,8 +155,13 @@ class UcxSession final : public detail::Session {
 
   const uint64_t id;
   std::shared_ptr<Connection> side;  // the side channel; set once, before use
+  // Frames posted to the progress thread and not yet sent: a send from
+  // another thread may go straight out only when there are none.
+  std::atomic<int> queued{0};
+  // Whether callbacks may run on a thread driving the transport.
+  std::atomic<bool> driving_allowed{false};
 
-  // Progress thread only.
+  // Worker lock holder only.
   ucp_ep_h ep = nullptr;
   uint64_t peer_id = 0;
   bool gone = false;        // dropped; ignore further traffic
@@ -99,24 +170,78 @@ class UcxSession final : public detail::Session {
   // Frames whose bytes are still arriving, in the order they were sent: a
   // small frame behind a large rendezvous one waits for it.
   struct Incoming {
-    Frame frame;
-    std::vector<std::pair<std::byte*, size_t>> parts;  // where each part lands
-    size_t next_part = 0;                              // parts announced so far
-    size_t parts_done = 0;                             // parts fully received
+    struct Part {
+      int buffer;  // which of frame.buffers, or kMessage
+      size_t bytes;
+    };
+    static constexpr int kMessage = -1;
+    Frame frame;  // buffers still to arrive are empty until they do
+    std::vector<Part> parts;
+    size_t next_part = 0;   // parts announced so far
+    size_t parts_done = 0;  // parts fully received
     bool complete = false;
   };
   std::deque<std::unique_ptr<Incoming>> incoming;
+  detail::DirectIo::Placement placement;  // set under the worker lock
+
+  // Where the part about to arrive lands: the frame's message, or a buffer
+  // that placement chooses or the transport allocates.
+  std::byte* land(Incoming& in, const Incoming::Part& part) {
+    if (part.buffer == Incoming::kMessage) return in.frame.message.data();
+    Buffer& b = in.frame.buffers[static_cast<size_t>(part.buffer)];
+    // Placement sees only complete buffers before this one.
+    if (placement && in.parts_done + 1 == in.next_part) {
+      b = placement({in.frame.buffers.data(), static_cast<size_t>(part.buffer)}, part.bytes);
+      if (b.size() != part.bytes) b = Buffer();
+    }
+    if (b.empty()) b = Buffer(part.bytes);
+    return b.data();
+  }
+
+  // What the session's callbacks are told, from whichever thread runs the
+  // worker - or, on a driving thread that the session has not allowed, in
+  // order through the progress thread (see `deferred`).
+  void hand_up_frame(Frame frame) {
+    if (may_hand_up_here()) {
+      on_frame_received(std::move(frame));
+    } else {
+      defer({Event::kFrame, std::move(frame), absl::OkStatus()});
+    }
+  }
+  void hand_up_bad_frame(absl::Status why) {
+    if (may_hand_up_here()) {
+      on_bad_frame(why);
+    } else {
+      defer({Event::kBadFrame, Frame(), std::move(why)});
+    }
+  }
+  void hand_up_closed(absl::Status why) {
+    if (may_hand_up_here()) {
+      on_channel_closed(std::move(why));
+    } else {
+      defer({Event::kClosed, Frame(), std::move(why)});
+    }
+  }
+  // Progress thread: hands up what was deferred.
+  void flush_deferred();
+
+  // detail::DirectIo.
+  void allow_driving() override { driving_allowed.store(true, std::memory_order_release); }
+  void begin_driving() override;
+  void end_driving(bool blocking) override;
+  bool poll() override;
+  void set_placement(Placement place) override;
 
   void deliver_completed() {
     while (!incoming.empty() && incoming.front()->complete) {
       Frame f = std::move(incoming.front()->frame);
       incoming.pop_front();
       if (absl::Status s = validate_message(f.message, options().limits); !s.ok()) {
-        on_bad_frame(s);
+        hand_up_bad_frame(s);
         incoming.clear();
         return;
       }
-      on_frame_received(std::move(f));
+      hand_up_frame(std::move(f));
     }
   }
 
@@ -125,7 +250,24 @@ class UcxSession final : public detail::Session {
   void shutdown_channel() override;
 
  private:
+  struct Event {
+    enum Kind { kFrame, kBadFrame, kClosed } kind;
+    Frame frame;
+    absl::Status status;
+  };
+
+  bool may_hand_up_here() {
+    if (!tls_driving) {
+      if (!deferred_.empty()) flush_deferred();  // the progress thread: what waited goes first
+      return true;
+    }
+    return deferred_.empty() && driving_allowed.load(std::memory_order_acquire);
+  }
+  void defer(Event event);
+
   std::shared_ptr<Link> link_;
+  std::deque<Event> deferred_;  // worker lock holder only
+  bool flush_posted_ = false;   // worker lock holder only
 };
 
 class UcxTransport final : public Transport {
@@ -141,8 +283,10 @@ class UcxTransport final : public Transport {
     {
       std::lock_guard<std::mutex> lock(link_->mu);
       link_->transport = nullptr;
-      link_->progress.store(std::thread::id(), std::memory_order_release);
     }
+    link_->live.store(nullptr, std::memory_order_seq_cst);
+    while (link_->visitors.load(std::memory_order_seq_cst) > 0)
+      std::this_thread::yield();
     side_.reset();  // side channels close; their callbacks post nothing any more
     if (thread_.joinable()) {
       post([this] { stopping_ = true; });
@@ -178,10 +322,26 @@ class UcxTransport final : public Transport {
   void post(std::function<void()> fn) { enqueue(Command{std::move(fn), nullptr, Frame()}); }
   // Sends `frame` on `s` from the progress thread, in order with post(). Thread-safe.
   void post_send(std::shared_ptr<UcxSession> s, Frame frame) {
+    s->queued.fetch_add(1, std::memory_order_relaxed);
     enqueue(Command{nullptr, std::move(s), std::move(frame)});
   }
+  // Sends `frame` on `s` from this thread, if it can take the worker at once
+  // and no earlier frame of `s` is still queued; otherwise leaves `frame` be
+  // and returns false.
+  bool try_send_here(UcxSession* s, Frame& frame);
 
-  // Progress thread only: sends now, or holds the frame until `s` has an endpoint.
+  // A thread driving the worker (see detail::DirectIo).
+  void begin_driving() { drivers_.fetch_add(1, std::memory_order_seq_cst); }
+  void end_driving(bool blocking);
+  bool poll_once();
+  // Runs fn() holding the worker lock (waiting for it).
+  template <class Fn>
+  void with_worker(Fn fn) {
+    std::lock_guard<std::mutex> lock(worker_mu_);
+    fn();
+  }
+
+  // Worker lock holder only: sends now, or holds the frame until `s` has an endpoint.
   void send_now(UcxSession* s, Frame frame);
   void close_now(const std::shared_ptr<UcxSession>& s);
   void drop(const std::shared_ptr<UcxSession>& s, absl::Status why);
@@ -202,8 +362,12 @@ class UcxTransport final : public Transport {
 
   absl::Status init();
   void enqueue(Command command);
+  void wake();
   void run();
   bool run_commands();
+  // The progress thread with nothing to do: blocks until the worker or
+  // another thread has something for it, or a while passes.
+  void sleep();
   // Sends a frame small enough to travel whole in one eager message.
   void send_inline(UcxSession* s, const FrameHeader& h, const Frame& f);
   // Sends a larger frame: its start, then the message and each buffer.
@@ -248,6 +412,11 @@ class UcxTransport final : public Transport {
   std::thread thread_;
   std::atomic<bool> sleeping_{false};
   std::atomic<uint64_t> next_id_{1};
+  // Whoever runs the worker holds this: the progress thread, or a thread
+  // driving it. Guards what the declarations below say is the holder's.
+  std::mutex worker_mu_;
+  std::atomic<int> drivers_{0};    // threads driving the worker now
+  std::atomic<int> in_flight_{0};  // operations that need the worker run to finish
 
   std::mutex commands_mu_;
   std::vector<Command> commands_;           // guarded by commands_mu_
@@ -255,9 +424,9 @@ class UcxTransport final : public Transport {
 
   std::mutex sessions_mu_;  // by_id_ is filled from other threads
   absl::flat_hash_map<uint64_t, std::shared_ptr<UcxSession>> by_id_;
-  // Progress thread only.
-  bool stopping_ = false;
-  std::vector<Command> running_;  // the batch of commands being run
+  bool stopping_ = false;         // progress thread only
+  std::vector<Command> running_;  // the batch of commands being run; progress thread only
+  // Worker lock holder only.
   absl::flat_hash_map<uint64_t, std::shared_ptr<UcxSession>> known_;  // by_id_'s, lock-free
   absl::flat_hash_map<ucp_ep_h, std::shared_ptr<UcxSession>> by_ep_;
   std::vector<std::byte> start_;                      // where the next inline frame is laid out
@@ -265,9 +434,19 @@ class UcxTransport final : public Transport {
 };
 
 absl::Status UcxSession::write_frame(Frame frame) {
-  if (link_->progress.load(std::memory_order_acquire) == std::this_thread::get_id()) {
-    link_->transport->send_now(this, std::move(frame));  // a reply from a callback: no hand-off
-    return absl::OkStatus();
+  if (tls_running == link_.get()) {
+    // A reply from a callback, or a thread driving the worker: no hand-off.
+    // (Once the transport is going, sends fail below.)
+    if (UcxTransport* t = link_->live.load(std::memory_order_acquire)) {
+      t->send_now(this, std::move(frame));
+      return absl::OkStatus();
+    }
+  }
+  if (driving_allowed.load(std::memory_order_acquire)) {
+    // A communicator's thread: send from here when the worker is free.
+    bool sent = false;
+    link_->visit([&](UcxTransport& t) { sent = t.try_send_here(this, frame); });
+    if (sent) return absl::OkStatus();
   }
   std::lock_guard<std::mutex> lock(link_->mu);
   if (link_->transport == nullptr) return absl::UnavailableError("the ucx transport has shut down");
@@ -303,6 +482,7 @@ absl::Status UcxTransport::init() {
   ::setenv("UCX_SYSV_ERROR_HANDLING", "y", /*overwrite=*/0);
   side_ = tcp::make_transport(options_, side_stats_);
 
+  enable_single_copy();
   ucp_config_t* config = nullptr;
   if (ucs_status_t s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) {
     return ucx_error("ucp_config_read", s);
@@ -345,6 +525,7 @@ absl::Status UcxTransport::init() {
     std::lock_guard<std::mutex> lock(link_->mu);
     link_->transport = this;
   }
+  link_->live.store(this, std::memory_order_seq_cst);
   thread_ = std::thread([this] { run(); });
   return absl::OkStatus();
 }
@@ -355,6 +536,10 @@ void UcxTransport::enqueue(Command command) {
     commands_.push_back(std::move(command));
     have_commands_.store(true, std::memory_order_seq_cst);
   }
+  wake();
+}
+
+void UcxTransport::wake() {
   uint64_t one = 1;
   if (sleeping_.load(std::memory_order_seq_cst)) static_cast<void>(::write(wake_fd_, &one, 8));
 }
@@ -371,38 +556,57 @@ bool UcxTransport::run_commands() {
       c.fn();
     } else {
       send_now(c.session.get(), std::move(c.frame));
+      c.session->queued.fetch_sub(1, std::memory_order_release);
     }
   }
   running_.clear();
   return true;
 }
 
+// Marks this thread as running `link`'s worker while it holds the worker lock.
+class Running {
+ public:
+  Running(const Link* link, bool driving) {
+    tls_running = link;
+    tls_driving = driving;
+  }
+  ~Running() {
+    tls_running = nullptr;
+    tls_driving = false;
+  }
+  Running(const Running&) = delete;
+  Running& operator=(const Running&) = delete;
+};
+
 void UcxTransport::run() {
-  link_->progress.store(std::this_thread::get_id(), std::memory_order_release);
   int idle = 0;
   while (!stopping_) {
-    bool busy = run_commands();
-    while (ucp_worker_progress(worker_) != 0)
-      busy = true;
-    if (!retired_.empty()) retired_.clear();
+    bool busy = false;
+    {
+      std::lock_guard<std::mutex> lock(worker_mu_);
+      Running running(link_.get(), /*driving=*/false);
+      busy = run_commands();
+      if (drivers_.load(std::memory_order_seq_cst) == 0) {
+        while (ucp_worker_progress(worker_) != 0)
+          busy = true;
+      } else {
+        // Threads driving the worker run it. Once per wake-up (a command, or
+        // kStandBackMillis) this one does too, for connections that no
+        // thread drives.
+        ucp_worker_progress(worker_);
+      }
+      if (!retired_.empty()) retired_.clear();
+    }
     if (busy) {
       idle = 0;
       continue;
     }
-    if (++idle < kSpinsBeforeSleep) {
+    if (drivers_.load(std::memory_order_seq_cst) == 0 && ++idle < kSpinsBeforeSleep) {
       sched_yield();  // any other thread of ours that can run goes first
       continue;
     }
     idle = 0;
-    sleeping_.store(true, std::memory_order_seq_cst);
-    if (!have_commands_.load(std::memory_order_seq_cst) && ucp_worker_arm(worker_) == UCS_OK) {
-      pollfd fds[2] = {{worker_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-      ::poll(fds, 2, kSleepMillis);
-      uint64_t drained;
-      while (::read(wake_fd_, &drained, 8) == 8) {
-      }
-    }
-    sleeping_.store(false, std::memory_order_seq_cst);
+    sleep();
   }
   // Shutting down: every connection ends now.
   std::vector<std::shared_ptr<UcxSession>> sessions;
@@ -418,6 +622,107 @@ void UcxTransport::run() {
   for (int quiet = 0; quiet < 1000 && absl::Now() < until;) {
     quiet = ucp_worker_progress(worker_) != 0 ? 0 : quiet + 1;
   }
+}
+
+void UcxTransport::sleep() {
+  sleeping_.store(true, std::memory_order_seq_cst);
+  if (!have_commands_.load(std::memory_order_seq_cst)) {
+    if (drivers_.load(std::memory_order_seq_cst) > 0) {
+      // Standing back: the drivers see to the worker, and the last to leave
+      // wakes this thread if anything is left for it.
+      pollfd fd = {wake_fd_, POLLIN, 0};
+      ::poll(&fd, 1, kStandBackMillis);
+    } else {
+      bool armed = false;
+      {
+        std::lock_guard<std::mutex> lock(worker_mu_);
+        armed = ucp_worker_arm(worker_) == UCS_OK;
+      }
+      if (armed) {
+        pollfd fds[2] = {{worker_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+        ::poll(fds, 2, kSleepMillis);
+      }
+    }
+    uint64_t drained;
+    while (::read(wake_fd_, &drained, 8) == 8) {
+    }
+  }
+  sleeping_.store(false, std::memory_order_seq_cst);
+}
+
+void UcxTransport::end_driving(bool blocking) {
+  if (drivers_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+      (blocking || in_flight_.load(std::memory_order_seq_cst) > 0 ||
+       have_commands_.load(std::memory_order_seq_cst))) {
+    wake();
+  }
+}
+
+bool UcxTransport::poll_once() {
+  std::unique_lock<std::mutex> lock(worker_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  Running running(link_.get(), /*driving=*/true);
+  bool any = ucp_worker_progress(worker_) != 0;
+  if (!retired_.empty()) retired_.clear();
+  return any;
+}
+
+bool UcxTransport::try_send_here(UcxSession* s, Frame& frame) {
+  std::unique_lock<std::mutex> lock(worker_mu_, std::try_to_lock);
+  if (!lock.owns_lock() || s->queued.load(std::memory_order_acquire) > 0) return false;
+  Running running(link_.get(), /*driving=*/true);
+  send_now(s, std::move(frame));
+  if (!retired_.empty()) retired_.clear();
+  return true;
+}
+
+// Only on a driving thread, so the transport is alive (it is being visited).
+void UcxSession::defer(Event event) {
+  deferred_.push_back(std::move(event));
+  if (flush_posted_) return;
+  flush_posted_ = true;
+  auto self = std::static_pointer_cast<UcxSession>(shared_from_this());
+  link_->live.load(std::memory_order_relaxed)->post([self] { self->flush_deferred(); });
+}
+
+void UcxSession::flush_deferred() {
+  flush_posted_ = false;
+  while (!deferred_.empty()) {
+    Event e = std::move(deferred_.front());
+    deferred_.pop_front();
+    switch (e.kind) {
+      case Event::kFrame:
+        on_frame_received(std::move(e.frame));
+        break;
+      case Event::kBadFrame:
+        on_bad_frame(e.status);
+        break;
+      case Event::kClosed:
+        on_channel_closed(std::move(e.status));
+        break;
+    }
+  }
+}
+
+// A driving thread stays a visitor from begin_driving() to end_driving(), so
+// that poll() in between need not check in each time.
+void UcxSession::begin_driving() {
+  link_->visitors.fetch_add(1, std::memory_order_seq_cst);
+  if (UcxTransport* t = link_->live.load(std::memory_order_seq_cst)) t->begin_driving();
+}
+
+void UcxSession::end_driving(bool blocking) {
+  if (UcxTransport* t = link_->live.load(std::memory_order_seq_cst)) t->end_driving(blocking);
+  link_->visitors.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void UcxSession::set_placement(Placement place) {
+  link_->visit([&](UcxTransport& t) { t.with_worker([&] { placement = std::move(place); }); });
+}
+
+bool UcxSession::poll() {
+  UcxTransport* t = link_->live.load(std::memory_order_acquire);
+  return t != nullptr && t->poll_once();
 }
 
 UcxSession* UcxTransport::session_by_id(uint64_t id) {
@@ -512,6 +817,7 @@ struct SendOp {
   std::vector<std::byte> start;  // receiver id, header, lengths
   uint64_t to = 0;               // receiver id, the AM header of parts
   int pending = 0;
+  InFlight in_flight;
 };
 
 template <class T>
@@ -576,11 +882,11 @@ void UcxTransport::send_inline(UcxSession* s, const FrameHeader& h, const Frame&
     return;
   }
   // In flight: the request keeps the bytes; the callback runs later, on this thread.
-  new (req) InlineSend{std::exchange(start_, {})};
+  new (req) InlineSend{std::exchange(start_, {}), InFlight(in_flight_)};
 }
 
 void UcxTransport::send_parts(UcxSession* s, const FrameHeader& h, Frame f) {
-  auto* op = new SendOp{std::move(f), {}, s->peer_id, 1};  // 1: held while issuing
+  auto* op = new SendOp{std::move(f), {}, s->peer_id, 1, InFlight(in_flight_)};  // 1: the guard
   append_start(op->start, op->to, h, op->frame);
   std::vector<std::pair<void*, size_t>> parts;
   if (!op->frame.message.empty())
@@ -592,7 +898,7 @@ void UcxTransport::send_parts(UcxSession* s, const FrameHeader& h, Frame f) {
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                          UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = i == 0 ? UCP_AM_SEND_FLAG_EAGER : 0;
+    param.flags = i == 0 || parts[i - 1].second <= kEagerPartBytes ? UCP_AM_SEND_FLAG_EAGER : 0;
     param.datatype = ucp_dt_make_contig(1);
     param.user_data = op;
     param.cb.send = [](void* request, ucs_status_t, void* user) {
@@ -646,7 +952,7 @@ void UcxTransport::end_session(const std::shared_ptr<UcxSession>& s, absl::Statu
     if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);  // completes in the background
   }
   if (s->side) s->side->close();
-  s->on_channel_closed(std::move(why));
+  s->hand_up_closed(std::move(why));
 }
 
 void UcxTransport::on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
@@ -666,7 +972,7 @@ ucs_status_t UcxTransport::on_frame_start(void* arg, const void*, size_t, void* 
   UcxSession* s = t->session_by_id(to);
   if (s == nullptr || s->gone) return UCS_OK;
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-    s->on_bad_frame(absl::InvalidArgumentError("a frame start arrived by rendezvous"));
+    s->hand_up_bad_frame(absl::InvalidArgumentError("a frame start arrived by rendezvous"));
     return UCS_OK;
   }
   const FrameLimits& limits = t->options_.limits;
@@ -674,23 +980,24 @@ ucs_status_t UcxTransport::on_frame_start(void* arg, const void*, size_t, void* 
                                    length - kIdBytes);
   absl::StatusOr<FrameHeader> h = decode_header(bytes, limits);
   if (!h.ok()) {
-    s->on_bad_frame(h.status());
+    s->hand_up_bad_frame(h.status());
     return UCS_OK;
   }
   size_t table_end = kFrameHeaderBytes + h->lengths_bytes();
   bool whole = bytes.size() == h->total_bytes();
   if (bytes.size() != table_end && !whole) {
-    s->on_bad_frame(absl::InvalidArgumentError("frame start has the wrong size"));
+    s->hand_up_bad_frame(absl::InvalidArgumentError("frame start has the wrong size"));
     return UCS_OK;
   }
   absl::StatusOr<LengthTable> lengths =
       decode_lengths(*h, bytes.subspan(kFrameHeaderBytes), limits);
   if (!lengths.ok()) {
-    s->on_bad_frame(lengths.status());
+    s->hand_up_bad_frame(lengths.status());
     return UCS_OK;
   }
   if (!s->incoming.empty() && s->incoming.back()->next_part < s->incoming.back()->parts.size()) {
-    s->on_bad_frame(absl::InvalidArgumentError("a frame started before the last one was whole"));
+    s->hand_up_bad_frame(
+        absl::InvalidArgumentError("a frame started before the last one was whole"));
     return UCS_OK;
   }
   if (whole && s->incoming.empty()) {  // the usual small frame: deliver it now
@@ -705,29 +1012,31 @@ ucs_status_t UcxTransport::on_frame_start(void* arg, const void*, size_t, void* 
       src += len;
     }
     if (absl::Status v = validate_message(f.message, limits); !v.ok()) {
-      s->on_bad_frame(v);
+      s->hand_up_bad_frame(v);
     } else {
-      s->on_frame_received(std::move(f));
+      s->hand_up_frame(std::move(f));
     }
     return UCS_OK;
   }
   auto in = std::make_unique<UcxSession::Incoming>();
   UcxSession::Incoming* raw = in.get();
   raw->frame.kind = h->kind;
-  raw->frame.message = Buffer(h->message_bytes);
-  if (!raw->frame.message.empty())
-    raw->parts.emplace_back(raw->frame.message.data(), h->message_bytes);
-  for (uint64_t len : *lengths) {
-    raw->frame.buffers.emplace_back(len);
-    if (len > 0) raw->parts.emplace_back(raw->frame.buffers.back().data(), len);
-  }
-  if (whole) {
+  if (whole) {  // behind a frame still arriving: take it all now
     const std::byte* src = bytes.data() + table_end;
-    for (auto [target, size] : raw->parts) {
-      std::memcpy(target, src, size);
-      src += size;
+    raw->frame.message = Buffer::copy_of({src, h->message_bytes});
+    src += h->message_bytes;
+    for (uint64_t len : *lengths) {
+      raw->frame.buffers.push_back(Buffer::copy_of({src, len}));
+      src += len;
     }
-    raw->parts.clear();
+  } else {
+    raw->frame.message = Buffer(h->message_bytes);
+    if (!raw->frame.message.empty())
+      raw->parts.push_back({UcxSession::Incoming::kMessage, h->message_bytes});
+    for (uint64_t len : *lengths) {
+      raw->frame.buffers.emplace_back();
+      if (len > 0) raw->parts.push_back({static_cast<int>(raw->frame.buffers.size() - 1), len});
+    }
   }
   raw->complete = raw->parts.empty();
   s->incoming.push_back(std::move(in));
@@ -745,7 +1054,7 @@ ucs_status_t UcxTransport::on_frame_part(void* arg, const void* header, size_t h
   UcxSession* s = t->session_by_id(to);
   if (s == nullptr || s->gone) return UCS_OK;
   if (s->incoming.empty() || s->incoming.back()->next_part >= s->incoming.back()->parts.size()) {
-    s->on_bad_frame(absl::InvalidArgumentError("a frame part with no frame to belong to"));
+    s->hand_up_bad_frame(absl::InvalidArgumentError("a frame part with no frame to belong to"));
     return UCS_OK;
   }
   t->receive_part(std::static_pointer_cast<UcxSession>(s->shared_from_this()),
@@ -756,6 +1065,7 @@ ucs_status_t UcxTransport::on_frame_part(void* arg, const void* header, size_t h
 struct RecvOp {
   std::shared_ptr<UcxSession> session;
   UcxSession::Incoming* incoming;
+  InFlight in_flight;
 };
 
 void UcxTransport::part_received(const std::shared_ptr<UcxSession>& s, UcxSession::Incoming* in) {
@@ -769,18 +1079,20 @@ void UcxTransport::part_received(const std::shared_ptr<UcxSession>& s, UcxSessio
 // pulled by rendezvous straight into its buffer.
 void UcxTransport::receive_part(const std::shared_ptr<UcxSession>& s, UcxSession::Incoming* in,
                                 void* data, size_t length, const ucp_am_recv_param_t* param) {
-  auto [target, size] = in->parts[in->next_part++];
+  const UcxSession::Incoming::Part part = in->parts[in->next_part++];
+  const size_t size = part.bytes;
   if (length != size) {
-    s->on_bad_frame(absl::InvalidArgumentError(
+    s->hand_up_bad_frame(absl::InvalidArgumentError(
         absl::StrCat("frame part of ", length, " bytes where ", size, " were announced")));
     return;
   }
+  std::byte* target = s->land(*in, part);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
     std::memcpy(target, data, size);
     part_received(s, in);
     return;
   }
-  auto* op = new RecvOp{s, in};
+  auto* op = new RecvOp{s, in, InFlight(in_flight_)};
   ucp_request_param_t rp{};
   rp.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;

@@ -62,10 +62,13 @@ absl::StatusOr<Buffer> recv_exactly(Communicator& comm, int peer, uint64_t tag, 
 // Sends that borrow the caller's memory instead of copying it. The memory
 // must not change, and must stay alive, until the transport lets go of it:
 // wait() returns when every buffer made by borrow() has been released (sent,
-// consumed, or dropped by a failed connection).
+// consumed, or dropped by a failed connection). Targets for
+// Communicator::place are borrowed here too (the transport writes those).
+// Given the communicator, a wait drives its transport as recv() does.
 class BorrowedSends {
  public:
-  BorrowedSends() : state_(std::make_shared<State>()) {}
+  BorrowedSends() = default;
+  explicit BorrowedSends(Communicator& comm) : comm_(&comm) {}
   BorrowedSends(const BorrowedSends&) = delete;
   BorrowedSends& operator=(const BorrowedSends&) = delete;
   ~BorrowedSends();
@@ -79,9 +82,10 @@ class BorrowedSends {
   struct State {
     std::mutex mu;
     std::condition_variable released;
-    int outstanding = 0;
+    std::atomic<int> outstanding{0};  // changed under mu
   };
-  std::shared_ptr<State> state_;
+  Communicator* comm_ = nullptr;
+  std::shared_ptr<State> state_;  // made by the first borrow()
 };
 
 // Runs an algorithm's body: on an error, aborts the group (so that no other
