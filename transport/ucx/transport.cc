@@ -477,12 +477,16 @@ class UcxListener final : public Listener {
 
 absl::Status UcxTransport::init() {
   // Endpoints ask for peer-failure reports; UCX's shared-memory transports
-  // offer them only when told to, through the environment. A user's value wins.
-  ::setenv("UCX_POSIX_ERROR_HANDLING", "y", /*overwrite=*/0);
-  ::setenv("UCX_SYSV_ERROR_HANDLING", "y", /*overwrite=*/0);
+  // offer them only when told to, through the environment. A user's value
+  // wins. Once per process: setenv must not race another thread's getenv.
+  static std::once_flag environment_set;
+  std::call_once(environment_set, [] {
+    ::setenv("UCX_POSIX_ERROR_HANDLING", "y", /*overwrite=*/0);
+    ::setenv("UCX_SYSV_ERROR_HANDLING", "y", /*overwrite=*/0);
+    enable_single_copy();
+  });
   side_ = tcp::make_transport(options_, side_stats_);
 
-  enable_single_copy();
   ucp_config_t* config = nullptr;
   if (ucs_status_t s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) {
     return ucx_error("ucp_config_read", s);
