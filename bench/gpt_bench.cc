@@ -1,7 +1,7 @@
 // GPT training-step benchmark: troupe::nn::GPT and PyTorch side by side in one invocation.
 //
 //   gpt_bench [--configs 1M,5M,12M,25M,50M] [--threads N] [--steps 3] [--warmup 1]
-//             [--repeat 3] [--batch B] [--seq T] [--json FILE] [--no-peer] [--no-blas-fix]
+//             [--repeat 3] [--batch B] [--seq T] [--json FILE] [--no-peer]
 //
 // One step: zero_grad, forward (with targets: the loss), backward, AdamW update of every
 // parameter (lr 1e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 outside the biases and
@@ -12,21 +12,24 @@
 // Peer: bench/gpt_bench_torch.py, the same model (tests/reference/gpt_reference.py's GPT-2:
 // tied LM head, pre-LN, tanh GELU, causal attention through F.scaled_dot_product_attention) and
 // torch.optim.AdamW with the same hyperparameters, B, T, steps and thread count
-// (torch.set_num_threads), run after troupe has finished, by the first of $TROUPE_TORCH_PYTHON,
-// python3 and /usr/bin/python3 that can import torch; without one the peer is skipped. Ratio =
-// troupe / PyTorch tokens/s (above 1: troupe is faster).
+// (torch.set_num_threads), run by the first of $TROUPE_TORCH_PYTHON, python3 and
+// /usr/bin/python3 that can import torch, config by config right after troupe's run of it (never
+// at the same time); without torch the peer is skipped. Ratio = troupe / PyTorch tokens/s
+// (above 1: troupe is faster).
+//
+// troupe runs as its worker processes do (nn/process_env.h): OPENBLAS_CORETYPE set where
+// OpenBLAS does not know the CPU, OMP_WAIT_POLICY=passive; TROUPE_KEEP_ENV=1 keeps the
+// environment as it is. Each config also reports the CPU time per step and the share of
+// (threads x wall time) it got: well below 100% means other processes had the cores.
 #include <sched.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -39,6 +42,7 @@
 #include "nn/gemm.h"
 #include "nn/gpt.h"
 #include "nn/optim/adamw.h"
+#include "nn/process_env.h"
 #include "nn/threads.h"
 
 #ifndef TROUPE_GPT_BENCH_TORCH_SCRIPT
@@ -63,9 +67,9 @@ struct ModelConfig {
   size_t params() const { return troupe::nn::GPTParamLayout(gpt_config()).num_params(); }
 };
 
-// Named by their approximate parameter count. Widths follow GPT-2's head size of 64 (32 for the
-// smallest); B is chosen so that a step takes about a second or less on two cores, and every
-// config's activations fit a few GiB.
+// Named by their approximate parameter count. Heads of 64 channels as GPT-2's (32 in the
+// smallest); B is chosen so that a step takes 0.4-3 s on two cores (troupe or PyTorch, fp32)
+// and each side needs under 2 GiB.
 const std::vector<ModelConfig>& all_configs() {
   static const std::vector<ModelConfig> configs = {
       {"1M", 4, 128, 4, 2048, 256, 16},  {"5M", 4, 256, 4, 8192, 256, 8},
@@ -252,18 +256,12 @@ std::optional<std::string> find_torch_python() {
   return std::nullopt;
 }
 
-// Runs gpt_bench_torch.py on the configs; nothing (with the reason printed) when no Python has
-// torch or the script fails. Its progress lines go to our stderr as they come.
-std::optional<TorchRun> run_torch(const std::vector<ModelConfig>& configs, int threads, int steps,
+// Runs gpt_bench_torch.py with `python` on the configs; nothing (with the reason printed) when
+// the script fails. Its progress lines go to our stderr as they come.
+std::optional<TorchRun> run_torch(const std::string& python,
+                                  const std::vector<ModelConfig>& configs, int threads, int steps,
                                   int warmup, int repeat) {
-  std::optional<std::string> python = find_torch_python();
-  if (!python) {
-    std::printf(
-        "torch: not installed (set TROUPE_TORCH_PYTHON to a python that can import torch; see "
-        "docs/benchmarks.md) - peer skipped\n");
-    return std::nullopt;
-  }
-  std::string cmd = shell_quote(*python) + " " + shell_quote(TROUPE_GPT_BENCH_TORCH_SCRIPT) +
+  std::string cmd = shell_quote(python) + " " + shell_quote(TROUPE_GPT_BENCH_TORCH_SCRIPT) +
                     " --threads " + std::to_string(threads) + " --steps " + std::to_string(steps) +
                     " --warmup " + std::to_string(warmup) + " --repeat " + std::to_string(repeat);
   for (const ModelConfig& mc : configs) {
@@ -275,7 +273,7 @@ std::optional<TorchRun> run_torch(const std::vector<ModelConfig>& configs, int t
   std::fflush(stdout);
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (pipe == nullptr) {
-    std::printf("torch: cannot start %s - peer skipped\n", python->c_str());
+    std::printf("torch: cannot start %s - peer skipped\n", python.c_str());
     return std::nullopt;
   }
   std::string out;
@@ -292,7 +290,7 @@ std::optional<TorchRun> run_torch(const std::vector<ModelConfig>& configs, int t
   }
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   TorchRun run;
-  run.python = *python;
+  run.python = python;
   run.version = json_string(json, "torch_version");
   run.attention = json_string(json, "attention");
   for (const ModelConfig& mc : configs) {
@@ -303,7 +301,7 @@ std::optional<TorchRun> run_torch(const std::vector<ModelConfig>& configs, int t
     }
   }
   if (code != 0 || run.values.empty()) {
-    std::printf("torch: failed (exit code %d) - peer skipped\n", code);
+    std::printf("torch: failed (exit code %d) - peer skipped for this config\n", code);
     return std::nullopt;
   }
   return run;
@@ -371,31 +369,6 @@ bool write_gpt_json(const std::string& path, const std::string& peer, int thread
   return static_cast<bool>(out);
 }
 
-// When OpenBLAS picked kernels far below this CPU (gemm_backend_warning) and the environment does
-// not choose them, runs this program again with OPENBLAS_CORETYPE set as the warning advises:
-// OpenBLAS reads it only when it loads. Returns only if it did not.
-void rerun_with_better_blas_kernels(char** argv) {
-  const std::string warning = nn::gemm_backend_warning();
-  const std::string key = "OPENBLAS_CORETYPE=";
-  const size_t at = warning.find(key);
-  if (at == std::string::npos || std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
-  std::string core;
-  for (size_t i = at + key.size();
-       i < warning.size() && std::isalnum(static_cast<unsigned char>(warning[i])); ++i)
-    core += warning[i];
-  if (core.empty()) return;
-  std::printf(
-      "gpt_bench: GEMM is %s on this CPU; running again with OPENBLAS_CORETYPE=%s "
-      "(--no-blas-fix: measure it as it is)\n",
-      nn::gemm_backend().c_str(), core.c_str());
-  std::fflush(stdout);
-  ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
-  ::execv("/proc/self/exe", argv);
-  std::printf("gpt_bench: could not run again (%s); going on with the kernels as they are\n",
-              std::strerror(errno));
-  ::unsetenv("OPENBLAS_CORETYPE");
-}
-
 int cores_available() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -413,13 +386,14 @@ int main(int argc, char** argv) {
     std::printf(
         "usage: gpt_bench [--configs 1M,5M,12M,25M,50M] [--threads N] [--steps N] [--warmup N]\n"
         "                 [--repeat N] [--batch B] [--seq T] [--json FILE] [--no-peer]\n"
-        "                 [--no-blas-fix]\n"
         "configs:");
     for (const ModelConfig& mc : all_configs())
       std::printf(" %s", mc.name.c_str());
     std::printf(
         "\nPyTorch runs as the peer when $TROUPE_TORCH_PYTHON (else python3, else\n"
-        "/usr/bin/python3) can import torch.\n");
+        "/usr/bin/python3) can import torch. troupe runs with OPENBLAS_CORETYPE and\n"
+        "OMP_WAIT_POLICY=passive set as its worker processes do (TROUPE_KEEP_ENV=1: as "
+        "inherited).\n");
     return 0;
   }
   const int threads = static_cast<int>(flags.get_long("--threads", cores_available()));
@@ -431,13 +405,18 @@ int main(int argc, char** argv) {
   const std::string json = flags.get("--json", "");
   const std::string names = flags.get("--configs", "1M,5M,12M,25M,50M");
   if (threads < 1 || steps < 1 || warmup < 0 || repeat < 1 || batch < 0 || seq < 0) {
-    std::fprintf(stderr, "gpt_bench: --threads, --steps, --repeat must be at least 1\n");
+    std::fprintf(stderr,
+                 "gpt_bench: --threads, --steps and --repeat must be at least 1, --warmup, "
+                 "--batch and --seq at least 0\n");
     return 2;
   }
   std::vector<ModelConfig> configs;
   std::istringstream list(names);
   for (std::string name; std::getline(list, name, ',');) {
-    if (name.empty()) continue;
+    if (name.empty() || std::any_of(configs.begin(), configs.end(),
+                                    [&](const ModelConfig& mc) { return mc.name == name; })) {
+      continue;
+    }
     auto it = std::find_if(all_configs().begin(), all_configs().end(),
                            [&](const ModelConfig& mc) { return mc.name == name; });
     if (it == all_configs().end()) {
@@ -457,11 +436,34 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  if (!flags.has("--no-blas-fix")) rerun_with_better_blas_kernels(argv);
+  // As troupe's worker processes start (cli/main.cc): OPENBLAS_CORETYPE where OpenBLAS does not
+  // know this CPU, OMP_WAIT_POLICY=passive; the program runs again with them set. PyTorch gets
+  // the OpenBLAS setting (Debian's torch runs on OpenBLAS too) but not the wait policy, which
+  // troupe chose for itself: OpenMP's default is what PyTorch users run with.
+  if (std::getenv("TROUPE_COMPUTE_ENV_SET") == nullptr) {
+    const char* policy = std::getenv("OMP_WAIT_POLICY");
+    ::setenv("TROUPE_GPT_BENCH_PEER_WAIT_POLICY", policy != nullptr ? policy : "", 1);
+  }
+  troupe::nn::reexec_with_compute_environment(argv);
+  auto env_or = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v != nullptr && *v != '\0' ? v : "unset");
+  };
+  const std::string our_env = "OPENBLAS_CORETYPE " + env_or("OPENBLAS_CORETYPE") +
+                              ", OMP_WAIT_POLICY " + env_or("OMP_WAIT_POLICY");
+  if (const char* policy = std::getenv("TROUPE_GPT_BENCH_PEER_WAIT_POLICY")) {
+    if (*policy == '\0') {
+      ::unsetenv("OMP_WAIT_POLICY");  // for the peer; this process's OpenMP has read it
+    } else {
+      ::setenv("OMP_WAIT_POLICY", policy, 1);
+    }
+  }
   troupe::nn::set_num_threads(threads);
   std::printf(
-      "gpt_bench: %d threads, %d warm-up steps, %d repeats of %d steps; GEMM: %s; load %.1f\n",
-      threads, warmup, repeat, steps, troupe::nn::gemm_backend().c_str(), load_average());
+      "gpt_bench: %d threads, %d warm-up steps, %d repeats of %d steps; GEMM: %s (%s); load "
+      "%.1f\n",
+      threads, warmup, repeat, steps, troupe::nn::gemm_backend().c_str(), our_env.c_str(),
+      load_average());
   if (const std::string warning = troupe::nn::gemm_backend_warning(); !warning.empty()) {
     std::printf("gpt_bench: WARNING: %s\n", warning.c_str());
   }
@@ -473,7 +475,19 @@ int main(int argc, char** argv) {
   }
   std::fflush(stdout);
 
+  // Config by config, troupe then PyTorch, so that the two of a pair see the machine in the
+  // same state (it is shared: the loads of other processes come and go).
+  std::optional<std::string> python;
+  if (!flags.has("--no-peer")) {
+    python = find_torch_python();
+    if (!python) {
+      std::printf(
+          "torch: not installed (set TROUPE_TORCH_PYTHON to a python that can import torch; see "
+          "docs/benchmarks.md) - peer skipped\n");
+    }
+  }
   std::vector<TroupeResult> ours;
+  std::optional<TorchRun> torch;
   for (const ModelConfig& mc : configs) {
     TroupeResult r = run_troupe(mc, threads, steps, warmup, repeat);
     const double tokens = static_cast<double>(mc.B) * mc.T;
@@ -486,19 +500,21 @@ int main(int argc, char** argv) {
         r.cpu_per_step * 1e3, load_average());
     std::fflush(stdout);
     ours.push_back(r);
+    if (!python) continue;
+    std::optional<TorchRun> run = run_torch(*python, {mc}, threads, steps, warmup, repeat);
+    if (!run) continue;
+    if (!torch) {
+      torch = std::move(run);
+      std::printf("torch: %s from %s, attention: %s\n", torch->version.c_str(),
+                  torch->python.c_str(), torch->attention.c_str());
+    } else {
+      torch->values.insert(run->values.begin(), run->values.end());
+    }
   }
-
-  std::optional<TorchRun> torch;
-  if (!flags.has("--no-peer")) torch = run_torch(configs, threads, steps, warmup, repeat);
-  std::string peer = "none";
-  if (torch) {
-    peer = "PyTorch " + torch->version;
-    std::printf("torch: %s from %s, attention: %s\n", torch->version.c_str(), torch->python.c_str(),
-                torch->attention.c_str());
-  }
+  const std::string peer = torch ? "PyTorch " + torch->version : "none";
 
   std::vector<Row> rows;
-  std::vector<std::string> short_of_goal;
+  std::vector<std::string> short_of_goal, without_peer;
   for (size_t i = 0; i < configs.size(); ++i) {
     const ModelConfig& mc = configs[i];
     Row row{mc.name + " (" + si(static_cast<double>(mc.params())) + " params, B" +
@@ -513,16 +529,22 @@ int main(int argc, char** argv) {
                     mc.name.c_str(), mc.params(), their_params);
       }
       if (row.ratio() < 1.2) short_of_goal.push_back(mc.name);
+    } else {
+      without_peer.push_back(mc.name);
     }
     rows.push_back(row);
   }
   print_table(torch ? "PyTorch" : "-", rows);
   if (torch) {
-    std::string missed;
-    for (const std::string& name : short_of_goal)
-      missed += (missed.empty() ? "" : ", ") + name;
-    std::printf("goal, troupe >= 1.2x PyTorch on every config: %s%s\n",
-                missed.empty() ? "met" : "not met: ", missed.c_str());
+    auto join = [](const std::vector<std::string>& items) {
+      std::string out;
+      for (const std::string& name : items)
+        out += (out.empty() ? "" : ", ") + name;
+      return out;
+    };
+    std::printf("goal, troupe >= 1.2x PyTorch on every config: %s%s%s%s\n",
+                short_of_goal.empty() ? "met" : "not met: ", join(short_of_goal).c_str(),
+                without_peer.empty() ? "" : "; no PyTorch figure for ", join(without_peer).c_str());
   }
   if (!json.empty() && !write_gpt_json(json, peer, threads, configs, ours, torch)) {
     std::fprintf(stderr, "gpt_bench: cannot write %s\n", json.c_str());

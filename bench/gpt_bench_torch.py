@@ -140,7 +140,8 @@ def run_config(name, L, C, NH, V, T, B, args):
     if not all(math.isfinite(v) for v in losses):
         raise RuntimeError(f"{name}: a loss is not finite: {losses}")
     print(f"torch: {name}: {step_s * 1e3:.1f} ms/step, {B * T / step_s:.0f} tokens/s, "
-          f"loss {losses[0]:.4f} -> {losses[-1]:.4f}, cpu {cpu_share:.0%} ({cpu_per_step * 1e3:.1f} ms/step), "
+          f"loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
+          f"cpu {cpu_share:.0%} ({cpu_per_step * 1e3:.1f} ms/step), "
           f"load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
     return {
         f"{name}.step_s": step_s,
