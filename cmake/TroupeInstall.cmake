@@ -18,7 +18,7 @@ include(CMakePackageConfigHelpers)
 
 # The libraries users link, in link order: troupe_X is exported as troupe::X
 # and its headers are the *.h files under X/ in the source tree.
-set(TROUPE_EXPORTED_TARGETS troupe_transport troupe_nn troupe_core)
+set(TROUPE_EXPORTED_TARGETS troupe_transport troupe_nn troupe_core troupe_actors troupe_trainers)
 set(TROUPE_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
 set(TROUPE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/troupe)
 

@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git clang-format clang libclang-rt-14-dev
   # libraries the build links
   libabsl-dev libspdlog-dev libfmt-dev capnproto libcapnp-dev libasio-dev libssl-dev
-  libibverbs-dev libucx-dev libopenblas-dev
+  libibverbs-dev libucx-dev libopenblas-dev nlohmann-json3-dev
   # tests and benchmarks (peers: CAF for actors, ucx_perftest for transports)
   libgtest-dev libgmock-dev libbenchmark-dev libcaf-dev ucx-utils
   # peers for collective_bench: Gloo, and Open MPI with its mpirun

@@ -1,0 +1,31 @@
+// The parallel layout: a mesh dp x pp x tp (DESIGN.md s5), the coordinate of
+// one member in it, and the names its actors are spawned under, so that any
+// process can find the stage, shard or loader of a coordinate by name.
+#pragma once
+
+#include <string>
+
+#include "core/codec.h"
+
+namespace troupe::actors {
+
+struct Mesh {
+  int dp = 1;
+  int pp = 1;
+  int tp = 1;
+  int size() const { return dp * pp * tp; }
+  TROUPE_FIELDS(dp, pp, tp)
+};
+
+struct Coordinate {
+  int d = 0;
+  int p = 0;
+  int t = 0;
+  TROUPE_FIELDS(d, p, t)
+};
+
+// "JOB/KIND/dD.pP.tT", e.g. "run-1/stage/d1.p0.t0": the name of the actor of
+// kind `kind` ("stage", "shard", "loader") at `at` in job `job`.
+std::string actor_name(const std::string& job, const std::string& kind, const Coordinate& at);
+
+}  // namespace troupe::actors

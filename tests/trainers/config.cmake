@@ -1,0 +1,1 @@
+# config tests (label trainers).

@@ -1,0 +1,1 @@
+# data tests (label trainers).

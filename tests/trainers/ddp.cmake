@@ -1,0 +1,1 @@
+# ddp tests (label trainers).

@@ -1,0 +1,147 @@
+// The training configuration: a DeepSpeed-style JSON file plus troupe's own
+// sections (`model`, `data`, `parallel`, `training`), parsed and checked in one
+// place so that a bad file fails before any actor starts (docs/training.md).
+//
+//   {
+//     "train_batch_size": 64, "train_micro_batch_size_per_gpu": 16,
+//     "gradient_accumulation_steps": 2, "gradient_clipping": 1.0,
+//     "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01}},
+//     "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 50,
+//                                                        "total_num_steps": 1000}},
+//     "zero_optimization": {"stage": 0, "reduce_bucket_size": 500000000},
+//     "model": {"n_layer": 2, "n_head": 4, "n_embd": 64, "seq_len": 32, "vocab_size": 256},
+//     "data": {"synthetic": {"task": "addition", "digits": 2}},
+//     "parallel": {"dp": 2},
+//     "training": {"steps": 500, "seed": 1234}
+//   }
+//
+// train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x dp
+// (DeepSpeed's rule; any two of the three batch keys determine the third).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nn/gpt_param_layout.h"
+#include "nn/optim/adamw.h"
+#include "nn/optim/loss_scaler.h"
+#include "nn/optim/schedule.h"
+#include "nn/optim/sgd.h"
+
+namespace troupe::trainers {
+
+// `model`: the GPT (nn/gpt.h).
+struct ModelConfig {
+  int n_layer = 2;
+  int n_head = 4;
+  int n_embd = 64;
+  int seq_len = 64;      // T of every sample, and the model's max_seq_len
+  int vocab_size = 256;  // byte-level by default
+  int padded_vocab_size = 0;  // 0: vocab_size rounded up to a multiple of 64
+  bool recompute_activations = false;
+  nn::GPTConfig gpt() const;  // the nn::GPTConfig this describes
+};
+
+// `data.synthetic`: a generated task instead of a dataset file.
+struct SyntheticTaskConfig {
+  std::string task = "addition";  // the only task so far
+  int digits = 2;                 // operand digits
+  int64_t num_samples = 100000;   // samples in the generated training set
+  uint64_t seed = 1;              // the task's own seed (problems, held-out set)
+};
+
+// `data`: exactly one of `path` (a token dataset, actors/data/token_dataset.h:
+// PATH.bin + PATH.json) or `synthetic`.
+struct DataConfig {
+  std::string path;
+  std::optional<SyntheticTaskConfig> synthetic;
+  bool shuffle = true;  // epoch-seeded permutation (else in order)
+  int prefetch = 2;     // micro-batches the loader prepares ahead
+};
+
+// `parallel`: the mesh. Only dp > 1 (pp = tp = 1) runs so far.
+struct ParallelConfig {
+  int dp = 1;
+  int pp = 1;
+  int tp = 1;
+};
+
+enum class OptimizerType { kAdamW, kSgd };
+
+// `optimizer`: {"type": "AdamW" | "Adam" (decoupled decay, as AdamW) | "SGD",
+//               "params": {"lr", "betas": [b1, b2], "eps", "weight_decay", "momentum",
+//                          "nesterov", "dampening"}}
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::kAdamW;
+  nn::AdamWConfig adamw;
+  nn::SgdConfig sgd;
+  float lr() const { return type == OptimizerType::kAdamW ? adamw.lr : sgd.lr; }
+};
+
+// `fp16`: {"enabled", "loss_scale" (0: dynamic), "initial_scale_power",
+//          "loss_scale_window", "hysteresis", "consecutive_hysteresis", "min_loss_scale"}
+struct Fp16Config {
+  bool enabled = false;
+  double static_loss_scale = 0;  // "loss_scale": 0 means dynamic
+  nn::LossScalerConfig dynamic;
+};
+
+// `zero_optimization`: only stage 0 (DDP) runs so far.
+struct ZeroConfig {
+  int stage = 0;
+  int64_t reduce_bucket_size = 500000000;  // elements, as DeepSpeed counts them
+  bool overlap_comm = true;
+  bool contiguous_gradients = true;
+};
+
+// `training` (troupe's): how long, what is written where.
+struct TrainingConfig {
+  int64_t steps = 0;               // optimizer steps; 0: one epoch of the data
+  uint64_t seed = 1234;            // parameters' initialisation and the data order
+  int log_interval = 1;            // steps between progress lines ("steps_per_print" too)
+  std::string metrics_file;        // JSONL, a line per step; empty: none
+  std::string output_dir;          // final weights (and metrics, if metrics_file is empty)
+  int eval_interval = 0;           // steps between task-accuracy evaluations; 0: at the end
+  int eval_samples = 200;          // held-out problems per evaluation (synthetic tasks)
+  int threads = 0;                 // compute threads per replica; 0: cores / dp
+};
+
+struct TrainConfig {
+  int64_t train_batch_size = 0;
+  int64_t micro_batch_size = 0;  // train_micro_batch_size_per_gpu
+  int64_t gradient_accumulation_steps = 0;
+  double gradient_clipping = 0;  // 0: none
+  OptimizerConfig optimizer;
+  nn::LrSchedule schedule = nn::LrSchedule::constant(1e-3f);
+  Fp16Config fp16;
+  bool bf16 = false;  // "bf16": {"enabled": true}
+  ZeroConfig zero;
+  ModelConfig model;
+  DataConfig data;
+  ParallelConfig parallel;
+  TrainingConfig training;
+  // Keys of DeepSpeed's format that were present but are not implemented:
+  // each a line "KEY is not implemented by troupe; ignored" for the caller to print.
+  std::vector<std::string> warnings;
+};
+
+// Parses and checks a config. InvalidArgument naming the key (as a JSON path,
+// "optimizer.params.betas") for: malformed JSON (with line and column), an
+// unknown key, a value of the wrong type or out of range, batch sizes that do
+// not satisfy the rule above, dp * pp * tp that does not divide what it must,
+// a model that GPTConfig::validate rejects, `data` with neither or both of
+// path and synthetic. Does not touch the file system (see check_data_exists).
+absl::StatusOr<TrainConfig> parse_train_config(const std::string& json_text);
+// Reads `path` and parses it; NotFound naming the file if it cannot be read.
+absl::StatusOr<TrainConfig> load_train_config(const std::string& path);
+// NotFound naming the missing file when data.path is set and PATH.bin or
+// PATH.json does not exist.
+absl::Status check_data_exists(const TrainConfig& config);
+// The config back as JSON (every key, defaults filled in): what a run records
+// beside its metrics.
+std::string to_json(const TrainConfig& config);
+
+}  // namespace troupe::trainers

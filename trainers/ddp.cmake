@@ -1,0 +1,3 @@
+# Paths relative to trainers/.
+target_sources(troupe_trainers PRIVATE
+)
