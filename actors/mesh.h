@@ -14,14 +14,14 @@ struct Mesh {
   int pp = 1;
   int tp = 1;
   int size() const { return dp * pp * tp; }
-  TROUPE_FIELDS(dp, pp, tp)
+  TROUPE_FIELDS(dp, pp, tp);
 };
 
 struct Coordinate {
   int d = 0;
   int p = 0;
   int t = 0;
-  TROUPE_FIELDS(d, p, t)
+  TROUPE_FIELDS(d, p, t);
 };
 
 // "JOB/KIND/dD.pP.tT", e.g. "run-1/stage/d1.p0.t0": the name of the actor of
