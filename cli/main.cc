@@ -1,11 +1,14 @@
 // troupe: the command-line entry point. Cluster commands (head, worker,
-// status, stop) come from core; training commands will come from trainers.
+// status, stop) come from core; training commands (train, generate, data)
+// from trainers.
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "core/cluster/commands.h"
 #include "nn/process_env.h"
+#include "trainers/data_command.h"
+#include "trainers/train_command.h"
 
 namespace {
 
@@ -17,6 +20,10 @@ void print_usage() {
       "  worker   join this machine to a cluster        (ray start --address)\n"
       "  status   show nodes, actors, placement groups  (ray status)\n"
       "  stop     stop the cluster                      (ray stop)\n\n"
+      "Training commands:\n"
+      "  train    train a GPT from a DeepSpeed-style config   (deepspeed train.py)\n"
+      "  generate sample text from trained weights\n"
+      "  data     prepare token datasets (byte-level), synthetic tasks\n\n"
       "Run `troupe <command> --help` for its flags.\n");
 }
 
@@ -36,6 +43,13 @@ int main(int argc, char** argv) {
     troupe::nn::reexec_with_compute_environment(argv);
     return troupe::cluster::worker_command(args);
   }
+  if (command == "train" || command == "generate") {
+    // The driver evaluates and generates on its own CPU too.
+    troupe::nn::reexec_with_compute_environment(argv);
+    return command == "train" ? troupe::trainers::train_command(args)
+                              : troupe::trainers::generate_command(args);
+  }
+  if (command == "data") return troupe::trainers::data_command(args);
   if (command == "status") return troupe::cluster::status_command(args);
   if (command == "stop") return troupe::cluster::stop_command(args);
   if (command == "--help" || command == "-h" || command == "help") {

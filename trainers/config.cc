@@ -1,5 +1,14 @@
 #include "trainers/config.h"
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
 namespace troupe::trainers {
 
 nn::GPTConfig ModelConfig::gpt() const {
@@ -11,6 +20,41 @@ nn::GPTConfig ModelConfig::gpt() const {
   c.num_heads = n_head;
   c.channels = n_embd;
   return c;
+}
+
+absl::StatusOr<TrainConfig> load_train_config(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    return absl::NotFoundError(
+        absl::StrCat(path, ": cannot read the config file (", std::strerror(errno), ")"));
+  }
+  std::ostringstream text;
+  text << file.rdbuf();
+  if (file.bad()) {
+    return absl::NotFoundError(
+        absl::StrCat(path, ": cannot read the config file (", std::strerror(errno), ")"));
+  }
+  absl::StatusOr<TrainConfig> config = parse_train_config(text.str());
+  if (!config.ok()) {
+    return absl::Status(config.status().code(),
+                        absl::StrCat(path, ": ", config.status().message()));
+  }
+  return config;
+}
+
+absl::Status check_data_exists(const TrainConfig& config) {
+  if (config.data.path.empty()) return absl::OkStatus();
+  std::vector<std::string> missing;
+  for (const char* suffix : {".bin", ".json"}) {
+    const std::string file = config.data.path + suffix;
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(file, error)) missing.push_back(file);
+  }
+  if (missing.empty()) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat(
+      "data.path: ", absl::StrJoin(missing, " and "), missing.size() > 1 ? " do" : " does",
+      " not exist (a dataset PATH is PATH.bin with its header PATH.json, as `troupe data "
+      "prepare` writes them; relative paths are from the working directory)"));
 }
 
 }  // namespace troupe::trainers

@@ -1,6 +1,8 @@
 // The training configuration: a DeepSpeed-style JSON file plus troupe's own
 // sections (`model`, `data`, `parallel`, `training`), parsed and checked in one
-// place so that a bad file fails before any actor starts (docs/training.md).
+// place so that a bad file fails before any actor starts (docs/training.md;
+// every key, its default and DeepSpeed's keys that are not implemented:
+// docs/config.md).
 //
 //   {
 //     "train_batch_size": 64, "train_micro_batch_size_per_gpu": 16,
@@ -22,6 +24,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -38,8 +41,8 @@ struct ModelConfig {
   int n_layer = 2;
   int n_head = 4;
   int n_embd = 64;
-  int seq_len = 64;      // T of every sample, and the model's max_seq_len
-  int vocab_size = 256;  // byte-level by default
+  int seq_len = 64;           // T of every sample, and the model's max_seq_len
+  int vocab_size = 256;       // byte-level by default
   int padded_vocab_size = 0;  // 0: vocab_size rounded up to a multiple of 64
   bool recompute_activations = false;
   nn::GPTConfig gpt() const;  // the nn::GPTConfig this describes
@@ -89,6 +92,14 @@ struct Fp16Config {
   nn::LossScalerConfig dynamic;
 };
 
+// `scheduler`: {"type": "WarmupLR" | "WarmupDecayLR" | "WarmupCosineLR",
+//               "params": {...}} with DeepSpeed's params and defaults, as read
+// (WarmupCosineLR's base_lr is optimizer.params.lr); std::monostate: no
+// scheduler, a constant optimizer.params.lr. TrainConfig::schedule is built
+// from it; to_json writes it back.
+using SchedulerConfig = std::variant<std::monostate, nn::WarmupLrConfig, nn::WarmupDecayLrConfig,
+                                     nn::WarmupCosineLrConfig>;
+
 // `zero_optimization`: only stage 0 (DDP) runs so far.
 struct ZeroConfig {
   int stage = 0;
@@ -99,14 +110,14 @@ struct ZeroConfig {
 
 // `training` (troupe's): how long, what is written where.
 struct TrainingConfig {
-  int64_t steps = 0;               // optimizer steps; 0: one epoch of the data
-  uint64_t seed = 1234;            // parameters' initialisation and the data order
-  int log_interval = 1;            // steps between progress lines ("steps_per_print" too)
-  std::string metrics_file;        // JSONL, a line per step; empty: none
-  std::string output_dir;          // final weights (and metrics, if metrics_file is empty)
-  int eval_interval = 0;           // steps between task-accuracy evaluations; 0: at the end
-  int eval_samples = 200;          // held-out problems per evaluation (synthetic tasks)
-  int threads = 0;                 // compute threads per replica; 0: cores / dp
+  int64_t steps = 0;         // optimizer steps; 0: one epoch of the data
+  uint64_t seed = 1234;      // parameters' initialisation and the data order
+  int log_interval = 1;      // steps between progress lines ("steps_per_print" too)
+  std::string metrics_file;  // JSONL, a line per step; empty: none
+  std::string output_dir;    // final weights (and metrics, if metrics_file is empty)
+  int eval_interval = 0;     // steps between task-accuracy evaluations; 0: at the end
+  int eval_samples = 200;    // held-out problems per evaluation (synthetic tasks)
+  int threads = 0;           // compute threads per replica; 0: cores / dp
 };
 
 struct TrainConfig {
@@ -115,7 +126,8 @@ struct TrainConfig {
   int64_t gradient_accumulation_steps = 0;
   double gradient_clipping = 0;  // 0: none
   OptimizerConfig optimizer;
-  nn::LrSchedule schedule = nn::LrSchedule::constant(1e-3f);
+  nn::LrSchedule schedule = nn::LrSchedule::constant(1e-3f);  // the rate of every step
+  SchedulerConfig scheduler;                                  // what `schedule` was built from
   Fp16Config fp16;
   bool bf16 = false;  // "bf16": {"enabled": true}
   ZeroConfig zero;
@@ -123,25 +135,40 @@ struct TrainConfig {
   DataConfig data;
   ParallelConfig parallel;
   TrainingConfig training;
-  // Keys of DeepSpeed's format that were present but are not implemented:
-  // each a line "KEY is not implemented by troupe; ignored" for the caller to print.
+  // For the caller to print, a line each naming the key: DeepSpeed keys that
+  // were present but are not implemented ("KEY is not implemented by troupe;
+  // ignored"), troupe sections not implemented yet ("checkpoint is not
+  // implemented yet; ignored"), and settings that are legal but probably not
+  // meant (a WarmupLR without warmup_max_lr, whose default 0.001 is not
+  // optimizer.params.lr). Not part of to_json.
   std::vector<std::string> warnings;
 };
 
-// Parses and checks a config. InvalidArgument naming the key (as a JSON path,
-// "optimizer.params.betas") for: malformed JSON (with line and column), an
-// unknown key, a value of the wrong type or out of range, batch sizes that do
-// not satisfy the rule above, dp * pp * tp that does not divide what it must,
-// a model that GPTConfig::validate rejects, `data` with neither or both of
-// path and synthetic. Does not touch the file system (see check_data_exists).
-absl::StatusOr<TrainConfig> parse_train_config(const std::string& json_text);
-// Reads `path` and parses it; NotFound naming the file if it cannot be read.
-absl::StatusOr<TrainConfig> load_train_config(const std::string& path);
-// NotFound naming the missing file when data.path is set and PATH.bin or
-// PATH.json does not exist.
-absl::Status check_data_exists(const TrainConfig& config);
-// The config back as JSON (every key, defaults filled in): what a run records
-// beside its metrics.
+// Parses and checks a config; absent keys (and keys whose value is null, as
+// in DeepSpeed) take their defaults. InvalidArgument whose message starts
+// with the key's JSON path ("optimizer.params.betas: ...") for: an unknown
+// key (with "did you mean 'x'?" when a known key is close), a value of the
+// wrong type or out of range, batch sizes that do not satisfy the rule above
+// (or leave it undetermined), a feature that is not implemented yet (ZeRO
+// stage > 0, pp or tp > 1, an optimizer or scheduler type other than those
+// above), fp16 and bf16 both enabled, a model that GPTConfig::validate
+// rejects, `data` with neither or both of path and synthetic, a key given
+// twice. Malformed JSON: "line L, column C: invalid JSON: ...". Keys that
+// DeepSpeed knows but troupe does not implement are warnings, not errors
+// (docs/config.md lists them). Does not touch the file system (see
+// check_data_exists).
+[[nodiscard]] absl::StatusOr<TrainConfig> parse_train_config(const std::string& json_text);
+// Reads `path` and parses it; NotFound naming the file if it cannot be read;
+// parse_train_config's errors with "PATH: " before them.
+[[nodiscard]] absl::StatusOr<TrainConfig> load_train_config(const std::string& path);
+// OK when data.path is empty or PATH.bin and PATH.json both exist (relative
+// paths from the working directory); NotFound naming the missing files
+// otherwise.
+[[nodiscard]] absl::Status check_data_exists(const TrainConfig& config);
+// The config back as JSON, indented (every key, defaults filled in, in the
+// order docs/config.md lists them; steps_per_print as training.log_interval):
+// what a run records beside its metrics. parse_train_config(to_json(c))
+// gives c again, warnings aside.
 std::string to_json(const TrainConfig& config);
 
 }  // namespace troupe::trainers

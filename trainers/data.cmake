@@ -1,3 +1,4 @@
-# Paths relative to trainers/.
+# `troupe data`. Paths relative to trainers/.
 target_sources(troupe_trainers PRIVATE
+  data_command.cc
 )

@@ -1,4 +1,12 @@
 # Data: token datasets, the byte-level tokenizer, synthetic tasks, the
 # distributed sampler and DataLoaderActor. Paths relative to actors/.
 target_sources(troupe_actors PRIVATE
+  data/addition_task.cc
+  data/byte_tokenizer.cc
+  data/data_loader.cc
+  data/data_loader_actor.cc
+  data/sampler.cc
+  data/token_dataset.cc
+  data/token_dataset_header.cc
+  data/token_dataset_writer.cc
 )

@@ -85,6 +85,10 @@ absl::Status Cluster::remove_placement_group(cluster::PlacementGroupId id) {
   return head().call(&HeadService::remove_placement_group, id.value).get(timeout_);
 }
 
+absl::Status Cluster::kill(ActorId id, bool no_restart) {
+  return head().call(&HeadService::kill_actor, id.value, no_restart).get(timeout_);
+}
+
 absl::StatusOr<bool> Cluster::kv_put(std::string key, std::string value, bool overwrite) {
   return head()
       .call(&HeadService::kv_put, std::move(key), std::move(value), overwrite)

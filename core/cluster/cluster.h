@@ -79,6 +79,11 @@ class Cluster {
   absl::Status wait_placement_group(cluster::PlacementGroupId id, absl::Duration timeout);
   absl::Status remove_placement_group(cluster::PlacementGroupId id);
 
+  // Kills actor `id` wherever it runs (ray.kill): its pending and later calls
+  // fail with ActorDied. With no_restart false it fails as if it had crashed
+  // and is restarted if its max_restarts allows. NotFound if unknown.
+  absl::Status kill(ActorId id, bool no_restart = true);
+
   // The head's KV store, for rendezvous.
   absl::StatusOr<bool> kv_put(std::string key, std::string value, bool overwrite = true);
   absl::StatusOr<std::optional<std::string>> kv_get(std::string key);

@@ -1,1 +1,6 @@
 # config tests (label trainers).
+find_package(nlohmann_json 3 REQUIRED)
+troupe_test(trainers_config_test trainers SOURCES config_test.cc
+  LIBS troupe_trainers nlohmann_json::nlohmann_json)
+target_compile_definitions(trainers_config_test
+  PRIVATE EXAMPLE_CONFIGS="${PROJECT_SOURCE_DIR}/examples/configs")

@@ -1,1 +1,9 @@
-# ddp tests (label trainers).
+# The DDP trainer on a local cluster of troupe processes (label trainers).
+troupe_test(trainers_buckets_test trainers SOURCES gradient_buckets_test.cc LIBS troupe_actors)
+add_executable(trainers_ddp_test ddp_test.cc)
+target_link_libraries(trainers_ddp_test PRIVATE troupe_trainers GTest::gtest GTest::gtest_main
+                      troupe_warnings)
+target_compile_definitions(trainers_ddp_test PRIVATE TROUPE_BINARY="$<TARGET_FILE:troupe>")
+add_dependencies(trainers_ddp_test troupe)
+gtest_discover_tests(trainers_ddp_test PROPERTIES LABELS trainers TIMEOUT 300 RUN_SERIAL TRUE
+                     DISCOVERY_TIMEOUT 60)

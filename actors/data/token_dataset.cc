@@ -1,0 +1,198 @@
+#include "actors/data/token_dataset.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace troupe::actors {
+
+static_assert(std::endian::native == std::endian::little,
+              "PREFIX.bin is little-endian and is read in place");
+
+struct TokenDataset::Storage {
+  TokenDatasetHeader header;
+  std::string name;
+  // The tokens: a read-only mapping of PREFIX.bin (`mapped` bytes) or `owned`.
+  const void* data = nullptr;
+  void* mapping = nullptr;
+  size_t mapped = 0;
+  std::vector<int32_t> owned;
+  bool in_memory = false;  // `owned`, checked by from_tokens
+
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage() {
+    if (mapping != nullptr) ::munmap(mapping, mapped);
+  }
+};
+
+namespace {
+
+absl::Status posix_error(const std::string& context, int err) {
+  std::string text = absl::StrCat(context, ": ", std::strerror(err));
+  return err == ENOENT ? absl::NotFoundError(text) : absl::UnavailableError(text);
+}
+
+absl::StatusOr<std::string> read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return posix_error(absl::StrCat("cannot open dataset header ", path), errno);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return posix_error(absl::StrCat("cannot read dataset header ", path), errno);
+  return text.str();
+}
+
+template <class T>
+absl::Status copy_tokens(const T* in, int64_t offset, int64_t count, int64_t vocab_size,
+                         const std::string& name, int32_t* out) {
+  for (int64_t k = 0; k < count; ++k) {
+    uint32_t token = in[offset + k];
+    if (token >= static_cast<uint64_t>(vocab_size)) {
+      return absl::DataLossError(absl::StrCat(name, ": token ", offset + k, " is ", token,
+                                              ", not below vocab_size ", vocab_size,
+                                              " (corrupt file or wrong header?)"));
+    }
+    out[k] = static_cast<int32_t>(token);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TokenDataset> TokenDataset::open(const std::string& prefix) {
+  const std::string json_path = prefix + ".json";
+  const std::string bin_path = prefix + ".bin";
+  absl::StatusOr<std::string> text = read_text(json_path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<TokenDatasetHeader> header = parse_header(*text, json_path);
+  if (!header.ok()) return header.status();
+
+  auto storage = std::make_shared<Storage>();
+  storage->header = *std::move(header);
+  storage->name = bin_path;
+  int fd = ::open(bin_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return posix_error(absl::StrCat("cannot open dataset tokens ", bin_path), errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return posix_error(absl::StrCat("cannot stat ", bin_path), err);
+  }
+  const TokenDatasetHeader& h = storage->header;
+  const uint64_t expected = static_cast<uint64_t>(h.num_tokens) * dtype_bytes(h.dtype);
+  if (static_cast<uint64_t>(st.st_size) != expected) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(
+        bin_path, ": ", st.st_size, " bytes, but ", json_path, " says ", h.num_tokens, " ",
+        dtype_name(h.dtype), " tokens (", expected, " bytes); truncated or mismatched files?"));
+  }
+  if (expected > 0) {
+    void* p = ::mmap(nullptr, expected, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int err = errno;
+      ::close(fd);
+      return posix_error(absl::StrCat("cannot map ", bin_path), err);
+    }
+    storage->mapping = p;
+    storage->mapped = expected;
+    storage->data = p;
+  }
+  ::close(fd);  // the mapping stays valid
+  return TokenDataset(std::move(storage));
+}
+
+absl::StatusOr<TokenDataset> TokenDataset::from_tokens(std::vector<int32_t> tokens,
+                                                       int64_t vocab_size, std::string tokenizer,
+                                                       std::string source) {
+  const std::string name = "in-memory tokens";
+  if (vocab_size < 1 || vocab_size > kMaxVocabSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": vocab_size ", vocab_size, " is not in [1, ", kMaxVocabSize, "]"));
+  }
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    if (tokens[k] < 0 || tokens[k] >= vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": token ", k, " is ", tokens[k], ", not in [0, ", vocab_size, ")"));
+    }
+  }
+  auto storage = std::make_shared<Storage>();
+  storage->header = {.dtype = dtype_for_vocab(vocab_size),
+                     .vocab_size = vocab_size,
+                     .num_tokens = static_cast<int64_t>(tokens.size()),
+                     .tokenizer = std::move(tokenizer),
+                     .source = std::move(source)};
+  storage->name = name;
+  storage->owned = std::move(tokens);
+  storage->in_memory = true;
+  storage->data = storage->owned.data();
+  return TokenDataset(std::move(storage));
+}
+
+const TokenDatasetHeader& TokenDataset::header() const {
+  return storage_->header;
+}
+
+const std::string& TokenDataset::name() const {
+  return storage_->name;
+}
+
+int64_t TokenDataset::num_samples(int seq_len) const {
+  const int64_t n = num_tokens();
+  return n < 1 || seq_len < 1 ? 0 : (n - 1) / seq_len;
+}
+
+absl::Status TokenDataset::read_tokens(int64_t offset, int64_t count, int32_t* out) const {
+  const Storage& s = *storage_;
+  if (offset < 0 || count < 0 || offset > s.header.num_tokens - count) {
+    return absl::OutOfRangeError(absl::StrCat(s.name, ": tokens [", offset, ", ", offset + count,
+                                              ") are not within [0, ", s.header.num_tokens, ")"));
+  }
+  if (count == 0) return absl::OkStatus();
+  if (s.in_memory) {
+    std::memcpy(out, s.owned.data() + offset, static_cast<size_t>(count) * sizeof(int32_t));
+    return absl::OkStatus();
+  }
+  if (s.header.dtype == TokenDtype::kUint16) {
+    return copy_tokens(static_cast<const uint16_t*>(s.data), offset, count, s.header.vocab_size,
+                       s.name, out);
+  }
+  return copy_tokens(static_cast<const uint32_t*>(s.data), offset, count, s.header.vocab_size,
+                     s.name, out);
+}
+
+absl::Status TokenDataset::read_sample(int64_t i, int seq_len, int32_t* inputs,
+                                       int32_t* targets) const {
+  const int64_t n = num_samples(seq_len);
+  if (i < 0 || i >= n) {
+    return absl::OutOfRangeError(absl::StrCat(name(), ": sample ", i, " of seq_len ", seq_len,
+                                              " is not within [0, ", n, ")"));
+  }
+  const int64_t start = i * seq_len;
+  if (absl::Status s = read_tokens(start, seq_len, inputs); !s.ok()) return s;
+  std::memcpy(targets, inputs + 1, static_cast<size_t>(seq_len - 1) * sizeof(int32_t));
+  return read_tokens(start + seq_len, 1, targets + seq_len - 1);
+}
+
+absl::Status TokenDataset::check_tokens() const {
+  constexpr int64_t kChunk = 1 << 16;
+  std::vector<int32_t> buffer(kChunk);
+  for (int64_t offset = 0; offset < num_tokens(); offset += kChunk) {
+    const int64_t count = std::min(kChunk, num_tokens() - offset);
+    if (absl::Status s = read_tokens(offset, count, buffer.data()); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,51 @@
+// Gradient buckets for data-parallel reduction (PyTorch DDP's buckets,
+// DeepSpeed's reduce_bucket_size): the flat gradient buffer of a GPT split
+// into ranges that are reduced as soon as backward has finished them, so that
+// communication overlaps the rest of backward.
+//
+// Backward finishes the buffer from its end: the final LayerNorm first, then
+// blocks L-1 down to 0, then the embeddings (wte last of all: the tied LM
+// head adds to it in the first phase and the embedding in the last). Buckets
+// are whole phases, grouped from the end until each holds at least
+// `bucket_elements` gradients.
+//
+//   GradientBuckets buckets(layout, 25'000'000);
+//   gpt.head_backward();            issue(buckets.ready(layout.block_begin(L)))
+//   gpt.backward_blocks(l, l + 1);  issue(buckets.ready(layout.block_begin(l)))
+//   gpt.embed_backward();           issue(buckets.ready(0))
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "nn/gpt_param_layout.h"
+
+namespace troupe::actors {
+
+struct GradientBucket {
+  size_t begin = 0;  // offsets into the flat buffer, [begin, end)
+  size_t end = 0;
+};
+
+class GradientBuckets {
+ public:
+  // REQUIRES: bucket_elements >= 1.
+  GradientBuckets(const nn::GPTParamLayout& layout, size_t bucket_elements);
+
+  // Every bucket, in the order backward finishes them (descending offsets).
+  // They cover [0, num_params) without overlap.
+  const std::vector<GradientBucket>& buckets() const { return buckets_; }
+
+  // Marks everything from `final_from` to the end of the buffer as final and
+  // returns the indices of the buckets that became ready with it (each
+  // bucket once over the calls since the last reset()).
+  std::vector<size_t> ready(size_t final_from);
+  // Starts a new backward: no bucket is ready.
+  void reset() { next_ = 0; }
+
+ private:
+  std::vector<GradientBucket> buckets_;
+  size_t next_ = 0;  // buckets before next_ were returned by ready()
+};
+
+}  // namespace troupe::actors

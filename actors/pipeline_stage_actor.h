@@ -1,0 +1,106 @@
+// PipelineStageActor: the layers of one pipeline stage of one replica, with
+// their activations and gradients (DESIGN.md s5). So far a stage holds the
+// whole model (pp = 1, tp = 1) and the data-parallel gradient reduction.
+//
+// A step, as the controller drives it:
+//   run_step(k)   for each of its micro-batches: take it from the loader of
+//                 this coordinate, forward, backward; the last micro-batch's
+//                 backward issues each gradient bucket's allreduce (average
+//                 over dp) as soon as backward has finished it, overlapping
+//                 the rest of backward; waits for them; reports loss and norm.
+//   commit        by the parameter shard of this coordinate (in this process),
+//                 only once every stage's run_step succeeded; or
+//   discard(k)    drops the step's gradients (a failed or overflowed step).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "actors/data/addition_task.h"
+#include "actors/gradient_buckets.h"
+#include "actors/mesh.h"
+#include "actors/stage_tensors.h"
+#include "actors/training_types.h"
+#include "core/actor.h"
+#include "core/cluster/collective_group.h"
+#include "nn/gpt.h"
+
+namespace troupe::actors {
+
+class DataLoader;
+
+struct StageOptions {
+  std::string job;
+  Coordinate at;
+  Mesh mesh;
+  ModelSpec model;
+  int micro_batch = 1;
+  int grad_accum = 1;
+  int64_t bucket_elements = 500000000;  // reduce_bucket_size
+  bool overlap_comm = true;
+  int threads = 0;        // compute threads; 0: leave the process's setting
+  std::string group;      // the data-parallel collective group (declared by the controller)
+  std::string transport;  // for the group: "ucx", "tcp"; empty: the first that starts
+  TROUPE_FIELDS(job, at, mesh, model, micro_batch, grad_accum, bucket_elements, overlap_comm,
+                threads, group, transport);
+};
+
+// Greedy decoding of held-out problems of a synthetic task.
+struct EvalRequest {
+  AdditionTaskOptions task;
+  int samples = 100;
+  TROUPE_FIELDS(task, samples);
+};
+
+struct EvalReport {
+  int correct = 0;
+  int total = 0;
+  std::vector<std::string> examples;  // a few "prompt -> generated (expected)" lines
+  TROUPE_FIELDS(correct, total, examples);
+};
+
+class PipelineStageActor {
+ public:
+  // Builds the model (parameters zero until the shard's init). Throws
+  // std::invalid_argument for a model or batch that cannot run.
+  explicit PipelineStageActor(StageOptions options);
+  ~PipelineStageActor();
+
+  // Joins the data-parallel group (every stage of the group must call it;
+  // it waits for the others) and finds this coordinate's loader.
+  absl::Status setup();
+  // Runs step `request.step` (see above). The reduced gradients stay until
+  // commit or discard. Errors: FailedPrecondition before setup; Aborted when
+  // a member of the group was lost; the loader's errors.
+  absl::StatusOr<StepReport> run_step(StepRequest request);
+  // Zeroes the gradients of an uncommitted step.
+  absl::Status discard(int64_t step);
+  absl::StatusOr<EvalReport> evaluate(EvalRequest request);
+  // Greedy (temperature 0) or sampled continuation of `prompt`.
+  absl::StatusOr<std::vector<int32_t>> generate(std::vector<int32_t> prompt, int max_new_tokens,
+                                                float temperature, uint64_t seed);
+
+ private:
+  // The last micro-batch's backward, piece by piece, issuing ready buckets.
+  absl::Status backward_with_buckets(float dloss, std::vector<transport::Work>& pending,
+                                     std::vector<double>& issued_at);
+  void issue(const std::vector<size_t>& ready, std::vector<transport::Work>& pending,
+             std::vector<double>& issued_at);
+
+  StageOptions options_;
+  std::string name_;
+  std::optional<nn::GPT> model_;
+  std::shared_ptr<StageTensors> tensors_;
+  std::optional<GradientBuckets> buckets_;
+  std::unique_ptr<CollectiveGroup> group_;
+  std::shared_ptr<DataLoader> loader_;
+};
+TROUPE_ACTOR(PipelineStageActor, &PipelineStageActor::setup, &PipelineStageActor::run_step,
+             &PipelineStageActor::discard, &PipelineStageActor::evaluate,
+             &PipelineStageActor::generate);
+
+}  // namespace troupe::actors

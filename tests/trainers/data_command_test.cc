@@ -1,0 +1,182 @@
+// `troupe data`: prepare, synth and info on temporary directories, with
+// their exit codes (0 done, 1 failed, 2 usage) and the files they write.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "actors/data/addition_task.h"
+#include "actors/data/byte_tokenizer.h"
+#include "actors/data/token_dataset.h"
+#include "trainers/data_command.h"
+
+namespace troupe::trainers {
+namespace {
+
+using actors::TokenDataset;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "troupe-data-XXXXXX").string();
+    EXPECT_NE(::mkdtemp(pattern.data()), nullptr);
+    path_ = pattern;
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string path(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+std::string decoded(const TokenDataset& data) {
+  std::vector<int32_t> tokens(static_cast<size_t>(data.num_tokens()));
+  EXPECT_TRUE(data.read_tokens(0, data.num_tokens(), tokens.data()).ok());
+  return actors::ByteTokenizer::decode(tokens);
+}
+
+// Runs the command with stdout and stderr captured.
+struct Outcome {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+Outcome run(const std::vector<std::string>& args) {
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  int code = data_command(args);
+  std::string out = ::testing::internal::GetCapturedStdout();
+  std::string err = ::testing::internal::GetCapturedStderr();
+  return {code, out, err};
+}
+
+TEST(DataCommandTest, PrepareConcatenatesFilesInOrder) {
+  TempDir dir;
+  write_text(dir.path("a.txt"), "hello ");
+  write_text(dir.path("b.txt"), "world\n\xff");
+  Outcome r = run({"prepare", "--output", dir.path("out"), dir.path("a.txt"), dir.path("b.txt")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("wrote 13 tokens"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 files"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(dir.path("out.bin")), std::string::npos) << r.out;
+  auto data = TokenDataset::open(dir.path("out"));
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(decoded(*data), "hello world\n\xff");
+  EXPECT_EQ(data->vocab_size(), 256);
+  EXPECT_EQ(data->header().tokenizer, "bytes");
+  EXPECT_NE(data->header().source.find("a.txt"), std::string::npos);
+
+  // --output=PREFIX, files before the flag, reversed order.
+  Outcome again =
+      run({"prepare", dir.path("b.txt"), dir.path("a.txt"), "--output=" + dir.path("r")});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(decoded(*TokenDataset::open(dir.path("r"))), "world\n\xffhello ");
+}
+
+TEST(DataCommandTest, PrepareErrors) {
+  TempDir dir;
+  write_text(dir.path("a.txt"), "abc");
+  Outcome missing =
+      run({"prepare", "--output", dir.path("o"), dir.path("a.txt"), dir.path("nope")});
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.err.find(dir.path("nope")), std::string::npos) << missing.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path("o.bin")));
+
+  Outcome unwritable = run({"prepare", "--output", dir.path("no/dir/o"), dir.path("a.txt")});
+  EXPECT_EQ(unwritable.code, 1);
+  EXPECT_NE(unwritable.err.find(dir.path("no/dir/o")), std::string::npos) << unwritable.err;
+
+  EXPECT_EQ(run({"prepare", "--output", dir.path("o")}).code, 2);  // no files
+  EXPECT_EQ(run({"prepare", dir.path("a.txt")}).code, 2);          // no --output
+  Outcome unknown = run({"prepare", "--outptu", "x", dir.path("a.txt")});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("unknown flag --outptu"), std::string::npos) << unknown.err;
+  Outcome help = run({"prepare", "--help"});
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("usage: troupe data prepare"), std::string::npos);
+}
+
+TEST(DataCommandTest, SynthWritesTheTasksStream) {
+  TempDir dir;
+  Outcome r = run({"synth", "--task", "addition", "--digits", "3", "--samples", "40", "--seq-len",
+                   "32", "--seed", "9", "--output", dir.path("add")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("wrote 40 samples of seq_len 32"), std::string::npos) << r.out;
+  auto data = TokenDataset::open(dir.path("add"));
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->num_samples(32), 40);
+  auto expected =
+      actors::addition_training_tokens({.digits = 3, .num_samples = 40, .seed = 9, .seq_len = 32});
+  ASSERT_TRUE(expected.ok());
+  EXPECT_EQ(decoded(*data), actors::ByteTokenizer::decode(*expected));
+  EXPECT_NE(data->header().source.find("digits=3"), std::string::npos);
+  // The example line it prints is the stream's first line.
+  const std::string text = decoded(*data);
+  EXPECT_NE(r.out.find("example line: " + text.substr(0, text.find('\n'))), std::string::npos)
+      << r.out;
+}
+
+TEST(DataCommandTest, SynthErrors) {
+  TempDir dir;
+  Outcome unknown = run({"synth", "--task", "multiply", "--output", dir.path("x")});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("unknown task 'multiply'"), std::string::npos) << unknown.err;
+  Outcome digits = run({"synth", "--digits", "12", "--output", dir.path("x")});
+  EXPECT_EQ(digits.code, 2);
+  EXPECT_NE(digits.err.find("--digits 12"), std::string::npos) << digits.err;
+  EXPECT_EQ(run({"synth", "--samples", "many", "--output", dir.path("x")}).code, 2);
+  EXPECT_EQ(run({"synth", "--seed", "-1", "--output", dir.path("x")}).code, 2);
+  EXPECT_EQ(run({"synth"}).code, 2);  // no --output
+  EXPECT_EQ(run({"synth", "--samples", "10", "--output", dir.path("no/dir/x")}).code, 1);
+}
+
+TEST(DataCommandTest, InfoPrintsHeaderAndCounts) {
+  TempDir dir;
+  write_text(dir.path("t.txt"), std::string(1000, 'x'));
+  ASSERT_EQ(run({"prepare", "--output", dir.path("t"), dir.path("t.txt")}).code, 0);
+  Outcome r = run({"info", dir.path("t"), "--seq-len", "10", "--seq-len=999", "--check"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("num_tokens  1000"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dtype       uint16"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("samples     99 of seq_len 10"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("samples     1 of seq_len 999"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("check       ok"), std::string::npos) << r.out;
+  Outcome defaults = run({"info", dir.path("t")});
+  EXPECT_NE(defaults.out.find("samples     0 of seq_len 1024"), std::string::npos) << defaults.out;
+
+  // A header whose vocabulary the tokens exceed: info works, --check fails.
+  write_text(dir.path("t.json"),
+             R"({"format": "troupe-tokens", "version": 1, "dtype": "uint16", "vocab_size": 100,)"
+             R"( "num_tokens": 1000, "tokenizer": "bytes"})");
+  EXPECT_EQ(run({"info", dir.path("t")}).code, 0);
+  Outcome check = run({"info", "--check", dir.path("t")});
+  EXPECT_EQ(check.code, 1);
+  EXPECT_NE(check.err.find("token 0 is 120"), std::string::npos) << check.err;
+
+  Outcome missing = run({"info", dir.path("none")});
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.err.find(dir.path("none.json")), std::string::npos) << missing.err;
+  EXPECT_EQ(run({"info"}).code, 2);
+  EXPECT_EQ(run({"info", dir.path("t"), "--seq-len", "0"}).code, 2);
+}
+
+TEST(DataCommandTest, SubcommandsAndHelp) {
+  EXPECT_EQ(run({}).code, 2);
+  EXPECT_EQ(run({"--help"}).code, 0);
+  Outcome bad = run({"convert"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("unknown subcommand 'convert'"), std::string::npos);
+  EXPECT_EQ(run({"synth", "--help"}).code, 0);
+  EXPECT_EQ(run({"info", "--help"}).code, 0);
+}
+
+}  // namespace
+}  // namespace troupe::trainers

@@ -1,0 +1,183 @@
+// The DDP trainer on a real local cluster (a head and three worker processes
+// of the troupe executable): data parallelism must not change the math. DDP
+// over 2 and 3 replicas gives the losses and weights of one replica on the
+// same global batch (fp32, relative 1e-6), and two identical runs are bitwise
+// identical.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/cluster/cluster.h"
+#include "core/cluster/local_cluster.h"
+#include "trainers/config.h"
+#include "trainers/ddp_trainer.h"
+
+namespace troupe::trainers {
+namespace {
+
+constexpr int kSteps = 4;
+constexpr int kGlobalBatch = 12;  // divisible by dp = 1, 2, 3
+
+TrainConfig config_for(int dp, int accumulation = 1,
+                       OptimizerType optimizer = OptimizerType::kAdamW) {
+  TrainConfig c;
+  c.parallel.dp = dp;
+  c.gradient_accumulation_steps = accumulation;
+  c.micro_batch_size = kGlobalBatch / dp / accumulation;
+  c.train_batch_size = kGlobalBatch;
+  c.model = {.n_layer = 2, .n_head = 2, .n_embd = 32, .seq_len = 16, .vocab_size = 256};
+  c.data.synthetic =
+      SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 600, .seed = 7};
+  c.optimizer.adamw = {
+      .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+  c.optimizer.type = optimizer;
+  c.optimizer.sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
+  c.schedule = nn::LrSchedule::constant(optimizer == OptimizerType::kAdamW ? 3e-3f : 0.1f);
+  c.gradient_clipping = 1.0;
+  c.zero.reduce_bucket_size = 4096;  // several buckets, so that they overlap backward
+  c.training.seed = 11;
+  return c;
+}
+
+struct RunResult {
+  std::vector<double> losses;
+  std::vector<double> norms;
+  std::vector<float> params;
+};
+
+class DdpTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto local = cluster::LocalCluster::start({.workers = 3,
+                                               .default_resources = "CPU=2",
+                                               .troupe_binary = TROUPE_BINARY,
+                                               .echo_output = false});
+    ASSERT_TRUE(local.ok()) << local.status();
+    local_ = local->release();
+    auto driver = Cluster::connect(local_->client_options());
+    ASSERT_TRUE(driver.ok()) << driver.status();
+    driver_ = driver->release();
+  }
+  static void TearDownTestSuite() {
+    delete driver_;
+    delete local_;
+  }
+
+  RunResult run(const TrainConfig& config) {
+    RunResult result;
+    auto trainer = DdpTrainer::start(*driver_, config, "ddp-test-" + std::to_string(++jobs_), 1);
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    if (!trainer.ok()) return result;
+    for (int k = 1; k <= kSteps; ++k) {
+      auto outcome = (*trainer)->step(k);
+      EXPECT_TRUE(outcome.ok()) << outcome.status();
+      if (!outcome.ok()) return result;
+      EXPECT_TRUE(outcome->applied);
+      EXPECT_EQ(outcome->samples, kGlobalBatch);
+      result.losses.push_back(outcome->loss);
+      result.norms.push_back(outcome->grad_norm);
+    }
+    auto params = (*trainer)->master_params();
+    EXPECT_TRUE(params.ok()) << params.status();
+    if (params.ok()) result.params = *std::move(params);
+    EXPECT_TRUE((*trainer)->stop().ok());
+    return result;
+  }
+
+  static cluster::LocalCluster* local_;
+  static Cluster* driver_;
+  static int jobs_;
+};
+
+cluster::LocalCluster* DdpTest::local_ = nullptr;
+Cluster* DdpTest::driver_ = nullptr;
+int DdpTest::jobs_ = 0;
+
+// max |a - b| / max |b| over the vector.
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+  }
+  return diff / scale;
+}
+
+// Losses (relative 1e-6) and gradient norms at every step, and the weights at
+// the end when `compare_weights`.
+void expect_same_training(const RunResult& ddp, const RunResult& single, const char* what,
+                          bool compare_weights) {
+  ASSERT_EQ(ddp.losses.size(), single.losses.size()) << what;
+  ASSERT_EQ(ddp.params.size(), single.params.size()) << what;
+  for (size_t k = 0; k < single.losses.size(); ++k) {
+    EXPECT_NEAR(ddp.losses[k], single.losses[k], 1e-6 * std::abs(single.losses[k]))
+        << what << ", step " << k + 1;
+    EXPECT_NEAR(ddp.norms[k], single.norms[k], 1e-5 * single.norms[k])
+        << what << ", step " << k + 1;
+  }
+  double weights = relative_difference(ddp.params, single.params);
+  std::printf("[ ddp ] %s: weights relative difference %.2e after %d steps\n", what, weights,
+              kSteps);
+  if (compare_weights) {
+    EXPECT_LE(weights, 1e-6) << what << ": weights differ";
+  }
+}
+
+// The gradients of dp replicas averaged by allreduce equal one replica's on
+// the whole batch up to the order of the sums (fp32 rounding). SGD carries
+// that difference into the weights linearly, so they must agree to 1e-6.
+TEST_F(DdpTest, DataParallelMatchesOneReplicaOnTheSameGlobalBatchSgd) {
+  RunResult single = run(config_for(1, 1, OptimizerType::kSgd));
+  ASSERT_EQ(single.losses.size(), static_cast<size_t>(kSteps));
+  EXPECT_LT(single.losses.back(), single.losses.front()) << "the model does not learn";
+  expect_same_training(run(config_for(2, 1, OptimizerType::kSgd)), single, "sgd, dp 2", true);
+  expect_same_training(run(config_for(3, 1, OptimizerType::kSgd)), single, "sgd, dp 3", true);
+  expect_same_training(run(config_for(2, 2, OptimizerType::kSgd)), single,
+                       "sgd, dp 2 x accumulation 2", true);
+}
+
+// AdamW divides each gradient by the root of its running square: a weight
+// whose gradient is ~0 (a GELU unit that is off for every token) moves by
+// lr * g / (|g| + eps), so rounding-level differences in g move it by a
+// visible fraction of lr. The losses must still agree to 1e-6; the weights
+// are reported, not compared.
+TEST_F(DdpTest, DataParallelMatchesOneReplicaOnTheSameGlobalBatchAdamW) {
+  RunResult single = run(config_for(1));
+  ASSERT_EQ(single.losses.size(), static_cast<size_t>(kSteps));
+  EXPECT_LT(single.losses.back(), single.losses.front()) << "the model does not learn";
+  expect_same_training(run(config_for(2)), single, "adamw, dp 2", false);
+  expect_same_training(run(config_for(3)), single, "adamw, dp 3", false);
+}
+
+TEST_F(DdpTest, IdenticalRunsAreBitwiseIdentical) {
+  RunResult a = run(config_for(2));
+  RunResult b = run(config_for(2));
+  ASSERT_FALSE(a.params.empty());
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.params, b.params);
+}
+
+TEST_F(DdpTest, NoOverlapGivesTheSameResult) {
+  TrainConfig overlapped = config_for(2);
+  TrainConfig serial = config_for(2);
+  serial.zero.overlap_comm = false;
+  RunResult a = run(overlapped);
+  RunResult b = run(serial);
+  EXPECT_EQ(a.params, b.params);
+}
+
+TEST_F(DdpTest, BadDatasetFailsTheStartNamingIt) {
+  TrainConfig c = config_for(2);
+  c.data.synthetic.reset();
+  c.data.path = "/nonexistent/tokens";
+  auto trainer = DdpTrainer::start(*driver_, c, "ddp-test-bad-data", 1);
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_NE(std::string(trainer.status().message()).find("/nonexistent/tokens"), std::string::npos)
+      << trainer.status();
+}
+
+}  // namespace
+}  // namespace troupe::trainers

@@ -1,0 +1,393 @@
+// parse_train_config: the top level, the batch rule and troupe's own
+// sections (model, data, parallel, training). DeepSpeed's optimizer,
+// scheduler, precision and ZeRO sections are in config_optim.cc.
+#include <array>
+#include <climits>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "actors/data/addition_task.h"
+#include "trainers/config.h"
+#include "trainers/config_reader.h"
+#include "trainers/config_sections.h"
+
+namespace troupe::trainers {
+namespace config_detail {
+namespace {
+
+// Top-level keys that parse_train_config reads.
+constexpr std::array<absl::string_view, 15> kImplementedKeys = {"train_batch_size",
+                                                                "train_micro_batch_size_per_gpu",
+                                                                "gradient_accumulation_steps",
+                                                                "gradient_clipping",
+                                                                "steps_per_print",
+                                                                "optimizer",
+                                                                "scheduler",
+                                                                "fp16",
+                                                                "bf16",
+                                                                "bfloat16",
+                                                                "zero_optimization",
+                                                                "model",
+                                                                "data",
+                                                                "parallel",
+                                                                "training"};
+
+// Sections of troupe's design that are not implemented yet.
+constexpr std::array<absl::string_view, 3> kNotYetSections = {"checkpoint", "fault_tolerance",
+                                                              "elasticity"};
+
+// Top-level keys of DeepSpeed's config (deepspeed.ai/docs/config-json and
+// deepspeed/runtime/config.py) that troupe does not implement: a warning when
+// present and not is_inactive().
+struct UnimplementedKey {
+  absl::string_view name;
+  absl::string_view default_json;  // DeepSpeed's default when it asks for nothing; "": none
+  absl::string_view hint;          // appended to the warning; "": none
+};
+constexpr std::array<UnimplementedKey, 41> kUnimplementedKeys = {{
+    {"activation_checkpointing", "", "model.recompute_activations is troupe's"},
+    {"aio", "", ""},
+    {"amp", "", "fp16 and bf16 are troupe's"},
+    {"autotuning", "", ""},
+    {"comet", "", ""},
+    {"communication_data_type", "", ""},
+    {"comms_logger", "", ""},
+    {"compile", "", ""},
+    {"compression_training", "", ""},
+    {"csv_monitor", "", "training.metrics_file is troupe's"},
+    {"curriculum_learning", "", ""},
+    {"data_efficiency", "", ""},
+    {"data_types", "", ""},
+    {"dataloader_drop_last", "", ""},
+    {"disable_allgather", "", ""},
+    {"dump_state", "", ""},
+    {"eigenvalue", "", ""},
+    {"flops_profiler", "", ""},
+    {"fp32_allreduce", "", ""},
+    {"gradient_predivide_factor", "1.0", ""},
+    {"graph_harvesting", "", ""},
+    {"hybrid_engine", "", ""},
+    {"memory_breakdown", "", ""},
+    {"nebula", "", ""},
+    {"pipeline", "", "parallel.pp is troupe's (only 1 so far)"},
+    {"prescale_gradients", "", ""},
+    {"progressive_layer_drop", "", ""},
+    {"quantize_training", "", ""},
+    {"seq_parallel_communication_data_type", "", ""},
+    {"sequence_parallel_size", "1", ""},
+    {"sparse_attention", "", ""},
+    {"sparse_gradients", "", ""},
+    {"tensor_parallel", "", "parallel.tp is troupe's (only 1 so far)"},
+    {"tensorboard", "", "training.metrics_file is troupe's"},
+    {"timers", "", ""},
+    {"torch_autocast", "", ""},
+    {"use_data_before_expert_parallelism", "", ""},
+    {"wall_clock_breakdown", "", ""},
+    {"wandb", "", "training.metrics_file is troupe's"},
+    {"weight_quantization", "", ""},
+    {"zero_allow_untested_optimizer", "", ""},
+}};
+// Also DeepSpeed's, but only meaningful with ZeRO offload: true is its default.
+constexpr UnimplementedKey kZeroForceDsCpuOptimizer = {"zero_force_ds_cpu_optimizer", "true", ""};
+
+// Keys of troupe's sections, for "did you mean 'training.seed'?" when one is
+// written at the top level.
+constexpr std::array<absl::string_view, 4> kSections = {"model", "data", "parallel", "training"};
+constexpr std::array<std::array<absl::string_view, 8>, 4> kSectionKeys = {{
+    {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "padded_vocab_size",
+     "recompute_activations", ""},
+    {"path", "synthetic", "shuffle", "prefetch", "", "", "", ""},
+    {"dp", "pp", "tp", "", "", "", "", ""},
+    {"steps", "seed", "log_interval", "metrics_file", "output_dir", "eval_interval", "eval_samples",
+     "threads"},
+}};
+constexpr std::array<absl::string_view, 4> kOptimizerParams = {"lr", "betas", "eps",
+                                                               "weight_decay"};
+
+// Where a top-level key that is unknown there probably belongs.
+std::string top_level_hint(absl::string_view key, const std::vector<std::string>& known) {
+  for (size_t s = 0; s < kSections.size(); ++s) {
+    for (absl::string_view k : kSectionKeys[s]) {
+      if (!k.empty() && k == key)
+        return absl::StrCat(" (did you mean '", kSections[s], ".", k, "'?)");
+    }
+  }
+  for (absl::string_view k : kOptimizerParams) {
+    if (k == key) return absl::StrCat(" (did you mean 'optimizer.params.", k, "'?)");
+  }
+  return did_you_mean(key, known);
+}
+
+absl::Status check_top_level(JsonObject& top, const Json& json,
+                             std::vector<std::string>* warnings) {
+  std::vector<std::string> known;
+  for (absl::string_view k : kImplementedKeys) {
+    top.find(k);
+    known.emplace_back(k);
+  }
+  for (absl::string_view k : kNotYetSections) {
+    if (top.has(k)) warnings->push_back(absl::StrCat(k, " is not implemented yet; ignored"));
+    known.emplace_back(k);
+  }
+  auto warn = [&](const UnimplementedKey& u) {
+    const size_t before = warnings->size();
+    top.warn_unimplemented(u.name, warnings, u.default_json);
+    if (warnings->size() > before && !u.hint.empty()) {
+      absl::StrAppend(&warnings->back(), " (", u.hint, ")");
+    }
+    known.emplace_back(u.name);
+  };
+  for (const UnimplementedKey& u : kUnimplementedKeys)
+    warn(u);
+  warn(kZeroForceDsCpuOptimizer);
+  for (const auto& [key, unused] : json.items()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    return config_error(absl::StrCat(key, ": unknown key", top_level_hint(key, known)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status parse_synthetic(JsonObject& s, const ModelConfig& model, SyntheticTaskConfig* out) {
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("task", &out->task));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("digits", &out->digits, 1, 9));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("num_samples", &out->num_samples, 1));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("seed", &out->seed));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
+  if (out->task != "addition") {
+    return config_error(absl::StrCat(s.key_path("task"), ": \"", out->task,
+                                     "\" is not a synthetic task; the tasks are: addition"));
+  }
+  // A held-out problem and its answer must fit in a sample: "\n07+35=" then "240".
+  const actors::AdditionProblem problem = actors::make_addition_problem(0, 0, out->digits);
+  const int problem_tokens =
+      static_cast<int>(actors::addition_prompt_tokens(problem).size() + problem.answer.size());
+  if (model.seq_len < problem_tokens) {
+    return config_error(absl::StrCat(
+        "model.seq_len: ", model.seq_len, " is too short for ", s.key_path("digits"), " ",
+        out->digits, ": a prompt with its answer takes ", problem_tokens, " tokens"));
+  }
+  constexpr int64_t kMaxTokens = int64_t{1} << 30;  // addition_task.h's limit
+  if (out->num_samples > (kMaxTokens - 1) / model.seq_len) {
+    return config_error(absl::StrCat(s.key_path("num_samples"), ": ", out->num_samples,
+                                     " samples x model.seq_len ", model.seq_len,
+                                     " is over the task's 2^30 tokens"));
+  }
+  const actors::AdditionTaskOptions options = {.digits = out->digits,
+                                               .num_samples = out->num_samples,
+                                               .seed = out->seed,
+                                               .seq_len = model.seq_len};
+  if (absl::Status st = actors::validate(options); !st.ok()) {
+    return config_error(absl::StrCat(s.path(), ": ", st.message()));
+  }
+  return absl::OkStatus();
+}
+
+// x * y * z, or -1 if it is over int64's range. REQUIRES: all >= 0.
+int64_t product(int64_t x, int64_t y, int64_t z) {
+  int64_t xy = 0, xyz = 0;
+  if (__builtin_mul_overflow(x, y, &xy) || __builtin_mul_overflow(xy, z, &xyz)) return -1;
+  return xyz;
+}
+
+}  // namespace
+
+absl::Status parse_model(JsonObject& top, TrainConfig* config) {
+  ModelConfig& m = config->model;
+  absl::StatusOr<std::optional<JsonObject>> section = top.section("model");
+  if (!section.ok()) return section.status();
+  if (section->has_value()) {
+    JsonObject& s = **section;
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_layer", &m.n_layer, 1));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_head", &m.n_head, 1));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_embd", &m.n_embd, 1));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("seq_len", &m.seq_len, 2));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("vocab_size", &m.vocab_size, 1));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("padded_vocab_size", &m.padded_vocab_size, 0));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("recompute_activations", &m.recompute_activations));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
+  }
+  if (m.n_embd % m.n_head != 0) {
+    return config_error(
+        absl::StrCat("model.n_embd: ", m.n_embd, " is not a multiple of model.n_head ", m.n_head));
+  }
+  if (m.padded_vocab_size != 0 && m.padded_vocab_size < m.vocab_size) {
+    return config_error(absl::StrCat("model.padded_vocab_size: ", m.padded_vocab_size,
+                                     " < model.vocab_size ", m.vocab_size,
+                                     " (0 rounds vocab_size up to a multiple of 64)"));
+  }
+  if (absl::Status s = m.gpt().validate(); !s.ok()) {
+    return config_error(absl::StrCat("model: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status parse_data(JsonObject& top, TrainConfig* config) {
+  DataConfig& d = config->data;
+  absl::StatusOr<std::optional<JsonObject>> section = top.section("data");
+  if (!section.ok()) return section.status();
+  if (!section->has_value()) {
+    return config_error(
+        "data: missing; give data.path (a dataset made by `troupe data prepare`) or "
+        "data.synthetic ({\"task\": \"addition\"})");
+  }
+  JsonObject& s = **section;
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("path", &d.path));
+  absl::StatusOr<std::optional<JsonObject>> synthetic = s.section("synthetic");
+  if (!synthetic.ok()) return synthetic.status();
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("shuffle", &d.shuffle));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("prefetch", &d.prefetch, 0));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
+  if (!d.path.empty() && synthetic->has_value()) {
+    return config_error("data: give one of data.path and data.synthetic, not both");
+  }
+  if (d.path.empty() && !synthetic->has_value()) {
+    return config_error(
+        "data: give data.path (a dataset made by `troupe data prepare`) or data.synthetic");
+  }
+  if (synthetic->has_value()) {
+    d.synthetic.emplace();
+    TROUPE_CONFIG_RETURN_IF_ERROR(parse_synthetic(**synthetic, config->model, &*d.synthetic));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status parse_parallel(JsonObject& top, TrainConfig* config) {
+  ParallelConfig& p = config->parallel;
+  absl::StatusOr<std::optional<JsonObject>> section = top.section("parallel");
+  if (!section.ok()) return section.status();
+  if (!section->has_value()) return absl::OkStatus();
+  JsonObject& s = **section;
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("dp", &p.dp, 1));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("pp", &p.pp, 1));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("tp", &p.tp, 1));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
+  for (auto [key, value] : {std::pair{"pp", p.pp}, std::pair{"tp", p.tp}}) {
+    if (value > 1) {
+      return config_error(absl::StrCat("parallel.", key, ": ", value,
+                                       " is not implemented yet (only data parallelism); use 1"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status parse_training(JsonObject& top, TrainConfig* config) {
+  TrainingConfig& t = config->training;
+  absl::StatusOr<std::optional<JsonObject>> section = top.section("training");
+  if (!section.ok()) return section.status();
+  bool has_log_interval = false;
+  if (section->has_value()) {
+    JsonObject& s = **section;
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("steps", &t.steps, 0));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("seed", &t.seed));
+    has_log_interval = s.has("log_interval");
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("log_interval", &t.log_interval, 1));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("metrics_file", &t.metrics_file));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("output_dir", &t.output_dir));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("eval_interval", &t.eval_interval, 0));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("eval_samples", &t.eval_samples, 0));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("threads", &t.threads, 0));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
+  }
+  // DeepSpeed's steps_per_print is the same setting.
+  int steps_per_print = 0;
+  TROUPE_CONFIG_RETURN_IF_ERROR(top.read("steps_per_print", &steps_per_print, 1));
+  if (steps_per_print > 0) {
+    if (has_log_interval && steps_per_print != t.log_interval) {
+      return config_error(absl::StrCat("steps_per_print: ", steps_per_print,
+                                       " != training.log_interval ", t.log_interval,
+                                       " (the same setting; keep one)"));
+    }
+    t.log_interval = steps_per_print;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status parse_batch(JsonObject& top, TrainConfig* config) {
+  constexpr absl::string_view kBatch = "train_batch_size";
+  constexpr absl::string_view kMicro = "train_micro_batch_size_per_gpu";
+  constexpr absl::string_view kAccumulation = "gradient_accumulation_steps";
+  std::optional<int64_t> batch, micro, accumulation;
+  TROUPE_CONFIG_RETURN_IF_ERROR(top.read(kBatch, &batch, 1, INT_MAX));
+  TROUPE_CONFIG_RETURN_IF_ERROR(top.read(kMicro, &micro, 1, INT_MAX));
+  TROUPE_CONFIG_RETURN_IF_ERROR(top.read(kAccumulation, &accumulation, 1, INT_MAX));
+  const int64_t dp = config->parallel.dp;
+  // DeepSpeed's _set_batch_related_parameters, with exact division.
+  auto not_divisible = [&](absl::string_view derived, int64_t divisor, std::string divisor_text) {
+    return config_error(absl::StrCat(kBatch, " ", *batch, " is not a multiple of ", divisor_text,
+                                     " = ", divisor, ", so ", derived,
+                                     " would not be a whole number"));
+  };
+  if (batch && micro && accumulation) {
+    // Checked below.
+  } else if (batch && micro) {
+    const int64_t per_step = *micro * dp;
+    if (*batch % per_step != 0) {
+      return not_divisible(kAccumulation, per_step,
+                           absl::StrCat(kMicro, " ", *micro, " x dp ", dp));
+    }
+    accumulation = *batch / per_step;
+  } else if (batch && accumulation) {
+    const int64_t per_sample = *accumulation * dp;
+    if (*batch % per_sample != 0) {
+      return not_divisible(kMicro, per_sample,
+                           absl::StrCat(kAccumulation, " ", *accumulation, " x dp ", dp));
+    }
+    micro = *batch / per_sample;
+  } else if (micro && accumulation) {
+    batch = product(*micro, *accumulation, dp);
+  } else if (batch) {
+    if (*batch % dp != 0) return not_divisible(kMicro, dp, "dp");
+    accumulation = 1;
+    micro = *batch / dp;
+  } else if (micro) {
+    accumulation = 1;
+    batch = product(*micro, 1, dp);
+  } else if (accumulation) {
+    return config_error(absl::StrCat(kBatch, ": missing; ", kAccumulation,
+                                     " alone does not set the batch: give ", kBatch, " or ", kMicro,
+                                     " too"));
+  } else {
+    return config_error(absl::StrCat(kBatch, ": missing; give ", kBatch, " or ", kMicro,
+                                     " (or both, with ", kAccumulation, "): ", kBatch, " = ",
+                                     kMicro, " x ", kAccumulation, " x dp"));
+  }
+  const int64_t expected = product(*micro, *accumulation, dp);
+  if (*batch != expected || *batch > INT_MAX) {
+    return config_error(absl::StrCat(kBatch, " ", *batch, " != ", kMicro, " ", *micro, " x ",
+                                     kAccumulation, " ", *accumulation, " x dp ", dp, " = ",
+                                     expected < 0 ? "(over 2^63)" : absl::StrCat(expected)));
+  }
+  config->train_batch_size = *batch;
+  config->micro_batch_size = *micro;
+  config->gradient_accumulation_steps = *accumulation;
+  return absl::OkStatus();
+}
+
+}  // namespace config_detail
+
+absl::StatusOr<TrainConfig> parse_train_config(const std::string& json_text) {
+  using namespace config_detail;
+  absl::StatusOr<Json> json = parse_json(json_text);
+  if (!json.ok()) return json.status();
+  if (!json->is_object()) {
+    return config_error(
+        absl::StrCat("config: expected a JSON object at the top level, found ", describe(*json)));
+  }
+  TrainConfig config;
+  JsonObject top(*json, "");
+  TROUPE_CONFIG_RETURN_IF_ERROR(check_top_level(top, *json, &config.warnings));
+  TROUPE_CONFIG_RETURN_IF_ERROR(parse_model(top, &config));
+  TROUPE_CONFIG_RETURN_IF_ERROR(parse_data(top, &config));
+  TROUPE_CONFIG_RETURN_IF_ERROR(parse_parallel(top, &config));
+  TROUPE_CONFIG_RETURN_IF_ERROR(parse_training(top, &config));
+  TROUPE_CONFIG_RETURN_IF_ERROR(parse_batch(top, &config));
+  TROUPE_CONFIG_RETURN_IF_ERROR(parse_optimizer(top, &config));
+  TROUPE_CONFIG_RETURN_IF_ERROR(parse_scheduler(top, &config));
+  TROUPE_CONFIG_RETURN_IF_ERROR(parse_precision(top, &config));
+  TROUPE_CONFIG_RETURN_IF_ERROR(parse_zero(top, &config));
+  return config;
+}
+
+}  // namespace troupe::trainers

@@ -1,0 +1,336 @@
+#include "trainers/data_command.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "actors/data/addition_task.h"
+#include "actors/data/byte_tokenizer.h"
+#include "actors/data/token_dataset.h"
+#include "actors/data/token_dataset_writer.h"
+#include "core/cluster/flags.h"
+
+namespace troupe::trainers {
+namespace {
+
+using actors::ByteTokenizer;
+
+constexpr size_t kReadChunk = size_t{1} << 20;
+constexpr int64_t kProgressEvery = int64_t{64} << 20;  // bytes between progress lines
+
+int fail(const absl::Status& s) {
+  std::fprintf(stderr, "troupe data: %s\n", std::string(s.message()).c_str());
+  return 1;
+}
+
+int usage(const std::string& message) {
+  std::fprintf(stderr, "%s\n", message.c_str());
+  return 2;
+}
+
+// Flags::parse takes flags only: positional arguments (files, a prefix) are
+// set apart first. A flag outside `boolean` without "=" takes the next
+// argument as its value, as Flags::parse does.
+struct Arguments {
+  std::vector<std::string> flags;
+  std::vector<std::string> positional;
+};
+
+Arguments split_arguments(const std::vector<std::string>& args,
+                          const std::set<std::string>& boolean) {
+  Arguments out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (!arg.starts_with("-") || arg == "-") {
+      out.positional.push_back(arg);
+      continue;
+    }
+    out.flags.push_back(arg);
+    const bool takes_value = arg.starts_with("--") && arg.find('=') == std::string::npos &&
+                             arg != "--help" && !boolean.contains(arg.substr(2));
+    if (takes_value && i + 1 < args.size() && !args[i + 1].starts_with("--")) {
+      out.flags.push_back(args[++i]);
+    }
+  }
+  return out;
+}
+
+// The integer value of --name, in [lo, hi]; `fallback` when absent.
+absl::StatusOr<int64_t> int_flag(const cluster::Flags& flags, const std::string& command,
+                                 const std::string& name, int64_t fallback, int64_t lo,
+                                 int64_t hi) {
+  if (!flags.has(name)) return fallback;
+  const std::string text = flags.get(name);
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(text, &value) || value < lo || value > hi) {
+    return absl::InvalidArgumentError(absl::StrCat("troupe data ", command, ": --", name, " ", text,
+                                                   ": expected an integer from ", lo, " to ", hi));
+  }
+  return value;
+}
+
+std::string mib(int64_t bytes) {
+  return absl::StrCat(bytes >> 20, " MiB");
+}
+
+void print_overview() {
+  std::printf(
+      "usage: troupe data <prepare|synth|info> [flags]\n\n"
+      "Makes and inspects token datasets: PREFIX.bin (the tokens, uint16 or uint32)\n"
+      "and PREFIX.json (the header); see docs/data.md.\n\n"
+      "  prepare  --output PREFIX FILE...   byte-level tokens of text files\n"
+      "  synth    --task addition ... --output PREFIX\n"
+      "                                     a synthetic task's training set\n"
+      "  info     PREFIX                    the header and sample counts\n\n"
+      "Run `troupe data <subcommand> --help` for its flags.\n");
+}
+
+// ---- prepare ----------------------------------------------------------------
+
+int prepare(const std::vector<std::string>& args) {
+  Arguments split = split_arguments(args, {});
+  auto flags = cluster::Flags::parse("data prepare", split.flags, {"output"});
+  if (!flags.ok()) return usage(std::string(flags.status().message()));
+  if (flags->help()) {
+    std::printf(
+        "usage: troupe data prepare --output PREFIX FILE...\n\n"
+        "Tokenizes FILEs with the byte-level tokenizer (a token per byte, vocab 256),\n"
+        "concatenated in the order given with nothing between them, and writes\n"
+        "PREFIX.bin (uint16 tokens) and PREFIX.json. Large inputs show progress on\n"
+        "stderr.\n\n"
+        "  --output  the dataset's prefix: PREFIX.bin and PREFIX.json are written\n");
+    return 0;
+  }
+  const std::string prefix = flags->get("output");
+  if (prefix.empty()) return usage("troupe data prepare: --output PREFIX is required");
+  if (split.positional.empty()) {
+    return usage(
+        "troupe data prepare: no input files (troupe data prepare --output PREFIX FILE...)");
+  }
+  // Every input must be readable before anything is written.
+  int64_t total = 0;
+  for (const std::string& file : split.positional) {
+    struct stat st {};
+    if (::stat(file.c_str(), &st) != 0) {
+      return fail(absl::NotFoundError(
+          absl::StrCat("cannot read input ", file, ": ", std::strerror(errno))));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      return fail(
+          absl::InvalidArgumentError(absl::StrCat("input ", file, " is not a regular file")));
+    }
+    total += st.st_size;
+  }
+  std::vector<std::string> names = split.positional;
+  if (names.size() > 8) {
+    const size_t more = names.size() - 8;
+    names.resize(8);
+    names.push_back(absl::StrCat("and ", more, " more"));
+  }
+  auto writer = actors::TokenDatasetWriter::create(
+      prefix, ByteTokenizer::kVocabSize, ByteTokenizer::kName,
+      absl::StrCat("troupe data prepare: ", absl::StrJoin(names, " ")));
+  if (!writer.ok()) return fail(writer.status());
+
+  const bool show_progress = total >= kProgressEvery;
+  int64_t done = 0;
+  int64_t next_report = kProgressEvery;
+  std::string chunk(kReadChunk, '\0');
+  std::vector<int32_t> tokens;
+  for (const std::string& file : split.positional) {
+    std::FILE* in = std::fopen(file.c_str(), "rb");
+    if (in == nullptr) {
+      return fail(absl::NotFoundError(
+          absl::StrCat("cannot open input ", file, ": ", std::strerror(errno))));
+    }
+    for (;;) {
+      const size_t n = std::fread(chunk.data(), 1, chunk.size(), in);
+      if (n > 0) {
+        tokens.clear();
+        ByteTokenizer::encode_append(absl::string_view(chunk.data(), n), &tokens);
+        if (absl::Status s = (*writer)->append(tokens); !s.ok()) {
+          std::fclose(in);
+          return fail(s);
+        }
+        done += static_cast<int64_t>(n);
+        if (show_progress && done >= next_report) {
+          std::fprintf(stderr, "\rtroupe data prepare: %s of %s (%d%%)", mib(done).c_str(),
+                       mib(total).c_str(), static_cast<int>(100 * done / total));
+          next_report += kProgressEvery;
+        }
+      }
+      if (n < chunk.size()) break;
+    }
+    const bool failed = std::ferror(in) != 0;
+    std::fclose(in);
+    if (failed) {
+      return fail(absl::DataLossError(absl::StrCat("error reading input ", file)));
+    }
+  }
+  if (show_progress) std::fprintf(stderr, "\n");
+  const int64_t num_tokens = (*writer)->num_tokens();
+  if (absl::Status s = (*writer)->finish(); !s.ok()) return fail(s);
+  std::printf(
+      "wrote %lld tokens (byte-level, vocab 256) from %zu file%s\n"
+      "  %s.bin  %lld bytes, uint16\n"
+      "  %s.json\n",
+      static_cast<long long>(num_tokens), split.positional.size(),
+      split.positional.size() == 1 ? "" : "s", prefix.c_str(),
+      static_cast<long long>(num_tokens * 2), prefix.c_str());
+  return 0;
+}
+
+// ---- synth ------------------------------------------------------------------
+
+int synth(const std::vector<std::string>& args) {
+  auto flags = cluster::Flags::parse("data synth", args,
+                                     {"task", "digits", "samples", "seq-len", "seed", "output"});
+  if (!flags.ok()) return usage(std::string(flags.status().message()));
+  if (flags->help()) {
+    std::printf(
+        "usage: troupe data synth --task addition [--digits 2] [--samples 100000]\n"
+        "                         [--seq-len 64] [--seed 1] --output PREFIX\n\n"
+        "Writes a synthetic task's training stream as a byte-level dataset: exactly\n"
+        "SAMPLES samples of SEQ_LEN tokens. Task `addition`: lines \"a+b=c\\n\", a and b\n"
+        "of DIGITS digits, c = a+b in DIGITS+1 digits written least significant digit\n"
+        "first (07+35=240); problems held out for evaluation (by a hash of a, b and\n"
+        "SEED) are never written. See docs/data.md.\n\n"
+        "  --task     addition (the only task so far)\n"
+        "  --digits   operand digits, 1 to 9\n"
+        "  --samples  samples of SEQ_LEN tokens\n"
+        "  --seq-len  T, the sample length the stream is sized for\n"
+        "  --seed     the problems and the held-out split\n"
+        "  --output   the dataset's prefix: PREFIX.bin and PREFIX.json are written\n");
+    return 0;
+  }
+  const std::string task = flags->get("task", "addition");
+  if (task != "addition") {
+    return usage(absl::StrCat("troupe data synth: unknown task '", task, "' (known: addition)"));
+  }
+  const std::string prefix = flags->get("output");
+  if (prefix.empty()) return usage("troupe data synth: --output PREFIX is required");
+  auto digits = int_flag(*flags, "synth", "digits", 2, 1, 9);
+  if (!digits.ok()) return usage(std::string(digits.status().message()));
+  auto samples = int_flag(*flags, "synth", "samples", 100000, 1, int64_t{1} << 30);
+  if (!samples.ok()) return usage(std::string(samples.status().message()));
+  auto seq_len = int_flag(*flags, "synth", "seq-len", 64, 1, int64_t{1} << 20);
+  if (!seq_len.ok()) return usage(std::string(seq_len.status().message()));
+  uint64_t seed = 1;
+  if (flags->has("seed") && !absl::SimpleAtoi(flags->get("seed"), &seed)) {
+    return usage(absl::StrCat("troupe data synth: --seed ", flags->get("seed"),
+                              ": expected a non-negative integer"));
+  }
+  const actors::AdditionTaskOptions options{.digits = static_cast<int>(*digits),
+                                            .num_samples = *samples,
+                                            .seed = seed,
+                                            .seq_len = static_cast<int>(*seq_len)};
+  if (absl::Status s = actors::validate(options); !s.ok()) {
+    return usage(absl::StrCat("troupe data synth: ", s.message()));
+  }
+  absl::StatusOr<std::vector<int32_t>> tokens = actors::addition_training_tokens(options);
+  if (!tokens.ok()) return fail(tokens.status());
+  if (absl::Status s = actors::write_token_dataset(prefix, *tokens, ByteTokenizer::kVocabSize,
+                                                   ByteTokenizer::kName, actors::describe(options));
+      !s.ok()) {
+    return fail(s);
+  }
+  std::string example = ByteTokenizer::decode(*tokens);
+  example.resize(std::min(example.find('\n'), example.size()));
+  std::printf(
+      "wrote %lld samples of seq_len %lld (%zu tokens) of addition, digits %lld, seed %llu\n"
+      "  example line: %s\n"
+      "  %s.bin\n"
+      "  %s.json\n",
+      static_cast<long long>(*samples), static_cast<long long>(*seq_len), tokens->size(),
+      static_cast<long long>(*digits), static_cast<unsigned long long>(seed), example.c_str(),
+      prefix.c_str(), prefix.c_str());
+  return 0;
+}
+
+// ---- info -------------------------------------------------------------------
+
+int info(const std::vector<std::string>& args) {
+  Arguments split = split_arguments(args, {"check"});
+  auto flags = cluster::Flags::parse("data info", split.flags, {"seq-len", "check"}, {"check"});
+  if (!flags.ok()) return usage(std::string(flags.status().message()));
+  if (flags->help()) {
+    std::printf(
+        "usage: troupe data info PREFIX [--seq-len T]... [--check]\n\n"
+        "Prints the header of dataset PREFIX and how many samples it holds for each\n"
+        "sequence length.\n\n"
+        "  --seq-len  a sample length to count samples for (repeatable; default\n"
+        "             64, 128, 256, 512 and 1024)\n"
+        "  --check    read every token and check it is below vocab_size\n");
+    return 0;
+  }
+  if (split.positional.size() != 1) {
+    return usage("troupe data info: expected one dataset PREFIX (troupe data info PREFIX)");
+  }
+  std::vector<int64_t> seq_lens;
+  for (const std::string& text : flags->all("seq-len")) {
+    int64_t t = 0;
+    if (!absl::SimpleAtoi(text, &t) || t < 1 || t > (int64_t{1} << 30)) {
+      return usage(
+          absl::StrCat("troupe data info: --seq-len ", text, ": expected a positive integer"));
+    }
+    seq_lens.push_back(t);
+  }
+  if (seq_lens.empty()) seq_lens = {64, 128, 256, 512, 1024};
+  const std::string& prefix = split.positional[0];
+  absl::StatusOr<actors::TokenDataset> data = actors::TokenDataset::open(prefix);
+  if (!data.ok()) return fail(data.status());
+  const actors::TokenDatasetHeader& h = data->header();
+  std::printf(
+      "dataset     %s\n"
+      "format      %s version %d\n"
+      "dtype       %s\n"
+      "vocab_size  %lld\n"
+      "num_tokens  %lld\n"
+      "tokenizer   %s\n"
+      "source      %s\n"
+      "files       %s.bin (%lld bytes), %s.json\n",
+      prefix.c_str(), actors::kTokenFormat, actors::kTokenFormatVersion,
+      actors::dtype_name(h.dtype), static_cast<long long>(h.vocab_size),
+      static_cast<long long>(h.num_tokens), h.tokenizer.c_str(),
+      h.source.empty() ? "-" : h.source.c_str(), prefix.c_str(),
+      static_cast<long long>(h.num_tokens * actors::dtype_bytes(h.dtype)), prefix.c_str());
+  for (int64_t t : seq_lens) {
+    std::printf("samples     %lld of seq_len %lld\n",
+                static_cast<long long>(data->num_samples(static_cast<int>(t))),
+                static_cast<long long>(t));
+  }
+  if (flags->has("check")) {
+    if (absl::Status s = data->check_tokens(); !s.ok()) return fail(s);
+    std::printf("check       ok: every token is below vocab_size\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int data_command(const std::vector<std::string>& args) {
+  if (args.empty()) {
+    print_overview();
+    return 2;
+  }
+  const std::string& sub = args[0];
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (sub == "prepare") return prepare(rest);
+  if (sub == "synth") return synth(rest);
+  if (sub == "info") return info(rest);
+  if (sub == "--help" || sub == "-h" || sub == "help") {
+    print_overview();
+    return 0;
+  }
+  std::fprintf(stderr, "troupe data: unknown subcommand '%s'\n\n", sub.c_str());
+  print_overview();
+  return 2;
+}
+
+}  // namespace troupe::trainers

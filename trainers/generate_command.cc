@@ -1,0 +1,91 @@
+// troupe generate: samples text from weights that `troupe train` saved, in
+// this process (no cluster needed).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "actors/data/byte_tokenizer.h"
+#include "actors/generation.h"
+#include "core/cluster/flags.h"
+#include "nn/gpt.h"
+#include "trainers/model_file.h"
+#include "trainers/train_command.h"
+
+namespace troupe::trainers {
+namespace {
+
+void print_generate_help() {
+  std::printf(
+      "usage: troupe generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T]\n"
+      "                       [--seed S] [--no-stop]\n\n"
+      "Continues TEXT with the GPT saved in DIR (DIR/model.json + model.bin, as troupe train\n"
+      "writes them), byte-level tokens. The prompt starts a line: a newline goes before it,\n"
+      "as every line but the first is preceded by one in training; generation stops after\n"
+      "a newline (unless --no-stop) or N tokens (default 32). Temperature 0 (the default)\n"
+      "is greedy decoding.\n\n"
+      "  troupe generate --model runs/train-1234-5678 --prompt \"12+34=\"\n");
+}
+
+int fail(const std::string& text) {
+  std::fprintf(stderr, "troupe generate: %s\n", text.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int generate_command(const std::vector<std::string>& args) {
+  auto flags = cluster::Flags::parse(
+      "generate", args, {"model", "prompt", "max-tokens", "temperature", "seed", "no-stop"},
+      {"no-stop"});
+  if (!flags.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(flags.status().message()).c_str());
+    return 2;
+  }
+  if (flags->help()) {
+    print_generate_help();
+    return 0;
+  }
+  if (!flags->has("model") || !flags->has("prompt")) {
+    std::fprintf(stderr, "troupe generate: --model DIR and --prompt TEXT are required\n");
+    return 2;
+  }
+  int max_tokens = 32;
+  float temperature = 0;
+  uint64_t seed = 0;
+  if (flags->has("max-tokens") &&
+      (!absl::SimpleAtoi(flags->get("max-tokens"), &max_tokens) || max_tokens < 1)) {
+    std::fprintf(stderr, "troupe generate: --max-tokens takes a number >= 1\n");
+    return 2;
+  }
+  if (flags->has("temperature") &&
+      (!absl::SimpleAtof(flags->get("temperature"), &temperature) || temperature < 0)) {
+    std::fprintf(stderr, "troupe generate: --temperature takes a number >= 0\n");
+    return 2;
+  }
+  if (flags->has("seed") && !absl::SimpleAtoi(flags->get("seed"), &seed)) {
+    std::fprintf(stderr, "troupe generate: --seed takes a number\n");
+    return 2;
+  }
+  absl::StatusOr<SavedModel> saved = load_model(flags->get("model"));
+  if (!saved.ok()) return fail(std::string(saved.status().message()));
+  if (saved->tokenizer != "bytes")
+    return fail("the model's tokenizer is '" + saved->tokenizer + "', not bytes");
+  absl::StatusOr<nn::GPT> model = nn::GPT::create(saved->model.gpt());
+  if (!model.ok()) return fail(std::string(model.status().message()));
+  std::copy(saved->params.begin(), saved->params.end(), model->params());
+  const std::string prompt = flags->get("prompt");
+  std::vector<int32_t> tokens = actors::ByteTokenizer::encode("\n" + prompt);
+  auto out = actors::generate_tokens(*model, {tokens},
+                                     {.max_new_tokens = max_tokens,
+                                      .temperature = temperature,
+                                      .seed = seed,
+                                      .stop_token = flags->has("no-stop") ? -1 : '\n'});
+  if (!out.ok()) return fail(std::string(out.status().message()));
+  std::string text = actors::ByteTokenizer::decode((*out)[0]);
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  std::printf("%s%s\n", prompt.c_str(), text.c_str());
+  return 0;
+}
+
+}  // namespace troupe::trainers

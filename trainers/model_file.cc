@@ -1,0 +1,118 @@
+#include "trainers/model_file.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "nn/gpt_param_layout.h"
+
+namespace troupe::trainers {
+namespace {
+
+constexpr char kFormat[] = "troupe-gpt";
+constexpr int kVersion = 1;
+
+absl::Status write_file(const std::string& path, const void* data, size_t n) {
+  std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) return absl::InternalError(absl::StrCat(tmp, ": ", std::strerror(errno)));
+  bool ok = std::fwrite(data, 1, n, f) == n;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::InternalError(absl::StrCat(path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status save_model(const std::string& dir, const SavedModel& saved) {
+  nn::GPTConfig gpt = saved.model.gpt();
+  if (absl::Status s = gpt.validate(); !s.ok()) return s;
+  nn::GPTParamLayout layout(gpt);
+  if (saved.params.size() != layout.num_params()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "save_model: ", saved.params.size(), " parameters for a model of ", layout.num_params()));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(dir, ": ", ec.message()));
+  nlohmann::json header = {{"format", kFormat},
+                           {"version", kVersion},
+                           {"dtype", "float32"},
+                           {"num_params", saved.params.size()},
+                           {"model",
+                            {{"n_layer", saved.model.n_layer},
+                             {"n_head", saved.model.n_head},
+                             {"n_embd", saved.model.n_embd},
+                             {"seq_len", saved.model.seq_len},
+                             {"vocab_size", saved.model.vocab_size},
+                             {"padded_vocab_size", gpt.padded_vocab()}}},
+                           {"step", saved.step},
+                           {"tokenizer", saved.tokenizer}};
+  if (absl::Status s =
+          write_file(dir + "/model.bin", saved.params.data(), saved.params.size() * sizeof(float));
+      !s.ok()) {
+    return s;
+  }
+  std::string text = header.dump(2) + "\n";
+  return write_file(dir + "/model.json", text.data(), text.size());
+}
+
+absl::StatusOr<SavedModel> load_model(const std::string& dir) {
+  const std::string json_path = dir + "/model.json";
+  const std::string bin_path = dir + "/model.bin";
+  std::ifstream json_file(json_path);
+  if (!json_file) return absl::NotFoundError(absl::StrCat(json_path, ": cannot be read"));
+  std::stringstream text;
+  text << json_file.rdbuf();
+  SavedModel saved;
+  size_t num_params = 0;
+  try {
+    nlohmann::json h = nlohmann::json::parse(text.str());
+    if (h.at("format") != kFormat || h.at("version") != kVersion || h.at("dtype") != "float32") {
+      return absl::DataLossError(
+          absl::StrCat(json_path, ": not a troupe-gpt version ", kVersion, " float32 model"));
+    }
+    const nlohmann::json& m = h.at("model");
+    saved.model.n_layer = m.at("n_layer").get<int>();
+    saved.model.n_head = m.at("n_head").get<int>();
+    saved.model.n_embd = m.at("n_embd").get<int>();
+    saved.model.seq_len = m.at("seq_len").get<int>();
+    saved.model.vocab_size = m.at("vocab_size").get<int>();
+    saved.model.padded_vocab_size = m.at("padded_vocab_size").get<int>();
+    saved.step = h.value("step", int64_t{0});
+    saved.tokenizer = h.value("tokenizer", std::string("bytes"));
+    num_params = h.at("num_params").get<size_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat(json_path, ": ", e.what()));
+  }
+  nn::GPTConfig gpt = saved.model.gpt();
+  if (absl::Status s = gpt.validate(); !s.ok()) {
+    return absl::DataLossError(absl::StrCat(json_path, ": ", s.message()));
+  }
+  if (nn::GPTParamLayout(gpt).num_params() != num_params) {
+    return absl::DataLossError(
+        absl::StrCat(json_path, ": num_params ", num_params, " does not match the model"));
+  }
+  std::ifstream bin(bin_path, std::ios::binary | std::ios::ate);
+  if (!bin) return absl::NotFoundError(absl::StrCat(bin_path, ": cannot be read"));
+  if (static_cast<size_t>(bin.tellg()) != num_params * sizeof(float)) {
+    return absl::DataLossError(absl::StrCat(bin_path, ": ", static_cast<int64_t>(bin.tellg()),
+                                            " bytes, expected ", num_params * sizeof(float)));
+  }
+  bin.seekg(0);
+  saved.params.resize(num_params);
+  bin.read(reinterpret_cast<char*>(saved.params.data()),
+           static_cast<std::streamsize>(num_params * sizeof(float)));
+  if (!bin) return absl::DataLossError(absl::StrCat(bin_path, ": short read"));
+  return saved;
+}
+
+}  // namespace troupe::trainers

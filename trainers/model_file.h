@@ -1,0 +1,36 @@
+// The trained weights as `troupe train` writes them and `troupe generate`
+// reads them: DIR/model.json (the model config and what the buffer holds) and
+// DIR/model.bin (the fp32 parameters, little-endian, in nn's flat layout,
+// nn/gpt_param_layout.h).
+//
+//   {"format": "troupe-gpt", "version": 1, "dtype": "float32", "num_params": 104960,
+//    "model": {"n_layer": 2, "n_head": 4, "n_embd": 64, "seq_len": 32,
+//              "vocab_size": 256, "padded_vocab_size": 256},
+//    "step": 600, "tokenizer": "bytes"}
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainers/config.h"
+
+namespace troupe::trainers {
+
+struct SavedModel {
+  ModelConfig model;
+  std::vector<float> params;
+  int64_t step = 0;
+  std::string tokenizer = "bytes";
+};
+
+// Writes DIR/model.json and DIR/model.bin (creating DIR; each file written
+// to a temporary name, then renamed). InvalidArgument if params does not
+// match the model; Internal (with errno's text) on I/O failure.
+absl::Status save_model(const std::string& dir, const SavedModel& saved);
+// Reads them back; NotFound naming a missing file, DataLoss for a header that
+// is not ours or a buffer of the wrong size.
+absl::StatusOr<SavedModel> load_model(const std::string& dir);
+
+}  // namespace troupe::trainers

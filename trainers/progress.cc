@@ -1,0 +1,141 @@
+#include "trainers/progress.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace troupe::trainers {
+
+void RunTotals::add(const StepOutcome& step) {
+  ++steps;
+  if (!step.applied) ++skipped;
+  samples += step.samples;
+  tokens += step.tokens;
+  seconds += step.step_ms / 1000.0;
+  comm_ms += step.comm_ms;
+  comm_exposed_ms += step.comm_exposed_ms;
+  overhead_ms += step.overhead_ms;
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  int64_t s = std::llround(seconds);
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%ds", s);
+}
+
+namespace {
+
+std::string rate(double per_second) {
+  if (per_second >= 1e6) return absl::StrFormat("%.2fM", per_second / 1e6);
+  if (per_second >= 1e4) return absl::StrFormat("%.1fk", per_second / 1e3);
+  return absl::StrFormat("%.0f", per_second);
+}
+
+}  // namespace
+
+ProgressReporter::ProgressReporter(FILE* out, int64_t total_steps, int log_interval)
+    : out_(out),
+      tty_(isatty(fileno(out)) != 0),
+      total_steps_(total_steps),
+      log_interval_(std::max(1, log_interval)) {}
+
+void ProgressReporter::message(const std::string& text) {
+  if (open_line_) std::fputc('\n', out_);
+  open_line_ = false;
+  std::fprintf(out_, "%s\n", text.c_str());
+  std::fflush(out_);
+}
+
+void ProgressReporter::on_step(const StepOutcome& step) {
+  totals_.add(step);
+  bool last = step.step >= total_steps_;
+  if (step.step % log_interval_ != 0 && !last && !tty_) return;
+  // Throughput over the steps since the last line (all of them at first).
+  double seconds = totals_.seconds - at_last_print_.seconds;
+  double tokens = static_cast<double>(totals_.tokens - at_last_print_.tokens);
+  double samples = static_cast<double>(totals_.samples - at_last_print_.samples);
+  if (seconds <= 0) return;
+  double remaining = static_cast<double>(total_steps_ - step.step) *
+                     (totals_.seconds / static_cast<double>(totals_.steps));
+  int width = static_cast<int>(std::to_string(total_steps_).size());
+  std::string line = absl::StrFormat("step %*d/%d  loss %.4f  lr %.2e  %s tok/s  %s samples/s",
+                                     width, step.step, total_steps_, step.loss, step.lr,
+                                     rate(tokens / seconds), rate(samples / seconds));
+  if (totals_.comm_ms > 0) {
+    absl::StrAppend(&line, absl::StrFormat("  comm hidden %.0f%%", 100 * totals_.comm_hidden()));
+  }
+  if (!step.applied) absl::StrAppend(&line, "  (skipped: overflow)");
+  absl::StrAppend(&line, "  ETA ", format_duration(remaining));
+  if (tty_) {
+    std::fprintf(out_, "\r\033[K%s", line.c_str());
+    open_line_ = true;
+    if (step.step % log_interval_ == 0 || last) {
+      std::fputc('\n', out_);
+      open_line_ = false;
+      at_last_print_ = totals_;
+    }
+  } else {
+    std::fprintf(out_, "%s\n", line.c_str());
+    at_last_print_ = totals_;
+  }
+  std::fflush(out_);
+}
+
+absl::StatusOr<MetricsWriter> MetricsWriter::open(const std::string& path) {
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return absl::InternalError(absl::StrCat(path, ": ", std::strerror(errno)));
+  return MetricsWriter(f);
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void MetricsWriter::write_step(const StepOutcome& s) {
+  nlohmann::json j = {{"step", s.step},
+                      {"loss", s.loss},
+                      {"lr", s.lr},
+                      {"grad_norm", std::isfinite(s.grad_norm) ? nlohmann::json(s.grad_norm)
+                                                               : nlohmann::json(nullptr)},
+                      {"loss_scale", s.loss_scale},
+                      {"applied", s.applied},
+                      {"samples", s.samples},
+                      {"tokens", s.tokens},
+                      {"tokens_per_s", s.step_ms > 0 ? s.tokens / (s.step_ms / 1000.0) : 0.0},
+                      {"step_ms", s.step_ms},
+                      {"compute_ms", s.compute_ms},
+                      {"comm_ms", s.comm_ms},
+                      {"comm_exposed_ms", s.comm_exposed_ms},
+                      {"overhead_ms", s.overhead_ms},
+                      {"epoch", s.epoch},
+                      {"data_position", s.data_position}};
+  std::fprintf(file_, "%s\n", j.dump().c_str());
+  std::fflush(file_);
+}
+
+void MetricsWriter::write_eval(int64_t step, const actors::EvalReport& report) {
+  nlohmann::json j = {
+      {"step", step},
+      {"eval",
+       {{"task", "addition"},
+        {"correct", report.correct},
+        {"total", report.total},
+        {"accuracy",
+         report.total > 0 ? static_cast<double>(report.correct) / report.total : 0.0}}}};
+  std::fprintf(file_, "%s\n", j.dump().c_str());
+  std::fflush(file_);
+}
+
+}  // namespace troupe::trainers

@@ -1,0 +1,78 @@
+// What a training run shows and records: a progress line per log interval
+// (step/total, loss, learning rate, throughput, ETA; redrawn in place on a
+// terminal), and one JSON line per step in a metrics file.
+//
+//   step  120/600  loss 1.2345  lr 2.95e-03  41.2k tok/s  1288 samples/s  comm hidden 86%  ETA
+//   1m05s
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "actors/pipeline_stage_actor.h"
+#include "trainers/trainer_controller.h"
+
+namespace troupe::trainers {
+
+// Running totals over a run, for the progress line and the summary.
+struct RunTotals {
+  int64_t steps = 0;  // steps taken (applied or skipped)
+  int64_t skipped = 0;
+  int64_t samples = 0;
+  int64_t tokens = 0;
+  double seconds = 0;  // wall time of the steps
+  double comm_ms = 0;  // summed over steps (slowest stage)
+  double comm_exposed_ms = 0;
+  double overhead_ms = 0;
+  // The fraction of allreduce time hidden behind backward (1 without communication).
+  double comm_hidden() const { return comm_ms > 0 ? 1.0 - comm_exposed_ms / comm_ms : 1.0; }
+  void add(const StepOutcome& step);
+};
+
+class ProgressReporter {
+ public:
+  // Prints to `out` every `log_interval` steps (and the last); on a terminal
+  // the line is redrawn in place.
+  ProgressReporter(FILE* out, int64_t total_steps, int log_interval);
+
+  void on_step(const StepOutcome& step);
+  // A message on a line of its own (ends a line redrawn in place first).
+  void message(const std::string& text);
+  const RunTotals& totals() const { return totals_; }
+
+ private:
+  FILE* out_;
+  bool tty_;
+  bool open_line_ = false;
+  int64_t total_steps_;
+  int log_interval_;
+  RunTotals totals_;
+  RunTotals at_last_print_;
+};
+
+// "1h02m", "3m05s", "42s".
+std::string format_duration(double seconds);
+
+class MetricsWriter {
+ public:
+  // Opens (truncates) `path`, creating its directory. Internal on failure.
+  static absl::StatusOr<MetricsWriter> open(const std::string& path);
+  MetricsWriter(MetricsWriter&& other) noexcept : file_(other.file_) { other.file_ = nullptr; }
+  MetricsWriter& operator=(MetricsWriter&&) = delete;
+  ~MetricsWriter();
+
+  // {"step":..,"loss":..,"lr":..,"grad_norm":..,"loss_scale":..,"applied":..,
+  //  "samples":..,"tokens":..,"tokens_per_s":..,"step_ms":..,"compute_ms":..,
+  //  "comm_ms":..,"comm_exposed_ms":..,"overhead_ms":..,"epoch":..,"data_position":..}
+  void write_step(const StepOutcome& step);
+  // {"step":..,"eval":{"task":"addition","correct":..,"total":..,"accuracy":..}}
+  void write_eval(int64_t step, const actors::EvalReport& report);
+
+ private:
+  explicit MetricsWriter(FILE* file) : file_(file) {}
+  FILE* file_;
+};
+
+}  // namespace troupe::trainers

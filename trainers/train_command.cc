@@ -1,0 +1,240 @@
+#include "trainers/train_command.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/cluster/cluster.h"
+#include "core/cluster/flags.h"
+#include "core/cluster/local_cluster.h"
+#include "nn/gpt_param_layout.h"
+#include "trainers/config.h"
+#include "trainers/ddp_trainer.h"
+#include "trainers/model_file.h"
+#include "trainers/progress.h"
+
+namespace troupe::trainers {
+namespace {
+
+using cluster::Flags;
+
+int fail(const std::string& what, const absl::Status& s) {
+  std::fprintf(stderr, "troupe train: %s: %s\n", what.c_str(), std::string(s.message()).c_str());
+  return 1;
+}
+
+int usage_error(const std::string& text) {
+  std::fprintf(stderr, "troupe train: %s (see troupe train --help)\n", text.c_str());
+  return 2;
+}
+
+void print_train_help() {
+  std::printf(
+      "usage: troupe train --config FILE [--local N | --head HOST:PORT] [--steps N]\n"
+      "                    [--output DIR] [--metrics FILE] [--threads N]\n\n"
+      "Trains the GPT the config describes with data parallelism (DDP): one replica per\n"
+      "dp rank, each a pipeline stage, a parameter shard and a data loader on one node.\n\n"
+      "  --config FILE     DeepSpeed-style JSON plus troupe's model, data, parallel and\n"
+      "                    training sections (docs/config.md; examples/configs/)\n"
+      "  --local N         start a local cluster (a head and N workers) for this run and\n"
+      "                    stop it at the end (as ray.init() with no address)\n"
+      "  --head HOST:PORT  use a running cluster (`troupe head`, `troupe worker`); also\n"
+      "                    $TROUPE_HEAD. Its token: --token-file or $TROUPE_TOKEN\n"
+      "  --steps N         override training.steps\n"
+      "  --output DIR      override training.output_dir (default runs/<job>)\n"
+      "  --metrics FILE    override training.metrics_file (default DIR/metrics.jsonl)\n"
+      "  --threads N       compute threads per replica (default: cores / replicas with\n"
+      "                    --local, else each worker's default)\n\n"
+      "Shows a progress line per training.log_interval steps, evaluates the task accuracy\n"
+      "of a synthetic task, writes DIR/model.json + model.bin (for troupe generate) and a\n"
+      "metrics line per step.\n");
+}
+
+std::string job_name() {
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  return absl::StrFormat("train-%d-%d", static_cast<int>(getpid()),
+                         std::chrono::duration_cast<std::chrono::seconds>(now).count() % 100000);
+}
+
+std::string self_executable() {
+  char path[4096];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return "troupe";
+  path[n] = '\0';
+  return path;
+}
+
+// Evaluates the synthetic task on replica 0 and reports it.
+void evaluate(DdpTrainer& trainer, const TrainConfig& config, int64_t step,
+              ProgressReporter& progress, std::optional<MetricsWriter>& metrics,
+              std::optional<double>* accuracy) {
+  absl::StatusOr<actors::EvalReport> report = trainer.evaluate(config.training.eval_samples);
+  if (!report.ok()) {
+    progress.message(absl::StrCat("evaluation failed: ", report.status().message()));
+    return;
+  }
+  double acc = report->total > 0 ? static_cast<double>(report->correct) / report->total : 0;
+  progress.message(
+      absl::StrFormat("eval at step %d: addition accuracy %.1f%% (%d/%d held-out problems)", step,
+                      100 * acc, report->correct, report->total));
+  if (metrics) metrics->write_eval(step, *report);
+  if (accuracy != nullptr) {
+    *accuracy = acc;
+    for (const std::string& e : report->examples)
+      progress.message("  " + e);
+  }
+}
+
+}  // namespace
+
+int train_command(const std::vector<std::string>& args) {
+  auto flags = Flags::parse(
+      "train", args,
+      {"config", "local", "head", "token-file", "steps", "output", "metrics", "threads"});
+  if (!flags.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(flags.status().message()).c_str());
+    return 2;
+  }
+  if (flags->help()) {
+    print_train_help();
+    return 0;
+  }
+  if (!flags->has("config")) return usage_error("--config FILE is required");
+  absl::StatusOr<TrainConfig> loaded = load_train_config(flags->get("config"));
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "troupe train: %s\n", std::string(loaded.status().message()).c_str());
+    return 2;
+  }
+  TrainConfig config = *std::move(loaded);
+  for (const std::string& w : config.warnings)
+    std::fprintf(stderr, "troupe train: warning: %s\n", w.c_str());
+  if (absl::Status s = check_data_exists(config); !s.ok()) {
+    std::fprintf(stderr, "troupe train: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  int local_workers = 0;
+  if (flags->has("local") &&
+      (!absl::SimpleAtoi(flags->get("local"), &local_workers) || local_workers < 1)) {
+    return usage_error("--local takes a number of workers >= 1");
+  }
+  if (flags->has("local") && flags->has("head"))
+    return usage_error("give --local or --head, not both");
+  if (flags->has("steps") && (!absl::SimpleAtoi(flags->get("steps"), &config.training.steps) ||
+                              config.training.steps < 1)) {
+    return usage_error("--steps takes a number >= 1");
+  }
+  int threads = config.training.threads;
+  if (flags->has("threads") &&
+      (!absl::SimpleAtoi(flags->get("threads"), &threads) || threads < 1)) {
+    return usage_error("--threads takes a number >= 1");
+  }
+  const std::string job = job_name();
+  std::string output_dir = flags->get("output", config.training.output_dir);
+  if (output_dir.empty()) output_dir = "runs/" + job;
+  std::string metrics_path = flags->get("metrics", config.training.metrics_file);
+  if (metrics_path.empty()) metrics_path = output_dir + "/metrics.jsonl";
+
+  // The cluster: our own local one, or a running one.
+  std::unique_ptr<cluster::LocalCluster> local;
+  ClusterOptions options{.head = flags->get("head"),
+                         .token_file = flags->get("token-file"),
+                         .name = "troupe train " + job};
+  if (local_workers > 0) {
+    unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    std::printf("starting a local cluster: a head and %d workers\n", local_workers);
+    auto started = cluster::LocalCluster::start({.workers = local_workers,
+                                                 .default_resources = absl::StrCat("CPU=", cores),
+                                                 .troupe_binary = self_executable(),
+                                                 .echo_output = false});
+    if (!started.ok()) return fail("starting a local cluster", started.status());
+    local = *std::move(started);
+    options = local->client_options();
+    options.name = "troupe train " + job;
+    if (threads == 0) threads = std::max(1, static_cast<int>(cores) / config.parallel.dp);
+  } else if (options.head.empty() && std::getenv("TROUPE_HEAD") == nullptr) {
+    return usage_error("give --local N to start a local cluster, or --head HOST:PORT");
+  }
+  auto cluster = Cluster::connect(options);
+  if (!cluster.ok()) return fail("connecting to the cluster", cluster.status());
+
+  const nn::GPTConfig gpt = config.model.gpt();
+  std::printf(
+      "job %s: GPT %d layers, %d heads, d_model %d, seq_len %d, vocab %d: %zu parameters\n"
+      "  dp %d, global batch %lld = micro %lld x accumulation %lld x dp %d%s\n",
+      job.c_str(), gpt.num_layers, gpt.num_heads, gpt.channels, gpt.max_seq_len, gpt.vocab_size,
+      nn::GPTParamLayout(gpt).num_params(), config.parallel.dp,
+      static_cast<long long>(config.train_batch_size),
+      static_cast<long long>(config.micro_batch_size),
+      static_cast<long long>(config.gradient_accumulation_steps), config.parallel.dp,
+      config.fp16.enabled ? ", fp16 (loss scaling)" : (config.bf16 ? ", bf16" : ""));
+  std::fflush(stdout);
+  auto started = DdpTrainer::start(**cluster, config, job, threads);
+  if (!started.ok()) return fail("starting the replicas", started.status());
+  DdpTrainer& trainer = **started;
+  const int64_t steps =
+      config.training.steps > 0 ? config.training.steps : trainer.data_info().steps_per_epoch;
+  std::printf("  data: %lld samples, %lld steps an epoch; training %lld steps\n",
+              static_cast<long long>(trainer.data_info().num_samples),
+              static_cast<long long>(trainer.data_info().steps_per_epoch),
+              static_cast<long long>(steps));
+  std::fflush(stdout);
+  auto metrics_file = MetricsWriter::open(metrics_path);
+  if (!metrics_file.ok()) return fail("opening the metrics file", metrics_file.status());
+  std::optional<MetricsWriter> metrics(std::move(*metrics_file));
+
+  ProgressReporter progress(stdout, steps, config.training.log_interval);
+  double first_loss = 0, last_loss = 0;
+  for (int64_t k = 1; k <= steps; ++k) {
+    absl::StatusOr<StepOutcome> outcome = trainer.step(k);
+    if (!outcome.ok()) {
+      progress.message("");
+      return fail(absl::StrCat("step ", k), outcome.status());
+    }
+    if (k == 1) first_loss = outcome->loss;
+    last_loss = outcome->loss;
+    metrics->write_step(*outcome);
+    progress.on_step(*outcome);
+    if (config.data.synthetic && config.training.eval_interval > 0 &&
+        k % config.training.eval_interval == 0 && k < steps) {
+      evaluate(trainer, config, k, progress, metrics, nullptr);
+    }
+  }
+  std::optional<double> accuracy;
+  if (config.data.synthetic) evaluate(trainer, config, steps, progress, metrics, &accuracy);
+
+  auto params = trainer.master_params();
+  if (!params.ok()) return fail("fetching the weights", params.status());
+  if (absl::Status s = save_model(
+          output_dir, {.model = config.model, .params = *std::move(params), .step = steps});
+      !s.ok()) {
+    return fail("saving the weights", s);
+  }
+  const RunTotals& t = progress.totals();
+  std::printf(
+      "\ndone: %lld steps in %s (%lld skipped), loss %.4f -> %.4f\n"
+      "  throughput %.0f tokens/s, %.1f samples/s; allreduce %.0f%% hidden behind backward; "
+      "controller overhead %.2f ms/step\n",
+      static_cast<long long>(t.steps), format_duration(t.seconds).c_str(),
+      static_cast<long long>(t.skipped), first_loss, last_loss, t.tokens / t.seconds,
+      t.samples / t.seconds, 100 * t.comm_hidden(), t.overhead_ms / std::max<int64_t>(1, t.steps));
+  if (accuracy)
+    std::printf("  task accuracy (held-out addition problems): %.1f%%\n", 100 * *accuracy);
+  std::printf("  weights: %s/model.{json,bin}   metrics: %s\n", output_dir.c_str(),
+              metrics_path.c_str());
+  std::printf("  try: troupe generate --model %s --prompt \"12+34=\"\n", output_dir.c_str());
+  if (absl::Status s = trainer.stop(); !s.ok()) {
+    std::fprintf(stderr, "troupe train: stopping the job's actors: %s\n",
+                 std::string(s.message()).c_str());
+  }
+  return 0;
+}
+
+}  // namespace troupe::trainers
