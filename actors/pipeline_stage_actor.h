@@ -98,6 +98,7 @@ class PipelineStageActor {
   std::optional<GradientBuckets> buckets_;
   std::unique_ptr<CollectiveGroup> group_;
   std::shared_ptr<DataLoader> loader_;
+  double issue_ms_ = 0;  // this step's time spent inside allreduce_async calls
 };
 TROUPE_ACTOR(PipelineStageActor, &PipelineStageActor::setup, &PipelineStageActor::run_step,
              &PipelineStageActor::discard, &PipelineStageActor::evaluate,

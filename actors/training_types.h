@@ -71,7 +71,7 @@ struct StepReport {
   double forward_ms = 0;
   double backward_ms = 0;
   double comm_ms = 0;          // issue to completion of every bucket's allreduce, summed
-  double comm_exposed_ms = 0;  // waiting for allreduces after backward finished
+  double comm_exposed_ms = 0;  // in allreduce calls during backward, and waiting after it
   double step_ms = 0;
   TROUPE_FIELDS(step, loss, grad_norm_sq, found_inf, samples, tokens, data_position, epoch,
                 forward_ms, backward_ms, comm_ms, comm_exposed_ms, step_ms);

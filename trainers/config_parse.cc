@@ -159,7 +159,7 @@ absl::Status parse_synthetic(JsonObject& s, const ModelConfig& model, SyntheticT
     return config_error(absl::StrCat(s.key_path("task"), ": \"", out->task,
                                      "\" is not a synthetic task; the tasks are: addition"));
   }
-  // A held-out problem and its answer must fit in a sample: "\n07+35=" then "240".
+  // A held-out problem and its answer must fit in a sample: "07+35=" then "240".
   const actors::AdditionProblem problem = actors::make_addition_problem(0, 0, out->digits);
   const int problem_tokens =
       static_cast<int>(actors::addition_prompt_tokens(problem).size() + problem.answer.size());

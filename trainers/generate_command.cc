@@ -20,10 +20,9 @@ void print_generate_help() {
       "usage: troupe generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T]\n"
       "                       [--seed S] [--no-stop]\n\n"
       "Continues TEXT with the GPT saved in DIR (DIR/model.json + model.bin, as troupe train\n"
-      "writes them), byte-level tokens. The prompt starts a line: a newline goes before it,\n"
-      "as every line but the first is preceded by one in training; generation stops after\n"
-      "a newline (unless --no-stop) or N tokens (default 32). Temperature 0 (the default)\n"
-      "is greedy decoding.\n\n"
+      "writes them), byte-level tokens, the prompt at the start of the context. Generation\n"
+      "stops after a newline (unless --no-stop) or N tokens (default 32). Temperature 0\n"
+      "(the default) is greedy decoding.\n\n"
       "  troupe generate --model runs/train-1234-5678 --prompt \"12+34=\"\n");
 }
 
@@ -75,7 +74,7 @@ int generate_command(const std::vector<std::string>& args) {
   if (!model.ok()) return fail(std::string(model.status().message()));
   std::copy(saved->params.begin(), saved->params.end(), model->params());
   const std::string prompt = flags->get("prompt");
-  std::vector<int32_t> tokens = actors::ByteTokenizer::encode("\n" + prompt);
+  std::vector<int32_t> tokens = actors::ByteTokenizer::encode(prompt);
   auto out = actors::generate_tokens(*model, {tokens},
                                      {.max_new_tokens = max_tokens,
                                       .temperature = temperature,

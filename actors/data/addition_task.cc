@@ -154,7 +154,7 @@ absl::StatusOr<std::vector<AdditionProblem>> held_out_problems(const AdditionTas
 }
 
 std::vector<int32_t> addition_prompt_tokens(const AdditionProblem& problem) {
-  return ByteTokenizer::encode(absl::StrCat("\n", problem.prompt));
+  return ByteTokenizer::encode(problem.prompt);
 }
 
 bool check_answer(const AdditionProblem& problem, absl::string_view generated) {

@@ -18,7 +18,7 @@
 //
 //   auto data = make_addition_dataset(options);            // for a DataLoader
 //   auto eval = held_out_problems(options, 200);
-//   std::vector<int32_t> prompt = addition_prompt_tokens((*eval)[0]);  // "\n07+35="
+//   std::vector<int32_t> prompt = addition_prompt_tokens((*eval)[0]);  // "07+35="
 //   ... greedily decode addition_answer_length(digits) tokens after it ...
 //   bool right = check_answer((*eval)[0], ByteTokenizer::decode(generated));
 #pragma once
@@ -85,9 +85,10 @@ std::string describe(const AdditionTaskOptions& options);
 [[nodiscard]] absl::StatusOr<std::vector<AdditionProblem>> held_out_problems(
     const AdditionTaskOptions& options, int n);
 
-// What the model is given to answer `problem`: "\n" (the end of the line
-// before it, as every problem but the stream's first is preceded in
-// training) and the prompt, as byte tokens.
+// What the model is given to answer `problem`: its prompt as byte tokens, at
+// the start of the sequence. Training windows that start at a line start
+// show the model exactly that; a seq_len that is a multiple of the line
+// length (3 x digits + 4) makes every window start at one.
 std::vector<int32_t> addition_prompt_tokens(const AdditionProblem& problem);
 
 // True if `generated` (the text decoded after the prompt) starts with the

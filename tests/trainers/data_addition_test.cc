@@ -33,7 +33,7 @@ TEST(AdditionTaskTest, LinesOnConcreteProblems) {
 
 TEST(AdditionTaskTest, PromptAndAnswerCheck) {
   AdditionProblem p = make_addition_problem(7, 35, 2);
-  EXPECT_EQ(ByteTokenizer::decode(addition_prompt_tokens(p)), "\n07+35=");
+  EXPECT_EQ(ByteTokenizer::decode(addition_prompt_tokens(p)), "07+35=");
   EXPECT_TRUE(check_answer(p, "240"));
   EXPECT_TRUE(check_answer(p, "240\n13+"));
   EXPECT_FALSE(check_answer(p, "241"));
@@ -77,8 +77,8 @@ TEST(AdditionTaskTest, TrainingStreamIsExactRightAndDeterministic) {
   const std::string text = ByteTokenizer::decode(*tokens);
   EXPECT_EQ(parse_lines(text, 2).size(), tokens->size() / 10);  // 10 bytes a line, last cut
 
-  // Every prompt the model sees but the first follows a "\n", as
-  // addition_prompt_tokens gives it at evaluation.
+  // Lines are 10 bytes: with a seq_len that is a multiple of 10 every sample
+  // starts at a line start, as addition_prompt_tokens gives a prompt.
   for (size_t k = 10; k < text.size(); k += 10)
     EXPECT_EQ(text[k - 1], '\n');
 
