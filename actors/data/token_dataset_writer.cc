@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 
@@ -60,6 +61,12 @@ absl::StatusOr<std::unique_ptr<TokenDatasetWriter>> TokenDatasetWriter::create(
     return absl::InvalidArgumentError(absl::StrCat("dataset ", prefix, ": vocab_size ", vocab_size,
                                                    " is not in [1, ", kMaxVocabSize, "]"));
   }
+  // The prefix's directory is created if missing (as `troupe data prepare
+  // --output data/name` is expected to do).
+  std::filesystem::path parent = std::filesystem::path(prefix).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) return absl::InternalError(absl::StrCat("dataset ", prefix, ": ", ec.message()));
   std::unique_ptr<TokenDatasetWriter> w(new TokenDatasetWriter());
   w->prefix_ = std::move(prefix);
   const std::string suffix = absl::StrCat(".tmp.", ::getpid());

@@ -26,7 +26,8 @@ namespace troupe::actors {
 
 class TokenDatasetWriter {
  public:
-  // Creates PREFIX.bin.tmp.PID. InvalidArgument for vocab_size outside
+  // Creates PREFIX.bin.tmp.PID (and PREFIX's directory if missing).
+  // InvalidArgument for vocab_size outside
   // [1, 2^31]; PermissionDenied / NotFound / Unavailable naming the file
   // when it cannot be created (no such directory, not writable).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<TokenDatasetWriter>> create(

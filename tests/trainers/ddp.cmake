@@ -7,3 +7,13 @@ target_compile_definitions(trainers_ddp_test PRIVATE TROUPE_BINARY="$<TARGET_FIL
 add_dependencies(trainers_ddp_test troupe)
 gtest_discover_tests(trainers_ddp_test PROPERTIES LABELS trainers TIMEOUT 300 RUN_SERIAL TRUE
                      DISCOVERY_TIMEOUT 60)
+# troupe train / generate / data as a user runs them.
+add_executable(trainers_train_command_test train_command_test.cc)
+target_link_libraries(trainers_train_command_test PRIVATE GTest::gtest GTest::gtest_main
+                      troupe_warnings)
+target_compile_definitions(trainers_train_command_test PRIVATE
+  TROUPE_BINARY="$<TARGET_FILE:troupe>"
+  EXAMPLE_CONFIGS="${PROJECT_SOURCE_DIR}/examples/configs")
+add_dependencies(trainers_train_command_test troupe)
+gtest_discover_tests(trainers_train_command_test PROPERTIES LABELS trainers TIMEOUT 300
+                     RUN_SERIAL TRUE ENVIRONMENT "TROUPE_HEAD=" DISCOVERY_TIMEOUT 60)

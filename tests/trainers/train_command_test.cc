@@ -1,0 +1,138 @@
+// `troupe train`, `troupe generate` and `troupe data` as a user runs them:
+// the troupe executable in a child process, its own local cluster, files in
+// a scratch directory. The example run must learn its task; bad configs must
+// fail fast with a message naming the problem.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string output;  // stdout and stderr
+};
+
+// Runs `troupe ARGS` in `dir`; bounded by `timeout` (the child is killed after it).
+Result troupe(const std::string& dir, const std::string& args, int timeout_s = 240) {
+  std::string command = "cd '" + dir + "' && timeout -s KILL " + std::to_string(timeout_s) +
+                        " '" TROUPE_BINARY "' " + args + " 2>&1";
+  Result run;
+  FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) return run;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), p)) > 0)
+    run.output.append(buffer, n);
+  int status = pclose(p);
+  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+class TrainCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char path[] = "/tmp/troupe-train-test-XXXXXX";
+    ASSERT_NE(mkdtemp(path), nullptr);
+    dir_ = path;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& text) {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::string read(const std::string& name) {
+    std::ifstream in(dir_ + "/" + name);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  std::string dir_;
+};
+
+// The README's main job: DDP over two workers on 2-digit addition.
+TEST_F(TrainCommandTest, ExampleRunLearnsAdditionAndGenerates) {
+  Result run =
+      troupe(dir_, "train --config '" EXAMPLE_CONFIGS "/addition_ddp.json' --local 2 --output out");
+  ASSERT_EQ(run.code, 0) << run.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      run.output, m, std::regex(R"(task accuracy \(held-out addition problems\): ([0-9.]+)%)")))
+      << run.output;
+  EXPECT_GE(std::stod(m[1]), 90.0) << run.output;
+  ASSERT_TRUE(std::regex_search(run.output, m, std::regex(R"(loss ([0-9.]+) -> ([0-9.]+))")));
+  EXPECT_LT(std::stod(m[2]), std::stod(m[1]) / 3) << "the loss did not fall";
+  EXPECT_NE(run.output.find("step 600/600"), std::string::npos) << run.output;
+
+  // One metrics line per step plus the evaluations.
+  std::string metrics = read("out/metrics.jsonl");
+  EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 600 + 6);
+  EXPECT_NE(metrics.find("\"comm_exposed_ms\""), std::string::npos);
+
+  Result generated = troupe(dir_, "generate --model out --prompt '07+97='");
+  ASSERT_EQ(generated.code, 0) << generated.output;
+  EXPECT_NE(generated.output.find("07+97=401"), std::string::npos) << generated.output;
+}
+
+TEST_F(TrainCommandTest, TextDatasetFromDataPrepare) {
+  std::string text;
+  for (int i = 0; i < 400; ++i)
+    text += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
+  write("a.txt", text);
+  write("b.txt", text);
+  Result prepared = troupe(dir_, "data prepare --output data/tinytext a.txt b.txt");
+  ASSERT_EQ(prepared.code, 0) << prepared.output;
+  ASSERT_TRUE(std::filesystem::exists(dir_ + "/data/tinytext.bin"));
+  Result run = troupe(
+      dir_, "train --config '" EXAMPLE_CONFIGS "/text_ddp.json' --local 2 --steps 4 --output out");
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_NE(run.output.find("step 4/4"), std::string::npos) << run.output;
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/out/model.bin"));
+}
+
+TEST_F(TrainCommandTest, UnknownKeyFailsNamingIt) {
+  std::string config = write("bad.json", R"({"train_batch_size": 8, "model": {"n_layers": 2},
+    "data": {"synthetic": {"task": "addition"}}})");
+  Result run = troupe(dir_, "train --config bad.json --local 1", 30);
+  EXPECT_EQ(run.code, 2) << run.output;
+  EXPECT_NE(run.output.find("model.n_layers"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("starting a local cluster"), std::string::npos) << "not fast";
+}
+
+TEST_F(TrainCommandTest, InconsistentBatchSizesFailNamingTheNumbers) {
+  write("bad.json", R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 16,
+    "gradient_accumulation_steps": 2, "parallel": {"dp": 3},
+    "data": {"synthetic": {"task": "addition"}}})");
+  Result run = troupe(dir_, "train --config bad.json --local 1", 30);
+  EXPECT_EQ(run.code, 2) << run.output;
+  EXPECT_NE(run.output.find("train_batch_size 64"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("96"), std::string::npos) << run.output;
+}
+
+TEST_F(TrainCommandTest, MissingDatasetFailsNamingIt) {
+  write("bad.json", R"({"train_batch_size": 8, "data": {"path": "nowhere/tokens"}})");
+  Result run = troupe(dir_, "train --config bad.json --local 1", 30);
+  EXPECT_EQ(run.code, 2) << run.output;
+  EXPECT_NE(run.output.find("nowhere/tokens"), std::string::npos) << run.output;
+}
+
+TEST_F(TrainCommandTest, MissingConfigFileAndFlags) {
+  Result run = troupe(dir_, "train --config nope.json --local 1", 30);
+  EXPECT_EQ(run.code, 2) << run.output;
+  EXPECT_NE(run.output.find("nope.json"), std::string::npos) << run.output;
+  Result no_cluster = troupe(dir_, "train --config '" EXAMPLE_CONFIGS "/addition_ddp.json'", 30);
+  EXPECT_EQ(no_cluster.code, 2) << no_cluster.output;
+  EXPECT_NE(no_cluster.output.find("--local"), std::string::npos) << no_cluster.output;
+}
+
+}  // namespace
