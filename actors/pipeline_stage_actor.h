@@ -45,8 +45,12 @@ struct StageOptions {
   int threads = 0;        // compute threads; 0: leave the process's setting
   std::string group;      // the data-parallel collective group (declared by the controller)
   std::string transport;  // for the group: "ucx", "tcp"; empty: the first that starts
+  // kFp16: the reduced gradients are rounded to fp16, as fp16 gradients
+  // are, so that a loss scale too large for fp16 overflows (to inf) as it
+  // would on a GPU and the step is skipped.
+  Precision precision = Precision::kFp32;
   TROUPE_FIELDS(job, at, mesh, model, micro_batch, grad_accum, bucket_elements, overlap_comm,
-                threads, group, transport);
+                threads, group, transport, precision);
 };
 
 // Greedy decoding of held-out problems of a synthetic task.

@@ -128,7 +128,8 @@ absl::Status DdpTrainer::spawn_replicas(int threads) {
         .overlap_comm = config_.zero.overlap_comm,
         .threads = threads,
         .group = group,
-        .transport = ""};
+        .transport = "",
+        .precision = precision(config_)};
     absl::StatusOr<ActorRef<actors::PipelineStageActor>> stage =
         cluster_.spawn<actors::PipelineStageActor>(stage_where, stage_options);
     if (!stage.ok()) return stage.status();

@@ -169,6 +169,37 @@ TEST_F(DdpTest, NoOverlapGivesTheSameResult) {
   EXPECT_EQ(a.params, b.params);
 }
 
+// fp16 with DeepSpeed's dynamic loss scaler, started at a scale so large
+// that the scaled gradients overflow fp16: those steps are skipped (nothing
+// applied, the scale backs off) until the scale fits, then training goes on.
+TEST_F(DdpTest, Fp16OverflowSkipsStepsAndBacksOffTheLossScale) {
+  TrainConfig c = config_for(2);
+  c.fp16.enabled = true;
+  c.fp16.dynamic.initial_scale_power = 24;
+  c.fp16.dynamic.hysteresis = 1;
+  auto trainer = DdpTrainer::start(*driver_, c, "ddp-test-fp16", 1);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  int skipped = 0, applied = 0;
+  double scale = std::ldexp(1.0, 24);
+  for (int k = 1; k <= 16; ++k) {
+    auto outcome = (*trainer)->step(k);
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    EXPECT_EQ(outcome->loss_scale, scale) << "step " << k;
+    if (outcome->applied) {
+      ++applied;
+      EXPECT_TRUE(std::isfinite(outcome->grad_norm));
+    } else {
+      ++skipped;
+      EXPECT_EQ(applied, 0) << "step " << k << " overflowed after the scale had come down";
+      scale /= 2;  // backoff 0.5, hysteresis 1
+    }
+  }
+  EXPECT_GE(skipped, 1);
+  EXPECT_GE(applied, 1);
+  EXPECT_EQ((*trainer)->controller().applied_steps(), applied);
+  EXPECT_TRUE((*trainer)->stop().ok());
+}
+
 TEST_F(DdpTest, BadDatasetFailsTheStartNamingIt) {
   TrainConfig c = config_for(2);
   c.data.synthetic.reset();
