@@ -159,7 +159,8 @@ int train_command(const std::vector<std::string>& args) {
     options = local->client_options();
     options.name = "troupe train " + job;
     if (threads == 0) threads = std::max(1, static_cast<int>(cores) / config.parallel.dp);
-  } else if (options.head.empty() && std::getenv("TROUPE_HEAD") == nullptr) {
+  } else if (const char* env = std::getenv("TROUPE_HEAD");
+             options.head.empty() && (env == nullptr || *env == '\0')) {
     return usage_error("give --local N to start a local cluster, or --head HOST:PORT");
   }
   auto cluster = Cluster::connect(options);
