@@ -154,8 +154,8 @@ TroupeResult run_troupe(const ModelConfig& mc, int threads, int steps, int warmu
     const auto t2 = clock::now();
     ok_or_die(gpt.backward(), mc.name + ": backward");
     const auto t3 = clock::now();
-    nn::adamw_update(gpt.params(), gpt.grads(), m.data(), v.data(), n, adamw, adamw.lr, ++t,
-                     no_decay);
+    nn::adamw_update_parallel(gpt.params(), gpt.grads(), m.data(), v.data(), n, adamw, adamw.lr,
+                              ++t, no_decay, nn::num_threads());
     const auto t4 = clock::now();
     auto s = [](clock::time_point a, clock::time_point b) {
       return std::chrono::duration<double>(b - a).count();

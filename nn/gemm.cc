@@ -48,11 +48,21 @@ bool core_is_one_of(std::string_view core, std::initializer_list<std::string_vie
 
 }  // namespace
 
+bool gemm_runs_on_caller_in_parallel() {
+  static const bool openmp = openblas_get_parallel() == 2;  // 0 serial, 1 pthreads, 2 OpenMP
+  return openmp;
+}
+
 std::string gemm_backend() {
   const char* config = openblas_get_config();  // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ..."
   const std::string_view text = config;
   const std::string_view version = text.substr(0, text.find(' ', text.find(' ') + 1));
-  return std::string(version) + " (" + openblas_get_corename() + " kernels)";
+  const int parallel = openblas_get_parallel();
+  return std::string(version) + " (" + openblas_get_corename() + " kernels, " +
+         (parallel == 2   ? "OpenMP"
+          : parallel == 1 ? "pthreads"
+                          : "serial") +
+         ")";
 }
 
 std::string gemm_backend_warning() {

@@ -26,7 +26,13 @@ namespace troupe::nn {
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);
 
-// The BLAS behind gemm(), for logs: e.g. "OpenBLAS 0.3.21 (SkylakeX kernels)".
+// Whether gemm() called inside an OpenMP parallel region runs on the calling thread alone, so that
+// each thread of a region can compute its own part of a product: true with OpenBLAS's OpenMP
+// build (libopenblas0-openmp, which troupe_nn links where it is installed), false with the
+// pthreads or serial builds.
+bool gemm_runs_on_caller_in_parallel();
+
+// The BLAS behind gemm(), for logs: e.g. "OpenBLAS 0.3.21 (SkylakeX kernels, OpenMP)".
 std::string gemm_backend();
 
 // Empty, or why gemm() runs far below what this CPU can do and how to fix

@@ -1,5 +1,7 @@
 #include "nn/gpt.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -15,6 +17,7 @@
 #include "nn/layers/layernorm.h"
 #include "nn/layers/linear.h"
 #include "nn/layers/residual.h"
+#include "nn/threads.h"
 
 namespace troupe::nn {
 namespace {
@@ -78,8 +81,21 @@ class Carver {
   size_t used_ = 0;
 };
 
+// Split across the kernels' threads (zero_grad runs in the step; the first touch of a new buffer
+// also places its pages).
 void zero(float* p, size_t n) {
-  std::memset(p, 0, n * sizeof(float));
+  if (n < (size_t{1} << 16) || num_threads() == 1) {
+    std::memset(p, 0, n * sizeof(float));
+    return;
+  }
+#pragma omp parallel num_threads(num_threads())
+  {
+    const int nth = omp_get_num_threads(), tid = omp_get_thread_num();
+    const size_t lines = (n + 15) / 16;  // 64-byte lines: no line shared between threads
+    const size_t begin = std::min(n, lines * tid / nth * 16);
+    const size_t end = std::min(n, lines * (tid + 1) / nth * 16);
+    std::memset(p + begin, 0, (end - begin) * sizeof(float));
+  }
 }
 
 }  // namespace
@@ -166,7 +182,7 @@ size_t GPT::carve_activations(int B, int T, float* base, Activations* acts) cons
   a.ln1_rstd = c.take(L * BT);
   a.qkv = c.take(L * 3 * BTC);
   a.atty = c.take(Lr * BTC);
-  a.att = c.take(Lr * BT * NH * T);
+  a.att = c.take(Lr * BT * NH);  // attention's log-sum-exp per row and head
   a.residual2 = c.take(L * BTC);
   a.ln2 = c.take(Lr * BTC);
   a.ln2_mean = c.take(L * BT);
@@ -244,7 +260,7 @@ GPT::BlockActivations GPT::block_activations(int l) const {
   const size_t lr = options_.recompute_activations ? 0 : l;  // recomputed: the one shared block
   const Activations& a = acts_;
   return {a.ln1 + lr * BTC,      a.ln1_mean + l * BT, a.ln1_rstd + l * BT,
-          a.qkv + l * 3 * BTC,   a.atty + lr * BTC,   a.att + lr * BT * NH * T_,
+          a.qkv + l * 3 * BTC,   a.atty + lr * BTC,   a.att + lr * BT * NH,
           a.residual2 + l * BTC, a.ln2 + lr * BTC,    a.ln2_mean + l * BT,
           a.ln2_rstd + l * BT,   a.fch + l * 4 * BTC, a.fch_gelu + lr * 4 * BTC,
           a.residual3 + l * BTC};
@@ -302,7 +318,7 @@ void GPT::block_forward(int l) {
   const float* inp = residual(l);
   layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, inp, w.ln1w, w.ln1b, B, T, C);
   linear_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);
-  attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+  flash_attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
   // The projections are written straight into the residual sums: residual2 = inp + attproj.
   linear_forward(a.residual2, a.atty, w.attprojw, w.attprojb, B, T, C, C);
   residual_forward(a.residual2, inp, a.residual2, BTC);
@@ -346,17 +362,13 @@ absl::Status GPT::head_backward(float dloss) {
   }
   const int B = B_, T = T_, C = config_.channels, V = config_.vocab_size;
   const int Vp = config_.padded_vocab();
-  const size_t BT = static_cast<size_t>(B) * T;
-  zero(dacts_.dlogits, BT * Vp);
   crossentropy_backward(dacts_.dlogits, dloss, acts_.logits, acts_.lse, targets_.data(), B, T, V,
-                        Vp);
-  zero(dacts_.dln, BT * C);
+                        Vp, /*accumulate=*/false);
   linear_backward(dacts_.dln, grad_tensors_.wte, nullptr, dacts_.dlogits, acts_.lnf,
-                  param_tensors_.wte, B, T, C, Vp);
-  zero(dacts_.dresidual, BT * C);
+                  param_tensors_.wte, B, T, C, Vp, /*accumulate_dinp=*/false);
   layernorm_backward(dacts_.dresidual, grad_tensors_.lnfw, grad_tensors_.lnfb, dacts_.dln,
                      residual(config_.num_layers), param_tensors_.lnfw, acts_.lnf_mean,
-                     acts_.lnf_rstd, B, T, C);
+                     acts_.lnf_rstd, B, T, C, /*accumulate_dinp=*/false);
   return absl::OkStatus();
 }
 
@@ -376,7 +388,7 @@ void GPT::block_recompute(int l) {
   // The same kernels on the same inputs as block_forward: bitwise the same values (mean and rstd
   // are rewritten with what they already hold).
   layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual(l), w.ln1w, w.ln1b, B, T, C);
-  attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+  flash_attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
   layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, B, T, C);
   gelu_forward(a.fch_gelu, a.fch, 4 * static_cast<size_t>(B) * T * C);
 }
@@ -391,21 +403,19 @@ void GPT::block_backward(int l) {
   // d.dresidual holds d residual3. As residual3 = residual2 + fcproj, it is also d fcproj and
   // the first term of d residual2, which the ln2 branch then adds to in place; likewise through
   // residual2 = residual(l) + attproj down to d residual(l).
-  zero(d.dfch_gelu, 4 * BTC);
   linear_backward(d.dfch_gelu, dw.fcprojw, dw.fcprojb, d.dresidual, a.fch_gelu, w.fcprojw, B, T,
-                  4 * C, C);
-  zero(d.dfch, 4 * BTC);
-  gelu_backward(d.dfch, d.dfch_gelu, a.fch, 4 * BTC);
-  zero(d.dln, BTC);
-  linear_backward(d.dln, dw.fcw, dw.fcb, d.dfch, a.ln2, w.fcw, B, T, C, 4 * C);
+                  4 * C, C, /*accumulate_dinp=*/false);
+  gelu_backward(d.dfch, d.dfch_gelu, a.fch, 4 * BTC, /*accumulate=*/false);
+  linear_backward(d.dln, dw.fcw, dw.fcb, d.dfch, a.ln2, w.fcw, B, T, C, 4 * C,
+                  /*accumulate_dinp=*/false);
   layernorm_backward(d.dresidual, dw.ln2w, dw.ln2b, d.dln, a.residual2, w.ln2w, a.ln2_mean,
                      a.ln2_rstd, B, T, C);
-  zero(d.datty, BTC);
-  linear_backward(d.datty, dw.attprojw, dw.attprojb, d.dresidual, a.atty, w.attprojw, B, T, C, C);
-  zero(d.dqkv, 3 * BTC);
-  attention_backward(d.dqkv, d.datty, a.qkv, a.att, B, T, C, NH);
-  zero(d.dln, BTC);
-  linear_backward(d.dln, dw.qkvw, dw.qkvb, d.dqkv, a.ln1, w.qkvw, B, T, C, 3 * C);
+  linear_backward(d.datty, dw.attprojw, dw.attprojb, d.dresidual, a.atty, w.attprojw, B, T, C, C,
+                  /*accumulate_dinp=*/false);
+  flash_attention_backward(d.dqkv, d.datty, a.qkv, a.atty, a.att, B, T, C, NH,
+                           /*accumulate=*/false);
+  linear_backward(d.dln, dw.qkvw, dw.qkvb, d.dqkv, a.ln1, w.qkvw, B, T, C, 3 * C,
+                  /*accumulate_dinp=*/false);
   layernorm_backward(d.dresidual, dw.ln1w, dw.ln1b, d.dln, residual(l), w.ln1w, a.ln1_mean,
                      a.ln1_rstd, B, T, C);
 }

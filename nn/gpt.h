@@ -30,8 +30,8 @@ namespace troupe::nn {
 struct GPTOptions {
   // When true, the forward keeps per block only ln1/ln2's mean and rstd, qkv, fch and the two
   // residual sums; backward recomputes, block by block into one block's buffers, the LayerNorm
-  // outputs (ln1, ln2), the attention output and probabilities (atty, att) and the GELU output
-  // (fch_gelu). That saves (L - 1) * (7*B*T*C + B*NH*T*T) floats for two LayerNorms, one
+  // outputs (ln1, ln2), the attention output and its row log-sum-exps (atty, att) and the GELU
+  // output (fch_gelu). That saves (L - 1) * (7*B*T*C + B*NH*T) floats for two LayerNorms, one
   // attention and one GELU forward per block in backward. Gradients are bitwise the same.
   bool recompute_activations = false;
 };
@@ -165,7 +165,7 @@ class GPT {
     float* ln1_rstd;   // [L, B, T]
     float* qkv;        // [L, B, T, 3C]
     float* atty;       // [L, B, T, C] or [B, T, C]
-    float* att;        // [L, B, NH, T, T] or [B, NH, T, T]
+    float* att;        // [L, B, NH, T] or [B, NH, T]: attention's log-sum-exp per row
     float* residual2;  // [L, B, T, C]
     float* ln2;        // [L, B, T, C] or [B, T, C]
     float* ln2_mean;   // [L, B, T]

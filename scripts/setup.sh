@@ -9,6 +9,8 @@ packages=(
   # libraries the build links
   libabsl-dev libspdlog-dev libfmt-dev capnproto libcapnp-dev libasio-dev libssl-dev
   libibverbs-dev libucx-dev libopenblas-dev nlohmann-json3-dev
+  # OpenBLAS's OpenMP build, which troupe_nn links when present (one thread pool with OpenMP's)
+  libopenblas0-openmp
   # tests and benchmarks (peers: CAF for actors, ucx_perftest for transports)
   libgtest-dev libgmock-dev libbenchmark-dev libcaf-dev ucx-utils
   # peers for collective_bench: Gloo, and Open MPI with its mpirun

@@ -19,4 +19,18 @@ void attention_forward(float* out, float* att, const float* inp, int B, int T, i
 void attention_backward(float* dinp, const float* dout, const float* inp, const float* att, int B,
                         int T, int C, int NH);
 
+// The same attention without the probabilities (flash-attention style): the forward keeps, per
+// row, lse [B, NH, T] = the log-sum-exp of the scaled scores, and the backward recomputes the
+// probabilities from it, one block of 32 query rows at a time (nn/layers/flash_attention.cc).
+// out is the forward's output, which the backward reads again. Parallel over the B*NH pairs, each
+// of which owns its slice of out, lse and dinp: the same bits for any thread count. On AVX-512
+// CPUs the products run 16 wide with fused multiply-adds (elsewhere 8 wide, as the other layers),
+// so results differ in the last bits between CPU types. Scratch per thread: about
+// 6 T hs + 2 (32 T) floats for the backward, half that for the forward. The backward accumulates
+// into dinp, or with accumulate = false writes it (its old contents are not read).
+void flash_attention_forward(float* out, float* lse, const float* inp, int B, int T, int C, int NH);
+void flash_attention_backward(float* dinp, const float* dout, const float* inp, const float* out,
+                              const float* lse, int B, int T, int C, int NH,
+                              bool accumulate = true);
+
 }  // namespace troupe::nn

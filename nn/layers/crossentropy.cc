@@ -20,6 +20,15 @@ TROUPE_NN_LAYER_CLONES void row_backward(float* dx, const float* x, int V, float
   detail::row_add_softmax(dx, x, V, lse, scale);
 }
 
+TROUPE_NN_LAYER_CLONES void row_backward_write(float* dx, const float* x, int V, int Vp, float lse,
+                                               float scale) {
+#pragma omp simd
+  for (int i = 0; i < V; i++)
+    dx[i] = scale * detail::exp_fast(x[i] - lse);
+  for (int i = V; i < Vp; i++)
+    dx[i] = 0.0f;
+}
+
 TROUPE_NN_LAYER_CLONES void row_softmax(float* p, const float* x, int V, int Vp) {
   const float m = detail::row_max(x, V);
   float sum = 0.0f;
@@ -59,13 +68,17 @@ float crossentropy_forward(float* losses, float* lse, const float* logits, const
 }
 
 void crossentropy_backward(float* dlogits, float dloss, const float* logits, const float* lse,
-                           const int32_t* targets, int B, int T, int V, int Vp) {
+                           const int32_t* targets, int B, int T, int V, int Vp, bool accumulate) {
   const int BT = B * T;
   const float scale = dloss / static_cast<float>(BT);
 #pragma omp parallel for schedule(static) num_threads(num_threads())
   for (int row = 0; row < BT; row++) {
     const size_t off = static_cast<size_t>(row) * Vp;
-    row_backward(dlogits + off, logits + off, V, lse[row], scale);
+    if (accumulate) {
+      row_backward(dlogits + off, logits + off, V, lse[row], scale);
+    } else {
+      row_backward_write(dlogits + off, logits + off, V, Vp, lse[row], scale);
+    }
     dlogits[off + targets[row]] -= scale;
   }
 }

@@ -19,8 +19,10 @@ float crossentropy_forward(float* losses, float* lse, const float* logits, const
 // dlogits[B, T, Vp] += dloss / (B*T) * (softmax(logits) - onehot(targets)) on columns [0, V);
 // dloss is the gradient of the objective with respect to the mean loss (1 for a plain step,
 // 1 / accumulation steps when accumulating micro-batches). Columns [V, Vp) are untouched.
+// With accumulate = false, dlogits = instead of +=, and columns [V, Vp) are set to 0.
 void crossentropy_backward(float* dlogits, float dloss, const float* logits, const float* lse,
-                           const int32_t* targets, int B, int T, int V, int Vp);
+                           const int32_t* targets, int B, int T, int V, int Vp,
+                           bool accumulate = true);
 
 // probs[B, T, Vp] = softmax(logits[b, t, :V]) on columns [0, V) and 0 on the padding, for
 // sampling and evaluation.

@@ -9,7 +9,8 @@ namespace troupe::nn {
 // out[N] = gelu(inp[N]). out may alias inp.
 void gelu_forward(float* out, const float* inp, size_t N);
 
-// dinp[N] += gelu'(inp) * dout.
-void gelu_backward(float* dinp, const float* dout, const float* inp, size_t N);
+// dinp[N] += gelu'(inp) * dout (with accumulate = false: dinp = ...).
+void gelu_backward(float* dinp, const float* dout, const float* inp, size_t N,
+                   bool accumulate = true);
 
 }  // namespace troupe::nn

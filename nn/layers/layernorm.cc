@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "nn/layers/detail/clones.h"
@@ -31,9 +32,10 @@ TROUPE_NN_LAYER_CLONES void row_forward(float* y, float* mean, float* rstd, cons
   *rstd = s;
 }
 
-// One position: dx += ..., and this thread's partial sums pw += norm * g, pb += g.
+// One position: dx (+)= ..., and this thread's partial sums pw += norm * g, pb += g.
 // With dnorm = weight * g: dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)).
-TROUPE_NN_LAYER_CLONES void row_backward(float* dx, float* pw, float* pb, const float* g,
+template <bool kAccumulate>
+TROUPE_NN_LAYER_INLINE void row_backward(float* dx, float* pw, float* pb, const float* g,
                                          const float* x, const float* weight, float m, float s,
                                          int C) {
   float dnorm_mean = 0.0f;
@@ -47,12 +49,31 @@ TROUPE_NN_LAYER_CLONES void row_backward(float* dx, float* pw, float* pb, const 
   }
   dnorm_mean /= C;
   dnorm_norm_mean /= C;
+#pragma omp simd
   for (int i = 0; i < C; i++) {
     const float norm = (x[i] - m) * s;
     const float dnorm = weight[i] * g[i];
-    dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    const float d = (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    dx[i] = kAccumulate ? dx[i] + d : d;
     pw[i] += norm * g[i];
     pb[i] += g[i];
+  }
+}
+
+// Rows [begin, end) of the backward.
+TROUPE_NN_LAYER_CLONES void rows_backward(float* dinp, float* pw, float* pb, const float* dout,
+                                          const float* inp, const float* weight, const float* mean,
+                                          const float* rstd, int begin, int end, int C,
+                                          bool accumulate) {
+  for (int row = begin; row < end; row++) {
+    const size_t off = static_cast<size_t>(row) * C;
+    if (accumulate) {
+      row_backward<true>(dinp + off, pw, pb, dout + off, inp + off, weight, mean[row], rstd[row],
+                         C);
+    } else {
+      row_backward<false>(dinp + off, pw, pb, dout + off, inp + off, weight, mean[row], rstd[row],
+                          C);
+    }
   }
 }
 
@@ -70,7 +91,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int B, int T, int C) {
+                        int B, int T, int C, bool accumulate_dinp) {
   const int BT = B * T;
   const int threads = num_threads();
   // Each thread sums dweight and dbias over its static block of rows into its own slot; the slots
@@ -80,11 +101,15 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   {
     const int nth = omp_get_num_threads();
     float* pw = partial.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * C;
-#pragma omp for schedule(static)
-    for (int row = 0; row < BT; row++) {
-      const size_t off = static_cast<size_t>(row) * C;
-      row_backward(dinp + off, pw, pw + C, dout + off, inp + off, weight, mean[row], rstd[row], C);
+    {
+      // The rows of a static schedule, in one call (one dispatch through the clones).
+      const int tid = omp_get_thread_num();
+      const int begin = static_cast<int>(static_cast<int64_t>(BT) * tid / nth);
+      const int end = static_cast<int>(static_cast<int64_t>(BT) * (tid + 1) / nth);
+      rows_backward(dinp, pw, pw + C, dout, inp, weight, mean, rstd, begin, end, C,
+                    accumulate_dinp);
     }
+#pragma omp barrier
 #pragma omp for schedule(static)
     for (int i = 0; i < C; i++) {
       float w = 0.0f;

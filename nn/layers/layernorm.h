@@ -14,9 +14,10 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
                        const float* bias, int B, int T, int C);
 
 // Accumulates into dinp [B, T, C], dweight [C], dbias [C] from dout [B, T, C] and what the
-// forward saved. Deterministic for a fixed OpenMP thread count.
+// forward saved. Deterministic for a fixed OpenMP thread count. With accumulate_dinp = false,
+// dinp = instead of += (dweight and dbias always accumulate).
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int B, int T, int C);
+                        int B, int T, int C, bool accumulate_dinp = true);
 
 }  // namespace troupe::nn

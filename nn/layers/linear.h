@@ -12,8 +12,9 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
 //   dinp[B*T, C]    += dout[B*T, OC] @ weight[OC, C]      (skipped when dinp is null)
 //   dweight[OC, C]  += dout^T @ inp
 //   dbias[OC]       += sum over rows of dout               (skipped when dbias is null)
-// Deterministic for a fixed thread count (OpenBLAS and OpenMP).
+// Deterministic for a fixed thread count (OpenBLAS and OpenMP). With accumulate_dinp = false,
+// dinp = dout @ weight (its old contents are not read); dweight and dbias always accumulate.
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int B, int T, int C, int OC);
+                     const float* weight, int B, int T, int C, int OC, bool accumulate_dinp = true);
 
 }  // namespace troupe::nn

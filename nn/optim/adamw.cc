@@ -1,7 +1,11 @@
 #include "nn/optim/adamw.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "nn/optim/detail/float4.h"
@@ -104,6 +108,27 @@ void adamw_update(float* params, const float* grads, float* m, float* v, size_t 
     done = r.end;
   }
   update_range(params, grads, m, v, done, n, k, k.decay);
+}
+
+void adamw_update_parallel(float* params, const float* grads, float* m, float* v, size_t n,
+                           const AdamWConfig& c, float lr, int step,
+                           std::span<const ParamRange> no_decay, int threads) {
+  assert(threads >= 1);
+  if (threads == 1 || n < (size_t{1} << 16)) {
+    adamw_update(params, grads, m, v, n, c, lr, step, no_decay);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const size_t nth = static_cast<size_t>(omp_get_num_threads());
+    const size_t tid = static_cast<size_t>(omp_get_thread_num());
+    const size_t blocks = (n + 15) / 16;
+    const size_t begin = std::min(n, blocks * tid / nth * 16);
+    const size_t end = std::min(n, blocks * (tid + 1) / nth * 16);
+    const std::vector<ParamRange> mine = ranges_in_shard(no_decay, begin, end - begin);
+    adamw_update(params + begin, grads + begin, m + begin, v + begin, end - begin, c, lr, step,
+                 mine);
+  }
 }
 
 }  // namespace troupe::nn

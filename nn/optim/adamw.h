@@ -69,4 +69,12 @@ void adamw_update(float* params, const float* grads, float* m, float* v, size_t 
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                   const AdamWConfig& c, float lr, int step, std::span<const ParamRange> no_decay);
 
+// adamw_update over `threads` OpenMP threads, each on one contiguous slice (boundaries on
+// multiples of 16 elements): bit for bit the update on one thread, as the update is elementwise.
+// For a model's whole buffer in the thread that runs its kernels (nn::num_threads()); a
+// ParamShardActor that already runs one shard per thread calls adamw_update.
+void adamw_update_parallel(float* params, const float* grads, float* m, float* v, size_t n,
+                           const AdamWConfig& c, float lr, int step,
+                           std::span<const ParamRange> no_decay, int threads);
+
 }  // namespace troupe::nn

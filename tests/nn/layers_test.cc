@@ -16,6 +16,7 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string_view>
@@ -227,6 +228,103 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
                            return absl::StrCat("B", s.B, "_T", s.T, "_C", s.C, "_NH", s.NH);
                          });
 
+// Flash attention, on both kernel widths where the CPU has AVX-512 (TROUPE_NN_NO_AVX512 picks
+// the 8-wide one): the output against the reference, lse against the log-sum-exp of the scaled
+// scores, the backward against central differences. Head sizes 4, 12, 36 (column padding), 16,
+// 32 and 64; T below, at and across the 32-row query block.
+struct FlashShape {
+  int B, T, C, NH;
+  bool wide;
+};
+class FlashAttentionTest : public testing::TestWithParam<FlashShape> {};
+
+// The log-sum-exp of row t of (b, h): log sum over s <= t of exp(q.k / sqrt(hs)).
+Vec reference_lse(const Vec& inp, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  Vec lse(static_cast<size_t>(B) * NH * T);
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      for (int t = 0; t < T; t++) {
+        const double* q = &inp[(static_cast<size_t>(b) * T + t) * 3 * C + h * hs];
+        std::vector<double> s(t + 1);
+        double m = -INFINITY;
+        for (int u = 0; u <= t; u++) {
+          const double* k = &inp[(static_cast<size_t>(b) * T + u) * 3 * C + C + h * hs];
+          double d = 0.0;
+          for (int i = 0; i < hs; i++)
+            d += q[i] * k[i];
+          s[u] = d / std::sqrt(static_cast<double>(hs));
+          m = std::max(m, s[u]);
+        }
+        double sum = 0.0;
+        for (double v : s)
+          sum += std::exp(v - m);
+        lse[(static_cast<size_t>(b) * NH + h) * T + t] = m + std::log(sum);
+      }
+    }
+  }
+  return lse;
+}
+
+class ScopedNarrowKernels {
+ public:
+  explicit ScopedNarrowKernels(bool narrow) {
+    if (narrow) setenv("TROUPE_NN_NO_AVX512", "1", 1);
+  }
+  ~ScopedNarrowKernels() { unsetenv("TROUPE_NN_NO_AVX512"); }
+};
+
+TEST_P(FlashAttentionTest, ForwardAndGradients) {
+  const auto [B, T, C, NH, wide] = GetParam();
+  ScopedNarrowKernels narrow(!wide);
+  const Floats inp = random_floats(B * T * 3 * C, 1), dout = random_floats(B * T * C, 2);
+  Floats out(B * T * C, -1.0f), lse(B * NH * T, -1.0f);
+  flash_attention_forward(out.data(), lse.data(), inp.data(), B, T, C, NH);
+  Vec x = to_double(inp), r = to_double(dout);
+  expect_close("out", out, reference::attention(x, B, T, C, NH), kFwdAtol, kFwdRtol);
+  expect_close("lse", lse, reference_lse(x, B, T, C, NH), kFwdAtol, kFwdRtol);
+
+  Floats dinp = prefilled(inp.size());
+  flash_attention_backward(dinp.data(), dout.data(), inp.data(), out.data(), lse.data(), B, T, C,
+                           NH);
+  auto objective = [&] { return dot(reference::attention(x, B, T, C, NH), r); };
+  expect_gradient("dinp", dinp, x, objective);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, FlashAttentionTest,
+    testing::Values(FlashShape{2, 7, 12, 3, true}, FlashShape{1, 6, 36, 3, true},
+                    FlashShape{1, 5, 16, 1, true}, FlashShape{2, 19, 64, 2, true},
+                    FlashShape{1, 33, 36, 1, true}, FlashShape{1, 40, 64, 1, true},
+                    FlashShape{2, 7, 12, 3, false}, FlashShape{1, 33, 36, 1, false},
+                    FlashShape{1, 40, 64, 1, false}, FlashShape{1, 32, 64, 1, false}),
+    [](const testing::TestParamInfo<FlashShape>& param) {
+      const FlashShape& s = param.param;
+      return absl::StrCat("B", s.B, "_T", s.T, "_C", s.C, "_NH", s.NH, s.wide ? "" : "_narrow");
+    });
+
+// At a training-like length (several query blocks, hs 64): the same values as the attention that
+// stores the probabilities, within rounding, and the same bits on a second run.
+TEST(FlashAttentionTest, MatchesStoredAttentionAtLength100) {
+  const int B = 2, T = 100, C = 128, NH = 2;
+  const Floats qkv = random_floats(B * T * 3 * C, 1, 0.5f), dout = random_floats(B * T * C, 2);
+  Floats out(B * T * C), att(B * NH * T * T), dqkv(qkv.size(), 0.0f);
+  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  for (bool wide : {true, false}) {
+    ScopedNarrowKernels narrow(!wide);
+    Floats fout(out.size()), lse(B * NH * T), fd(qkv.size(), 0.0f), again(qkv.size(), 0.0f);
+    flash_attention_forward(fout.data(), lse.data(), qkv.data(), B, T, C, NH);
+    flash_attention_backward(fd.data(), dout.data(), qkv.data(), fout.data(), lse.data(), B, T, C,
+                             NH);
+    flash_attention_backward(again.data(), dout.data(), qkv.data(), fout.data(), lse.data(), B, T,
+                             C, NH);
+    EXPECT_EQ(fd, again);
+    expect_close(wide ? "out" : "out, narrow", fout, to_double(out), 1e-6, 1e-4);
+    expect_close(wide ? "dqkv" : "dqkv, narrow", fd, to_double(dqkv), 1e-5, 1e-3);
+  }
+}
+
 TEST(GeluTest, ForwardAndGradients) {
   Floats inp(97);
   for (size_t i = 0; i < inp.size(); i++)
@@ -381,12 +479,58 @@ TEST(LayersTest, ThreadCountDoesNotChangeTheBits) {
     crossentropy_forward(nullptr, lse.data(), logits.data(), tokens.data(), B, T, V, V);
     crossentropy_backward(dlogits.data(), 1.0f, logits.data(), lse.data(), tokens.data(), B, T, V,
                           V);
-    return std::vector<Floats>{out, att, dqkv, dwte, dwpe, dbias, lse, dlogits};
+    Floats fout(BT * C), flse(B * NH * T), fdqkv(qkv.size(), 0.0f);
+    flash_attention_forward(fout.data(), flse.data(), qkv.data(), B, T, C, NH);
+    flash_attention_backward(fdqkv.data(), dout.data(), qkv.data(), fout.data(), flse.data(), B, T,
+                             C, NH);
+    return std::vector<Floats>{out, att, dqkv, dwte, dwpe, dbias, lse, dlogits, fout, flse, fdqkv};
   };
   const int saved = num_threads();
   const std::vector<Floats> one = run(1);
   EXPECT_EQ(run(3), one);
   set_num_threads(saved);
+}
+
+// The backward passes that can write their input gradient instead of adding to it (GPT's
+// backward uses them on buffers it would otherwise zero first): writing over NaNs gives the same
+// bits as accumulating onto zeros; the cross-entropy also zeroes the padding columns.
+TEST(LayersTest, WriteModeEqualsAccumulatingOntoZeros) {
+  const int B = 2, T = 37, C = 64, NH = 2, V = 50, Vp = 64, BT = B * T;
+  const Floats qkv = random_floats(BT * 3 * C, 1), dout = random_floats(BT * C, 2);
+  const Floats x = random_floats(BT * C, 3), w = random_floats(C, 4, 0.2f, 1.0f);
+  const Floats weight = random_floats(3 * C * C, 5), big = random_floats(BT * 3 * C, 6);
+  const Floats logits = random_floats(BT * Vp, 7, 3.0f);
+  const std::vector<int32_t> targets = random_tokens(BT, V, 8);
+  auto both = [](size_t n, const std::function<void(float*, bool)>& run) {
+    Floats acc(n, 0.0f), wrote(n, NAN);
+    run(acc.data(), true);
+    run(wrote.data(), false);
+    EXPECT_EQ(acc, wrote);
+  };
+  Floats y(BT * C), lse(B * NH * T);
+  flash_attention_forward(y.data(), lse.data(), qkv.data(), B, T, C, NH);
+  both(qkv.size(), [&](float* d, bool acc) {
+    flash_attention_backward(d, dout.data(), qkv.data(), y.data(), lse.data(), B, T, C, NH, acc);
+  });
+  both(big.size(),
+       [&](float* d, bool acc) { gelu_backward(d, big.data(), qkv.data(), big.size(), acc); });
+  both(x.size(), [&](float* d, bool acc) {
+    Floats dw(C * 3 * C, 0.0f), db(3 * C, 0.0f);
+    linear_backward(d, dw.data(), db.data(), big.data(), x.data(), weight.data(), B, T, C, 3 * C,
+                    acc);
+  });
+  Floats mean(BT), rstd(BT), ln(BT * C);
+  layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), w.data(), w.data(), B, T, C);
+  both(x.size(), [&](float* d, bool acc) {
+    Floats dw(C, 0.0f), db(C, 0.0f);
+    layernorm_backward(d, dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
+                       rstd.data(), B, T, C, acc);
+  });
+  Floats row_lse(BT);
+  crossentropy_forward(nullptr, row_lse.data(), logits.data(), targets.data(), B, T, V, Vp);
+  both(logits.size(), [&](float* d, bool acc) {
+    crossentropy_backward(d, 1.0f, logits.data(), row_lse.data(), targets.data(), B, T, V, Vp, acc);
+  });
 }
 
 // tp ranks as threads: each collective waits for all, reduces in rank order, hands back.

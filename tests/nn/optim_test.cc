@@ -183,6 +183,25 @@ TEST_P(AdamWSizeTest, ShardsEqualTheWholeBitForBit) {
   EXPECT_EQ(sharded.v, whole.v);
 }
 
+// adamw_update_parallel splits the buffer over threads: the same bits as one thread, with
+// no-decay ranges that straddle the threads' boundaries.
+TEST(AdamWTest, ParallelEqualsOneThreadBitForBit) {
+  const size_t n = 100003;  // above the size that it runs on one thread
+  const std::vector<ParamRange> model_no_decay = {{7, 40000}, {n / 2 - 5, n / 2 + 5}, {n - 3, n}};
+  AdamWState whole = run_adamw(n, kGptAdamW, model_no_decay);
+  for (int threads : {2, 3}) {
+    AdamWState split{initial_params(n), std::vector<float>(n), std::vector<float>(n)};
+    for (int t = 1; t <= kSteps; ++t) {
+      std::vector<float> g = grads_of_step(n, t);
+      adamw_update_parallel(split.p.data(), g.data(), split.m.data(), split.v.data(), n, kGptAdamW,
+                            lr_of_step(t), t, model_no_decay, threads);
+    }
+    EXPECT_EQ(split.p, whole.p) << threads;
+    EXPECT_EQ(split.m, whole.m) << threads;
+    EXPECT_EQ(split.v, whole.v) << threads;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Sizes, AdamWSizeTest, ::testing::Values(0, 1, 3, 4, 5, 8, 17, 1000, 4099));
 
 // torch.optim.AdamW: params [0, 4) in a weight_decay 0 group. PyTorch's AVX2 kernels fuse the

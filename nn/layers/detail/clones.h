@@ -8,7 +8,7 @@
 // Defining TROUPE_NN_LAYER_CLONES empty (-DTROUPE_NN_LAYER_CLONES=) builds the baseline alone.
 #ifndef TROUPE_NN_LAYER_CLONES
 #if defined(__x86_64__)
-#define TROUPE_NN_LAYER_CLONES __attribute__((target_clones("avx2", "default")))
+#define TROUPE_NN_LAYER_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TROUPE_NN_LAYER_CLONES
 #endif
