@@ -1,5 +1,7 @@
 #include "nn/gemm.h"
 
+#include <omp.h>
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -107,6 +109,14 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
       std::fprintf(stderr, "troupe::nn::gemm: %s\n", warning.c_str());
     }
   });
+  // OpenBLAS's OpenMP build takes its thread count from the calling thread's
+  // OpenMP setting (omp_get_max_threads), not from openblas_set_num_threads:
+  // keep that per-thread setting at num_threads() on every thread that calls
+  // (an actor's dedicated thread is not the one that set the count). Inside
+  // a parallel region OpenBLAS runs on the caller alone either way.
+  if (!omp_in_parallel() && omp_get_max_threads() != num_threads()) {
+    omp_set_num_threads(num_threads());
+  }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

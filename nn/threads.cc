@@ -21,6 +21,7 @@ void set_num_threads(int n) {
   }
   g_threads.store(n);
   openblas_set_num_threads(n);
+  omp_set_num_threads(n);  // this thread's; gemm() sets it on other calling threads
 }
 
 int num_threads() {
