@@ -298,8 +298,7 @@ class TroupeSide {
       return o;
     };
     double cpu_start = 0;
-    const auto wall_start_placeholder = std::chrono::steady_clock::now();
-    auto wall_start = wall_start_placeholder;
+    auto wall_start = std::chrono::steady_clock::now();  // reset after the warm-up
     for (int k = 1; k <= warmup + steps; ++k) {
       if (k == warmup + 1) {
         cpu_start = workers_cpu_seconds();
@@ -671,6 +670,15 @@ bool write_ddp_json(const std::string& path, const std::string& peer,
     json_list(out, torch_sps);
     out << ", \"ratio_runs\": ";
     json_list(out, c.ratios());
+    std::vector<double> troupe_cpu, peer_cpu;
+    for (const TroupeRun& r : c.troupe)
+      troupe_cpu.push_back(r.cpu_share);
+    for (const TorchRun& r : c.torch)
+      peer_cpu.push_back(r.cpu_share);
+    out << ", \"troupe_cpu_share_runs\": ";
+    json_list(out, troupe_cpu);
+    out << ", \"peer_cpu_share_runs\": ";
+    json_list(out, peer_cpu);
     out << "}" << (i + 1 < cases.size() ? "," : "") << "\n";
   }
   out << "  ]\n}\n";
@@ -858,10 +866,11 @@ int main(int argc, char** argv) {
             } else {
               std::printf(
                   "troupe: %s dp %d: %.1f ms/step (compute %.1f, comm %.1f, exposed %.1f, "
-                  "overhead %.2f), %.1f samples/s, loss %.4f -> %.4f, cpu %.0f%%, load %.1f%s\n",
+                  "overhead %.2f), %.1f samples/s, %.0f tokens/s, loss %.4f -> %.4f, cpu %.0f%%, "
+                  "load %.1f%s\n",
                   mc.name.c_str(), dp, t.step_ms, t.compute_ms, t.comm_ms, t.exposed_ms,
-                  t.overhead_ms, t.samples_per_s(), t.loss_first, t.loss_last, t.cpu_share * 100,
-                  load_average(), t.cpu_share < min_cpu ? " (disturbed)" : "");
+                  t.overhead_ms, t.samples_per_s(), t.tokens_per_s(), t.loss_first, t.loss_last,
+                  t.cpu_share * 100, load_average(), t.cpu_share < min_cpu ? " (disturbed)" : "");
             }
             std::fflush(stdout);
             if (t.cpu_share >= min_cpu) break;

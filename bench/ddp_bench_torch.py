@@ -341,7 +341,7 @@ def main():
         if "tail_s" in result:
             extra += f", last rank's wait after its last gradient {result['tail_s'] * 1e3:.1f} ms"
     print(f"torch: {name} dp {args.dp}: {result['step_s'] * 1e3:.1f} ms/step, "
-          f"{result['samples_per_s']:.1f} samples/s, loss {result['loss_first']:.4f} -> "
+          f"{result['samples_per_s']:.1f} samples/s, {result['tokens_per_s']:.0f} tokens/s, loss {result['loss_first']:.4f} -> "
           f"{result['loss_last']:.4f}, cpu {result['cpu_share']:.0%}{extra}, "
           f"load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
     print(json.dumps(result), flush=True)
