@@ -208,31 +208,6 @@ class TroupeSide {
 
 // ---- Ray -------------------------------------------------------------------------
 
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char ch : s) {
-    if (ch == '\'') {
-      out += "'\\''";
-    } else {
-      out += ch;
-    }
-  }
-  return out + "'";
-}
-
-// The value of "key": NUMBER in a flat JSON object, if present.
-std::optional<double> json_number(const std::string& json, const std::string& key) {
-  size_t at = json.find("\"" + key + "\"");
-  if (at == std::string::npos) return std::nullopt;
-  at = json.find(':', at);
-  if (at == std::string::npos) return std::nullopt;
-  const char* begin = json.c_str() + at + 1;
-  char* end = nullptr;
-  double v = std::strtod(begin, &end);
-  if (end == begin) return std::nullopt;
-  return v;
-}
-
 // Runs ray_bench.py; the rates by case key, or nothing (with the reason
 // printed) when Ray is missing or fails.
 std::optional<std::map<std::string, double>> run_ray(const Config& c,

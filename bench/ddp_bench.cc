@@ -352,43 +352,6 @@ class TroupeSide {
 
 // ---- PyTorch ------------------------------------------------------------------------------
 
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char ch : s) {
-    if (ch == '\'') {
-      out += "'\\''";
-    } else {
-      out += ch;
-    }
-  }
-  return out + "'";
-}
-
-// The value of "key": NUMBER in a flat JSON object, if present.
-std::optional<double> json_number(const std::string& json, const std::string& key) {
-  size_t at = json.find("\"" + key + "\"");
-  if (at == std::string::npos) return std::nullopt;
-  at = json.find(':', at);
-  if (at == std::string::npos) return std::nullopt;
-  const char* begin = json.c_str() + at + 1;
-  char* end = nullptr;
-  double v = std::strtod(begin, &end);
-  if (end == begin) return std::nullopt;
-  return v;
-}
-
-// The value of "key": "STRING" in a flat JSON object (escapes kept as they are), or "".
-std::string json_string(const std::string& json, const std::string& key) {
-  size_t at = json.find("\"" + key + "\"");
-  if (at == std::string::npos) return "";
-  size_t q1 = json.find('"', json.find(':', at));
-  if (q1 == std::string::npos) return "";
-  size_t q2 = q1 + 1;
-  while (q2 < json.size() && json[q2] != '"')
-    q2 += json[q2] == '\\' ? 2 : 1;
-  return q2 >= json.size() ? "" : json.substr(q1 + 1, q2 - q1 - 1);
-}
-
 // The first interpreter that can import torch: $TROUPE_TORCH_PYTHON, the venv at /tmp/torchenv,
 // python3, /usr/bin/python3.
 std::optional<std::string> find_torch_python() {

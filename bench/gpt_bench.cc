@@ -200,40 +200,6 @@ TroupeResult run_troupe(const ModelConfig& mc, int threads, int steps, int warmu
 
 // ---- PyTorch -------------------------------------------------------------------------
 
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char ch : s) {
-    if (ch == '\'') {
-      out += "'\\''";
-    } else {
-      out += ch;
-    }
-  }
-  return out + "'";
-}
-
-// The value of "key": NUMBER in a flat JSON object, if present.
-std::optional<double> json_number(const std::string& json, const std::string& key) {
-  size_t at = json.find("\"" + key + "\"");
-  if (at == std::string::npos) return std::nullopt;
-  at = json.find(':', at);
-  if (at == std::string::npos) return std::nullopt;
-  const char* begin = json.c_str() + at + 1;
-  char* end = nullptr;
-  double v = std::strtod(begin, &end);
-  if (end == begin) return std::nullopt;
-  return v;
-}
-
-// The value of "key": "STRING" in a flat JSON object (no escapes), or "".
-std::string json_string(const std::string& json, const std::string& key) {
-  size_t at = json.find("\"" + key + "\"");
-  if (at == std::string::npos) return "";
-  size_t q1 = json.find('"', json.find(':', at));
-  size_t q2 = q1 == std::string::npos ? q1 : json.find('"', q1 + 1);
-  return q2 == std::string::npos ? "" : json.substr(q1 + 1, q2 - q1 - 1);
-}
-
 struct TorchRun {
   std::string python;
   std::string version;
