@@ -24,7 +24,9 @@ nn::GPTParamLayout checked_layout(const ModelSpec& model) {
 }  // namespace
 
 ParamShardActor::ParamShardActor(ShardOptions options)
-    : options_(std::move(options)), layout_(checked_layout(options_.model)) {
+    : options_(std::move(options)),
+      layout_(checked_layout(options_.model)),
+      no_decay_(layout_.no_decay_ranges()) {
   const size_t n = layout_.num_params();
   if (options_.precision != Precision::kFp32) master_.assign(n, 0.0f);
   m_.assign(n, 0.0f);
@@ -56,10 +58,10 @@ void ParamShardActor::refresh_compute_copy(StageTensors& stage) {
       options_.precision == Precision::kBf16 ? nn::DType::kBFloat16 : nn::DType::kFloat16;
   // Round each master to the compute type and back: the stage's kernels read
   // fp32, holding exactly the values a bf16 / fp16 copy holds.
-  std::vector<uint16_t> rounded(master_.size());
-  nn::convert(master_.data(), nn::DType::kFloat32, rounded.data(), half,
+  rounded_.resize(master_.size());
+  nn::convert(master_.data(), nn::DType::kFloat32, rounded_.data(), half,
               static_cast<int64_t>(master_.size()));
-  nn::convert(rounded.data(), half, stage.params, nn::DType::kFloat32,
+  nn::convert(rounded_.data(), half, stage.params, nn::DType::kFloat32,
               static_cast<int64_t>(master_.size()));
 }
 
@@ -87,7 +89,7 @@ absl::StatusOr<int64_t> ParamShardActor::commit(CommitRequest request) {
   float* p = masters(t);
   if (options_.optimizer.kind == OptimizerSpec::kAdamW) {
     nn::adamw_update(p, t.grads, m_.data(), v_.data(), n, options_.optimizer.adamw(request.lr),
-                     request.lr, step, layout_.no_decay_ranges());
+                     request.lr, step, no_decay_);
   } else {
     nn::sgd_update(p, t.grads, options_.optimizer.momentum > 0 ? m_.data() : nullptr, n,
                    options_.optimizer.sgd(request.lr), request.lr, step);

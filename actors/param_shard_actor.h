@@ -64,9 +64,11 @@ class ParamShardActor {
 
   ShardOptions options_;
   nn::GPTParamLayout layout_;
-  std::vector<float> master_;  // empty in fp32
-  std::vector<float> m_;       // AdamW's moments, or SGD's momentum in m_
+  std::vector<nn::ParamRange> no_decay_;  // AdamW's: biases and LayerNorm weights
+  std::vector<float> master_;             // empty in fp32
+  std::vector<float> m_;                  // AdamW's moments, or SGD's momentum in m_
   std::vector<float> v_;
+  std::vector<uint16_t> rounded_;  // bf16/fp16: the compute copy's rounding scratch
   int64_t applied_ = 0;
 };
 TROUPE_ACTOR(ParamShardActor, &ParamShardActor::init, &ParamShardActor::commit,

@@ -151,10 +151,10 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
   report.comm_exposed_ms = pending.empty() ? 0 : issue_ms_ + now_ms() - backward_done;
   if (options_.precision == Precision::kFp16) {
     // fp16 gradients: values beyond 65504 become inf, as they would there.
-    std::vector<uint16_t> half(gpt.num_params());
+    half_grads_.resize(gpt.num_params());
     const auto n = static_cast<int64_t>(gpt.num_params());
-    nn::convert(gpt.grads(), nn::DType::kFloat32, half.data(), nn::DType::kFloat16, n);
-    nn::convert(half.data(), nn::DType::kFloat16, gpt.grads(), nn::DType::kFloat32, n);
+    nn::convert(gpt.grads(), nn::DType::kFloat32, half_grads_.data(), nn::DType::kFloat16, n);
+    nn::convert(half_grads_.data(), nn::DType::kFloat16, gpt.grads(), nn::DType::kFloat32, n);
   }
   report.loss = loss_sum / options_.grad_accum;
   report.grad_norm_sq = nn::grad_norm_squared(gpt.grads(), gpt.num_params());

@@ -102,7 +102,8 @@ class PipelineStageActor {
   std::optional<GradientBuckets> buckets_;
   std::unique_ptr<CollectiveGroup> group_;
   std::shared_ptr<DataLoader> loader_;
-  double issue_ms_ = 0;  // this step's time spent inside allreduce_async calls
+  double issue_ms_ = 0;               // this step's time spent inside allreduce_async calls
+  std::vector<uint16_t> half_grads_;  // fp16: the gradients' rounding scratch
 };
 TROUPE_ACTOR(PipelineStageActor, &PipelineStageActor::setup, &PipelineStageActor::run_step,
              &PipelineStageActor::discard, &PipelineStageActor::evaluate,
