@@ -197,11 +197,15 @@ void ActorSystem::shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
     if (!pool_) return;
     shutting_down_ = true;
-    for (auto& [id, cell] : live_)
+    // Requested under the lock that also refuses spawns, so nothing that
+    // sees a refused spawn can see an actor run another message.
+    for (auto& [id, cell] : live_) {
+      cell->request_kill(/*restart=*/false, "the actor system is shutting down");
       cells.push_back(cell);
+    }
   }
   for (auto& cell : cells)
-    cell->kill(/*restart=*/false, "the actor system is shutting down");
+    cell->wake_for_kill();
   cells.clear();
   {
     std::unique_lock<std::mutex> lock(mu_);

@@ -155,13 +155,19 @@ void ActorCell::schedule() {
 }
 
 void ActorCell::kill(bool restart, std::string reason) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    // A request to terminate is never weakened into a restart.
-    if (!kill_requested_.load(std::memory_order_relaxed) || !restart) kill_restart_ = restart;
-    kill_reason_ = std::move(reason);
-  }
+  request_kill(restart, std::move(reason));
+  wake_for_kill();
+}
+
+void ActorCell::request_kill(bool restart, std::string reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // A request to terminate is never weakened into a restart.
+  if (!kill_requested_.load(std::memory_order_relaxed) || !restart) kill_restart_ = restart;
+  kill_reason_ = std::move(reason);
   kill_requested_.store(true, std::memory_order_release);
+}
+
+void ActorCell::wake_for_kill() {
   post_internal(new Wakeup);
 }
 

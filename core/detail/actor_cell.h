@@ -46,6 +46,12 @@ class ActorCell final : public ActorHandle, public Resumable {
   // and restarts remain, otherwise terminated. Pending messages survive a
   // restart and are rejected on termination.
   void kill(bool restart, std::string reason) override;
+  // kill() in two halves: the request, which the actor honours before its
+  // next message, and the wake-up that makes an idle actor see it.
+  // ActorSystem::shutdown requests every kill before any actor can run
+  // another message, then wakes them.
+  void request_kill(bool restart, std::string reason);
+  void wake_for_kill();
 
   // Calls `cb` once when the actor terminates (at once if it already has).
   void monitor(DeathCallback cb) override;
