@@ -744,8 +744,8 @@ int main(int argc, char** argv) {
 
   // As gpt_bench: OPENBLAS_CORETYPE where OpenBLAS does not know this CPU (troupe's worker
   // processes set it for themselves; the peer gets it too: Debian's torch runs on OpenBLAS), and
-  // OMP_WAIT_POLICY=passive, which is troupe's choice: the peer runs with the policy this process
-  // was started with (OpenMP's default when unset).
+  // OMP_WAIT_POLICY=passive with the pthreads OpenBLAS, troupe's choice: the peer runs with the
+  // policy this process was started with (OpenMP's default when unset).
   if (std::getenv("TROUPE_COMPUTE_ENV_SET") == nullptr) {
     const char* policy = std::getenv("OMP_WAIT_POLICY");
     ::setenv("TROUPE_DDP_BENCH_PEER_WAIT_POLICY", policy != nullptr ? policy : "", 1);
@@ -779,7 +779,7 @@ int main(int argc, char** argv) {
   }
   if (!python) std::printf("torch: %s\n", no_python_reason.c_str());
   // The wait policy this process was started with, for the peer and the workers (which set
-  // passive for themselves where it is unset).
+  // passive for themselves where it is unset and OpenBLAS is the pthreads build).
   if (const char* policy = std::getenv("TROUPE_DDP_BENCH_PEER_WAIT_POLICY");
       policy != nullptr && *policy == '\0') {
     ::unsetenv("OMP_WAIT_POLICY");

@@ -18,7 +18,8 @@
 // (above 1: troupe is faster).
 //
 // troupe runs as its worker processes do (nn/process_env.h): OPENBLAS_CORETYPE set where
-// OpenBLAS does not know the CPU, OMP_WAIT_POLICY=passive; TROUPE_KEEP_ENV=1 keeps the
+// OpenBLAS does not know the CPU, OMP_WAIT_POLICY=passive with OpenBLAS's pthreads build only;
+// TROUPE_KEEP_ENV=1 keeps the
 // environment as it is. Each config also reports the CPU time per step and the share of
 // (threads x wall time) it got: well below 100% means other processes had the cores.
 #include <sched.h>
@@ -358,8 +359,8 @@ int main(int argc, char** argv) {
     std::printf(
         "\nPyTorch runs as the peer when $TROUPE_TORCH_PYTHON (else python3, else\n"
         "/usr/bin/python3) can import torch. troupe runs with OPENBLAS_CORETYPE and\n"
-        "OMP_WAIT_POLICY=passive set as its worker processes do (TROUPE_KEEP_ENV=1: as "
-        "inherited).\n");
+        "(with OpenBLAS's pthreads build) OMP_WAIT_POLICY=passive set as its worker\n"
+        "processes do (TROUPE_KEEP_ENV=1: as inherited).\n");
     return 0;
   }
   const int threads = static_cast<int>(flags.get_long("--threads", cores_available()));
@@ -403,7 +404,8 @@ int main(int argc, char** argv) {
   }
 
   // As troupe's worker processes start (cli/main.cc): OPENBLAS_CORETYPE where OpenBLAS does not
-  // know this CPU, OMP_WAIT_POLICY=passive; the program runs again with them set. PyTorch gets
+  // know this CPU, OMP_WAIT_POLICY=passive with the pthreads OpenBLAS; the program runs again
+  // with them set. PyTorch gets
   // the OpenBLAS setting (Debian's torch runs on OpenBLAS too) but not the wait policy, which
   // troupe chose for itself: OpenMP's default is what PyTorch users run with.
   if (std::getenv("TROUPE_COMPUTE_ENV_SET") == nullptr) {

@@ -40,7 +40,12 @@ void reexec_with_compute_environment(char** argv) {
       changed = true;
     }
   }
-  if (unset("OMP_WAIT_POLICY")) {
+  // Only with OpenBLAS's pthreads build, whose own workers yield-spin while the OpenMP ones
+  // would spin too. With its OpenMP build there is one pool, and libgomp's default (spin a
+  // little after each region, then sleep; spin less when threads outnumber the CPUs) keeps the
+  // workers awake between the many short regions of a step: a sleeping worker woken for every
+  // region cost 20-27% of a 2-thread step.
+  if (unset("OMP_WAIT_POLICY") && !gemm_runs_on_caller_in_parallel()) {
     setenv("OMP_WAIT_POLICY", "passive", 1);
     changed = true;
   }

@@ -11,8 +11,11 @@ namespace troupe::nn {
 //   OPENBLAS_CORETYPE        when OpenBLAS does not know this CPU model and
 //                            would run its generic kernels (see
 //                            gemm_backend_warning() in gemm.h)
-//   OMP_WAIT_POLICY=passive  so that OpenMP's idle threads sleep instead of
-//                            spinning against OpenBLAS's threads
+//   OMP_WAIT_POLICY=passive  with OpenBLAS's pthreads build only: so that
+//                            OpenMP's idle threads sleep instead of
+//                            spinning against OpenBLAS's threads (its
+//                            OpenMP build shares one pool, and libgomp's
+//                            default of spinning briefly is faster)
 //
 // A variable already set is never changed; TROUPE_KEEP_ENV=1 turns all of
 // this off.
