@@ -402,9 +402,10 @@ TorchRun run_torch(const std::string& python, const ModelConfig& mc, int dp, int
                     " --dp " + std::to_string(dp) + " --threads " + std::to_string(threads) +
                     " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup) +
                     " --bucket-cap-mb " + bucket + " --timeout " + std::to_string(kTorchTimeoutS) +
-                    " --config " + mc.name + ":" + std::to_string(mc.L) + ":" +
-                    std::to_string(mc.C) + ":" + std::to_string(mc.NH) + ":" +
-                    std::to_string(mc.V) + ":" + std::to_string(mc.T) + ":" + std::to_string(mc.B);
+                    " --parent-pid " + std::to_string(::getpid()) + " --config " + mc.name + ":" +
+                    std::to_string(mc.L) + ":" + std::to_string(mc.C) + ":" +
+                    std::to_string(mc.NH) + ":" + std::to_string(mc.V) + ":" +
+                    std::to_string(mc.T) + ":" + std::to_string(mc.B);
   std::fflush(stdout);
   TorchRun run;
   FILE* pipe = ::popen(cmd.c_str(), "r");

@@ -3,6 +3,7 @@
 
     ddp_bench_torch.py --dp N --threads T --steps S --warmup W
                        --config NAME:L:C:NH:V:T:B --bucket-cap-mb MB [--timeout SECONDS]
+                       [--parent-pid PID]
 
 The model is gpt_bench_torch.py's (tests/reference/gpt_reference.py's GPT-2: tied LM head,
 pre-LN blocks, tanh GELU, causal attention through F.scaled_dot_product_attention where torch
@@ -48,6 +49,7 @@ import os
 import socket
 import statistics
 import sys
+import threading
 import time
 
 SKIP = 3
@@ -278,6 +280,28 @@ def run_rank(rank, args, dims, port, queue):
         raise
 
 
+def exit_with_parent(parent_pid, children):
+    """Ends this process, and the ranks in `children`, within a second of `parent_pid` exiting
+    (ddp_bench stopped by a signal: nothing would read our result)."""
+    def watch():
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(parent_pid, 0)
+            except ProcessLookupError:
+                break
+            except PermissionError:
+                pass  # alive, someone else's (the pid was reused): keep watching
+        for proc in list(children):
+            if proc.is_alive():
+                proc.kill()
+        print(f"ddp_bench_torch: parent {parent_pid} exited; stopping", file=sys.stderr,
+              flush=True)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--dp", type=int, required=True)
@@ -288,6 +312,8 @@ def main():
     p.add_argument("--bucket-cap-mb", type=float, default=25.0)
     p.add_argument("--timeout", type=float, default=600.0,
                    help="seconds for the whole run (and gloo's rendezvous and operations)")
+    p.add_argument("--parent-pid", type=int, default=0,
+                   help="exit, with the ranks, when this process has exited")
     args = p.parse_args()
     name, *rest = args.config.split(":")
     dims = (name, *(int(d) for d in rest))
@@ -300,6 +326,9 @@ def main():
         skip(f"torch {torch.__version__} was built without the gloo backend")
 
     deadline = time.monotonic() + args.timeout
+    children = []  # the ranks, for the watchdog (filled in once spawned)
+    if args.parent_pid > 0:
+        exit_with_parent(args.parent_pid, children)
     if args.dp == 1:
         import queue as queue_module
         q = queue_module.SimpleQueue()
@@ -314,6 +343,7 @@ def main():
         q = ctx.SimpleQueue()
         procs = mp.spawn(run_rank, args=(args, dims, free_port(), q), nprocs=args.dp,
                          join=False)
+        children.extend(procs.processes)
         try:
             while not procs.join(timeout=2):
                 if time.monotonic() > deadline:
