@@ -2,15 +2,16 @@
 
 namespace troupe::actors {
 
-GradientBuckets::GradientBuckets(const nn::GPTParamLayout& layout, size_t bucket_elements) {
+GradientBuckets::GradientBuckets(const nn::GPTParamLayout& layout, size_t bucket_elements,
+                                 size_t first) {
   const int L = layout.num_layers();
-  // Phase boundaries in the order backward finishes them: the final
-  // LayerNorm [block_begin(L), n), each block, then the embeddings [0, block_begin(0)).
+  // Phase boundaries in the order backward finishes them: the final LayerNorm
+  // [block_begin(L), n), each block, then the embeddings [first, block_begin(0)).
   std::vector<size_t> starts;
   starts.push_back(layout.block_begin(L));
   for (int l = L - 1; l >= 0; --l)
     starts.push_back(layout.block_begin(l));
-  starts.push_back(0);
+  starts.push_back(first);
   size_t end = layout.num_params();
   for (size_t i = 0; i < starts.size(); ++i) {
     bool last = i + 1 == starts.size();

@@ -7,9 +7,11 @@
 // blocks L-1 down to 0, then the embeddings (wte last of all: the tied LM
 // head adds to it in the first phase and the embedding in the last). Buckets
 // are whole phases, grouped from the end until each holds at least
-// `bucket_elements` gradients.
+// `bucket_elements` gradients. They may leave out the buffer's start
+// [0, first): the stage reduces wte's gradient on its own, in two shares
+// (pipeline_stage_actor.h), and passes first = layout.wpe().
 //
-//   GradientBuckets buckets(layout, 25'000'000);
+//   GradientBuckets buckets(layout, 25'000'000, layout.wpe());
 //   gpt.head_backward();            issue(buckets.ready(layout.block_begin(L)))
 //   gpt.backward_blocks(l, l + 1);  issue(buckets.ready(layout.block_begin(l)))
 //   gpt.embed_backward();           issue(buckets.ready(0))
@@ -29,11 +31,11 @@ struct GradientBucket {
 
 class GradientBuckets {
  public:
-  // REQUIRES: bucket_elements >= 1.
-  GradientBuckets(const nn::GPTParamLayout& layout, size_t bucket_elements);
+  // REQUIRES: bucket_elements >= 1; first <= layout.block_begin(0).
+  GradientBuckets(const nn::GPTParamLayout& layout, size_t bucket_elements, size_t first = 0);
 
   // Every bucket, in the order backward finishes them (descending offsets).
-  // They cover [0, num_params) without overlap.
+  // They cover [first, num_params) without overlap.
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
 
   // Marks everything from `final_from` to the end of the buffer as final and

@@ -48,7 +48,8 @@ PipelineStageActor::PipelineStageActor(StageOptions options)
   tensors_ = std::make_shared<StageTensors>(
       StageTensors{model_->params(), model_->grads(), model_->num_params()});
   buckets_.emplace(model_->param_layout(),
-                   static_cast<size_t>(std::max<int64_t>(options_.bucket_elements, 1)));
+                   static_cast<size_t>(std::max<int64_t>(options_.bucket_elements, 1)),
+                   model_->param_layout().wpe());  // wte: its two shares, below
   Handoff::publish(name_, tensors_);
 }
 
@@ -71,36 +72,87 @@ absl::Status PipelineStageActor::setup() {
   return absl::OkStatus();
 }
 
+void PipelineStageActor::issue_range(float* data, size_t count,
+                                     std::vector<transport::Work>& pending,
+                                     std::vector<double>& issued_at) {
+  const double t0 = now_ms();
+  issued_at.push_back(t0);
+  pending.push_back(group_->allreduce_async(DType::kFloat32, ReduceOp::kAvg, data, count));
+  // Whatever issuing does on this thread holds up backward: it is exposed.
+  issue_ms_ += now_ms() - t0;
+}
+
 void PipelineStageActor::issue(const std::vector<size_t>& ready,
                                std::vector<transport::Work>& pending,
                                std::vector<double>& issued_at) {
   for (size_t i : ready) {
     const GradientBucket& b = buckets_->buckets()[i];
-    const double t0 = now_ms();
-    issued_at.push_back(t0);
-    pending.push_back(group_->allreduce_async(DType::kFloat32, ReduceOp::kAvg,
-                                              model_->grads() + b.begin, b.end - b.begin));
-    // Whatever issuing does on this thread holds up backward: it is exposed.
-    issue_ms_ += now_ms() - t0;
+    issue_range(model_->grads() + b.begin, b.end - b.begin, pending, issued_at);
   }
 }
 
-absl::Status PipelineStageActor::backward_with_buckets(float dloss,
+transport::Work PipelineStageActor::issue_token_mask(const std::vector<int32_t>& inputs) {
+  const double t0 = now_ms();
+  token_mask_.assign(static_cast<size_t>(model_->config().vocab_size), 0.0f);
+  for (int32_t token : inputs) {
+    // Out-of-range tokens are left for forward to refuse.
+    if (token >= 0 && static_cast<size_t>(token) < token_mask_.size()) token_mask_[token] = 1.0f;
+  }
+  transport::Work work = group_->allreduce_async(DType::kFloat32, ReduceOp::kMax,
+                                                 token_mask_.data(), token_mask_.size());
+  issue_ms_ += now_ms() - t0;
+  return work;
+}
+
+absl::Status PipelineStageActor::backward_with_buckets(float dloss, transport::Work& token_mask,
                                                        std::vector<transport::Work>& pending,
                                                        std::vector<double>& issued_at) {
   nn::GPT& gpt = *model_;
   const nn::GPTParamLayout& layout = gpt.param_layout();
   const int L = gpt.config().num_layers;
+  const size_t C = static_cast<size_t>(gpt.config().channels);
+  const bool overlap = options_.overlap_comm;
   buckets_->reset();
   if (absl::Status s = gpt.head_backward(dloss); !s.ok()) return s;
-  if (options_.overlap_comm) issue(buckets_->ready(layout.block_begin(L)), pending, issued_at);
+  // wte's gradient: the head's share (and earlier micro-batches' whole gradients) is final.
+  if (overlap) issue_range(gpt.grads(), layout.wpe(), pending, issued_at);
+  if (overlap) issue(buckets_->ready(layout.block_begin(L)), pending, issued_at);
   for (int l = L - 1; l >= 0; --l) {
     if (absl::Status s = gpt.backward_blocks(l, l + 1); !s.ok()) return s;
-    if (options_.overlap_comm) issue(buckets_->ready(layout.block_begin(l)), pending, issued_at);
+    if (overlap) issue(buckets_->ready(layout.block_begin(l)), pending, issued_at);
   }
-  if (absl::Status s = gpt.embed_backward(); !s.ok()) return s;
+  // The embedding's share: the rows of the tokens in any replica's micro-batch.
+  if (absl::Status s = CollectiveGroup::wait(token_mask); !s.ok()) return s;
+  row_of_.assign(token_mask_.size(), -1);
+  row_tokens_.clear();
+  for (size_t v = 0; v < token_mask_.size(); ++v) {
+    if (token_mask_[v] == 0.0f) continue;
+    row_of_[v] = static_cast<int32_t>(row_tokens_.size());
+    row_tokens_.push_back(static_cast<int32_t>(v));
+  }
+  rows_.assign(row_tokens_.size() * C, 0.0f);
+  if (absl::Status s =
+          gpt.embed_backward_rows(rows_.data(), row_of_, static_cast<int>(row_tokens_.size()));
+      !s.ok()) {
+    return s;
+  }
+  if (!overlap) issue_range(gpt.grads(), layout.wpe(), pending, issued_at);
   issue(buckets_->ready(0), pending, issued_at);
+  if (!rows_.empty()) issue_range(rows_.data(), rows_.size(), pending, issued_at);
   return absl::OkStatus();
+}
+
+void PipelineStageActor::add_embedding_rows() {
+  const size_t C = static_cast<size_t>(model_->config().channels);
+  float* dwte = model_->grads();  // wte is the buffer's first tensor
+  for (size_t r = 0; r < row_tokens_.size(); ++r) {
+    float* d = dwte + static_cast<size_t>(row_tokens_[r]) * C;
+    const float* g = rows_.data() + r * C;
+    for (size_t i = 0; i < C; ++i)
+      d[i] += g[i];
+  }
+  row_tokens_.clear();
+  rows_.clear();
 }
 
 absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
@@ -126,6 +178,10 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
     }
     report.data_position = batch->position + static_cast<int64_t>(B) * options_.mesh.dp;
     report.epoch = batch->epoch;
+    const bool last = j + 1 == options_.grad_accum;
+    // The union of the replicas' token masks is reduced while forward runs.
+    transport::Work token_mask;
+    if (reduce && last) token_mask = issue_token_mask(batch->inputs);
     double t0 = now_ms();
     absl::StatusOr<float> loss = gpt.forward(batch->inputs.data(), batch->targets.data(), B, T);
     if (!loss.ok()) return loss.status();
@@ -135,9 +191,10 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
     // Each micro-batch's mean loss weighs 1 / grad_accum; the loss scale
     // rides on the same factor.
     const float dloss = request.loss_scale / static_cast<float>(options_.grad_accum);
-    const bool last = j + 1 == options_.grad_accum;
     if (reduce && last) {
-      if (absl::Status s = backward_with_buckets(dloss, pending, issued_at); !s.ok()) return s;
+      if (absl::Status s = backward_with_buckets(dloss, token_mask, pending, issued_at); !s.ok()) {
+        return s;
+      }
     } else if (absl::Status s = gpt.backward(dloss); !s.ok()) {
       return s;
     }
@@ -149,6 +206,7 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
     report.comm_ms += now_ms() - issued_at[i];
   }
   report.comm_exposed_ms = pending.empty() ? 0 : issue_ms_ + now_ms() - backward_done;
+  if (reduce) add_embedding_rows();
   if (options_.precision == Precision::kFp16) {
     // fp16 gradients: values beyond 65504 become inf, as they would there.
     half_grads_.resize(gpt.num_params());

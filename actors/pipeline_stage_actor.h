@@ -89,11 +89,26 @@ class PipelineStageActor {
                                                 float temperature, uint64_t seed);
 
  private:
+  // Data parallelism reduces wte's gradient (tied: the LM head's and the
+  // embedding's) in two shares. The head's share is dense and final after
+  // head_backward, so it goes first, under all of backward. The embedding's
+  // touches only the rows of the micro-batch's tokens: it goes into rows_,
+  // one row per token that any replica's last micro-batch holds (the union
+  // of their token masks, max-reduced during forward), is reduced last (the
+  // only reduction nothing is left to hide behind) and added back into wte.
+
+  // Issues the max-allreduce of the token mask of `inputs` into token_mask_.
+  transport::Work issue_token_mask(const std::vector<int32_t>& inputs);
   // The last micro-batch's backward, piece by piece, issuing ready buckets.
-  absl::Status backward_with_buckets(float dloss, std::vector<transport::Work>& pending,
+  absl::Status backward_with_buckets(float dloss, transport::Work& token_mask,
+                                     std::vector<transport::Work>& pending,
                                      std::vector<double>& issued_at);
   void issue(const std::vector<size_t>& ready, std::vector<transport::Work>& pending,
              std::vector<double>& issued_at);
+  void issue_range(float* data, size_t count, std::vector<transport::Work>& pending,
+                   std::vector<double>& issued_at);
+  // wte's gradient += the reduced rows_ (after every reduction finished).
+  void add_embedding_rows();
 
   StageOptions options_;
   std::string name_;
@@ -104,6 +119,10 @@ class PipelineStageActor {
   std::shared_ptr<DataLoader> loader_;
   double issue_ms_ = 0;               // this step's time spent inside allreduce_async calls
   std::vector<uint16_t> half_grads_;  // fp16: the gradients' rounding scratch
+  std::vector<float> token_mask_;     // [V]: 1 for the tokens of the last micro-batch(es)
+  std::vector<int32_t> row_of_;       // [V]: token -> its row of rows_, or -1
+  std::vector<int32_t> row_tokens_;   // row of rows_ -> token, ascending
+  std::vector<float> rows_;           // [rows, C]: the embedding's share of wte's gradient
 };
 TROUPE_ACTOR(PipelineStageActor, &PipelineStageActor::setup, &PipelineStageActor::run_step,
              &PipelineStageActor::discard, &PipelineStageActor::evaluate,

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "nn/layers/attention.h"
 #include "nn/layers/crossentropy.h"
+#include "nn/layers/detail/embedding.h"
 #include "nn/layers/encoder.h"
 #include "nn/layers/gelu.h"
 #include "nn/layers/layernorm.h"
@@ -427,6 +428,33 @@ absl::Status GPT::embed_backward() {
   }
   encoder_backward(grad_tensors_.wte, grad_tensors_.wpe, dacts_.dresidual, inputs_.data(), B_, T_,
                    config_.channels);
+  return absl::OkStatus();
+}
+
+absl::Status GPT::embed_backward_rows(float* rows, std::span<const int32_t> row_of, int num_rows) {
+  if (!have_inputs_) {
+    return absl::FailedPreconditionError(
+        "GPT::embed_backward_rows: no embed_forward for the current batch shape");
+  }
+  if (row_of.size() < static_cast<size_t>(config_.vocab_size)) {
+    return absl::InvalidArgumentError(absl::StrCat("GPT::embed_backward_rows: row_of has ",
+                                                   row_of.size(), " entries for a vocabulary of ",
+                                                   config_.vocab_size));
+  }
+  const size_t n = static_cast<size_t>(B_) * T_;
+  input_rows_.resize(n);
+  for (size_t i = 0; i < n; i++) {
+    const int32_t row = row_of[static_cast<size_t>(inputs_[i])];
+    if (row < 0 || row >= num_rows) {
+      return absl::InvalidArgumentError(absl::StrCat("GPT::embed_backward_rows: token ", inputs_[i],
+                                                     " has row ", row, ", not in [0, ", num_rows,
+                                                     ")"));
+    }
+    input_rows_[i] = row;
+  }
+  detail::embedding_rows_backward(rows, dacts_.dresidual, input_rows_.data(), n, 0, num_rows,
+                                  config_.channels);
+  detail::position_backward(grad_tensors_.wpe, dacts_.dresidual, B_, T_, config_.channels);
   return absl::OkStatus();
 }
 

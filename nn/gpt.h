@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -124,6 +125,14 @@ class GPT {
   [[nodiscard]] absl::Status backward_blocks(int begin, int end);
   // Accumulates wte's and wpe's gradients from dresidual() (the gradient for residual(0)).
   [[nodiscard]] absl::Status embed_backward();
+  // embed_backward() with the token embeddings' gradient accumulated into `rows` [num_rows, C]
+  // instead of wte's: token v's row is rows[row_of[v]]. wpe's gradient accumulates as in
+  // embed_backward(). Data parallelism reduces the few rows a batch touches this way, apart
+  // from the LM head's dense share of wte's gradient, which head_backward() finished long before.
+  // REQUIRES: row_of.size() >= vocab_size; row_of[v] in [0, num_rows) for every token v of the
+  // current batch (checked: InvalidArgument naming the token, and nothing accumulated).
+  [[nodiscard]] absl::Status embed_backward_rows(float* rows, std::span<const int32_t> row_of,
+                                                 int num_rows);
 
   // The residual stream [B, T, C] entering block l, l in [0, L]; residual(L) is the last block's
   // output. REQUIRES: prepare() ran.
@@ -221,6 +230,7 @@ class GPT {
   Activations acts_ = {};
   ActivationGradients dacts_ = {};
   std::vector<int32_t> inputs_;
+  std::vector<int32_t> input_rows_;  // embed_backward_rows' row of each input
   std::vector<int32_t> targets_;
   bool have_inputs_ = false;   // embed_forward ran for (B_, T_)
   bool have_targets_ = false;  // the last head_forward had targets

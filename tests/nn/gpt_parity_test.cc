@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "nn/gpt.h"
@@ -328,6 +329,51 @@ TEST(GPTParityTest, PipelineStagesComputeTheWholeModel) {
   expect_bitwise_equal("blocks [split, L) and lnf",
                        range(last, layout.block_begin(split), layout.num_params()),
                        range(whole, layout.block_begin(split), layout.num_params()));
+}
+
+// embed_backward_rows: the token embeddings' gradient into compact rows, one per distinct token
+// of the batch (here numbered from the vocabulary's end, so that the rows' order is not wte's).
+// Added back into wte at their tokens they give wte's gradient (rounded differently: the head's
+// share is added to the rows' sum, not term by term); every other gradient is bit for bit.
+TEST(GPTParityTest, EmbeddingRowsAddUpToTheEmbeddingGradient) {
+  const Fixture& f = fixture();
+  const int C = f.config.channels, V = f.config.vocab_size;
+  GPT whole = run_once();
+  GPT split = model_from_fixture();
+  ASSERT_TRUE(split.forward(f.inputs.data(), f.targets.data(), f.B, f.T).ok());
+  ASSERT_TRUE(split.head_backward().ok());
+  ASSERT_TRUE(split.backward_blocks(0, f.config.num_layers).ok());
+  std::vector<int32_t> row_of(V, -1), token_of;
+  for (int v = V - 1; v >= 0; --v) {
+    if (std::find(f.inputs.begin(), f.inputs.end(), v) == f.inputs.end()) continue;
+    row_of[v] = static_cast<int32_t>(token_of.size());
+    token_of.push_back(v);
+  }
+  const int rows_n = static_cast<int>(token_of.size());
+  ASSERT_LT(rows_n, V);  // the fixture's batch leaves some of the vocabulary out
+  std::vector<float> rows(static_cast<size_t>(rows_n) * C, 0.0f);
+
+  std::vector<int32_t> short_map(V - 1, 0);
+  EXPECT_EQ(split.embed_backward_rows(rows.data(), short_map, rows_n).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<int32_t> missing = row_of;
+  missing[f.inputs[0]] = -1;
+  absl::Status bad = split.embed_backward_rows(rows.data(), missing, rows_n);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find(absl::StrCat("token ", f.inputs[0])), std::string::npos) << bad;
+  EXPECT_TRUE(std::all_of(rows.begin(), rows.end(), [](float x) { return x == 0.0f; }));
+
+  ASSERT_TRUE(split.embed_backward_rows(rows.data(), row_of, rows_n).ok());
+  const GPTParamLayout& layout = whole.param_layout();
+  std::vector<float> dwte(split.grads(), split.grads() + layout.wpe());
+  for (int r = 0; r < rows_n; ++r) {
+    for (int i = 0; i < C; ++i)
+      dwte[static_cast<size_t>(token_of[r]) * C + i] += rows[static_cast<size_t>(r) * C + i];
+  }
+  expect_close("dwte", dwte, grads_of(whole).subspan(0, layout.wpe()), kRtol, kAtol);
+  expect_bitwise_equal("everything but wte",
+                       grads_of(split).subspan(layout.wpe(), layout.num_params() - layout.wpe()),
+                       grads_of(whole).subspan(layout.wpe(), layout.num_params() - layout.wpe()));
 }
 
 TEST(GPTTest, LayoutFollowsTheDocumentedOrder) {

@@ -62,5 +62,17 @@ TEST(GradientBuckets, ReadyAsBackwardProceedsEachOnce) {
   EXPECT_EQ(b.ready(0).size(), b.buckets().size());
 }
 
+TEST(GradientBuckets, LeaveOutTheStartTheStageReducesItself) {
+  nn::GPTParamLayout l = layout();
+  for (size_t size : {size_t{1}, l.block_size(), l.num_params() * 2}) {
+    GradientBuckets b(l, size, l.wpe());
+    ASSERT_FALSE(b.buckets().empty());
+    EXPECT_EQ(b.buckets().front().end, l.num_params()) << size;
+    EXPECT_EQ(b.buckets().back().begin, l.wpe()) << size;  // wpe, not wte
+    b.reset();
+    EXPECT_EQ(b.ready(0).size(), b.buckets().size()) << size;
+  }
+}
+
 }  // namespace
 }  // namespace troupe::actors
