@@ -4,13 +4,19 @@ namespace troupe::actors {
 
 GradientBuckets::GradientBuckets(const nn::GPTParamLayout& layout, size_t bucket_elements,
                                  size_t first) {
+  using nn::BlockTensor;
   const int L = layout.num_layers();
   // Phase boundaries in the order backward finishes them: the final LayerNorm
-  // [block_begin(L), n), each block, then the embeddings [first, block_begin(0)).
+  // [block_begin(L), n), each block's layers as GPT::backward_blocks reports
+  // them, then the embeddings [first, block_begin(0)).
   std::vector<size_t> starts;
   starts.push_back(layout.block_begin(L));
-  for (int l = L - 1; l >= 0; --l)
-    starts.push_back(layout.block_begin(l));
+  for (int l = L - 1; l >= 0; --l) {
+    for (BlockTensor t : {BlockTensor::kFcprojw, BlockTensor::kFcw, BlockTensor::kLn2w,
+                          BlockTensor::kAttprojw, BlockTensor::kQkvw, BlockTensor::kLn1w}) {
+      starts.push_back(layout.block_tensor(l, t));
+    }
+  }
   starts.push_back(first);
   size_t end = layout.num_params();
   for (size_t i = 0; i < starts.size(); ++i) {
@@ -19,6 +25,16 @@ GradientBuckets::GradientBuckets(const nn::GPTParamLayout& layout, size_t bucket
       if (end > starts[i]) buckets_.push_back({starts[i], end});
       end = starts[i];
     }
+  }
+  // What backward finishes after block 0's attention projection (its qkv,
+  // its ln1, the embeddings) has almost no computation left to hide behind:
+  // when buckets are meant to overlap (more than one), the last holds only that.
+  const size_t tail = layout.block_tensor(0, BlockTensor::kAttprojw);
+  if (buckets_.size() > 1 && buckets_.back().begin < tail && buckets_.back().end > tail) {
+    GradientBucket& split = buckets_.back();
+    const GradientBucket rest{split.begin, tail};
+    split.begin = tail;
+    buckets_.push_back(rest);
   }
 }
 

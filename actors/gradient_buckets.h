@@ -4,16 +4,19 @@
 // communication overlaps the rest of backward.
 //
 // Backward finishes the buffer from its end: the final LayerNorm first, then
-// blocks L-1 down to 0, then the embeddings (wte last of all: the tied LM
-// head adds to it in the first phase and the embedding in the last). Buckets
-// are whole phases, grouped from the end until each holds at least
-// `bucket_elements` gradients. They may leave out the buffer's start
+// blocks L-1 down to 0, each layer by layer (fcproj, fc, ln2, attproj, qkv,
+// ln1: GPT::backward_blocks reports each), then the embeddings (wte last of
+// all: the tied LM head adds to it in the first phase and the embedding in the
+// last). Buckets are whole layers, grouped from the end until each holds at
+// least `bucket_elements` gradients; when there is more than one, the last
+// holds only what follows block 0's attention projection, since nothing of
+// substance is computed after it. They may leave out the buffer's start
 // [0, first): the stage reduces wte's gradient on its own, in two shares
 // (pipeline_stage_actor.h), and passes first = layout.wpe().
 //
 //   GradientBuckets buckets(layout, 25'000'000, layout.wpe());
 //   gpt.head_backward();            issue(buckets.ready(layout.block_begin(L)))
-//   gpt.backward_blocks(l, l + 1);  issue(buckets.ready(layout.block_begin(l)))
+//   gpt.backward_blocks(0, L, [&](size_t from) { issue(buckets.ready(from)); })
 //   gpt.embed_backward();           issue(buckets.ready(0))
 #pragma once
 

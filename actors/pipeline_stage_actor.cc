@@ -117,10 +117,9 @@ absl::Status PipelineStageActor::backward_with_buckets(float dloss, transport::W
   // wte's gradient: the head's share (and earlier micro-batches' whole gradients) is final.
   if (overlap) issue_range(gpt.grads(), layout.wpe(), pending, issued_at);
   if (overlap) issue(buckets_->ready(layout.block_begin(L)), pending, issued_at);
-  for (int l = L - 1; l >= 0; --l) {
-    if (absl::Status s = gpt.backward_blocks(l, l + 1); !s.ok()) return s;
-    if (overlap) issue(buckets_->ready(layout.block_begin(l)), pending, issued_at);
-  }
+  nn::GPT::GradientsFinal on_final;
+  if (overlap) on_final = [&](size_t from) { issue(buckets_->ready(from), pending, issued_at); };
+  if (absl::Status s = gpt.backward_blocks(0, L, on_final); !s.ok()) return s;
   // The embedding's share: the rows of the tokens in any replica's micro-batch.
   if (absl::Status s = CollectiveGroup::wait(token_mask); !s.ok()) return s;
   row_of_.assign(token_mask_.size(), -1);

@@ -373,11 +373,11 @@ absl::Status GPT::head_backward(float dloss) {
   return absl::OkStatus();
 }
 
-absl::Status GPT::backward_blocks(int begin, int end) {
+absl::Status GPT::backward_blocks(int begin, int end, const GradientsFinal& on_final) {
   if (absl::Status s = check_blocks(begin, end, "backward_blocks"); !s.ok()) return s;
   for (int l = end - 1; l >= begin; --l) {
     if (options_.recompute_activations) block_recompute(l);
-    block_backward(l);
+    block_backward(l, on_final);
   }
   return absl::OkStatus();
 }
@@ -394,31 +394,40 @@ void GPT::block_recompute(int l) {
   gelu_forward(a.fch_gelu, a.fch, 4 * static_cast<size_t>(B) * T * C);
 }
 
-void GPT::block_backward(int l) {
+void GPT::block_backward(int l, const GradientsFinal& on_final) {
   const int B = B_, T = T_, C = config_.channels, NH = config_.num_heads;
   const size_t BTC = static_cast<size_t>(B) * T * C;
   const GPTBlockTensors& w = param_tensors_.blocks[l];
   const GPTBlockTensors& dw = grad_tensors_.blocks[l];
   const BlockActivations a = block_activations(l);
   const ActivationGradients& d = dacts_;
+  auto finished = [&](BlockTensor first_tensor) {
+    if (on_final) on_final(layout_.block_tensor(l, first_tensor));
+  };
   // d.dresidual holds d residual3. As residual3 = residual2 + fcproj, it is also d fcproj and
   // the first term of d residual2, which the ln2 branch then adds to in place; likewise through
   // residual2 = residual(l) + attproj down to d residual(l).
   linear_backward(d.dfch_gelu, dw.fcprojw, dw.fcprojb, d.dresidual, a.fch_gelu, w.fcprojw, B, T,
                   4 * C, C, /*accumulate_dinp=*/false);
+  finished(BlockTensor::kFcprojw);
   gelu_backward(d.dfch, d.dfch_gelu, a.fch, 4 * BTC, /*accumulate=*/false);
   linear_backward(d.dln, dw.fcw, dw.fcb, d.dfch, a.ln2, w.fcw, B, T, C, 4 * C,
                   /*accumulate_dinp=*/false);
+  finished(BlockTensor::kFcw);
   layernorm_backward(d.dresidual, dw.ln2w, dw.ln2b, d.dln, a.residual2, w.ln2w, a.ln2_mean,
                      a.ln2_rstd, B, T, C);
+  finished(BlockTensor::kLn2w);
   linear_backward(d.datty, dw.attprojw, dw.attprojb, d.dresidual, a.atty, w.attprojw, B, T, C, C,
                   /*accumulate_dinp=*/false);
+  finished(BlockTensor::kAttprojw);
   flash_attention_backward(d.dqkv, d.datty, a.qkv, a.atty, a.att, B, T, C, NH,
                            /*accumulate=*/false);
   linear_backward(d.dln, dw.qkvw, dw.qkvb, d.dqkv, a.ln1, w.qkvw, B, T, C, 3 * C,
                   /*accumulate_dinp=*/false);
+  finished(BlockTensor::kQkvw);
   layernorm_backward(d.dresidual, dw.ln1w, dw.ln1b, d.dln, residual(l), w.ln1w, a.ln1_mean,
                      a.ln1_rstd, B, T, C);
+  finished(BlockTensor::kLn1w);
 }
 
 absl::Status GPT::embed_backward() {

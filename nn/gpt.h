@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -122,7 +123,15 @@ class GPT {
   [[nodiscard]] absl::Status head_backward(float dloss = 1.0f);
   // For l from end - 1 down to begin: accumulates block l's parameter gradients and turns
   // dresidual() from the gradient for residual(l + 1) into the one for residual(l).
-  [[nodiscard]] absl::Status backward_blocks(int begin, int end);
+  //
+  // `on_final`, when set, is called each time a layer of a block has finished its parameters'
+  // gradients, with the offset of that layer's first tensor: for block l its fcproj, fc, ln2,
+  // attproj, qkv and ln1, in that order (descending offsets; ln1's is block_begin(l)). From that
+  // offset up to block_begin(end) every gradient is final for this backward; data parallelism
+  // starts reducing them there.
+  using GradientsFinal = std::function<void(size_t final_from)>;
+  [[nodiscard]] absl::Status backward_blocks(int begin, int end,
+                                             const GradientsFinal& on_final = nullptr);
   // Accumulates wte's and wpe's gradients from dresidual() (the gradient for residual(0)).
   [[nodiscard]] absl::Status embed_backward();
   // embed_backward() with the token embeddings' gradient accumulated into `rows` [num_rows, C]
@@ -212,7 +221,7 @@ class GPT {
   BlockActivations block_activations(int l) const;
   void block_forward(int l);
   void block_recompute(int l);
-  void block_backward(int l);
+  void block_backward(int l, const GradientsFinal& on_final);
   absl::Status check_blocks(int begin, int end, const char* what) const;
 
   GPTConfig config_;

@@ -376,6 +376,39 @@ TEST(GPTParityTest, EmbeddingRowsAddUpToTheEmbeddingGradient) {
                        grads_of(whole).subspan(layout.wpe(), layout.num_params() - layout.wpe()));
 }
 
+// backward_blocks reports each layer of each block as its parameter gradients become final: six
+// per block, at descending offsets, and nothing at or above a reported offset changes afterwards.
+TEST(GPTParityTest, BackwardReportsEachLayerWhenItsGradientsAreFinal) {
+  const Fixture& f = fixture();
+  const int L = f.config.num_layers;
+  GPT gpt = model_from_fixture();
+  ASSERT_TRUE(gpt.forward(f.inputs.data(), f.targets.data(), f.B, f.T).ok());
+  ASSERT_TRUE(gpt.head_backward().ok());
+  const GPTParamLayout& layout = gpt.param_layout();
+  const size_t n = layout.num_params();
+  std::vector<size_t> reported;
+  std::vector<std::vector<float>> snapshots;
+  ASSERT_TRUE(gpt.backward_blocks(0, L,
+                                  [&](size_t from) {
+                                    reported.push_back(from);
+                                    snapshots.emplace_back(gpt.grads() + from, gpt.grads() + n);
+                                  })
+                  .ok());
+  ASSERT_EQ(reported.size(), static_cast<size_t>(6 * L));
+  EXPECT_EQ(reported.front(), layout.block_tensor(L - 1, BlockTensor::kFcprojw));
+  EXPECT_EQ(reported.back(), layout.block_begin(0));
+  for (size_t i = 0; i < reported.size(); ++i) {
+    if (i > 0) {
+      EXPECT_LT(reported[i], reported[i - 1]);
+    }
+    expect_bitwise_equal(absl::StrCat("gradients from ", reported[i]).c_str(), snapshots[i],
+                         grads_of(gpt).subspan(reported[i]));
+  }
+  ASSERT_TRUE(gpt.embed_backward().ok());
+  GPT whole = run_once();
+  expect_bitwise_equal("gradients", grads_of(gpt), grads_of(whole));
+}
+
 TEST(GPTTest, LayoutFollowsTheDocumentedOrder) {
   const GPTConfig c = fixture().config;
   GPTParamLayout layout(c);

@@ -29,14 +29,17 @@ TEST(GradientBuckets, CoverTheBufferFromTheEndWithoutOverlap) {
   }
 }
 
-TEST(GradientBuckets, OnePhaseABucketWhenBucketsAreSmall) {
+TEST(GradientBuckets, OneLayerABucketWhenBucketsAreSmall) {
   nn::GPTParamLayout l = layout();
   GradientBuckets b(l, 1);
-  // lnf, three blocks, the embeddings.
-  ASSERT_EQ(b.buckets().size(), 5u);
+  // lnf, six layers in each of three blocks, the embeddings.
+  ASSERT_EQ(b.buckets().size(), 1u + 6 * 3 + 1);
   EXPECT_EQ(b.buckets()[0].begin, l.block_begin(3));
-  EXPECT_EQ(b.buckets()[3].begin, l.block_begin(0));
-  EXPECT_EQ(b.buckets()[4].begin, 0u);
+  EXPECT_EQ(b.buckets()[1].begin, l.block_tensor(2, nn::BlockTensor::kFcprojw));
+  EXPECT_EQ(b.buckets()[2].begin, l.block_tensor(2, nn::BlockTensor::kFcw));
+  EXPECT_EQ(b.buckets()[6].begin, l.block_begin(2));
+  EXPECT_EQ(b.buckets()[18].begin, l.block_begin(0));
+  EXPECT_EQ(b.buckets()[19].begin, 0u);
 }
 
 TEST(GradientBuckets, OneBucketWhenItHoldsEverything) {
@@ -48,18 +51,48 @@ TEST(GradientBuckets, OneBucketWhenItHoldsEverything) {
   EXPECT_EQ(b.ready(0), std::vector<size_t>{0});
 }
 
+// What backward finishes after block 0's attention projection has nothing left to hide behind:
+// the last bucket holds only that, whatever the bucket size.
+TEST(GradientBuckets, TheLastBucketHoldsOnlyWhatFollowsBlockZerosAttentionProjection) {
+  nn::GPTParamLayout l = layout();
+  const size_t tail = l.block_tensor(0, nn::BlockTensor::kAttprojw);
+  for (size_t size : {l.block_size() / 2, l.block_size(), 2 * l.block_size() + 1}) {
+    GradientBuckets b(l, size);
+    ASSERT_GE(b.buckets().size(), 2u) << size;
+    EXPECT_EQ(b.buckets().back().begin, 0u) << size;
+    EXPECT_LE(b.buckets().back().end, tail) << size;
+  }
+}
+
+// Backward reports the layers in order (GPT::backward_blocks); each bucket comes out once, in
+// order, and only when everything in it is final.
 TEST(GradientBuckets, ReadyAsBackwardProceedsEachOnce) {
   nn::GPTParamLayout l = layout();
-  GradientBuckets b(l, l.block_size());  // a block each; lnf joins the last block
-  b.reset();
-  EXPECT_TRUE(b.ready(l.block_begin(3)).empty());  // lnf alone is below the size
-  EXPECT_EQ(b.ready(l.block_begin(2)), std::vector<size_t>{0});
-  EXPECT_EQ(b.ready(l.block_begin(1)), std::vector<size_t>{1});
-  EXPECT_TRUE(b.ready(l.block_begin(1)).empty());
-  std::vector<size_t> rest = b.ready(0);
-  EXPECT_EQ(rest.size(), b.buckets().size() - 2);
-  b.reset();
-  EXPECT_EQ(b.ready(0).size(), b.buckets().size());
+  for (size_t size : {size_t{1}, l.block_size() / 3, l.block_size(), l.num_params() + 1}) {
+    GradientBuckets b(l, size);
+    for (int round = 0; round < 2; ++round) {
+      b.reset();
+      std::vector<size_t> seen;
+      auto report = [&](size_t final_from) {
+        for (size_t i : b.ready(final_from)) {
+          EXPECT_GE(b.buckets()[i].begin, final_from) << size;
+          seen.push_back(i);
+        }
+      };
+      report(l.block_begin(3));
+      for (int block = 2; block >= 0; --block) {
+        for (nn::BlockTensor t :
+             {nn::BlockTensor::kFcprojw, nn::BlockTensor::kFcw, nn::BlockTensor::kLn2w,
+              nn::BlockTensor::kAttprojw, nn::BlockTensor::kQkvw, nn::BlockTensor::kLn1w}) {
+          report(l.block_tensor(block, t));
+        }
+      }
+      report(0);
+      ASSERT_EQ(seen.size(), b.buckets().size()) << size;
+      for (size_t i = 0; i < seen.size(); ++i)
+        EXPECT_EQ(seen[i], i) << size;
+    }
+  }
 }
 
 TEST(GradientBuckets, LeaveOutTheStartTheStageReducesItself) {
