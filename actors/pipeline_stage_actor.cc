@@ -18,10 +18,12 @@
 namespace troupe::actors {
 namespace {
 
+double ms_since_epoch(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(t.time_since_epoch()).count();
+}
+
 double now_ms() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return ms_since_epoch(std::chrono::steady_clock::now());
 }
 
 nn::GPT build_model(const StageOptions& options) {
@@ -202,7 +204,9 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
   const double backward_done = now_ms();
   for (size_t i = 0; i < pending.size(); ++i) {
     if (absl::Status s = CollectiveGroup::wait(pending[i]); !s.ok()) return s;
-    report.comm_ms += now_ms() - issued_at[i];
+    // To its completion, not to this wait: a bucket issued early in backward
+    // is seen here only after backward.
+    report.comm_ms += ms_since_epoch(pending[i].finished_at()) - issued_at[i];
   }
   report.comm_exposed_ms = pending.empty() ? 0 : issue_ms_ + now_ms() - backward_done;
   if (reduce) add_embedding_rows();

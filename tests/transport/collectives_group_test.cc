@@ -3,6 +3,7 @@
 // queued operations; bad arguments.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <numeric>
 #include <vector>
 
@@ -31,6 +32,7 @@ TEST(CollectiveGroupTest, AsyncOperationsRunInOrderWhileTheCallerGoesOn) {
     // Eight buffers in flight at once, each a different closed form.
     std::vector<std::vector<float>> buffers(8, std::vector<float>(count));
     std::vector<Work> works;
+    const auto issued = std::chrono::steady_clock::now();
     for (size_t b = 0; b < buffers.size(); ++b) {
       std::fill(buffers[b].begin(), buffers[b].end(), static_cast<float>((g.rank() + 1) * (b + 1)));
       works.push_back(g.allreduce_async(DType::kFloat32, ReduceOp::kSum, buffers[b].data(), count));
@@ -43,6 +45,12 @@ TEST(CollectiveGroupTest, AsyncOperationsRunInOrderWhileTheCallerGoesOn) {
     for (size_t b = 0; b < works.size(); ++b) {
       if (absl::Status s = works[b].wait(); !s.ok()) return s;
       if (!works[b].done()) return absl::InternalError("waited for work is not done");
+      // Finished after it was issued, before the wait returned, in issue order.
+      const auto finished = works[b].finished_at();
+      if (finished < issued || finished > std::chrono::steady_clock::now() ||
+          (b > 0 && finished < works[b - 1].finished_at())) {
+        return absl::InternalError(absl::StrCat("buffer ", b, ": finished_at out of order"));
+      }
       float want = static_cast<float>(n * (n + 1) / 2 * static_cast<int>(b + 1));
       for (float x : buffers[b]) {
         if (x != want)

@@ -33,12 +33,19 @@ absl::Status Work::wait(absl::Duration timeout) const {
   return state_->status;
 }
 
+std::chrono::steady_clock::time_point Work::finished_at() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->finished_at;
+}
+
 void Work::finish(absl::Status status) const {
+  const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (state_->done) return;
     state_->done = true;
     state_->status = std::move(status);
+    state_->finished_at = now;
   }
   state_->finished.notify_all();
 }

@@ -4,6 +4,7 @@
 // refers to the same operation. Thread-safe.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,11 @@ class Work {
   // operation itself goes on (abort the group to stop it).
   absl::Status wait(absl::Duration timeout) const;
 
+  // When the operation finished (steady clock): a wait may return much later,
+  // so this is what times an operation that overlapped other work.
+  // REQUIRES: done().
+  std::chrono::steady_clock::time_point finished_at() const;
+
   // Called once by whoever runs the operation.
   void finish(absl::Status status) const;
 
@@ -36,6 +42,7 @@ class Work {
     std::condition_variable finished;
     bool done = false;
     absl::Status status;
+    std::chrono::steady_clock::time_point finished_at;
   };
   std::shared_ptr<State> state_;
 };
