@@ -49,8 +49,9 @@ import os
 import socket
 import statistics
 import sys
-import threading
 import time
+
+from peer_watchdog import exit_with_parent
 
 SKIP = 3
 
@@ -280,28 +281,6 @@ def run_rank(rank, args, dims, port, queue):
         raise
 
 
-def exit_with_parent(parent_pid, children):
-    """Ends this process, and the ranks in `children`, within a second of `parent_pid` exiting
-    (ddp_bench stopped by a signal: nothing would read our result)."""
-    def watch():
-        while True:
-            time.sleep(1.0)
-            try:
-                os.kill(parent_pid, 0)
-            except ProcessLookupError:
-                break
-            except PermissionError:
-                pass  # alive, someone else's (the pid was reused): keep watching
-        for proc in list(children):
-            if proc.is_alive():
-                proc.kill()
-        print(f"ddp_bench_torch: parent {parent_pid} exited; stopping", file=sys.stderr,
-              flush=True)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--dp", type=int, required=True)
@@ -327,8 +306,7 @@ def main():
 
     deadline = time.monotonic() + args.timeout
     children = []  # the ranks, for the watchdog (filled in once spawned)
-    if args.parent_pid > 0:
-        exit_with_parent(args.parent_pid, children)
+    exit_with_parent(args.parent_pid, "ddp_bench_torch", children)
     if args.dp == 1:
         import queue as queue_module
         q = queue_module.SimpleQueue()

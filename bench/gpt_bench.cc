@@ -230,7 +230,8 @@ std::optional<TorchRun> run_torch(const std::string& python,
                                   int warmup, int repeat) {
   std::string cmd = shell_quote(python) + " " + shell_quote(TROUPE_GPT_BENCH_TORCH_SCRIPT) +
                     " --threads " + std::to_string(threads) + " --steps " + std::to_string(steps) +
-                    " --warmup " + std::to_string(warmup) + " --repeat " + std::to_string(repeat);
+                    " --warmup " + std::to_string(warmup) + " --repeat " + std::to_string(repeat) +
+                    " --parent-pid " + std::to_string(::getpid());
   for (const ModelConfig& mc : configs) {
     cmd += " --config " + mc.name + ":" + std::to_string(mc.L) + ":" + std::to_string(mc.C) + ":" +
            std::to_string(mc.NH) + ":" + std::to_string(mc.V) + ":" + std::to_string(mc.T) + ":" +

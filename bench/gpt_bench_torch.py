@@ -2,7 +2,7 @@
 """PyTorch's side of gpt_bench: the same GPT training step, written as PyTorch users write it.
 
     gpt_bench_torch.py --threads N --steps S --warmup W --repeat R
-                       --config NAME:L:C:NH:V:T:B [--config ...]
+                       --config NAME:L:C:NH:V:T:B [--config ...] [--parent-pid PID]
 
 For each config: a GPT-2 style model (the architecture of tests/reference/gpt_reference.py:
 token + position embedding, pre-LN blocks of causal self-attention and a tanh-GELU MLP, a final
@@ -33,6 +33,8 @@ import os
 import statistics
 import sys
 import time
+
+from peer_watchdog import exit_with_parent
 
 import torch
 import torch.nn as nn
@@ -162,7 +164,10 @@ def main():
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--config", action="append", default=[],
                    help="NAME:L:C:NH:V:T:B (may repeat)")
+    p.add_argument("--parent-pid", type=int, default=0,
+                   help="exit when this process has exited")
     args = p.parse_args()
+    exit_with_parent(args.parent_pid, "gpt_bench_torch")
     torch.set_num_threads(args.threads)
     result = {
         "torch_version": torch.__version__,
