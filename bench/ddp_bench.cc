@@ -67,10 +67,10 @@
 #include "actors/param_shard_actor.h"
 #include "actors/pipeline_stage_actor.h"
 #include "bench/bench_util.h"
+#include "bench/compute_env.h"
 #include "core/cluster/cluster.h"
 #include "core/cluster/local_cluster.h"
 #include "nn/gpt_param_layout.h"
-#include "nn/process_env.h"
 #include "trainers/config.h"
 #include "trainers/ddp_trainer.h"
 
@@ -743,15 +743,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  // As gpt_bench: OPENBLAS_CORETYPE where OpenBLAS does not know this CPU (troupe's worker
-  // processes set it for themselves; the peer gets it too: Debian's torch runs on OpenBLAS), and
-  // OMP_WAIT_POLICY=passive with the pthreads OpenBLAS, troupe's choice: the peer runs with the
-  // policy this process was started with (OpenMP's default when unset).
-  if (std::getenv("TROUPE_COMPUTE_ENV_SET") == nullptr) {
-    const char* policy = std::getenv("OMP_WAIT_POLICY");
-    ::setenv("TROUPE_DDP_BENCH_PEER_WAIT_POLICY", policy != nullptr ? policy : "", 1);
-  }
-  troupe::nn::reexec_with_compute_environment(argv);
+  reexec_keeping_peer_wait_policy(argv);  // bench/compute_env.h
 
   const int cores = cores_available();
   const int max_dp = *std::max_element(dps.begin(), dps.end());
@@ -781,10 +773,7 @@ int main(int argc, char** argv) {
   if (!python) std::printf("torch: %s\n", no_python_reason.c_str());
   // The wait policy this process was started with, for the peer and the workers (which set
   // passive for themselves where it is unset and OpenBLAS is the pthreads build).
-  if (const char* policy = std::getenv("TROUPE_DDP_BENCH_PEER_WAIT_POLICY");
-      policy != nullptr && *policy == '\0') {
-    ::unsetenv("OMP_WAIT_POLICY");
-  }
+  restore_peer_wait_policy();
   std::fflush(stdout);
 
   // The workers' OMP_NUM_THREADS is the compute threads per replica (as torchrun sets it): with

@@ -40,10 +40,10 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/compute_env.h"
 #include "nn/gemm.h"
 #include "nn/gpt.h"
 #include "nn/optim/adamw.h"
-#include "nn/process_env.h"
 #include "nn/threads.h"
 
 #ifndef TROUPE_GPT_BENCH_TORCH_SCRIPT
@@ -404,29 +404,14 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  // As troupe's worker processes start (cli/main.cc): OPENBLAS_CORETYPE where OpenBLAS does not
-  // know this CPU, OMP_WAIT_POLICY=passive with the pthreads OpenBLAS; the program runs again
-  // with them set. PyTorch gets
-  // the OpenBLAS setting (Debian's torch runs on OpenBLAS too) but not the wait policy, which
-  // troupe chose for itself: OpenMP's default is what PyTorch users run with.
-  if (std::getenv("TROUPE_COMPUTE_ENV_SET") == nullptr) {
-    const char* policy = std::getenv("OMP_WAIT_POLICY");
-    ::setenv("TROUPE_GPT_BENCH_PEER_WAIT_POLICY", policy != nullptr ? policy : "", 1);
-  }
-  troupe::nn::reexec_with_compute_environment(argv);
+  reexec_keeping_peer_wait_policy(argv);  // bench/compute_env.h
   auto env_or = [](const char* name) {
     const char* v = std::getenv(name);
     return std::string(v != nullptr && *v != '\0' ? v : "unset");
   };
   const std::string our_env = "OPENBLAS_CORETYPE " + env_or("OPENBLAS_CORETYPE") +
                               ", OMP_WAIT_POLICY " + env_or("OMP_WAIT_POLICY");
-  if (const char* policy = std::getenv("TROUPE_GPT_BENCH_PEER_WAIT_POLICY")) {
-    if (*policy == '\0') {
-      ::unsetenv("OMP_WAIT_POLICY");  // for the peer; this process's OpenMP has read it
-    } else {
-      ::setenv("OMP_WAIT_POLICY", policy, 1);
-    }
-  }
+  restore_peer_wait_policy();  // for the peer; this process's OpenMP has read it
   troupe::nn::set_num_threads(threads);
   std::printf(
       "gpt_bench: %d threads, %d warm-up steps, %d repeats of %d steps; GEMM: %s (%s); load "
