@@ -1,5 +1,5 @@
 // Hand-off between the actors of one mesh coordinate. A stage, its parameter
-// shard and its data loader live in one worker process (DESIGN.md s5), so they
+// shard and its data loader live in one worker process (docs/design.md, "Training"), so they
 // share memory instead of sending it: each publishes what the others need
 // under its actor name, and the others find it by that name.
 //

@@ -1,115 +1,161 @@
 #include "actors/param_shard_actor.h"
 
+#include <algorithm>
 #include <cstring>
-#include <stdexcept>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "actors/handoff.h"
-#include "nn/dtype.h"
 #include "nn/gpt.h"
 #include "nn/optim/clip.h"
 
 namespace troupe::actors {
-namespace {
 
-nn::GPTParamLayout checked_layout(const ModelSpec& model) {
-  nn::GPTConfig config = model.gpt();
-  if (absl::Status s = config.validate(); !s.ok()) {
-    throw std::invalid_argument(std::string(s.message()));
+absl::StatusOr<std::unique_ptr<ParamShardActor>> ParamShardActor::create(
+    const ShardOptions& options) {
+  if (absl::Status s = options.model.validate(); !s.ok()) return s;
+  nn::GPTParamLayout layout(options.model);
+  nn::ParamRange range = options.range;
+  if (range.begin == 0 && range.end == 0) range.end = layout.num_params();
+  if (range.begin > range.end || range.end > layout.num_params()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter shard ", to_string(options.at), ": range [", range.begin, ", ", range.end,
+        ") does not lie inside the model's ", layout.num_params(), " parameters"));
   }
-  return nn::GPTParamLayout(config);
+  if (options.precision != nn::DType::kFloat32 && options.precision != nn::DType::kBFloat16 &&
+      options.precision != nn::DType::kFloat16) {
+    return absl::InvalidArgumentError("parameter shard: unknown precision");
+  }
+  return std::unique_ptr<ParamShardActor>(new ParamShardActor(options, layout, range));
 }
 
-}  // namespace
-
-ParamShardActor::ParamShardActor(ShardOptions options)
+ParamShardActor::ParamShardActor(ShardOptions options, nn::GPTParamLayout layout,
+                                 nn::ParamRange range)
     : options_(std::move(options)),
-      layout_(checked_layout(options_.model)),
-      no_decay_(layout_.no_decay_ranges()) {
-  const size_t n = layout_.num_params();
-  if (options_.precision != Precision::kFp32) master_.assign(n, 0.0f);
+      name_(actor_name(options_.job, "shard", options_.at)),
+      layout_(std::move(layout)),
+      range_(range) {
+  const std::vector<nn::ParamRange> model_no_decay = layout_.no_decay_ranges();
+  no_decay_ = nn::ranges_in_shard(model_no_decay, range_.begin, range_.size());
+  const size_t n = range_.size();
+  if (options_.precision != nn::DType::kFloat32) master_.assign(n, 0.0f);
   m_.assign(n, 0.0f);
   if (options_.optimizer.kind == OptimizerSpec::kAdamW) v_.assign(n, 0.0f);
 }
 
 absl::StatusOr<std::shared_ptr<StageTensors>> ParamShardActor::stage() {
-  std::string name = actor_name(options_.job, "stage", options_.at);
-  std::shared_ptr<StageTensors> tensors = Handoff::find<StageTensors>(name);
+  std::string stage_name = actor_name(options_.job, "stage", options_.at);
+  std::shared_ptr<StageTensors> tensors = Handoff::find<StageTensors>(stage_name);
   if (tensors == nullptr) {
     return absl::FailedPreconditionError(
-        absl::StrCat("parameter shard of ", name, ": its stage is not in this process"));
+        absl::StrCat(name_, ": its stage ", stage_name, " is not in this process"));
   }
   if (tensors->n != layout_.num_params()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("parameter shard of ", name, ": the stage has ", tensors->n,
-                     " parameters, the shard ", layout_.num_params()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": the stage has ", tensors->n, " parameters, the model ", layout_.num_params()));
   }
   return tensors;
 }
 
 float* ParamShardActor::masters(StageTensors& stage) {
-  return master_.empty() ? stage.params : master_.data();
+  return master_.empty() ? stage.params + range_.begin : master_.data();
 }
 
 void ParamShardActor::refresh_compute_copy(StageTensors& stage) {
   if (master_.empty()) return;  // fp32: the stage computes with the masters themselves
-  const nn::DType half =
-      options_.precision == Precision::kBf16 ? nn::DType::kBFloat16 : nn::DType::kFloat16;
   // Round each master to the compute type and back: the stage's kernels read
   // fp32, holding exactly the values a bf16 / fp16 copy holds.
+  const auto n = static_cast<int64_t>(master_.size());
   rounded_.resize(master_.size());
-  nn::convert(master_.data(), nn::DType::kFloat32, rounded_.data(), half,
-              static_cast<int64_t>(master_.size()));
-  nn::convert(rounded_.data(), half, stage.params, nn::DType::kFloat32,
-              static_cast<int64_t>(master_.size()));
+  nn::convert(master_.data(), nn::DType::kFloat32, rounded_.data(), options_.precision, n);
+  nn::convert(rounded_.data(), options_.precision, stage.params + range_.begin, nn::DType::kFloat32,
+              n);
 }
 
 absl::StatusOr<int64_t> ParamShardActor::init() {
   absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
   if (!s.ok()) return s.status();
-  absl::StatusOr<nn::GPT> model = nn::GPT::create(options_.model.gpt());
+  absl::StatusOr<nn::GPT> model = nn::GPT::create(options_.model);
   if (!model.ok()) return model.status();
   model->init_parameters(options_.seed);
-  std::memcpy(masters(**s), model->params(), layout_.num_params() * sizeof(float));
+  std::memcpy(masters(**s), model->params() + range_.begin, range_.size() * sizeof(float));
   refresh_compute_copy(**s);
   std::fill(m_.begin(), m_.end(), 0.0f);
   std::fill(v_.begin(), v_.end(), 0.0f);
-  applied_ = 0;
-  return static_cast<int64_t>(layout_.num_params());
+  prepared_ = 0;
+  applied_step_ = 0;
+  updates_ = 0;
+  (*s)->applied_step.store(0);
+  return static_cast<int64_t>(range_.size());
+}
+
+absl::Status ParamShardActor::prepare(int64_t step) {
+  absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
+  if (!s.ok()) return s.status();
+  if (step <= applied_step_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": prepare of step ", step, ", but step ", applied_step_, " is already applied"));
+  }
+  const int64_t held = (*s)->held_step.load();
+  if (held != step) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, ": prepare of step ", step, ", but its stage holds ",
+                     held == 0 ? std::string("no step's gradients")
+                               : absl::StrCat("the gradients of step ", held)));
+  }
+  prepared_ = step;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> ParamShardActor::commit(CommitRequest request) {
+  if (request.step == applied_step_ && applied_step_ > 0) return applied_step_;  // a retry
+  if (request.step != prepared_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, ": commit of step ", request.step, ", but ",
+                     prepared_ == 0 ? std::string("no step is prepared")
+                                    : absl::StrCat("step ", prepared_, " is the one prepared"),
+                     " (the last applied is ", applied_step_, ")"));
+  }
   absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
   if (!s.ok()) return s.status();
   StageTensors& t = **s;
-  const size_t n = layout_.num_params();
-  if (request.grad_scale != 1.0f) nn::scale_grads(t.grads, n, request.grad_scale);
-  const int step = static_cast<int>(applied_ + 1);
+  if (const int64_t held = t.held_step.load(); held != request.step) {
+    return absl::FailedPreconditionError(absl::StrCat(name_, ": commit of step ", request.step,
+                                                      ", but its stage's gradients (step ", held,
+                                                      ") were dropped after prepare"));
+  }
+  float* grads = t.grads + range_.begin;
+  const size_t n = range_.size();
+  if (request.grad_scale != 1.0f) nn::scale_grads(grads, n, request.grad_scale);
+  const int update = static_cast<int>(updates_ + 1);  // AdamW's bias correction counts updates
   float* p = masters(t);
   if (options_.optimizer.kind == OptimizerSpec::kAdamW) {
-    nn::adamw_update(p, t.grads, m_.data(), v_.data(), n, options_.optimizer.adamw(request.lr),
-                     request.lr, step, no_decay_);
+    nn::adamw_update(p, grads, m_.data(), v_.data(), n, options_.optimizer.adamw(request.lr),
+                     request.lr, update, no_decay_);
   } else {
-    nn::sgd_update(p, t.grads, options_.optimizer.momentum > 0 ? m_.data() : nullptr, n,
-                   options_.optimizer.sgd(request.lr), request.lr, step);
+    nn::sgd_update(p, grads, options_.optimizer.momentum > 0 ? m_.data() : nullptr, n,
+                   options_.optimizer.sgd(request.lr), request.lr, update);
   }
   refresh_compute_copy(t);
-  applied_ = step;
-  return applied_;
+  updates_ = update;
+  applied_step_ = request.step;
+  prepared_ = 0;
+  t.applied_step.store(applied_step_);
+  t.held_step.store(0);
+  return applied_step_;
 }
 
 absl::StatusOr<std::vector<float>> ParamShardActor::master_params() {
   absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
   if (!s.ok()) return s.status();
   const float* p = masters(**s);
-  return std::vector<float>(p, p + layout_.num_params());
+  return std::vector<float>(p, p + range_.size());
 }
 
 absl::Status ParamShardActor::load_params(std::vector<float> params) {
-  if (params.size() != layout_.num_params()) {
-    return absl::InvalidArgumentError(absl::StrCat("load_params: ", params.size(),
-                                                   " values for a model of ", layout_.num_params(),
+  if (params.size() != range_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": load_params of ", params.size(),
+                                                   " values for a shard of ", range_.size(),
                                                    " parameters"));
   }
   absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
@@ -118,7 +164,7 @@ absl::Status ParamShardActor::load_params(std::vector<float> params) {
   refresh_compute_copy(**s);
   std::fill(m_.begin(), m_.end(), 0.0f);
   std::fill(v_.begin(), v_.end(), 0.0f);
-  applied_ = 0;
+  updates_ = 0;
   return absl::OkStatus();
 }
 

@@ -1,13 +1,23 @@
-// ParamShardActor: the fp32 master weights and optimizer state of a stage
-// (DESIGN.md s5). For DDP (ZeRO stage 0) a shard holds the whole stage.
+// ParamShardActor: the fp32 master weights and optimizer state of its share
+// of a stage (docs/design.md, "Training"): the range `range` of the stage's
+// flat parameter buffer (the whole stage for DDP; 1/dp of it for ZeRO).
 //
 // It lives in the process of its stage (same coordinate, same placement
 // bundle) and reaches the stage's buffers through the hand-off table, so a
-// commit moves no bytes over the network:
+// commit moves no bytes over the network. A commit is two-phase, so that a
+// step is applied by every shard or by none:
 //
-//   shard.call(&ParamShardActor::init)                       // masters from the seed
+//   shard.call(&ParamShardActor::init)               // masters from the seed
 //   ... every stage's run_step(k) returned ...
-//   shard.call(&ParamShardActor::commit, CommitRequest{k, lr, scale})
+//   shard.call(&ParamShardActor::prepare, k)         // on every shard: may refuse
+//   ... every shard prepared ...
+//   shard.call(&ParamShardActor::commit, CommitRequest{k, lr, scale})   // cannot refuse
+//
+// Step ids (actors/training_types.h): prepare(k) is accepted when the stage
+// holds step k's gradients and this shard has applied no step >= k. commit(k)
+// applies a prepared k; commit of the step last applied succeeds again without
+// applying it twice (so that a commit whose reply was lost can be retried).
+// Anything else is FailedPrecondition naming both steps.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +30,7 @@
 #include "actors/stage_tensors.h"
 #include "actors/training_types.h"
 #include "core/actor.h"
+#include "nn/dtype.h"
 #include "nn/gpt_param_layout.h"
 
 namespace troupe::actors {
@@ -27,52 +38,70 @@ namespace troupe::actors {
 struct ShardOptions {
   std::string job;
   Coordinate at;
-  ModelSpec model;
+  nn::GPTConfig model;
+  // The share of the stage's parameters this shard owns; empty (0, 0): all.
+  nn::ParamRange range;
   OptimizerSpec optimizer;
-  Precision precision = Precision::kFp32;
-  uint64_t seed = 0;  // the initialisation's
-  TROUPE_FIELDS(job, at, model, optimizer, precision, seed);
+  nn::DType precision = nn::DType::kFloat32;  // of the stage's compute copy
+  uint64_t seed = 0;                          // the initialisation's
+  TROUPE_FIELDS(job, at, model, range, optimizer, precision, seed);
 };
 
 class ParamShardActor {
  public:
-  // Throws std::invalid_argument when the model is not valid (the spawn fails
-  // with InvalidArgument and the reason).
-  explicit ParamShardActor(ShardOptions options);
+  // InvalidArgument when the model is not valid or the range does not lie
+  // inside it; ResourceExhausted without the memory for the optimizer state.
+  static absl::StatusOr<std::unique_ptr<ParamShardActor>> create(const ShardOptions& options);
 
   // Sets the masters to GPT-2's initialisation from the seed, resets the
   // optimizer state and writes the compute copy into the stage's parameters.
-  // Returns the number of parameters. FailedPrecondition if the stage of this
-  // coordinate is not in this process.
+  // Returns the number of parameters of the shard. FailedPrecondition if the
+  // stage of this coordinate is not in this process.
   absl::StatusOr<int64_t> init();
-  // Applies one optimizer update from the stage's reduced gradients (scaled
-  // by grad_scale first) and refreshes the stage's compute copy. Returns the
-  // number of updates applied so far.
+  // The first phase of committing step `step`: checks, changing nothing, that
+  // the commit can be applied (the step ids above, the stage's gradients
+  // present).
+  absl::Status prepare(int64_t step);
+  // Applies step `request.step`'s optimizer update from the stage's reduced
+  // gradients (scaled by grad_scale first) to the range and refreshes the
+  // stage's compute copy of it. Returns the step applied.
   absl::StatusOr<int64_t> commit(CommitRequest request);
-  // The fp32 master weights (for saving them).
+  // The last step applied (0: none).
+  int64_t applied_step() const { return applied_step_; }
+  // The fp32 master weights of the range (for saving them).
   absl::StatusOr<std::vector<float>> master_params();
-  // Replaces the masters (a loaded checkpoint) and refreshes the stage's copy;
-  // the optimizer state starts afresh. InvalidArgument on a size mismatch.
+  // Replaces the masters of the range (a loaded checkpoint) and refreshes the
+  // stage's copy; the optimizer state starts afresh. InvalidArgument on a
+  // size mismatch.
   absl::Status load_params(std::vector<float> params);
-  int64_t applied_steps() const { return applied_; }
+  // Optimizer updates applied so far (skipped steps apply none).
+  int64_t applied_updates() const { return updates_; }
+  const nn::ParamRange& range() const { return range_; }
 
  private:
+  ParamShardActor(ShardOptions options, nn::GPTParamLayout layout, nn::ParamRange range);
   absl::StatusOr<std::shared_ptr<StageTensors>> stage();
-  // The masters: the stage's own buffer in fp32, a separate one otherwise.
+  // The masters of the range: the stage's own buffer in fp32, a separate one
+  // otherwise.
   float* masters(StageTensors& stage);
   void refresh_compute_copy(StageTensors& stage);
 
   ShardOptions options_;
+  std::string name_;
   nn::GPTParamLayout layout_;
-  std::vector<nn::ParamRange> no_decay_;  // AdamW's: biases and LayerNorm weights
-  std::vector<float> master_;             // empty in fp32
-  std::vector<float> m_;                  // AdamW's moments, or SGD's momentum in m_
+  nn::ParamRange range_;
+  std::vector<nn::ParamRange> no_decay_;  // AdamW's (biases, LayerNorm weights), in the range
+  std::vector<float> master_;             // [range]: empty in fp32
+  std::vector<float> m_;                  // [range]: AdamW's moments, or SGD's momentum in m_
   std::vector<float> v_;
   std::vector<uint16_t> rounded_;  // bf16/fp16: the compute copy's rounding scratch
-  int64_t applied_ = 0;
+  int64_t prepared_ = 0;           // the step prepare() accepted, until its commit
+  int64_t applied_step_ = 0;
+  int64_t updates_ = 0;
 };
-TROUPE_ACTOR(ParamShardActor, &ParamShardActor::init, &ParamShardActor::commit,
+TROUPE_ACTOR(ParamShardActor, &ParamShardActor::init, &ParamShardActor::prepare,
+             &ParamShardActor::commit, &ParamShardActor::applied_step,
              &ParamShardActor::master_params, &ParamShardActor::load_params,
-             &ParamShardActor::applied_steps);
+             &ParamShardActor::applied_updates);
 
 }  // namespace troupe::actors

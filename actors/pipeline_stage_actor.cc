@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <stdexcept>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -11,51 +10,80 @@
 #include "actors/data/data_loader.h"
 #include "actors/generation.h"
 #include "actors/handoff.h"
-#include "nn/dtype.h"
 #include "nn/optim/clip.h"
 #include "nn/threads.h"
 
 namespace troupe::actors {
 namespace {
 
-double ms_since_epoch(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(t.time_since_epoch()).count();
-}
-
 double now_ms() {
-  return ms_since_epoch(std::chrono::steady_clock::now());
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
-nn::GPT build_model(const StageOptions& options) {
-  if (options.micro_batch < 1 || options.grad_accum < 1) {
-    throw std::invalid_argument(absl::StrCat("stage: micro_batch ", options.micro_batch,
-                                             " and grad_accum ", options.grad_accum,
-                                             " must be >= 1"));
+absl::Status check_options(const StageOptions& o) {
+  const std::string where = absl::StrCat("stage ", to_string(o.at));
+  if (o.micro_batch < 1 || o.grad_accum < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": micro_batch ", o.micro_batch, " and grad_accum ", o.grad_accum, " must be >= 1"));
   }
-  if (options.mesh.pp != 1 || options.mesh.tp != 1) {
-    throw std::invalid_argument("stage: only pp = 1 and tp = 1 are implemented");
+  if (o.mesh.dp < 1 || o.mesh.pp < 1 || o.mesh.tp < 1 || !contains(o.mesh, o.at)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " is not in the mesh dp ", o.mesh.dp,
+                                                   " x pp ", o.mesh.pp, " x tp ", o.mesh.tp));
   }
-  absl::StatusOr<nn::GPT> model = nn::GPT::create(
-      options.model.gpt(), {.recompute_activations = options.model.recompute_activations});
-  if (!model.ok()) throw std::invalid_argument(std::string(model.status().message()));
-  return *std::move(model);
+  if (o.mesh.pp != 1 || o.mesh.tp != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": pipeline and tensor parallelism (pp ", o.mesh.pp, ", tp ", o.mesh.tp,
+                     ") are not implemented yet; only pp = tp = 1 runs"));
+  }
+  if (o.precision != nn::DType::kFloat32 && o.precision != nn::DType::kBFloat16 &&
+      o.precision != nn::DType::kFloat16) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": unknown precision"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-PipelineStageActor::PipelineStageActor(StageOptions options)
-    : options_(std::move(options)), name_(actor_name(options_.job, "stage", options_.at)) {
+absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
+    const StageOptions& options) {
+  if (absl::Status s = check_options(options); !s.ok()) return s;
+  absl::StatusOr<nn::GPT> model = nn::GPT::create(options.model, options.model_options);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<StagePlan> plan = plan_stage(model->param_layout(), options.mesh.pp, options.at.p);
+  if (!plan.ok()) return plan.status();
+  std::unique_ptr<PipelineStageActor> stage(
+      new PipelineStageActor(options, *plan, *std::move(model)));
+  // The sync is made now (with the group joined in setup) so that a kind or
+  // plan it cannot serve fails the spawn rather than the first step.
+  if (options.mesh.dp == 1) {
+    absl::StatusOr<std::unique_ptr<GradientSync>> sync =
+        make_gradient_sync({.kind = options.gradient_sync,
+                            .bucket_elements = options.bucket_elements,
+                            .overlap_comm = options.overlap_comm},
+                           stage->plan_, stage->model_, nullptr);
+    if (!sync.ok()) return sync.status();
+    stage->sync_ = *std::move(sync);
+  }
+  return stage;
+}
+
+PipelineStageActor::PipelineStageActor(StageOptions options, StagePlan plan, nn::GPT model)
+    : options_(std::move(options)),
+      name_(actor_name(options_.job, "stage", options_.at)),
+      plan_(plan),
+      model_(std::move(model)) {
   if (options_.threads > 0) nn::set_num_threads(options_.threads);
-  model_.emplace(build_model(options_));
-  tensors_ = std::make_shared<StageTensors>(
-      StageTensors{model_->params(), model_->grads(), model_->num_params()});
-  buckets_.emplace(model_->param_layout(),
-                   static_cast<size_t>(std::max<int64_t>(options_.bucket_elements, 1)),
-                   model_->param_layout().wpe());  // wte: its two shares, below
+  tensors_ = std::make_shared<StageTensors>();
+  tensors_->params = model_.params();
+  tensors_->grads = model_.grads();
+  tensors_->n = model_.num_params();
   Handoff::publish(name_, tensors_);
 }
 
 PipelineStageActor::~PipelineStageActor() {
+  sync_.reset();  // before the group its reductions run on
   Handoff::retract(name_, tensors_.get());
 }
 
@@ -70,105 +98,58 @@ absl::Status PipelineStageActor::setup() {
     absl::StatusOr<std::unique_ptr<CollectiveGroup>> group = CollectiveGroup::join(options_.group);
     if (!group.ok()) return group.status();
     group_ = *std::move(group);
+    absl::StatusOr<std::unique_ptr<GradientSync>> sync =
+        make_gradient_sync({.kind = options_.gradient_sync,
+                            .bucket_elements = options_.bucket_elements,
+                            .overlap_comm = options_.overlap_comm},
+                           plan_, model_, group_.get());
+    if (!sync.ok()) return sync.status();
+    sync_ = *std::move(sync);
   }
   return absl::OkStatus();
 }
 
-void PipelineStageActor::issue_range(float* data, size_t count,
-                                     std::vector<transport::Work>& pending,
-                                     std::vector<double>& issued_at) {
-  const double t0 = now_ms();
-  issued_at.push_back(t0);
-  pending.push_back(group_->allreduce_async(DType::kFloat32, ReduceOp::kAvg, data, count));
-  // Whatever issuing does on this thread holds up backward: it is exposed.
-  issue_ms_ += now_ms() - t0;
-}
-
-void PipelineStageActor::issue(const std::vector<size_t>& ready,
-                               std::vector<transport::Work>& pending,
-                               std::vector<double>& issued_at) {
-  for (size_t i : ready) {
-    const GradientBucket& b = buckets_->buckets()[i];
-    issue_range(model_->grads() + b.begin, b.end - b.begin, pending, issued_at);
+absl::Status PipelineStageActor::check_turn(int64_t step) const {
+  const int64_t held = tensors_->held_step.load();
+  const int64_t applied = tensors_->applied_step.load();
+  if (held != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, ": run_step for step ", step, " while step ", held,
+                     " is in flight (commit or discard it first)"));
   }
-}
-
-transport::Work PipelineStageActor::issue_token_mask(const std::vector<int32_t>& inputs) {
-  const double t0 = now_ms();
-  token_mask_.assign(static_cast<size_t>(model_->config().vocab_size), 0.0f);
-  for (int32_t token : inputs) {
-    // Out-of-range tokens are left for forward to refuse.
-    if (token >= 0 && static_cast<size_t>(token) < token_mask_.size()) token_mask_[token] = 1.0f;
+  const bool next = step == last_run_ + 1;
+  const bool again = step == last_run_ && applied < step;
+  if (!next && !again) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, ": run_step for step ", step, ", but the last step run was ", last_run_,
+                     " and the last applied ", applied, ": the next step is ", last_run_ + 1,
+                     applied < last_run_ ? absl::StrCat(" (or ", last_run_, " again)") : ""));
   }
-  transport::Work work = group_->allreduce_async(DType::kFloat32, ReduceOp::kMax,
-                                                 token_mask_.data(), token_mask_.size());
-  issue_ms_ += now_ms() - t0;
-  return work;
-}
-
-absl::Status PipelineStageActor::backward_with_buckets(float dloss, transport::Work& token_mask,
-                                                       std::vector<transport::Work>& pending,
-                                                       std::vector<double>& issued_at) {
-  nn::GPT& gpt = *model_;
-  const nn::GPTParamLayout& layout = gpt.param_layout();
-  const int L = gpt.config().num_layers;
-  const size_t C = static_cast<size_t>(gpt.config().channels);
-  const bool overlap = options_.overlap_comm;
-  buckets_->reset();
-  if (absl::Status s = gpt.head_backward(dloss); !s.ok()) return s;
-  // wte's gradient: the head's share (and earlier micro-batches' whole gradients) is final.
-  if (overlap) issue_range(gpt.grads(), layout.wpe(), pending, issued_at);
-  if (overlap) issue(buckets_->ready(layout.block_begin(L)), pending, issued_at);
-  nn::GPT::GradientsFinal on_final;
-  if (overlap) on_final = [&](size_t from) { issue(buckets_->ready(from), pending, issued_at); };
-  if (absl::Status s = gpt.backward_blocks(0, L, on_final); !s.ok()) return s;
-  // The embedding's share: the rows of the tokens in any replica's micro-batch.
-  if (absl::Status s = CollectiveGroup::wait(token_mask); !s.ok()) return s;
-  row_of_.assign(token_mask_.size(), -1);
-  row_tokens_.clear();
-  for (size_t v = 0; v < token_mask_.size(); ++v) {
-    if (token_mask_[v] == 0.0f) continue;
-    row_of_[v] = static_cast<int32_t>(row_tokens_.size());
-    row_tokens_.push_back(static_cast<int32_t>(v));
-  }
-  rows_.assign(row_tokens_.size() * C, 0.0f);
-  if (absl::Status s =
-          gpt.embed_backward_rows(rows_.data(), row_of_, static_cast<int>(row_tokens_.size()));
-      !s.ok()) {
-    return s;
-  }
-  if (!overlap) issue_range(gpt.grads(), layout.wpe(), pending, issued_at);
-  issue(buckets_->ready(0), pending, issued_at);
-  if (!rows_.empty()) issue_range(rows_.data(), rows_.size(), pending, issued_at);
   return absl::OkStatus();
-}
-
-void PipelineStageActor::add_embedding_rows() {
-  const size_t C = static_cast<size_t>(model_->config().channels);
-  float* dwte = model_->grads();  // wte is the buffer's first tensor
-  for (size_t r = 0; r < row_tokens_.size(); ++r) {
-    float* d = dwte + static_cast<size_t>(row_tokens_[r]) * C;
-    const float* g = rows_.data() + r * C;
-    for (size_t i = 0; i < C; ++i)
-      d[i] += g[i];
-  }
-  row_tokens_.clear();
-  rows_.clear();
 }
 
 absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
-  if (loader_ == nullptr) return absl::FailedPreconditionError(name_ + ": run_step before setup");
-  nn::GPT& gpt = *model_;
+  if (loader_ == nullptr || sync_ == nullptr) {
+    return absl::FailedPreconditionError(name_ + ": run_step before setup");
+  }
+  if (absl::Status s = check_turn(request.step); !s.ok()) return s;
+  last_run_ = request.step;
+  absl::StatusOr<StepReport> report = run_micro_batches(request);
+  if (report.ok()) tensors_->held_step.store(request.step);
+  return report;
+}
+
+absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepRequest& request) {
+  nn::GPT& gpt = model_;
   const double start = now_ms();
   StepReport report;
   report.step = request.step;
+  report.at = options_.at;
+  report.holds_loss = plan_.last();
+  report.slice_params = static_cast<int64_t>(gpt.num_params());
   gpt.zero_grad();
   const int B = options_.micro_batch;
-  const int T = options_.model.seq_len;
-  const bool reduce = group_ != nullptr;
-  std::vector<transport::Work> pending;
-  std::vector<double> issued_at;
-  issue_ms_ = 0;
+  const int T = options_.model.max_seq_len;
   double loss_sum = 0;
   for (int j = 0; j < options_.grad_accum; ++j) {
     absl::StatusOr<Batch> batch = loader_->next();
@@ -180,45 +161,37 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
     report.data_position = batch->position + static_cast<int64_t>(B) * options_.mesh.dp;
     report.epoch = batch->epoch;
     const bool last = j + 1 == options_.grad_accum;
-    // The union of the replicas' token masks is reduced while forward runs.
-    transport::Work token_mask;
-    if (reduce && last) token_mask = issue_token_mask(batch->inputs);
-    double t0 = now_ms();
+    if (last) {
+      if (absl::Status s = sync_->before_last_forward(batch->inputs); !s.ok()) return s;
+    }
+    const double t0 = now_ms();
     absl::StatusOr<float> loss = gpt.forward(batch->inputs.data(), batch->targets.data(), B, T);
     if (!loss.ok()) return loss.status();
     loss_sum += *loss;
-    double t1 = now_ms();
+    const double t1 = now_ms();
     report.forward_ms += t1 - t0;
     // Each micro-batch's mean loss weighs 1 / grad_accum; the loss scale
     // rides on the same factor.
     const float dloss = request.loss_scale / static_cast<float>(options_.grad_accum);
-    if (reduce && last) {
-      if (absl::Status s = backward_with_buckets(dloss, token_mask, pending, issued_at); !s.ok()) {
-        return s;
-      }
-    } else if (absl::Status s = gpt.backward(dloss); !s.ok()) {
-      return s;
-    }
+    absl::Status backward = last ? sync_->last_backward(gpt, dloss) : gpt.backward(dloss);
+    if (!backward.ok()) return backward;
     report.backward_ms += now_ms() - t1;
   }
-  const double backward_done = now_ms();
-  for (size_t i = 0; i < pending.size(); ++i) {
-    if (absl::Status s = CollectiveGroup::wait(pending[i]); !s.ok()) return s;
-    // To its completion, not to this wait: a bucket issued early in backward
-    // is seen here only after backward.
-    report.comm_ms += ms_since_epoch(pending[i].finished_at()) - issued_at[i];
-  }
-  report.comm_exposed_ms = pending.empty() ? 0 : issue_ms_ + now_ms() - backward_done;
-  if (reduce) add_embedding_rows();
-  if (options_.precision == Precision::kFp16) {
+  SyncTimes times;
+  if (absl::Status s = sync_->finish(times); !s.ok()) return s;
+  report.comm_ms = times.comm_ms;
+  report.comm_exposed_ms = times.exposed_ms;
+  report.owned = sync_->owned();
+  float* owned_grads = gpt.grads() + report.owned.begin;
+  const auto n = static_cast<int64_t>(report.owned.size());
+  if (options_.precision == nn::DType::kFloat16) {
     // fp16 gradients: values beyond 65504 become inf, as they would there.
-    half_grads_.resize(gpt.num_params());
-    const auto n = static_cast<int64_t>(gpt.num_params());
-    nn::convert(gpt.grads(), nn::DType::kFloat32, half_grads_.data(), nn::DType::kFloat16, n);
-    nn::convert(half_grads_.data(), nn::DType::kFloat16, gpt.grads(), nn::DType::kFloat32, n);
+    half_grads_.resize(report.owned.size());
+    nn::convert(owned_grads, nn::DType::kFloat32, half_grads_.data(), nn::DType::kFloat16, n);
+    nn::convert(half_grads_.data(), nn::DType::kFloat16, owned_grads, nn::DType::kFloat32, n);
   }
   report.loss = loss_sum / options_.grad_accum;
-  report.grad_norm_sq = nn::grad_norm_squared(gpt.grads(), gpt.num_params());
+  report.grad_norm_sq = nn::grad_norm_squared(owned_grads, report.owned.size());
   report.found_inf = !std::isfinite(report.grad_norm_sq);
   report.samples = static_cast<int64_t>(B) * options_.grad_accum;
   report.tokens = report.samples * T;
@@ -226,8 +199,16 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
   return report;
 }
 
-absl::Status PipelineStageActor::discard(int64_t /*step*/) {
-  model_->zero_grad();
+absl::Status PipelineStageActor::discard(int64_t step) {
+  const int64_t held = tensors_->held_step.load();
+  const int64_t applied = tensors_->applied_step.load();
+  if (step != last_run_ || step <= applied || (held != 0 && held != step)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": discard of step ", step, ", but the last step run was ", last_run_,
+        held != 0 ? absl::StrCat(" (its gradients held)") : "", " and the last applied ", applied));
+  }
+  model_.zero_grad();
+  tensors_->held_step.store(0);
   return absl::OkStatus();
 }
 
@@ -241,7 +222,7 @@ absl::StatusOr<EvalReport> PipelineStageActor::evaluate(EvalRequest request) {
   for (const AdditionProblem& p : *problems)
     prompts.push_back(addition_prompt_tokens(p));
   absl::StatusOr<std::vector<std::vector<int32_t>>> generated = generate_tokens(
-      *model_, prompts, {.max_new_tokens = addition_answer_length(request.task.digits)});
+      model_, prompts, {.max_new_tokens = addition_answer_length(request.task.digits)});
   if (!generated.ok()) return generated.status();
   for (size_t i = 0; i < problems->size(); ++i) {
     const AdditionProblem& problem = (*problems)[i];
@@ -263,7 +244,7 @@ absl::StatusOr<std::vector<int32_t>> PipelineStageActor::generate(std::vector<in
                                                                   float temperature,
                                                                   uint64_t seed) {
   absl::StatusOr<std::vector<std::vector<int32_t>>> out =
-      generate_tokens(*model_, {std::move(prompt)},
+      generate_tokens(model_, {std::move(prompt)},
                       {.max_new_tokens = max_new_tokens, .temperature = temperature, .seed = seed});
   if (!out.ok()) return out.status();
   return std::move((*out)[0]);

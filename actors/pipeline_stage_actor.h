@@ -1,16 +1,25 @@
 // PipelineStageActor: the layers of one pipeline stage of one replica, with
-// their activations and gradients (DESIGN.md s5). So far a stage holds the
-// whole model (pp = 1, tp = 1) and the data-parallel gradient reduction.
+// their activations and gradients (docs/design.md, "Training"). A stage owns
+// the blocks its StagePlan names (actors/stage_plan.h) and the parameter range
+// that goes with them; how its gradients are exchanged with the other
+// data-parallel ranks is its GradientSync (actors/gradient_sync.h). So far
+// one stage holds the whole model (pp = tp = 1): the schedules that move
+// activations between stages come with pipeline parallelism.
 //
 // A step, as the controller drives it:
 //   run_step(k)   for each of its micro-batches: take it from the loader of
-//                 this coordinate, forward, backward; the last micro-batch's
-//                 backward issues each gradient bucket's allreduce (average
-//                 over dp) as soon as backward has finished it, overlapping
-//                 the rest of backward; waits for them; reports loss and norm.
+//                 this coordinate, forward, backward; the gradient sync
+//                 reduces the last micro-batch's gradients as backward
+//                 finishes them; reports loss, the owned range and its norm.
 //   commit        by the parameter shard of this coordinate (in this process),
 //                 only once every stage's run_step succeeded; or
 //   discard(k)    drops the step's gradients (a failed or overflowed step).
+//
+// Step ids (actors/training_types.h): run_step(k) is accepted only when no
+// step's gradients are held and k is the step after the last one run, or the
+// last one run again if it was discarded or failed (never a committed one).
+// discard(k) is accepted for the last step run, unless it was committed.
+// Anything else is FailedPrecondition naming both steps.
 #pragma once
 
 #include <cstdint>
@@ -21,12 +30,14 @@
 
 #include "absl/status/statusor.h"
 #include "actors/data/addition_task.h"
-#include "actors/gradient_buckets.h"
+#include "actors/gradient_sync.h"
 #include "actors/mesh.h"
+#include "actors/stage_plan.h"
 #include "actors/stage_tensors.h"
 #include "actors/training_types.h"
 #include "core/actor.h"
 #include "core/cluster/collective_group.h"
+#include "nn/dtype.h"
 #include "nn/gpt.h"
 
 namespace troupe::actors {
@@ -37,20 +48,23 @@ struct StageOptions {
   std::string job;
   Coordinate at;
   Mesh mesh;
-  ModelSpec model;
+  nn::GPTConfig model;
+  nn::GPTOptions model_options;
   int micro_batch = 1;
   int grad_accum = 1;
-  int64_t bucket_elements = 500000000;  // reduce_bucket_size
+  std::string gradient_sync = "allreduce";  // GradientSyncOptions::kind
+  int64_t bucket_elements = 500000000;      // reduce_bucket_size
   bool overlap_comm = true;
   int threads = 0;        // compute threads; 0: leave the process's setting
   std::string group;      // the data-parallel collective group (declared by the controller)
   std::string transport;  // for the group: "ucx", "tcp"; empty: the first that starts
-  // kFp16: the reduced gradients are rounded to fp16, as fp16 gradients
-  // are, so that a loss scale too large for fp16 overflows (to inf) as it
-  // would on a GPU and the step is skipped.
-  Precision precision = Precision::kFp32;
-  TROUPE_FIELDS(job, at, mesh, model, micro_batch, grad_accum, bucket_elements, overlap_comm,
-                threads, group, transport, precision);
+  // The precision of the compute copy. kFloat16: the reduced gradients are
+  // also rounded to fp16, as fp16 gradients are, so that a loss scale too
+  // large for fp16 overflows (to inf) as it would on a GPU and the step is
+  // skipped.
+  nn::DType precision = nn::DType::kFloat32;
+  TROUPE_FIELDS(job, at, mesh, model, model_options, micro_batch, grad_accum, gradient_sync,
+                bucket_elements, overlap_comm, threads, group, transport, precision);
 };
 
 // Greedy decoding of held-out problems of a synthetic task.
@@ -69,60 +83,44 @@ struct EvalReport {
 
 class PipelineStageActor {
  public:
-  // Builds the model (parameters zero until the shard's init). Throws
-  // std::invalid_argument for a model or batch that cannot run.
-  explicit PipelineStageActor(StageOptions options);
+  // Builds the stage's model (parameters zero until the shard's init).
+  // InvalidArgument for a model, batch, coordinate or gradient sync that
+  // cannot run (pp or tp > 1 among them, so far); ResourceExhausted without
+  // the memory.
+  static absl::StatusOr<std::unique_ptr<PipelineStageActor>> create(const StageOptions& options);
   ~PipelineStageActor();
 
   // Joins the data-parallel group (every stage of the group must call it;
   // it waits for the others) and finds this coordinate's loader.
   absl::Status setup();
-  // Runs step `request.step` (see above). The reduced gradients stay until
-  // commit or discard. Errors: FailedPrecondition before setup; Aborted when
-  // a member of the group was lost; the loader's errors.
+  // Runs step `request.step` (see above). The synchronised gradients stay
+  // until commit or discard. Errors: FailedPrecondition before setup or for a
+  // step out of turn; Aborted when a member of the group was lost; the
+  // loader's errors.
   absl::StatusOr<StepReport> run_step(StepRequest request);
-  // Zeroes the gradients of an uncommitted step.
+  // Drops the gradients of step `step`, which was not committed.
   absl::Status discard(int64_t step);
   absl::StatusOr<EvalReport> evaluate(EvalRequest request);
   // Greedy (temperature 0) or sampled continuation of `prompt`.
   absl::StatusOr<std::vector<int32_t>> generate(std::vector<int32_t> prompt, int max_new_tokens,
                                                 float temperature, uint64_t seed);
+  const StagePlan& plan() const { return plan_; }
 
  private:
-  // Data parallelism reduces wte's gradient (tied: the LM head's and the
-  // embedding's) in two shares. The head's share is dense and final after
-  // head_backward, so it goes first, under all of backward. The embedding's
-  // touches only the rows of the micro-batch's tokens: it goes into rows_,
-  // one row per token that any replica's last micro-batch holds (the union
-  // of their token masks, max-reduced during forward), is reduced last (the
-  // only reduction nothing is left to hide behind) and added back into wte.
-
-  // Issues the max-allreduce of the token mask of `inputs` into token_mask_.
-  transport::Work issue_token_mask(const std::vector<int32_t>& inputs);
-  // The last micro-batch's backward, piece by piece, issuing ready buckets.
-  absl::Status backward_with_buckets(float dloss, transport::Work& token_mask,
-                                     std::vector<transport::Work>& pending,
-                                     std::vector<double>& issued_at);
-  void issue(const std::vector<size_t>& ready, std::vector<transport::Work>& pending,
-             std::vector<double>& issued_at);
-  void issue_range(float* data, size_t count, std::vector<transport::Work>& pending,
-                   std::vector<double>& issued_at);
-  // wte's gradient += the reduced rows_ (after every reduction finished).
-  void add_embedding_rows();
+  PipelineStageActor(StageOptions options, StagePlan plan, nn::GPT model);
+  absl::Status check_turn(int64_t step) const;
+  absl::StatusOr<StepReport> run_micro_batches(const StepRequest& request);
 
   StageOptions options_;
   std::string name_;
-  std::optional<nn::GPT> model_;
+  StagePlan plan_;
+  nn::GPT model_;
   std::shared_ptr<StageTensors> tensors_;
-  std::optional<GradientBuckets> buckets_;
   std::unique_ptr<CollectiveGroup> group_;
+  std::unique_ptr<GradientSync> sync_;
   std::shared_ptr<DataLoader> loader_;
-  double issue_ms_ = 0;               // this step's time spent inside allreduce_async calls
+  int64_t last_run_ = 0;              // the last step run_step was called for (0: none)
   std::vector<uint16_t> half_grads_;  // fp16: the gradients' rounding scratch
-  std::vector<float> token_mask_;     // [V]: 1 for the tokens of the last micro-batch(es)
-  std::vector<int32_t> row_of_;       // [V]: token -> its row of rows_, or -1
-  std::vector<int32_t> row_tokens_;   // row of rows_ -> token, ascending
-  std::vector<float> rows_;           // [rows, C]: the embedding's share of wte's gradient
 };
 TROUPE_ACTOR(PipelineStageActor, &PipelineStageActor::setup, &PipelineStageActor::run_step,
              &PipelineStageActor::discard, &PipelineStageActor::evaluate,

@@ -1,10 +1,13 @@
 # Parameter shards, pipeline stages and what they share. Paths relative to actors/.
 target_sources(troupe_actors PRIVATE
+  allreduce_gradient_sync.cc
   generation.cc
   gradient_buckets.cc
+  gradient_sync.cc
   handoff.cc
   mesh.cc
   param_shard_actor.cc
   pipeline_stage_actor.cc
+  stage_plan.cc
   training_types.cc
 )

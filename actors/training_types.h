@@ -1,38 +1,30 @@
 // What the controller, the stages and the shards of a training job say to each
-// other: the model and optimizer they build, a step's request and report, a
-// commit. All codable (core/codec.h), so the controller may run in another
-// process than the actors.
+// other: the optimizer they build, a step's request and report, a commit. All
+// codable (core/codec.h), so the controller may run in another process than
+// the actors. The model itself is nn::GPTConfig (one config type; its Codec is
+// in actors/nn_codecs.h).
+//
+// Step ids. Step k is the k-th iteration of training (the k-th global batch),
+// from 1, whether its update is applied or skipped (an fp16 overflow). Every
+// call that changes a step's state names it and is refused, with
+// FailedPrecondition naming both steps, for any step other than the one the
+// actor expects (pipeline_stage_actor.h and param_shard_actor.h give each
+// actor's rule). So after any failure the controller knows where every actor
+// stands: a step is applied by every shard or by none.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "actors/mesh.h"
+#include "actors/nn_codecs.h"
 #include "core/codec.h"
-#include "nn/gpt_param_layout.h"
 #include "nn/optim/adamw.h"
+#include "nn/optim/param_range.h"
 #include "nn/optim/sgd.h"
 
 namespace troupe::actors {
-
-// The GPT every replica builds (nn::GPTConfig, plus how it runs).
-struct ModelSpec {
-  int n_layer = 0;
-  int n_head = 0;
-  int n_embd = 0;
-  int seq_len = 0;
-  int vocab_size = 0;
-  int padded_vocab_size = 0;
-  bool recompute_activations = false;
-  nn::GPTConfig gpt() const;
-  TROUPE_FIELDS(n_layer, n_head, n_embd, seq_len, vocab_size, padded_vocab_size,
-                recompute_activations);
-};
-
-// The precision of the compute copies of the weights. The masters are fp32;
-// bf16 and fp16 round the copies a stage computes with (on CPU the kernels
-// then compute in fp32 on those values).
-enum class Precision : int32_t { kFp32 = 0, kBf16 = 1, kFp16 = 2 };
 
 struct OptimizerSpec {
   enum Kind : int32_t { kAdamW = 0, kSgd = 1 };
@@ -49,9 +41,9 @@ struct OptimizerSpec {
   TROUPE_FIELDS(kind, beta1, beta2, eps, weight_decay, momentum, dampening, nesterov);
 };
 
-// Asks every stage for step `step` (1-based): run its micro-batches forward
-// and backward, with the loss multiplied by `loss_scale`, and reduce the
-// gradients. Nothing is applied until commit.
+// Asks every stage for step `step`: run its micro-batches forward and
+// backward, with the loss multiplied by `loss_scale`, and synchronise the
+// gradients across data-parallel ranks. Nothing is applied until commit.
 struct StepRequest {
   int64_t step = 0;
   float loss_scale = 1.0f;
@@ -59,22 +51,36 @@ struct StepRequest {
 };
 
 // What a stage did in a step. Timings in milliseconds.
+//
+// Ownership: after the gradient exchange a stage holds final, reduced
+// gradients for `owned`, a range of the flat parameter buffer of tensor
+// slice `at.t` (for tp = 1, the model's buffer, nn/gpt_param_layout.h), whose
+// whole size is `slice_params`. `grad_norm_sq` covers exactly that range.
+// Stages of different pipeline ranks own disjoint ranges; data-parallel
+// replicas own the same range (DDP: the stage's whole range, so their norms
+// must agree bit for bit) or disjoint shares of it (ZeRO). The controller
+// sums the norms of the distinct ranges, which must tile [0, slice_params).
 struct StepReport {
   int64_t step = 0;
-  double loss = 0;          // mean over this replica's micro-batches (unscaled)
-  double grad_norm_sq = 0;  // of the reduced gradients, still multiplied by loss_scale
-  bool found_inf = false;   // a reduced gradient is inf or NaN
+  Coordinate at;
+  nn::ParamRange owned;
+  int64_t slice_params = 0;
+  bool holds_loss = false;  // the last pipeline stage: `loss` and `samples` are this rank's
+  double loss = 0;          // mean over this rank's micro-batches (unscaled)
+  double grad_norm_sq = 0;  // of the owned reduced gradients, still multiplied by loss_scale
+  bool found_inf = false;   // an owned reduced gradient is inf or NaN
   int64_t samples = 0;
   int64_t tokens = 0;
   int64_t data_position = 0;  // the loader's global position after the step
   int64_t epoch = 0;
   double forward_ms = 0;
   double backward_ms = 0;
-  double comm_ms = 0;          // issue to completion of every bucket's allreduce, summed
-  double comm_exposed_ms = 0;  // in allreduce calls during backward, and waiting after it
+  double comm_ms = 0;          // issue to completion of every gradient reduction, summed
+  double comm_exposed_ms = 0;  // in reduction calls during backward, and waiting after it
   double step_ms = 0;
-  TROUPE_FIELDS(step, loss, grad_norm_sq, found_inf, samples, tokens, data_position, epoch,
-                forward_ms, backward_ms, comm_ms, comm_exposed_ms, step_ms);
+  TROUPE_FIELDS(step, at, owned, slice_params, holds_loss, loss, grad_norm_sq, found_inf, samples,
+                tokens, data_position, epoch, forward_ms, backward_ms, comm_ms, comm_exposed_ms,
+                step_ms);
 };
 
 // Applies step `step`: params -= update(lr, grads * grad_scale). grad_scale

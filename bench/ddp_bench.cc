@@ -184,12 +184,12 @@ trainers::TrainConfig train_config(const ModelConfig& mc, int dp, int64_t bucket
   c.gradient_accumulation_steps = 1;
   c.micro_batch_size = mc.B;
   c.train_batch_size = static_cast<int64_t>(mc.B) * dp;
-  c.model = {.n_layer = mc.L,
-             .n_head = mc.NH,
-             .n_embd = mc.C,
-             .seq_len = mc.T,
+  c.model = {.max_seq_len = mc.T,
              .vocab_size = mc.V,
-             .padded_vocab_size = mc.V};
+             .padded_vocab_size = mc.V,
+             .num_layers = mc.L,
+             .num_heads = mc.NH,
+             .channels = mc.C};
   c.data.synthetic = trainers::SyntheticTaskConfig{
       .task = "addition", .digits = 3, .num_samples = 4096, .seed = 7};
   c.optimizer.type = trainers::OptimizerType::kAdamW;
@@ -239,8 +239,9 @@ class TroupeSide {
   }
 
   // One run of warmup + steps steps. `direct`: the steps are driven here, replica by replica,
-  // as TrainerController::step drives them (run_step on every stage, then commit on every shard;
-  // no clipping, loss scale 1), for each replica's StepReport: tail_ms and skew_ms. Otherwise
+  // as TrainerController::step drives them (run_step on every stage, then prepare and commit on
+  // every shard; no clipping, loss scale 1), for each replica's StepReport: tail_ms and skew_ms.
+  // Otherwise
   // through the trainer's controller (overhead_ms is only measured so).
   TroupeRun run(const ModelConfig& mc, int dp, int threads, int steps, int warmup,
                 int64_t bucket_elements, bool overlap, bool direct = false) {
@@ -257,22 +258,26 @@ class TroupeSide {
     // A step as the controller runs it, keeping what each replica reported.
     auto direct_step = [&](int64_t k) -> absl::StatusOr<trainers::StepOutcome> {
       const auto start = std::chrono::steady_clock::now();
-      const std::vector<trainers::Replica>& replicas = trainer->controller().replicas();
+      const std::vector<trainers::MeshMember>& members = trainer->controller().members();
       std::vector<Future<actors::StepReport>> running;
-      for (const trainers::Replica& r : replicas)
-        running.push_back(r.stage.call(&actors::PipelineStageActor::run_step,
-                                       actors::StepRequest{.step = k, .loss_scale = 1.0f}));
+      for (const trainers::MeshMember& m : members)
+        running.push_back(m.stage->run_step(actors::StepRequest{.step = k, .loss_scale = 1.0f}));
       std::vector<actors::StepReport> reports;
       for (auto& f : running) {
         absl::StatusOr<actors::StepReport> report = std::move(f).get(kStepTimeout);
         if (!report.ok()) return report.status();
         reports.push_back(*report);
       }
+      std::vector<Future<void>> preparing;
+      for (const trainers::MeshMember& m : members)
+        preparing.push_back(m.shard->prepare(k));
+      for (auto& f : preparing) {
+        if (absl::Status s = std::move(f).get(kStepTimeout); !s.ok()) return s;
+      }
       std::vector<Future<int64_t>> committing;
-      for (const trainers::Replica& r : replicas)
+      for (const trainers::MeshMember& m : members)
         committing.push_back(
-            r.shard.call(&actors::ParamShardActor::commit,
-                         actors::CommitRequest{.step = k, .lr = 1e-4f, .grad_scale = 1.0f}));
+            m.shard->commit(actors::CommitRequest{.step = k, .lr = 1e-4f, .grad_scale = 1.0f}));
       for (auto& f : committing) {
         if (absl::StatusOr<int64_t> n = std::move(f).get(kStepTimeout); !n.ok()) return n.status();
       }

@@ -64,7 +64,12 @@ absl::StatusOr<detail::IntrusivePtr<detail::ActorCell>> ActorSystem::spawn_cell(
 
   void* instance = nullptr;
   try {
-    instance = behavior.create();
+    absl::StatusOr<void*> made = behavior.create();
+    if (!made.ok()) {
+      return absl::Status(made.status().code(),
+                          absl::StrCat("cannot spawn ", type.name, ": ", made.status().message()));
+    }
+    instance = *made;
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("constructor of ", type.name, " threw: ", e.what()));

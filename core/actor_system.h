@@ -56,10 +56,14 @@ class ActorSystem {
   ActorSystem& operator=(const ActorSystem&) = delete;
 
   // Constructs a T from copies of `args` and starts it. The copies are kept to
-  // build a fresh instance on restart. If T has
+  // build a fresh instance on restart. A T that can fail to build declares a
+  // factory for those arguments, which is used instead of a constructor:
+  //   static absl::StatusOr<std::unique_ptr<T>> create(const A&...);
+  // If T has
   //   void on_restart(const troupe::RestartInfo&)
   // it is called on each new instance after a restart.
-  // Errors: AlreadyExists (name taken), InvalidArgument (the constructor
+  // Errors: AlreadyExists (name taken), the factory's error with its code
+  // ("cannot spawn T: " before its message), InvalidArgument (a constructor
   // threw), FailedPrecondition (the system is shutting down).
   template <RegisteredActor T, class... A>
   absl::StatusOr<ActorRef<T>> spawn(SpawnOptions options, A&&... args) {

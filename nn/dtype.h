@@ -2,8 +2,8 @@
 // 16-bit formats used for mixed precision.
 //
 //   kFloat32   IEEE binary32
-//   kBFloat16  bfloat16: the top 16 bits of a binary32 (8 exponent, 7 mantissa)
 //   kFloat16   IEEE binary16: 1 sign, 5 exponent, 10 mantissa bits
+//   kBFloat16  bfloat16: the top 16 bits of a binary32 (8 exponent, 7 mantissa)
 //
 // Widening to fp32 is exact. Narrowing from fp32 rounds to nearest, ties to
 // even; a finite value past the largest finite 16-bit value becomes inf, fp16
@@ -13,7 +13,7 @@
 // rounding mode must be in force and flush-to-zero off (no -ffast-math).
 //
 // transport/collectives/dtype.h holds the same conversions: transport and nn
-// are both floors of the layering (DESIGN.md s1) and may not include each
+// are both floors of the layering (docs/design.md, "Layers") and may not include each
 // other, so each keeps its own copy. The one difference: here widening a
 // signalling NaN quiets it, as F16C does, so that the vector and portable
 // paths agree bit for bit.
@@ -25,11 +25,13 @@
 
 namespace troupe::nn {
 
-enum class DType : uint8_t { kFloat32, kBFloat16, kFloat16 };
+// The same names and values as transport::DType: actors/dtype_mapping.h maps
+// one to the other (and checks that they agree).
+enum class DType : uint8_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
 // Bytes per element: 4 or 2.
 size_t element_size(DType type);
-const char* to_string(DType type);  // "float32", "bfloat16", "float16"
+const char* to_string(DType type);  // "float32", "float16", "bfloat16"
 
 inline float half_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;

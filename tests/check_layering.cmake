@@ -1,6 +1,6 @@
 cmake_policy(SET CMP0057 NEW)
 # Fails if a source file includes a header from a layer above its own
-# (DESIGN.md s1). Run as: cmake -DROOT=<repo> -P check_layering.cmake
+# (docs/design.md, "Layers"). Run as: cmake -DROOT=<repo> -P check_layering.cmake
 set(allowed_transport "transport")
 set(allowed_nn "nn")
 set(allowed_core "core;transport")

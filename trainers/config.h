@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "nn/gpt.h"
 #include "nn/gpt_param_layout.h"
 #include "nn/optim/adamw.h"
 #include "nn/optim/loss_scaler.h"
@@ -36,17 +37,21 @@
 
 namespace troupe::trainers {
 
-// `model`: the GPT (nn/gpt.h).
-struct ModelConfig {
-  int n_layer = 2;
-  int n_head = 4;
-  int n_embd = 64;
-  int seq_len = 64;           // T of every sample, and the model's max_seq_len
-  int vocab_size = 256;       // byte-level by default
-  int padded_vocab_size = 0;  // 0: vocab_size rounded up to a multiple of 64
-  bool recompute_activations = false;
-  nn::GPTConfig gpt() const;  // the nn::GPTConfig this describes
-};
+// `model`: the GPT, as nn::GPTConfig (the one model config type of troupe;
+// actors/nn_codecs.h sends it to the actors). Its JSON keys are GPT-2's:
+//   n_layer -> num_layers, n_head -> num_heads, n_embd -> channels,
+//   seq_len -> max_seq_len (T of every sample), vocab_size, padded_vocab_size
+//   (absent or 0: vocab_size rounded up to a multiple of 64; the parsed config
+//   holds the resolved value). recompute_activations is nn::GPTOptions'.
+// The defaults: 2 layers, 4 heads, 64 channels, seq_len 64, 256 byte tokens.
+inline constexpr nn::GPTConfig kDefaultModel = {.max_seq_len = 64,
+                                                .vocab_size = 256,
+                                                .padded_vocab_size = 256,
+                                                .num_layers = 2,
+                                                .num_heads = 4,
+                                                .channels = 64};
+// padded_vocab_size as the config resolves 0: vocab_size rounded up to 64.
+int default_padded_vocab(int vocab_size);
 
 // `data.synthetic`: a generated task instead of a dataset file.
 struct SyntheticTaskConfig {
@@ -131,7 +136,8 @@ struct TrainConfig {
   Fp16Config fp16;
   bool bf16 = false;  // "bf16": {"enabled": true}
   ZeroConfig zero;
-  ModelConfig model;
+  nn::GPTConfig model = kDefaultModel;
+  nn::GPTOptions model_options;  // model.recompute_activations
   DataConfig data;
   ParallelConfig parallel;
   TrainingConfig training;

@@ -85,14 +85,14 @@ std::string to_json(const TrainConfig& c) {
                             {"reduce_bucket_size", c.zero.reduce_bucket_size},
                             {"overlap_comm", c.zero.overlap_comm},
                             {"contiguous_gradients", c.zero.contiguous_gradients}};
-  const ModelConfig& m = c.model;
-  j["model"] = {{"n_layer", m.n_layer},
-                {"n_head", m.n_head},
-                {"n_embd", m.n_embd},
-                {"seq_len", m.seq_len},
+  const nn::GPTConfig& m = c.model;
+  j["model"] = {{"n_layer", m.num_layers},
+                {"n_head", m.num_heads},
+                {"n_embd", m.channels},
+                {"seq_len", m.max_seq_len},
                 {"vocab_size", m.vocab_size},
-                {"padded_vocab_size", m.padded_vocab_size},
-                {"recompute_activations", m.recompute_activations}};
+                {"padded_vocab_size", m.padded_vocab()},
+                {"recompute_activations", c.model_options.recompute_activations}};
   Json data;
   if (c.data.synthetic) {
     const SyntheticTaskConfig& s = *c.data.synthetic;

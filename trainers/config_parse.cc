@@ -149,7 +149,7 @@ absl::Status check_top_level(JsonObject& top, const Json& json,
   return absl::OkStatus();
 }
 
-absl::Status parse_synthetic(JsonObject& s, const ModelConfig& model, SyntheticTaskConfig* out) {
+absl::Status parse_synthetic(JsonObject& s, const nn::GPTConfig& model, SyntheticTaskConfig* out) {
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("task", &out->task));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("digits", &out->digits, 1, 9));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("num_samples", &out->num_samples, 1));
@@ -163,21 +163,21 @@ absl::Status parse_synthetic(JsonObject& s, const ModelConfig& model, SyntheticT
   const actors::AdditionProblem problem = actors::make_addition_problem(0, 0, out->digits);
   const int problem_tokens =
       static_cast<int>(actors::addition_prompt_tokens(problem).size() + problem.answer.size());
-  if (model.seq_len < problem_tokens) {
+  if (model.max_seq_len < problem_tokens) {
     return config_error(absl::StrCat(
-        "model.seq_len: ", model.seq_len, " is too short for ", s.key_path("digits"), " ",
+        "model.seq_len: ", model.max_seq_len, " is too short for ", s.key_path("digits"), " ",
         out->digits, ": a prompt with its answer takes ", problem_tokens, " tokens"));
   }
   constexpr int64_t kMaxTokens = int64_t{1} << 30;  // addition_task.h's limit
-  if (out->num_samples > (kMaxTokens - 1) / model.seq_len) {
+  if (out->num_samples > (kMaxTokens - 1) / model.max_seq_len) {
     return config_error(absl::StrCat(s.key_path("num_samples"), ": ", out->num_samples,
-                                     " samples x model.seq_len ", model.seq_len,
+                                     " samples x model.seq_len ", model.max_seq_len,
                                      " is over the task's 2^30 tokens"));
   }
   const actors::AdditionTaskOptions options = {.digits = out->digits,
                                                .num_samples = out->num_samples,
                                                .seed = out->seed,
-                                               .seq_len = model.seq_len};
+                                               .seq_len = model.max_seq_len};
   if (absl::Status st = actors::validate(options); !st.ok()) {
     return config_error(absl::StrCat(s.path(), ": ", st.message()));
   }
@@ -194,30 +194,34 @@ int64_t product(int64_t x, int64_t y, int64_t z) {
 }  // namespace
 
 absl::Status parse_model(JsonObject& top, TrainConfig* config) {
-  ModelConfig& m = config->model;
+  nn::GPTConfig& m = config->model;
+  int padded_vocab_size = 0;
   absl::StatusOr<std::optional<JsonObject>> section = top.section("model");
   if (!section.ok()) return section.status();
   if (section->has_value()) {
     JsonObject& s = **section;
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_layer", &m.n_layer, 1));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_head", &m.n_head, 1));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_embd", &m.n_embd, 1));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("seq_len", &m.seq_len, 2));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_layer", &m.num_layers, 1));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_head", &m.num_heads, 1));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_embd", &m.channels, 1));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("seq_len", &m.max_seq_len, 2));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("vocab_size", &m.vocab_size, 1));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("padded_vocab_size", &m.padded_vocab_size, 0));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("recompute_activations", &m.recompute_activations));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("padded_vocab_size", &padded_vocab_size, 0));
+    TROUPE_CONFIG_RETURN_IF_ERROR(
+        s.read("recompute_activations", &config->model_options.recompute_activations));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
   }
-  if (m.n_embd % m.n_head != 0) {
-    return config_error(
-        absl::StrCat("model.n_embd: ", m.n_embd, " is not a multiple of model.n_head ", m.n_head));
+  if (m.channels % m.num_heads != 0) {
+    return config_error(absl::StrCat("model.n_embd: ", m.channels,
+                                     " is not a multiple of model.n_head ", m.num_heads));
   }
-  if (m.padded_vocab_size != 0 && m.padded_vocab_size < m.vocab_size) {
-    return config_error(absl::StrCat("model.padded_vocab_size: ", m.padded_vocab_size,
+  if (padded_vocab_size != 0 && padded_vocab_size < m.vocab_size) {
+    return config_error(absl::StrCat("model.padded_vocab_size: ", padded_vocab_size,
                                      " < model.vocab_size ", m.vocab_size,
                                      " (0 rounds vocab_size up to a multiple of 64)"));
   }
-  if (absl::Status s = m.gpt().validate(); !s.ok()) {
+  m.padded_vocab_size =
+      padded_vocab_size > 0 ? padded_vocab_size : default_padded_vocab(m.vocab_size);
+  if (absl::Status s = m.validate(); !s.ok()) {
     return config_error(absl::StrCat("model: ", s.message()));
   }
   return absl::OkStatus();

@@ -1,10 +1,12 @@
-# The controller, the DDP trainer and `troupe train` / `troupe generate`.
+# The controller, the trainers and `troupe train` / `troupe generate`.
 # Paths relative to trainers/.
 target_sources(troupe_trainers PRIVATE
   ddp_trainer.cc
   generate_command.cc
   model_file.cc
   progress.cc
+  step_reports.cc
   train_command.cc
+  trainer.cc
   trainer_controller.cc
 )

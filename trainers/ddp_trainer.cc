@@ -11,70 +11,16 @@ namespace {
 
 constexpr absl::Duration kSetupTimeout = absl::Seconds(120);
 
-actors::ModelSpec model_spec(const ModelConfig& m) {
-  nn::GPTConfig g = m.gpt();
-  return {.n_layer = m.n_layer,
-          .n_head = m.n_head,
-          .n_embd = m.n_embd,
-          .seq_len = m.seq_len,
-          .vocab_size = m.vocab_size,
-          .padded_vocab_size = g.padded_vocab(),
-          .recompute_activations = m.recompute_activations};
-}
-
-actors::OptimizerSpec optimizer_spec(const OptimizerConfig& o) {
-  actors::OptimizerSpec spec;
-  if (o.type == OptimizerType::kAdamW) {
-    spec.kind = actors::OptimizerSpec::kAdamW;
-    spec.beta1 = o.adamw.beta1;
-    spec.beta2 = o.adamw.beta2;
-    spec.eps = o.adamw.eps;
-    spec.weight_decay = o.adamw.weight_decay;
-  } else {
-    spec.kind = actors::OptimizerSpec::kSgd;
-    spec.momentum = o.sgd.momentum;
-    spec.dampening = o.sgd.dampening;
-    spec.weight_decay = o.sgd.weight_decay;
-    spec.nesterov = o.sgd.nesterov;
-  }
-  return spec;
-}
-
-actors::Precision precision(const TrainConfig& c) {
-  if (c.fp16.enabled) return actors::Precision::kFp16;
-  if (c.bf16) return actors::Precision::kBf16;
-  return actors::Precision::kFp32;
-}
-
 }  // namespace
-
-actors::LoaderOptions loader_options(const TrainConfig& config, const std::string& job, int rank) {
-  actors::LoaderOptions o;
-  if (config.data.synthetic) {
-    o.task = config.data.synthetic->task;
-    o.addition = {.digits = config.data.synthetic->digits,
-                  .num_samples = config.data.synthetic->num_samples,
-                  .seed = config.data.synthetic->seed,
-                  .seq_len = config.model.seq_len};
-  } else {
-    o.path = config.data.path;
-  }
-  o.seq_len = config.model.seq_len;
-  o.micro_batch = static_cast<int>(config.micro_batch_size);
-  o.grad_accum = static_cast<int>(config.gradient_accumulation_steps);
-  o.dp = config.parallel.dp;
-  o.rank = rank;
-  o.seed = config.training.seed;
-  o.shuffle = config.data.shuffle;
-  o.prefetch = config.data.prefetch;
-  o.start_position = 0;
-  o.job = job;
-  return o;
-}
 
 absl::StatusOr<std::unique_ptr<DdpTrainer>> DdpTrainer::start(Cluster& cluster,
                                                               const TrainConfig& config,
                                                               const std::string& job, int threads) {
+  if (config.zero.stage != 0 || config.parallel.pp != 1 || config.parallel.tp != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the DDP trainer runs zero_optimization.stage 0 with pp = tp = 1 (asked: stage ",
+        config.zero.stage, ", pp ", config.parallel.pp, ", tp ", config.parallel.tp, ")"));
+  }
   std::unique_ptr<DdpTrainer> trainer(new DdpTrainer(cluster, config, job));
   if (absl::Status s = trainer->spawn_replicas(threads); !s.ok()) {
     trainer->stop().IgnoreError();
@@ -85,6 +31,67 @@ absl::StatusOr<std::unique_ptr<DdpTrainer>> DdpTrainer::start(Cluster& cluster,
 
 DdpTrainer::~DdpTrainer() {
   stop().IgnoreError();
+}
+
+std::string DdpTrainer::describe() const {
+  return absl::StrCat("DDP over ", config_.parallel.dp,
+                      config_.parallel.dp == 1 ? " replica" : " replicas");
+}
+
+absl::Status DdpTrainer::spawn_replica(int d, cluster::PlacementGroupId group, int threads) {
+  const actors::Coordinate at{.d = d, .p = 0, .t = 0};
+  SpawnOptions where{.resources = "", .placement_group = group.value, .bundle_index = d};
+  Replica replica;
+
+  SpawnOptions loader_where = where;
+  loader_where.name = actors::actor_name(job_, "loader", at);
+  absl::StatusOr<ActorRef<actors::DataLoaderActor>> loader =
+      cluster_.spawn<actors::DataLoaderActor>(loader_where, loader_options(config_, job_, d));
+  if (!loader.ok()) return loader.status();
+  actors_.push_back(loader->id());
+  replica.loader = *loader;
+
+  SpawnOptions stage_where = where;
+  stage_where.name = actors::actor_name(job_, "stage", at);
+  stage_where.resources = "CPU=1";
+  stage_where.dedicated_thread = true;
+  const actors::StageOptions stage_options{
+      .job = job_,
+      .at = at,
+      .mesh = {.dp = config_.parallel.dp, .pp = 1, .tp = 1},
+      .model = config_.model,
+      .model_options = config_.model_options,
+      .micro_batch = static_cast<int>(config_.micro_batch_size),
+      .grad_accum = static_cast<int>(config_.gradient_accumulation_steps),
+      .gradient_sync = "allreduce",
+      .bucket_elements = config_.zero.reduce_bucket_size,
+      .overlap_comm = config_.zero.overlap_comm,
+      .threads = threads,
+      .group = job_ + "/dp",
+      .transport = "",
+      .precision = compute_precision(config_)};
+  absl::StatusOr<ActorRef<actors::PipelineStageActor>> stage =
+      cluster_.spawn<actors::PipelineStageActor>(stage_where, stage_options);
+  if (!stage.ok()) return stage.status();
+  actors_.push_back(stage->id());
+  replica.stage = *stage;
+
+  SpawnOptions shard_where = where;
+  shard_where.name = actors::actor_name(job_, "shard", at);
+  const actors::ShardOptions shard_options{.job = job_,
+                                           .at = at,
+                                           .model = config_.model,
+                                           .range = {},  // the whole stage
+                                           .optimizer = optimizer_spec(config_.optimizer),
+                                           .precision = compute_precision(config_),
+                                           .seed = config_.training.seed};
+  absl::StatusOr<ActorRef<actors::ParamShardActor>> shard =
+      cluster_.spawn<actors::ParamShardActor>(shard_where, shard_options);
+  if (!shard.ok()) return shard.status();
+  actors_.push_back(shard->id());
+  replica.shard = *shard;
+  replicas_.push_back(std::move(replica));
+  return absl::OkStatus();
 }
 
 absl::Status DdpTrainer::spawn_replicas(int threads) {
@@ -99,59 +106,14 @@ absl::Status DdpTrainer::spawn_replicas(int threads) {
     return absl::Status(s.code(),
                         absl::StrCat("placing ", dp, " replicas (one CPU each): ", s.message()));
   }
-  const actors::Mesh mesh{.dp = dp, .pp = 1, .tp = 1};
-  const std::string group = job_ + "/dp";
-  std::vector<ActorId> stage_ids;
   for (int d = 0; d < dp; ++d) {
-    const actors::Coordinate at{.d = d, .p = 0, .t = 0};
-    SpawnOptions where{.resources = "", .placement_group = pg->value, .bundle_index = d};
-    SpawnOptions loader_where = where;
-    loader_where.name = actors::actor_name(job_, "loader", at);
-    absl::StatusOr<ActorRef<actors::DataLoaderActor>> loader =
-        cluster_.spawn<actors::DataLoaderActor>(loader_where, loader_options(config_, job_, d));
-    if (!loader.ok()) return loader.status();
-    actors_.push_back(loader->id());
-    loaders_.push_back(*loader);
-
-    SpawnOptions stage_where = where;
-    stage_where.name = actors::actor_name(job_, "stage", at);
-    stage_where.resources = "CPU=1";
-    stage_where.dedicated_thread = true;
-    actors::StageOptions stage_options{
-        .job = job_,
-        .at = at,
-        .mesh = mesh,
-        .model = model_spec(config_.model),
-        .micro_batch = static_cast<int>(config_.micro_batch_size),
-        .grad_accum = static_cast<int>(config_.gradient_accumulation_steps),
-        .bucket_elements = config_.zero.reduce_bucket_size,
-        .overlap_comm = config_.zero.overlap_comm,
-        .threads = threads,
-        .group = group,
-        .transport = "",
-        .precision = precision(config_)};
-    absl::StatusOr<ActorRef<actors::PipelineStageActor>> stage =
-        cluster_.spawn<actors::PipelineStageActor>(stage_where, stage_options);
-    if (!stage.ok()) return stage.status();
-    actors_.push_back(stage->id());
-    stage_ids.push_back(stage->id());
-
-    SpawnOptions shard_where = where;
-    shard_where.name = actors::actor_name(job_, "shard", at);
-    actors::ShardOptions shard_options{.job = job_,
-                                       .at = at,
-                                       .model = model_spec(config_.model),
-                                       .optimizer = optimizer_spec(config_.optimizer),
-                                       .precision = precision(config_),
-                                       .seed = config_.training.seed};
-    absl::StatusOr<ActorRef<actors::ParamShardActor>> shard =
-        cluster_.spawn<actors::ParamShardActor>(shard_where, shard_options);
-    if (!shard.ok()) return shard.status();
-    actors_.push_back(shard->id());
-    replicas_.push_back({*stage, *shard});
+    if (absl::Status s = spawn_replica(d, *pg, threads); !s.ok()) return s;
   }
   if (dp > 1) {
-    absl::StatusOr<uint64_t> generation = declare_collective_group(cluster_, group, stage_ids);
+    std::vector<ActorId> stages;
+    for (const Replica& r : replicas_)
+      stages.push_back(r.stage.id());
+    absl::StatusOr<uint64_t> generation = declare_collective_group(cluster_, job_ + "/dp", stages);
     if (!generation.ok()) return generation.status();
   }
   // setup() joins the group: every stage must be in it at once.
@@ -168,21 +130,18 @@ absl::Status DdpTrainer::spawn_replicas(int threads) {
     if (absl::StatusOr<int64_t> n = std::move(f).get(kSetupTimeout); !n.ok()) return n.status();
   }
   absl::StatusOr<actors::LoaderInfo> info =
-      loaders_[0].call(&actors::DataLoaderActor::info).get(kSetupTimeout);
+      replicas_[0].loader.call(&actors::DataLoaderActor::info).get(kSetupTimeout);
   if (!info.ok()) return info.status();
   data_info_ = {.num_samples = info->num_samples, .steps_per_epoch = info->steps_per_epoch};
 
-  ControllerOptions options{.schedule = config_.schedule,
-                            .gradient_clipping = static_cast<float>(config_.gradient_clipping)};
-  if (config_.fp16.enabled) {
-    if (config_.fp16.static_loss_scale > 0) {
-      options.static_loss_scale = config_.fp16.static_loss_scale;
-    } else {
-      options.dynamic_loss_scale = config_.fp16.dynamic;
-    }
+  std::vector<MeshMember> members;
+  for (int d = 0; d < dp; ++d) {
+    members.push_back({.at = {.d = d, .p = 0, .t = 0},
+                       .stage = stage_endpoint(replicas_[d].stage),
+                       .shard = shard_endpoint(replicas_[d].shard)});
   }
-  absl::StatusOr<TrainerController> controller =
-      TrainerController::create(replicas_, std::move(options));
+  absl::StatusOr<TrainerController> controller = TrainerController::create(
+      {.dp = dp, .pp = 1, .tp = 1}, std::move(members), controller_options(config_));
   if (!controller.ok()) return controller.status();
   controller_.emplace(*std::move(controller));
   return absl::OkStatus();
@@ -195,7 +154,7 @@ absl::StatusOr<actors::EvalReport> DdpTrainer::evaluate(int samples) {
   actors::EvalRequest request{.task = {.digits = config_.data.synthetic->digits,
                                        .num_samples = config_.data.synthetic->num_samples,
                                        .seed = config_.data.synthetic->seed,
-                                       .seq_len = config_.model.seq_len},
+                                       .seq_len = config_.model.max_seq_len},
                               .samples = samples};
   return replicas_[0].stage.call(&actors::PipelineStageActor::evaluate, request).get(kSetupTimeout);
 }
@@ -218,7 +177,8 @@ absl::Status DdpTrainer::stop() {
   if (stopped_) return absl::OkStatus();
   stopped_ = true;
   absl::Status first;
-  // Stages first (they hold the group), then shards and loaders.
+  // In reverse order of spawning: each replica's shard, then stage (which
+  // holds the group), then loader.
   for (auto it = actors_.rbegin(); it != actors_.rend(); ++it) {
     absl::Status s = cluster_.kill(*it);
     if (!s.ok() && !absl::IsNotFound(s) && !IsActorDied(s)) first.Update(s);

@@ -70,7 +70,7 @@ int generate_command(const std::vector<std::string>& args) {
   if (!saved.ok()) return fail(std::string(saved.status().message()));
   if (saved->tokenizer != "bytes")
     return fail("the model's tokenizer is '" + saved->tokenizer + "', not bytes");
-  absl::StatusOr<nn::GPT> model = nn::GPT::create(saved->model.gpt());
+  absl::StatusOr<nn::GPT> model = nn::GPT::create(saved->model);
   if (!model.ok()) return fail(std::string(model.status().message()));
   std::copy(saved->params.begin(), saved->params.end(), model->params());
   const std::string prompt = flags->get("prompt");

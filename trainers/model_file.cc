@@ -33,7 +33,7 @@ absl::Status write_file(const std::string& path, const void* data, size_t n) {
 }  // namespace
 
 absl::Status save_model(const std::string& dir, const SavedModel& saved) {
-  nn::GPTConfig gpt = saved.model.gpt();
+  const nn::GPTConfig& gpt = saved.model;
   if (absl::Status s = gpt.validate(); !s.ok()) return s;
   nn::GPTParamLayout layout(gpt);
   if (saved.params.size() != layout.num_params()) {
@@ -48,11 +48,11 @@ absl::Status save_model(const std::string& dir, const SavedModel& saved) {
                            {"dtype", "float32"},
                            {"num_params", saved.params.size()},
                            {"model",
-                            {{"n_layer", saved.model.n_layer},
-                             {"n_head", saved.model.n_head},
-                             {"n_embd", saved.model.n_embd},
-                             {"seq_len", saved.model.seq_len},
-                             {"vocab_size", saved.model.vocab_size},
+                            {{"n_layer", gpt.num_layers},
+                             {"n_head", gpt.num_heads},
+                             {"n_embd", gpt.channels},
+                             {"seq_len", gpt.max_seq_len},
+                             {"vocab_size", gpt.vocab_size},
                              {"padded_vocab_size", gpt.padded_vocab()}}},
                            {"step", saved.step},
                            {"tokenizer", saved.tokenizer}};
@@ -81,10 +81,10 @@ absl::StatusOr<SavedModel> load_model(const std::string& dir) {
           absl::StrCat(json_path, ": not a troupe-gpt version ", kVersion, " float32 model"));
     }
     const nlohmann::json& m = h.at("model");
-    saved.model.n_layer = m.at("n_layer").get<int>();
-    saved.model.n_head = m.at("n_head").get<int>();
-    saved.model.n_embd = m.at("n_embd").get<int>();
-    saved.model.seq_len = m.at("seq_len").get<int>();
+    saved.model.num_layers = m.at("n_layer").get<int>();
+    saved.model.num_heads = m.at("n_head").get<int>();
+    saved.model.channels = m.at("n_embd").get<int>();
+    saved.model.max_seq_len = m.at("seq_len").get<int>();
     saved.model.vocab_size = m.at("vocab_size").get<int>();
     saved.model.padded_vocab_size = m.at("padded_vocab_size").get<int>();
     saved.step = h.value("step", int64_t{0});
@@ -93,7 +93,7 @@ absl::StatusOr<SavedModel> load_model(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(json_path, ": ", e.what()));
   }
-  nn::GPTConfig gpt = saved.model.gpt();
+  const nn::GPTConfig& gpt = saved.model;
   if (absl::Status s = gpt.validate(); !s.ok()) {
     return absl::DataLossError(absl::StrCat(json_path, ": ", s.message()));
   }

@@ -19,7 +19,7 @@
 namespace troupe::trainers {
 
 struct SavedModel {
-  ModelConfig model;
+  nn::GPTConfig model;
   std::vector<float> params;
   int64_t step = 0;
   std::string tokenizer = "bytes";

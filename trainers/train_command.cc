@@ -17,9 +17,9 @@
 #include "core/cluster/local_cluster.h"
 #include "nn/gpt_param_layout.h"
 #include "trainers/config.h"
-#include "trainers/ddp_trainer.h"
 #include "trainers/model_file.h"
 #include "trainers/progress.h"
+#include "trainers/trainer.h"
 
 namespace troupe::trainers {
 namespace {
@@ -73,9 +73,8 @@ std::string self_executable() {
 }
 
 // Evaluates the synthetic task on replica 0 and reports it.
-void evaluate(DdpTrainer& trainer, const TrainConfig& config, int64_t step,
-              ProgressReporter& progress, std::optional<MetricsWriter>& metrics,
-              std::optional<double>* accuracy) {
+void evaluate(Trainer& trainer, const TrainConfig& config, int64_t step, ProgressReporter& progress,
+              std::optional<MetricsWriter>& metrics, std::optional<double>* accuracy) {
   absl::StatusOr<actors::EvalReport> report = trainer.evaluate(config.training.eval_samples);
   if (!report.ok()) {
     progress.message(absl::StrCat("evaluation failed: ", report.status().message()));
@@ -166,7 +165,7 @@ int train_command(const std::vector<std::string>& args) {
   auto cluster = Cluster::connect(options);
   if (!cluster.ok()) return fail("connecting to the cluster", cluster.status());
 
-  const nn::GPTConfig gpt = config.model.gpt();
+  const nn::GPTConfig& gpt = config.model;
   std::printf(
       "job %s: GPT %d layers, %d heads, d_model %d, seq_len %d, vocab %d: %zu parameters\n"
       "  dp %d, global batch %lld = micro %lld x accumulation %lld x dp %d%s\n",
@@ -177,9 +176,10 @@ int train_command(const std::vector<std::string>& args) {
       static_cast<long long>(config.gradient_accumulation_steps), config.parallel.dp,
       config.fp16.enabled ? ", fp16 (loss scaling)" : (config.bf16 ? ", bf16" : ""));
   std::fflush(stdout);
-  auto started = DdpTrainer::start(**cluster, config, job, threads);
+  auto started = start_trainer(**cluster, config, job, threads);
   if (!started.ok()) return fail("starting the replicas", started.status());
-  DdpTrainer& trainer = **started;
+  Trainer& trainer = **started;
+  std::printf("  %s\n", trainer.describe().c_str());
   const int64_t steps =
       config.training.steps > 0 ? config.training.steps : trainer.data_info().steps_per_epoch;
   std::printf("  data: %lld samples, %lld steps an epoch; training %lld steps\n",

@@ -6,7 +6,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
 #include "nn/optim/clip.h"
+#include "trainers/step_reports.h"
 
 namespace troupe::trainers {
 namespace {
@@ -17,12 +20,50 @@ double now_ms() {
       .count();
 }
 
+absl::Status with_step(int64_t step, const std::string& what, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat("step ", step, ": ", what, s.message()));
+}
+
+// The actor behind a call is gone (its process died, it was killed): what it
+// held is lost, and asking it again is pointless.
+bool is_loss(const absl::Status& s) {
+  return IsActorDied(s) || absl::IsUnavailable(s);
+}
+
 }  // namespace
 
-absl::StatusOr<TrainerController> TrainerController::create(std::vector<Replica> replicas,
+absl::StatusOr<TrainerController> TrainerController::create(actors::Mesh mesh,
+                                                            std::vector<MeshMember> members,
                                                             ControllerOptions options) {
-  if (replicas.empty()) return absl::InvalidArgumentError("trainer: no replicas");
-  TrainerController controller(std::move(replicas), std::move(options));
+  if (mesh.dp < 1 || mesh.pp < 1 || mesh.tp < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trainer: a mesh of dp ", mesh.dp, " x pp ", mesh.pp, " x tp ", mesh.tp));
+  }
+  if (members.size() != static_cast<size_t>(mesh.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trainer: ", members.size(), " members for a mesh of ", mesh.size()));
+  }
+  std::vector<MeshMember> ordered(members.size());
+  std::vector<bool> seen(members.size(), false);
+  for (MeshMember& m : members) {
+    if (!actors::contains(mesh, m.at)) {
+      return absl::InvalidArgumentError(absl::StrCat("trainer: member ", actors::to_string(m.at),
+                                                     " lies outside the mesh dp ", mesh.dp,
+                                                     " x pp ", mesh.pp, " x tp ", mesh.tp));
+    }
+    const int i = actors::index_of(mesh, m.at);
+    if (seen[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("trainer: two members at ", actors::to_string(m.at)));
+    }
+    if (m.stage == nullptr || m.shard == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("trainer: member ", actors::to_string(m.at), " lacks a stage or a shard"));
+    }
+    seen[i] = true;
+    ordered[i] = std::move(m);
+  }
+  TrainerController controller(mesh, std::move(ordered), std::move(options));
   if (controller.options_.dynamic_loss_scale) {
     absl::StatusOr<nn::DynamicLossScaler> scaler =
         nn::DynamicLossScaler::create(*controller.options_.dynamic_loss_scale);
@@ -39,111 +80,150 @@ double TrainerController::loss_scale() const {
 
 absl::Status TrainerController::discard_all(int64_t step) {
   std::vector<Future<void>> pending;
-  for (Replica& r : replicas_)
-    pending.push_back(r.stage.call(&actors::PipelineStageActor::discard, step));
+  for (MeshMember& m : members_)
+    pending.push_back(m.stage->discard(step));
   absl::Status first;
   for (auto& f : pending)
     first.Update(std::move(f).get(options_.step_timeout));
   return first;
 }
 
+absl::Status TrainerController::prepare_all(int64_t step) {
+  std::vector<Future<void>> pending;
+  for (MeshMember& m : members_)
+    pending.push_back(m.shard->prepare(step));
+  absl::Status first;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    absl::Status s = std::move(pending[i]).get(options_.step_timeout);
+    if (!s.ok() && first.ok()) first = with_step(step, "prepare: ", s);
+  }
+  return first;
+}
+
+absl::Status TrainerController::commit_all(const actors::CommitRequest& commit) {
+  std::vector<Future<int64_t>> pending;
+  for (MeshMember& m : members_)
+    pending.push_back(m.shard->commit(commit));
+  std::vector<std::string> lost;
+  absl::Status first;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    absl::StatusOr<int64_t> applied = std::move(pending[i]).get(options_.step_timeout);
+    if (applied.ok() && *applied == commit.step) continue;
+    absl::Status s = applied.ok()
+                         ? absl::InternalError(absl::StrCat("commit answered step ", *applied))
+                         : applied.status();
+    // Every shard was prepared, so a live one can apply the step: ask again
+    // (a commit of the step already applied succeeds without applying it
+    // twice), then ask where it stands.
+    if (!is_loss(s)) {
+      absl::StatusOr<int64_t> again = members_[i].shard->commit(commit).get(options_.step_timeout);
+      if (again.ok() && *again == commit.step) continue;
+      absl::StatusOr<int64_t> where = members_[i].shard->applied_step().get(options_.step_timeout);
+      if (where.ok() && *where == commit.step) continue;
+      if (!again.ok()) s = again.status();
+    }
+    lost_shards_.push_back(members_[i].at);
+    lost.push_back(actors::to_string(members_[i].at));
+    if (first.ok()) first = s;
+  }
+  if (lost.empty()) return absl::OkStatus();
+  return absl::Status(
+      first.code(),
+      absl::StrCat("step ", commit.step, ": commit: every live shard applied it; ",
+                   "lost the shards at ", absl::StrJoin(lost, ", "), " (", first.message(), ")"));
+}
+
 absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
+  if (step != next_step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("trainer: step ", step, " requested, but the next step is ", next_step_));
+  }
+  if (!lost_shards_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("trainer: step ", step,
+                                                      ": the job lost shards in step ", step - 1,
+                                                      " and must be restored before it can go on"));
+  }
   const double start = now_ms();
   StepOutcome out;
   out.step = step;
   out.loss_scale = loss_scale();
   actors::StepRequest request{.step = step, .loss_scale = static_cast<float>(out.loss_scale)};
   std::vector<Future<actors::StepReport>> running;
-  for (Replica& r : replicas_) {
-    running.push_back(r.stage.call(&actors::PipelineStageActor::run_step, request));
-  }
+  for (MeshMember& m : members_)
+    running.push_back(m.stage->run_step(request));
   std::vector<actors::StepReport> reports;
   absl::Status failed;
-  for (auto& f : running) {
-    absl::StatusOr<actors::StepReport> report = std::move(f).get(options_.step_timeout);
-    if (report.ok()) {
-      reports.push_back(*report);
-    } else {
+  for (size_t i = 0; i < running.size(); ++i) {
+    absl::StatusOr<actors::StepReport> report = std::move(running[i]).get(options_.step_timeout);
+    if (!report.ok()) {
       failed.Update(report.status());
+    } else if (!(report->at == members_[i].at)) {
+      failed.Update(
+          absl::InternalError(absl::StrCat("the stage at ", actors::to_string(members_[i].at),
+                                           " reported for ", to_string(report->at))));
+    } else {
+      reports.push_back(*std::move(report));
     }
   }
   if (!failed.ok()) {
     discard_all(step).IgnoreError();  // the stages may be gone; the step's error is what matters
-    return absl::Status(failed.code(), absl::StrCat("step ", step, ": ", failed.message()));
+    return with_step(step, "", failed);
   }
-  double stage_ms = 0;
-  bool overflow = false;
-  for (const actors::StepReport& r : reports) {
-    out.loss += r.loss / static_cast<double>(reports.size());
-    out.samples += r.samples;
-    out.tokens += r.tokens;
-    out.data_position = std::max(out.data_position, r.data_position);
-    out.epoch = std::max(out.epoch, r.epoch);
-    out.compute_ms = std::max(out.compute_ms, r.forward_ms + r.backward_ms);
-    out.comm_ms = std::max(out.comm_ms, r.comm_ms);
-    out.comm_exposed_ms = std::max(out.comm_exposed_ms, r.comm_exposed_ms);
-    stage_ms = std::max(stage_ms, r.step_ms);
-    overflow = overflow || r.found_inf;
+  absl::StatusOr<StepTotals> totals = combine_reports(step, reports);
+  if (!totals.ok()) {
+    discard_all(step).IgnoreError();
+    return totals.status();
   }
-  // After the allreduce every replica holds the same gradients: their norms
-  // must agree bit for bit. A difference means the replicas diverged.
-  for (const actors::StepReport& r : reports) {
-    if (!overflow && r.grad_norm_sq != reports[0].grad_norm_sq) {
-      discard_all(step).IgnoreError();
-      return absl::InternalError(absl::StrCat("step ", step,
-                                              ": replicas hold different gradients after the "
-                                              "allreduce (squared norms ",
-                                              reports[0].grad_norm_sq, " and ", r.grad_norm_sq,
-                                              ")"));
-    }
-  }
+  out.loss = totals->loss;
+  out.samples = totals->samples;
+  out.tokens = totals->tokens;
+  out.data_position = totals->data_position;
+  out.epoch = totals->epoch;
+  out.compute_ms = totals->compute_ms;
+  out.comm_ms = totals->comm_ms;
+  out.comm_exposed_ms = totals->comm_exposed_ms;
   const double scale = out.loss_scale;
-  if (overflow) {
+  if (totals->found_inf) {
     if (!scaler_) {
       discard_all(step).IgnoreError();
       return absl::InternalError(absl::StrCat(
           "step ", step, ": a gradient is inf or NaN (loss ", out.loss,
           "); lower the learning rate, or enable fp16 loss scaling if this is an fp16 run"));
     }
-    if (absl::Status s = discard_all(step); !s.ok()) return s;
+    if (absl::Status s = discard_all(step); !s.ok()) return with_step(step, "discard: ", s);
     if (absl::Status s = scaler_->update(true); !s.ok()) return s;
+    next_step_ = step + 1;
     out.applied = false;
     out.grad_norm = INFINITY;
     out.step_ms = now_ms() - start;
-    out.overhead_ms = std::max(0.0, out.step_ms - stage_ms);
+    out.overhead_ms = std::max(0.0, out.step_ms - totals->stage_ms);
     return out;
   }
-  out.grad_norm = std::sqrt(reports[0].grad_norm_sq) / scale;
+  out.grad_norm = std::sqrt(totals->grad_norm_sq) / scale;
   absl::StatusOr<nn::GradClip> clip =
       nn::clip_coefficient(out.grad_norm * out.grad_norm, options_.gradient_clipping);
-  if (!clip.ok()) return clip.status();
+  if (!clip.ok()) {
+    discard_all(step).IgnoreError();
+    return clip.status();
+  }
   out.clipped = clip->clipped;
   out.lr = options_.schedule.lr_at(static_cast<int>(applied_ + 1));
   actors::CommitRequest commit{
       .step = step, .lr = out.lr, .grad_scale = static_cast<float>(clip->coef / scale)};
   const double commit_start = now_ms();
-  std::vector<Future<int64_t>> committing;
-  for (Replica& r : replicas_) {
-    committing.push_back(r.shard.call(&actors::ParamShardActor::commit, commit));
+  if (absl::Status s = prepare_all(step); !s.ok()) {
+    discard_all(step).IgnoreError();
+    return s;
   }
-  for (auto& f : committing) {
-    absl::StatusOr<int64_t> applied = std::move(f).get(options_.step_timeout);
-    if (!applied.ok()) {
-      // Some shards may have applied the step: the replicas now differ, and
-      // only a restore from a checkpoint can make them whole again.
-      return absl::Status(
-          applied.status().code(),
-          absl::StrCat("step ", step, ": commit failed: ", applied.status().message()));
-    }
-  }
-  const double commit_ms = now_ms() - commit_start;
-  if (scaler_) {
-    if (absl::Status s = scaler_->update(false); !s.ok()) return s;
-  }
+  // From here on the step is applied wherever a shard lives.
+  next_step_ = step + 1;
   ++applied_;
+  if (scaler_) scaler_->update(false).IgnoreError();  // only refuses an overflow's update
+  if (absl::Status s = commit_all(commit); !s.ok()) return s;
+  const double commit_ms = now_ms() - commit_start;
   out.applied = true;
   out.step_ms = now_ms() - start;
-  out.overhead_ms = std::max(0.0, out.step_ms - stage_ms - commit_ms);
+  out.overhead_ms = std::max(0.0, out.step_ms - totals->stage_ms - commit_ms);
   return out;
 }
 

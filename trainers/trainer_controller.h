@@ -1,14 +1,30 @@
 // TrainerController: drives the steps of a training job from the driver
-// (DESIGN.md s5). A step is all-or-nothing:
+// (docs/design.md, "Training"). It knows the mesh and, at each coordinate, a
+// stage and a parameter shard to call (trainers/mesh_members.h); it knows
+// nothing of a particular parallelism. A step is all-or-nothing:
 //
 //   1. run_step(k) on every stage, in parallel: forward, backward, gradient
-//      reduction. Nothing is applied yet.
-//   2. if every stage succeeded and no gradient overflowed: clip on the
-//      global norm, then commit(k) on every parameter shard (the optimizer
-//      update); otherwise discard(k) on every stage, and the step is either
-//      skipped (an fp16 overflow: the loss scale backs off, as DeepSpeed
-//      does) or fails the job with the first stage's error.
+//      exchange. Nothing is applied yet.
+//   2. The reports are combined: the loss from the stages that hold it (the
+//      last pipeline stage), the gradient norm summed over the distinct
+//      parameter ranges the stages own (replicas of a range must agree bit for
+//      bit; the ranges must tile each tensor slice's buffer).
+//   3. If every stage succeeded and no gradient overflowed: clip on the global
+//      norm, prepare(k) on every shard, then commit(k) on every shard (the
+//      optimizer update). Otherwise discard(k) on every stage, and the step is
+//      either skipped (an fp16 overflow: the loss scale backs off, as
+//      DeepSpeed does) or fails with the first stage's error.
 //
+// Where the job stands after step(k) returns - what recovery builds on:
+//   OK, applied            every shard applied k
+//   OK, not applied        k was skipped; no shard applied it
+//   an error, k not applied (a stage failed, a report was inconsistent, a shard
+//                          refused prepare): no shard applied k; next_step() is k
+//                          again, so the step can be re-run
+//   an error from commit   every live shard applied k (a commit that failed
+//                          for another reason than the shard's loss is retried
+//                          once, and its shard asked where it stands); the
+//                          shards that were lost are in lost_shards()
 // The learning-rate schedule and the loss scaler live here, so every shard
 // applies the same rate and scale.
 #pragma once
@@ -19,19 +35,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "actors/param_shard_actor.h"
-#include "actors/pipeline_stage_actor.h"
-#include "core/actor.h"
+#include "actors/mesh.h"
 #include "nn/optim/loss_scaler.h"
 #include "nn/optim/schedule.h"
+#include "trainers/mesh_members.h"
 
 namespace troupe::trainers {
-
-// The actors of one data-parallel replica (pp = tp = 1).
-struct Replica {
-  ActorRef<actors::PipelineStageActor> stage;
-  ActorRef<actors::ParamShardActor> shard;
-};
 
 struct ControllerOptions {
   nn::LrSchedule schedule = nn::LrSchedule::constant(1e-3f);
@@ -58,32 +67,50 @@ struct StepOutcome {
   int64_t epoch = 0;
   double step_ms = 0;          // wall time of the whole step, as the driver saw it
   double compute_ms = 0;       // slowest stage: forward + backward
-  double comm_ms = 0;          // slowest stage: allreduce issue to completion, summed
-  double comm_exposed_ms = 0;  // slowest stage: waiting for allreduce after backward
-  double overhead_ms = 0;      // step_ms minus the slowest stage's run_step and commit
+  double comm_ms = 0;          // slowest stage: gradient reductions, issue to completion, summed
+  double comm_exposed_ms = 0;  // slowest stage: waiting for reductions after backward
+  double overhead_ms = 0;      // step_ms minus the slowest stage's run_step and the commit
 };
 
 class TrainerController {
  public:
-  // InvalidArgument for a bad loss-scaler config or no replicas.
-  static absl::StatusOr<TrainerController> create(std::vector<Replica> replicas,
+  // InvalidArgument for a bad loss-scaler config, or members that are not
+  // exactly one per coordinate of the mesh, each with a stage and a shard.
+  static absl::StatusOr<TrainerController> create(actors::Mesh mesh,
+                                                  std::vector<MeshMember> members,
                                                   ControllerOptions options);
 
-  // Runs and commits (or skips) step `step`; steps count from 1.
+  // Runs and commits (or skips) step `step` (see above). FailedPrecondition,
+  // changing nothing, unless step == next_step().
   absl::StatusOr<StepOutcome> step(int64_t step);
+  // The step step() accepts next: 1 at first; the step after the last one
+  // finished (applied or skipped); the same step again after it failed
+  // before any shard applied it.
+  int64_t next_step() const { return next_step_; }
+  // Optimizer updates applied (skipped steps apply none).
   int64_t applied_steps() const { return applied_; }
   double loss_scale() const;
-  const std::vector<Replica>& replicas() const { return replicas_; }
+  const actors::Mesh& mesh() const { return mesh_; }
+  // Members in mesh order (actors::index_of).
+  const std::vector<MeshMember>& members() const { return members_; }
+  // The coordinates whose shard was lost in a commit (see above); empty
+  // while the job is whole.
+  const std::vector<actors::Coordinate>& lost_shards() const { return lost_shards_; }
 
  private:
-  TrainerController(std::vector<Replica> replicas, ControllerOptions options)
-      : replicas_(std::move(replicas)), options_(std::move(options)) {}
+  TrainerController(actors::Mesh mesh, std::vector<MeshMember> members, ControllerOptions options)
+      : mesh_(mesh), members_(std::move(members)), options_(std::move(options)) {}
   absl::Status discard_all(int64_t step);
+  absl::Status prepare_all(int64_t step);
+  absl::Status commit_all(const actors::CommitRequest& commit);
 
-  std::vector<Replica> replicas_;
+  actors::Mesh mesh_;
+  std::vector<MeshMember> members_;
   ControllerOptions options_;
   std::optional<nn::DynamicLossScaler> scaler_;
+  int64_t next_step_ = 1;
   int64_t applied_ = 0;
+  std::vector<actors::Coordinate> lost_shards_;
 };
 
 }  // namespace troupe::trainers

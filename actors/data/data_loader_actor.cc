@@ -1,6 +1,5 @@
 #include "actors/data/data_loader_actor.h"
 
-#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -9,13 +8,20 @@
 
 namespace troupe::actors {
 
-DataLoaderActor::DataLoaderActor(LoaderOptions options) {
+absl::StatusOr<std::unique_ptr<DataLoaderActor>> DataLoaderActor::create(
+    const LoaderOptions& options) {
+  std::string handoff_name;
   if (!options.job.empty()) {
-    handoff_name_ = actor_name(options.job, "loader", {.d = options.rank, .p = 0, .t = 0});
+    handoff_name = actor_name(options.job, "loader", {.d = options.rank, .p = 0, .t = 0});
   }
-  absl::StatusOr<std::unique_ptr<DataLoader>> loader = DataLoader::create(std::move(options));
-  if (!loader.ok()) throw std::invalid_argument(std::string(loader.status().message()));
-  loader_ = *std::move(loader);
+  absl::StatusOr<std::unique_ptr<DataLoader>> loader = DataLoader::create(options);
+  if (!loader.ok()) return loader.status();
+  return std::unique_ptr<DataLoaderActor>(
+      new DataLoaderActor(std::move(handoff_name), *std::move(loader)));
+}
+
+DataLoaderActor::DataLoaderActor(std::string handoff_name, std::shared_ptr<DataLoader> loader)
+    : handoff_name_(std::move(handoff_name)), loader_(std::move(loader)) {
   if (!handoff_name_.empty()) Handoff::publish(handoff_name_, loader_);
 }
 

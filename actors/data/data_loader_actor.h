@@ -7,9 +7,8 @@
 //   absl::StatusOr<Batch> batch = loader->call(&DataLoaderActor::next).get(timeout);
 //
 // A spawn whose options are bad or whose dataset is missing or too small
-// fails with InvalidArgument "constructor of DataLoaderActor threw: ..." and
-// DataLoader::create's message (the constructor throws: an actor's
-// constructor has no other way to fail its spawn). A restarted actor starts
+// fails with DataLoader::create's error (InvalidArgument, NotFound, ...) and
+// message, after "cannot spawn DataLoaderActor: ". A restarted actor starts
 // again at options.start_position: whoever restarts it seeks to its cursor.
 #pragma once
 
@@ -25,11 +24,11 @@ namespace troupe::actors {
 
 class DataLoaderActor {
  public:
-  // Throws std::invalid_argument with the error of DataLoader::create. With
-  // options.job set, publishes the loader for the stage of coordinate
-  // (rank, 0, 0) in this process: actor_name(job, "loader", ...) in
-  // actors/handoff.h; the stage then takes batches by pointer.
-  explicit DataLoaderActor(LoaderOptions options);
+  // The errors of DataLoader::create. With options.job set, publishes the
+  // loader for the stage of coordinate (rank, 0, 0) in this process:
+  // actor_name(job, "loader", ...) in actors/handoff.h; the stage then takes
+  // batches by pointer.
+  static absl::StatusOr<std::unique_ptr<DataLoaderActor>> create(const LoaderOptions& options);
   ~DataLoaderActor();
 
   // As DataLoader's.
@@ -39,6 +38,8 @@ class DataLoaderActor {
   LoaderInfo info() const;
 
  private:
+  DataLoaderActor(std::string handoff_name, std::shared_ptr<DataLoader> loader);
+
   std::string handoff_name_;            // empty: not handed off
   std::shared_ptr<DataLoader> loader_;  // never null
 };

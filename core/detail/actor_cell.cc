@@ -244,7 +244,13 @@ void ActorCell::restart_or_terminate(absl::Status reason) {
                  options_.max_restarts < 0 ? std::string("unlimited")
                                            : std::to_string(options_.max_restarts));
     try {
-      instance_ = behavior_.create();
+      absl::StatusOr<void*> made = behavior_.create();
+      if (!made.ok()) {
+        reason = ActorDiedError(absl::StrCat("actor ", describe(), " died: restart ", restarts_,
+                                             " failed: ", made.status().message()));
+        continue;
+      }
+      instance_ = *made;
       if (behavior_.on_restart != nullptr) {
         behavior_.on_restart(instance_, RestartInfo{restarts_, reason});
       }

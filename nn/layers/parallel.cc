@@ -20,34 +20,37 @@ void column_parallel_linear_forward(float* out_shard, const float* inp, const fl
   linear_forward(out_shard, inp, weight_shard, bias_shard, B, T, C, OCl);
 }
 
-void column_parallel_linear_backward(float* dinp, float* dinp_partial, float* dweight_shard,
-                                     float* dbias_shard, const float* dout_shard, const float* inp,
-                                     const float* weight_shard, int B, int T, int C, int OCl,
-                                     const AllReduceFn& allreduce_sum) {
+absl::Status column_parallel_linear_backward(float* dinp, float* dinp_partial, float* dweight_shard,
+                                             float* dbias_shard, const float* dout_shard,
+                                             const float* inp, const float* weight_shard, int B,
+                                             int T, int C, int OCl,
+                                             const AllReduceFn& allreduce_sum) {
   linear_backward(nullptr, dweight_shard, dbias_shard, dout_shard, inp, weight_shard, B, T, C, OCl);
-  if (dinp == nullptr) return;
+  if (dinp == nullptr) return absl::OkStatus();
   // The partial must be reduced alone: dinp may already hold replicated gradient (the residual
   // stream) that a sum across ranks would count tp times.
   const size_t n = static_cast<size_t>(B) * T * C;
   gemm(false, false, B * T, C, OCl, 1.0f, dout_shard, OCl, weight_shard, C, 0.0f, dinp_partial, C);
-  allreduce_sum(dinp_partial, n);
+  if (absl::Status s = allreduce_sum(dinp_partial, n); !s.ok()) return s;
   add(dinp, dinp, dinp_partial, static_cast<int64_t>(n));
+  return absl::OkStatus();
 }
 
-void row_parallel_linear_forward(float* out, const float* inp_shard, const float* weight_shard,
-                                 const float* bias, int B, int T, int Cl, int OC,
-                                 const AllReduceFn& allreduce_sum) {
+absl::Status row_parallel_linear_forward(float* out, const float* inp_shard,
+                                         const float* weight_shard, const float* bias, int B, int T,
+                                         int Cl, int OC, const AllReduceFn& allreduce_sum) {
   const int BT = B * T;
   linear_forward(out, inp_shard, weight_shard, nullptr, B, T, Cl, OC);
-  allreduce_sum(out, static_cast<size_t>(BT) * OC);
+  if (absl::Status s = allreduce_sum(out, static_cast<size_t>(BT) * OC); !s.ok()) return s;
   // The bias after the sum, or it would be added tp times.
-  if (bias == nullptr) return;
+  if (bias == nullptr) return absl::OkStatus();
 #pragma omp parallel for schedule(static) num_threads(num_threads())
   for (int row = 0; row < BT; row++) {
     float* o = out + static_cast<size_t>(row) * OC;
     for (int i = 0; i < OC; i++)
       o[i] += bias[i];
   }
+  return absl::OkStatus();
 }
 
 void row_parallel_linear_backward(float* dinp_shard, float* dweight_shard, float* dbias,
@@ -56,9 +59,10 @@ void row_parallel_linear_backward(float* dinp_shard, float* dweight_shard, float
   linear_backward(dinp_shard, dweight_shard, dbias, dout, inp_shard, weight_shard, B, T, Cl, OC);
 }
 
-void vocab_parallel_embedding_forward(float* out, const int32_t* inp, const float* wte_shard,
-                                      const float* wpe, int v0, int v1, int B, int T, int C,
-                                      const AllReduceFn& allreduce_sum) {
+absl::Status vocab_parallel_embedding_forward(float* out, const int32_t* inp,
+                                              const float* wte_shard, const float* wpe, int v0,
+                                              int v1, int B, int T, int C,
+                                              const AllReduceFn& allreduce_sum) {
   const int BT = B * T;
 #pragma omp parallel for schedule(static) num_threads(num_threads())
   for (int row = 0; row < BT; row++) {
@@ -70,8 +74,8 @@ void vocab_parallel_embedding_forward(float* out, const int32_t* inp, const floa
       std::memset(o, 0, sizeof(float) * C);
     }
   }
-  allreduce_sum(out, static_cast<size_t>(BT) * C);
-  if (wpe == nullptr) return;
+  if (absl::Status s = allreduce_sum(out, static_cast<size_t>(BT) * C); !s.ok()) return s;
+  if (wpe == nullptr) return absl::OkStatus();
 #pragma omp parallel for schedule(static) num_threads(num_threads())
   for (int row = 0; row < BT; row++) {
     float* o = out + static_cast<size_t>(row) * C;
@@ -79,6 +83,7 @@ void vocab_parallel_embedding_forward(float* out, const int32_t* inp, const floa
     for (int i = 0; i < C; i++)
       o[i] += p[i];
   }
+  return absl::OkStatus();
 }
 
 void vocab_parallel_embedding_backward(float* dwte_shard, float* dwpe, const float* dout,
@@ -107,10 +112,9 @@ TROUPE_NN_LAYER_CLONES void row_add_softmax(float* dx, const float* x, int n, fl
 
 }  // namespace
 
-float vocab_parallel_crossentropy_forward(float* losses, float* lse, const float* logits_shard,
-                                          const int32_t* targets, int v0, int Vl, int V, int B,
-                                          int T, const AllReduceFn& allreduce_max,
-                                          const AllReduceFn& allreduce_sum) {
+absl::StatusOr<float> vocab_parallel_crossentropy_forward(
+    float* losses, float* lse, const float* logits_shard, const int32_t* targets, int v0, int Vl,
+    int V, int B, int T, const AllReduceFn& allreduce_max, const AllReduceFn& allreduce_sum) {
   const int BT = B * T;
   const int n = real_columns(v0, Vl, V);
   // lse holds the row max until the end; sums holds sum-exp [0, BT) and target logit [BT, 2BT).
@@ -119,7 +123,7 @@ float vocab_parallel_crossentropy_forward(float* losses, float* lse, const float
   for (int row = 0; row < BT; row++) {
     maxes[row] = row_max(logits_shard + static_cast<size_t>(row) * Vl, n);
   }
-  allreduce_max(maxes, BT);
+  if (absl::Status s = allreduce_max(maxes, BT); !s.ok()) return s;
   std::vector<float> sums(static_cast<size_t>(2) * BT);
 #pragma omp parallel for schedule(static) num_threads(num_threads())
   for (int row = 0; row < BT; row++) {
@@ -128,7 +132,7 @@ float vocab_parallel_crossentropy_forward(float* losses, float* lse, const float
     const int local = targets[row] - v0;
     sums[BT + row] = (local >= 0 && local < n) ? x[local] : 0.0f;
   }
-  allreduce_sum(sums.data(), sums.size());
+  if (absl::Status s = allreduce_sum(sums.data(), sums.size()); !s.ok()) return s;
   double total = 0.0;
   for (int row = 0; row < BT; row++) {
     lse[row] = maxes[row] + std::log(sums[row]);

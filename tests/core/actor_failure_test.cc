@@ -153,6 +153,36 @@ TEST(ActorFailureTest, ConstructorFailureIsASpawnError) {
   EXPECT_EQ(system.num_actors(), 0u);
 }
 
+// Built through a factory: a bad argument is an error value, not an exception.
+class MadeByFactory {
+ public:
+  static absl::StatusOr<std::unique_ptr<MadeByFactory>> create(int size) {
+    if (size < 1) return absl::InvalidArgumentError("size must be >= 1");
+    if (size > 100) return absl::ResourceExhaustedError("no room for that size");
+    return std::unique_ptr<MadeByFactory>(new MadeByFactory(size));
+  }
+  int size() const { return size_; }
+
+ private:
+  explicit MadeByFactory(int size) : size_(size) {}
+  int size_;
+};
+TROUPE_ACTOR(MadeByFactory, &MadeByFactory::size);
+
+TEST(ActorFailureTest, FactoryErrorIsTheSpawnErrorWithItsCode) {
+  ActorSystem system({.threads = 2});
+  auto good = system.spawn<MadeByFactory>({}, 7);
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(*good->call(&MadeByFactory::size).get(kWait), 7);
+  auto bad = system.spawn<MadeByFactory>({}, 0);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(bad.status().message(), "cannot spawn MadeByFactory: size must be >= 1"))
+      << bad.status();
+  auto big = system.spawn<MadeByFactory>({}, 1000);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(system.num_actors(), 1u);
+}
+
 TEST(ActorFailureTest, MonitorAfterDeathFiresImmediately) {
   ActorSystem system({.threads = 2});
   auto counter = system.spawn<Counter>({});

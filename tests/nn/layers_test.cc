@@ -539,10 +539,16 @@ class SimulatedGroup {
   explicit SimulatedGroup(int tp) : tp_(tp), sync_(tp), slots_(tp) {}
 
   AllReduceFn sum(int rank) {
-    return [this, rank](float* data, size_t n) { reduce(rank, data, n, false); };
+    return [this, rank](float* data, size_t n) {
+      reduce(rank, data, n, false);
+      return absl::OkStatus();
+    };
   }
   AllReduceFn max(int rank) {
-    return [this, rank](float* data, size_t n) { reduce(rank, data, n, true); };
+    return [this, rank](float* data, size_t n) {
+      reduce(rank, data, n, true);
+      return absl::OkStatus();
+    };
   }
   void run(const std::function<void(int rank)>& body) {
     std::vector<std::thread> ranks;
@@ -618,8 +624,10 @@ TEST_P(TensorParallelTest, ColumnParallelLinearMatchesLinear) {
     Floats y(BT * OCl), dx = prefilled(BT * C), scratch(BT * C), dw = prefilled(OCl * C);
     Floats db = prefilled(OCl);
     column_parallel_linear_forward(y.data(), inp.data(), w.data(), b.data(), B, T, C, OCl);
-    column_parallel_linear_backward(dx.data(), scratch.data(), dw.data(), db.data(), g.data(),
-                                    inp.data(), w.data(), B, T, C, OCl, group.sum(rank));
+    EXPECT_TRUE(column_parallel_linear_backward(dx.data(), scratch.data(), dw.data(), db.data(),
+                                                g.data(), inp.data(), w.data(), B, T, C, OCl,
+                                                group.sum(rank))
+                    .ok());
     expect_tp("out_shard", y, columns(out, BT, OC, o0, OCl));
     expect_tp("dinp", dx, dinp);
     expect_tp("dweight_shard", dw, rows_of(dweight, C, o0, OCl));
@@ -642,8 +650,9 @@ TEST_P(TensorParallelTest, RowParallelLinearMatchesLinear) {
     const int c0 = rank * Cl;
     const Floats x = columns(inp, BT, C, c0, Cl), w = columns(weight, OC, C, c0, Cl);
     Floats y(BT * OC), dx = prefilled(BT * Cl), dw = prefilled(OC * Cl), db = prefilled(OC);
-    row_parallel_linear_forward(y.data(), x.data(), w.data(), bias.data(), B, T, Cl, OC,
-                                group.sum(rank));
+    EXPECT_TRUE(row_parallel_linear_forward(y.data(), x.data(), w.data(), bias.data(), B, T, Cl, OC,
+                                            group.sum(rank))
+                    .ok());
     row_parallel_linear_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
                                  B, T, Cl, OC);
     expect_tp("out", y, out);
@@ -668,8 +677,9 @@ TEST_P(TensorParallelTest, VocabParallelEmbeddingMatchesEncoder) {
     const int v0 = rank * Vl;
     const Floats w = rows_of(wte, C, v0, Vl);
     Floats y(out.size()), dw = prefilled(w.size()), dp = prefilled(wpe.size());
-    vocab_parallel_embedding_forward(y.data(), inp.data(), w.data(), wpe.data(), v0, v0 + Vl, B, T,
-                                     C, group.sum(rank));
+    EXPECT_TRUE(vocab_parallel_embedding_forward(y.data(), inp.data(), w.data(), wpe.data(), v0,
+                                                 v0 + Vl, B, T, C, group.sum(rank))
+                    .ok());
     vocab_parallel_embedding_backward(dw.data(), dp.data(), dout.data(), inp.data(), v0, v0 + Vl, B,
                                       T, C);
     expect_tp("out", y, out);
@@ -699,17 +709,48 @@ TEST_P(TensorParallelTest, VocabParallelCrossEntropyMatchesCrossEntropy) {
     const int v0 = rank * Vl;
     const Floats x = columns(logits, BT, Vp, v0, Vl);
     Floats l(BT), s(BT), dx = prefilled(x.size());
-    const float m =
+    const absl::StatusOr<float> m =
         vocab_parallel_crossentropy_forward(l.data(), s.data(), x.data(), targets.data(), v0, Vl, V,
                                             B, T, group.max(rank), group.sum(rank));
+    ASSERT_TRUE(m.ok()) << m.status();
     vocab_parallel_crossentropy_backward(dx.data(), dloss, x.data(), s.data(), targets.data(), v0,
                                          Vl, V, B, T);
-    expect_tp("mean", {m}, {mean});
+    expect_tp("mean", {*m}, {mean});
     expect_tp("losses", l, losses);
     expect_tp("lse", s, lse);
     expect_tp("dlogits_shard", dx, columns(dlogits, BT, Vp, v0, Vl));
   });
   EXPECT_EQ(group.calls(), 2);
+}
+
+// A collective that fails (an aborted group) is the layer's error, and nothing runs after it.
+TEST(TensorParallelErrorsTest, AFailedCollectiveIsTheLayersError) {
+  const int B = 1, T = 2, C = 4, OC = 4, V = 8;
+  int calls = 0;
+  const AllReduceFn aborted = [&calls](float*, size_t) {
+    ++calls;
+    return absl::AbortedError("group tp: member 1 lost");
+  };
+  const Floats x = random_floats(B * T * C, 1), w = random_floats(OC * C, 2);
+  Floats y(B * T * OC), scratch(B * T * C), dx = prefilled(B * T * C), dw = prefilled(OC * C);
+  EXPECT_EQ(row_parallel_linear_forward(y.data(), x.data(), w.data(), nullptr, B, T, C, OC, aborted)
+                .code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(column_parallel_linear_backward(dx.data(), scratch.data(), dw.data(), nullptr, y.data(),
+                                            x.data(), w.data(), B, T, C, OC, aborted)
+                .code(),
+            absl::StatusCode::kAborted);
+  const std::vector<int32_t> tokens = random_tokens(B * T, V, 3);
+  const Floats wte = random_floats(V * C, 4), logits = random_floats(B * T * V, 5);
+  Floats out(B * T * C), losses(B * T), lse(B * T);
+  EXPECT_EQ(vocab_parallel_embedding_forward(out.data(), tokens.data(), wte.data(), nullptr, 0, V,
+                                             B, T, C, aborted)
+                .code(),
+            absl::StatusCode::kAborted);
+  absl::StatusOr<float> loss = vocab_parallel_crossentropy_forward(
+      losses.data(), lse.data(), logits.data(), tokens.data(), 0, V, V, B, T, aborted, aborted);
+  EXPECT_EQ(loss.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(calls, 4) << "each layer stops at its first failed collective";
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelTest, testing::Values(2, 4),

@@ -132,15 +132,13 @@ TEST(TrainConfigTest, ParsesEveryImplementedKey) {
   EXPECT_EQ(c.zero.reduce_bucket_size, 50000000);
   EXPECT_FALSE(c.zero.overlap_comm);
   EXPECT_FALSE(c.zero.contiguous_gradients);
-  EXPECT_EQ(c.model.n_layer, 3);
-  EXPECT_EQ(c.model.n_head, 2);
-  EXPECT_EQ(c.model.n_embd, 32);
-  EXPECT_EQ(c.model.seq_len, 48);
+  EXPECT_EQ(c.model.num_layers, 3);
+  EXPECT_EQ(c.model.num_heads, 2);
+  EXPECT_EQ(c.model.channels, 32);
+  EXPECT_EQ(c.model.max_seq_len, 48);
   EXPECT_EQ(c.model.vocab_size, 100);
   EXPECT_EQ(c.model.padded_vocab_size, 128);
-  EXPECT_TRUE(c.model.recompute_activations);
-  EXPECT_EQ(c.model.gpt().padded_vocab_size, 128);
-  EXPECT_EQ(c.model.gpt().max_seq_len, 48);
+  EXPECT_TRUE(c.model_options.recompute_activations);
   EXPECT_TRUE(c.data.path.empty());
   ASSERT_TRUE(c.data.synthetic.has_value());
   EXPECT_EQ(c.data.synthetic->task, "addition");
@@ -172,8 +170,8 @@ TEST(TrainConfigTest, AbsentKeysTakeDefaults) {
   EXPECT_TRUE(std::holds_alternative<std::monostate>(c.scheduler));
   EXPECT_EQ(c.schedule.lr_at(1), c.optimizer.lr());
   EXPECT_EQ(c.schedule.lr_at(1000), c.optimizer.lr());
-  EXPECT_EQ(c.model.n_layer, d.model.n_layer);
-  EXPECT_EQ(c.model.seq_len, d.model.seq_len);
+  EXPECT_EQ(c.model.num_layers, d.model.num_layers);
+  EXPECT_EQ(c.model.max_seq_len, d.model.max_seq_len);
   EXPECT_EQ(c.data.synthetic->digits, 2);
   EXPECT_EQ(c.training.seed, d.training.seed);
   EXPECT_EQ(c.training.log_interval, 1);
@@ -196,7 +194,7 @@ TEST(TrainConfigTest, ExactFloatsAndIntegralNumbers) {
   const TrainConfig c = parse_ok(patched(R"({"zero_optimization": {"reduce_bucket_size": 2e8},
                            "model": {"n_layer": 4.0}})"));
   EXPECT_EQ(c.zero.reduce_bucket_size, 200000000);
-  EXPECT_EQ(c.model.n_layer, 4);
+  EXPECT_EQ(c.model.num_layers, 4);
 }
 
 // ---- malformed JSON ----------------------------------------------------------
@@ -595,7 +593,7 @@ void expect_round_trip(const TrainConfig& c) {
   EXPECT_EQ(again->optimizer.lr(), c.optimizer.lr());
   EXPECT_EQ(again->optimizer.adamw.beta2, c.optimizer.adamw.beta2);
   EXPECT_EQ(again->scheduler.index(), c.scheduler.index());
-  EXPECT_EQ(again->model.gpt().padded_vocab_size, c.model.gpt().padded_vocab_size);
+  EXPECT_EQ(again->model.padded_vocab_size, c.model.padded_vocab_size);
   EXPECT_EQ(again->data.synthetic.has_value(), c.data.synthetic.has_value());
   EXPECT_EQ(again->training.seed, c.training.seed);
   for (int step = 1; step <= 300; ++step) {

@@ -17,3 +17,9 @@ target_compile_definitions(trainers_train_command_test PRIVATE
 add_dependencies(trainers_train_command_test troupe)
 gtest_discover_tests(trainers_train_command_test PROPERTIES LABELS trainers TIMEOUT 300
                      RUN_SERIAL TRUE ENVIRONMENT "TROUPE_HEAD=" DISCOVERY_TIMEOUT 60)
+# The controller on an in-process actor system, with stand-in stages and shards.
+troupe_test(trainers_controller_test trainers SOURCES controller_test.cc LIBS troupe_trainers)
+# A stage, its shard and its loader on an in-process actor system: the step protocol.
+troupe_test(trainers_stage_steps_test trainers SOURCES stage_steps_test.cc LIBS troupe_trainers)
+# The codecs of nn's types and the one nn/transport dtype mapping.
+troupe_test(trainers_nn_codecs_test trainers SOURCES nn_codecs_test.cc LIBS troupe_actors)

@@ -28,7 +28,12 @@ TrainConfig config_for(int dp, int accumulation = 1,
   c.gradient_accumulation_steps = accumulation;
   c.micro_batch_size = kGlobalBatch / dp / accumulation;
   c.train_batch_size = kGlobalBatch;
-  c.model = {.n_layer = 2, .n_head = 2, .n_embd = 32, .seq_len = 16, .vocab_size = 256};
+  c.model = {.max_seq_len = 16,
+             .vocab_size = 256,
+             .padded_vocab_size = 256,
+             .num_layers = 2,
+             .num_heads = 2,
+             .channels = 32};
   c.data.synthetic =
       SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 600, .seed = 7};
   c.optimizer.adamw = {

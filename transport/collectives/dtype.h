@@ -21,7 +21,8 @@
 
 namespace troupe::transport {
 
-enum class DType : uint8_t { kFloat32, kFloat16, kBFloat16 };
+// The same names and values as nn::DType (actors/dtype_mapping.h maps them).
+enum class DType : uint8_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
 // Bytes per element: 4 or 2.
 size_t element_size(DType type);

@@ -1,0 +1,134 @@
+#include "actors/allreduce_gradient_sync.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/cluster/collective_group.h"
+
+namespace troupe::actors {
+namespace {
+
+double ms_since_epoch(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(t.time_since_epoch()).count();
+}
+
+double now_ms() {
+  return ms_since_epoch(std::chrono::steady_clock::now());
+}
+
+}  // namespace
+
+AllreduceGradientSync::AllreduceGradientSync(const GradientSyncOptions& options,
+                                             const StagePlan& plan, nn::GPT& gpt,
+                                             CollectiveGroup& group)
+    : options_(options),
+      plan_(plan),
+      gpt_(gpt),
+      group_(group),
+      buckets_(gpt.param_layout(),
+               static_cast<size_t>(std::max<int64_t>(options.bucket_elements, 1)),
+               gpt.param_layout().wpe()) {}  // wte: its two shares, above
+
+void AllreduceGradientSync::issue_range(float* data, size_t count) {
+  const double t0 = now_ms();
+  issued_at_.push_back(t0);
+  pending_.push_back(group_.allreduce_async(DType::kFloat32, ReduceOp::kAvg, data, count));
+  // Whatever issuing does on this thread holds up backward: it is exposed.
+  issue_ms_ += now_ms() - t0;
+}
+
+void AllreduceGradientSync::issue(const std::vector<size_t>& ready) {
+  for (size_t i : ready) {
+    const GradientBucket& b = buckets_.buckets()[i];
+    issue_range(gpt_.grads() + b.begin, b.end - b.begin);
+  }
+}
+
+absl::Status AllreduceGradientSync::before_last_forward(std::span<const int32_t> inputs) {
+  // A step that failed part-way may have left reductions running on the
+  // buffers below: they must finish before the buffers are reused.
+  for (const transport::Work& w : pending_)
+    CollectiveGroup::wait(w).IgnoreError();
+  CollectiveGroup::wait(token_mask_work_).IgnoreError();
+  pending_.clear();
+  issued_at_.clear();
+  issue_ms_ = 0;
+  const double t0 = now_ms();
+  token_mask_.assign(static_cast<size_t>(gpt_.config().vocab_size), 0.0f);
+  for (int32_t token : inputs) {
+    // Out-of-range tokens are left for forward to refuse.
+    if (token >= 0 && static_cast<size_t>(token) < token_mask_.size()) token_mask_[token] = 1.0f;
+  }
+  // The union of the replicas' token masks is reduced while forward runs.
+  token_mask_work_ = group_.allreduce_async(DType::kFloat32, ReduceOp::kMax, token_mask_.data(),
+                                            token_mask_.size());
+  issue_ms_ += now_ms() - t0;
+  return absl::OkStatus();
+}
+
+absl::Status AllreduceGradientSync::last_backward(nn::GPT& gpt, float dloss) {
+  const nn::GPTParamLayout& layout = gpt.param_layout();
+  const int L = gpt.config().num_layers;
+  const size_t C = static_cast<size_t>(gpt.config().channels);
+  const bool overlap = options_.overlap_comm;
+  buckets_.reset();
+  if (absl::Status s = gpt.head_backward(dloss); !s.ok()) return s;
+  // wte's gradient: the head's share (and earlier micro-batches' whole gradients) is final.
+  if (overlap) issue_range(gpt.grads(), layout.wpe());
+  if (overlap) issue(buckets_.ready(layout.block_begin(L)));
+  nn::GPT::GradientsFinal on_final;
+  if (overlap) on_final = [&](size_t from) { issue(buckets_.ready(from)); };
+  if (absl::Status s = gpt.backward_blocks(0, L, on_final); !s.ok()) return s;
+  // The embedding's share: the rows of the tokens in any replica's micro-batch.
+  if (absl::Status s = CollectiveGroup::wait(token_mask_work_); !s.ok()) return s;
+  row_of_.assign(token_mask_.size(), -1);
+  row_tokens_.clear();
+  for (size_t v = 0; v < token_mask_.size(); ++v) {
+    if (token_mask_[v] == 0.0f) continue;
+    row_of_[v] = static_cast<int32_t>(row_tokens_.size());
+    row_tokens_.push_back(static_cast<int32_t>(v));
+  }
+  rows_.assign(row_tokens_.size() * C, 0.0f);
+  if (absl::Status s =
+          gpt.embed_backward_rows(rows_.data(), row_of_, static_cast<int>(row_tokens_.size()));
+      !s.ok()) {
+    return s;
+  }
+  if (!overlap) issue_range(gpt.grads(), layout.wpe());
+  issue(buckets_.ready(0));
+  if (!rows_.empty()) issue_range(rows_.data(), rows_.size());
+  backward_done_ms_ = now_ms();
+  return absl::OkStatus();
+}
+
+void AllreduceGradientSync::add_embedding_rows() {
+  const size_t C = static_cast<size_t>(gpt_.config().channels);
+  float* dwte = gpt_.grads();  // wte is the buffer's first tensor
+  for (size_t r = 0; r < row_tokens_.size(); ++r) {
+    float* d = dwte + static_cast<size_t>(row_tokens_[r]) * C;
+    const float* g = rows_.data() + r * C;
+    for (size_t i = 0; i < C; ++i)
+      d[i] += g[i];
+  }
+  row_tokens_.clear();
+  rows_.clear();
+}
+
+absl::Status AllreduceGradientSync::finish(SyncTimes& times) {
+  absl::Status first;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    absl::Status s = CollectiveGroup::wait(pending_[i]);
+    first.Update(s);
+    // To its completion, not to this wait: a bucket issued early in backward
+    // is seen here only after backward.
+    if (s.ok()) times.comm_ms += ms_since_epoch(pending_[i].finished_at()) - issued_at_[i];
+  }
+  pending_.clear();
+  issued_at_.clear();
+  if (!first.ok()) return first;
+  times.exposed_ms = issue_ms_ + now_ms() - backward_done_ms_;
+  add_embedding_rows();
+  return absl::OkStatus();
+}
+
+}  // namespace troupe::actors

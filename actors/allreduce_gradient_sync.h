@@ -1,0 +1,60 @@
+// DDP's gradient exchange: the stage's gradients averaged over the
+// data-parallel group by allreduce, in buckets of whole layers issued as
+// backward finishes them (actors/gradient_buckets.h), so that communication
+// overlaps the rest of backward. Every rank owns the whole stage.
+//
+// wte's gradient (tied: the LM head's and the embedding's) is reduced in two
+// shares. The head's share is dense and final after head_backward, so it goes
+// first, under all of backward. The embedding's touches only the rows of the
+// micro-batch's tokens: it goes into rows_, one row per token that any
+// replica's last micro-batch holds (the union of their token masks,
+// max-reduced during forward), is reduced last (the only reduction nothing is
+// left to hide behind) and added back into wte.
+//
+// REQUIRES: the plan is the whole model (pp = 1).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "actors/gradient_buckets.h"
+#include "actors/gradient_sync.h"
+#include "transport/collectives/work.h"
+
+namespace troupe::actors {
+
+class AllreduceGradientSync : public GradientSync {
+ public:
+  AllreduceGradientSync(const GradientSyncOptions& options, const StagePlan& plan, nn::GPT& gpt,
+                        CollectiveGroup& group);
+
+  nn::ParamRange owned() const override { return plan_.params; }
+  absl::Status before_last_forward(std::span<const int32_t> inputs) override;
+  absl::Status last_backward(nn::GPT& gpt, float dloss) override;
+  absl::Status finish(SyncTimes& times) override;
+
+ private:
+  void issue(const std::vector<size_t>& ready);
+  void issue_range(float* data, size_t count);
+  // wte's gradient += the reduced rows_ (after every reduction finished).
+  void add_embedding_rows();
+
+  GradientSyncOptions options_;
+  StagePlan plan_;
+  nn::GPT& gpt_;
+  CollectiveGroup& group_;
+  GradientBuckets buckets_;
+  // This step's reductions, their issue times, and the time spent issuing.
+  std::vector<transport::Work> pending_;
+  std::vector<double> issued_at_;
+  double issue_ms_ = 0;
+  double backward_done_ms_ = 0;
+  transport::Work token_mask_work_ = transport::Work::done_with(absl::OkStatus());
+  std::vector<float> token_mask_;    // [V]: 1 for the tokens of the last micro-batch(es)
+  std::vector<int32_t> row_of_;      // [V]: token -> its row of rows_, or -1
+  std::vector<int32_t> row_tokens_;  // row of rows_ -> token, ascending
+  std::vector<float> rows_;          // [rows, C]: the embedding's share of wte's gradient
+};
+
+}  // namespace troupe::actors

@@ -1,0 +1,79 @@
+// Codecs for the nn types that travel in actor calls: the model's config and
+// options, element types, parameter ranges. nn knows nothing of core, so
+// they live here, in the first layer that sees both (docs/design.md,
+// "Layers"). Each decodes strictly: a DType outside the enum or a range whose
+// end lies before its begin is a malformed value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/codec.h"
+#include "nn/dtype.h"
+#include "nn/gpt.h"
+#include "nn/gpt_param_layout.h"
+#include "nn/optim/param_range.h"
+
+namespace troupe {
+
+// Six i32, in nn::GPTConfig's member order.
+template <>
+struct Codec<nn::GPTConfig> {
+  static constexpr size_t min_bytes() { return 6 * sizeof(int32_t); }
+  static std::string name() { return "GPTConfig"; }
+  static void encode(Writer& w, const nn::GPTConfig& c) {
+    encode_values(w, c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads,
+                  c.channels);
+  }
+  static bool decode(Reader& r, nn::GPTConfig& c) {
+    return r.read(c.max_seq_len) && r.read(c.vocab_size) && r.read(c.padded_vocab_size) &&
+           r.read(c.num_layers) && r.read(c.num_heads) && r.read(c.channels);
+  }
+};
+
+template <>
+struct Codec<nn::GPTOptions> {
+  static constexpr size_t min_bytes() { return 1; }
+  static std::string name() { return "GPTOptions"; }
+  static void encode(Writer& w, const nn::GPTOptions& o) { w.write(o.recompute_activations); }
+  static bool decode(Reader& r, nn::GPTOptions& o) { return r.read(o.recompute_activations); }
+};
+
+template <>
+struct Codec<nn::DType> {
+  static constexpr size_t min_bytes() { return 1; }
+  static std::string name() { return "DType"; }
+  static void encode(Writer& w, nn::DType t) { w.write(static_cast<uint8_t>(t)); }
+  static bool decode(Reader& r, nn::DType& t) {
+    uint8_t v = 0;
+    if (!r.read(v)) return false;
+    if (v > static_cast<uint8_t>(nn::DType::kBFloat16)) {
+      return r.fail("DType " + std::to_string(v) +
+                    " is not float32 (0), float16 (1) or bfloat16 (2)");
+    }
+    t = static_cast<nn::DType>(v);
+    return true;
+  }
+};
+
+// Two u64: begin, end.
+template <>
+struct Codec<nn::ParamRange> {
+  static constexpr size_t min_bytes() { return 2 * sizeof(uint64_t); }
+  static std::string name() { return "ParamRange"; }
+  static void encode(Writer& w, const nn::ParamRange& p) {
+    encode_values(w, static_cast<uint64_t>(p.begin), static_cast<uint64_t>(p.end));
+  }
+  static bool decode(Reader& r, nn::ParamRange& p) {
+    uint64_t begin = 0, end = 0;
+    if (!r.read(begin) || !r.read(end)) return false;
+    if (end < begin) {
+      return r.fail("ParamRange [" + std::to_string(begin) + ", " + std::to_string(end) +
+                    ") ends before it begins");
+    }
+    p = {static_cast<size_t>(begin), static_cast<size_t>(end)};
+    return true;
+  }
+};
+
+}  // namespace troupe

@@ -1,0 +1,30 @@
+#include "actors/stage_plan.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace troupe::actors {
+
+absl::StatusOr<StagePlan> plan_stage(const nn::GPTParamLayout& layout, int pp, int p) {
+  const int L = layout.num_layers();
+  if (pp < 1 || pp > L) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline of ", pp, " stages for a model of ", L,
+                     " layers: every stage needs at least one block (1 <= pp <= n_layer)"));
+  }
+  if (p < 0 || p >= pp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline stage ", p, " of ", pp, ": stages are 0 .. ", pp - 1));
+  }
+  StagePlan plan;
+  plan.stage = p;
+  plan.num_stages = pp;
+  const int base = L / pp;
+  const int extra = L % pp;
+  plan.block_begin = p * base + (p < extra ? p : extra);
+  plan.block_end = plan.block_begin + base + (p < extra ? 1 : 0);
+  plan.params.begin = plan.first() ? 0 : layout.block_begin(plan.block_begin);
+  plan.params.end = plan.last() ? layout.num_params() : layout.block_begin(plan.block_end);
+  return plan;
+}
+
+}  // namespace troupe::actors

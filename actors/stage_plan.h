@@ -1,0 +1,37 @@
+// What one pipeline stage owns of the GPT: a range of its blocks, and with
+// them a range of the flat parameter buffer (nn/gpt_param_layout.h).
+//
+// The blocks are split as Megatron splits them without a custom layout:
+// evenly, the first L mod pp stages taking one more. The parameter ranges of
+// the stages tile the buffer, so that each parameter has one owner:
+//   first stage   [0, block_begin(end))            wte, wpe and its blocks
+//   middle stage  [block_begin(begin), block_begin(end))
+//   last stage    [block_begin(begin), num_params) its blocks and lnf
+// (with pp = 1 one stage owns [0, num_params)). The LM head is tied to wte:
+// the last stage of a pipeline computes with a copy of wte that the first
+// stage owns, whose gradient it sends to the first stage to be added before
+// the exchange (Megatron's embedding group).
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "nn/gpt_param_layout.h"
+#include "nn/optim/param_range.h"
+
+namespace troupe::actors {
+
+struct StagePlan {
+  int stage = 0;        // p
+  int num_stages = 1;   // pp
+  int block_begin = 0;  // the stage's blocks [block_begin, block_end)
+  int block_end = 0;
+  nn::ParamRange params;  // the range of the flat buffer it owns (above)
+
+  bool first() const { return stage == 0; }
+  bool last() const { return stage + 1 == num_stages; }
+};
+
+// The plan of stage p of pp for a model laid out as `layout`.
+// InvalidArgument unless 1 <= pp <= L and 0 <= p < pp.
+absl::StatusOr<StagePlan> plan_stage(const nn::GPTParamLayout& layout, int pp, int p);
+
+}  // namespace troupe::actors

@@ -1,0 +1,411 @@
+// TrainerController on an in-process ActorSystem, with stand-in stage and
+// shard actors: no processes, no model. Each stand-in reports what the test
+// scripts (its owned range, norm, loss) and records every call, so the tests
+// check what the controller combines, whom it calls with which step, and where
+// the job stands after each kind of failure.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/actor.h"
+#include "trainers/trainer_controller.h"
+
+namespace troupe::trainers {
+namespace {
+
+using actors::CommitRequest;
+using actors::Coordinate;
+using actors::Mesh;
+using actors::StepReport;
+using actors::StepRequest;
+
+constexpr absl::Duration kWait = absl::Seconds(30);
+
+// What every stand-in of one test reports and records, by coordinate.
+struct Script {
+  struct Stage {
+    nn::ParamRange owned;
+    int64_t slice_params = 0;
+    bool holds_loss = false;
+    double loss = 0;
+    double norm_sq = 0;
+    bool found_inf = false;
+    int64_t fail_step = 0;  // run_step of this step fails
+  };
+  struct Shard {
+    int64_t refuse_prepare = 0;    // prepare of this step is refused
+    int64_t fail_commit_once = 0;  // the first commit of this step fails (a lost reply)
+    int64_t die_in_commit = 0;     // commit of this step throws: the actor dies
+    int64_t applied = 0;
+    int64_t updates = 0;
+    float last_lr = 0;
+    float last_grad_scale = 0;
+  };
+  std::mutex mu;
+  std::map<std::string, Stage> stages;
+  std::map<std::string, Shard> shards;
+  std::vector<std::string> calls;  // "run d0.p1.t0 3", "discard ...", "prepare ...", "commit ..."
+
+  void record(const std::string& what, const Coordinate& at, int64_t step) {
+    std::lock_guard lock(mu);
+    calls.push_back(what + " " + actors::to_string(at) + " " + std::to_string(step));
+  }
+  int count(const std::string& prefix) {
+    std::lock_guard lock(mu);
+    int n = 0;
+    for (const std::string& c : calls)
+      n += c.rfind(prefix, 0) == 0 ? 1 : 0;
+    return n;
+  }
+};
+
+class FakeStage {
+ public:
+  FakeStage(Script* script, Coordinate at) : script_(script), at_(at) {}
+  absl::StatusOr<StepReport> run_step(StepRequest request) {
+    script_->record("run", at_, request.step);
+    std::lock_guard lock(script_->mu);
+    const Script::Stage& s = script_->stages[actors::to_string(at_)];
+    if (request.step == s.fail_step) {
+      return absl::AbortedError(absl::StrCat("stage ", actors::to_string(at_), ": group lost"));
+    }
+    StepReport r;
+    r.step = request.step;
+    r.at = at_;
+    r.owned = s.owned;
+    r.slice_params = s.slice_params;
+    r.holds_loss = s.holds_loss;
+    r.loss = s.loss;
+    r.grad_norm_sq = s.found_inf ? INFINITY : s.norm_sq * request.loss_scale * request.loss_scale;
+    r.found_inf = s.found_inf;
+    r.samples = s.holds_loss ? 4 : 0;
+    r.tokens = r.samples * 8;
+    return r;
+  }
+  absl::Status discard(int64_t step) {
+    script_->record("discard", at_, step);
+    return absl::OkStatus();
+  }
+
+ private:
+  Script* script_;
+  Coordinate at_;
+};
+TROUPE_ACTOR(FakeStage, &FakeStage::run_step, &FakeStage::discard);
+
+class FakeShard {
+ public:
+  FakeShard(Script* script, Coordinate at) : script_(script), at_(at) {}
+  absl::Status prepare(int64_t step) {
+    script_->record("prepare", at_, step);
+    std::lock_guard lock(script_->mu);
+    Script::Shard& s = script_->shards[actors::to_string(at_)];
+    if (step == s.refuse_prepare) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("shard ", actors::to_string(at_), ": prepare of step ", step, " refused"));
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int64_t> commit(CommitRequest request) {
+    script_->record("commit", at_, request.step);
+    std::lock_guard lock(script_->mu);
+    Script::Shard& s = script_->shards[actors::to_string(at_)];
+    if (request.step == s.die_in_commit) throw std::runtime_error("worker lost");
+    if (request.step == s.applied) return s.applied;  // a retry: applied once
+    if (request.step == s.fail_commit_once) {
+      s.fail_commit_once = 0;
+      return absl::DeadlineExceededError("the reply was lost");
+    }
+    s.applied = request.step;
+    ++s.updates;
+    s.last_lr = request.lr;
+    s.last_grad_scale = request.grad_scale;
+    return s.applied;
+  }
+  int64_t applied_step() const {
+    std::lock_guard lock(script_->mu);
+    return script_->shards[actors::to_string(at_)].applied;
+  }
+
+ private:
+  Script* script_;
+  Coordinate at_;
+};
+TROUPE_ACTOR(FakeShard, &FakeShard::prepare, &FakeShard::commit, &FakeShard::applied_step);
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  // A stage and a shard at every coordinate of `mesh`; the script's entries
+  // are filled by the test before or after.
+  TrainerController make(const Mesh& mesh, ControllerOptions options = {}) {
+    std::vector<MeshMember> members;
+    for (int d = 0; d < mesh.dp; ++d)
+      for (int p = 0; p < mesh.pp; ++p)
+        for (int t = 0; t < mesh.tp; ++t) {
+          const Coordinate at{.d = d, .p = p, .t = t};
+          auto stage = system_.spawn<FakeStage>({}, &script_, at);
+          auto shard = system_.spawn<FakeShard>({}, &script_, at);
+          EXPECT_TRUE(stage.ok() && shard.ok());
+          members.push_back(
+              {.at = at, .stage = stage_endpoint(*stage), .shard = shard_endpoint(*shard)});
+        }
+    options.step_timeout = kWait;
+    absl::StatusOr<TrainerController> c = TrainerController::create(mesh, members, options);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *std::move(c);
+  }
+  Script::Stage& stage(const Coordinate& at) { return script_.stages[actors::to_string(at)]; }
+  Script::Shard& shard(const Coordinate& at) { return script_.shards[actors::to_string(at)]; }
+
+  // Two pipeline stages of a 100-parameter model, [0, 60) and [60, 100); the
+  // last holds the loss.
+  void two_stages(int dp) {
+    for (int d = 0; d < dp; ++d) {
+      stage({d, 0, 0}) = {.owned = {0, 60}, .slice_params = 100, .loss = 99, .norm_sq = 9};
+      stage({d, 1, 0}) = {.owned = {60, 100},
+                          .slice_params = 100,
+                          .holds_loss = true,
+                          .loss = 2.0 + d,
+                          .norm_sq = 16};
+    }
+  }
+
+  Script script_;
+  ActorSystem system_{{.threads = 2}};
+};
+
+TEST_F(ControllerTest, TwoStagesTwoShardsSumNormsAndTakeTheLossFromTheLastStage) {
+  two_stages(1);
+  TrainerController c =
+      make({.dp = 1, .pp = 2, .tp = 1}, {.schedule = nn::LrSchedule::constant(0.5f)});
+  absl::StatusOr<StepOutcome> out = c.step(1);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(out->applied);
+  EXPECT_DOUBLE_EQ(out->grad_norm, 5.0);  // sqrt(9 + 16): the two owners, summed
+  EXPECT_DOUBLE_EQ(out->loss, 2.0);       // the last stage's, not the first's 99
+  EXPECT_EQ(out->samples, 4);
+  EXPECT_FLOAT_EQ(out->lr, 0.5f);
+  for (const Coordinate& at : {Coordinate{0, 0, 0}, Coordinate{0, 1, 0}}) {
+    EXPECT_EQ(shard(at).applied, 1) << actors::to_string(at);
+    EXPECT_FLOAT_EQ(shard(at).last_lr, 0.5f);
+  }
+  EXPECT_EQ(script_.count("prepare"), 2);
+  EXPECT_EQ(script_.count("commit"), 2);
+  EXPECT_EQ(script_.count("discard"), 0);
+  EXPECT_EQ(c.next_step(), 2);
+  EXPECT_TRUE(c.step(2).ok());
+  EXPECT_EQ(c.applied_steps(), 2);
+}
+
+// DDP: replicas own the same range, counted once. ZeRO-style shares: every
+// rank owns its own part, all summed. The loss: the mean over the replicas'
+// last stages.
+TEST_F(ControllerTest, ReplicasOfARangeCountOnceAndSharesAreSummed) {
+  two_stages(2);
+  TrainerController ddp = make({.dp = 2, .pp = 2, .tp = 1});
+  absl::StatusOr<StepOutcome> out = ddp.step(1);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_DOUBLE_EQ(out->grad_norm, 5.0);
+  EXPECT_DOUBLE_EQ(out->loss, 2.5);  // (2 + 3) / 2, each over 4 samples
+  EXPECT_EQ(out->samples, 8);
+
+  script_.stages.clear();
+  // Stage 0's [0, 60) split 30/30 over d, stage 1's [60, 100) 20/20.
+  stage({0, 0, 0}) = {.owned = {0, 30}, .slice_params = 100, .norm_sq = 1};
+  stage({1, 0, 0}) = {.owned = {30, 60}, .slice_params = 100, .norm_sq = 2};
+  stage({0, 1, 0}) = {.owned = {60, 80}, .slice_params = 100, .holds_loss = true, .norm_sq = 3};
+  stage({1, 1, 0}) = {.owned = {80, 100}, .slice_params = 100, .holds_loss = true, .norm_sq = 10};
+  out = ddp.step(2);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_DOUBLE_EQ(out->grad_norm, 4.0);  // sqrt(1 + 2 + 3 + 10)
+}
+
+TEST_F(ControllerTest, TheNormIsUnscaledAndClippingScalesTheCommit) {
+  stage({0, 0, 0}) = {.owned = {0, 10}, .slice_params = 10, .holds_loss = true, .norm_sq = 16};
+  TrainerController c =
+      make({.dp = 1, .pp = 1, .tp = 1}, {.gradient_clipping = 1.0f, .static_loss_scale = 8});
+  absl::StatusOr<StepOutcome> out = c.step(1);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_DOUBLE_EQ(out->grad_norm, 4.0);
+  EXPECT_TRUE(out->clipped);
+  // coef 1/4 (to norm 1, less torch's 1e-6), divided by the loss scale 8.
+  EXPECT_NEAR(shard({0, 0, 0}).last_grad_scale, 0.25 / 8, 1e-6);
+}
+
+TEST_F(ControllerTest, ReplicasThatDisagreeFailTheStepAndNothingIsApplied) {
+  two_stages(2);
+  stage({1, 1, 0}).norm_sq = 16.000001;
+  TrainerController c = make({.dp = 2, .pp = 2, .tp = 1});
+  absl::StatusOr<StepOutcome> out = c.step(1);
+  ASSERT_EQ(out.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(out.status().message().find("d0.p1.t0 and d1.p1.t0"), absl::string_view::npos)
+      << out.status();
+  EXPECT_NE(out.status().message().find("diverged"), absl::string_view::npos);
+  EXPECT_EQ(script_.count("discard"), 4);
+  EXPECT_EQ(script_.count("prepare"), 0);
+  EXPECT_EQ(script_.count("commit"), 0);
+  EXPECT_EQ(c.next_step(), 1);
+}
+
+TEST_F(ControllerTest, OverlappingOrMissingRangesFailTheStep) {
+  two_stages(1);
+  stage({0, 1, 0}).owned = {50, 100};
+  TrainerController c = make({.dp = 1, .pp = 2, .tp = 1});
+  absl::StatusOr<StepOutcome> out = c.step(1);
+  ASSERT_EQ(out.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(out.status().message().find("overlapping gradients [0, 60) and [50, 100)"),
+            absl::string_view::npos)
+      << out.status();
+  stage({0, 1, 0}).owned = {70, 100};
+  out = c.step(1);
+  ASSERT_EQ(out.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(out.status().message().find("owns the gradients [60, 70)"), absl::string_view::npos)
+      << out.status();
+  stage({0, 1, 0}).owned = {60, 90};
+  out = c.step(1);
+  ASSERT_EQ(out.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(out.status().message().find("up to 90 of its 100"), absl::string_view::npos)
+      << out.status();
+  EXPECT_EQ(script_.count("commit"), 0);
+  stage({0, 1, 0}).owned = {60, 100};
+  EXPECT_TRUE(c.step(1).ok()) << "the step can be re-run once the reports agree";
+}
+
+TEST_F(ControllerTest, AStepOutOfTurnIsRefusedNamingBoth) {
+  two_stages(1);
+  TrainerController c = make({.dp = 1, .pp = 2, .tp = 1});
+  absl::StatusOr<StepOutcome> out = c.step(2);
+  ASSERT_EQ(out.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(out.status().message().find("step 2 requested, but the next step is 1"),
+            absl::string_view::npos)
+      << out.status();
+  EXPECT_EQ(script_.count("run"), 0) << "nothing is asked of the actors";
+  ASSERT_TRUE(c.step(1).ok());
+  EXPECT_EQ(c.step(1).status().code(), absl::StatusCode::kFailedPrecondition)
+      << "a committed step is never run again";
+}
+
+TEST_F(ControllerTest, AFailedStageDiscardsTheStepEverywhereAndItCanBeRerun) {
+  two_stages(2);
+  stage({1, 0, 0}).fail_step = 1;
+  TrainerController c = make({.dp = 2, .pp = 2, .tp = 1});
+  absl::StatusOr<StepOutcome> out = c.step(1);
+  ASSERT_EQ(out.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(out.status().message().find("step 1: stage d1.p0.t0: group lost"),
+            absl::string_view::npos)
+      << out.status();
+  EXPECT_EQ(script_.count("discard"), 4);
+  EXPECT_EQ(script_.count("prepare"), 0);
+  EXPECT_EQ(c.next_step(), 1);
+  stage({1, 0, 0}).fail_step = 0;
+  EXPECT_TRUE(c.step(1).ok());
+}
+
+// Every shard at step k - 1: a shard that refuses prepare stops the step
+// before any shard applies it.
+TEST_F(ControllerTest, AShardThatRefusesPrepareLeavesEveryShardAtThePreviousStep) {
+  two_stages(2);
+  TrainerController c = make({.dp = 2, .pp = 2, .tp = 1});
+  ASSERT_TRUE(c.step(1).ok());
+  shard({1, 1, 0}).refuse_prepare = 2;
+  absl::StatusOr<StepOutcome> out = c.step(2);
+  ASSERT_EQ(out.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(out.status().message().find("step 2: prepare: shard d1.p1.t0: prepare of step 2"),
+            absl::string_view::npos)
+      << out.status();
+  for (int d = 0; d < 2; ++d)
+    for (int p = 0; p < 2; ++p)
+      EXPECT_EQ(shard({d, p, 0}).applied, 1) << "d" << d << " p" << p;
+  EXPECT_EQ(script_.count("commit"), 4) << "only step 1's";
+  EXPECT_EQ(script_.count("discard"), 4);
+  EXPECT_EQ(c.next_step(), 2);
+  EXPECT_EQ(c.applied_steps(), 1);
+}
+
+// Every shard at step k: a commit whose reply is lost is retried, and
+// applied once.
+TEST_F(ControllerTest, ACommitThatFailsOnceIsRetriedAndAppliedOnce) {
+  two_stages(1);
+  shard({0, 1, 0}).fail_commit_once = 1;
+  TrainerController c = make({.dp = 1, .pp = 2, .tp = 1});
+  absl::StatusOr<StepOutcome> out = c.step(1);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(shard({0, 0, 0}).applied, 1);
+  EXPECT_EQ(shard({0, 1, 0}).applied, 1);
+  EXPECT_EQ(shard({0, 1, 0}).updates, 1);
+  EXPECT_EQ(script_.count("commit d0.p1.t0"), 2);
+  EXPECT_TRUE(c.lost_shards().empty());
+}
+
+// A shard lost in commit: every live shard applied the step, the lost one is
+// named, and the job refuses to go on until it is restored.
+TEST_F(ControllerTest, AShardLostInCommitIsNamedAndTheOthersAreAtTheStep) {
+  two_stages(2);
+  shard({1, 0, 0}).die_in_commit = 1;
+  TrainerController c = make({.dp = 2, .pp = 2, .tp = 1});
+  absl::StatusOr<StepOutcome> out = c.step(1);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("every live shard applied it; lost the shards at d1.p0.t0"),
+            absl::string_view::npos)
+      << out.status();
+  ASSERT_EQ(c.lost_shards().size(), 1u);
+  EXPECT_TRUE(c.lost_shards()[0] == (Coordinate{1, 0, 0}));
+  for (const Coordinate& at : {Coordinate{0, 0, 0}, Coordinate{0, 1, 0}, Coordinate{1, 1, 0}})
+    EXPECT_EQ(shard(at).applied, 1) << actors::to_string(at);
+  EXPECT_EQ(c.next_step(), 2);
+  absl::StatusOr<StepOutcome> next = c.step(2);
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(next.status().message().find("must be restored"), absl::string_view::npos);
+}
+
+TEST_F(ControllerTest, AnOverflowSkipsTheStepOnEveryShardAndBacksOff) {
+  two_stages(1);
+  stage({0, 0, 0}).found_inf = true;
+  TrainerController c =
+      make({.dp = 1, .pp = 2, .tp = 1},
+           {.dynamic_loss_scale = nn::LossScalerConfig{.initial_scale_power = 4, .hysteresis = 1}});
+  absl::StatusOr<StepOutcome> out = c.step(1);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_FALSE(out->applied);
+  EXPECT_EQ(out->loss_scale, 16);
+  EXPECT_EQ(c.loss_scale(), 8);
+  EXPECT_EQ(script_.count("discard"), 2);
+  EXPECT_EQ(script_.count("prepare"), 0);
+  EXPECT_EQ(c.next_step(), 2) << "a skipped step is finished";
+  EXPECT_EQ(c.applied_steps(), 0);
+  stage({0, 0, 0}).found_inf = false;
+  out = c.step(2);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(out->applied);
+  EXPECT_EQ(shard({0, 0, 0}).applied, 2);
+}
+
+TEST_F(ControllerTest, MembersMustFillTheMeshOncePerCoordinate) {
+  auto stage_ref = system_.spawn<FakeStage>({}, &script_, Coordinate{});
+  auto shard_ref = system_.spawn<FakeShard>({}, &script_, Coordinate{});
+  ASSERT_TRUE(stage_ref.ok() && shard_ref.ok());
+  MeshMember m{.at = {}, .stage = stage_endpoint(*stage_ref), .shard = shard_endpoint(*shard_ref)};
+  EXPECT_EQ(TrainerController::create({.dp = 2}, {m}, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TrainerController::create({.dp = 2}, {m, m}, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  MeshMember outside = m;
+  outside.at = {.d = 0, .p = 1, .t = 0};
+  EXPECT_EQ(TrainerController::create({.dp = 1}, {outside}, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  MeshMember no_shard = m;
+  no_shard.shard = nullptr;
+  EXPECT_EQ(TrainerController::create({.dp = 1}, {no_shard}, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(TrainerController::create({.dp = 1}, {m}, {}).ok());
+}
+
+}  // namespace
+}  // namespace troupe::trainers

@@ -1,0 +1,84 @@
+// The nn types that travel in actor calls (actors/nn_codecs.h) and the one
+// mapping between nn's and transport's element types (actors/dtype_mapping.h).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "actors/dtype_mapping.h"
+#include "actors/nn_codecs.h"
+#include "actors/training_types.h"
+
+namespace troupe::actors {
+namespace {
+
+template <class T>
+T round_trip(const T& value) {
+  Writer w;
+  w.write(value);
+  Reader r(w.bytes());
+  T out{};
+  EXPECT_TRUE(decode_values(r, out).ok()) << r.status();
+  return out;
+}
+
+template <class T>
+absl::Status decode_bytes(const std::vector<uint8_t>& bytes) {
+  std::vector<std::byte> raw(bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i)
+    raw[i] = static_cast<std::byte>(bytes[i]);
+  Reader r(raw);
+  T out{};
+  return decode_values(r, out);
+}
+
+TEST(DTypeMappingTest, EveryTypeMapsByNameBothWays) {
+  for (nn::DType t : {nn::DType::kFloat32, nn::DType::kFloat16, nn::DType::kBFloat16}) {
+    const transport::DType mapped = to_transport(t);
+    EXPECT_EQ(std::string(nn::to_string(t)), std::string(transport::to_string(mapped)));
+    EXPECT_EQ(nn::element_size(t), transport::element_size(mapped));
+    EXPECT_EQ(to_nn(mapped), t);
+    EXPECT_EQ(static_cast<int>(mapped), static_cast<int>(t)) << "the values agree too";
+  }
+}
+
+TEST(NnCodecsTest, ModelConfigOptionsDTypeAndRangesRoundTrip) {
+  const nn::GPTConfig c{.max_seq_len = 48,
+                        .vocab_size = 100,
+                        .padded_vocab_size = 128,
+                        .num_layers = 3,
+                        .num_heads = 2,
+                        .channels = 32};
+  const nn::GPTConfig back = round_trip(c);
+  EXPECT_EQ(back.max_seq_len, 48);
+  EXPECT_EQ(back.vocab_size, 100);
+  EXPECT_EQ(back.padded_vocab_size, 128);
+  EXPECT_EQ(back.num_layers, 3);
+  EXPECT_EQ(back.num_heads, 2);
+  EXPECT_EQ(back.channels, 32);
+  EXPECT_TRUE(round_trip(nn::GPTOptions{.recompute_activations = true}).recompute_activations);
+  EXPECT_EQ(round_trip(nn::DType::kBFloat16), nn::DType::kBFloat16);
+  EXPECT_EQ(round_trip(nn::ParamRange{7, 4096}), (nn::ParamRange{7, 4096}));
+  StepReport r{.step = 3, .at = {.d = 1, .p = 0, .t = 0}, .owned = {10, 20}, .holds_loss = true};
+  const StepReport rb = round_trip(r);
+  EXPECT_EQ(rb.step, 3);
+  EXPECT_TRUE(rb.at == r.at);
+  EXPECT_EQ(rb.owned, r.owned);
+  EXPECT_TRUE(rb.holds_loss);
+}
+
+TEST(NnCodecsTest, MalformedValuesAreRefused) {
+  absl::Status bad_type = decode_bytes<nn::DType>({3});
+  EXPECT_EQ(bad_type.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_type.message().find("DType 3"), absl::string_view::npos) << bad_type;
+  std::vector<uint8_t> backwards(16, 0);
+  backwards[0] = 9;  // begin 9, end 0
+  absl::Status bad_range = decode_bytes<nn::ParamRange>(backwards);
+  EXPECT_EQ(bad_range.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_range.message().find("ends before it begins"), absl::string_view::npos)
+      << bad_range;
+  EXPECT_FALSE(decode_bytes<nn::GPTConfig>({1, 0, 0, 0}).ok()) << "too short";
+}
+
+}  // namespace
+}  // namespace troupe::actors

@@ -1,0 +1,291 @@
+// The training actors of one coordinate - a stage, its parameter shard and
+// its data loader - on an in-process ActorSystem: the step protocol (every
+// step-changing call refused for a step out of turn), a shard that owns a
+// range of its stage, the stage plans, the factories' errors, and the
+// controller driving the real actors without any process.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "actors/data/data_loader_actor.h"
+#include "actors/handoff.h"
+#include "actors/param_shard_actor.h"
+#include "actors/pipeline_stage_actor.h"
+#include "actors/stage_plan.h"
+#include "core/actor.h"
+#include "trainers/config.h"
+#include "trainers/trainer.h"
+#include "trainers/trainer_controller.h"
+
+namespace troupe::trainers {
+namespace {
+
+using actors::CommitRequest;
+using actors::DataLoaderActor;
+using actors::ParamShardActor;
+using actors::PipelineStageActor;
+using actors::StepReport;
+using actors::StepRequest;
+
+constexpr absl::Duration kWait = absl::Seconds(60);
+
+TrainConfig small_config() {
+  TrainConfig c;
+  c.parallel.dp = 1;
+  c.micro_batch_size = 4;
+  c.gradient_accumulation_steps = 2;
+  c.train_batch_size = 8;
+  c.model = {.max_seq_len = 16,
+             .vocab_size = 256,
+             .padded_vocab_size = 256,
+             .num_layers = 2,
+             .num_heads = 2,
+             .channels = 32};
+  c.data.synthetic =
+      SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 400, .seed = 3};
+  c.optimizer.adamw = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f};
+  c.schedule = nn::LrSchedule::constant(3e-3f);
+  c.training.seed = 5;
+  return c;
+}
+
+actors::StageOptions stage_options(const TrainConfig& c, const std::string& job) {
+  return {.job = job,
+          .at = {},
+          .mesh = {.dp = 1, .pp = 1, .tp = 1},
+          .model = c.model,
+          .micro_batch = static_cast<int>(c.micro_batch_size),
+          .grad_accum = static_cast<int>(c.gradient_accumulation_steps),
+          .threads = 1};
+}
+
+actors::ShardOptions shard_options(const TrainConfig& c, const std::string& job,
+                                   nn::ParamRange range = {}) {
+  return {.job = job,
+          .at = {},
+          .model = c.model,
+          .range = range,
+          .optimizer = optimizer_spec(c.optimizer),
+          .seed = c.training.seed};
+}
+
+bool contains(absl::string_view text, absl::string_view part) {
+  return text.find(part) != absl::string_view::npos;
+}
+
+class StageStepsTest : public ::testing::Test {
+ protected:
+  // Spawns the three actors of coordinate (0, 0, 0) of `job`, sets the stage
+  // up and initialises the shard.
+  void start(const std::string& job, nn::ParamRange range = {}) {
+    auto loader = system_.spawn<DataLoaderActor>({}, loader_options(config_, job, 0));
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    auto stage = system_.spawn<PipelineStageActor>({}, stage_options(config_, job));
+    ASSERT_TRUE(stage.ok()) << stage.status();
+    auto shard = system_.spawn<ParamShardActor>({}, shard_options(config_, job, range));
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    loader_ = *loader;
+    stage_ = *stage;
+    shard_ = *shard;
+    ASSERT_TRUE(stage_.call(&PipelineStageActor::setup).get(kWait).ok());
+    ASSERT_TRUE(shard_.call(&ParamShardActor::init).get(kWait).ok());
+  }
+  absl::StatusOr<StepReport> run(int64_t step) {
+    return stage_.call(&PipelineStageActor::run_step, StepRequest{.step = step}).get(kWait);
+  }
+  absl::Status discard(int64_t step) {
+    return stage_.call(&PipelineStageActor::discard, step).get(kWait);
+  }
+  absl::Status prepare(int64_t step) {
+    return shard_.call(&ParamShardActor::prepare, step).get(kWait);
+  }
+  absl::StatusOr<int64_t> commit(int64_t step) {
+    return shard_.call(&ParamShardActor::commit, CommitRequest{.step = step, .lr = 3e-3f})
+        .get(kWait);
+  }
+  std::vector<float> masters() {
+    absl::StatusOr<std::vector<float>> p = shard_.call(&ParamShardActor::master_params).get(kWait);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? *p : std::vector<float>{};
+  }
+
+  TrainConfig config_ = small_config();
+  ActorSystem system_{{.threads = 2}};
+  ActorRef<DataLoaderActor> loader_;
+  ActorRef<PipelineStageActor> stage_;
+  ActorRef<ParamShardActor> shard_;
+};
+
+TEST_F(StageStepsTest, EveryStepChangingCallIsRefusedOutOfTurn) {
+  start("steps");
+  const size_t n = nn::GPTParamLayout(config_.model).num_params();
+  absl::StatusOr<StepReport> report = run(2);
+  ASSERT_EQ(report.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(contains(report.status().message(), "run_step for step 2")) << report.status();
+  EXPECT_TRUE(contains(report.status().message(), "the next step is 1")) << report.status();
+
+  report = run(1);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->step, 1);
+  EXPECT_TRUE(report->holds_loss);
+  EXPECT_EQ(report->owned, (nn::ParamRange{0, n}));
+  EXPECT_EQ(report->slice_params, static_cast<int64_t>(n));
+  EXPECT_EQ(report->samples, 8);
+  EXPECT_GT(report->grad_norm_sq, 0);
+
+  report = run(2);
+  ASSERT_EQ(report.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(contains(report.status().message(), "while step 1 is in flight")) << report.status();
+  absl::StatusOr<int64_t> applied = commit(1);
+  ASSERT_EQ(applied.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(contains(applied.status().message(), "no step is prepared")) << applied.status();
+  absl::Status s = prepare(2);
+  ASSERT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(contains(s.message(),
+                       "prepare of step 2, but its stage holds the gradients of "
+                       "step 1"))
+      << s;
+
+  const std::vector<float> before = masters();
+  ASSERT_TRUE(prepare(1).ok());
+  applied = commit(1);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(*applied, 1);
+  const std::vector<float> after = masters();
+  EXPECT_NE(before, after) << "the update was not applied";
+  // A retried commit of the step applied succeeds and applies nothing.
+  applied = commit(1);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(masters(), after);
+  EXPECT_EQ(*shard_.call(&ParamShardActor::applied_updates).get(kWait), 1);
+
+  s = discard(1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << "a committed step stays";
+  EXPECT_EQ(run(1).status().code(), absl::StatusCode::kFailedPrecondition)
+      << "a committed step is never run again";
+
+  // Step 2: run, discard, run again (a re-run), then commit.
+  ASSERT_TRUE(run(2).ok());
+  EXPECT_EQ(discard(3).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(discard(2).ok());
+  s = prepare(2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(contains(s.message(), "holds no step's gradients")) << s;
+  ASSERT_TRUE(run(2).ok()) << "a discarded step can be run again";
+  ASSERT_TRUE(prepare(2).ok());
+  applied = commit(2);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(*applied, 2);
+  // A skipped step (discarded for good): the next one follows it.
+  ASSERT_TRUE(run(3).ok());
+  ASSERT_TRUE(discard(3).ok());
+  ASSERT_TRUE(run(4).ok());
+}
+
+// A shard of part of the stage initialises, updates and reports only its
+// range; the rest of the stage's parameters is another shard's.
+TEST_F(StageStepsTest, AShardOwnsOnlyItsRangeOfTheStage) {
+  const nn::GPTParamLayout layout(config_.model);
+  const nn::ParamRange range{layout.block_begin(1), layout.num_params()};
+  start("range", range);
+  absl::StatusOr<nn::GPT> reference = nn::GPT::create(config_.model);
+  ASSERT_TRUE(reference.ok());
+  reference->init_parameters(config_.training.seed);
+  std::vector<float> before = masters();
+  ASSERT_EQ(before.size(), range.size());
+  EXPECT_EQ(
+      std::memcmp(before.data(), reference->params() + range.begin, range.size() * sizeof(float)),
+      0);
+  // The stage's parameters before the range are another shard's: set them here.
+  std::shared_ptr<actors::StageTensors> tensors =
+      actors::Handoff::find<actors::StageTensors>(actors::actor_name("range", "stage", {}));
+  ASSERT_NE(tensors, nullptr);
+  for (size_t i = 0; i < tensors->n; ++i) {
+    if (i < range.begin) {
+      EXPECT_EQ(tensors->params[i], 0.0f) << "outside the range, at " << i;
+      tensors->params[i] = reference->params()[i];
+    }
+  }
+  const std::vector<float> outside(tensors->params, tensors->params + range.begin);
+  ASSERT_TRUE(run(1).ok());
+  ASSERT_TRUE(prepare(1).ok());
+  ASSERT_TRUE(commit(1).ok());
+  std::vector<float> after = masters();
+  EXPECT_NE(before, after);
+  EXPECT_EQ(std::vector<float>(tensors->params, tensors->params + range.begin), outside)
+      << "the shard wrote outside its range";
+}
+
+TEST_F(StageStepsTest, TheControllerDrivesTheRealActorsInProcess) {
+  start("controller");
+  std::vector<MeshMember> members = {
+      {.at = {}, .stage = stage_endpoint(stage_), .shard = shard_endpoint(shard_)}};
+  absl::StatusOr<TrainerController> c =
+      TrainerController::create({}, std::move(members), controller_options(config_));
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<double> losses;
+  for (int64_t k = 1; k <= 6; ++k) {
+    absl::StatusOr<StepOutcome> out = c->step(k);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_TRUE(out->applied);
+    EXPECT_EQ(out->samples, 8);
+    losses.push_back(out->loss);
+  }
+  EXPECT_LT(losses.back(), losses.front()) << "the model does not learn";
+  EXPECT_EQ(*shard_.call(&ParamShardActor::applied_step).get(kWait), 6);
+}
+
+TEST(StageFactoryTest, BadOptionsFailTheSpawnWithTheReason) {
+  ActorSystem system({.threads = 1});
+  const TrainConfig c = small_config();
+  actors::StageOptions pipeline = stage_options(c, "bad");
+  pipeline.mesh.pp = 2;
+  auto stage = system.spawn<PipelineStageActor>({}, pipeline);
+  EXPECT_EQ(stage.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(stage.status().message(), "pipeline and tensor parallelism"))
+      << stage.status();
+  actors::StageOptions outside = stage_options(c, "bad");
+  outside.at.d = 3;
+  EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, outside).status().message(),
+                       "is not in the mesh"));
+  actors::StageOptions no_batch = stage_options(c, "bad");
+  no_batch.micro_batch = 0;
+  EXPECT_EQ(system.spawn<PipelineStageActor>({}, no_batch).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  actors::StageOptions sync = stage_options(c, "bad");
+  sync.gradient_sync = "gossip";
+  EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, sync).status().message(),
+                       "gradient sync \"gossip\" is not known"));
+  actors::ShardOptions shard = shard_options(c, "bad", {0, 1u << 30});
+  auto s = system.spawn<ParamShardActor>({}, shard);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(s.status().message(), "does not lie inside")) << s.status();
+  EXPECT_EQ(system.num_actors(), 0u);
+}
+
+TEST(StagePlanTest, StagesSplitTheBlocksEvenlyAndTheirRangesTileTheModel) {
+  const nn::GPTParamLayout layout(nn::GPTConfig{
+      .max_seq_len = 8, .vocab_size = 10, .num_layers = 5, .num_heads = 2, .channels = 4});
+  const int expected[3][2] = {{0, 2}, {2, 4}, {4, 5}};
+  size_t covered = 0;
+  for (int p = 0; p < 3; ++p) {
+    absl::StatusOr<actors::StagePlan> plan = actors::plan_stage(layout, 3, p);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->block_begin, expected[p][0]) << "stage " << p;
+    EXPECT_EQ(plan->block_end, expected[p][1]) << "stage " << p;
+    EXPECT_EQ(plan->params.begin, covered) << "stage " << p;
+    covered = plan->params.end;
+  }
+  EXPECT_EQ(covered, layout.num_params());
+  absl::StatusOr<actors::StagePlan> whole = actors::plan_stage(layout, 1, 0);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_TRUE(whole->first() && whole->last());
+  EXPECT_EQ(whole->params, (nn::ParamRange{0, layout.num_params()}));
+  EXPECT_EQ(actors::plan_stage(layout, 6, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(actors::plan_stage(layout, 2, 2).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace troupe::trainers

@@ -1,0 +1,45 @@
+// How the controller reads one step from its stages' reports (trainer_
+// controller.h): pure bookkeeping, no actors, no clocks - a unit tested
+// alone.
+//
+// The loss: the mean over the global batch, from the reports that hold it
+// (the last pipeline stage; with tp > 1 only tensor slice 0's, since every
+// slice computes the same loss). The gradient norm: the reports' owned ranges
+// (actors/training_types.h, StepReport) grouped by (tensor slice, range); the
+// replicas of a range must report bitwise the same squared norm (they hold
+// the same reduced gradients) unless a gradient overflowed; the distinct
+// ranges of each slice must tile [0, slice_params) without overlap; the
+// squared norm is the sum over the distinct ranges, in (slice, begin) order.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "absl/status/statusor.h"
+#include "actors/training_types.h"
+
+namespace troupe::trainers {
+
+struct StepTotals {
+  double loss = 0;          // mean over the global batch (unscaled)
+  double grad_norm_sq = 0;  // global, still multiplied by the loss scale
+  bool found_inf = false;   // some owned gradient overflowed
+  int64_t samples = 0;
+  int64_t tokens = 0;
+  int64_t data_position = 0;  // the furthest loader position
+  int64_t epoch = 0;
+  // The slowest stage's times.
+  double compute_ms = 0;
+  double comm_ms = 0;
+  double comm_exposed_ms = 0;
+  double stage_ms = 0;
+};
+
+// The totals of step `step` from every stage's report. Internal, naming the
+// stages, when the reports contradict each other: a report of another step, no
+// report holding the loss, replicas of a range with different norms, ranges
+// that overlap or leave a gap.
+absl::StatusOr<StepTotals> combine_reports(int64_t step,
+                                           std::span<const actors::StepReport> reports);
+
+}  // namespace troupe::trainers

@@ -1,0 +1,77 @@
+#include "trainers/trainer.h"
+
+#include "absl/strings/str_cat.h"
+#include "trainers/ddp_trainer.h"
+
+namespace troupe::trainers {
+
+absl::StatusOr<std::unique_ptr<Trainer>> start_trainer(Cluster& cluster, const TrainConfig& config,
+                                                       const std::string& job, int threads) {
+  absl::StatusOr<std::unique_ptr<DdpTrainer>> ddp =
+      DdpTrainer::start(cluster, config, job, threads);
+  if (!ddp.ok()) return ddp.status();
+  return std::unique_ptr<Trainer>(*std::move(ddp));
+}
+
+actors::LoaderOptions loader_options(const TrainConfig& config, const std::string& job, int rank) {
+  actors::LoaderOptions o;
+  if (config.data.synthetic) {
+    o.task = config.data.synthetic->task;
+    o.addition = {.digits = config.data.synthetic->digits,
+                  .num_samples = config.data.synthetic->num_samples,
+                  .seed = config.data.synthetic->seed,
+                  .seq_len = config.model.max_seq_len};
+  } else {
+    o.path = config.data.path;
+  }
+  o.seq_len = config.model.max_seq_len;
+  o.micro_batch = static_cast<int>(config.micro_batch_size);
+  o.grad_accum = static_cast<int>(config.gradient_accumulation_steps);
+  o.dp = config.parallel.dp;
+  o.rank = rank;
+  o.seed = config.training.seed;
+  o.shuffle = config.data.shuffle;
+  o.prefetch = config.data.prefetch;
+  o.start_position = 0;
+  o.job = job;
+  return o;
+}
+
+actors::OptimizerSpec optimizer_spec(const OptimizerConfig& o) {
+  actors::OptimizerSpec spec;
+  if (o.type == OptimizerType::kAdamW) {
+    spec.kind = actors::OptimizerSpec::kAdamW;
+    spec.beta1 = o.adamw.beta1;
+    spec.beta2 = o.adamw.beta2;
+    spec.eps = o.adamw.eps;
+    spec.weight_decay = o.adamw.weight_decay;
+  } else {
+    spec.kind = actors::OptimizerSpec::kSgd;
+    spec.momentum = o.sgd.momentum;
+    spec.dampening = o.sgd.dampening;
+    spec.weight_decay = o.sgd.weight_decay;
+    spec.nesterov = o.sgd.nesterov;
+  }
+  return spec;
+}
+
+nn::DType compute_precision(const TrainConfig& c) {
+  if (c.fp16.enabled) return nn::DType::kFloat16;
+  if (c.bf16) return nn::DType::kBFloat16;
+  return nn::DType::kFloat32;
+}
+
+ControllerOptions controller_options(const TrainConfig& config) {
+  ControllerOptions options{.schedule = config.schedule,
+                            .gradient_clipping = static_cast<float>(config.gradient_clipping)};
+  if (config.fp16.enabled) {
+    if (config.fp16.static_loss_scale > 0) {
+      options.static_loss_scale = config.fp16.static_loss_scale;
+    } else {
+      options.dynamic_loss_scale = config.fp16.dynamic;
+    }
+  }
+  return options;
+}
+
+}  // namespace troupe::trainers
