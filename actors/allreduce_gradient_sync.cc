@@ -44,14 +44,17 @@ void AllreduceGradientSync::issue(const std::vector<size_t>& ready) {
   }
 }
 
-absl::Status AllreduceGradientSync::before_last_forward(std::span<const int32_t> inputs) {
-  // A step that failed part-way may have left reductions running on the
-  // buffers below: they must finish before the buffers are reused.
+void AllreduceGradientSync::drain() {
+  // Their statuses were (or will be) reported by the step that issued them.
   for (const transport::Work& w : pending_)
     CollectiveGroup::wait(w).IgnoreError();
   CollectiveGroup::wait(token_mask_work_).IgnoreError();
   pending_.clear();
   issued_at_.clear();
+}
+
+absl::Status AllreduceGradientSync::before_last_forward(std::span<const int32_t> inputs) {
+  drain();
   issue_ms_ = 0;
   const double t0 = now_ms();
   token_mask_.assign(static_cast<size_t>(gpt_.config().vocab_size), 0.0f);
@@ -67,6 +70,13 @@ absl::Status AllreduceGradientSync::before_last_forward(std::span<const int32_t>
 }
 
 absl::Status AllreduceGradientSync::last_backward(nn::GPT& gpt, float dloss) {
+  absl::Status s = issue_backward(gpt, dloss);
+  // A failed backward leaves no reduction running on buffers the stage will clear.
+  if (!s.ok()) drain();
+  return s;
+}
+
+absl::Status AllreduceGradientSync::issue_backward(nn::GPT& gpt, float dloss) {
   const nn::GPTParamLayout& layout = gpt.param_layout();
   const int L = gpt.config().num_layers;
   const size_t C = static_cast<size_t>(gpt.config().channels);

@@ -28,13 +28,16 @@ class AllreduceGradientSync : public GradientSync {
  public:
   AllreduceGradientSync(const GradientSyncOptions& options, const StagePlan& plan, nn::GPT& gpt,
                         CollectiveGroup& group);
+  ~AllreduceGradientSync() override { drain(); }
 
   nn::ParamRange owned() const override { return plan_.params; }
   absl::Status before_last_forward(std::span<const int32_t> inputs) override;
   absl::Status last_backward(nn::GPT& gpt, float dloss) override;
   absl::Status finish(SyncTimes& times) override;
+  void drain() override;
 
  private:
+  absl::Status issue_backward(nn::GPT& gpt, float dloss);
   void issue(const std::vector<size_t>& ready);
   void issue_range(float* data, size_t count);
   // wte's gradient += the reduced rows_ (after every reduction finished).

@@ -9,14 +9,16 @@ namespace {
 // dp = 1: the accumulated gradients are final as they are.
 class LocalGradientSync : public GradientSync {
  public:
-  explicit LocalGradientSync(const StagePlan& plan) : owned_(plan.params) {}
-  nn::ParamRange owned() const override { return owned_; }
+  explicit LocalGradientSync(const StagePlan& plan) : plan_(plan) {}
+  nn::ParamRange owned() const override { return plan_.params; }
   absl::Status before_last_forward(std::span<const int32_t>) override { return absl::OkStatus(); }
-  absl::Status last_backward(nn::GPT& gpt, float dloss) override { return gpt.backward(dloss); }
+  absl::Status last_backward(nn::GPT& gpt, float dloss) override {
+    return backward_stage(gpt, plan_, dloss);
+  }
   absl::Status finish(SyncTimes&) override { return absl::OkStatus(); }
 
  private:
-  nn::ParamRange owned_;
+  StagePlan plan_;
 };
 
 }  // namespace

@@ -10,8 +10,8 @@
 //   own 1/dp of the stage's range instead of all of it.
 //
 // The stage calls, for each step, in this order:
-//   for every micro-batch but the last: forward, then gpt.backward(dloss)
-//       (gradients accumulate locally; nothing is communicated)
+//   for every micro-batch but the last: forward_stage, then backward_stage
+//       (actors/stage_plan.h: gradients accumulate locally; nothing is communicated)
 //   before_last_forward(inputs)   the last micro-batch's tokens, before its forward
 //   (the last micro-batch's forward)
 //   last_backward(gpt, dloss)     its backward, issuing reductions as backward
@@ -55,6 +55,10 @@ class GradientSync {
   virtual absl::Status before_last_forward(std::span<const int32_t> inputs) = 0;
   virtual absl::Status last_backward(nn::GPT& gpt, float dloss) = 0;
   virtual absl::Status finish(SyncTimes& times) = 0;
+  // Waits for every reduction still running on the stage's buffers (after a
+  // step that failed part-way). The stage calls it before it clears or reuses
+  // its gradients; the destructor calls it too.
+  virtual void drain() {}
 };
 
 struct GradientSyncOptions {

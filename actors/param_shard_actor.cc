@@ -24,7 +24,9 @@ absl::StatusOr<std::unique_ptr<ParamShardActor>> ParamShardActor::create(
   }
   if (options.precision != nn::DType::kFloat32 && options.precision != nn::DType::kBFloat16 &&
       options.precision != nn::DType::kFloat16) {
-    return absl::InvalidArgumentError("parameter shard: unknown precision");
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter shard ", to_string(options.at), ": precision ",
+                     static_cast<int>(options.precision), " is not fp32, fp16 or bf16"));
   }
   return std::unique_ptr<ParamShardActor>(new ParamShardActor(options, layout, range));
 }
@@ -85,6 +87,7 @@ absl::StatusOr<int64_t> ParamShardActor::init() {
   prepared_ = 0;
   applied_step_ = 0;
   updates_ = 0;
+  initialised_ = true;
   (*s)->applied_step.store(0);
   return static_cast<int64_t>(range_.size());
 }
@@ -92,6 +95,16 @@ absl::StatusOr<int64_t> ParamShardActor::init() {
 absl::Status ParamShardActor::prepare(int64_t step) {
   absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
   if (!s.ok()) return s.status();
+  if (!initialised_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, ": prepare of step ", step,
+                     ", but it holds no weights (not initialised or loaded; restarted?)"));
+  }
+  if (const int64_t stage_at = (*s)->applied_step.load(); stage_at != applied_step_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": prepare of step ", step, ", but the shard is at step ", applied_step_,
+        " and its stage's parameters at step ", stage_at, " (restarted? restore it first)"));
+  }
   if (step <= applied_step_) {
     return absl::FailedPreconditionError(absl::StrCat(
         name_, ": prepare of step ", step, ", but step ", applied_step_, " is already applied"));
@@ -165,6 +178,7 @@ absl::Status ParamShardActor::load_params(std::vector<float> params) {
   std::fill(m_.begin(), m_.end(), 0.0f);
   std::fill(v_.begin(), v_.end(), 0.0f);
   updates_ = 0;
+  initialised_ = true;
   return absl::OkStatus();
 }
 

@@ -13,8 +13,10 @@
 //   ... every shard prepared ...
 //   shard.call(&ParamShardActor::commit, CommitRequest{k, lr, scale})   // cannot refuse
 //
-// Step ids (actors/training_types.h): prepare(k) is accepted when the stage
-// holds step k's gradients and this shard has applied no step >= k. commit(k)
+// Step ids (actors/training_types.h): prepare(k) is accepted when the shard
+// holds weights (init or load_params ran: a restarted shard holds none), is at
+// the step its stage's parameters are at, the stage holds step k's gradients
+// and this shard has applied no step >= k. commit(k)
 // applies a prepared k; commit of the step last applied succeeds again without
 // applying it twice (so that a commit whose reply was lost can be retried).
 // Anything else is FailedPrecondition naming both steps.
@@ -95,6 +97,7 @@ class ParamShardActor {
   std::vector<float> m_;                  // [range]: AdamW's moments, or SGD's momentum in m_
   std::vector<float> v_;
   std::vector<uint16_t> rounded_;  // bf16/fp16: the compute copy's rounding scratch
+  bool initialised_ = false;       // init or load_params ran: the masters hold weights
   int64_t prepared_ = 0;           // the step prepare() accepted, until its commit
   int64_t applied_step_ = 0;
   int64_t updates_ = 0;

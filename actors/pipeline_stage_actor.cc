@@ -39,7 +39,12 @@ absl::Status check_options(const StageOptions& o) {
   }
   if (o.precision != nn::DType::kFloat32 && o.precision != nn::DType::kBFloat16 &&
       o.precision != nn::DType::kFloat16) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": unknown precision"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": precision ", static_cast<int>(o.precision), " is not fp32, fp16 or bf16"));
+  }
+  if (o.gradient_sync != "allreduce") {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": gradient sync \"", o.gradient_sync,
+                                                   "\" is not known (known: \"allreduce\")"));
   }
   return absl::OkStatus();
 }
@@ -97,13 +102,13 @@ absl::Status PipelineStageActor::setup() {
   if (options_.mesh.dp > 1 && group_ == nullptr) {
     absl::StatusOr<std::unique_ptr<CollectiveGroup>> group = CollectiveGroup::join(options_.group);
     if (!group.ok()) return group.status();
-    group_ = *std::move(group);
     absl::StatusOr<std::unique_ptr<GradientSync>> sync =
         make_gradient_sync({.kind = options_.gradient_sync,
                             .bucket_elements = options_.bucket_elements,
                             .overlap_comm = options_.overlap_comm},
-                           plan_, model_, group_.get());
+                           plan_, model_, group->get());
     if (!sync.ok()) return sync.status();
+    group_ = *std::move(group);
     sync_ = *std::move(sync);
   }
   return absl::OkStatus();
@@ -135,7 +140,11 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
   if (absl::Status s = check_turn(request.step); !s.ok()) return s;
   last_run_ = request.step;
   absl::StatusOr<StepReport> report = run_micro_batches(request);
-  if (report.ok()) tensors_->held_step.store(request.step);
+  if (!report.ok()) {
+    return absl::Status(report.status().code(),
+                        absl::StrCat(name_, ": ", report.status().message()));
+  }
+  tensors_->held_step.store(request.step);
   return report;
 }
 
@@ -147,6 +156,7 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
   report.at = options_.at;
   report.holds_loss = plan_.last();
   report.slice_params = static_cast<int64_t>(gpt.num_params());
+  sync_->drain();  // nothing of a failed step may still write the gradients
   gpt.zero_grad();
   const int B = options_.micro_batch;
   const int T = options_.model.max_seq_len;
@@ -165,15 +175,17 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
       if (absl::Status s = sync_->before_last_forward(batch->inputs); !s.ok()) return s;
     }
     const double t0 = now_ms();
-    absl::StatusOr<float> loss = gpt.forward(batch->inputs.data(), batch->targets.data(), B, T);
+    absl::StatusOr<float> loss =
+        forward_stage(gpt, plan_, batch->inputs.data(), batch->targets.data(), B, T);
     if (!loss.ok()) return loss.status();
-    loss_sum += *loss;
+    if (plan_.last()) loss_sum += *loss;
     const double t1 = now_ms();
     report.forward_ms += t1 - t0;
     // Each micro-batch's mean loss weighs 1 / grad_accum; the loss scale
     // rides on the same factor.
     const float dloss = request.loss_scale / static_cast<float>(options_.grad_accum);
-    absl::Status backward = last ? sync_->last_backward(gpt, dloss) : gpt.backward(dloss);
+    absl::Status backward =
+        last ? sync_->last_backward(gpt, dloss) : backward_stage(gpt, plan_, dloss);
     if (!backward.ok()) return backward;
     report.backward_ms += now_ms() - t1;
   }
@@ -190,7 +202,7 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
     nn::convert(owned_grads, nn::DType::kFloat32, half_grads_.data(), nn::DType::kFloat16, n);
     nn::convert(half_grads_.data(), nn::DType::kFloat16, owned_grads, nn::DType::kFloat32, n);
   }
-  report.loss = loss_sum / options_.grad_accum;
+  report.loss = plan_.last() ? loss_sum / options_.grad_accum : 0;
   report.grad_norm_sq = nn::grad_norm_squared(owned_grads, report.owned.size());
   report.found_inf = !std::isfinite(report.grad_norm_sq);
   report.samples = static_cast<int64_t>(B) * options_.grad_accum;
@@ -207,6 +219,7 @@ absl::Status PipelineStageActor::discard(int64_t step) {
         name_, ": discard of step ", step, ", but the last step run was ", last_run_,
         held != 0 ? absl::StrCat(" (its gradients held)") : "", " and the last applied ", applied));
   }
+  if (sync_ != nullptr) sync_->drain();
   model_.zero_grad();
   tensors_->held_step.store(0);
   return absl::OkStatus();

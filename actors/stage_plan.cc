@@ -1,5 +1,7 @@
 #include "actors/stage_plan.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 
 namespace troupe::actors {
@@ -25,6 +27,29 @@ absl::StatusOr<StagePlan> plan_stage(const nn::GPTParamLayout& layout, int pp, i
   plan.params.begin = plan.first() ? 0 : layout.block_begin(plan.block_begin);
   plan.params.end = plan.last() ? layout.num_params() : layout.block_begin(plan.block_end);
   return plan;
+}
+
+absl::StatusOr<float> forward_stage(nn::GPT& gpt, const StagePlan& plan, const int32_t* inputs,
+                                    const int32_t* targets, int B, int T) {
+  if (absl::Status s = gpt.prepare(B, T); !s.ok()) return s;
+  if (plan.first()) {
+    if (absl::Status s = gpt.embed_forward(inputs); !s.ok()) return s;
+  }
+  if (absl::Status s = gpt.forward_blocks(plan.block_begin, plan.block_end); !s.ok()) return s;
+  if (!plan.last()) return NAN;
+  return gpt.head_forward(targets);
+}
+
+absl::Status backward_stage(nn::GPT& gpt, const StagePlan& plan, float dloss,
+                            const nn::GPT::GradientsFinal& on_final) {
+  if (plan.last()) {
+    if (absl::Status s = gpt.head_backward(dloss); !s.ok()) return s;
+  }
+  if (absl::Status s = gpt.backward_blocks(plan.block_begin, plan.block_end, on_final); !s.ok()) {
+    return s;
+  }
+  if (!plan.first()) return absl::OkStatus();
+  return gpt.embed_backward();
 }
 
 }  // namespace troupe::actors

@@ -13,7 +13,10 @@
 // the exchange (Megatron's embedding group).
 #pragma once
 
+#include <cstdint>
+
 #include "absl/status/statusor.h"
+#include "nn/gpt.h"
 #include "nn/gpt_param_layout.h"
 #include "nn/optim/param_range.h"
 
@@ -33,5 +36,21 @@ struct StagePlan {
 // The plan of stage p of pp for a model laid out as `layout`.
 // InvalidArgument unless 1 <= pp <= L and 0 <= p < pp.
 absl::StatusOr<StagePlan> plan_stage(const nn::GPTParamLayout& layout, int pp, int p);
+
+// The stage's part of the GPT's forward on one micro-batch [B, T]: the
+// embedding on the first stage, the plan's blocks, the head and loss on the
+// last (the loss is NaN on the others). A stage that is not the first reads
+// its input activation from gpt.residual(block_begin), which its schedule
+// wrote there after prepare(B, T); targets are read only by the last.
+// For a whole model (pp = 1) this is gpt.forward, piece by piece.
+absl::StatusOr<float> forward_stage(nn::GPT& gpt, const StagePlan& plan, const int32_t* inputs,
+                                    const int32_t* targets, int B, int T);
+// The matching backward, accumulating the stage's parameter gradients: the
+// head on the last stage (else the schedule wrote the gradient for
+// residual(block_end) into gpt.dresidual()), the plan's blocks (reporting
+// each finished layer to on_final, as GPT::backward_blocks does), the
+// embedding on the first stage. For pp = 1 this is gpt.backward(dloss).
+absl::Status backward_stage(nn::GPT& gpt, const StagePlan& plan, float dloss,
+                            const nn::GPT::GradientsFinal& on_final = nullptr);
 
 }  // namespace troupe::actors

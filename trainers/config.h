@@ -42,7 +42,8 @@ namespace troupe::trainers {
 //   n_layer -> num_layers, n_head -> num_heads, n_embd -> channels,
 //   seq_len -> max_seq_len (T of every sample), vocab_size, padded_vocab_size
 //   (absent or 0: vocab_size rounded up to a multiple of 64; the parsed config
-//   holds the resolved value). recompute_activations is nn::GPTOptions'.
+//   holds the resolved value, while a TrainConfig built in code keeps nn's
+//   meaning of 0: no padding). recompute_activations is nn::GPTOptions'.
 // The defaults: 2 layers, 4 heads, 64 channels, seq_len 64, 256 byte tokens.
 inline constexpr nn::GPTConfig kDefaultModel = {.max_seq_len = 64,
                                                 .vocab_size = 256,

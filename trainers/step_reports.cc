@@ -21,6 +21,11 @@ absl::StatusOr<double> sum_owned_norms(int64_t step, std::span<const actors::Ste
   std::map<std::tuple<int, size_t, size_t>, const actors::StepReport*> owners;
   std::map<int, int64_t> slice_params;
   for (const actors::StepReport& r : reports) {
+    if (r.owned.end < r.owned.begin || r.owned.end > static_cast<size_t>(r.slice_params)) {
+      return absl::InternalError(absl::StrCat("step ", step, ": stage ", actors::to_string(r.at),
+                                              " owns gradients ", range_text(r), " outside its ",
+                                              r.slice_params, " parameters"));
+    }
     auto [size, fresh] = slice_params.emplace(r.at.t, r.slice_params);
     if (!fresh && size->second != r.slice_params) {
       return absl::InternalError(absl::StrCat("step ", step, ": stages of tensor slice ", r.at.t,

@@ -104,7 +104,7 @@ absl::Status TrainerController::commit_all(const actors::CommitRequest& commit) 
   std::vector<Future<int64_t>> pending;
   for (MeshMember& m : members_)
     pending.push_back(m.shard->commit(commit));
-  std::vector<std::string> lost;
+  std::vector<std::string> lost, refused;
   absl::Status first;
   for (size_t i = 0; i < pending.size(); ++i) {
     absl::StatusOr<int64_t> applied = std::move(pending[i]).get(options_.step_timeout);
@@ -123,14 +123,19 @@ absl::Status TrainerController::commit_all(const actors::CommitRequest& commit) 
       if (!again.ok()) s = again.status();
     }
     lost_shards_.push_back(members_[i].at);
-    lost.push_back(actors::to_string(members_[i].at));
+    (is_loss(s) ? lost : refused).push_back(actors::to_string(members_[i].at));
     if (first.ok()) first = s;
   }
-  if (lost.empty()) return absl::OkStatus();
-  return absl::Status(
-      first.code(),
-      absl::StrCat("step ", commit.step, ": commit: every live shard applied it; ",
-                   "lost the shards at ", absl::StrJoin(lost, ", "), " (", first.message(), ")"));
+  if (lost_shards_.empty()) return absl::OkStatus();
+  std::string which;
+  if (!lost.empty()) which = absl::StrCat("lost the shards at ", absl::StrJoin(lost, ", "));
+  if (!refused.empty()) {
+    absl::StrAppend(&which, which.empty() ? "" : "; ", "the shards at ",
+                    absl::StrJoin(refused, ", "), " refused it after they had prepared it");
+  }
+  return absl::Status(first.code(),
+                      absl::StrCat("step ", commit.step, ": commit: every other shard applied it; ",
+                                   which, " (", first.message(), ")"));
 }
 
 absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
@@ -191,7 +196,7 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
           "); lower the learning rate, or enable fp16 loss scaling if this is an fp16 run"));
     }
     if (absl::Status s = discard_all(step); !s.ok()) return with_step(step, "discard: ", s);
-    if (absl::Status s = scaler_->update(true); !s.ok()) return s;
+    if (absl::Status s = scaler_->update(true); !s.ok()) return with_step(step, "", s);
     next_step_ = step + 1;
     out.applied = false;
     out.grad_norm = INFINITY;
@@ -204,7 +209,7 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
       nn::clip_coefficient(out.grad_norm * out.grad_norm, options_.gradient_clipping);
   if (!clip.ok()) {
     discard_all(step).IgnoreError();
-    return clip.status();
+    return with_step(step, "clipping: ", clip.status());
   }
   out.clipped = clip->clipped;
   out.lr = options_.schedule.lr_at(static_cast<int>(applied_ + 1));

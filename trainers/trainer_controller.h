@@ -21,10 +21,13 @@
 //   an error, k not applied (a stage failed, a report was inconsistent, a shard
 //                          refused prepare): no shard applied k; next_step() is k
 //                          again, so the step can be re-run
-//   an error from commit   every live shard applied k (a commit that failed
-//                          for another reason than the shard's loss is retried
-//                          once, and its shard asked where it stands); the
-//                          shards that were lost are in lost_shards()
+//   an error from commit   every shard applied k but those in lost_shards():
+//                          the shards lost in the commit, and any that refused
+//                          it although they had prepared it (the protocol
+//                          rules that out; a commit that failed for another
+//                          reason than the shard's loss is retried once, and
+//                          its shard asked where it stands). Those must be
+//                          restored before the job goes on.
 // The learning-rate schedule and the loss scaler live here, so every shard
 // applies the same rate and scale.
 #pragma once
@@ -93,8 +96,8 @@ class TrainerController {
   const actors::Mesh& mesh() const { return mesh_; }
   // Members in mesh order (actors::index_of).
   const std::vector<MeshMember>& members() const { return members_; }
-  // The coordinates whose shard was lost in a commit (see above); empty
-  // while the job is whole.
+  // The coordinates whose shard did not apply a committed step (lost, or
+  // refused; see above); empty while the job is whole.
   const std::vector<actors::Coordinate>& lost_shards() const { return lost_shards_; }
 
  private:

@@ -183,6 +183,35 @@ TEST(ActorFailureTest, FactoryErrorIsTheSpawnErrorWithItsCode) {
   EXPECT_EQ(system.num_actors(), 1u);
 }
 
+// Its factory succeeds `builds` times, then fails: a restart that cannot
+// build the actor ends it, with the factory's reason.
+class BuildsTwice {
+ public:
+  static absl::StatusOr<std::unique_ptr<BuildsTwice>> create(std::atomic<int>* builds) {
+    if (builds->fetch_add(1) >= 1) return absl::UnavailableError("its device is gone");
+    return std::unique_ptr<BuildsTwice>(new BuildsTwice());
+  }
+  int crash() { throw std::runtime_error("lost its state"); }
+  int ping() { return 1; }
+
+ private:
+  BuildsTwice() = default;
+};
+TROUPE_ACTOR(BuildsTwice, &BuildsTwice::crash, &BuildsTwice::ping);
+
+TEST(ActorFailureTest, ARestartWhoseFactoryFailsEndsTheActor) {
+  ActorSystem system({.threads = 2});
+  std::atomic<int> builds{0};
+  auto actor = system.spawn<BuildsTwice>({.max_restarts = 3}, &builds);
+  ASSERT_TRUE(actor.ok()) << actor.status();
+  EXPECT_TRUE(IsActorDied(actor->call(&BuildsTwice::crash).get(kWait).status()));
+  absl::StatusOr<int> after = actor->call(&BuildsTwice::ping).get(kWait);
+  ASSERT_FALSE(after.ok());
+  EXPECT_TRUE(IsActorDied(after.status())) << after.status();
+  EXPECT_TRUE(contains(after.status().message(), "its device is gone")) << after.status();
+  EXPECT_EQ(builds.load(), 4) << "the spawn, then each of the 3 restarts tried";
+}
+
 TEST(ActorFailureTest, MonitorAfterDeathFiresImmediately) {
   ActorSystem system({.threads = 2});
   auto counter = system.spawn<Counter>({});

@@ -59,12 +59,41 @@ TEST(NnCodecsTest, ModelConfigOptionsDTypeAndRangesRoundTrip) {
   EXPECT_TRUE(round_trip(nn::GPTOptions{.recompute_activations = true}).recompute_activations);
   EXPECT_EQ(round_trip(nn::DType::kBFloat16), nn::DType::kBFloat16);
   EXPECT_EQ(round_trip(nn::ParamRange{7, 4096}), (nn::ParamRange{7, 4096}));
-  StepReport r{.step = 3, .at = {.d = 1, .p = 0, .t = 0}, .owned = {10, 20}, .holds_loss = true};
+  const StepReport r{.step = 3,
+                     .at = {.d = 1, .p = 2, .t = 3},
+                     .owned = {10, 20},
+                     .slice_params = 40,
+                     .holds_loss = true,
+                     .loss = 2.5,
+                     .grad_norm_sq = 0.125,
+                     .found_inf = true,
+                     .samples = 8,
+                     .tokens = 128,
+                     .data_position = 24,
+                     .epoch = 1,
+                     .forward_ms = 1.5,
+                     .backward_ms = 2.5,
+                     .comm_ms = 3.5,
+                     .comm_exposed_ms = 0.5,
+                     .step_ms = 9.5};
   const StepReport rb = round_trip(r);
   EXPECT_EQ(rb.step, 3);
   EXPECT_TRUE(rb.at == r.at);
   EXPECT_EQ(rb.owned, r.owned);
+  EXPECT_EQ(rb.slice_params, 40);
   EXPECT_TRUE(rb.holds_loss);
+  EXPECT_EQ(rb.loss, 2.5);
+  EXPECT_EQ(rb.grad_norm_sq, 0.125);
+  EXPECT_TRUE(rb.found_inf);
+  EXPECT_EQ(rb.samples, 8);
+  EXPECT_EQ(rb.tokens, 128);
+  EXPECT_EQ(rb.data_position, 24);
+  EXPECT_EQ(rb.epoch, 1);
+  EXPECT_EQ(rb.forward_ms, 1.5);
+  EXPECT_EQ(rb.backward_ms, 2.5);
+  EXPECT_EQ(rb.comm_ms, 3.5);
+  EXPECT_EQ(rb.comm_exposed_ms, 0.5);
+  EXPECT_EQ(rb.step_ms, 9.5);
 }
 
 TEST(NnCodecsTest, MalformedValuesAreRefused) {

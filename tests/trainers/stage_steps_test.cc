@@ -182,6 +182,28 @@ TEST_F(StageStepsTest, EveryStepChangingCallIsRefusedOutOfTurn) {
   ASSERT_TRUE(run(3).ok());
   ASSERT_TRUE(discard(3).ok());
   ASSERT_TRUE(run(4).ok());
+  // Gradients dropped between prepare and commit: the commit is refused.
+  ASSERT_TRUE(prepare(4).ok());
+  ASSERT_TRUE(discard(4).ok());
+  applied = commit(4);
+  EXPECT_EQ(applied.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(contains(applied.status().message(), "were dropped after prepare"))
+      << applied.status();
+  EXPECT_EQ(*shard_.call(&ParamShardActor::applied_step).get(kWait), 2);
+}
+
+// A shard that holds no weights (never initialised, or restarted empty by
+// its supervisor) refuses to prepare rather than write zeros into its stage.
+TEST_F(StageStepsTest, AShardWithoutWeightsRefusesToPrepare) {
+  auto loader = system_.spawn<DataLoaderActor>({}, loader_options(config_, "empty", 0));
+  auto stage = system_.spawn<PipelineStageActor>({}, stage_options(config_, "empty"));
+  auto shard = system_.spawn<ParamShardActor>({}, shard_options(config_, "empty"));
+  ASSERT_TRUE(loader.ok() && stage.ok() && shard.ok());
+  ASSERT_TRUE(stage->call(&PipelineStageActor::setup).get(kWait).ok());
+  ASSERT_TRUE(stage->call(&PipelineStageActor::run_step, StepRequest{.step = 1}).get(kWait).ok());
+  absl::Status s = shard->call(&ParamShardActor::prepare, int64_t{1}).get(kWait);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(contains(s.message(), "holds no weights")) << s;
 }
 
 // A shard of part of the stage initialises, updates and reports only its
