@@ -22,9 +22,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/actor.h"
-#include "core/cluster/member.h"
+#include "core/cluster/detail/member.h"
+#include "core/cluster/placement.h"
 #include "core/cluster/protocol.h"
-#include "core/cluster/scheduler.h"
 
 namespace troupe {
 

@@ -7,8 +7,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/actor_system.h"
-#include "core/cluster/kv_store.h"
-#include "core/cluster/member.h"
+#include "core/cluster/detail/kv_store.h"
+#include "core/cluster/detail/member.h"
 #include "core/executor.h"
 
 namespace troupe {

@@ -16,12 +16,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/cluster/actor_library.h"
-#include "core/cluster/agent.h"
+#include "core/cluster/detail/agent.h"
+#include "core/cluster/detail/head.h"
+#include "core/cluster/detail/http_status.h"
+#include "core/cluster/detail/member.h"
+#include "core/cluster/detail/resources.h"
 #include "core/cluster/flags.h"
-#include "core/cluster/head.h"
-#include "core/cluster/http_status.h"
-#include "core/cluster/member.h"
-#include "core/cluster/resources.h"
 #include "transport/auth.h"
 
 namespace troupe::cluster {

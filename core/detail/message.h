@@ -27,7 +27,7 @@ class Message {
   // "Class::method" for calls, empty for internal messages.
   virtual std::string_view method_name() const { return {}; }
 
-  // For a call to an actor in another process (core/cluster/remote_actor.h):
+  // For a call to an actor in another process (core/cluster/detail/remote_actor.h):
   // the method's stable id, whether the caller waits for a reply, the
   // arguments encoded (Unimplemented if one has no Codec), and, for calls,
   // completion from the encoded reply, after which it has disposed of itself.

@@ -1,6 +1,6 @@
 // Calls between nodes: two Node objects in one process, talking over real
 // transports (ucx where available, tcp), as two processes would.
-#include "core/cluster/node.h"
+#include "core/cluster/detail/node.h"
 
 #include <gtest/gtest.h>
 

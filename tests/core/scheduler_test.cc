@@ -1,4 +1,4 @@
-#include "core/cluster/scheduler.h"
+#include "core/cluster/detail/scheduler.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/cluster/resources.h"
+#include "core/cluster/detail/resources.h"
 
 namespace troupe::cluster {
 

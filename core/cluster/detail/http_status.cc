@@ -1,4 +1,4 @@
-#include "core/cluster/http_status.h"
+#include "core/cluster/detail/http_status.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/cluster/resources.h"
+#include "core/cluster/detail/resources.h"
 
 namespace troupe::cluster {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/cluster/member.h"
+#include "core/cluster/detail/member.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

@@ -26,9 +26,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "core/actor.h"
-#include "core/cluster/node.h"
+#include "core/cluster/detail/node.h"
+#include "core/cluster/detail/scheduler.h"
 #include "core/cluster/protocol.h"
-#include "core/cluster/scheduler.h"
 
 namespace troupe::cluster {
 

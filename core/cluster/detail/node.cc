@@ -1,12 +1,12 @@
-#include "core/cluster/node.h"
+#include "core/cluster/detail/node.h"
 
 #include <map>
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "core/cluster/remote_actor.h"
-#include "core/cluster/rpc.capnp.h"
+#include "core/cluster/detail/remote_actor.h"
+#include "core/cluster/detail/rpc.capnp.h"
 #include "core/codec.h"
 #include "spdlog/spdlog.h"
 #include "transport/endpoints.h"

@@ -1,10 +1,10 @@
-#include "core/cluster/head.h"
+#include "core/cluster/detail/head.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "core/cluster/agent.h"
+#include "core/cluster/detail/agent.h"
 #include "spdlog/spdlog.h"
 
 namespace troupe::cluster {

@@ -1,7 +1,7 @@
 // A handle to an actor that lives in another process: what an ActorRef<T>
 // holds for it. Calls are encoded (core/codec.h) and sent peer to peer by the
-// node (core/cluster/node.h); they fail with ActorDied when the actor's node
-// is lost. Internal to core.
+// node (core/cluster/detail/node.h); they fail with ActorDied when the
+// actor's node is lost. Internal to core.
 #pragma once
 
 #include <atomic>

@@ -7,7 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/actor_ref.h"
-#include "core/cluster/head.h"
+#include "core/cluster/detail/head.h"
 #include "transport/collectives/store.h"
 
 namespace troupe::cluster {

@@ -1,7 +1,7 @@
-#include "core/cluster/agent.h"
+#include "core/cluster/detail/agent.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/cluster/head.h"
+#include "core/cluster/detail/head.h"
 
 namespace troupe::cluster {
 

@@ -1,4 +1,4 @@
-#include "core/cluster/kv_store.h"
+#include "core/cluster/detail/kv_store.h"
 
 #include <algorithm>
 #include <thread>

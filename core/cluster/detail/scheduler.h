@@ -44,33 +44,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/cluster/resources.h"
+#include "core/cluster/detail/resources.h"
+#include "core/cluster/placement.h"
 
 namespace troupe::cluster {
 
 using NodeIndex = uint32_t;  // assigned by the head; 0 is the head itself
-
-enum class PlacementStrategy { kPack, kSpread, kStrictPack, kStrictSpread };
-
-// "PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD", in any case.
-// Errors: InvalidArgument listing the valid names.
-[[nodiscard]] absl::StatusOr<PlacementStrategy> parse_placement_strategy(std::string_view text);
-// The upper-case name, as parse_placement_strategy() takes it.
-std::string_view to_string(PlacementStrategy strategy);
-
-struct PlacementGroupId {
-  uint64_t value = 0;  // 0 is never assigned
-
-  bool valid() const { return value != 0; }
-  friend auto operator<=>(const PlacementGroupId&, const PlacementGroupId&) = default;
-  template <typename H>
-  friend H AbslHashValue(H h, const PlacementGroupId& id) {
-    return H::combine(std::move(h), id.value);
-  }
-};
-
-// "pg-<value>", as shown in errors.
-std::string to_string(PlacementGroupId id);
 
 // Where an actor may go.
 struct PlacementRequest {

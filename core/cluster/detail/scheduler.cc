@@ -1,4 +1,4 @@
-#include "core/cluster/scheduler.h"
+#include "core/cluster/detail/scheduler.h"
 
 #include <algorithm>
 #include <array>
@@ -10,10 +10,6 @@
 
 namespace troupe::cluster {
 namespace {
-
-absl::string_view to_absl(std::string_view s) {
-  return absl::string_view(s.data(), s.size());
-}
 
 // Free resources per node while a group's bundles are being assigned.
 using FreePool = std::map<NodeIndex, Resources>;
@@ -235,35 +231,7 @@ std::string describe_group(const Scheduler::GroupInfo& info) {
   return absl::StrCat(to_string(info.id), " ('", info.name, "')");
 }
 
-constexpr std::array<std::pair<PlacementStrategy, std::string_view>, 4> kStrategyNames = {{
-    {PlacementStrategy::kPack, "PACK"},
-    {PlacementStrategy::kSpread, "SPREAD"},
-    {PlacementStrategy::kStrictPack, "STRICT_PACK"},
-    {PlacementStrategy::kStrictSpread, "STRICT_SPREAD"},
-}};
-
 }  // namespace
-
-absl::StatusOr<PlacementStrategy> parse_placement_strategy(std::string_view text) {
-  std::string upper = absl::AsciiStrToUpper(to_absl(text));
-  for (const auto& [strategy, name] : kStrategyNames) {
-    if (upper == name) return strategy;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown placement strategy '", to_absl(text),
-                   "': expected PACK, SPREAD, STRICT_PACK or STRICT_SPREAD"));
-}
-
-std::string_view to_string(PlacementStrategy strategy) {
-  for (const auto& [s, name] : kStrategyNames) {
-    if (s == strategy) return name;
-  }
-  return "UNKNOWN";
-}
-
-std::string to_string(PlacementGroupId id) {
-  return absl::StrCat("pg-", id.value);
-}
 
 // --- Nodes -----------------------------------------------------------------
 

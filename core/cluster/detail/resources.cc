@@ -1,4 +1,4 @@
-#include "core/cluster/resources.h"
+#include "core/cluster/detail/resources.h"
 
 #include <algorithm>
 #include <charconv>

@@ -13,9 +13,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/cluster/agent.h"
-#include "core/cluster/head.h"
-#include "core/cluster/node.h"
+#include "core/cluster/detail/agent.h"
+#include "core/cluster/detail/head.h"
+#include "core/cluster/detail/node.h"
 #include "core/cluster/protocol.h"
 
 namespace troupe::cluster {

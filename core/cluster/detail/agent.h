@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/actor.h"
-#include "core/cluster/node.h"
+#include "core/cluster/detail/node.h"
 #include "core/cluster/protocol.h"
 
 namespace troupe::cluster {
