@@ -1,6 +1,7 @@
 // Group: asynchronous collectives with Work handles, run in the order they
 // were issued while the caller goes on; point-to-point messages; abort of
-// queued operations; bad arguments.
+// queued operations; bad arguments. Each on every transport, the first on
+// transports x ranks x sizes.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,9 +14,10 @@
 namespace troupe::transport::testing {
 namespace {
 
-// Runs body(group) on n ranks over tcp, each rank a thread.
-std::vector<absl::Status> run_groups(int n, const std::function<absl::Status(Group&)>& body) {
-  return run_group_owning("tcp", n, [&](std::unique_ptr<Communicator> c) {
+// Runs body(group) on n ranks over `kind`, each rank a thread.
+std::vector<absl::Status> run_groups(const std::string& kind, int n,
+                                     const std::function<absl::Status(Group&)>& body) {
+  return run_group_owning(kind, n, [&](std::unique_ptr<Communicator> c) {
     Group group(std::move(c));
     return body(group);
   });
@@ -25,10 +27,12 @@ absl::Status expect(bool ok, const std::string& what) {
   return ok ? absl::OkStatus() : absl::InternalError(what);
 }
 
-TEST(CollectiveGroupTest, AsyncOperationsRunInOrderWhileTheCallerGoesOn) {
-  const int n = 3;
-  const size_t count = 300000;
-  auto results = run_groups(n, [&](Group& g) -> absl::Status {
+class CollectiveGroupAsyncTest : public GroupShapeTest {};
+
+TEST_P(CollectiveGroupAsyncTest, OperationsRunInOrderWhileTheCallerGoesOn) {
+  const int n = ranks();
+  const size_t count = this->count();
+  auto results = run_groups(transport(), n, [&](Group& g) -> absl::Status {
     // Eight buffers in flight at once, each a different closed form.
     std::vector<std::vector<float>> buffers(8, std::vector<float>(count));
     std::vector<Work> works;
@@ -66,8 +70,9 @@ TEST(CollectiveGroupTest, AsyncOperationsRunInOrderWhileTheCallerGoesOn) {
     for (int r = 0; r < n; ++r) {
       if (absl::Status s = expect(all[r] == static_cast<float>(r), "allgather"); !s.ok()) return s;
     }
-    float root_value = g.rank() == 1 ? 42.0f : -1.0f;
-    if (absl::Status s = g.broadcast(&root_value, sizeof(float), 1); !s.ok()) return s;
+    const int root = n > 1 ? 1 : 0;
+    float root_value = g.rank() == root ? 42.0f : -1.0f;
+    if (absl::Status s = g.broadcast(&root_value, sizeof(float), root); !s.ok()) return s;
     if (absl::Status s = expect(root_value == 42.0f, "broadcast"); !s.ok()) return s;
     std::vector<float> in(static_cast<size_t>(n) * 2, 1.0f);
     std::vector<float> out(2);
@@ -85,9 +90,19 @@ TEST(CollectiveGroupTest, AsyncOperationsRunInOrderWhileTheCallerGoesOn) {
     EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
 }
 
-TEST(CollectiveGroupTest, PointToPointMessagesPassRoundARing) {
+// Ranks: a group of one, where every operation stays local, and of three.
+// Sizes: none, an odd length, and 300000 elements (1.2 MB a buffer).
+INSTANTIATE_TEST_SUITE_P(Shapes, CollectiveGroupAsyncTest,
+                         ::testing::Combine(::testing::ValuesIn(kTransports),
+                                            ::testing::Values(1, 3),
+                                            ::testing::Values<size_t>(0, 1003, 300000)),
+                         shape_name);
+
+class CollectiveGroupTest : public TransportTest {};
+
+TEST_P(CollectiveGroupTest, PointToPointMessagesPassRoundARing) {
   const int n = 4;
-  auto results = run_groups(n, [&](Group& g) -> absl::Status {
+  auto results = run_groups(GetParam(), n, [&](Group& g) -> absl::Status {
     const int right = (g.rank() + 1) % n;
     const int left = (g.rank() + n - 1) % n;
     std::vector<int> got(100, -1);
@@ -119,12 +134,12 @@ TEST(CollectiveGroupTest, PointToPointMessagesPassRoundARing) {
     EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
 }
 
-TEST(CollectiveGroupTest, AbortFailsRunningAndQueuedOperationsOnEveryMember) {
+TEST_P(CollectiveGroupTest, AbortFailsRunningAndQueuedOperationsOnEveryMember) {
   const int n = 3;
   absl::Time start = absl::Now();
   std::vector<std::vector<absl::Status>> seen(n);
   std::atomic<int> queued{0};
-  auto results = run_groups(n, [&](Group& g) -> absl::Status {
+  auto results = run_groups(GetParam(), n, [&](Group& g) -> absl::Status {
     std::vector<float> data(1000, 1.0f);
     std::vector<Work> works;
     if (g.rank() == 0) {
@@ -153,9 +168,9 @@ TEST(CollectiveGroupTest, AbortFailsRunningAndQueuedOperationsOnEveryMember) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
 }
 
-TEST(CollectiveGroupTest, WaitWithATimeoutGivesUpWithoutStoppingTheOperation) {
+TEST_P(CollectiveGroupTest, WaitWithATimeoutGivesUpWithoutStoppingTheOperation) {
   const int n = 2;
-  auto results = run_groups(n, [&](Group& g) -> absl::Status {
+  auto results = run_groups(GetParam(), n, [&](Group& g) -> absl::Status {
     float x = 1;
     if (g.rank() == 1) {
       // Rank 1 joins late: rank 0's wait times out first, then succeeds.
@@ -176,6 +191,9 @@ TEST(CollectiveGroupTest, WaitWithATimeoutGivesUpWithoutStoppingTheOperation) {
   for (int r = 0; r < n; ++r)
     EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, CollectiveGroupTest, ::testing::ValuesIn(kTransports),
+                         transport_name);
 
 }  // namespace
 }  // namespace troupe::transport::testing

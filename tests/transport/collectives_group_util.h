@@ -1,12 +1,18 @@
 // Runs a body on every rank of a collective group at once, each rank a
-// thread with a transport of its own, found through an in-memory store.
+// thread with a transport of its own, found through an in-memory store (as
+// Gloo's test/base_test.h does); and the fixtures of suites parameterised
+// over transports, or over the shape of a group: transports x ranks x sizes.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <atomic>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -75,6 +81,43 @@ inline std::vector<absl::Status> run_group(const std::string& kind, int n,
                                            int hosts = 0) {
   return run_group_owning(
       kind, n, [&](std::unique_ptr<Communicator> c) { return body(*c); }, hosts);
+}
+
+// A case's transport, from kTransports; skipped, saying why, where that
+// transport is not available here.
+class TransportTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (std::string why = transport_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+// "tcp": a TransportTest case's parameter name.
+inline std::string transport_name(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param;
+}
+
+// The shape of the group a case runs on: its transport (from kTransports),
+// its number of ranks, and the number of elements each operation moves.
+using GroupShape = std::tuple<std::string, int, size_t>;
+
+// A case on one shape of group; skipped, saying why, where its transport is
+// not available here.
+class GroupShapeTest : public ::testing::TestWithParam<GroupShape> {
+ protected:
+  void SetUp() override {
+    if (std::string why = transport_unavailable(transport()); !why.empty()) GTEST_SKIP() << why;
+  }
+  const std::string& transport() const { return std::get<0>(GetParam()); }
+  int ranks() const { return std::get<1>(GetParam()); }
+  size_t count() const { return std::get<2>(GetParam()); }
+};
+
+// "tcp_4ranks_1000": a GroupShapeTest case's parameter name, so that one case
+// can be run alone (--gtest_filter='*/tcp_4ranks_1000').
+inline std::string shape_name(const ::testing::TestParamInfo<GroupShape>& info) {
+  const auto& [transport, ranks, count] = info.param;
+  return absl::StrCat(transport, "_", ranks, "ranks_", count);
 }
 
 }  // namespace troupe::transport::testing

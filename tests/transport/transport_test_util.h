@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "transport/connection.h"
 
@@ -25,6 +26,30 @@ inline TransportOptions options_with(std::string token, std::string name = "test
   o.local_name = std::move(name);
   o.handshake_timeout = absl::Seconds(5);
   return o;
+}
+
+// The transports that suites parameterised over transports run on: every
+// kind make_transport() knows. A case whose transport this build or machine
+// lacks skips itself (see transport_unavailable).
+inline const std::vector<std::string> kTransports = {"inproc", "tcp", "ucx"};
+
+// Those of kTransports that connect processes: all but inproc, which
+// reaches only its own.
+inline std::vector<std::string> transports_between_processes() {
+  std::vector<std::string> kinds;
+  for (const std::string& kind : kTransports) {
+    if (kind != "inproc") kinds.push_back(kind);
+  }
+  return kinds;
+}
+
+// Why a transport of `kind` cannot be made here, or "" when it can: the
+// reason make_transport() gives for a kind it does not have (NotFound; ucx
+// where UCX cannot initialise). Any other failure is left to the test.
+inline std::string transport_unavailable(const std::string& kind) {
+  auto transport = make_transport(kind, options_with(kToken, "probe"));
+  if (absl::IsNotFound(transport.status())) return std::string(transport.status().message());
+  return "";
 }
 
 // Callbacks for an accepted connection that sends every frame back. Holds the
