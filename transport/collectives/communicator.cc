@@ -224,7 +224,13 @@ absl::Status Communicator::send(int peer, uint64_t tag, Buffer data) {
       return absl::OkStatus();
     }
   }
-  return peers_[peer]->send(make_frame(kData, options_.rank, tag, std::move(data)));
+  absl::Status sent = peers_[peer]->send(make_frame(kData, options_.rank, tag, std::move(data)));
+  if (sent.ok()) return sent;
+  // A peer that can no longer be reached is a member lost: the group fails
+  // as a whole, with Aborted, as when its connection breaks (lost()).
+  sh.lost(peer, sent);
+  std::lock_guard<std::mutex> lock(sh.mu);
+  return sh.failed;
 }
 
 absl::StatusOr<Buffer> Communicator::recv(int peer, uint64_t tag) {

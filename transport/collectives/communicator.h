@@ -67,7 +67,8 @@ class Communicator {
   // in the same order, so the numbers agree across ranks.
   uint64_t next_sequence() { return sequence_++; }
 
-  // Queues `data` for `peer` under `tag`. Errors once aborted.
+  // Queues `data` for `peer` under `tag`. Errors once aborted; a peer that
+  // cannot be reached aborts the group (Aborted naming it), as a lost member.
   absl::Status send(int peer, uint64_t tag, Buffer data);
   // The next buffer from `peer` under `tag`. Errors: Aborted (abort() was
   // called, or a member's connection broke), DeadlineExceeded.
