@@ -197,7 +197,7 @@ int train_command(const std::vector<std::string>& args) {
     absl::StatusOr<StepOutcome> outcome = trainer.step(k);
     if (!outcome.ok()) {
       progress.message("");
-      return fail(absl::StrCat("step ", k), outcome.status());
+      return fail("training", outcome.status());  // the controller names the step
     }
     if (k == 1) first_loss = outcome->loss;
     last_loss = outcome->loss;
