@@ -49,6 +49,12 @@ absl::Status check_options(const StageOptions& o) {
   return absl::OkStatus();
 }
 
+GradientSyncOptions sync_options(const StageOptions& o) {
+  return {.kind = o.gradient_sync,
+          .bucket_elements = o.bucket_elements,
+          .overlap_comm = o.overlap_comm};
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
@@ -64,10 +70,7 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
   // plan it cannot serve fails the spawn rather than the first step.
   if (options.mesh.dp == 1) {
     absl::StatusOr<std::unique_ptr<GradientSync>> sync =
-        make_gradient_sync({.kind = options.gradient_sync,
-                            .bucket_elements = options.bucket_elements,
-                            .overlap_comm = options.overlap_comm},
-                           stage->plan_, stage->model_, nullptr);
+        make_gradient_sync(sync_options(options), stage->plan_, stage->model_, nullptr);
     if (!sync.ok()) return sync.status();
     stage->sync_ = *std::move(sync);
   }
@@ -103,10 +106,7 @@ absl::Status PipelineStageActor::setup() {
     absl::StatusOr<std::unique_ptr<CollectiveGroup>> group = CollectiveGroup::join(options_.group);
     if (!group.ok()) return group.status();
     absl::StatusOr<std::unique_ptr<GradientSync>> sync =
-        make_gradient_sync({.kind = options_.gradient_sync,
-                            .bucket_elements = options_.bucket_elements,
-                            .overlap_comm = options_.overlap_comm},
-                           plan_, model_, group->get());
+        make_gradient_sync(sync_options(options_), plan_, model_, group->get());
     if (!sync.ok()) return sync.status();
     group_ = *std::move(group);
     sync_ = *std::move(sync);

@@ -130,4 +130,24 @@ inline std::string json_string(const std::string& json, const std::string& key) 
   return q2 >= json.size() ? "" : json.substr(q1 + 1, q2 - q1 - 1);
 }
 
+// `s` with quotes and backslashes escaped, for a JSON string.
+inline std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
+// Everything `pipe` gives until its end (a peer's output, from popen).
+inline std::string read_all(std::FILE* pipe) {
+  std::string out;
+  char chunk[4096];
+  size_t got;
+  while ((got = std::fread(chunk, 1, sizeof chunk, pipe)) > 0)
+    out.append(chunk, got);
+  return out;
+}
+
 }  // namespace troupe::bench

@@ -240,11 +240,7 @@ std::optional<std::map<std::string, double>> run_ray(const Config& c,
     std::printf("ray: cannot start %s - peer skipped\n", python.c_str());
     return std::nullopt;
   }
-  std::string out;
-  char chunk[4096];
-  size_t n;
-  while ((n = std::fread(chunk, 1, sizeof chunk, pipe)) > 0)
-    out.append(chunk, n);
+  const std::string out = read_all(pipe);
   int status = ::pclose(pipe);
   // The result is the last line that holds a JSON object.
   std::string json;

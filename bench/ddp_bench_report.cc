@@ -17,15 +17,6 @@ std::string percent(double fraction) {
   return buf;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    out += ch;
-  }
-  return out;
-}
-
 void json_list(std::ostream& out, const std::vector<double>& v) {
   out << "[";
   for (size_t i = 0; i < v.size(); ++i)

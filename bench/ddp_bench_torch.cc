@@ -61,11 +61,7 @@ TorchRun run_torch(const std::string& python, const ModelConfig& mc, int dp, int
     run.why = "peer failed: cannot start " + python;
     return run;
   }
-  std::string out;
-  char chunk[4096];
-  size_t got;
-  while ((got = std::fread(chunk, 1, sizeof chunk, pipe)) > 0)
-    out.append(chunk, got);
+  const std::string out = read_all(pipe);
   const int status = ::pclose(pipe);
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::string json;  // the last line that holds a JSON object

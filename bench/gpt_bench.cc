@@ -244,11 +244,7 @@ std::optional<TorchRun> run_torch(const std::string& python,
     std::printf("torch: cannot start %s - peer skipped\n", python.c_str());
     return std::nullopt;
   }
-  std::string out;
-  char chunk[4096];
-  size_t got;
-  while ((got = std::fread(chunk, 1, sizeof chunk, pipe)) > 0)
-    out.append(chunk, got);
+  const std::string out = read_all(pipe);
   const int status = ::pclose(pipe);
   // The result is the last line that holds a JSON object.
   std::string json;
@@ -287,15 +283,6 @@ std::string si(double v) {
     std::snprintf(buf, sizeof buf, "%.0f", v);
   }
   return buf;
-}
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    out += ch;
-  }
-  return out;
 }
 
 // bench_util.h's layout (benchmark, peer, cases with name, unit, troupe, peer, ratio) plus each
