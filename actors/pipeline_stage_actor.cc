@@ -141,8 +141,13 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
   last_run_ = request.step;
   absl::StatusOr<StepReport> report = run_micro_batches(request);
   if (!report.ok()) {
-    return absl::Status(report.status().code(),
+    absl::Status failed(report.status().code(),
                         absl::StrCat(name_, ": ", report.status().message()));
+    // The rest of the group may be waiting in this step's reductions for
+    // this rank's share: they fail now rather than at their timeout.
+    if (group_ != nullptr && !absl::IsAborted(failed))
+      group_->abort(absl::AbortedError(failed.message()));
+    return failed;
   }
   tensors_->held_step.store(request.step);
   return report;

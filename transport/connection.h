@@ -38,6 +38,13 @@ class Connection {
   // on_closed(OK). Idempotent.
   virtual void close() = 0;
 
+  // Ends the connection now: frames not yet sent are dropped, and the
+  // buffers of those in flight released once the transport lets go of them
+  // (a peer that stopped reading holds nothing of ours). This side sees
+  // on_closed(why) if it had not closed already. For a peer known to be
+  // gone or hung. Idempotent.
+  virtual void abort(absl::Status why) = 0;
+
   // The peer's name from its Hello ("worker host:port"), for logs.
   virtual std::string peer_name() const = 0;
 };

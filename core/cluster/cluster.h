@@ -75,7 +75,9 @@ class Cluster {
   // Created at once; pending until every bundle fits.
   absl::StatusOr<cluster::PlacementGroupId> create_placement_group(
       std::vector<std::string> bundles, cluster::PlacementStrategy strategy, std::string name = "");
-  // Waits until the group is placed (pg.ready()). DeadlineExceeded if not in time.
+  // Waits until the group is placed (pg.ready()). DeadlineExceeded if not in
+  // time; ResourceExhausted at once, naming the shortfall, if the cluster's
+  // nodes could not hold it even were they idle.
   absl::Status wait_placement_group(cluster::PlacementGroupId id, absl::Duration timeout);
   absl::Status remove_placement_group(cluster::PlacementGroupId id);
 

@@ -1,5 +1,6 @@
 #include "core/cluster/collective_group.h"
 
+#include <map>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -25,6 +26,10 @@ std::string generation_key(const std::string& name) {
 }
 std::string members_key(const std::string& name, uint64_t generation) {
   return absl::StrCat(group_prefix(name), "/", generation, "/members");
+}
+// The node each rank of a generation runs on.
+std::string node_key(const std::string& name, uint64_t generation, int rank) {
+  return absl::StrCat(group_prefix(name), "/", generation, "/node_of/", rank);
 }
 
 absl::Status not_in_cluster(const std::string& what) {
@@ -136,6 +141,13 @@ absl::StatusOr<std::unique_ptr<CollectiveGroup>> CollectiveGroup::init(
     last = t.status();
   }
   if (!g->transport_) return last;
+  // Where this rank runs, for the others to watch (before the rendezvous:
+  // once it is done, every rank's is there).
+  if (absl::Status s = g->store_->set(node_key(options.name, options.generation, options.rank),
+                                      absl::StrCat(member->index()));
+      !s.ok()) {
+    return s;
+  }
   auto group = transport::Group::create(*g->transport_, *g->store_,
                                         {.rank = options.rank,
                                          .size = options.world_size,
@@ -146,10 +158,41 @@ absl::StatusOr<std::unique_ptr<CollectiveGroup>> CollectiveGroup::init(
                                          .timeout = options.timeout});
   if (!group.ok()) return group.status();
   g->group_ = *std::move(group);
+  g->listeners_ = member->node_death_listeners();
+  if (absl::Status s = g->watch_member_nodes(options, member->index()); !s.ok()) return s;
   return g;
 }
 
-CollectiveGroup::~CollectiveGroup() = default;
+absl::Status CollectiveGroup::watch_member_nodes(const CollectiveGroupOptions& options,
+                                                 uint32_t self_node) {
+  std::map<uint32_t, std::vector<int>> ranks_on;  // a node -> its ranks
+  for (int r = 0; r < options.world_size; ++r) {
+    absl::StatusOr<std::string> text =
+        store_->wait_get(node_key(options.name, options.generation, r), options.timeout);
+    uint32_t node = 0;
+    if (!text.ok()) return text.status();
+    if (!absl::SimpleAtoi(*text, &node)) {
+      return absl::InternalError(absl::StrCat("collective group '", options.name, "': rank ", r,
+                                              " published a malformed node '", *text, "'"));
+    }
+    if (node != self_node) ranks_on[node].push_back(r);
+  }
+  transport::Group* group = group_.get();
+  std::string name = options.name;
+  listener_ = listeners_->add([group, ranks_on, name](uint32_t node, const std::string& reason) {
+    auto it = ranks_on.find(node);
+    if (it == ranks_on.end()) return;
+    group->abort(absl::AbortedError(absl::StrCat("collective group '", name, "': rank ",
+                                                 it->second.front(), "'s node ", node,
+                                                 " was declared dead by the head: ", reason)),
+                 it->second);
+  });
+  return absl::OkStatus();
+}
+
+CollectiveGroup::~CollectiveGroup() {
+  if (listeners_ != nullptr) listeners_->remove(listener_);
+}
 
 absl::Status CollectiveGroup::wait(const Work& work) {
   if (work.done()) return work.wait();

@@ -16,7 +16,9 @@
 //   auto group = troupe::CollectiveGroup::init({.name = "dp", .world_size = 3, .rank = r});
 //
 // Generations: when a member is lost or the group is aborted, every pending
-// operation fails with Aborted on every member. The driver then declares the
+// operation fails with Aborted on every member - at once when the head
+// declares a member's node dead (a frozen machine, not only a broken
+// connection), not after the operation's timeout. The driver then declares the
 // group again with the survivors and their replacements (a new generation);
 // each of them joins afresh. Operations: see transport/collectives/group.h.
 #pragma once
@@ -31,6 +33,10 @@
 #include "core/cluster/cluster.h"
 #include "core/ids.h"
 #include "transport/collectives/group.h"
+
+namespace troupe::cluster {
+class NodeDeathListeners;
+}
 
 namespace troupe {
 
@@ -128,7 +134,12 @@ class CollectiveGroup {
  private:
   CollectiveGroup() = default;
 
+  // Aborts the group if the head declares the node of one of its members dead.
+  absl::Status watch_member_nodes(const CollectiveGroupOptions& options, uint32_t self_node);
+
   std::string name_;
+  std::shared_ptr<cluster::NodeDeathListeners> listeners_;
+  uint64_t listener_ = 0;
   std::unique_ptr<transport::Store> store_;
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<transport::Group> group_;  // last: goes first

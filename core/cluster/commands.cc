@@ -21,6 +21,7 @@
 #include "core/cluster/detail/http_status.h"
 #include "core/cluster/detail/member.h"
 #include "core/cluster/detail/resources.h"
+#include "core/cluster/detail/state_dir.h"
 #include "core/cluster/flags.h"
 #include "transport/auth.h"
 
@@ -28,6 +29,9 @@ namespace troupe::cluster {
 namespace {
 
 std::atomic<int> g_signal{0};
+
+// The most actor threads a node may run (--threads).
+constexpr int kMaxThreads = 512;
 
 void on_signal(int sig) {
   g_signal.store(sig);
@@ -54,19 +58,6 @@ int usage(const absl::Status& s) {
 
 std::string state_file(const std::string& dir, const char* name) {
   return dir + "/" + name;
-}
-
-absl::Status make_state_dir(const std::string& dir) {
-  std::string path;
-  for (absl::string_view part : absl::StrSplit(dir, '/')) {
-    path += std::string(part) + "/";
-    if (part.empty()) continue;
-    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot create the state directory ", dir, ": ", std::strerror(errno)));
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<absl::Duration> parse_seconds(const std::string& flag, const std::string& text) {
@@ -167,7 +158,10 @@ int head_command(const std::vector<std::string>& args) {
         "Starts the head of a cluster (as `ray start --head`): the control plane workers\n"
         "and drivers connect to. Writes a fresh cluster token to STATE_DIR/token (mode\n"
         "0600) and the head's address to STATE_DIR/head_address, then runs until\n"
-        "`troupe stop` or Ctrl-C.\n\n"
+        "`troupe stop` or Ctrl-C. A head started again on the same state directory\n"
+        "(after a crash, or Ctrl-C) keeps the token, and the workers still running\n"
+        "rejoin it with their actors. STATE_DIR must be this user's and writable by\n"
+        "nobody else.\n\n"
         "  --port               control port (0: any free port)\n"
         "  --host               address to listen on (0.0.0.0: every interface)\n"
         "  --state-dir          where the token and address files go\n"
@@ -195,12 +189,13 @@ int head_command(const std::vector<std::string>& args) {
   absl::StatusOr<uint16_t> http_port = parse_port("http-port", flags->get("http-port", "8265"));
   if (!http_port.ok()) return usage(http_port.status());
   std::string dir = flags->get("state-dir", kDefaultStateDir);
-  if (absl::Status s = make_state_dir(dir); !s.ok()) return fail(s);
-  options.token = transport::generate_token();
+  if (absl::Status s = prepare_state_dir(dir); !s.ok()) return fail(s);
+  bool fresh_token = true;
+  absl::StatusOr<std::string> token = load_or_create_token(dir, &fresh_token);
+  if (!token.ok()) return fail(token.status());
+  options.token = *token;
+  options.state_dir = dir;
   std::string token_file = state_file(dir, "token");
-  if (absl::Status s = transport::write_token_file(token_file, options.token); !s.ok()) {
-    return fail(s);
-  }
   catch_signals();
   auto server = HeadServer::start(options);
   if (!server.ok()) return fail(server.status());
@@ -218,35 +213,44 @@ int head_command(const std::vector<std::string>& args) {
   } else {
     http_line = absl::StrCat("  (no HTTP status: ", http.status().message(), ")\n");
   }
-  {
-    std::ofstream out(state_file(dir, "head_address"), std::ios::trunc);
-    out << address << "\n";
+  if (absl::Status s = write_state_file(dir, "head_address", address + "\n"); !s.ok()) {
+    return fail(s);
   }
   std::printf(
       "troupe head listening on %s\n"
-      "  token: %s\n"
+      "  token: %s%s\n"
       "  join a worker:  troupe worker --head %s --token-file %s\n"
       "  see the cluster: troupe status --head %s --token-file %s\n%s",
-      address.c_str(), token_file.c_str(), address.c_str(), token_file.c_str(), address.c_str(),
-      token_file.c_str(), http_line.c_str());
+      address.c_str(), token_file.c_str(),
+      fresh_token ? "" : " (kept from an earlier head: its workers rejoin this one)",
+      address.c_str(), token_file.c_str(), address.c_str(), token_file.c_str(), http_line.c_str());
   std::fflush(stdout);
   HeadServer* s = server->get();
-  std::string why = wait_for_end([s](absl::Duration d) -> std::optional<std::string> {
-    if (s->wait_stopped(d)) return std::string("troupe stop");
-    return std::nullopt;
+  bool cluster_stopped = false;
+  std::string why = wait_for_end([&](absl::Duration d) -> std::optional<std::string> {
+    if (!s->wait_stopped(d)) return std::nullopt;
+    cluster_stopped = true;
+    return std::string("troupe stop");
   });
   std::printf("troupe head: stopping (%s)\n", why.c_str());
   std::fflush(stdout);
   if (http.ok()) http->reset();
   server->reset();
-  std::remove(state_file(dir, "head_address").c_str());
+  remove_state_file(dir, "head_address");
+  if (cluster_stopped) {
+    // The workers were told to exit: the next head starts a new cluster. A
+    // head stopped otherwise keeps them, for a head restarted here to take
+    // them back.
+    remove_state_file(dir, "token");
+    remove_state_file(dir, "head_ids");
+  }
   return 0;
 }
 
 int worker_command(const std::vector<std::string>& args) {
   auto flags = Flags::parse("worker", args,
                             {"head", "resources", "token-file", "actor-lib", "actor-lib-dir",
-                             "host", "threads", "transports", "name"});
+                             "host", "threads", "transports", "name", "head-timeout"});
   if (!flags.ok()) return usage(flags.status());
   if (flags->help()) {
     std::printf(
@@ -262,7 +266,12 @@ int worker_command(const std::vector<std::string>& args) {
         "  --actor-lib      a user actor library to load (must lie in an --actor-lib-dir\n"
         "                   or a directory of $TROUPE_ACTOR_LIB_DIRS)\n"
         "  --host           the address other nodes reach this one at (default: the\n"
-        "                   local address of the route to the head)\n");
+        "                   local address of the route to the head)\n"
+        "  --threads        actor threads, 1-%d (default: one per core)\n"
+        "  --head-timeout   how long to keep serving while the head is unreachable,\n"
+        "                   rejoining it when it is back (default 60s)\n\n"
+        "A worker the head declares dead (missed heartbeats) joins again as a new node.\n",
+        kMaxThreads);
     return 0;
   }
   absl::StatusOr<std::string> head = resolve_head(*flags);
@@ -276,8 +285,10 @@ int worker_command(const std::vector<std::string>& args) {
   absl::StatusOr<std::string> token = resolve_token(*flags);
   if (!token.ok()) return fail(token.status());
   int threads = 0;
-  if (flags->has("threads") && !absl::SimpleAtoi(flags->get("threads"), &threads)) {
-    return usage(absl::InvalidArgumentError("--threads: expected a number"));
+  if (flags->has("threads") && (!absl::SimpleAtoi(flags->get("threads"), &threads) || threads < 1 ||
+                                threads > kMaxThreads)) {
+    return usage(absl::InvalidArgumentError(
+        absl::StrCat("--threads ", flags->get("threads"), ": expected 1-", kMaxThreads)));
   }
   std::vector<std::string> dirs = flags->all("actor-lib-dir");
   for (std::string& d : actor_library_dirs_from_env())
@@ -291,29 +302,41 @@ int worker_command(const std::vector<std::string>& args) {
   std::vector<std::string> transports =
       absl::StrSplit(flags->get("transports", "ucx,tcp"), ',', absl::SkipEmpty());
   catch_signals();
-  auto member = Member::join({.head = *head,
-                              .token = *token,
-                              .kind = NodeKind::kWorker,
-                              .name = flags->get("name"),
-                              .resources = resources->to_string(),
-                              .host = flags->get("host"),
-                              .transports = transports,
-                              .threads = threads});
-  if (!member.ok()) return fail(member.status());
-  Member& m = **member;
-  auto agent = m.node().system().spawn_at<NodeAgent>(node_agent_id(m.index()), {.name = "agent"},
-                                                     &m.node(), m.stop_signal());
-  if (!agent.ok()) return fail(agent.status());
-  if (absl::Status s = m.ready(); !s.ok()) return fail(s);
-  std::printf("troupe worker: node %u joined the cluster at %s [%s], listening on %s\n", m.index(),
-              head->c_str(), resources->to_string().c_str(),
-              absl::StrJoin(m.node().endpoints(), ", ").c_str());
-  std::fflush(stdout);
-  std::string why = wait_for_end([&m](absl::Duration d) { return m.wait_stopped(d); });
-  std::printf("troupe worker: node %u stopping (%s)\n", m.index(), why.c_str());
-  std::fflush(stdout);
-  member->reset();
-  return 0;
+  MemberOptions member_options{.head = *head,
+                               .token = *token,
+                               .kind = NodeKind::kWorker,
+                               .name = flags->get("name"),
+                               .resources = resources->to_string(),
+                               .host = flags->get("host"),
+                               .transports = transports,
+                               .threads = threads};
+  if (flags->has("head-timeout")) {
+    auto d = parse_seconds("head-timeout", flags->get("head-timeout"));
+    if (!d.ok()) return usage(d.status());
+    member_options.head_grace = *d;
+  }
+  // A node the head declared dead (it missed heartbeats in a slow moment)
+  // has lost its actors to restarts elsewhere: it joins again as a new node.
+  for (int joins = 0;; ++joins) {
+    auto member = Member::join(member_options);
+    if (!member.ok()) return fail(member.status());
+    Member& m = **member;
+    auto agent = m.node().system().spawn_at<NodeAgent>(node_agent_id(m.index()), {.name = "agent"},
+                                                       &m.node(), m.stop_signal(), m.hosted());
+    if (!agent.ok()) return fail(agent.status());
+    if (absl::Status s = m.ready(); !s.ok()) return fail(s);
+    std::printf("troupe worker: node %u %s the cluster at %s [%s], listening on %s\n", m.index(),
+                joins == 0 ? "joined" : "joined again", head->c_str(),
+                resources->to_string().c_str(), absl::StrJoin(m.node().endpoints(), ", ").c_str());
+    std::fflush(stdout);
+    std::string why = wait_for_end([&m](absl::Duration d) { return m.wait_stopped(d); });
+    bool again = g_signal.load() == 0 && m.stop_signal()->declared_dead.load();
+    std::printf("troupe worker: node %u stopping (%s)%s\n", m.index(), why.c_str(),
+                again ? "; joining again as a new node" : "");
+    std::fflush(stdout);
+    member->reset();
+    if (!again) return 0;
+  }
 }
 
 namespace {}  // namespace

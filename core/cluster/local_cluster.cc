@@ -81,18 +81,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOp
   c->state_dir_ = dir;
   c->token_file_ = c->state_dir_ + "/token";
 
-  auto head =
-      c->spawn("head", {"head", "--port", "0", "--http-port", "0", "--state-dir", c->state_dir_,
-                        "--heartbeat-timeout",
-                        absl::StrCat(absl::ToDoubleSeconds(c->options_.heartbeat_timeout))});
-  if (!head.ok()) return head.status();
-  c->head_ = *std::move(head);
-  const std::string prefix = "troupe head listening on ";
-  auto line = c->wait_line(
-      *c->head_, [&](const std::string& l) { return l.starts_with(prefix); },
-      c->options_.start_timeout);
-  if (!line.ok()) return line.status();
-  c->head_address_ = line->substr(prefix.size());
+  if (absl::Status s = c->start_head(0); !s.ok()) return s;
 
   for (int i = 0; i < c->options_.workers; ++i) {
     std::string resources = i < static_cast<int>(c->options_.worker_resources.size())
@@ -102,6 +91,57 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOp
     if (!node.ok()) return node.status();
   }
   return c;
+}
+
+absl::Status LocalCluster::start_head(uint16_t port) {
+  auto head = spawn("head", {"head", "--port", absl::StrCat(port), "--http-port", "0",
+                             "--state-dir", state_dir_, "--heartbeat-timeout",
+                             absl::StrCat(absl::ToDoubleSeconds(options_.heartbeat_timeout))});
+  if (!head.ok()) return head.status();
+  head_ = *std::move(head);
+  const std::string prefix = "troupe head listening on ";
+  auto line = wait_line(
+      *head_, [&](const std::string& l) { return l.starts_with(prefix); }, options_.start_timeout);
+  if (!line.ok()) return line.status();
+  head_address_ = line->substr(prefix.size());
+  return absl::OkStatus();
+}
+
+void LocalCluster::kill_head(int sig) {
+  if (head_ && head_->pid > 0) ::kill(head_->pid, sig);
+}
+
+absl::Status LocalCluster::restart_head() {
+  uint32_t port = 0;
+  if (!absl::SimpleAtoi(head_address_.substr(head_address_.rfind(':') + 1), &port) ||
+      port > 65535) {
+    return absl::InternalError(absl::StrCat("no port in the head address ", head_address_));
+  }
+  if (head_) stop(*head_);  // reaps the killed one
+  // Its port may linger a moment in the kernel after a kill: try for a while.
+  absl::Time deadline = absl::Now() + options_.start_timeout;
+  while (true) {
+    absl::Status s = start_head(static_cast<uint16_t>(port));
+    if (s.ok() || absl::Now() >= deadline) return s;
+    stop(*head_);
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
+bool LocalCluster::worker_running(int i) {
+  Child& w = *workers_.at(static_cast<size_t>(i));
+  if (w.pid <= 0) return false;
+  int status = 0;
+  if (::waitpid(w.pid, &status, WNOHANG) == 0) return true;
+  w.exit_status = status;
+  w.pid = -1;
+  return false;
+}
+
+std::vector<std::string> LocalCluster::worker_output(int i) {
+  Child& w = *workers_.at(static_cast<size_t>(i));
+  std::lock_guard<std::mutex> lock(w.mu);
+  return w.lines;
 }
 
 absl::StatusOr<std::unique_ptr<LocalCluster::Child>> LocalCluster::spawn(

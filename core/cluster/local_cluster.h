@@ -57,6 +57,16 @@ class LocalCluster {
   uint32_t worker_node(int i) const;  // its node index in the cluster
   // Sends `sig` to worker `i` (SIGKILL: a machine failure).
   void kill_worker(int i, int sig = 9);
+  // Whether worker `i`'s process is still running (not exited, not killed).
+  bool worker_running(int i);
+  // Lines worker `i` has printed so far.
+  std::vector<std::string> worker_output(int i);
+  // Sends `sig` to the head (SIGKILL: the head's machine failing).
+  void kill_head(int sig = 9);
+  // Starts the head again on the same port and state directory, after it
+  // was killed; it keeps the token, so the workers rejoin it. Returns when
+  // it listens.
+  absl::Status restart_head();
   // Starts another worker; returns its position. It has joined when this returns.
   absl::StatusOr<int> add_worker(const std::string& resources);
   // Runs `troupe <args>` against this cluster (head and token filled in),
@@ -67,6 +77,7 @@ class LocalCluster {
   // A child process with its output collected line by line.
   struct Child {
     pid_t pid = -1;
+    int exit_status = 0;  // waitpid's, once reaped
     std::string name;
     std::thread reader;
     std::mutex mu;
@@ -83,6 +94,7 @@ class LocalCluster {
                                         const std::function<bool(const std::string&)>& match,
                                         absl::Duration timeout);
   absl::StatusOr<uint32_t> start_worker(const std::string& resources);
+  absl::Status start_head(uint16_t port);
   void stop(Child& child);
 
   const LocalClusterOptions options_;

@@ -23,6 +23,14 @@ inline ActorId head_service_id() {
 inline ActorId node_agent_id(uint32_t node) {
   return ActorId::make(node, 1);
 }
+// The head's cluster-wide ActorIds live under this node index: they stay the
+// same when an actor moves. Only these can move, so only these are ever
+// located through the head. Node indices run from 1 to kLastNode.
+inline constexpr uint32_t kClusterActorNode = 0xfffe;
+inline constexpr uint32_t kLastNode = 0xfffd;
+inline bool is_cluster_actor(ActorId id) {
+  return id.node() == kClusterActorNode;
+}
 
 enum class NodeKind : uint8_t { kWorker = 0, kDriver = 1 };
 enum class NodeState : uint8_t { kAlive = 0, kDead = 1 };
@@ -60,13 +68,19 @@ struct Registration {
   uint32_t index = 0;                // the node's index, for its lifetime
   int64_t heartbeat_ms = 100;        // how often to send heartbeats
   std::vector<ClusterEvent> events;  // the cluster so far: every live node
-  TROUPE_FIELDS(index, heartbeat_ms, events);
+  uint64_t head_incarnation = 0;     // which start of the head this is
+  TROUPE_FIELDS(index, heartbeat_ms, events, head_incarnation);
 };
 
 struct HeartbeatReply {
-  bool known = true;  // false: the head declared this node dead; it must exit
+  // false: this head does not know the node as alive. With the incarnation
+  // the node registered with, the head declared it dead (it must leave, or
+  // join again as a new node); with another, the head was restarted and the
+  // node rejoins it (HeadService::rejoin_node).
+  bool known = true;
   std::vector<ClusterEvent> events;
-  TROUPE_FIELDS(known, events);
+  uint64_t head_incarnation = 0;
+  TROUPE_FIELDS(known, events, head_incarnation);
 };
 
 // Spawning an actor somewhere in the cluster.
@@ -100,6 +114,15 @@ struct HostRequest {
   int32_t restart_count = 0;  // > 0: a restart after its node was lost
   std::string restart_reason;
   TROUPE_FIELDS(id, spawn, restart_count, restart_reason);
+};
+
+// A node telling a restarted head who it is: its index and endpoints as the
+// previous head assigned them, and the actors it hosts (so that the head's
+// directory - names, locations - is rebuilt from the nodes themselves).
+struct RejoinRequest {
+  NodeInfo info;  // info.index: the index it was given
+  std::vector<HostRequest> actors;
+  TROUPE_FIELDS(info, actors);
 };
 
 struct NodeStatus {

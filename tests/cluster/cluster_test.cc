@@ -130,12 +130,19 @@ TEST_F(ClusterTest, StrictSpreadLandsOnThreeNodes) {
   ASSERT_TRUE(pg.ok()) << pg.status();
   ASSERT_TRUE(driver_->wait_placement_group(*pg, absl::Seconds(10)).ok());
   EXPECT_EQ(pids_of_group(*this, *driver_, *pg, 3).size(), 3u);
-  // A fourth bundle cannot go on a fourth node: it stays pending.
-  auto four = driver_->create_placement_group({"CPU=1", "CPU=1", "CPU=1", "CPU=1"},
-                                              PlacementStrategy::kStrictSpread);
-  ASSERT_TRUE(four.ok());
+  // Two bundles on one node fit an idle cluster, not this one now: pending.
+  auto busy = driver_->create_placement_group({"CPU=1", "CPU=1"}, PlacementStrategy::kStrictPack);
+  ASSERT_TRUE(busy.ok());
   EXPECT_TRUE(
-      absl::IsDeadlineExceeded(driver_->wait_placement_group(*four, absl::Milliseconds(300))));
+      absl::IsDeadlineExceeded(driver_->wait_placement_group(*busy, absl::Milliseconds(300))));
+  // A fourth bundle would need a fourth node: refused at once, saying so.
+  auto four = driver_->create_placement_group({"CPU=1", "CPU=1", "CPU=1", "CPU=1"},
+                                              PlacementStrategy::kStrictSpread, "four");
+  ASSERT_TRUE(four.ok());
+  absl::Status never = driver_->wait_placement_group(*four, absl::Seconds(30));
+  EXPECT_TRUE(absl::IsResourceExhausted(never)) << never;
+  EXPECT_NE(never.message().find("'four' can never be placed"), std::string::npos) << never;
+  EXPECT_NE(never.message().find("the 3 worker nodes have {CPU=6"), std::string::npos) << never;
 }
 
 TEST_F(ClusterTest, StrictPackLandsOnOneNode) {

@@ -334,9 +334,14 @@ void Communicator::clear_placements() {
   if (!shared_->placements.empty()) unused.swap(shared_->placements);
 }
 
-void Communicator::abort(const absl::Status& why) {
+void Communicator::abort(const absl::Status& why, const std::vector<int>& lost) {
   Shared& sh = *shared_;
   std::string reason = why.message().empty() ? "the group was aborted" : std::string(why.message());
+  for (int r : lost) {
+    if (r >= 0 && r < static_cast<int>(peers_.size()) && peers_[r]) {
+      peers_[r]->abort(absl::AbortedError(reason));
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(sh.mu);
     if (!sh.failed.ok()) return;

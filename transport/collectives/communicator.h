@@ -84,8 +84,9 @@ class Communicator {
   void clear_placements();
 
   // Fails every pending and later operation with Aborted(`why`), here and on
-  // every other member it can still reach.
-  void abort(const absl::Status& why);
+  // every other member it can still reach; drops the connections to the
+  // `lost` ranks (Connection::abort).
+  void abort(const absl::Status& why, const std::vector<int>& lost = {});
 
   // While one lives, this thread drives the transport's I/O when it waits
   // (see above). Nests; one thread at a time per communicator.

@@ -121,8 +121,8 @@ Work Group::recv_async(int peer, uint64_t tag, void* data, size_t bytes) {
   });
 }
 
-void Group::abort(const absl::Status& why) {
-  comm_->abort(why);
+void Group::abort(const absl::Status& why, const std::vector<int>& lost) {
+  comm_->abort(why, lost);
 }
 
 }  // namespace troupe::transport

@@ -80,8 +80,10 @@ class Group {
 
   // Fails every pending and later operation with Aborted(why), here and on
   // every member still reachable. Returns at once; the operation running
-  // now returns within moments.
-  void abort(const absl::Status& why);
+  // now returns within moments. The connections to `lost` ranks (known to be
+  // gone or hung) are dropped, so that sends stuck on them let go of their
+  // buffers.
+  void abort(const absl::Status& why, const std::vector<int>& lost = {});
 
  private:
   struct Op {

@@ -250,7 +250,7 @@ void Session::on_bad_frame(const absl::Status& why) {
   fail(absl::InvalidArgumentError(absl::StrCat("dropped ", peer_name(), ": ", why.message())));
 }
 
-void Session::fail(absl::Status why, bool warn) {
+void Session::fail(absl::Status why, bool warn, bool drop) {
   bool report = false;
   bool was_handshaking = false;
   {
@@ -268,7 +268,11 @@ void Session::fail(absl::Status why, bool warn) {
   } else {
     spdlog::debug("transport: {}", std::string(why.message()));
   }
-  shutdown_channel();
+  if (drop) {
+    drop_channel();
+  } else {
+    shutdown_channel();
+  }
   if (report && callbacks_.on_closed) callbacks_.on_closed(why);
 }
 

@@ -41,9 +41,9 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   void on_channel_closed(absl::Status why);
   // A frame that failed to decode: counted, logged, and the connection dropped.
   void on_bad_frame(const absl::Status& why);
-  // Ends the connection from the transport's side (handshake timeout, the
-  // transport shutting down): callbacks see `why`.
-  void abort(absl::Status why) { fail(std::move(why), /*warn=*/false); }
+  // Ends the connection at once (Connection::abort; also the transport's own
+  // handshake timeout or shutdown): callbacks see `why`.
+  void abort(absl::Status why) override { fail(std::move(why), /*warn=*/false, /*drop=*/true); }
 
   bool open() const;
 
@@ -58,6 +58,10 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   // Closes the channel once queued frames are written; the transport then
   // calls on_channel_closed(). Thread-safe, idempotent.
   virtual void shutdown_channel() = 0;
+  // Closes the channel at once, dropping queued frames and letting go of
+  // those being written; the transport then calls on_channel_closed().
+  // Thread-safe, idempotent. By default as shutdown_channel().
+  virtual void drop_channel() { shutdown_channel(); }
 
   const TransportOptions& options() const { return options_; }
 
@@ -70,8 +74,9 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   void send_control(FrameKind kind, Buffer message);
   void become_open();
   // Ends the handshake or the connection with `why`, logged as a warning
-  // when `warn` (refusals, bad frames) and at debug level otherwise.
-  void fail(absl::Status why, bool warn = true);
+  // when `warn` (refusals, bad frames) and at debug level otherwise; the
+  // channel is dropped (drop_channel) when `drop`, else shut down in order.
+  void fail(absl::Status why, bool warn = true, bool drop = false);
 
   const Role role_;
   const TransportOptions options_;

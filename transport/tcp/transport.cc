@@ -70,6 +70,20 @@ class TcpSession final : public detail::Session {
     return absl::OkStatus();
   }
 
+  void drop_channel() override {
+    {
+      std::lock_guard<std::mutex> lock(out_mu_);
+      outbox_.clear();  // in_flight_ goes when its write fails on the closed socket
+      shutdown_requested_ = true;
+    }
+    if (!io_->stopped.load()) {
+      asio::post(io_->context, [self = self()] {
+        asio::error_code ec = asio::error::operation_aborted;
+        self->channel_failed(ec);
+      });
+    }
+  }
+
   void shutdown_channel() override {
     {
       std::lock_guard<std::mutex> lock(out_mu_);

@@ -41,6 +41,16 @@ void UcxSession::shutdown_channel() {
   t->post([t, self] { t->close_now(self); });
 }
 
+void UcxSession::drop_channel() {
+  std::lock_guard<std::mutex> lock(link_->mu);
+  if (link_->transport == nullptr) return;
+  auto self = std::static_pointer_cast<UcxSession>(shared_from_this());
+  UcxTransport* t = link_->transport;
+  // A forced close of the endpoint cancels the sends queued on it, which
+  // releases their buffers.
+  t->post([t, self] { t->drop(self, absl::AbortedError("the connection was aborted")); });
+}
+
 // Only on a driving thread, so the transport is alive (it is being visited).
 void UcxSession::defer(Event event) {
   deferred_.push_back(std::move(event));

@@ -26,7 +26,10 @@ absl::StatusOr<uint64_t> NodeAgent::host(HostRequest request) {
   // Tell the head when it terminates for good here (not when this node stops).
   ActorRef<HeadService> head = node_->ref<HeadService>(head_service_id(), kHeadNode);
   std::shared_ptr<StopSignal> stop = stop_;
-  (*handle)->monitor([head, stop](ActorId id, const absl::Status& why) {
+  std::shared_ptr<HostedActors> hosted = hosted_;
+  hosted->add(request);
+  (*handle)->monitor([head, stop, hosted](ActorId id, const absl::Status& why) {
+    hosted->remove(id.value);
     if (!stop->requested.load()) {
       head.tell(&HeadService::actor_died, id.value, std::string(why.message()));
     }

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/actor.h"
 #include "core/cluster/detail/node.h"
@@ -16,24 +18,54 @@ namespace troupe::cluster {
 
 class HeadService;
 
-// Set when the node should exit, with the reason.
+// Set when the node should exit, with the reason; `declared_dead` when the
+// head declared it dead (a worker then joins again as a new node).
 struct StopSignal {
   std::atomic<bool> requested{false};
+  std::atomic<bool> declared_dead{false};
   std::mutex mu;
   std::string reason;
-  void request(std::string why) {
+  void request(std::string why, bool dead = false) {
     {
       std::lock_guard<std::mutex> lock(mu);
       if (requested.load()) return;
       reason = std::move(why);
+      declared_dead.store(dead);
     }
     requested.store(true);
   }
 };
 
+// The actors a node hosts for the cluster, as the head asked for them: what
+// the node tells a restarted head (RejoinRequest). Shared by the node's agent,
+// which keeps it, and its Member, which reads it from its heartbeat thread.
+class HostedActors {
+ public:
+  void add(HostRequest request) {
+    std::lock_guard<std::mutex> lock(mu_);
+    actors_[request.id] = std::move(request);
+  }
+  void remove(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    actors_.erase(id);
+  }
+  std::vector<HostRequest> list() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<HostRequest> out;
+    for (const auto& [id, r] : actors_)
+      out.push_back(r);
+    return out;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<uint64_t, HostRequest> actors_;
+};
+
 class NodeAgent {
  public:
-  NodeAgent(Node* node, std::shared_ptr<StopSignal> stop) : node_(node), stop_(std::move(stop)) {}
+  NodeAgent(Node* node, std::shared_ptr<StopSignal> stop, std::shared_ptr<HostedActors> hosted)
+      : node_(node), stop_(std::move(stop)), hosted_(std::move(hosted)) {}
 
   // Spawns the requested actor here under its cluster-wide id. Errors:
   // NotFound (type not known here: its library is not loaded), and those of
@@ -47,6 +79,7 @@ class NodeAgent {
  private:
   Node* const node_;
   std::shared_ptr<StopSignal> stop_;
+  std::shared_ptr<HostedActors> hosted_;
 };
 TROUPE_ACTOR(NodeAgent, &NodeAgent::host, &NodeAgent::kill, &NodeAgent::shutdown,
              &NodeAgent::actor_count);

@@ -1,5 +1,7 @@
 #include "core/cluster/detail/head.h"
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -18,8 +20,13 @@ std::string seconds(absl::Duration d) {
 
 }  // namespace
 
-HeadService::HeadService(Node* node, HeadConfig config, std::shared_ptr<std::atomic<bool>> stopped)
-    : node_(node), config_(config), stopped_(std::move(stopped)) {
+HeadService::HeadService(Node* node, HeadConfig config, std::shared_ptr<std::atomic<bool>> stopped,
+                         HeadIds ids, uint64_t incarnation)
+    : node_(node),
+      config_(config),
+      ids_(std::move(ids)),
+      incarnation_(incarnation),
+      stopped_(std::move(stopped)) {
   log("head started");
 }
 
@@ -41,11 +48,83 @@ void HeadService::log(std::string line) {
 
 // --- Nodes ---------------------------------------------------------------------
 
-Registration HeadService::register_node(NodeInfo info) {
-  info.index = next_node_++;
+absl::StatusOr<Registration> HeadService::register_node(NodeInfo info) {
+  absl::StatusOr<uint32_t> index = ids_.next_node();
+  if (!index.ok()) return index.status();
+  info.index = *index;
+  Registration reply = admit(info);
+  log(absl::StrCat(std::string(to_string(info.kind)), " ", info.index, " joined: ", info.name,
+                   info.kind == NodeKind::kWorker ? absl::StrCat(" [", info.resources, "]") : ""));
+  return reply;
+}
+
+absl::StatusOr<Registration> HeadService::rejoin_node(RejoinRequest request) {
+  const NodeInfo& info = request.info;
+  if (info.index == kHeadNode || info.index > kLastNode) {
+    return absl::InvalidArgumentError(absl::StrCat(info.index, " is not a node index"));
+  }
+  if (auto it = nodes_.find(info.index); it != nodes_.end()) {
+    return absl::AlreadyExistsError(
+        it->second.state == NodeState::kAlive
+            ? absl::StrCat("node ", info.index, " has rejoined already")
+            : absl::StrCat("node ", info.index, " was declared dead: ", it->second.death_reason));
+  }
+  if (absl::Status s = ids_.saw_node(info.index); !s.ok()) return s;
+  for (const HostRequest& a : request.actors) {
+    if (absl::Status s = ids_.saw_actor(ActorId{a.id}.sequence()); !s.ok()) return s;
+  }
+  Registration reply = admit(info);
+  if (info.kind == NodeKind::kWorker) {
+    absl::StatusOr<Resources> total = Resources::parse(info.resources);
+    scheduler_.add_node(info.index, total.ok() ? *total : Resources());
+    for (const HostRequest& a : request.actors)
+      adopt(info.index, a);
+  }
+  log(absl::StrCat(std::string(to_string(info.kind)), " ", info.index, " rejoined: ", info.name,
+                   info.kind == NodeKind::kWorker ? absl::StrCat(" [", info.resources, "] with ",
+                                                                 request.actors.size(), " actors")
+                                                  : ""));
+  scheduler_.retry_pending();
+  retry_waiting();
+  return reply;
+}
+
+void HeadService::adopt(uint32_t node, const HostRequest& a) {
+  if (actors_.contains(a.id)) return;
+  ActorRecord& actor = actors_[a.id];
+  actor.id = a.id;
+  actor.spawn = a.spawn;
+  // Its placement group was the earlier head's: it now holds its resources
+  // on its node directly.
+  actor.spawn.placement_group = 0;
+  actor.spawn.bundle_index = -1;
+  actor.node = node;
+  actor.state = ActorState::kAlive;
+  actor.restarts = a.restart_count;
+  absl::StatusOr<Resources> resources = Resources::parse(a.spawn.resources);
+  PlacementRequest where;
+  where.resources = resources.ok() ? *resources : Resources();
+  where.node = node;
+  absl::StatusOr<Placement> placed = scheduler_.place_actor(where);
+  if (placed.ok()) {
+    actor.resources = where.resources;
+    actor.placement = *placed;
+  } else {
+    // More than the node has left: it runs, but holds nothing in the ledger.
+    log(absl::StrCat(to_string(ActorId{a.id}), " (", a.spawn.type, ") rejoined on node ", node,
+                     " without its resources: ", placed.status().message()));
+    actor.placement.node = node;
+  }
+  if (!actor.spawn.name.empty() && !names_.contains(actor.spawn.name)) {
+    names_[actor.spawn.name] = a.id;
+  }
+}
+
+Registration HeadService::admit(const NodeInfo& info) {
   Registration reply;
   reply.index = info.index;
   reply.heartbeat_ms = absl::ToInt64Milliseconds(config_.heartbeat_interval);
+  reply.head_incarnation = incarnation_;
   // The cluster so far: every live node, as if it had just joined.
   for (const auto& [index, n] : nodes_) {
     if (n.state != NodeState::kAlive) continue;
@@ -65,8 +144,6 @@ Registration HeadService::register_node(NodeInfo info) {
   record(joined);
   // Its own join comes last: the node carries on from that version.
   reply.events.push_back(events_.back());
-  log(absl::StrCat(std::string(to_string(info.kind)), " ", info.index, " joined: ", info.name,
-                   info.kind == NodeKind::kWorker ? absl::StrCat(" [", info.resources, "]") : ""));
   return reply;
 }
 
@@ -84,6 +161,7 @@ void HeadService::node_ready(uint32_t node) {
 
 HeartbeatReply HeadService::heartbeat(uint32_t node, uint64_t seen_version) {
   HeartbeatReply reply;
+  reply.head_incarnation = incarnation_;
   auto it = nodes_.find(node);
   if (it == nodes_.end() || it->second.state != NodeState::kAlive) {
     reply.known = false;
@@ -174,7 +252,9 @@ Future<ActorLocation> HeadService::spawn_actor(SpawnRequest request) {
   }
   absl::StatusOr<Resources> resources = Resources::parse(request.resources);
   if (!resources.ok()) return Future<ActorLocation>::failed(resources.status());
-  uint64_t id = ActorId::make(kClusterActorNode, next_actor_++).value;
+  absl::StatusOr<uint64_t> sequence = ids_.next_actor();
+  if (!sequence.ok()) return Future<ActorLocation>::failed(sequence.status());
+  uint64_t id = ActorId::make(kClusterActorNode, *sequence).value;
   ActorRecord& actor = actors_[id];
   actor.id = id;
   actor.resources = *resources;
@@ -363,8 +443,10 @@ absl::StatusOr<uint64_t> HeadService::create_placement_group(std::vector<std::st
     if (!r.ok()) return r.status();
     parsed.push_back(*r);
   }
-  absl::StatusOr<PlacementGroupId> id =
-      scheduler_.create_placement_group(std::move(parsed), *s, std::move(name));
+  absl::StatusOr<uint64_t> next = ids_.next_group();
+  if (!next.ok()) return next.status();
+  absl::StatusOr<PlacementGroupId> id = scheduler_.create_placement_group(
+      std::move(parsed), *s, std::move(name), PlacementGroupId{*next});
   if (!id.ok()) return id.status();
   auto info = scheduler_.group(*id);
   log(absl::StrCat("placement group ", id->value, " (", std::string(to_string(*s)), ", ",
@@ -376,6 +458,9 @@ absl::StatusOr<bool> HeadService::placement_group_ready(uint64_t id) {
   scheduler_.retry_pending();
   auto info = scheduler_.group(PlacementGroupId{id});
   if (!info) return absl::NotFoundError(absl::StrCat("no placement group ", id));
+  if (!info->placed) {
+    if (absl::Status s = scheduler_.check_feasible(PlacementGroupId{id}); !s.ok()) return s;
+  }
   return info->placed;
 }
 
@@ -497,8 +582,15 @@ absl::StatusOr<std::unique_ptr<HeadServer>> HeadServer::start(HeadOptions option
                                      node.status().message()));
   }
   server->node_ = *std::move(node);
+  absl::StatusOr<HeadIds> ids = HeadIds::open(options.state_dir);
+  if (!ids.ok()) return ids.status();
+  // Distinct for every start of a head (0 is never one).
+  uint64_t incarnation = (static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) ^
+                          (static_cast<uint64_t>(::getpid()) << 40)) |
+                         1;
   auto service = server->node_->system().spawn_at<HeadService>(
-      head_service_id(), {.name = "head"}, server->node_.get(), options.config, server->stopped_);
+      head_service_id(), {.name = "head"}, server->node_.get(), options.config, server->stopped_,
+      *std::move(ids), incarnation);
   if (!service.ok()) return service.status();
   server->service_ = *service;
   absl::Duration period = std::min(options.config.heartbeat_interval, absl::Milliseconds(50));

@@ -26,6 +26,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "core/actor.h"
+#include "core/cluster/detail/head_ids.h"
 #include "core/cluster/detail/node.h"
 #include "core/cluster/detail/scheduler.h"
 #include "core/cluster/protocol.h"
@@ -42,10 +43,21 @@ struct HeadConfig {
 class HeadService {
  public:
   // `stopped` is set when stop() is called (the head process then exits).
-  HeadService(Node* node, HeadConfig config, std::shared_ptr<std::atomic<bool>> stopped);
+  // `ids`: where node, actor and group ids come from (kept in the state
+  // directory, so that a restarted head hands out none twice);
+  // `incarnation`: this start of the head, told to every node.
+  HeadService(Node* node, HeadConfig config, std::shared_ptr<std::atomic<bool>> stopped,
+              HeadIds ids, uint64_t incarnation);
 
-  // Nodes.
-  Registration register_node(NodeInfo info);
+  // Nodes. Errors: those of drawing an id (HeadIds::next_node).
+  absl::StatusOr<Registration> register_node(NodeInfo info);
+  // A node of an earlier start of this head (which stopped or crashed) joins
+  // this one under the index it had, with the actors it hosts; the head's
+  // directory takes them as alive there. Placement groups are not restored:
+  // the rejoined actors hold their resources on their node directly.
+  // Errors: AlreadyExists (this head knows the index: the node was declared
+  // dead, or rejoined already), InvalidArgument (not a node index).
+  absl::StatusOr<Registration> rejoin_node(RejoinRequest request);
   // A registered worker is ready to host actors (its agent runs): from now
   // on the scheduler may place actors there.
   void node_ready(uint32_t node);
@@ -72,6 +84,8 @@ class HeadService {
   // Placement groups (Ray's semantics; bundles as "CPU=1,GPU=1").
   absl::StatusOr<uint64_t> create_placement_group(std::vector<std::string> bundles,
                                                   std::string strategy, std::string name);
+  // Whether group `id` is placed. ResourceExhausted, naming the shortfall,
+  // if it cannot be placed even on an idle cluster of the nodes there are.
   absl::StatusOr<bool> placement_group_ready(uint64_t id);
   absl::Status remove_placement_group(uint64_t id);
 
@@ -109,6 +123,10 @@ class HeadService {
   };
 
   ActorRef<NodeAgent> agent(uint32_t node);
+  // Records node `info` (its index set) as alive; the registration to send it.
+  Registration admit(const NodeInfo& info);
+  // Takes actor `a`, hosted on `node` under an earlier head, into the directory.
+  void adopt(uint32_t node, const HostRequest& a);
   void record(ClusterEvent event);
   void log(std::string line);
   void declare_dead(uint32_t node, const std::string& reason);
@@ -125,8 +143,8 @@ class HeadService {
   Node* const node_;
   const HeadConfig config_;
   Scheduler scheduler_;
-  uint32_t next_node_ = 1;
-  uint64_t next_actor_ = 1;
+  HeadIds ids_;
+  const uint64_t incarnation_;
   uint64_t version_ = 0;
   std::shared_ptr<std::atomic<bool>> stopped_;
   std::map<uint32_t, NodeRecord> nodes_;
@@ -139,12 +157,13 @@ class HeadService {
 };
 TROUPE_ACTOR(HeadService, &HeadService::register_node, &HeadService::node_ready,
              &HeadService::heartbeat, &HeadService::report_lost, &HeadService::unregister_node,
-             &HeadService::spawn_actor, &HeadService::get_actor, &HeadService::node_endpoints,
-             &HeadService::locate, &HeadService::actor_died, &HeadService::kill_actor,
-             &HeadService::watch_actor, &HeadService::create_placement_group,
-             &HeadService::placement_group_ready, &HeadService::remove_placement_group,
-             &HeadService::kv_put, &HeadService::kv_get, &HeadService::kv_delete,
-             &HeadService::kv_keys, &HeadService::status, &HeadService::stop, &HeadService::tick);
+             &HeadService::rejoin_node, &HeadService::spawn_actor, &HeadService::get_actor,
+             &HeadService::node_endpoints, &HeadService::locate, &HeadService::actor_died,
+             &HeadService::kill_actor, &HeadService::watch_actor,
+             &HeadService::create_placement_group, &HeadService::placement_group_ready,
+             &HeadService::remove_placement_group, &HeadService::kv_put, &HeadService::kv_get,
+             &HeadService::kv_delete, &HeadService::kv_keys, &HeadService::status,
+             &HeadService::stop, &HeadService::tick);
 
 // The head process: a node 0 listening on the control port, hosting the
 // HeadService and driving its failure detector.
@@ -154,6 +173,8 @@ struct HeadOptions {
   std::string token;
   HeadConfig config;
   int threads = 2;
+  // Where the ids handed out are kept (HeadIds); empty: nowhere.
+  std::string state_dir;
 };
 
 class HeadServer {
@@ -177,9 +198,5 @@ class HeadServer {
   std::thread clock_;
   std::atomic<bool> done_{false};
 };
-
-// The head's cluster-wide ActorIds live under this node index: they stay the
-// same when an actor moves.
-inline constexpr uint32_t kClusterActorNode = 0xfffe;
 
 }  // namespace troupe::cluster

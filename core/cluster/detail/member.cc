@@ -23,6 +23,23 @@ Member* current_member = nullptr;
 
 }  // namespace
 
+uint64_t NodeDeathListeners::add(Listener listener) {
+  std::lock_guard<std::mutex> lock(mu_);
+  listeners_.emplace(next_, std::move(listener));
+  return next_++;
+}
+
+void NodeDeathListeners::remove(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  listeners_.erase(id);
+}
+
+void NodeDeathListeners::notify(uint32_t node, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, listener] : listeners_)
+    listener(node, reason);
+}
+
 absl::StatusOr<std::string> find_head_address(const std::string& given) {
   if (!given.empty()) return given;
   if (const char* env = std::getenv("TROUPE_HEAD"); env != nullptr && *env != '\0') return env;
@@ -97,6 +114,10 @@ absl::StatusOr<std::unique_ptr<Member>> Member::join(MemberOptions options) {
     if (!local.ok()) return local.status();
     options.host = *local;
   }
+  if (options.name.empty()) {
+    options.name =
+        absl::StrCat(std::string(to_string(options.kind)), " ", options.host, " pid ", ::getpid());
+  }
   std::unique_ptr<Member> member(new Member(std::move(options)));
   if (absl::Status s = member->start(); !s.ok()) return s;
   {
@@ -107,12 +128,9 @@ absl::StatusOr<std::unique_ptr<Member>> Member::join(MemberOptions options) {
 }
 
 absl::Status Member::start() {
-  std::string name = options_.name.empty() ? absl::StrCat(std::string(to_string(options_.kind)),
-                                                          " ", options_.host, " pid ", ::getpid())
-                                           : options_.name;
   auto node = Node::start({.index = kUnassignedNode,
                            .token = options_.token,
-                           .name = name,
+                           .name = options_.name,
                            .host = options_.host,
                            .transports = options_.transports,
                            .threads = options_.threads,
@@ -122,14 +140,7 @@ absl::Status Member::start() {
   node_->set_node_endpoints(kHeadNode, {"tcp://" + options_.head});
   head_ = node_->ref<HeadService>(head_service_id(), kHeadNode);
 
-  NodeInfo info;
-  info.kind = options_.kind;
-  info.name = name;
-  info.host = options_.host;
-  info.pid = ::getpid();
-  info.endpoints = node_->endpoints();
-  info.resources = options_.resources;
-  auto registration = head_.call(&HeadService::register_node, info).get(options_.timeout);
+  auto registration = head_.call(&HeadService::register_node, info()).get(options_.timeout);
   if (!registration.ok()) {
     absl::Status s = registration.status();
     if (absl::IsPermissionDenied(s)) {
@@ -141,6 +152,7 @@ absl::Status Member::start() {
         absl::StrCat("cannot register with the head at ", options_.head, ": ", head_error_text(s)));
   }
   node_->set_index(registration->index);
+  head_incarnation_ = registration->head_incarnation;
   apply(registration->events);
 
   ActorRef<HeadService> head = head_;
@@ -197,9 +209,10 @@ void Member::apply(const std::vector<ClusterEvent>& events) {
         break;
       case ClusterEvent::kNodeDied:
         if (e.node.index == node_->index()) {
-          stop_->request("the head declared this node dead: " + e.reason);
+          stop_->request("the head declared this node dead: " + e.reason, /*dead=*/true);
         } else {
           node_->fail_node(e.node.index, absl::UnavailableError(e.reason));
+          death_listeners_->notify(e.node.index, e.reason);
         }
         break;
       case ClusterEvent::kActorMoved:
@@ -212,23 +225,70 @@ void Member::apply(const std::vector<ClusterEvent>& events) {
   }
 }
 
+NodeInfo Member::info() const {
+  NodeInfo info;
+  info.index = node_->index();
+  info.kind = options_.kind;
+  info.name = options_.name;
+  info.host = options_.host;
+  info.pid = ::getpid();
+  info.endpoints = node_->endpoints();
+  info.resources = options_.resources;
+  return info;
+}
+
+void Member::rejoin(uint64_t incarnation) {
+  RejoinRequest request;
+  request.info = info();
+  request.actors = hosted_->list();
+  auto reply = head_.call(&HeadService::rejoin_node, request).get(options_.timeout);
+  if (!reply.ok()) {
+    if (absl::IsUnavailable(reply.status()) || absl::IsDeadlineExceeded(reply.status())) {
+      return;  // the head went away again
+    }
+    stop_->request(absl::StrCat("the restarted head at ", options_.head,
+                                " refused this node: ", head_error_text(reply.status())));
+    return;
+  }
+  head_incarnation_ = incarnation;
+  seen_version_ = 0;
+  apply(reply->events);
+  ++rejoins_;
+  spdlog::info("rejoined the restarted head at {} as {} {} with {} actors", options_.head,
+               to_string(options_.kind), node_->index(), request.actors.size());
+}
+
 void Member::heartbeats(absl::Duration interval) {
   absl::Time last_contact = absl::Now();
+  bool away = false;  // the head has not answered since last_contact
   while (!leaving_.load() && !stop_->requested.load()) {
     absl::Time next = absl::Now() + interval;
     auto reply = head_.call(&HeadService::heartbeat, node_->index(), seen_version_)
                      .get(std::max(interval * 10, absl::Seconds(1)));
     if (reply.ok()) {
       last_contact = absl::Now();
-      if (!reply->known) {
-        stop_->request("the head no longer knows this node (declared dead)");
+      if (away) spdlog::info("the head at {} answers again", options_.head);
+      away = false;
+      if (reply->head_incarnation != head_incarnation_) {
+        rejoin(reply->head_incarnation);  // tried again with the next heartbeat if it failed
+      } else if (!reply->known) {
+        stop_->request("the head no longer knows this node (declared dead)", /*dead=*/true);
         break;
+      } else {
+        apply(reply->events);
       }
-      apply(reply->events);
     } else if (absl::Now() - last_contact > options_.head_grace) {
-      stop_->request(absl::StrCat("lost contact with the head at ", options_.head, ": ",
-                                  reply.status().message()));
+      stop_->request(absl::StrCat("lost contact with the head at ", options_.head, " for ",
+                                  absl::FormatDuration(options_.head_grace), ": ",
+                                  head_error_text(reply.status())));
       break;
+    } else if (!away) {
+      away = true;
+      spdlog::warn(
+          "lost contact with the head at {} ({}); serving peers meanwhile, and rejoining when it "
+          "is back (giving up after {})",
+          options_.head, head_error_text(reply.status()),
+          absl::FormatDuration(options_.head_grace));
     }
     while (!leaving_.load() && absl::Now() < next)
       absl::SleepFor(std::min(next - absl::Now(), absl::Milliseconds(20)));

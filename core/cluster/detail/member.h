@@ -5,7 +5,10 @@
 // calls go to the right place and fail at once when their node is gone.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -32,8 +35,29 @@ struct MemberOptions {
   std::vector<std::string> transports = {"ucx", "tcp"};
   int threads = 0;
   absl::Duration timeout = absl::Seconds(10);  // to reach the head at start
-  // How long the head may stay unreachable before this node gives up.
-  absl::Duration head_grace = absl::Seconds(10);
+  // How long the head may stay unreachable before this node gives up (as
+  // Ray's raylets wait for a restarted GCS). Meanwhile the node keeps serving
+  // calls from its peers, and when a head answers again - restarted on the
+  // same state directory, so with the same token - rejoins it under its index
+  // with the actors it hosts.
+  absl::Duration head_grace = absl::Seconds(60);
+};
+
+// Code to run when the head declares another node dead: collective groups
+// with a member there abort at once (instead of waiting out their timeout).
+// Callbacks run on the member's heartbeat thread, one at a time, and must not
+// add or remove listeners; remove() waits for a callback in progress.
+class NodeDeathListeners {
+ public:
+  using Listener = std::function<void(uint32_t node, const std::string& reason)>;
+  uint64_t add(Listener listener);
+  void remove(uint64_t id);
+  void notify(uint32_t node, const std::string& reason);
+
+ private:
+  std::mutex mu_;
+  uint64_t next_ = 1;
+  std::map<uint64_t, Listener> listeners_;
 };
 
 class Member {
@@ -55,6 +79,11 @@ class Member {
   ActorRef<HeadService> head() const { return head_; }
   const std::string& head_address() const { return options_.head; }
   std::shared_ptr<StopSignal> stop_signal() const { return stop_; }
+  // The actors this node hosts, kept by its agent (told to a restarted head).
+  std::shared_ptr<HostedActors> hosted() const { return hosted_; }
+  std::shared_ptr<NodeDeathListeners> node_death_listeners() const { return death_listeners_; }
+  // How many times this node rejoined a restarted head.
+  int rejoins() const { return rejoins_.load(); }
   // Tells the head this worker can host actors (call once its agent runs).
   absl::Status ready();
 
@@ -68,12 +97,20 @@ class Member {
   absl::Status start();
   void apply(const std::vector<ClusterEvent>& events);
   void heartbeats(absl::Duration interval);
+  NodeInfo info() const;
+  // Joins a restarted head (incarnation `incarnation`) under this node's
+  // index; if the head did not answer, the next heartbeat tries again.
+  void rejoin(uint64_t incarnation);
 
   const MemberOptions options_;
   std::unique_ptr<Node> node_;
   ActorRef<HeadService> head_;
   std::shared_ptr<StopSignal> stop_ = std::make_shared<StopSignal>();
-  uint64_t seen_version_ = 0;  // heartbeat thread only (after start)
+  std::shared_ptr<HostedActors> hosted_ = std::make_shared<HostedActors>();
+  std::shared_ptr<NodeDeathListeners> death_listeners_ = std::make_shared<NodeDeathListeners>();
+  uint64_t seen_version_ = 0;      // heartbeat thread only (after start)
+  uint64_t head_incarnation_ = 0;  // heartbeat thread only (after start)
+  std::atomic<int> rejoins_{0};
   std::atomic<bool> leaving_{false};
   std::thread heartbeat_;
 };

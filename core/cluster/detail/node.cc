@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cluster/detail/remote_actor.h"
 #include "core/cluster/detail/rpc.capnp.h"
+#include "core/cluster/protocol.h"
 #include "core/codec.h"
 #include "spdlog/spdlog.h"
 #include "transport/endpoints.h"
@@ -299,7 +300,10 @@ void NodeCore::send(uint32_t hint, ActorId id, detail::Message* m) {
       h.peer_lost(node, conn.status());  // the head may declare the node dead at once
     }
     // Ask the head where the actor is now: restarted elsewhere, or dead.
-    if (h.locate) {
+    // Only cluster actors move; the head's own service never does, so a
+    // call to an unreachable head is not located through the head (which
+    // would send to it again).
+    if (h.locate && is_cluster_actor(id)) {
       absl::StatusOr<uint32_t> now = h.locate(id);
       if (now.ok() && *now != node) {
         relocate(id, *now);

@@ -44,7 +44,9 @@ struct NodeOptions {
 // What the node asks the layer above (the cluster client) for.
 struct NodeHooks {
   // Where actor `id` lives now, when its last known node is gone (it may have
-  // been restarted elsewhere). Errors: ActorDied if it is gone for good.
+  // been restarted elsewhere). Asked only for cluster actors
+  // (is_cluster_actor), the ones that can move. Errors: ActorDied if it is
+  // gone for good.
   std::function<absl::StatusOr<uint32_t>(ActorId id)> locate;
   // Kills actor `id` (ray.kill) wherever it lives.
   std::function<void(ActorId id, bool restart, std::string reason)> kill;

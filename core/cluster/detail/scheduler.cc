@@ -435,9 +435,9 @@ void Scheduler::release_actor(const Placement& where, const Resources& resources
 
 // --- Placement groups ------------------------------------------------------
 
-absl::StatusOr<PlacementGroupId> Scheduler::create_placement_group(std::vector<Resources> bundles,
-                                                                   PlacementStrategy strategy,
-                                                                   std::string name) {
+absl::StatusOr<PlacementGroupId> Scheduler::create_placement_group(
+    std::vector<Resources> bundles, PlacementStrategy strategy, std::string name,
+    std::optional<PlacementGroupId> id) {
   std::string label =
       name.empty() ? std::string("placement group") : absl::StrCat("placement group '", name, "'");
   if (bundles.empty()) return absl::InvalidArgumentError(absl::StrCat(label, " has no bundles"));
@@ -458,14 +458,18 @@ absl::StatusOr<PlacementGroupId> Scheduler::create_placement_group(std::vector<R
                                                    "; remove it or choose another name"));
     }
   }
-  PlacementGroupId id{next_group_id_++};
-  GroupState& group = groups_[id];
-  group.info.id = id;
+  if (!id) id = PlacementGroupId{next_group_id_};
+  if (groups_.contains(*id)) {
+    return absl::AlreadyExistsError(absl::StrCat(label, ": ", to_string(*id), " already exists"));
+  }
+  next_group_id_ = std::max(next_group_id_, id->value + 1);
+  GroupState& group = groups_[*id];
+  group.info.id = *id;
   group.info.name = std::move(name);
   group.info.strategy = strategy;
   group.info.bundles = std::move(bundles);
   try_place(group);
-  return id;
+  return *id;
 }
 
 absl::Status Scheduler::remove_placement_group(PlacementGroupId id) {
@@ -504,6 +508,29 @@ bool Scheduler::try_place(GroupState& group) {
   group.info.bundle_available = group.info.bundles;
   group.epoch = next_epoch_++;
   return true;
+}
+
+absl::Status Scheduler::check_feasible(PlacementGroupId id) const {
+  auto it = groups_.find(id);
+  if (it == groups_.end()) return absl::NotFoundError(absl::StrCat("no ", to_string(id)));
+  const GroupInfo& info = it->second.info;
+  if (info.placed) return absl::OkStatus();
+  FreePool idle;
+  Resources total;
+  for (const auto& [index, state] : nodes_) {
+    idle.emplace(index, state.total);
+    total += state.total;
+  }
+  if (assign_bundles(info.bundles, info.strategy, idle)) return absl::OkStatus();
+  Resources needed;
+  for (const Resources& b : info.bundles)
+    needed += b;
+  std::string label = info.name.empty() ? to_string(id) : absl::StrCat("'", info.name, "'");
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "placement group ", label, " can never be placed on this cluster: its ", info.bundles.size(),
+      " bundles (", std::string(to_string(info.strategy)), ") need {", needed.to_string(),
+      "} in all; the ", nodes_.size(), " worker node", nodes_.size() == 1 ? "" : "s", " have {",
+      total.to_string(), "} in all. Add nodes, or ask for less"));
 }
 
 void Scheduler::unplace(GroupState& group) {

@@ -114,11 +114,13 @@ class Scheduler {
   // --- Placement groups --------------------------------------------------
 
   // Creates a group and tries to place it at once (even when older groups
-  // are pending); returns its id whether placed or pending.
+  // are pending); returns its id whether placed or pending: `id` if given
+  // (the head draws ids that outlive it), else the next after every id seen.
   // Errors: InvalidArgument (no bundles, an empty bundle, a negative amount),
-  // AlreadyExists (another group has the same non-empty name).
+  // AlreadyExists (another group has the same non-empty name, or that id).
   [[nodiscard]] absl::StatusOr<PlacementGroupId> create_placement_group(
-      std::vector<Resources> bundles, PlacementStrategy strategy, std::string name = "");
+      std::vector<Resources> bundles, PlacementStrategy strategy, std::string name = "",
+      std::optional<PlacementGroupId> id = std::nullopt);
   // Removes a group, placed or pending. Its whole bundles go back to their
   // nodes, including what its actors still hold (they keep running; the
   // caller stops them; their releases are ignored). NotFound if unknown.
@@ -126,6 +128,11 @@ class Scheduler {
   // Tries every pending group, in creation order, against what is free now;
   // returns those placed.
   std::vector<PlacementGroupId> retry_pending();
+  // Whether group `id` could be placed on the nodes there are now were every
+  // one of them idle: OK if so (or the group is placed), else
+  // ResourceExhausted naming the shortfall - the group waits for nodes that
+  // may never come. NotFound if unknown.
+  absl::Status check_feasible(PlacementGroupId id) const;
 
   struct GroupInfo {
     PlacementGroupId id;

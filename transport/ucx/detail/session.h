@@ -148,6 +148,7 @@ class UcxSession final : public detail::Session, public detail::DirectIo {
  protected:
   absl::Status write_frame(Frame frame) override;
   void shutdown_channel() override;
+  void drop_channel() override;
 
  private:
   struct Event {

@@ -1,0 +1,100 @@
+#include "core/cluster/detail/head_ids.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/cluster/detail/state_dir.h"
+#include "core/cluster/protocol.h"
+#include "core/ids.h"
+
+namespace troupe::cluster {
+namespace {
+
+constexpr char kFile[] = "head_ids";
+
+}  // namespace
+
+absl::StatusOr<HeadIds> HeadIds::open(std::string state_dir) {
+  HeadIds ids;
+  ids.dir_ = std::move(state_dir);
+  ids.nodes_ = {.block = 16, .last = kLastNode};
+  ids.actors_ = {.block = 1 << 16, .last = (uint64_t{1} << ActorId::kSequenceBits) - 1};
+  ids.groups_ = {.block = 1 << 10, .last = UINT64_MAX - (1 << 10)};
+  if (ids.dir_.empty()) return ids;
+  absl::StatusOr<std::string> text = read_state_file(ids.dir_, kFile);
+  if (absl::IsNotFound(text.status())) return ids;
+  if (!text.ok()) return text.status();
+  // "node N", "actor N", "group N": the end of each block an earlier head reserved.
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits(' ', 1));
+    uint64_t value = 0;
+    Counter* c = kv.first == "node"    ? &ids.nodes_
+                 : kv.first == "actor" ? &ids.actors_
+                 : kv.first == "group" ? &ids.groups_
+                                       : nullptr;
+    if (c == nullptr || !absl::SimpleAtoi(kv.second, &value) || value < 1 || value > c->last + 1) {
+      return absl::InvalidArgumentError(absl::StrCat(ids.dir_, "/", kFile, ": malformed line '",
+                                                     line, "' (remove the file to start afresh)"));
+    }
+    c->next = c->reserved = value;
+  }
+  return ids;
+}
+
+absl::StatusOr<uint64_t> HeadIds::take(Counter& c, const char* what) {
+  if (c.next > c.last) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("this state directory's ", what,
+                     " ids are used up; start the head on a fresh --state-dir"));
+  }
+  if (c.next >= c.reserved) {
+    uint64_t before = c.reserved;
+    c.reserved = std::min(c.next + c.block, c.last + 1);
+    if (absl::Status s = persist(); !s.ok()) {
+      c.reserved = before;
+      return s;
+    }
+  }
+  return c.next++;
+}
+
+absl::Status HeadIds::see(Counter& c, uint64_t id) {
+  if (id < c.next) return absl::OkStatus();
+  c.next = std::min(id + 1, c.last + 1);
+  if (c.next >= c.reserved) {
+    uint64_t before = c.reserved;
+    c.reserved = std::min(c.next + c.block, c.last + 1);
+    if (absl::Status s = persist(); !s.ok()) {
+      c.reserved = before;
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> HeadIds::next_node() {
+  absl::StatusOr<uint64_t> id = take(nodes_, "node");
+  if (!id.ok()) return id.status();
+  return static_cast<uint32_t>(*id);
+}
+absl::StatusOr<uint64_t> HeadIds::next_actor() {
+  return take(actors_, "actor");
+}
+absl::StatusOr<uint64_t> HeadIds::next_group() {
+  return take(groups_, "placement group");
+}
+absl::Status HeadIds::saw_node(uint32_t index) {
+  return see(nodes_, index);
+}
+absl::Status HeadIds::saw_actor(uint64_t sequence) {
+  return see(actors_, sequence);
+}
+
+absl::Status HeadIds::persist() {
+  if (dir_.empty()) return absl::OkStatus();
+  return write_state_file(dir_, kFile,
+                          absl::StrCat("node ", nodes_.reserved, "\nactor ", actors_.reserved,
+                                       "\ngroup ", groups_.reserved, "\n"));
+}
+
+}  // namespace troupe::cluster

@@ -1,0 +1,50 @@
+// The ids a head hands out - node indices, actor sequence numbers and
+// placement group ids - kept in its state directory, so that a head
+// restarted there never hands out one its predecessor did: the nodes that
+// rejoin it still hold them. Reserved in blocks, so that the file is
+// rewritten when a block is used up rather than for every id; a restart skips
+// the rest of the block.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace troupe::cluster {
+
+class HeadIds {
+ public:
+  // Ids kept in file "head_ids" of `state_dir`; empty: kept nowhere (a head
+  // inside a test process). Errors: those of reading the file, and
+  // InvalidArgument if it is malformed.
+  static absl::StatusOr<HeadIds> open(std::string state_dir);
+
+  // The next node index (1 to kLastNode). Errors: ResourceExhausted when the
+  // state directory's indices are used up; Internal when the file cannot be
+  // written (nothing is handed out then).
+  absl::StatusOr<uint32_t> next_node();
+  absl::StatusOr<uint64_t> next_actor();  // sequence numbers from 1
+  absl::StatusOr<uint64_t> next_group();  // from 1
+  // Ids handed out by an earlier head, reported by a node that rejoins:
+  // never handed out again.
+  absl::Status saw_node(uint32_t index);
+  absl::Status saw_actor(uint64_t sequence);
+
+ private:
+  struct Counter {
+    uint64_t next = 1;
+    uint64_t reserved = 1;  // ids below this are in the file's block
+    uint64_t block = 1;
+    uint64_t last = 0;  // the largest valid id
+  };
+  HeadIds() = default;
+  absl::StatusOr<uint64_t> take(Counter& c, const char* what);
+  absl::Status see(Counter& c, uint64_t id);
+  absl::Status persist();
+
+  std::string dir_;
+  Counter nodes_, actors_, groups_;
+};
+
+}  // namespace troupe::cluster

@@ -1,0 +1,251 @@
+// Reliability: what a cluster of real processes does when its head stops or
+// restarts, a worker freezes, or its operator gives it what it cannot do.
+// A head and worker processes of the `troupe` executable on loopback
+// (LocalCluster), a driver in this process. Every wait has a deadline.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "core/cluster/cluster.h"
+#include "core/cluster/collective_group.h"
+#include "core/cluster/local_cluster.h"
+#include "tests/cluster/probe_actors.h"
+
+namespace troupe::cluster {
+namespace {
+
+using troupe::testing::Probe;
+using troupe::testing::Reducer;
+
+constexpr absl::Duration kCallTimeout = absl::Seconds(20);
+// The failure detector's budget in these tests: long enough that a loaded
+// machine does not miss it by accident.
+constexpr absl::Duration kBudget = absl::Seconds(2);
+
+LocalClusterOptions two_workers() {
+  LocalClusterOptions o;
+  o.workers = 2;
+  o.worker_resources = {"CPU=2", "CPU=2"};
+  o.troupe_binary = TROUPE_BINARY;
+  o.worker_flags = {"--actor-lib-dir", PROBE_LIB_DIR, "--actor-lib", PROBE_LIB};
+  o.heartbeat_timeout = kBudget;
+  return o;
+}
+
+bool any_line_has(const std::vector<std::string>& lines, const std::string& text) {
+  for (const std::string& l : lines) {
+    if (l.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+class ReliabilityTest : public ::testing::Test {
+ public:
+  void SetUp() override {
+    auto local = LocalCluster::start(two_workers());
+    ASSERT_TRUE(local.ok()) << local.status();
+    local_ = *std::move(local);
+    auto driver = Cluster::connect(local_->client_options());
+    ASSERT_TRUE(driver.ok()) << driver.status();
+    driver_ = *std::move(driver);
+  }
+  void TearDown() override {
+    driver_.reset();
+    local_.reset();
+  }
+
+  // Polls the head until `pred(status)` holds or the deadline passes.
+  bool wait_status(const std::function<bool(const ClusterStatus&)>& pred,
+                   absl::Duration timeout = absl::Seconds(20)) {
+    absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      auto s = driver_->status();
+      if (s.ok() && pred(*s)) return true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  }
+  static int alive_workers(const ClusterStatus& s) {
+    int n = 0;
+    for (const NodeStatus& node : s.nodes)
+      n += node.state == NodeState::kAlive && node.info.kind == NodeKind::kWorker ? 1 : 0;
+    return n;
+  }
+
+  // One Reducer on each worker, joined as group `name`.
+  std::vector<ActorRef<Reducer>> reducers(const std::string& name) {
+    std::vector<ActorRef<Reducer>> out;
+    std::vector<ActorId> ids;
+    for (int i = 0; i < local_->num_workers(); ++i) {
+      auto r = driver_->spawn<Reducer>({.node = static_cast<int>(local_->worker_node(i))});
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (!r.ok()) return {};
+      ids.push_back(r->id());
+      out.push_back(*r);
+    }
+    EXPECT_TRUE(declare_collective_group(*driver_, name, ids).ok());
+    std::vector<Future<int>> joins;
+    for (auto& r : out)
+      joins.push_back(r.call(&Reducer::join, name));
+    for (auto& j : joins) {
+      auto rank = j.get(kCallTimeout);
+      EXPECT_TRUE(rank.ok()) << rank.status();
+    }
+    return out;
+  }
+
+  std::unique_ptr<LocalCluster> local_;
+  std::unique_ptr<Cluster> driver_;
+};
+
+// The head stopped by SIGKILL (its machine failing) or SIGTERM (an operator,
+// or a supervisor restarting it): the workers keep serving each other and the
+// driver, and a head started again on the same state directory takes them
+// back, with their actors.
+class HeadLossTest : public ReliabilityTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(HeadLossTest, WorkersKeepServingAndRejoinARestartedHead) {
+  auto probe = driver_->spawn<Probe>({.name = "survivor"}, std::string("before"));
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  std::vector<ActorRef<Reducer>> group = reducers("busy");
+  ASSERT_EQ(group.size(), 2u);
+
+  // Busy workers: calls and allreduces in flight while the head goes.
+  std::atomic<bool> done{false};
+  std::atomic<int> calls{0}, failures{0};
+  std::thread caller([&] {
+    for (int64_t i = 0; !done.load() && i < 1000000; ++i) {
+      auto sum = probe->call(&Probe::add, i, int64_t{1}).get(kCallTimeout);
+      (sum.ok() && *sum == i + 1 ? calls : failures)++;
+    }
+  });
+  std::vector<Future<double>> sums;
+  for (auto& r : group)
+    sums.push_back(r.call(&Reducer::allreduce, int64_t{1} << 16, 200));
+  absl::SleepFor(absl::Milliseconds(200));
+  local_->kill_head(GetParam());
+  absl::SleepFor(absl::Seconds(1));
+  int before = calls.load();
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_GT(calls.load(), before) << "peer calls stopped with the head";
+  for (auto& f : sums) {
+    auto sum = f.get(kCallTimeout);
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    EXPECT_EQ(*sum, 1 + 2);
+  }
+  for (int i = 0; i < local_->num_workers(); ++i)
+    EXPECT_TRUE(local_->worker_running(i)) << "worker " << i << " exited without its head";
+
+  ASSERT_TRUE(local_->restart_head().ok());
+  EXPECT_TRUE(wait_status([](const ClusterStatus& s) {
+    int actors = 0;
+    for (const ActorStatus& a : s.actors)
+      actors += a.state == ActorState::kAlive ? 1 : 0;
+    return alive_workers(s) == 2 && actors == 3;  // the probe and the two reducers
+  })) << "the workers did not rejoin with their actors";
+  done.store(true);
+  caller.join();
+  EXPECT_EQ(failures.load(), 0);
+
+  // The directory is rebuilt from the workers: the name resolves, the
+  // actor's id is the same, and a new actor gets an id the old head never gave.
+  auto found = driver_->get_actor<Probe>("survivor");
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->id(), probe->id());
+  EXPECT_EQ(*found->call(&Probe::tag).get(kCallTimeout), "before");
+  auto fresh = driver_->spawn<Probe>({}, std::string("after"));
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_NE(fresh->id(), probe->id());
+  for (auto& r : group)
+    EXPECT_NE(fresh->id(), r.id());
+  EXPECT_EQ(*fresh->call(&Probe::tag).get(kCallTimeout), "after");
+  for (int i = 0; i < local_->num_workers(); ++i)
+    EXPECT_TRUE(any_line_has(local_->worker_output(i), "rejoined the restarted head"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, HeadLossTest, ::testing::Values(SIGKILL, SIGTERM),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return p.param == SIGKILL ? std::string("SIGKILL")
+                                                     : std::string("SIGTERM");
+                         });
+
+// A frozen worker (SIGSTOP: a hung machine, whose connections stay open)
+// fails its group's operations on the other workers within twice the
+// detection budget, by the head's verdict rather than a collective's
+// timeout; resumed, the worker finds it was declared dead and joins again as
+// a new node.
+TEST_F(ReliabilityTest, FrozenWorkerFailsItsGroupAtOnceAndRejoinsAsANewNode) {
+  std::vector<ActorRef<Reducer>> group = reducers("frozen");
+  ASSERT_EQ(group.size(), 2u);
+  uint32_t frozen_node = local_->worker_node(1);
+  std::vector<Future<double>> running;
+  for (auto& r : group)
+    running.push_back(r.call(&Reducer::allreduce, int64_t{1} << 18, 100000));
+  absl::SleepFor(absl::Milliseconds(200));
+  absl::Time stopped = absl::Now();
+  local_->kill_worker(1, SIGSTOP);
+  auto result = running[0].get(absl::Seconds(60));
+  absl::Duration noticed = absl::Now() - stopped;
+  EXPECT_TRUE(absl::IsAborted(result.status())) << result.status();
+  EXPECT_NE(result.status().message().find("declared dead by the head"), std::string::npos)
+      << result.status();
+  EXPECT_LT(noticed, 2 * kBudget) << "the collective waited out its own timeout";
+
+  local_->kill_worker(1, SIGCONT);
+  EXPECT_TRUE(wait_status([&](const ClusterStatus& s) {
+    for (const NodeStatus& n : s.nodes) {
+      if (n.state == NodeState::kAlive && n.info.pid == local_->worker_pid(1) &&
+          n.info.index != frozen_node) {
+        return true;
+      }
+    }
+    return false;
+  })) << "the resumed worker did not join again";
+  EXPECT_TRUE(local_->worker_running(1));
+  EXPECT_TRUE(any_line_has(local_->worker_output(1), "joining again as a new node"));
+  // It hosts actors again.
+  auto status = driver_->status();
+  ASSERT_TRUE(status.ok());
+  uint32_t rejoined = 0;
+  for (const NodeStatus& n : status->nodes) {
+    if (n.state == NodeState::kAlive && n.info.pid == local_->worker_pid(1))
+      rejoined = n.info.index;
+  }
+  auto probe = driver_->spawn<Probe>({.node = static_cast<int>(rejoined)});
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  EXPECT_EQ(*probe->call(&Probe::pid).get(kCallTimeout), local_->worker_pid(1));
+}
+
+// A job that can never be placed fails within seconds naming the shortfall,
+// instead of waiting silently.
+TEST_F(ReliabilityTest, UnsatisfiablePlacementFailsFastNamingTheShortfall) {
+  char dir[] = "/tmp/troupe-reliability-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  std::string config = std::string(dir) + "/dp8.json";
+  std::ofstream(config) << R"({
+    "train_batch_size": 64, "train_micro_batch_size_per_gpu": 8,
+    "gradient_accumulation_steps": 1,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+    "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "seq_len": 16, "vocab_size": 256},
+    "data": {"synthetic": {"task": "addition", "digits": 2, "num_samples": 1000, "seed": 1}},
+    "parallel": {"dp": 8},
+    "training": {"steps": 2, "output_dir": ")"
+                        << dir << R"(/out"}
+  })";
+  absl::Time start = absl::Now();
+  auto [code, out] = local_->run_cli({"train", "--config", config});
+  absl::Duration took = absl::Now() - start;
+  std::filesystem::remove_all(dir);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("can never be placed"), std::string::npos) << out;
+  EXPECT_NE(out.find("the 2 worker nodes have {CPU=4"), std::string::npos) << out;
+  EXPECT_LT(took, absl::Seconds(30)) << out;
+}
+
+}  // namespace
+}  // namespace troupe::cluster
