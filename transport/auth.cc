@@ -43,16 +43,43 @@ std::string generate_token() {
 }
 
 absl::StatusOr<std::string> read_token_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     if (errno == ENOENT)
       return absl::NotFoundError(absl::StrCat("token file ", path, " does not exist"));
     return absl::PermissionDeniedError(
         absl::StrCat("cannot read token file ", path, ": ", std::strerror(errno)));
   }
-  std::stringstream contents;
-  contents << in.rdbuf();
-  std::string token(absl::StripAsciiWhitespace(contents.str()));
+  struct stat st {};
+  std::string contents;
+  absl::Status s;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    s = absl::InvalidArgumentError(absl::StrCat(
+        "token file ", path, S_ISDIR(st.st_mode) ? " is a directory" : " is not a regular file"));
+  } else if (st.st_size > static_cast<off_t>(kMaxTokenFileBytes)) {
+    s = absl::InvalidArgumentError(absl::StrCat("token file ", path, " is ", st.st_size,
+                                                " bytes: too large to hold a token"));
+  } else {
+    char buf[kMaxTokenFileBytes];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof(buf))) != 0) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        s = absl::PermissionDeniedError(
+            absl::StrCat("cannot read token file ", path, ": ", std::strerror(errno)));
+        break;
+      }
+      contents.append(buf, static_cast<size_t>(n));
+      if (contents.size() > kMaxTokenFileBytes) {
+        s = absl::InvalidArgumentError(
+            absl::StrCat("token file ", path, " is too large to hold a token"));
+        break;
+      }
+    }
+  }
+  ::close(fd);
+  if (!s.ok()) return s;
+  std::string token(absl::StripAsciiWhitespace(contents));
   if (token.empty())
     return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is empty"));
   return token;

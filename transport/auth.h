@@ -27,8 +27,12 @@ using Mac = std::array<uint8_t, kMacBytes>;
 // A cluster token: 32 random bytes, hex-encoded (64 characters).
 std::string generate_token();
 
+// The largest token file read (a token is 64 characters).
+constexpr size_t kMaxTokenFileBytes = 4096;
+
 // Reads a token file (surrounding whitespace ignored). Errors: NotFound,
-// PermissionDenied, InvalidArgument for an empty file.
+// PermissionDenied, InvalidArgument for an empty file, a directory, or one
+// larger than kMaxTokenFileBytes.
 absl::StatusOr<std::string> read_token_file(const std::string& path);
 
 // Writes `token` to `path` with mode 0600 (created or truncated).

@@ -3,6 +3,8 @@
 // A head and worker processes of the `troupe` executable on loopback
 // (LocalCluster), a driver in this process. Every wait has a deadline.
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <gtest/gtest.h>
 
@@ -245,6 +247,52 @@ TEST_F(ReliabilityTest, UnsatisfiablePlacementFailsFastNamingTheShortfall) {
   EXPECT_NE(out.find("can never be placed"), std::string::npos) << out;
   EXPECT_NE(out.find("the 2 worker nodes have {CPU=4"), std::string::npos) << out;
   EXPECT_LT(took, absl::Seconds(30)) << out;
+}
+
+// Runs `troupe ARGS` (bounded by `timeout_s`); the exit code and output.
+std::pair<int, std::string> troupe(const std::string& args, int timeout_s = 30) {
+  std::string command =
+      "timeout -s KILL " + std::to_string(timeout_s) + " '" TROUPE_BINARY "' " + args + " 2>&1";
+  std::string out;
+  FILE* p = ::popen(command.c_str(), "r");
+  if (p == nullptr) return {-1, "popen failed"};
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), p)) > 0)
+    out.append(buffer, n);
+  int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// A head refuses a state directory others could write to, and a token file
+// someone planted as a symbolic link, before it listens: the link's target
+// is left as it was.
+TEST(StateDirectoryTest, HeadRefusesAWritableDirectoryAndAPlantedSymlink) {
+  char root[] = "/tmp/troupe-reliability-XXXXXX";
+  ASSERT_NE(::mkdtemp(root), nullptr);
+  std::string dir = std::string(root) + "/state";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  auto [open_code, open_out] = troupe("head --port 0 --http-port 0 --state-dir " + dir);
+  EXPECT_NE(open_code, 0) << open_out;
+  EXPECT_NE(open_out.find("writable by others"), std::string::npos) << open_out;
+
+  ASSERT_EQ(::chmod(dir.c_str(), 0700), 0);
+  std::string victim = std::string(root) + "/victim";
+  std::ofstream(victim) << "precious\n";
+  ASSERT_EQ(::symlink(victim.c_str(), (dir + "/token").c_str()), 0);
+  auto [link_code, link_out] = troupe("head --port 0 --http-port 0 --state-dir " + dir);
+  EXPECT_NE(link_code, 0) << link_out;
+  EXPECT_NE(link_out.find("symbolic link"), std::string::npos) << link_out;
+  std::ifstream in(victim);
+  std::string kept;
+  std::getline(in, kept);
+  EXPECT_EQ(kept, "precious");
+
+  auto [empty_code, empty_out] = troupe("head --port 0 --http-port 0 --state-dir ''");
+  EXPECT_NE(empty_code, 0) << empty_out;
+  EXPECT_NE(empty_out.find("--state-dir is empty"), std::string::npos) << empty_out;
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace

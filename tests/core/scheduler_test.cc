@@ -791,5 +791,48 @@ TEST(SchedulerReferenceTest, PlacesExactlyWhenSomeAssignmentExists) {
   EXPECT_GT(placed_count, 50);  // the trials exercise placement, not just refusal
 }
 
+TEST_F(SchedulerTest, GroupThatFitsNoIdleClusterIsInfeasibleNamingTheShortfall) {
+  s_.add_node(1, R("CPU=2"));
+  s_.add_node(2, R("CPU=2"));
+  PlacementGroupId big = create(std::vector<Resources>(8, R("CPU=1")), PlacementStrategy::kSpread,
+                                "job/replicas");
+  EXPECT_FALSE(info(big).placed);
+  absl::Status s = s_.check_feasible(big);
+  EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
+  EXPECT_NE(s.message().find("'job/replicas' can never be placed"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("need {CPU=8} in all; the 2 worker nodes have {CPU=4}"),
+            std::string::npos)
+      << s;
+  // Strict spread over more bundles than nodes, and strict pack beyond a node.
+  EXPECT_TRUE(absl::IsResourceExhausted(s_.check_feasible(
+      create({R("CPU=1"), R("CPU=1"), R("CPU=1")}, PlacementStrategy::kStrictSpread))));
+  EXPECT_TRUE(absl::IsResourceExhausted(
+      s_.check_feasible(create({R("CPU=2"), R("CPU=1")}, PlacementStrategy::kStrictPack))));
+  // A node joining makes the first one feasible (not yet placed: it needs four).
+  s_.add_node(3, R("CPU=4"));
+  EXPECT_TRUE(s_.check_feasible(big).ok());
+  EXPECT_TRUE(absl::IsNotFound(s_.check_feasible(PlacementGroupId{999})));
+}
+
+TEST_F(SchedulerTest, BusyButFeasibleGroupWaits) {
+  s_.add_node(1, R("CPU=2"));
+  ASSERT_TRUE(s_.place_actor({.resources = R("CPU=2")}).ok());
+  PlacementGroupId g = create({R("CPU=2")}, PlacementStrategy::kPack);
+  EXPECT_FALSE(info(g).placed);
+  EXPECT_TRUE(s_.check_feasible(g).ok());  // it fits once the actor is gone
+}
+
+TEST_F(SchedulerTest, GivenGroupIdsAreKeptAndNeverReused) {
+  s_.add_node(1, R("CPU=4"));
+  auto given = s_.create_placement_group({R("CPU=1")}, PlacementStrategy::kPack, "",
+                                         PlacementGroupId{100});
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ(given->value, 100u);
+  EXPECT_TRUE(absl::IsAlreadyExists(
+      s_.create_placement_group({R("CPU=1")}, PlacementStrategy::kPack, "", PlacementGroupId{100})
+          .status()));
+  EXPECT_GT(create({R("CPU=1")}, PlacementStrategy::kPack).value, 100u);
+}
+
 }  // namespace
 }  // namespace troupe::cluster
