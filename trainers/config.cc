@@ -4,7 +4,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -16,18 +15,34 @@ int default_padded_vocab(int vocab_size) {
 }
 
 absl::StatusOr<TrainConfig> load_train_config(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::is_directory(st)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a config file"));
+  }
+  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file (a config is a JSON file)"));
+  }
   std::ifstream file(path, std::ios::binary);
   if (!file) {
     return absl::NotFoundError(
         absl::StrCat(path, ": cannot read the config file (", std::strerror(errno), ")"));
   }
-  std::ostringstream text;
-  text << file.rdbuf();
+  std::string contents;
+  char buffer[1 << 16];
+  while (file.read(buffer, sizeof(buffer)) || file.gcount() > 0) {
+    contents.append(buffer, static_cast<size_t>(file.gcount()));
+    if (static_cast<int64_t>(contents.size()) > kMaxConfigBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": larger than ", kMaxConfigBytes >> 20, " MiB; not a config file"));
+    }
+  }
   if (file.bad()) {
     return absl::NotFoundError(
         absl::StrCat(path, ": cannot read the config file (", std::strerror(errno), ")"));
   }
-  absl::StatusOr<TrainConfig> config = parse_train_config(text.str());
+  absl::StatusOr<TrainConfig> config = parse_train_config(contents);
   if (!config.ok()) {
     return absl::Status(config.status().code(),
                         absl::StrCat(path, ": ", config.status().message()));

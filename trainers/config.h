@@ -37,6 +37,20 @@
 
 namespace troupe::trainers {
 
+// The bounds of a config (docs/config.md, docs/security.md): beyond them a
+// value is refused naming the bound, not tried.
+inline constexpr int64_t kMaxConfigBytes = 16 << 20;  // the config file
+inline constexpr int kMaxLayers = 1024;
+inline constexpr int kMaxHeads = 1024;
+inline constexpr int kMaxChannels = 1 << 16;
+inline constexpr int kMaxSeqLen = 1 << 20;
+inline constexpr int kMaxVocab = 1 << 24;
+inline constexpr int kMaxParallel = 4096;  // each of dp, pp, tp
+inline constexpr int kMaxThreads = 512;
+inline constexpr int kMaxPrefetch = 1024;
+inline constexpr int64_t kMaxSamples = int64_t{1} << 40;
+inline constexpr int kMaxEvalSamples = 1 << 20;
+
 // `model`: the GPT, as nn::GPTConfig (the one model config type of troupe;
 // actors/nn_codecs.h sends it to the actors). Its JSON keys are GPT-2's:
 //   n_layer -> num_layers, n_head -> num_heads, n_embd -> channels,

@@ -152,7 +152,7 @@ absl::Status check_top_level(JsonObject& top, const Json& json,
 absl::Status parse_synthetic(JsonObject& s, const nn::GPTConfig& model, SyntheticTaskConfig* out) {
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("task", &out->task));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("digits", &out->digits, 1, 9));
-  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("num_samples", &out->num_samples, 1));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("num_samples", &out->num_samples, 1, kMaxSamples));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("seed", &out->seed));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
   if (out->task != "addition") {
@@ -200,12 +200,12 @@ absl::Status parse_model(JsonObject& top, TrainConfig* config) {
   if (!section.ok()) return section.status();
   if (section->has_value()) {
     JsonObject& s = **section;
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_layer", &m.num_layers, 1));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_head", &m.num_heads, 1));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_embd", &m.channels, 1));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("seq_len", &m.max_seq_len, 2));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("vocab_size", &m.vocab_size, 1));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("padded_vocab_size", &padded_vocab_size, 0));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_layer", &m.num_layers, 1, kMaxLayers));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_head", &m.num_heads, 1, kMaxHeads));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_embd", &m.channels, 1, kMaxChannels));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("seq_len", &m.max_seq_len, 2, kMaxSeqLen));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("vocab_size", &m.vocab_size, 1, kMaxVocab));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("padded_vocab_size", &padded_vocab_size, 0, kMaxVocab));
     TROUPE_CONFIG_RETURN_IF_ERROR(
         s.read("recompute_activations", &config->model_options.recompute_activations));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
@@ -241,7 +241,7 @@ absl::Status parse_data(JsonObject& top, TrainConfig* config) {
   absl::StatusOr<std::optional<JsonObject>> synthetic = s.section("synthetic");
   if (!synthetic.ok()) return synthetic.status();
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("shuffle", &d.shuffle));
-  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("prefetch", &d.prefetch, 0));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("prefetch", &d.prefetch, 0, kMaxPrefetch));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
   if (!d.path.empty() && synthetic->has_value()) {
     return config_error("data: give one of data.path and data.synthetic, not both");
@@ -263,9 +263,9 @@ absl::Status parse_parallel(JsonObject& top, TrainConfig* config) {
   if (!section.ok()) return section.status();
   if (!section->has_value()) return absl::OkStatus();
   JsonObject& s = **section;
-  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("dp", &p.dp, 1));
-  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("pp", &p.pp, 1));
-  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("tp", &p.tp, 1));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("dp", &p.dp, 1, kMaxParallel));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("pp", &p.pp, 1, kMaxParallel));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("tp", &p.tp, 1, kMaxParallel));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
   for (auto [key, value] : {std::pair{"pp", p.pp}, std::pair{"tp", p.tp}}) {
     if (value > 1) {
@@ -290,8 +290,8 @@ absl::Status parse_training(JsonObject& top, TrainConfig* config) {
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("metrics_file", &t.metrics_file));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("output_dir", &t.output_dir));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("eval_interval", &t.eval_interval, 0));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("eval_samples", &t.eval_samples, 0));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("threads", &t.threads, 0));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("eval_samples", &t.eval_samples, 0, kMaxEvalSamples));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("threads", &t.threads, 0, kMaxThreads));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
   }
   // DeepSpeed's steps_per_print is the same setting.

@@ -56,13 +56,21 @@ struct TransportStats {
   std::atomic<uint64_t> bad_frames{0};           // malformed, oversized, unexpected
   std::atomic<uint64_t> frames_sent{0};
   std::atomic<uint64_t> frames_received{0};
+  // Accepted connections not authenticated yet, and those closed unheard
+  // because there were max_handshaking of them already.
+  std::atomic<int64_t> handshaking{0};
+  std::atomic<uint64_t> connections_shed{0};
 };
 
 struct TransportOptions {
   std::string token;                  // the cluster token; required
   std::string local_name = "troupe";  // sent in Hello, shown in the peer's logs
-  FrameLimits limits;
+  FrameLimits limits;                 // once authenticated; before, kHandshakeLimits
   absl::Duration handshake_timeout = absl::Seconds(10);
+  // Accepted connections still in their handshake, at most: beyond it new
+  // ones are closed at once (with handshake_timeout, a bound on what
+  // unauthenticated peers hold: max_handshaking x kHandshakeLimits).
+  int max_handshaking = 64;
 };
 
 // Called once per accepted, authenticated connection; returns the callbacks

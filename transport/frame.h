@@ -47,6 +47,15 @@ struct FrameLimits {
   int nesting_limit = 64;
 };
 
+// What a peer that has not proven the token yet may send: the handshake's
+// Hello and Proof, a few hundred bytes each, and nothing out of band. A
+// connection holds at most this much before it is authenticated.
+inline constexpr FrameLimits kHandshakeLimits{.max_frame_bytes = 4096,
+                                              .max_message_bytes = 4096,
+                                              .max_buffers = 0,
+                                              .traversal_limit_words = 512,
+                                              .nesting_limit = 8};
+
 struct FrameHeader {
   FrameKind kind = FrameKind::kData;
   uint16_t buffer_count = 0;

@@ -61,6 +61,7 @@ class LocalCluster {
   bool worker_running(int i);
   // Lines worker `i` has printed so far.
   std::vector<std::string> worker_output(int i);
+  pid_t head_pid() const { return head_ ? head_->pid : -1; }
   // Sends `sig` to the head (SIGKILL: the head's machine failing).
   void kill_head(int sig = 9);
   // Starts the head again on the same port and state directory, after it

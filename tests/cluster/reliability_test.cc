@@ -2,9 +2,14 @@
 // restarts, a worker freezes, or its operator gives it what it cannot do.
 // A head and worker processes of the `troupe` executable on loopback
 // (LocalCluster), a driver in this process. Every wait has a deadline.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -17,6 +22,7 @@
 #include "core/cluster/collective_group.h"
 #include "core/cluster/local_cluster.h"
 #include "tests/cluster/probe_actors.h"
+#include "transport/frame.h"
 
 namespace troupe::cluster {
 namespace {
@@ -247,6 +253,65 @@ TEST_F(ReliabilityTest, UnsatisfiablePlacementFailsFastNamingTheShortfall) {
   EXPECT_NE(out.find("can never be placed"), std::string::npos) << out;
   EXPECT_NE(out.find("the 2 worker nodes have {CPU=4"), std::string::npos) << out;
   EXPECT_LT(took, absl::Seconds(30)) << out;
+}
+
+// The resident memory of process `pid`, in bytes (0 if unknown).
+int64_t rss_bytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with("VmRSS:")) return std::stoll(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// A TCP connection to `address` ("host:port") from this process, or -1.
+int connect_tcp(const std::string& address) {
+  std::string host = address.substr(0, address.rfind(':'));
+  int port = std::stoi(address.substr(address.rfind(':') + 1));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, host.c_str(), &to.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Peers without the token that claim big frames and start sending them: the
+// head holds a few KiB for each (its handshake limits) and drops them, and
+// goes on serving.
+TEST_F(ReliabilityTest, UnauthenticatedPeersClaimingBigFramesHoldLittleMemory) {
+  pid_t head = local_->head_pid();
+  int64_t before = rss_bytes(head);
+  ASSERT_GT(before, 0);
+  transport::FrameHeader claim;
+  claim.kind = transport::FrameKind::kHello;
+  claim.message_bytes = 64u << 20;
+  auto header = transport::encode_header(claim);
+  std::vector<char> junk(1 << 20, 'x');
+  std::vector<int> peers;
+  for (int i = 0; i < 50; ++i) {
+    int fd = connect_tcp(local_->head_address());
+    ASSERT_GE(fd, 0);
+    ::fcntl(fd, F_SETFL, O_NONBLOCK);  // a peer the head drops stops reading
+    static_cast<void>(::send(fd, header.data(), header.size(), MSG_NOSIGNAL));
+    static_cast<void>(::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL));
+    peers.push_back(fd);
+  }
+  absl::SleepFor(absl::Milliseconds(500));
+  int64_t during = rss_bytes(head);
+  // Before, each such peer made the head hold its 64 MiB message: 3.2 GB.
+  // After: at most max_handshaking x kHandshakeLimits (256 KiB) of frames.
+  EXPECT_LT(during - before, int64_t{16} << 20)
+      << "head RSS " << before / 1024 << " KiB -> " << during / 1024 << " KiB";
+  auto status = driver_->status();
+  EXPECT_TRUE(status.ok()) << status.status();
+  for (int fd : peers)
+    ::close(fd);
 }
 
 // Runs `troupe ARGS` (bounded by `timeout_s`); the exit code and output.

@@ -267,15 +267,27 @@ TEST(TrainConfigTest, WrongTypeNamesKeyAndTypeFound) {
 }
 
 TEST(TrainConfigTest, OutOfRangeNamesKeyAndBound) {
-  expect_error(R"({"model": {"n_layer": 0}})", "model.n_layer", "0 is out of range; must be >= 1");
-  expect_error(R"({"model": {"seq_len": 1}})", "model.seq_len", "must be >= 2");
-  expect_error(R"({"model": {"n_head": 3000000000}})", "model.n_head",
-               "must be in [1, 2147483647]");
+  expect_error(R"({"model": {"n_layer": 0}})", "model.n_layer",
+               "0 is out of range; must be in [1, 1024]");
+  expect_error(R"({"model": {"seq_len": 1}})", "model.seq_len", "must be in [2, 1048576]");
+  expect_error(R"({"model": {"n_head": 3000000000}})", "model.n_head", "must be in [1, 1024]");
+  // Every count has a bound: sizes that would overflow or exhaust a machine
+  // are refused here, not tried.
+  expect_error(R"({"model": {"vocab_size": 2147483600}})", "model.vocab_size",
+               "must be in [1, 16777216]");
+  expect_error(R"({"model": {"padded_vocab_size": 2147483600}})", "model.padded_vocab_size",
+               "must be in [0, 16777216]");
+  expect_error(R"({"model": {"n_embd": 1000000}})", "model.n_embd", "must be in [1, 65536]");
+  expect_error(R"({"training": {"threads": 100000}})", "training.threads", "must be in [0, 512]");
+  expect_error(R"({"parallel": {"dp": 100000}})", "parallel.dp", "must be in [1, 4096]");
+  expect_error(R"({"data": {"prefetch": 100000}})", "data.prefetch", "must be in [0, 1024]");
+  expect_error(R"({"training": {"eval_samples": 100000000}})", "training.eval_samples",
+               "must be in [0, 1048576]");
   expect_error(R"({"data": {"synthetic": {"digits": 10}}})", "data.synthetic.digits",
                "must be in [1, 9]");
   expect_error(R"({"data": {"synthetic": {"num_samples": 0}}})", "data.synthetic.num_samples",
-               "must be >= 1");
-  expect_error(R"({"data": {"prefetch": -1}})", "data.prefetch", "must be >= 0");
+               "must be in [1, 1099511627776]");
+  expect_error(R"({"data": {"prefetch": -1}})", "data.prefetch", "must be in [0, 1024]");
   expect_error(R"({"optimizer": {"params": {"betas": [0.9, 1.0]}}})", "optimizer.params.betas[1]",
                "must be in [0, 1)");
   expect_error(R"({"optimizer": {"params": {"lr": -1}}})", "optimizer.params.lr", "must be >= 0");
@@ -283,7 +295,7 @@ TEST(TrainConfigTest, OutOfRangeNamesKeyAndBound) {
   expect_error(R"({"training": {"steps": -1}})", "training.steps", "must be >= 0");
   expect_error(R"({"training": {"log_interval": 0}})", "training.log_interval", "must be >= 1");
   expect_error(R"({"training": {"seed": -1}})", "training.seed", "must be in [0, 2^64)");
-  expect_error(R"({"parallel": {"dp": 0}})", "parallel.dp", "must be >= 1");
+  expect_error(R"({"parallel": {"dp": 0}})", "parallel.dp", "must be in [1, 4096]");
   expect_error(R"({"fp16": {"loss_scale_window": 0}})", "fp16.loss_scale_window", "must be >= 1");
   expect_error(R"({"fp16": {"hysteresis": 0}})", "fp16.hysteresis", "must be >= 1");
   expect_error(R"({"fp16": {"initial_scale_power": 200}})", "fp16.initial_scale_power",
@@ -659,7 +671,25 @@ TEST(TrainConfigTest, LoadReadsAFileAndNamesItInErrors) {
   absl::StatusOr<TrainConfig> rejected = load_train_config(bad);
   EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(rejected.status().message(),
-            absl::StrCat(bad, ": model.n_layer: 0 is out of range; must be >= 1"));
+            absl::StrCat(bad, ": model.n_layer: 0 is out of range; must be in [1, 1024]"));
+}
+
+TEST(TrainConfigTest, LoadRefusesWhatIsNoConfigFileSayingSo) {
+  TempDir dir;
+  absl::StatusOr<TrainConfig> directory = load_train_config(dir.file(""));
+  EXPECT_EQ(directory.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(directory.status().message(), "is a directory"))
+      << directory.status();
+  // A device that never ends is read no further than the bound.
+  absl::StatusOr<TrainConfig> endless = load_train_config("/dev/zero");
+  EXPECT_EQ(endless.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(endless.status().message(), "not a regular file"))
+      << endless.status();
+  const std::string big = dir.file("big.json");
+  write_file(big, std::string(kMaxConfigBytes + 1, ' '));
+  absl::StatusOr<TrainConfig> huge = load_train_config(big);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(huge.status().message(), "larger than 16 MiB")) << huge.status();
 }
 
 TEST(TrainConfigTest, CheckDataExistsNamesTheMissingFiles) {

@@ -29,9 +29,22 @@ Session::Session(Role role, TransportOptions options, std::shared_ptr<TransportS
       options_(std::move(options)),
       stats_(std::move(stats)),
       channel_name_(std::move(channel_name)),
-      my_nonce_(random_nonce()) {}
+      my_nonce_(random_nonce()) {
+  if (role_ == Role::kServer) {
+    counted_handshaking_.store(true);
+    stats_->handshaking.fetch_add(1, std::memory_order_relaxed);
+  }
+}
 
-Session::~Session() = default;
+Session::~Session() {
+  end_handshaking();
+}
+
+void Session::end_handshaking() {
+  if (counted_handshaking_.exchange(false)) {
+    stats_->handshaking.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
 
 bool Session::open() const {
   return state_.load(std::memory_order_acquire) == State::kOpen;
@@ -130,7 +143,7 @@ void Session::handle_hello(const Frame& frame) {
   }
   std::string name;
   try {
-    auto reader = read_message(frame.message, options_.limits);
+    auto reader = read_message(frame.message, kHandshakeLimits);
     auto hello = reader.getRoot<schema::Hello>();
     if (hello.getProtocolVersion() != kProtocolVersion) {
       fail(absl::FailedPreconditionError(
@@ -170,7 +183,7 @@ void Session::handle_proof(const Frame& frame) {
   }
   Mac mac{};
   try {
-    auto reader = read_message(frame.message, options_.limits);
+    auto reader = read_message(frame.message, kHandshakeLimits);
     if (!copy_data(reader.getRoot<schema::Proof>().getMac(), mac)) {
       on_bad_frame(absl::InvalidArgumentError("Proof has the wrong size"));
       return;
@@ -193,13 +206,17 @@ void Session::handle_proof(const Frame& frame) {
           absl::StrCat("refused ", peer_name(), ": wrong cluster token")));
       return;
     }
+    // Open (reading with the full limits) before the Verdict goes, for the
+    // peer's frames may follow it at once; but the layer above hears of the
+    // connection, and may send on it, only after our Proof.
+    if (!mark_open()) return;
     verdict.setAccepted(true);
     send_control(FrameKind::kVerdict, to_buffer(builder));
     Mac mine = compute_proof(options_.token, Role::kServer, their_nonce_, my_nonce_);
     capnp::MallocMessageBuilder proof;
     proof.initRoot<schema::Proof>().setMac(kj::arrayPtr(mine.data(), mine.size()));
     send_control(FrameKind::kProof, to_buffer(proof));
-    become_open();
+    announce_open();
     return;
   }
   Mac want = compute_proof(options_.token, Role::kServer, my_nonce_, their_nonce_);
@@ -217,7 +234,7 @@ void Session::handle_verdict(const Frame& frame) {
     return;
   }
   try {
-    auto reader = read_message(frame.message, options_.limits);
+    auto reader = read_message(frame.message, kHandshakeLimits);
     auto verdict = reader.getRoot<schema::Verdict>();
     if (!verdict.getAccepted()) {
       fail(absl::PermissionDeniedError(
@@ -233,11 +250,20 @@ void Session::handle_verdict(const Frame& frame) {
 }
 
 void Session::become_open() {
+  if (mark_open()) announce_open();
+}
+
+bool Session::mark_open() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (state_ != State::kHandshaking) return;
+    if (state_ != State::kHandshaking) return false;
     state_ = State::kOpen;
   }
+  end_handshaking();
+  return true;
+}
+
+void Session::announce_open() {
   ready_cv_.notify_all();
   if (role_ == Role::kServer) {
     stats_->connections_accepted.fetch_add(1, std::memory_order_relaxed);
@@ -262,6 +288,7 @@ void Session::fail(absl::Status why, bool warn, bool drop) {
     state_ = State::kClosed;
     close_reason_ = why;
   }
+  end_handshaking();
   ready_cv_.notify_all();
   if (warn && (role_ == Role::kServer || !was_handshaking)) {
     spdlog::warn("transport: {}", std::string(why.message()));

@@ -64,6 +64,12 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   virtual void drop_channel() { shutdown_channel(); }
 
   const TransportOptions& options() const { return options_; }
+  // The limits for the next frame: kHandshakeLimits while an accepted peer
+  // has not proven the token, options().limits after. (A connection we made
+  // trusts the peer we chose, whose frames may follow its Proof at once.)
+  const FrameLimits& frame_limits() const {
+    return role_ == Role::kServer && !open() ? kHandshakeLimits : options_.limits;
+  }
 
  private:
   enum class State { kHandshaking, kOpen, kClosing, kClosed };
@@ -72,7 +78,9 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   void handle_proof(const Frame& frame);
   void handle_verdict(const Frame& frame);
   void send_control(FrameKind kind, Buffer message);
-  void become_open();
+  void become_open();    // mark_open(), then announce_open()
+  bool mark_open();      // handshaking -> open; false if it was not handshaking
+  void announce_open();  // wakes wait_ready(); the server side runs on_accept
   // Ends the handshake or the connection with `why`, logged as a warning
   // when `warn` (refusals, bad frames) and at debug level otherwise; the
   // channel is dropped (drop_channel) when `drop`, else shut down in order.
@@ -98,6 +106,8 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   absl::Status close_reason_;  // why it is not open (once it is not)
   std::string peer_name_;
   bool closed_reported_ = false;
+  std::atomic<bool> counted_handshaking_{false};  // in stats_->handshaking
+  void end_handshaking();
 };
 
 }  // namespace troupe::transport::detail

@@ -182,7 +182,7 @@ class TcpSession final : public detail::Session {
 
   void on_header(asio::error_code ec) {
     if (ec) return channel_failed(ec);
-    absl::StatusOr<FrameHeader> h = decode_header(header_buf_, options().limits);
+    absl::StatusOr<FrameHeader> h = decode_header(header_buf_, frame_limits());
     if (!h.ok()) return bad_frame(h.status());
     header_ = *h;
     incoming_ = Frame();
@@ -195,7 +195,7 @@ class TcpSession final : public detail::Session {
 
   void on_lengths(asio::error_code ec) {
     if (ec) return channel_failed(ec);
-    absl::StatusOr<LengthTable> lengths = decode_lengths(header_, lengths_buf_, options().limits);
+    absl::StatusOr<LengthTable> lengths = decode_lengths(header_, lengths_buf_, frame_limits());
     if (!lengths.ok()) return bad_frame(lengths.status());
     read_body(*lengths);
   }
@@ -217,7 +217,7 @@ class TcpSession final : public detail::Session {
 
   void on_body(asio::error_code ec) {
     if (ec) return channel_failed(ec);
-    if (absl::Status s = validate_message(incoming_.message, options().limits); !s.ok()) {
+    if (absl::Status s = validate_message(incoming_.message, frame_limits()); !s.ok()) {
       return bad_frame(s);
     }
     on_frame_received(std::move(incoming_));
@@ -399,6 +399,13 @@ class TcpTransport final : public Transport {
         return;
       }
       asio::error_code ignored;
+      if (stats_->handshaking.load(std::memory_order_relaxed) >= options_.max_handshaking) {
+        // As many unauthenticated peers as we hold already: close unheard.
+        stats_->connections_shed.fetch_add(1, std::memory_order_relaxed);
+        socket.close(ignored);
+        accept_next(acceptor, cb);
+        return;
+      }
       socket.set_option(tcp::no_delay(true), ignored);
       auto session =
           std::make_shared<TcpSession>(Role::kServer, options_, stats_, io_, std::move(socket));
