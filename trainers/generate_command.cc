@@ -1,5 +1,6 @@
 // troupe generate: samples text from weights that `troupe train` saved, in
 // this process (no cluster needed).
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -14,6 +15,9 @@
 
 namespace troupe::trainers {
 namespace {
+
+// The most tokens one generate call produces (--max-tokens).
+constexpr int kMaxNewTokens = 1 << 16;
 
 void print_generate_help() {
   std::printf(
@@ -52,14 +56,15 @@ int generate_command(const std::vector<std::string>& args) {
   int max_tokens = 32;
   float temperature = 0;
   uint64_t seed = 0;
-  if (flags->has("max-tokens") &&
-      (!absl::SimpleAtoi(flags->get("max-tokens"), &max_tokens) || max_tokens < 1)) {
-    std::fprintf(stderr, "troupe generate: --max-tokens takes a number >= 1\n");
+  if (flags->has("max-tokens") && (!absl::SimpleAtoi(flags->get("max-tokens"), &max_tokens) ||
+                                   max_tokens < 1 || max_tokens > kMaxNewTokens)) {
+    std::fprintf(stderr, "troupe generate: --max-tokens takes a number from 1 to %d\n",
+                 kMaxNewTokens);
     return 2;
   }
-  if (flags->has("temperature") &&
-      (!absl::SimpleAtof(flags->get("temperature"), &temperature) || temperature < 0)) {
-    std::fprintf(stderr, "troupe generate: --temperature takes a number >= 0\n");
+  if (flags->has("temperature") && (!absl::SimpleAtof(flags->get("temperature"), &temperature) ||
+                                    !std::isfinite(temperature) || temperature < 0)) {
+    std::fprintf(stderr, "troupe generate: --temperature takes a finite number >= 0\n");
     return 2;
   }
   if (flags->has("seed") && !absl::SimpleAtoi(flags->get("seed"), &seed)) {

@@ -1,12 +1,12 @@
 #include "trainers/model_file.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "nn/gpt_param_layout.h"
@@ -65,20 +65,19 @@ absl::Status save_model(const std::string& dir, const SavedModel& saved) {
   return write_file(dir + "/model.json", text.data(), text.size());
 }
 
-absl::StatusOr<SavedModel> load_model(const std::string& dir) {
-  const std::string json_path = dir + "/model.json";
-  const std::string bin_path = dir + "/model.bin";
-  std::ifstream json_file(json_path);
-  if (!json_file) return absl::NotFoundError(absl::StrCat(json_path, ": cannot be read"));
-  std::stringstream text;
-  text << json_file.rdbuf();
+absl::StatusOr<std::pair<SavedModel, size_t>> parse_model_header(const std::string& text,
+                                                                 const std::string& where) {
+  if (text.size() > kMaxModelHeaderBytes) {
+    return absl::DataLossError(
+        absl::StrCat(where, ": larger than ", kMaxModelHeaderBytes, " bytes; not a model header"));
+  }
   SavedModel saved;
   size_t num_params = 0;
   try {
-    nlohmann::json h = nlohmann::json::parse(text.str());
+    nlohmann::json h = nlohmann::json::parse(text);
     if (h.at("format") != kFormat || h.at("version") != kVersion || h.at("dtype") != "float32") {
       return absl::DataLossError(
-          absl::StrCat(json_path, ": not a troupe-gpt version ", kVersion, " float32 model"));
+          absl::StrCat(where, ": not a troupe-gpt version ", kVersion, " float32 model"));
     }
     const nlohmann::json& m = h.at("model");
     saved.model.num_layers = m.at("n_layer").get<int>();
@@ -91,16 +90,50 @@ absl::StatusOr<SavedModel> load_model(const std::string& dir) {
     saved.tokenizer = h.value("tokenizer", std::string("bytes"));
     num_params = h.at("num_params").get<size_t>();
   } catch (const nlohmann::json::exception& e) {
-    return absl::DataLossError(absl::StrCat(json_path, ": ", e.what()));
+    return absl::DataLossError(absl::StrCat(where, ": ", e.what()));
   }
   const nn::GPTConfig& gpt = saved.model;
+  struct Bound {
+    const char* key;
+    int value, min, max;
+  };
+  for (const Bound& b : {Bound{"n_layer", gpt.num_layers, 1, kMaxLayers},
+                         Bound{"n_head", gpt.num_heads, 1, kMaxHeads},
+                         Bound{"n_embd", gpt.channels, 1, kMaxChannels},
+                         Bound{"seq_len", gpt.max_seq_len, 1, kMaxSeqLen},
+                         Bound{"vocab_size", gpt.vocab_size, 1, kMaxVocab},
+                         Bound{"padded_vocab_size", gpt.padded_vocab_size, 0, kMaxVocab}}) {
+    if (b.value < b.min || b.value > b.max) {
+      return absl::DataLossError(absl::StrCat(where, ": model.", b.key, " ", b.value,
+                                              " is outside [", b.min, ", ", b.max, "]"));
+    }
+  }
   if (absl::Status s = gpt.validate(); !s.ok()) {
-    return absl::DataLossError(absl::StrCat(json_path, ": ", s.message()));
+    return absl::DataLossError(absl::StrCat(where, ": ", s.message()));
   }
   if (nn::GPTParamLayout(gpt).num_params() != num_params) {
     return absl::DataLossError(
-        absl::StrCat(json_path, ": num_params ", num_params, " does not match the model"));
+        absl::StrCat(where, ": num_params ", num_params, " does not match the model"));
   }
+  return std::pair{std::move(saved), num_params};
+}
+
+absl::StatusOr<SavedModel> load_model(const std::string& dir) {
+  const std::string json_path = dir + "/model.json";
+  const std::string bin_path = dir + "/model.bin";
+  std::ifstream json_file(json_path);
+  if (!json_file) return absl::NotFoundError(absl::StrCat(json_path, ": cannot be read"));
+  std::string text(kMaxModelHeaderBytes + 1, '\0');
+  json_file.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(json_file.gcount()));
+  if (text.size() > kMaxModelHeaderBytes) {
+    return absl::DataLossError(absl::StrCat(json_path, ": larger than ", kMaxModelHeaderBytes,
+                                            " bytes; not a model header"));
+  }
+  absl::StatusOr<std::pair<SavedModel, size_t>> header = parse_model_header(text, json_path);
+  if (!header.ok()) return header.status();
+  SavedModel saved = std::move(header->first);
+  const size_t num_params = header->second;
   std::ifstream bin(bin_path, std::ios::binary | std::ios::ate);
   if (!bin) return absl::NotFoundError(absl::StrCat(bin_path, ": cannot be read"));
   if (static_cast<size_t>(bin.tellg()) != num_params * sizeof(float)) {
@@ -112,6 +145,13 @@ absl::StatusOr<SavedModel> load_model(const std::string& dir) {
   bin.read(reinterpret_cast<char*>(saved.params.data()),
            static_cast<std::streamsize>(num_params * sizeof(float)));
   if (!bin) return absl::DataLossError(absl::StrCat(bin_path, ": short read"));
+  for (size_t i = 0; i < saved.params.size(); ++i) {
+    if (!std::isfinite(saved.params[i])) {
+      return absl::DataLossError(absl::StrCat(
+          bin_path, ": parameter ", i, " is ", std::isnan(saved.params[i]) ? "NaN" : "infinite",
+          " (the weights of a run that diverged?); refusing to load them"));
+    }
+  }
   return saved;
 }
 

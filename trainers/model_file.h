@@ -30,7 +30,16 @@ struct SavedModel {
 // match the model; Internal (with errno's text) on I/O failure.
 absl::Status save_model(const std::string& dir, const SavedModel& saved);
 // Reads them back; NotFound naming a missing file, DataLoss for a header that
-// is not ours or a buffer of the wrong size.
+// is not ours, a buffer of the wrong size, or a parameter that is NaN or
+// infinite (a diverged run's weights are refused, not generated from).
 absl::StatusOr<SavedModel> load_model(const std::string& dir);
+
+// The header of model.json alone (its `params` empty) and the number of
+// parameters model.bin must hold. DataLoss naming `where` for anything else:
+// not JSON, not ours, dimensions beyond the config's bounds (config.h), a
+// parameter count that does not match. At most kMaxModelHeaderBytes.
+inline constexpr size_t kMaxModelHeaderBytes = 1 << 20;
+absl::StatusOr<std::pair<SavedModel, size_t>> parse_model_header(const std::string& text,
+                                                                 const std::string& where);
 
 }  // namespace troupe::trainers

@@ -96,14 +96,39 @@ absl::StatusOr<MetricsWriter> MetricsWriter::open(const std::string& path) {
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) return absl::InternalError(absl::StrCat(path, ": ", std::strerror(errno)));
-  return MetricsWriter(f);
+  return MetricsWriter(f, path);
 }
 
 MetricsWriter::~MetricsWriter() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
-void MetricsWriter::write_step(const StepOutcome& s) {
+absl::Status MetricsWriter::write_line(const std::string& line) {
+  if (file_ == nullptr) return absl::FailedPreconditionError(absl::StrCat(path_, ": closed"));
+  errno = 0;
+  if (std::fprintf(file_, "%s\n", line.c_str()) < 0 || std::fflush(file_) != 0 ||
+      std::ferror(file_)) {
+    absl::Status s = absl::InternalError(
+        absl::StrCat(path_, ": ", errno != 0 ? std::strerror(errno) : "write failed"));
+    std::fclose(file_);
+    file_ = nullptr;
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MetricsWriter::close() {
+  if (file_ == nullptr) return absl::OkStatus();
+  FILE* f = std::exchange(file_, nullptr);
+  errno = 0;
+  if (std::fclose(f) != 0) {
+    return absl::InternalError(
+        absl::StrCat(path_, ": ", errno != 0 ? std::strerror(errno) : "close failed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MetricsWriter::write_step(const StepOutcome& s) {
   nlohmann::json j = {{"step", s.step},
                       {"loss", s.loss},
                       {"lr", s.lr},
@@ -121,11 +146,10 @@ void MetricsWriter::write_step(const StepOutcome& s) {
                       {"overhead_ms", s.overhead_ms},
                       {"epoch", s.epoch},
                       {"data_position", s.data_position}};
-  std::fprintf(file_, "%s\n", j.dump().c_str());
-  std::fflush(file_);
+  return write_line(j.dump());
 }
 
-void MetricsWriter::write_eval(int64_t step, const actors::EvalReport& report) {
+absl::Status MetricsWriter::write_eval(int64_t step, const actors::EvalReport& report) {
   nlohmann::json j = {
       {"step", step},
       {"eval",
@@ -134,8 +158,7 @@ void MetricsWriter::write_eval(int64_t step, const actors::EvalReport& report) {
         {"total", report.total},
         {"accuracy",
          report.total > 0 ? static_cast<double>(report.correct) / report.total : 0.0}}}};
-  std::fprintf(file_, "%s\n", j.dump().c_str());
-  std::fflush(file_);
+  return write_line(j.dump());
 }
 
 }  // namespace troupe::trainers

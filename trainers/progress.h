@@ -59,20 +59,29 @@ class MetricsWriter {
  public:
   // Opens (truncates) `path`, creating its directory. Internal on failure.
   static absl::StatusOr<MetricsWriter> open(const std::string& path);
-  MetricsWriter(MetricsWriter&& other) noexcept : file_(other.file_) { other.file_ = nullptr; }
+  MetricsWriter(MetricsWriter&& other) noexcept
+      : file_(other.file_), path_(std::move(other.path_)) {
+    other.file_ = nullptr;
+  }
   MetricsWriter& operator=(MetricsWriter&&) = delete;
   ~MetricsWriter();
 
   // {"step":..,"loss":..,"lr":..,"grad_norm":..,"loss_scale":..,"applied":..,
   //  "samples":..,"tokens":..,"tokens_per_s":..,"step_ms":..,"compute_ms":..,
   //  "comm_ms":..,"comm_exposed_ms":..,"overhead_ms":..,"epoch":..,"data_position":..}
-  void write_step(const StepOutcome& step);
+  // Each line is flushed as it is written. Errors: Internal naming the file
+  // and the reason (a full disk), after which nothing more is written.
+  absl::Status write_step(const StepOutcome& step);
   // {"step":..,"eval":{"task":"addition","correct":..,"total":..,"accuracy":..}}
-  void write_eval(int64_t step, const actors::EvalReport& report);
+  absl::Status write_eval(int64_t step, const actors::EvalReport& report);
+  // Closes the file; its errors as write_step's.
+  absl::Status close();
 
  private:
-  explicit MetricsWriter(FILE* file) : file_(file) {}
+  MetricsWriter(FILE* file, std::string path) : file_(file), path_(std::move(path)) {}
+  absl::Status write_line(const std::string& line);
   FILE* file_;
+  std::string path_;
 };
 
 }  // namespace troupe::trainers

@@ -72,24 +72,29 @@ std::string self_executable() {
   return path;
 }
 
-// Evaluates the synthetic task on replica 0 and reports it.
-void evaluate(Trainer& trainer, const TrainConfig& config, int64_t step, ProgressReporter& progress,
-              std::optional<MetricsWriter>& metrics, std::optional<double>* accuracy) {
+// Evaluates the synthetic task on replica 0 and reports it. Errors: those of
+// writing the metrics (a failed evaluation is reported and training goes on).
+absl::Status evaluate(Trainer& trainer, const TrainConfig& config, int64_t step,
+                      ProgressReporter& progress, std::optional<MetricsWriter>& metrics,
+                      std::optional<double>* accuracy) {
   absl::StatusOr<actors::EvalReport> report = trainer.evaluate(config.training.eval_samples);
   if (!report.ok()) {
     progress.message(absl::StrCat("evaluation failed: ", report.status().message()));
-    return;
+    return absl::OkStatus();
   }
   double acc = report->total > 0 ? static_cast<double>(report->correct) / report->total : 0;
   progress.message(
       absl::StrFormat("eval at step %d: addition accuracy %.1f%% (%d/%d held-out problems)", step,
                       100 * acc, report->correct, report->total));
-  if (metrics) metrics->write_eval(step, *report);
+  if (metrics) {
+    if (absl::Status s = metrics->write_eval(step, *report); !s.ok()) return s;
+  }
   if (accuracy != nullptr) {
     *accuracy = acc;
     for (const std::string& e : report->examples)
       progress.message("  " + e);
   }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -201,15 +206,25 @@ int train_command(const std::vector<std::string>& args) {
     }
     if (k == 1) first_loss = outcome->loss;
     last_loss = outcome->loss;
-    metrics->write_step(*outcome);
+    if (absl::Status s = metrics->write_step(*outcome); !s.ok()) {
+      progress.message("");
+      return fail("writing the metrics", s);
+    }
     progress.on_step(*outcome);
     if (config.data.synthetic && config.training.eval_interval > 0 &&
         k % config.training.eval_interval == 0 && k < steps) {
-      evaluate(trainer, config, k, progress, metrics, nullptr);
+      if (absl::Status s = evaluate(trainer, config, k, progress, metrics, nullptr); !s.ok()) {
+        return fail("writing the metrics", s);
+      }
     }
   }
   std::optional<double> accuracy;
-  if (config.data.synthetic) evaluate(trainer, config, steps, progress, metrics, &accuracy);
+  if (config.data.synthetic) {
+    if (absl::Status s = evaluate(trainer, config, steps, progress, metrics, &accuracy); !s.ok()) {
+      return fail("writing the metrics", s);
+    }
+  }
+  if (absl::Status s = metrics->close(); !s.ok()) return fail("writing the metrics", s);
 
   auto params = trainer.master_params();
   if (!params.ok()) return fail("fetching the weights", params.status());

@@ -186,6 +186,13 @@ int head_command(const std::vector<std::string>& args) {
     if (!d.ok()) return usage(d.status());
     options.config.heartbeat_interval = *d;
   }
+  if (options.config.heartbeat_interval >= options.config.heartbeat_timeout) {
+    return usage(absl::InvalidArgumentError(absl::StrCat(
+        "--heartbeat-interval ", absl::FormatDuration(options.config.heartbeat_interval),
+        " must be shorter than --heartbeat-timeout ",
+        absl::FormatDuration(options.config.heartbeat_timeout),
+        " (else every node is declared dead between two heartbeats)")));
+  }
   absl::StatusOr<uint16_t> http_port = parse_port("http-port", flags->get("http-port", "8265"));
   if (!http_port.ok()) return usage(http_port.status());
   std::string dir = flags->get("state-dir", kDefaultStateDir);
@@ -282,14 +289,14 @@ int worker_command(const std::vector<std::string>& args) {
     return usage(absl::InvalidArgumentError(
         absl::StrCat("--resources ", resources_text, ": ", resources.status().message())));
   }
-  absl::StatusOr<std::string> token = resolve_token(*flags);
-  if (!token.ok()) return fail(token.status());
   int threads = 0;
   if (flags->has("threads") && (!absl::SimpleAtoi(flags->get("threads"), &threads) || threads < 1 ||
                                 threads > kMaxThreads)) {
     return usage(absl::InvalidArgumentError(
         absl::StrCat("--threads ", flags->get("threads"), ": expected 1-", kMaxThreads)));
   }
+  absl::StatusOr<std::string> token = resolve_token(*flags);
+  if (!token.ok()) return fail(token.status());
   std::vector<std::string> dirs = flags->all("actor-lib-dir");
   for (std::string& d : actor_library_dirs_from_env())
     dirs.push_back(std::move(d));

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -67,6 +68,30 @@ absl::StatusOr<std::pair<pid_t, int>> run(const std::vector<std::string>& argv) 
   return std::pair{pid, fds[0]};
 }
 
+// A local cluster's state directory (its token inside): PREFIX<pid>-XXXXXX.
+constexpr char kStateDirPrefix[] = "/tmp/troupe-local-";
+
+// Removes the state directories of local clusters whose process is gone
+// (killed before it could remove its own), so no token outlives its cluster.
+void remove_stale_state_dirs() {
+  std::error_code ec;
+  const std::string prefix = std::filesystem::path(kStateDirPrefix).filename().string();
+  for (const auto& entry : std::filesystem::directory_iterator("/tmp", ec)) {
+    std::string name = entry.path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    pid_t pid = 0;
+    std::string rest = name.substr(prefix.size());
+    if (!absl::SimpleAtoi(rest.substr(0, rest.find('-')), &pid) || pid <= 0) continue;
+    struct stat st {};
+    if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != ::geteuid()) {
+      continue;
+    }
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // still running (or not ours to ask)
+    std::filesystem::remove_all(entry.path(), ec);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions options) {
@@ -76,8 +101,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOp
     const char* env = std::getenv("TROUPE_BINARY");
     c->binary_ = env != nullptr && *env != '\0' ? env : "troupe";
   }
-  char dir[] = "/tmp/troupe-local-XXXXXX";
-  if (::mkdtemp(dir) == nullptr) return absl::InternalError("mkdtemp failed");
+  remove_stale_state_dirs();
+  std::string dir = absl::StrCat(kStateDirPrefix, ::getpid(), "-XXXXXX");
+  if (::mkdtemp(dir.data()) == nullptr) return absl::InternalError("mkdtemp failed");
   c->state_dir_ = dir;
   c->token_file_ = c->state_dir_ + "/token";
 

@@ -360,5 +360,39 @@ TEST(StateDirectoryTest, HeadRefusesAWritableDirectoryAndAPlantedSymlink) {
   std::filesystem::remove_all(root);
 }
 
+// Flags beyond their bounds are refused before anything starts.
+TEST(BoundsTest, OutOfRangeFlagsAreRefusedNamingTheBound) {
+  auto [beat_code, beat_out] =
+      troupe("head --port 0 --http-port 0 --heartbeat-interval 2s --heartbeat-timeout 1s");
+  EXPECT_EQ(beat_code, 2) << beat_out;
+  EXPECT_NE(beat_out.find("must be shorter than --heartbeat-timeout"), std::string::npos)
+      << beat_out;
+  auto [threads_code, threads_out] =
+      troupe("worker --head 127.0.0.1:1 --token-file /dev/null --threads 100000");
+  EXPECT_EQ(threads_code, 2) << threads_out;
+  EXPECT_NE(threads_out.find("--threads 100000: expected 1-512"), std::string::npos) << threads_out;
+  auto [nan_code, nan_out] = troupe("generate --model /nonexistent --prompt x --temperature nan");
+  EXPECT_EQ(nan_code, 2) << nan_out;
+  EXPECT_NE(nan_out.find("finite number"), std::string::npos) << nan_out;
+}
+
+// A local cluster killed before it could clean up leaves its state directory
+// (and token); the next one removes it.
+TEST(StateDirectoryTest, AKilledLocalClustersTokenDoesNotOutliveIt) {
+  pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);  // a pid that is no longer running
+  std::string stale = absl::StrCat("/tmp/troupe-local-", child, "-stale0");
+  ASSERT_TRUE(std::filesystem::create_directory(stale));
+  std::ofstream(stale + "/token") << "secret\n";
+  LocalClusterOptions o = two_workers();
+  o.workers = 0;
+  auto local = LocalCluster::start(o);
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_TRUE(std::filesystem::exists((*local)->state_dir()));
+}
+
 }  // namespace
 }  // namespace troupe::cluster

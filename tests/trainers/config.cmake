@@ -4,3 +4,4 @@ troupe_test(trainers_config_test trainers SOURCES config_test.cc
   LIBS troupe_trainers nlohmann_json::nlohmann_json)
 target_compile_definitions(trainers_config_test
   PRIVATE EXAMPLE_CONFIGS="${PROJECT_SOURCE_DIR}/examples/configs")
+troupe_test(trainers_model_file_test trainers SOURCES model_file_test.cc LIBS troupe_trainers)

@@ -135,4 +135,17 @@ TEST_F(TrainCommandTest, MissingConfigFileAndFlags) {
   EXPECT_NE(no_cluster.output.find("--local"), std::string::npos) << no_cluster.output;
 }
 
+TEST_F(TrainCommandTest, AMetricsFileThatCannotBeWrittenFailsTheRun) {
+  // /dev/full takes the open and fails every write, as a full disk does.
+  Result run = troupe(dir_,
+                      "train --config '" EXAMPLE_CONFIGS
+                      "/addition_single.json' --local 1 --steps 3 --output out "
+                      "--metrics /dev/full",
+                      120);
+  EXPECT_NE(run.code, 0) << run.output;
+  EXPECT_NE(run.output.find("writing the metrics: /dev/full: No space left on device"),
+            std::string::npos)
+      << run.output;
+}
+
 }  // namespace
