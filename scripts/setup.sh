@@ -4,8 +4,9 @@
 set -euo pipefail
 
 packages=(
-  # toolchain (clang and its runtime for the libFuzzer targets)
+  # toolchain (clang, its runtime for the libFuzzer targets and its OpenMP for those of nn code)
   build-essential cmake ninja-build ccache pkg-config git clang-format clang libclang-rt-14-dev
+  libomp-dev
   # libraries the build links
   libabsl-dev libspdlog-dev libfmt-dev capnproto libcapnp-dev libasio-dev libssl-dev
   libibverbs-dev libucx-dev libopenblas-dev nlohmann-json3-dev
