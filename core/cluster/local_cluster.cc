@@ -130,6 +130,16 @@ absl::Status LocalCluster::start_head(uint16_t port) {
       *head_, [&](const std::string& l) { return l.starts_with(prefix); }, options_.start_timeout);
   if (!line.ok()) return line.status();
   head_address_ = line->substr(prefix.size());
+  const std::string http = "  status over HTTP: http://";
+  auto http_line = wait_line(
+      *head_,
+      [&](const std::string& l) { return l.starts_with(http) || l.starts_with("  (no HTTP"); },
+      options_.start_timeout);
+  if (!http_line.ok()) return http_line.status();
+  if (http_line->starts_with(http)) {
+    std::string rest = http_line->substr(http.size());
+    http_address_ = rest.substr(0, rest.find('/'));
+  }
   return absl::OkStatus();
 }
 

@@ -47,6 +47,8 @@ class LocalCluster {
   ~LocalCluster();
 
   const std::string& head_address() const { return head_address_; }
+  // "HOST:PORT" of the head's HTTP status endpoint.
+  const std::string& http_address() const { return http_address_; }
   const std::string& token_file() const { return token_file_; }
   const std::string& state_dir() const { return state_dir_; }
   // Options for Cluster::connect to this cluster.
@@ -103,6 +105,7 @@ class LocalCluster {
   std::string state_dir_;
   std::string token_file_;
   std::string head_address_;
+  std::string http_address_;
   std::unique_ptr<Child> head_;
   std::vector<std::unique_ptr<Child>> workers_;
   std::vector<uint32_t> worker_nodes_;

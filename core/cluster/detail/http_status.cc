@@ -1,11 +1,8 @@
 #include "core/cluster/detail/http_status.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <httplib.h>
 
+#include <cerrno>
 #include <cstring>
 #include <map>
 
@@ -17,7 +14,9 @@
 namespace troupe::cluster {
 namespace {
 
-constexpr int kPollMillis = 100;
+constexpr size_t kServingThreads = 32;
+constexpr time_t kClientTimeoutSeconds = 2;
+constexpr size_t kMaxRequestsPerConnection = 100;
 constexpr size_t kMaxRequestBytes = 8192;
 
 // "CPU 1/2, GPU 0/1, memory 2G/8G": in use out of total.
@@ -144,83 +143,53 @@ absl::StatusOr<std::unique_ptr<HttpStatusServer>> HttpStatusServer::start(
     const std::string& host, uint16_t port, std::function<absl::StatusOr<ClusterStatus>()> status) {
   std::unique_ptr<HttpStatusServer> server(new HttpStatusServer());
   server->status_ = std::move(status);
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError("socket failed");
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat("HTTP: not an IPv4 address: ", host));
+  auto http = std::make_unique<httplib::Server>();
+  // A slow or idle client holds one of the pool's threads for at most the
+  // timeouts; the others go on answering.
+  http->new_task_queue = [] { return new httplib::ThreadPool(kServingThreads); };
+  http->set_read_timeout(kClientTimeoutSeconds, 0);
+  http->set_write_timeout(kClientTimeoutSeconds, 0);
+  http->set_keep_alive_timeout(kClientTimeoutSeconds);
+  http->set_keep_alive_max_count(kMaxRequestsPerConnection);
+  http->set_payload_max_length(kMaxRequestBytes);
+  HttpStatusServer* self = server.get();
+  auto answer = [self](const httplib::Request& request, httplib::Response& response) {
+    self->respond(request.path, response);
+  };
+  http->Get("/", answer);
+  http->Get("/metrics", answer);
+  http->set_error_handler([](const httplib::Request&, httplib::Response& response) {
+    if (response.status == 404) {
+      response.set_content("not found: try / or /metrics\n", "text/plain");
+    }
+  });
+  int bound = port == 0 ? http->bind_to_any_port(host) : (http->bind_to_port(host, port) ? port : -1);
+  if (bound <= 0) {
+    return absl::UnavailableError(absl::StrCat("HTTP: cannot listen on ", host, ":", port, ": ",
+                                               std::strerror(errno)));
   }
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 16) != 0) {
-    std::string why = std::strerror(errno);
-    ::close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("HTTP: cannot listen on ", host, ":", port, ": ", why));
-  }
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  server->fd_ = fd;
-  server->port_ = ntohs(addr.sin_port);
-  server->thread_ = std::thread([s = server.get()] { s->serve(); });
+  server->port_ = static_cast<uint16_t>(bound);
+  server->http_ = std::move(http);
+  server->thread_ = std::thread([s = server.get()] { s->http_->listen_after_bind(); });
   return server;
 }
 
 HttpStatusServer::~HttpStatusServer() {
-  stop_.store(true);
+  if (http_) http_->stop();
   if (thread_.joinable()) thread_.join();
-  if (fd_ >= 0) ::close(fd_);
 }
 
-std::string HttpStatusServer::respond(const std::string& path) {
-  auto reply = [](const char* code, const char* type, const std::string& body) {
-    return absl::StrCat("HTTP/1.0 ", code, "\r\nContent-Type: ", type,
-                        "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
-  };
-  if (path != "/" && path != "/metrics") {
-    return reply("404 Not Found", "text/plain", "not found: try / or /metrics\n");
-  }
+void HttpStatusServer::respond(const std::string& path, httplib::Response& response) {
   absl::StatusOr<ClusterStatus> s = status_();
   if (!s.ok()) {
-    return reply("503 Service Unavailable", "text/plain", absl::StrCat(s.status().message(), "\n"));
+    response.status = 503;
+    response.set_content(absl::StrCat(s.status().message(), "\n"), "text/plain");
+    return;
   }
-  if (path == "/metrics") return reply("200 OK", "text/plain; version=0.0.4", render_metrics(*s));
-  return reply("200 OK", "text/plain; charset=utf-8", render_status(*s));
-}
-
-void HttpStatusServer::serve() {
-  while (!stop_.load()) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, kPollMillis) <= 0) continue;
-    int conn = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (conn < 0) continue;
-    // Read the request line (bounded in size and time), answer, close.
-    std::string request;
-    char buf[1024];
-    while (request.find("\r\n") == std::string::npos && request.size() < kMaxRequestBytes) {
-      pollfd c{conn, POLLIN, 0};
-      if (::poll(&c, 1, 1000) <= 0) break;
-      ssize_t n = ::recv(conn, buf, sizeof(buf), 0);
-      if (n <= 0) break;
-      request.append(buf, static_cast<size_t>(n));
-    }
-    std::string path = "/";
-    if (request.starts_with("GET ")) {
-      size_t end = request.find(' ', 4);
-      path = request.substr(4, end == std::string::npos ? std::string::npos : end - 4);
-    }
-    std::string response = request.starts_with("GET ")
-                               ? respond(path)
-                               : std::string("HTTP/1.0 405 Method Not Allowed\r\n\r\n");
-    for (size_t sent = 0; sent < response.size();) {
-      ssize_t n = ::send(conn, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) break;
-      sent += static_cast<size_t>(n);
-    }
-    ::close(conn);
+  if (path == "/metrics") {
+    response.set_content(render_metrics(*s), "text/plain; version=0.0.4");
+  } else {
+    response.set_content(render_status(*s), "text/plain; charset=utf-8");
   }
 }
 

@@ -1,12 +1,12 @@
 // The head's HTTP endpoint (Ray's dashboard port, 8265 by default):
 //   GET /metrics   Prometheus text: nodes, actors by state, placement groups
 //   GET /          the cluster status as plain text (what `troupe status` shows)
-// HTTP/1.0, one request per connection, served by one thread; nothing here
-// changes the cluster. It binds the head's host, so by default only local
-// processes reach it.
+// Served by cpp-httplib with a small pool of threads (a slow or idle client
+// holds one for at most a few seconds, and requests are at most 8 KiB);
+// nothing here changes the cluster. It binds the head's host, so by default
+// only local processes reach it. docs/security.md has what it exposes.
 #pragma once
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -14,6 +14,11 @@
 
 #include "absl/status/statusor.h"
 #include "core/cluster/protocol.h"
+
+namespace httplib {
+class Server;
+struct Response;
+}  // namespace httplib
 
 namespace troupe::cluster {
 
@@ -28,13 +33,11 @@ class HttpStatusServer {
 
  private:
   HttpStatusServer() = default;
-  void serve();
-  std::string respond(const std::string& path);
+  void respond(const std::string& path, httplib::Response& response);
 
-  int fd_ = -1;
   uint16_t port_ = 0;
   std::function<absl::StatusOr<ClusterStatus>()> status_;
-  std::atomic<bool> stop_{false};
+  std::unique_ptr<httplib::Server> http_;
   std::thread thread_;
 };
 
