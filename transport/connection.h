@@ -66,6 +66,11 @@ struct TransportOptions {
   std::string token;                  // the cluster token; required
   std::string local_name = "troupe";  // sent in Hello, shown in the peer's logs
   FrameLimits limits;                 // once authenticated; before, kHandshakeLimits
+  // The local address this process serves on ("10.0.0.5"); UCX then uses
+  // only that address's network interface (UCX_NET_DEVICES, unless the
+  // environment sets it), instead of listening on every one. Empty or
+  // 0.0.0.0: every interface.
+  std::string host;
   absl::Duration handshake_timeout = absl::Seconds(10);
   // Accepted connections still in their handshake, at most: beyond it new
   // ones are closed at once (with handshake_timeout, a bound on what

@@ -132,7 +132,8 @@ absl::StatusOr<std::unique_ptr<CollectiveGroup>> CollectiveGroup::init(
   for (const std::string& k : kinds) {
     auto t = transport::make_transport(
         k, {.token = mo.token,
-            .local_name = absl::StrCat("collective ", options.name, " rank ", options.rank)});
+            .local_name = absl::StrCat("collective ", options.name, " rank ", options.rank),
+            .host = mo.host});
     if (t.ok()) {
       g->transport_ = *std::move(t);
       kind = k;

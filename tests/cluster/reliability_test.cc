@@ -17,6 +17,8 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "core/cluster/cluster.h"
@@ -317,8 +319,7 @@ TEST_F(ReliabilityTest, UnauthenticatedPeersClaimingBigFramesHoldLittleMemory) {
 
 // One HTTP/1.1 GET of `path` from `address`; the whole response ("" if none
 // came within `timeout`).
-std::string http_get(const std::string& address, const std::string& path,
-                     absl::Duration timeout) {
+std::string http_get(const std::string& address, const std::string& path, absl::Duration timeout) {
   int fd = connect_tcp(address);
   if (fd < 0) return "";
   std::string request = "GET " + path + " HTTP/1.1\r\nHost: troupe\r\nConnection: close\r\n\r\n";
@@ -362,11 +363,51 @@ TEST_F(ReliabilityTest, IdleHttpClientsDoNotDelayAMetricsScrape) {
   EXPECT_TRUE(missing.starts_with("HTTP/1.1 404")) << missing;
   EXPECT_NE(missing.find("try / or /metrics"), std::string::npos) << missing;
   // A request larger than the bound is refused, not read.
-  std::string huge = http_get(local_->http_address(), "/" + std::string(100000, 'a'),
-                              absl::Seconds(20));
+  std::string huge =
+      http_get(local_->http_address(), "/" + std::string(100000, 'a'), absl::Seconds(20));
   EXPECT_FALSE(huge.starts_with("HTTP/1.1 200")) << huge.substr(0, 200);
   for (int fd : idle)
     ::close(fd);
+}
+
+// The local addresses process `pid` listens on over TCP, as /proc/net shows
+// them: "0100007F" is 127.0.0.1 (IPv4, hex, host order per word), IPv6 ones
+// are 32 hex digits.
+std::vector<std::string> listening_addresses(pid_t pid) {
+  std::set<std::string> inodes;
+  std::error_code ec;
+  for (const auto& fd :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
+    if (target.starts_with("socket:[")) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::vector<std::string> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the column names
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+          timeout >> inode;
+      if (state == "0A" && inodes.contains(inode)) out.push_back(local.substr(0, local.find(':')));
+    }
+  }
+  return out;
+}
+
+// A worker serves on the address it was given (--host) only: every one of
+// its listeners, UCX's included, is on the loopback interface here.
+TEST_F(ReliabilityTest, WorkersListenOnlyOnTheirHostsInterface) {
+  for (int i = 0; i < local_->num_workers(); ++i) {
+    std::vector<std::string> addresses = listening_addresses(local_->worker_pid(i));
+    EXPECT_FALSE(addresses.empty());
+    for (const std::string& a : addresses) {
+      EXPECT_TRUE(a == "0100007F" || a == "00000000000000000000000001000000")
+          << "worker " << i << " listens on " << a << " (hex, /proc/net/tcp)";
+    }
+  }
 }
 
 // Runs `troupe ARGS` (bounded by `timeout_s`); the exit code and output.

@@ -3,11 +3,15 @@
 // spread over the other files: detail/transport.h.)
 #include "transport/ucx/transport.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <sys/eventfd.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string_view>
 #include <thread>
@@ -74,6 +78,37 @@ const TransportStats& UcxTransport::stats() const {
   return combined_;
 }
 
+namespace {
+
+// The name of the network interface that has IPv4 or IPv6 address `host`
+// ("127.0.0.1" -> "lo"); empty if none has it, or for no host or a wildcard.
+std::string interface_of(const std::string& host) {
+  if (host.empty() || host == "0.0.0.0" || host == "::") return "";
+  in6_addr want6{};
+  in_addr want4{};
+  bool v4 = ::inet_pton(AF_INET, host.c_str(), &want4) == 1;
+  bool v6 = !v4 && ::inet_pton(AF_INET6, host.c_str(), &want6) == 1;
+  if (!v4 && !v6) return "";
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) return "";
+  std::string name;
+  for (ifaddrs* i = all; i != nullptr && name.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    if (v4 && i->ifa_addr->sa_family == AF_INET &&
+        reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == want4.s_addr) {
+      name = i->ifa_name;
+    } else if (v6 && i->ifa_addr->sa_family == AF_INET6 &&
+               std::memcmp(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, &want6,
+                           sizeof(want6)) == 0) {
+      name = i->ifa_name;
+    }
+  }
+  ::freeifaddrs(all);
+  return name;
+}
+
+}  // namespace
+
 absl::Status UcxTransport::init() {
   // Endpoints ask for peer-failure reports; UCX's shared-memory transports
   // offer them only when told to, through the environment. A user's value
@@ -89,6 +124,13 @@ absl::Status UcxTransport::init() {
   ucp_config_t* config = nullptr;
   if (ucs_status_t s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) {
     return ucx_error("ucp_config_read", s);
+  }
+  if (std::string device = interface_of(options_.host);
+      !device.empty() && std::getenv("UCX_NET_DEVICES") == nullptr) {
+    if (ucs_status_t s = ucp_config_modify(config, "NET_DEVICES", device.c_str()); s != UCS_OK) {
+      ucp_config_release(config);
+      return ucx_error("ucp_config_modify(NET_DEVICES)", s);
+    }
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE;

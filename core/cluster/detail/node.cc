@@ -132,6 +132,7 @@ absl::Status NodeCore::start_listening() {
   transport::TransportOptions topts;
   topts.token = options_.token;
   topts.local_name = options_.name;
+  topts.host = options_.host;
   for (const std::string& kind : options_.transports) {
     auto t = transport::make_transport(kind, topts);
     if (!t.ok()) {
