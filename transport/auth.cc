@@ -57,8 +57,8 @@ absl::StatusOr<std::string> read_token_file(const std::string& path) {
     s = absl::InvalidArgumentError(absl::StrCat(
         "token file ", path, S_ISDIR(st.st_mode) ? " is a directory" : " is not a regular file"));
   } else if (st.st_size > static_cast<off_t>(kMaxTokenFileBytes)) {
-    s = absl::InvalidArgumentError(absl::StrCat("token file ", path, " is ", st.st_size,
-                                                " bytes: too large to hold a token"));
+    s = absl::InvalidArgumentError(
+        absl::StrCat("token file ", path, " is ", st.st_size, " bytes: too large to hold a token"));
   } else {
     char buf[kMaxTokenFileBytes];
     ssize_t n;

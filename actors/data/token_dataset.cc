@@ -1,7 +1,6 @@
 #include "actors/data/token_dataset.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,15 +17,15 @@
 namespace troupe::actors {
 
 static_assert(std::endian::native == std::endian::little,
-              "PREFIX.bin is little-endian and is read in place");
+              "PREFIX.bin is little-endian and is read as it is");
 
 struct TokenDataset::Storage {
   TokenDatasetHeader header;
   std::string name;
-  // The tokens: a read-only mapping of PREFIX.bin (`mapped` bytes) or `owned`.
-  const void* data = nullptr;
-  void* mapping = nullptr;
-  size_t mapped = 0;
+  // The tokens: PREFIX.bin, open read-only and read with pread (not mapped:
+  // a file truncated while in use then fails a read with an error naming
+  // it, where a mapping would kill the process with SIGBUS), or `owned`.
+  int fd = -1;
   std::vector<int32_t> owned;
   bool in_memory = false;  // `owned`, checked by from_tokens
 
@@ -34,7 +33,7 @@ struct TokenDataset::Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   ~Storage() {
-    if (mapping != nullptr) ::munmap(mapping, mapped);
+    if (fd >= 0) ::close(fd);
   }
 };
 
@@ -58,7 +57,7 @@ template <class T>
 absl::Status copy_tokens(const T* in, int64_t offset, int64_t count, int64_t vocab_size,
                          const std::string& name, int32_t* out) {
   for (int64_t k = 0; k < count; ++k) {
-    uint32_t token = in[offset + k];
+    uint32_t token = in[k];  // token offset + k
     if (token >= static_cast<uint64_t>(vocab_size)) {
       return absl::DataLossError(absl::StrCat(name, ": token ", offset + k, " is ", token,
                                               ", not below vocab_size ", vocab_size,
@@ -67,6 +66,30 @@ absl::Status copy_tokens(const T* in, int64_t offset, int64_t count, int64_t voc
     out[k] = static_cast<int32_t>(token);
   }
   return absl::OkStatus();
+}
+
+// Reads tokens [offset, offset + count) of width T from `fd` (PREFIX.bin).
+template <class T>
+absl::Status read_file_tokens(int fd, int64_t offset, int64_t count,
+                              const TokenDatasetHeader& header, const std::string& name,
+                              int32_t* out) {
+  std::vector<T> buffer(static_cast<size_t>(count));
+  auto* raw = reinterpret_cast<char*>(buffer.data());
+  const size_t bytes = buffer.size() * sizeof(T);
+  for (size_t done = 0; done < bytes;) {
+    ssize_t n = ::pread(fd, raw + done, bytes - done,
+                        static_cast<off_t>(static_cast<size_t>(offset) * sizeof(T) + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return posix_error(absl::StrCat("cannot read ", name), errno);
+    if (n == 0) {
+      return absl::DataLossError(absl::StrCat(
+          name, ": ends before token ", offset + static_cast<int64_t>(done / sizeof(T)), " of the ",
+          header.num_tokens,
+          " its header promises: the file was truncated or replaced while in use"));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return copy_tokens(buffer.data(), offset, count, header.vocab_size, name, out);
 }
 
 }  // namespace
@@ -98,18 +121,7 @@ absl::StatusOr<TokenDataset> TokenDataset::open(const std::string& prefix) {
         bin_path, ": ", st.st_size, " bytes, but ", json_path, " says ", h.num_tokens, " ",
         dtype_name(h.dtype), " tokens (", expected, " bytes); truncated or mismatched files?"));
   }
-  if (expected > 0) {
-    void* p = ::mmap(nullptr, expected, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      int err = errno;
-      ::close(fd);
-      return posix_error(absl::StrCat("cannot map ", bin_path), err);
-    }
-    storage->mapping = p;
-    storage->mapped = expected;
-    storage->data = p;
-  }
-  ::close(fd);  // the mapping stays valid
+  storage->fd = fd;
   return TokenDataset(std::move(storage));
 }
 
@@ -136,7 +148,6 @@ absl::StatusOr<TokenDataset> TokenDataset::from_tokens(std::vector<int32_t> toke
   storage->name = name;
   storage->owned = std::move(tokens);
   storage->in_memory = true;
-  storage->data = storage->owned.data();
   return TokenDataset(std::move(storage));
 }
 
@@ -165,11 +176,9 @@ absl::Status TokenDataset::read_tokens(int64_t offset, int64_t count, int32_t* o
     return absl::OkStatus();
   }
   if (s.header.dtype == TokenDtype::kUint16) {
-    return copy_tokens(static_cast<const uint16_t*>(s.data), offset, count, s.header.vocab_size,
-                       s.name, out);
+    return read_file_tokens<uint16_t>(s.fd, offset, count, s.header, s.name, out);
   }
-  return copy_tokens(static_cast<const uint32_t*>(s.data), offset, count, s.header.vocab_size,
-                     s.name, out);
+  return read_file_tokens<uint32_t>(s.fd, offset, count, s.header, s.name, out);
 }
 
 absl::Status TokenDataset::read_sample(int64_t i, int seq_len, int32_t* inputs,

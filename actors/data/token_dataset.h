@@ -3,7 +3,7 @@
 // its header (token_dataset_header.h). Samples are llm.c's: non-overlapping
 // windows of T tokens, the targets the same window shifted by one.
 //
-//   auto data = TokenDataset::open("/data/shakespeare");  // mmaps .bin read-only
+//   auto data = TokenDataset::open("/data/shakespeare");  // opens .bin read-only
 //   int64_t n = data->num_samples(T);                     // (num_tokens - 1) / T
 //   std::vector<int32_t> inputs(T), targets(T);
 //   absl::Status s = data->read_sample(i, T, inputs.data(), targets.data());
@@ -25,7 +25,7 @@ namespace troupe::actors {
 
 class TokenDataset {
  public:
-  // Maps PREFIX.bin and checks it against PREFIX.json. NotFound naming the
+  // Opens PREFIX.bin and checks it against PREFIX.json. NotFound naming the
   // file that is missing; InvalidArgument naming the file for a bad header
   // (see parse_header) or a .bin whose size is not num_tokens x the dtype's
   // width (truncated, or the header of another file). Token ids are checked
@@ -52,7 +52,8 @@ class TokenDataset {
 
   // Copies tokens [offset, offset + count) to out[0, count) as int32.
   // OutOfRange if the range is not within [0, num_tokens); DataLoss naming
-  // the file, the index and the value for a token >= vocab_size.
+  // the file, the index and the value for a token >= vocab_size, or naming
+  // the file if it was truncated while in use.
   [[nodiscard]] absl::Status read_tokens(int64_t offset, int64_t count, int32_t* out) const;
 
   // Sample i of length T: inputs = tokens[i*T, i*T + T),

@@ -794,8 +794,8 @@ TEST(SchedulerReferenceTest, PlacesExactlyWhenSomeAssignmentExists) {
 TEST_F(SchedulerTest, GroupThatFitsNoIdleClusterIsInfeasibleNamingTheShortfall) {
   s_.add_node(1, R("CPU=2"));
   s_.add_node(2, R("CPU=2"));
-  PlacementGroupId big = create(std::vector<Resources>(8, R("CPU=1")), PlacementStrategy::kSpread,
-                                "job/replicas");
+  PlacementGroupId big =
+      create(std::vector<Resources>(8, R("CPU=1")), PlacementStrategy::kSpread, "job/replicas");
   EXPECT_FALSE(info(big).placed);
   absl::Status s = s_.check_feasible(big);
   EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
@@ -824,8 +824,8 @@ TEST_F(SchedulerTest, BusyButFeasibleGroupWaits) {
 
 TEST_F(SchedulerTest, GivenGroupIdsAreKeptAndNeverReused) {
   s_.add_node(1, R("CPU=4"));
-  auto given = s_.create_placement_group({R("CPU=1")}, PlacementStrategy::kPack, "",
-                                         PlacementGroupId{100});
+  auto given =
+      s_.create_placement_group({R("CPU=1")}, PlacementStrategy::kPack, "", PlacementGroupId{100});
   ASSERT_TRUE(given.ok()) << given.status();
   EXPECT_EQ(given->value, 100u);
   EXPECT_TRUE(absl::IsAlreadyExists(

@@ -184,6 +184,24 @@ TEST(TokenDatasetTest, TruncatedBinIsASizeMismatch) {
   EXPECT_NE(message.find("10 uint16 tokens (20 bytes)"), std::string::npos) << message;
 }
 
+TEST(TokenDatasetTest, ABinTruncatedWhileInUseFailsReadsNamingIt) {
+  // As a user overwriting the dataset during a run: the reader's process
+  // must see an error, not die of SIGBUS.
+  TempDir dir;
+  const std::string prefix = dir.path("t");
+  ASSERT_TRUE(write_token_dataset(prefix, std::vector<int32_t>(4096, 7), 256, "bytes").ok());
+  auto data = TokenDataset::open(prefix);
+  ASSERT_TRUE(data.ok()) << data.status();
+  std::vector<int32_t> inputs(64), targets(64);
+  ASSERT_TRUE(data->read_sample(60, 64, inputs.data(), targets.data()).ok());
+  std::filesystem::resize_file(prefix + ".bin", 100);
+  absl::Status s = data->read_sample(60, 64, inputs.data(), targets.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find(prefix + ".bin: ends before token 3840"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("truncated or replaced while in use"), std::string::npos) << s;
+  EXPECT_TRUE(data->read_sample(0, 32, inputs.data(), targets.data()).ok());  // what is left
+}
+
 struct BadHeader {
   std::string json;
   std::string expected;  // in the message

@@ -163,10 +163,11 @@ absl::StatusOr<std::unique_ptr<HttpStatusServer>> HttpStatusServer::start(
       response.set_content("not found: try / or /metrics\n", "text/plain");
     }
   });
-  int bound = port == 0 ? http->bind_to_any_port(host) : (http->bind_to_port(host, port) ? port : -1);
+  int bound =
+      port == 0 ? http->bind_to_any_port(host) : (http->bind_to_port(host, port) ? port : -1);
   if (bound <= 0) {
-    return absl::UnavailableError(absl::StrCat("HTTP: cannot listen on ", host, ":", port, ": ",
-                                               std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("HTTP: cannot listen on ", host, ":", port, ": ", std::strerror(errno)));
   }
   server->port_ = static_cast<uint16_t>(bound);
   server->http_ = std::move(http);
