@@ -10,7 +10,7 @@ gtest_discover_tests(trainers_ddp_test PROPERTIES LABELS trainers TIMEOUT 300 RU
 # troupe train / generate / data as a user runs them.
 add_executable(trainers_train_command_test train_command_test.cc)
 target_link_libraries(trainers_train_command_test PRIVATE GTest::gtest GTest::gtest_main
-                      troupe_warnings)
+                      troupe_warnings absl::time)
 target_compile_definitions(trainers_train_command_test PRIVATE
   TROUPE_BINARY="$<TARGET_FILE:troupe>"
   EXAMPLE_CONFIGS="${PROJECT_SOURCE_DIR}/examples/configs")

@@ -12,6 +12,9 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
+
+#include "absl/time/clock.h"
 
 namespace {
 
@@ -133,6 +136,41 @@ TEST_F(TrainCommandTest, MissingConfigFileAndFlags) {
   Result no_cluster = troupe(dir_, "train --config '" EXAMPLE_CONFIGS "/addition_ddp.json'", 30);
   EXPECT_EQ(no_cluster.code, 2) << no_cluster.output;
   EXPECT_NE(no_cluster.output.find("--local"), std::string::npos) << no_cluster.output;
+}
+
+TEST_F(TrainCommandTest, ADatasetTruncatedDuringTrainingFailsTheRunAtOnceNamingIt) {
+  // The dataset is overwritten under a running job: its workers must not die
+  // of SIGBUS, and the job must fail within a few steps saying why - not wait
+  // out a collective's one-minute timeout on the rank whose read failed last.
+  std::string text;
+  for (int i = 0; i < 2000; ++i)
+    text += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
+  write("a.txt", text);
+  Result prepared = troupe(dir_, "data prepare --output data/tinytext a.txt");
+  ASSERT_EQ(prepared.code, 0) << prepared.output;
+  write("small.json", R"({
+    "train_batch_size": 8, "train_micro_batch_size_per_gpu": 4,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+    "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "seq_len": 32, "vocab_size": 256},
+    "data": {"path": "data/tinytext", "shuffle": true},
+    "parallel": {"dp": 2},
+    "training": {"steps": 100000, "log_interval": 1000}
+  })");
+  Result run;
+  std::thread train(
+      [&] { run = troupe(dir_, "train --config small.json --local 2 --output out", 180); });
+  // Once it trains, cut the tokens file down to a few samples.
+  absl::Time deadline = absl::Now() + absl::Seconds(120);
+  while (absl::Now() < deadline && read("out/metrics.jsonl").size() < 1000)
+    absl::SleepFor(absl::Milliseconds(50));
+  absl::Time truncated = absl::Now();
+  std::filesystem::resize_file(dir_ + "/data/tinytext.bin", 256);
+  train.join();
+  absl::Duration took = absl::Now() - truncated;
+  EXPECT_NE(run.code, 0) << run.output;
+  EXPECT_NE(run.output.find("tinytext.bin: ends before token"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("truncated or replaced while in use"), std::string::npos) << run.output;
+  EXPECT_LT(took, absl::Seconds(30)) << run.output;
 }
 
 TEST_F(TrainCommandTest, AMetricsFileThatCannotBeWrittenFailsTheRun) {
