@@ -139,30 +139,44 @@ std::string render_metrics(const ClusterStatus& s) {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<HttpStatusServer>> HttpStatusServer::start(
-    const std::string& host, uint16_t port, std::function<absl::StatusOr<ClusterStatus>()> status) {
-  std::unique_ptr<HttpStatusServer> server(new HttpStatusServer());
-  server->status_ = std::move(status);
-  auto http = std::make_unique<httplib::Server>();
+void configure_status_routes(httplib::Server& http, StatusSource status) {
   // A slow or idle client holds one of the pool's threads for at most the
   // timeouts; the others go on answering.
-  http->new_task_queue = [] { return new httplib::ThreadPool(kServingThreads); };
-  http->set_read_timeout(kClientTimeoutSeconds, 0);
-  http->set_write_timeout(kClientTimeoutSeconds, 0);
-  http->set_keep_alive_timeout(kClientTimeoutSeconds);
-  http->set_keep_alive_max_count(kMaxRequestsPerConnection);
-  http->set_payload_max_length(kMaxRequestBytes);
-  HttpStatusServer* self = server.get();
-  auto answer = [self](const httplib::Request& request, httplib::Response& response) {
-    self->respond(request.path, response);
+  http.new_task_queue = [] { return new httplib::ThreadPool(kServingThreads); };
+  http.set_read_timeout(kClientTimeoutSeconds, 0);
+  http.set_write_timeout(kClientTimeoutSeconds, 0);
+  http.set_keep_alive_timeout(kClientTimeoutSeconds);
+  http.set_keep_alive_max_count(kMaxRequestsPerConnection);
+  http.set_payload_max_length(kMaxRequestBytes);
+  auto answer = [status = std::move(status)](const httplib::Request& request,
+                                             httplib::Response& response) {
+    absl::StatusOr<ClusterStatus> s = status();
+    if (!s.ok()) {
+      response.status = 503;
+      response.set_content(absl::StrCat(s.status().message(), "\n"), "text/plain");
+      return;
+    }
+    if (request.path == "/metrics") {
+      response.set_content(render_metrics(*s), "text/plain; version=0.0.4");
+    } else {
+      response.set_content(render_status(*s), "text/plain; charset=utf-8");
+    }
   };
-  http->Get("/", answer);
-  http->Get("/metrics", answer);
-  http->set_error_handler([](const httplib::Request&, httplib::Response& response) {
+  http.Get("/", answer);
+  http.Get("/metrics", answer);
+  http.set_error_handler([](const httplib::Request&, httplib::Response& response) {
     if (response.status == 404) {
       response.set_content("not found: try / or /metrics\n", "text/plain");
     }
   });
+}
+
+absl::StatusOr<std::unique_ptr<HttpStatusServer>> HttpStatusServer::start(const std::string& host,
+                                                                          uint16_t port,
+                                                                          StatusSource status) {
+  std::unique_ptr<HttpStatusServer> server(new HttpStatusServer());
+  auto http = std::make_unique<httplib::Server>();
+  configure_status_routes(*http, std::move(status));
   int bound =
       port == 0 ? http->bind_to_any_port(host) : (http->bind_to_port(host, port) ? port : -1);
   if (bound <= 0) {
@@ -178,20 +192,6 @@ absl::StatusOr<std::unique_ptr<HttpStatusServer>> HttpStatusServer::start(
 HttpStatusServer::~HttpStatusServer() {
   if (http_) http_->stop();
   if (thread_.joinable()) thread_.join();
-}
-
-void HttpStatusServer::respond(const std::string& path, httplib::Response& response) {
-  absl::StatusOr<ClusterStatus> s = status_();
-  if (!s.ok()) {
-    response.status = 503;
-    response.set_content(absl::StrCat(s.status().message(), "\n"), "text/plain");
-    return;
-  }
-  if (path == "/metrics") {
-    response.set_content(render_metrics(*s), "text/plain; version=0.0.4");
-  } else {
-    response.set_content(render_status(*s), "text/plain; charset=utf-8");
-  }
 }
 
 }  // namespace troupe::cluster

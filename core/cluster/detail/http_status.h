@@ -17,29 +17,34 @@
 
 namespace httplib {
 class Server;
-struct Response;
 }  // namespace httplib
 
 namespace troupe::cluster {
 
+// Where the endpoints read the cluster's status from (the head's service).
+using StatusSource = std::function<absl::StatusOr<ClusterStatus>()>;
+
 class HttpStatusServer {
  public:
   // Serves on host:port (0: any free port) with `status` as the source.
-  static absl::StatusOr<std::unique_ptr<HttpStatusServer>> start(
-      const std::string& host, uint16_t port,
-      std::function<absl::StatusOr<ClusterStatus>()> status);
+  static absl::StatusOr<std::unique_ptr<HttpStatusServer>> start(const std::string& host,
+                                                                 uint16_t port,
+                                                                 StatusSource status);
   ~HttpStatusServer();
   uint16_t port() const { return port_; }
 
  private:
   HttpStatusServer() = default;
-  void respond(const std::string& path, httplib::Response& response);
 
   uint16_t port_ = 0;
-  std::function<absl::StatusOr<ClusterStatus>()> status_;
   std::unique_ptr<httplib::Server> http_;
   std::thread thread_;
 };
+
+// Sets `http` up to serve the endpoints above from `status`, within the
+// bounds of docs/security.md: what HttpStatusServer serves, and what the
+// HTTP fuzz target feeds requests to without a socket.
+void configure_status_routes(httplib::Server& http, StatusSource status);
 
 // The cluster status in the Prometheus text format.
 std::string render_metrics(const ClusterStatus& s);
