@@ -25,12 +25,12 @@ constexpr size_t kReadChunk = size_t{1} << 20;
 constexpr int64_t kProgressEvery = int64_t{64} << 20;  // bytes between progress lines
 
 int fail(const absl::Status& s) {
-  std::fprintf(stderr, "troupe data: %s\n", std::string(s.message()).c_str());
+  std::fprintf(stderr, "troupe data: %s\n", cluster::printable(s.message()).c_str());
   return 1;
 }
 
 int usage(const std::string& message) {
-  std::fprintf(stderr, "%s\n", message.c_str());
+  std::fprintf(stderr, "%s\n", cluster::printable(message).c_str());
   return 2;
 }
 

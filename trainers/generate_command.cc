@@ -31,7 +31,7 @@ void print_generate_help() {
 }
 
 int fail(const std::string& text) {
-  std::fprintf(stderr, "troupe generate: %s\n", text.c_str());
+  std::fprintf(stderr, "troupe generate: %s\n", cluster::printable(text).c_str());
   return 1;
 }
 

@@ -27,12 +27,14 @@ namespace {
 using cluster::Flags;
 
 int fail(const std::string& what, const absl::Status& s) {
-  std::fprintf(stderr, "troupe train: %s: %s\n", what.c_str(), std::string(s.message()).c_str());
+  std::fprintf(stderr, "troupe train: %s: %s\n", what.c_str(),
+               cluster::printable(s.message()).c_str());
   return 1;
 }
 
 int usage_error(const std::string& text) {
-  std::fprintf(stderr, "troupe train: %s (see troupe train --help)\n", text.c_str());
+  std::fprintf(stderr, "troupe train: %s (see troupe train --help)\n",
+               cluster::printable(text).c_str());
   return 2;
 }
 
@@ -104,7 +106,7 @@ int train_command(const std::vector<std::string>& args) {
       "train", args,
       {"config", "local", "head", "token-file", "steps", "output", "metrics", "threads"});
   if (!flags.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(flags.status().message()).c_str());
+    std::fprintf(stderr, "%s\n", cluster::printable(flags.status().message()).c_str());
     return 2;
   }
   if (flags->help()) {
@@ -114,14 +116,15 @@ int train_command(const std::vector<std::string>& args) {
   if (!flags->has("config")) return usage_error("--config FILE is required");
   absl::StatusOr<TrainConfig> loaded = load_train_config(flags->get("config"));
   if (!loaded.ok()) {
-    std::fprintf(stderr, "troupe train: %s\n", std::string(loaded.status().message()).c_str());
+    std::fprintf(stderr, "troupe train: %s\n",
+                 cluster::printable(loaded.status().message()).c_str());
     return 2;
   }
   TrainConfig config = *std::move(loaded);
   for (const std::string& w : config.warnings)
-    std::fprintf(stderr, "troupe train: warning: %s\n", w.c_str());
+    std::fprintf(stderr, "troupe train: warning: %s\n", cluster::printable(w).c_str());
   if (absl::Status s = check_data_exists(config); !s.ok()) {
-    std::fprintf(stderr, "troupe train: %s\n", std::string(s.message()).c_str());
+    std::fprintf(stderr, "troupe train: %s\n", cluster::printable(s.message()).c_str());
     return 2;
   }
   int local_workers = 0;

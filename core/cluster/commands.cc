@@ -47,12 +47,12 @@ void catch_signals() {
 }
 
 int fail(const absl::Status& s) {
-  std::fprintf(stderr, "troupe: %s\n", std::string(s.message()).c_str());
+  std::fprintf(stderr, "troupe: %s\n", printable(s.message()).c_str());
   return 1;
 }
 
 int usage(const absl::Status& s) {
-  std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+  std::fprintf(stderr, "%s\n", printable(s.message()).c_str());
   return 2;
 }
 

@@ -1,8 +1,23 @@
 #include "core/cluster/flags.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace troupe::cluster {
+
+std::string printable(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\n' && c != '\t') || u == 0x7f) {
+      absl::StrAppendFormat(&out, "\\x%02x", u);
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
 
 absl::StatusOr<Flags> Flags::parse(const std::string& command, const std::vector<std::string>& args,
                                    const std::set<std::string>& known,

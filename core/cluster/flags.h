@@ -10,8 +10,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace troupe::cluster {
+
+// `text` as a terminal should show it: control characters other than newline
+// and tab as \xNN. What commands print of messages quoting a user's input
+// goes through it (a NUL in a key would otherwise end the message there).
+std::string printable(absl::string_view text);
 
 class Flags {
  public:

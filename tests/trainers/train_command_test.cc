@@ -122,6 +122,15 @@ TEST_F(TrainCommandTest, InconsistentBatchSizesFailNamingTheNumbers) {
   EXPECT_NE(run.output.find("96"), std::string::npos) << run.output;
 }
 
+TEST_F(TrainCommandTest, AControlCharacterInTheConfigIsShownNotObeyed) {
+  // A NUL in a key ended the printed message there; now it shows as \x00.
+  write("bad.json", R"({"train_batch_size": 8, "tr\u0000ining": {}})");
+  Result run = troupe(dir_, "train --config bad.json --local 1", 30);
+  EXPECT_EQ(run.code, 2) << run.output;
+  EXPECT_NE(run.output.find("tr\\x00ining"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("unknown key"), std::string::npos) << run.output;
+}
+
 TEST_F(TrainCommandTest, MissingDatasetFailsNamingIt) {
   write("bad.json", R"({"train_batch_size": 8, "data": {"path": "nowhere/tokens"}})");
   Result run = troupe(dir_, "train --config bad.json --local 1", 30);
