@@ -180,14 +180,24 @@ absl::Status CollectiveGroup::watch_member_nodes(const CollectiveGroupOptions& o
   }
   transport::Group* group = group_.get();
   std::string name = options.name;
-  listener_ = listeners_->add([group, ranks_on, name](uint32_t node, const std::string& reason) {
-    auto it = ranks_on.find(node);
-    if (it == ranks_on.end()) return;
-    group->abort(absl::AbortedError(absl::StrCat("collective group '", name, "': rank ",
-                                                 it->second.front(), "'s node ", node,
-                                                 " was declared dead by the head: ", reason)),
-                 it->second);
-  });
+  listener_ =
+      listeners_->add([group, ranks_on, name, self_node](uint32_t node, const std::string& reason) {
+        if (node == self_node) {  // every peer has given up on us: drop them all
+          std::vector<int> others;
+          for (const auto& [n, ranks] : ranks_on)
+            others.insert(others.end(), ranks.begin(), ranks.end());
+          group->abort(absl::AbortedError(absl::StrCat("collective group '", name,
+                                                       "': this node was declared dead: ", reason)),
+                       others);
+          return;
+        }
+        auto it = ranks_on.find(node);
+        if (it == ranks_on.end()) return;
+        group->abort(absl::AbortedError(absl::StrCat("collective group '", name, "': rank ",
+                                                     it->second.front(), "'s node ", node,
+                                                     " was declared dead by the head: ", reason)),
+                     it->second);
+      });
   return absl::OkStatus();
 }
 

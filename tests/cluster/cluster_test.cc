@@ -10,6 +10,7 @@
 #include "core/cluster/cluster.h"
 #include "core/cluster/collective_group.h"
 #include "core/cluster/local_cluster.h"
+#include "tests/cluster/cluster_fixture.h"
 #include "tests/cluster/probe_actors.h"
 #include "transport/auth.h"
 
@@ -21,29 +22,9 @@ using troupe::testing::Reducer;
 
 constexpr absl::Duration kCallTimeout = absl::Seconds(20);
 
-LocalClusterOptions options_with(std::vector<std::string> resources) {
-  LocalClusterOptions o;
-  o.workers = static_cast<int>(resources.size());
-  o.worker_resources = std::move(resources);
-  o.troupe_binary = TROUPE_BINARY;
-  o.worker_flags = {"--actor-lib-dir", PROBE_LIB_DIR, "--actor-lib", PROBE_LIB};
-  return o;
-}
-
-class ClusterTest : public ::testing::Test {
+class ClusterTest : public testing::LocalClusterTest {
  public:
-  void SetUp() override {
-    auto local = LocalCluster::start(options_with({"CPU=2", "CPU=2,GPU=1", "CPU=2"}));
-    ASSERT_TRUE(local.ok()) << local.status();
-    local_ = *std::move(local);
-    auto driver = Cluster::connect(local_->client_options());
-    ASSERT_TRUE(driver.ok()) << driver.status();
-    driver_ = *std::move(driver);
-  }
-  void TearDown() override {
-    driver_.reset();
-    local_.reset();
-  }
+  ClusterTest() : LocalClusterTest(testing::probe_cluster({"CPU=2", "CPU=2,GPU=1", "CPU=2"})) {}
 
   int64_t pid_of(const ActorRef<Probe>& p) {
     auto pid = p.call(&Probe::pid).get(kCallTimeout);
@@ -56,20 +37,6 @@ class ClusterTest : public ::testing::Test {
     }
     return -1;
   }
-  // Polls the head until `pred(status)` holds or the deadline passes.
-  bool wait_status(const std::function<bool(const ClusterStatus&)>& pred,
-                   absl::Duration timeout = absl::Seconds(10)) {
-    absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      auto s = driver_->status();
-      if (s.ok() && pred(*s)) return true;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return false;
-  }
-
-  std::unique_ptr<LocalCluster> local_;
-  std::unique_ptr<Cluster> driver_;
 };
 
 TEST_F(ClusterTest, HeadSeesThreeWorkersAndTheDriver) {

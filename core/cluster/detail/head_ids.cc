@@ -47,29 +47,23 @@ absl::StatusOr<uint64_t> HeadIds::take(Counter& c, const char* what) {
         absl::StrCat("this state directory's ", what,
                      " ids are used up; start the head on a fresh --state-dir"));
   }
-  if (c.next >= c.reserved) {
-    uint64_t before = c.reserved;
-    c.reserved = std::min(c.next + c.block, c.last + 1);
-    if (absl::Status s = persist(); !s.ok()) {
-      c.reserved = before;
-      return s;
-    }
-  }
+  if (absl::Status s = reserve_past_next(c); !s.ok()) return s;
   return c.next++;
+}
+
+absl::Status HeadIds::reserve_past_next(Counter& c) {
+  if (c.next < c.reserved) return absl::OkStatus();
+  uint64_t before = c.reserved;
+  c.reserved = std::min(c.next + c.block, c.last + 1);
+  absl::Status s = persist();
+  if (!s.ok()) c.reserved = before;
+  return s;
 }
 
 absl::Status HeadIds::see(Counter& c, uint64_t id) {
   if (id < c.next) return absl::OkStatus();
   c.next = std::min(id + 1, c.last + 1);
-  if (c.next >= c.reserved) {
-    uint64_t before = c.reserved;
-    c.reserved = std::min(c.next + c.block, c.last + 1);
-    if (absl::Status s = persist(); !s.ok()) {
-      c.reserved = before;
-      return s;
-    }
-  }
-  return absl::OkStatus();
+  return reserve_past_next(c);
 }
 
 absl::StatusOr<uint32_t> HeadIds::next_node() {

@@ -41,6 +41,8 @@ class HeadIds {
   HeadIds() = default;
   absl::StatusOr<uint64_t> take(Counter& c, const char* what);
   absl::Status see(Counter& c, uint64_t id);
+  // Extends c's block in the file if c.next reached its end.
+  absl::Status reserve_past_next(Counter& c);
   absl::Status persist();
 
   std::string dir_;

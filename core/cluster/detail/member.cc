@@ -209,7 +209,7 @@ void Member::apply(const std::vector<ClusterEvent>& events) {
         break;
       case ClusterEvent::kNodeDied:
         if (e.node.index == node_->index()) {
-          stop_->request("the head declared this node dead: " + e.reason, /*dead=*/true);
+          declared_dead("the head declared this node dead: " + e.reason);
         } else {
           node_->fail_node(e.node.index, absl::UnavailableError(e.reason));
           death_listeners_->notify(e.node.index, e.reason);
@@ -223,6 +223,14 @@ void Member::apply(const std::vector<ClusterEvent>& events) {
     }
     seen_version_ = std::max(seen_version_, e.version);
   }
+}
+
+void Member::declared_dead(const std::string& why) {
+  // The rest of the cluster has given up on this node: its collective
+  // operations can never complete, and the actors waiting in them must
+  // return for the node to stop.
+  death_listeners_->notify(node_->index(), why);
+  stop_->request(why, /*dead=*/true);
 }
 
 NodeInfo Member::info() const {
@@ -272,7 +280,7 @@ void Member::heartbeats(absl::Duration interval) {
       if (reply->head_incarnation != head_incarnation_) {
         rejoin(reply->head_incarnation);  // tried again with the next heartbeat if it failed
       } else if (!reply->known) {
-        stop_->request("the head no longer knows this node (declared dead)", /*dead=*/true);
+        declared_dead("the head no longer knows this node (declared dead)");
         break;
       } else {
         apply(reply->events);

@@ -43,8 +43,9 @@ struct MemberOptions {
   absl::Duration head_grace = absl::Seconds(60);
 };
 
-// Code to run when the head declares another node dead: collective groups
-// with a member there abort at once (instead of waiting out their timeout).
+// Code to run when the head declares a node dead - another one, or this one
+// (told with this node's index) - so that collective groups with a member
+// there abort at once instead of waiting out their timeout.
 // Callbacks run on the member's heartbeat thread, one at a time, and must not
 // add or remove listeners; remove() waits for a callback in progress.
 class NodeDeathListeners {
@@ -98,6 +99,8 @@ class Member {
   void apply(const std::vector<ClusterEvent>& events);
   void heartbeats(absl::Duration interval);
   NodeInfo info() const;
+  // The head declared this node dead: its groups abort, and it stops.
+  void declared_dead(const std::string& why);
   // Joins a restarted head (incarnation `incarnation`) under this node's
   // index; if the head did not answer, the next heartbeat tries again.
   void rejoin(uint64_t incarnation);
