@@ -50,6 +50,7 @@ inline constexpr int kMaxThreads = 512;
 inline constexpr int kMaxPrefetch = 1024;
 inline constexpr int64_t kMaxSamples = int64_t{1} << 40;
 inline constexpr int kMaxEvalSamples = 1 << 20;
+inline constexpr int kMaxLocalWorkers = 64;  // troupe train --local
 
 // `model`: the GPT, as nn::GPTConfig (the one model config type of troupe;
 // actors/nn_codecs.h sends it to the actors). Its JSON keys are GPT-2's:

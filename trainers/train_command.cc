@@ -128,9 +128,10 @@ int train_command(const std::vector<std::string>& args) {
     return 2;
   }
   int local_workers = 0;
-  if (flags->has("local") &&
-      (!absl::SimpleAtoi(flags->get("local"), &local_workers) || local_workers < 1)) {
-    return usage_error("--local takes a number of workers >= 1");
+  if (flags->has("local") && (!absl::SimpleAtoi(flags->get("local"), &local_workers) ||
+                              local_workers < 1 || local_workers > kMaxLocalWorkers)) {
+    return usage_error(
+        absl::StrCat("--local takes a number of workers from 1 to ", kMaxLocalWorkers));
   }
   if (flags->has("local") && flags->has("head"))
     return usage_error("give --local or --head, not both");
@@ -139,9 +140,9 @@ int train_command(const std::vector<std::string>& args) {
     return usage_error("--steps takes a number >= 1");
   }
   int threads = config.training.threads;
-  if (flags->has("threads") &&
-      (!absl::SimpleAtoi(flags->get("threads"), &threads) || threads < 1)) {
-    return usage_error("--threads takes a number >= 1");
+  if (flags->has("threads") && (!absl::SimpleAtoi(flags->get("threads"), &threads) || threads < 1 ||
+                                threads > kMaxThreads)) {
+    return usage_error(absl::StrCat("--threads takes a number from 1 to ", kMaxThreads));
   }
   const std::string job = job_name();
   std::string output_dir = flags->get("output", config.training.output_dir);

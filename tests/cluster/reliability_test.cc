@@ -447,6 +447,11 @@ TEST(BoundsTest, OutOfRangeFlagsAreRefusedNamingTheBound) {
       troupe("worker --head 127.0.0.1:1 --token-file /dev/null --threads 100000");
   EXPECT_EQ(threads_code, 2) << threads_out;
   EXPECT_NE(threads_out.find("--threads 100000: expected 1-512"), std::string::npos) << threads_out;
+  auto [local_code, local_out] =
+      troupe("train --config '" EXAMPLE_CONFIGS "/addition_ddp.json' --local 100000");
+  EXPECT_EQ(local_code, 2) << local_out;
+  EXPECT_NE(local_out.find("--local takes a number of workers from 1 to 64"), std::string::npos)
+      << local_out;
   auto [nan_code, nan_out] = troupe("generate --model /nonexistent --prompt x --temperature nan");
   EXPECT_EQ(nan_code, 2) << nan_out;
   EXPECT_NE(nan_out.find("finite number"), std::string::npos) << nan_out;
