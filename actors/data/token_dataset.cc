@@ -188,10 +188,12 @@ absl::Status TokenDataset::read_sample(int64_t i, int seq_len, int32_t* inputs,
     return absl::OutOfRangeError(absl::StrCat(name(), ": sample ", i, " of seq_len ", seq_len,
                                               " is not within [0, ", n, ")"));
   }
-  const int64_t start = i * seq_len;
-  if (absl::Status s = read_tokens(start, seq_len, inputs); !s.ok()) return s;
-  std::memcpy(targets, inputs + 1, static_cast<size_t>(seq_len - 1) * sizeof(int32_t));
-  return read_tokens(start + seq_len, 1, targets + seq_len - 1);
+  // One read of the window's T + 1 tokens (for a file: one pread).
+  std::vector<int32_t> window(static_cast<size_t>(seq_len) + 1);
+  if (absl::Status s = read_tokens(i * seq_len, seq_len + 1, window.data()); !s.ok()) return s;
+  std::memcpy(inputs, window.data(), static_cast<size_t>(seq_len) * sizeof(int32_t));
+  std::memcpy(targets, window.data() + 1, static_cast<size_t>(seq_len) * sizeof(int32_t));
+  return absl::OkStatus();
 }
 
 absl::Status TokenDataset::check_tokens() const {

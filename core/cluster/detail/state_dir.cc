@@ -87,6 +87,37 @@ absl::StatusOr<std::string> read_fd(int fd, const std::string& path) {
   }
 }
 
+// Creates `path` (it must not exist; a symbolic link there is not
+// followed) with mode 0600 and writes, syncs and closes `contents`; removes
+// it again if any of that fails.
+absl::Status create_private_file(const std::string& path, const std::string& contents) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot create ", path, ": ", errno_text()));
+  }
+  absl::Status s = write_all(fd, contents, path);
+  if (s.ok() && ::fsync(fd) != 0) {
+    s = absl::InternalError(absl::StrCat("cannot sync ", path, ": ", errno_text()));
+  }
+  if (::close(fd) != 0 && s.ok()) {
+    s = absl::InternalError(absl::StrCat("cannot write ", path, ": ", errno_text()));
+  }
+  if (!s.ok()) ::unlink(path.c_str());
+  return s;
+}
+
+// Reads `path`, a state file: not through a symbolic link, and only if it is
+// a regular file of ours that nobody else may read. NotFound if absent.
+absl::StatusOr<std::string> read_private_file(const std::string& path) {
+  absl::StatusOr<int> fd = open_no_follow(path);
+  if (!fd.ok()) return fd.status();
+  absl::Status checked = check_private_file(*fd, path);
+  absl::StatusOr<std::string> text =
+      checked.ok() ? read_fd(*fd, path) : absl::StatusOr<std::string>(checked);
+  ::close(*fd);
+  return text;
+}
+
 bool is_token(const std::string& text) {
   if (text.size() != 64) return false;
   for (char c : text) {
@@ -139,13 +170,8 @@ absl::Status prepare_state_dir(const std::string& dir) {
 
 absl::StatusOr<std::string> load_or_create_token(const std::string& dir, bool* fresh) {
   std::string path = path_in(dir, kTokenFile);
-  absl::StatusOr<int> fd = open_no_follow(path);
-  if (fd.ok()) {
-    absl::Status checked = check_private_file(*fd, path);
-    absl::StatusOr<std::string> text =
-        checked.ok() ? read_fd(*fd, path) : absl::StatusOr<std::string>(checked);
-    ::close(*fd);
-    if (!text.ok()) return text.status();
+  absl::StatusOr<std::string> text = read_private_file(path);
+  if (text.ok()) {
     std::string token(absl::StripAsciiWhitespace(*text));
     if (!is_token(token)) {
       return absl::InvalidArgumentError(
@@ -154,24 +180,9 @@ absl::StatusOr<std::string> load_or_create_token(const std::string& dir, bool* f
     *fresh = false;
     return token;
   }
-  if (!absl::IsNotFound(fd.status())) return fd.status();
+  if (!absl::IsNotFound(text.status())) return text.status();
   std::string token = transport::generate_token();
-  int out = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (out < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create the token file ", path, ": ", errno_text()));
-  }
-  absl::Status s = write_all(out, token + "\n", path);
-  if (s.ok() && ::fsync(out) != 0) {
-    s = absl::InternalError(absl::StrCat("cannot sync ", path, ": ", errno_text()));
-  }
-  if (::close(out) != 0 && s.ok()) {
-    s = absl::InternalError(absl::StrCat("cannot write ", path, ": ", errno_text()));
-  }
-  if (!s.ok()) {
-    ::unlink(path.c_str());
-    return s;
-  }
+  if (absl::Status s = create_private_file(path, token + "\n"); !s.ok()) return s;
   *fresh = true;
   return token;
 }
@@ -181,31 +192,17 @@ absl::Status write_state_file(const std::string& dir, const std::string& name,
   std::string path = path_in(dir, name);
   std::string temp = absl::StrCat(path, ".", ::getpid(), ".tmp");
   ::unlink(temp.c_str());  // a leftover of a crashed process with this pid
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", temp, ": ", errno_text()));
-  absl::Status s = write_all(fd, contents, temp);
-  if (s.ok() && ::fsync(fd) != 0) {
-    s = absl::InternalError(absl::StrCat("cannot sync ", temp, ": ", errno_text()));
+  if (absl::Status s = create_private_file(temp, contents); !s.ok()) return s;
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    absl::Status s = absl::InternalError(absl::StrCat("cannot replace ", path, ": ", errno_text()));
+    ::unlink(temp.c_str());
+    return s;
   }
-  if (::close(fd) != 0 && s.ok()) {
-    s = absl::InternalError(absl::StrCat("cannot write ", temp, ": ", errno_text()));
-  }
-  if (s.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
-    s = absl::InternalError(absl::StrCat("cannot replace ", path, ": ", errno_text()));
-  }
-  if (!s.ok()) ::unlink(temp.c_str());
-  return s;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> read_state_file(const std::string& dir, const std::string& name) {
-  std::string path = path_in(dir, name);
-  absl::StatusOr<int> fd = open_no_follow(path);
-  if (!fd.ok()) return fd.status();
-  absl::Status checked = check_private_file(*fd, path);
-  absl::StatusOr<std::string> text =
-      checked.ok() ? read_fd(*fd, path) : absl::StatusOr<std::string>(checked);
-  ::close(*fd);
-  return text;
+  return read_private_file(path_in(dir, name));
 }
 
 void remove_state_file(const std::string& dir, const std::string& name) {
