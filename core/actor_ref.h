@@ -11,6 +11,10 @@
 // value, absl::Status, absl::StatusOr<U> or Future<U>; call() returns the
 // matching Future. If the actor is gone, or dies while running the call, the
 // future fails with ActorDied and the reason.
+//
+// An ActorRef is itself a value a call can carry: pass one to a constructor
+// or a method, or return one, and it is callable where it lands - in this
+// process, or on another node of the cluster (Ray's actor handles).
 #pragma once
 
 #include <tuple>
@@ -19,7 +23,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/actor_type.h"
+#include "core/codec.h"
 #include "core/detail/actor_handle.h"
+#include "core/detail/actor_resolver.h"
 #include "core/detail/call_message.h"
 #include "core/detail/ref_counted.h"
 #include "core/future.h"
@@ -124,6 +130,52 @@ class ActorRef {
   }
 
   detail::IntrusivePtr<detail::ActorHandle> cell_;
+};
+
+// An ActorRef crosses processes as its actor's id, type and node; the node
+// that reads it turns that back into a handle (core/detail/actor_resolver.h).
+template <class T>
+struct Codec<ActorRef<T>> {
+  static constexpr size_t min_bytes() { return 8 + 8 + 4; }
+  static std::string name() { return absl::StrCat("ActorRef<", actor_type_of<T>().name, ">"); }
+
+  static void encode(Writer& w, const ActorRef<T>& ref) {
+    uint32_t node = 0;
+    if (ref.valid()) {
+      if (w.actor_resolver() == nullptr) {
+        w.fail(absl::StrCat("an ActorRef<", actor_type_of<T>().name,
+                            "> can cross processes only from a cluster node"));
+      } else {
+        node = w.actor_resolver()->location_of(*ref.handle());
+      }
+    }
+    w.write(ref.id().value);
+    w.write(actor_type_of<T>().id);
+    w.write(node);
+  }
+
+  static bool decode(Reader& r, ActorRef<T>& out) {
+    uint64_t id = 0;
+    uint64_t type = 0;
+    uint32_t node = 0;
+    if (!r.read(id) || !r.read(type) || !r.read(node)) return false;
+    const ActorTypeInfo& expected = actor_type_of<T>();
+    if (type != expected.id) {
+      const ActorTypeInfo* sent = find_actor_type(type);
+      return r.fail(absl::StrCat("an ActorRef<", sent ? sent->name : "?", "> where an ActorRef<",
+                                 expected.name, "> was expected"));
+    }
+    if (id == 0) {
+      out = ActorRef<T>();
+      return true;
+    }
+    if (r.actor_resolver() == nullptr) {
+      return r.fail(
+          absl::StrCat("an ActorRef<", expected.name, "> can be read only on a cluster node"));
+    }
+    out = ActorRef<T>::from_handle(r.actor_resolver()->resolve(ActorId{id}, expected, node));
+    return true;
+  }
 };
 
 }  // namespace troupe

@@ -41,10 +41,8 @@ uint32_t Writer::add_buffer(transport::Buffer buffer) {
 bool Writer::write_count(size_t count, std::string (*container_name)()) {
   constexpr size_t kMaxCount = std::numeric_limits<uint32_t>::max();
   if (count > kMaxCount) {
-    if (error_.empty()) {
-      error_ = absl::StrCat(container_name(), " has ", count, " elements; at most ", kMaxCount,
-                            " can be encoded");
-    }
+    fail(absl::StrCat("value too large to encode: ", container_name(), " has ", count,
+                      " elements; at most ", kMaxCount, " can be encoded"));
     write(static_cast<uint32_t>(kMaxCount));
     return false;
   }
@@ -52,9 +50,13 @@ bool Writer::write_count(size_t count, std::string (*container_name)()) {
   return true;
 }
 
+void Writer::fail(std::string why) {
+  if (error_.empty()) error_ = std::move(why);
+}
+
 absl::Status Writer::status() const {
   if (ok()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("value too large to encode: ", error_));
+  return absl::InvalidArgumentError(error_);
 }
 
 // ---- Reader ---------------------------------------------------------------

@@ -25,6 +25,8 @@
 //                                  string. Other payloads are dropped.
 //   absl::StatusOr<T>              the status; when OK, then the value
 //   ActorId                        u64
+//   ActorRef<T>                    u64 actor id, u64 type id, u32 node it was last seen
+//                                  on (core/actor_ref.h; id 0: an invalid ref)
 //   transport::Buffer              u32 index into the out-of-band buffers
 //
 // Decoding reads bytes from the network and trusts none of them: every read is
@@ -76,6 +78,9 @@ static_assert(std::endian::native == std::endian::little, "the codec format is l
 
 class Writer;
 class Reader;
+namespace detail {
+class ActorResolver;  // core/detail/actor_resolver.h
+}
 
 template <class T, class Enable = void>
 struct Codec;  // left undefined: a type is codable once it has a specialisation
@@ -131,10 +136,20 @@ class Writer {
   void set_view_owner(std::shared_ptr<const void> owner) { view_owner_ = std::move(owner); }
   const std::shared_ptr<const void>& view_owner() const { return view_owner_; }
 
+  // How ActorRefs among the values are written (Codec<ActorRef<T>>): set by
+  // the cluster node that sends them. Without one an ActorRef cannot be
+  // encoded.
+  void set_actor_resolver(detail::ActorResolver* resolver) { actors_ = resolver; }
+  detail::ActorResolver* actor_resolver() const { return actors_; }
+
   std::vector<std::byte>& bytes() { return bytes_; }
   std::vector<transport::Buffer>& buffers() { return buffers_; }
 
-  // OK, or InvalidArgument if a value was too large to encode.
+  // Records the first error (a value that cannot be encoded); later ones are
+  // ignored.
+  void fail(std::string why);
+  // OK, or InvalidArgument saying why a value could not be encoded (too
+  // large, or an ActorRef with no node to send it from).
   bool ok() const { return error_.empty(); }
   absl::Status status() const;
 
@@ -142,6 +157,7 @@ class Writer {
   std::vector<std::byte> bytes_;
   std::vector<transport::Buffer> buffers_;
   std::shared_ptr<const void> view_owner_;
+  detail::ActorResolver* actors_ = nullptr;
   std::string error_;
 };
 
@@ -178,6 +194,11 @@ class Reader {
   // Records the first error (later ones are ignored) and returns false.
   bool fail(std::string why);
   bool ok() const { return !failed_; }
+
+  // How ActorRefs among the values are read: set by the cluster node that
+  // received them. Without one an ActorRef cannot be decoded.
+  void set_actor_resolver(detail::ActorResolver* resolver) { actors_ = resolver; }
+  detail::ActorResolver* actor_resolver() const { return actors_; }
   // OK, or InvalidArgument("malformed value: <why>").
   absl::Status status() const;
 
@@ -200,6 +221,7 @@ class Reader {
  private:
   std::span<const std::byte> bytes_;
   std::span<transport::Buffer> buffers_;
+  detail::ActorResolver* actors_ = nullptr;
   std::vector<bool> taken_;  // sized on the first take_buffer()
   size_t position_ = 0;
   int depth_ = 0;

@@ -52,10 +52,6 @@ absl::StatusOr<cluster::ActorLocation> Cluster::spawn_actor(const std::string& t
   return head().call(&HeadService::spawn_actor, std::move(r)).get(timeout_);
 }
 
-absl::StatusOr<cluster::ActorLocation> Cluster::find_actor(std::string_view name) {
-  return head().call(&HeadService::get_actor, std::string(name)).get(timeout_);
-}
-
 absl::StatusOr<cluster::PlacementGroupId> Cluster::create_placement_group(
     std::vector<std::string> bundles, cluster::PlacementStrategy strategy, std::string name) {
   auto id = head()

@@ -51,6 +51,7 @@ class Cluster {
   template <RegisteredActor T, class... A>
   absl::StatusOr<ActorRef<T>> spawn(SpawnOptions options, A&&... args) {
     Writer w;
+    w.set_actor_resolver(&member_->node().actor_resolver());
     encode_values(w, std::decay_t<A>(std::forward<A>(args))...);
     absl::StatusOr<cluster::ActorLocation> where =
         spawn_actor(actor_type_of<T>().name, detail::constructor_signature<A...>(), w, options);
@@ -58,16 +59,13 @@ class Cluster {
     return member_->node().ref<T>(ActorId{where->id}, where->node);
   }
 
-  // The live actor named `name` (ray.get_actor). NotFound if none.
+  // The live actor named `name` (ray.get_actor). NotFound if none,
+  // InvalidArgument if it is not a T.
   template <RegisteredActor T>
   absl::StatusOr<ActorRef<T>> get_actor(std::string_view name) {
-    absl::StatusOr<cluster::ActorLocation> where = find_actor(name);
+    absl::StatusOr<cluster::ActorLocation> where =
+        cluster::find_named_actor(*member_, name, actor_type_of<T>(), timeout_);
     if (!where.ok()) return where.status();
-    if (where->type != actor_type_of<T>().name) {
-      return absl::InvalidArgumentError(absl::StrCat("actor '", std::string(name), "' is a ",
-                                                     where->type, ", not a ",
-                                                     actor_type_of<T>().name));
-    }
     return member_->node().ref<T>(ActorId{where->id}, where->node);
   }
 
@@ -104,10 +102,29 @@ class Cluster {
 
   absl::StatusOr<cluster::ActorLocation> spawn_actor(const std::string& type, uint64_t constructor,
                                                      Writer& args, const SpawnOptions& options);
-  absl::StatusOr<cluster::ActorLocation> find_actor(std::string_view name);
 
   std::unique_ptr<cluster::Member> member_;
   absl::Duration timeout_;
 };
+
+// The live actor named `name`, from any code of a cluster process: a driver
+// (after Cluster::connect) or an actor on a worker - ray.get_actor inside a
+// task. Errors: FailedPrecondition (this process is not in a cluster),
+// NotFound (no live actor has that name), InvalidArgument (it is not a T).
+template <RegisteredActor T>
+absl::StatusOr<ActorRef<T>> get_actor(std::string_view name,
+                                      absl::Duration timeout = absl::Seconds(30)) {
+  cluster::Member* member = cluster::Member::current();
+  if (member == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "get_actor('", std::string(name),
+        "'): this process is not in a cluster (call it in an actor on a troupe worker, or "
+        "after Cluster::connect)"));
+  }
+  absl::StatusOr<cluster::ActorLocation> where =
+      cluster::find_named_actor(*member, name, actor_type_of<T>(), timeout);
+  if (!where.ok()) return where.status();
+  return member->node().ref<T>(ActorId{where->id}, where->node);
+}
 
 }  // namespace troupe

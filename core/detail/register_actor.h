@@ -49,9 +49,17 @@ RemoteInvoker make_invoker(M method, std::string name) {
       }
       Future<U> result =
           std::apply([&](auto&... a) { return ref.call(method, std::move(a)...); }, args);
-      static_cast<void>(std::move(result).then([reply = std::move(reply)](Result<U> r) {
+      ActorResolver* actors = in.actor_resolver();
+      static_cast<void>(std::move(result).then([reply = std::move(reply), actors](Result<U> r) {
         Writer out;
+        out.set_actor_resolver(actors);
         encode_result<U>(out, std::move(r));
+        if (!out.ok()) {  // the result cannot cross: the caller learns why
+          Writer error;
+          error.write(out.status());
+          reply(error);
+          return;
+        }
         reply(out);
       }));
       return absl::OkStatus();

@@ -2,6 +2,7 @@
 // loopback (LocalCluster), a driver in this process (Cluster). Workers load
 // the probe actor library. Every wait has a deadline.
 #include <signal.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -19,6 +20,7 @@ namespace {
 
 using troupe::testing::Probe;
 using troupe::testing::Reducer;
+using troupe::testing::Relay;
 
 constexpr absl::Duration kCallTimeout = absl::Seconds(20);
 
@@ -224,6 +226,44 @@ TEST_F(ClusterTest, NamedActorsAreFoundClusterWide) {
   ASSERT_TRUE(found.ok()) << found.status();
   EXPECT_EQ(*found->call(&Probe::tag).get(kCallTimeout), "named");
   EXPECT_TRUE(absl::IsNotFound((*other)->get_actor<Probe>("nobody").status()));
+}
+
+TEST_F(ClusterTest, HandlesAreArgumentsAndResultsCallableWhereTheyLand) {
+  // The probe takes the GPU worker's GPU and one of its CPUs: the relay,
+  // which needs two CPUs, lands on another worker.
+  auto probe = driver_->spawn<Probe>({.name = "partner", .resources = "CPU=1,GPU=1"},
+                                     std::string("partner"));
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  auto relay = driver_->spawn<Relay>({.resources = "CPU=2"}, *probe);
+  ASSERT_TRUE(relay.ok()) << relay.status();
+  int64_t probe_pid = pid_of(*probe);
+  int64_t relay_pid = *relay->call(&Relay::pid).get(kCallTimeout);
+  ASSERT_NE(probe_pid, relay_pid);
+
+  // Through its constructor, a method, and by name from inside the actor.
+  EXPECT_EQ(*relay->call(&Relay::partner_tag).get(kCallTimeout), "partner");
+  EXPECT_EQ(*relay->call(&Relay::pid_of, *probe).get(kCallTimeout), probe_pid);
+  EXPECT_EQ(*relay->call(&Relay::tag_of_named, std::string("partner")).get(kCallTimeout),
+            "partner");
+  auto unknown = relay->call(&Relay::tag_of_named, std::string("nobody")).get(kCallTimeout);
+  EXPECT_TRUE(absl::IsNotFound(unknown.status())) << unknown.status();
+
+  // As a result, back in the driver.
+  auto partner = relay->call(&Relay::partner).get(kCallTimeout);
+  ASSERT_TRUE(partner.ok()) << partner.status();
+  EXPECT_EQ(partner->id(), probe->id());
+  EXPECT_EQ(*partner->call(&Probe::tag).get(kCallTimeout), "partner");
+
+  // An actor of the driver's own process, called back from the worker.
+  auto local = driver_->node().system().spawn<Probe>({}, std::string("driver-side"));
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ(*relay->call(&Relay::pid_of, *local).get(kCallTimeout), ::getpid());
+
+  // An invalid handle stays invalid.
+  auto empty = driver_->spawn<Relay>({}, ActorRef<Probe>());
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  auto none = empty->call(&Relay::partner_tag).get(kCallTimeout);
+  EXPECT_TRUE(absl::IsFailedPrecondition(none.status())) << none.status();
 }
 
 TEST_F(ClusterTest, KvStoreForRendezvous) {

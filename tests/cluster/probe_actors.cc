@@ -17,6 +17,16 @@ bool Probe::hold(int ms) {
   return true;
 }
 
+absl::StatusOr<std::string> Relay::tag_of_named(std::string name) const {
+  absl::StatusOr<ActorRef<Probe>> probe = get_actor<Probe>(name);
+  if (!probe.ok()) return probe.status();
+  return probe->call(&Probe::tag).get(absl::Seconds(20));
+}
+
+int64_t Relay::pid() const {
+  return ::getpid();
+}
+
 absl::StatusOr<int> Reducer::join(std::string name) {
   group_.reset();  // the previous generation, if any
   auto group = CollectiveGroup::join(name, absl::Seconds(30));

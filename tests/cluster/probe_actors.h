@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/actor.h"
+#include "core/cluster/cluster.h"
 #include "core/cluster/collective_group.h"
 
 namespace troupe::testing {
@@ -32,6 +33,26 @@ class Probe {
 TROUPE_ACTOR(Probe, &Probe::pid, &Probe::tag, &Probe::restarts, &Probe::hold, &Probe::add,
              &Probe::echo);
 TROUPE_ACTOR_CONSTRUCTOR(Probe, std::string);
+
+// Handed other actors: a partner through its constructor, others through
+// its methods and by name; calls them from its worker.
+class Relay {
+ public:
+  Relay() = default;
+  explicit Relay(ActorRef<Probe> partner) : partner_(std::move(partner)) {}
+  Future<std::string> partner_tag() const { return partner_.call(&Probe::tag); }
+  ActorRef<Probe> partner() const { return partner_; }
+  Future<int64_t> pid_of(ActorRef<Probe> probe) const { return probe.call(&Probe::pid); }
+  // The tag of the actor named `name`, found from here (get_actor).
+  absl::StatusOr<std::string> tag_of_named(std::string name) const;
+  int64_t pid() const;
+
+ private:
+  ActorRef<Probe> partner_;
+};
+TROUPE_ACTOR(Relay, &Relay::partner_tag, &Relay::partner, &Relay::pid_of, &Relay::tag_of_named,
+             &Relay::pid);
+TROUPE_ACTOR_CONSTRUCTOR(Relay, ActorRef<Probe>);
 
 // A member of a collective group among actors.
 class Reducer {

@@ -18,6 +18,7 @@ absl::StatusOr<uint64_t> NodeAgent::host(HostRequest request) {
   std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(request.spawn.args.data()),
                                    request.spawn.args.size());
   Reader args(bytes);
+  args.set_actor_resolver(&node_->actor_resolver());
   RestartInfo restart{.restart_count = request.restart_count,
                       .reason = absl::UnavailableError(request.restart_reason)};
   auto handle = node_->system().spawn_remote(*type, std::move(options), request.spawn.constructor,

@@ -317,6 +317,18 @@ std::optional<std::string> Member::wait_stopped(absl::Duration timeout) {
   return stop_->reason;
 }
 
+absl::StatusOr<ActorLocation> find_named_actor(Member& member, std::string_view name,
+                                               const ActorTypeInfo& type, absl::Duration timeout) {
+  absl::StatusOr<ActorLocation> where =
+      member.head().call(&HeadService::get_actor, std::string(name)).get(timeout);
+  if (!where.ok()) return where.status();
+  if (where->type != type.name) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("actor '", std::string(name), "' is a ", where->type, ", not a ", type.name));
+  }
+  return where;
+}
+
 Member* Member::current() {
   std::lock_guard<std::mutex> lock(current_mu);
   return current_member;

@@ -118,6 +118,12 @@ class Member {
   std::thread heartbeat_;
 };
 
+// Where the live actor named `name` is, asked of `member`'s head. Errors:
+// NotFound (no live actor has the name), InvalidArgument (it is not of
+// `type`), and those of reaching the head.
+absl::StatusOr<ActorLocation> find_named_actor(Member& member, std::string_view name,
+                                               const ActorTypeInfo& type, absl::Duration timeout);
+
 // Where `troupe head` keeps its token and address unless told otherwise, and
 // where workers, drivers and the other commands look for them when not told.
 inline constexpr char kDefaultStateDir[] = "/tmp/troupe";

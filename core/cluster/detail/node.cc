@@ -22,7 +22,7 @@ using transport::Frame;
 // The node's shared state: transports, connections to other nodes and the
 // calls in flight on them. Remote handles hold it, so it outlives the Node
 // object; after shutdown() every send fails.
-class NodeCore : public std::enable_shared_from_this<NodeCore> {
+class NodeCore : public std::enable_shared_from_this<NodeCore>, public detail::ActorResolver {
  public:
   NodeCore(NodeOptions options, ActorSystem* system)
       : options_(std::move(options)), system_(system) {}
@@ -54,6 +54,11 @@ class NodeCore : public std::enable_shared_from_this<NodeCore> {
   // Sends user message `m` to actor `id`, last seen on node `hint`.
   void send(uint32_t hint, ActorId id, detail::Message* m);
 
+  // detail::ActorResolver: how ActorRefs in calls are written and read here.
+  uint32_t location_of(const detail::ActorHandle& handle) const override;
+  detail::IntrusivePtr<detail::ActorHandle> resolve(ActorId id, const ActorTypeInfo& type,
+                                                    uint32_t node) override;
+
  private:
   struct Peer {
     std::mutex connect_mu;  // one connection attempt at a time
@@ -68,7 +73,7 @@ class NodeCore : public std::enable_shared_from_this<NodeCore> {
   };
 
   // The node to send to now: the actor's new home if it moved, else `hint`.
-  uint32_t route(uint32_t hint, ActorId id);
+  uint32_t route(uint32_t hint, ActorId id) const;
   // Whether `node` was declared gone.
   bool lost(uint32_t node) {
     std::shared_ptr<Peer> p = peer(node);
@@ -94,7 +99,7 @@ class NodeCore : public std::enable_shared_from_this<NodeCore> {
   std::atomic<uint64_t> next_call_{1};
   std::atomic<uint64_t> calls_served_{0};
 
-  std::mutex mu_;  // guards the fields below
+  mutable std::mutex mu_;  // guards the fields below
   bool shut_down_ = false;
   NodeHooks hooks_;
   absl::flat_hash_map<uint32_t, std::shared_ptr<Peer>> peers_;
@@ -229,7 +234,7 @@ void NodeCore::fail_pending(uint32_t node, const absl::Status& why) {
     call.message->reject(node_lost_error(call.target, node, why));
 }
 
-uint32_t NodeCore::route(uint32_t hint, ActorId id) {
+uint32_t NodeCore::route(uint32_t hint, ActorId id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = moved_.find(id);
   return it == moved_.end() ? hint : it->second;
@@ -326,6 +331,7 @@ void NodeCore::send(uint32_t hint, ActorId id, detail::Message* m) {
     return;
   }
   Writer args;
+  args.set_actor_resolver(this);
   if (absl::Status s = m->encode_args(args); !s.ok()) {
     m->reject(s);
     return;
@@ -366,6 +372,22 @@ void NodeCore::send(uint32_t hint, ActorId id, detail::Message* m) {
   }
 }
 
+uint32_t NodeCore::location_of(const detail::ActorHandle& handle) const {
+  if (const auto* remote = dynamic_cast<const RemoteActor*>(&handle)) {
+    return route(remote->location(), remote->id());
+  }
+  return index();
+}
+
+detail::IntrusivePtr<detail::ActorHandle> NodeCore::resolve(ActorId id, const ActorTypeInfo& type,
+                                                            uint32_t node) {
+  if (node == index()) {
+    if (auto local = system_->find(id)) return local;
+  }
+  return detail::IntrusivePtr<detail::ActorHandle>::adopt(
+      new RemoteActor(shared_from_this(), id, type, node));
+}
+
 void NodeCore::send_local(ActorId id, detail::Message* m) {
   auto target = system_->find(id);
   if (!target) {
@@ -394,6 +416,7 @@ void NodeCore::on_reply(Frame frame) {
     }
     std::span<transport::Buffer> buffers(frame.buffers.data(), frame.buffers.size());
     Reader in(as_span(r.getResult()), buffers);
+    in.set_actor_resolver(this);
     m->complete_remote(in);
   } catch (const kj::Exception& e) {
     spdlog::warn("node {}: dropped a malformed reply: {}", index(), e.getDescription().cStr());
@@ -455,6 +478,7 @@ void NodeCore::on_call(const std::weak_ptr<Connection>& conn, Frame frame) {
     }
     std::span<transport::Buffer> buffers(frame.buffers.data(), frame.buffers.size());
     Reader args(as_span(call.getArgs()), buffers);
+    args.set_actor_resolver(this);
     calls_served_.fetch_add(1, std::memory_order_relaxed);
     absl::Status s =
         method->invoke(*target, args, call_id == 0 ? RemoteReply() : make_reply(call_id));
@@ -530,10 +554,11 @@ uint64_t Node::calls_served() const {
 
 detail::IntrusivePtr<detail::ActorHandle> Node::handle(ActorId id, const ActorTypeInfo& type,
                                                        uint32_t node) {
-  if (node == core_->index()) {
-    if (auto local = system_->find(id)) return local;
-  }
-  return detail::IntrusivePtr<detail::ActorHandle>::adopt(new RemoteActor(core_, id, type, node));
+  return core_->resolve(id, type, node);
+}
+
+detail::ActorResolver& Node::actor_resolver() {
+  return *core_;
 }
 
 }  // namespace troupe::cluster

@@ -92,6 +92,8 @@ class Node {
   }
   detail::IntrusivePtr<detail::ActorHandle> handle(ActorId id, const ActorTypeInfo& type,
                                                    uint32_t node);
+  // What the Writers and Readers of this node's calls turn ActorRefs with.
+  detail::ActorResolver& actor_resolver();
 
   // Calls answered and sent, for tests and /metrics.
   uint64_t calls_served() const;
