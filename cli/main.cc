@@ -56,6 +56,10 @@ int main(int argc, char** argv) {
     print_usage();
     return 0;
   }
+  if (command == "--version" || command == "version") {
+    std::printf("troupe %s\n", TROUPE_VERSION);
+    return 0;
+  }
   std::fprintf(stderr, "troupe: unknown command '%s'\n\n", command.c_str());
   print_usage();
   return 2;

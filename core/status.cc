@@ -9,7 +9,7 @@ constexpr absl::string_view kActorDiedPayload = "ActorDied";
 }  // namespace
 
 absl::Status ActorDiedError(std::string_view reason) {
-  absl::Status status(absl::StatusCode::kUnavailable,
+  absl::Status status(absl::StatusCode::kFailedPrecondition,
                       absl::string_view(reason.data(), reason.size()));
   status.SetPayload(kErrorPayloadUrl, absl::Cord(kActorDiedPayload));
   return status;
@@ -19,11 +19,13 @@ CoreError core_error(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kOk:
       return CoreError::kOk;
-    case absl::StatusCode::kUnavailable: {
+    case absl::StatusCode::kFailedPrecondition: {
       auto payload = status.GetPayload(kErrorPayloadUrl);
       if (payload && *payload == kActorDiedPayload) return CoreError::kActorDied;
-      return CoreError::kUnavailable;
+      return CoreError::kOther;
     }
+    case absl::StatusCode::kUnavailable:
+      return CoreError::kUnavailable;
     case absl::StatusCode::kDeadlineExceeded:
       return CoreError::kDeadlineExceeded;
     case absl::StatusCode::kAborted:

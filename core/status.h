@@ -6,8 +6,12 @@
 //   Unavailable      the target cannot be reached right now; retrying may help
 //   DeadlineExceeded a wait or send ran past its deadline
 //   Aborted          the operation was cancelled as part of a larger abort
-// ActorDied is represented as absl::StatusCode::kUnavailable with a payload
-// that marks it; use core_error() or IsActorDied() rather than the raw code.
+// ActorDied is final - asking the same actor again is pointless unless it is
+// restarted - so it is not an Unavailable code (which absl::IsUnavailable and
+// retry loops take as "try again"): it is absl::StatusCode::kFailedPrecondition
+// ("do not retry until the system state is fixed") with a payload that marks
+// it, printed as "FAILED_PRECONDITION: <reason> [troupe.dev/core-error='ActorDied']".
+// Use IsActorDied() or core_error() rather than the raw code.
 #pragma once
 
 #include <string_view>

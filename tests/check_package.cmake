@@ -1,6 +1,7 @@
 # The install and the CMake package of troupe, checked end to end:
 #  1. installs the build tree BUILD to a scratch prefix (cmake --install);
-#  2. checks that the installed libraries find their dependencies ($ORIGIN);
+#  2. checks that the installed libraries find their dependencies ($ORIGIN),
+#     and that the installed bin/troupe runs without LD_LIBRARY_PATH;
 #  3. configures and builds examples/user_actors as a project of its own
 #     against that prefix (find_package(troupe) through CMAKE_PREFIX_PATH);
 #  4. builds tests/package_consumer against the prefix too and runs it: it
@@ -68,6 +69,17 @@ foreach(dependency IN LISTS resolved)
                         "not the copy in ${prefix}/lib")
   endif()
 endforeach()
+
+# The installed troupe runs as installed: its RUNPATH finds ../lib, with no
+# LD_LIBRARY_PATH.
+if(NOT EXISTS "${prefix}/bin/troupe")
+  message(FATAL_ERROR "troupe-package-check: the install lacks bin/troupe")
+endif()
+step("run the installed troupe" ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH
+     ${prefix}/bin/troupe --version)
+if(NOT step_output MATCHES "troupe ")
+  message(FATAL_ERROR "troupe-package-check: `troupe --version` printed:\n${step_output}")
+endif()
 
 set(configure_args -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=${prefix}")
 if(GENERATOR)

@@ -272,7 +272,8 @@ TEST(CodecTest, ActorDiedSurvivesTheTrip) {
   absl::Status decoded = round_trip(died);
   EXPECT_TRUE(IsActorDied(decoded));
   EXPECT_EQ(decoded.message(), "actor-1-7 threw: boom");
-  EXPECT_EQ(decoded.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(decoded.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(absl::IsUnavailable(decoded));  // not retryable
 
   absl::Status plain = round_trip(absl::UnavailableError("link down"));
   EXPECT_FALSE(IsActorDied(plain));

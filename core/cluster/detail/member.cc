@@ -164,9 +164,7 @@ absl::Status Member::start() {
         absl::Time deadline = absl::Now() + timeout;
         for (int attempt = 0;; ++attempt) {
           absl::StatusOr<uint32_t> where = head.call(&HeadService::locate, id.value).get(timeout);
-          // (ActorDied is an Unavailable code too, but final.)
-          if (where.ok() || !absl::IsUnavailable(where.status()) || IsActorDied(where.status()) ||
-              absl::Now() >= deadline) {
+          if (where.ok() || !absl::IsUnavailable(where.status()) || absl::Now() >= deadline) {
             return where;
           }
           absl::SleepFor(absl::Milliseconds(std::min(10 << std::min(attempt, 5), 200)));
