@@ -182,6 +182,4 @@ absl::Status ParamShardActor::load_params(std::vector<float> params) {
   return absl::OkStatus();
 }
 
-TROUPE_ACTOR_CONSTRUCTOR(ParamShardActor, ShardOptions);
-
 }  // namespace troupe::actors

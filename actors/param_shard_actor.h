@@ -106,5 +106,7 @@ TROUPE_ACTOR(ParamShardActor, &ParamShardActor::init, &ParamShardActor::prepare,
              &ParamShardActor::commit, &ParamShardActor::applied_step,
              &ParamShardActor::master_params, &ParamShardActor::load_params,
              &ParamShardActor::applied_updates);
+// Other processes spawn it with its options: spawn<ParamShardActor>(spawn_options, shardOptions).
+TROUPE_ACTOR_CONSTRUCTOR(ParamShardActor, ShardOptions);
 
 }  // namespace troupe::actors

@@ -268,6 +268,4 @@ absl::StatusOr<std::vector<int32_t>> PipelineStageActor::generate(std::vector<in
   return std::move((*out)[0]);
 }
 
-TROUPE_ACTOR_CONSTRUCTOR(PipelineStageActor, StageOptions);
-
 }  // namespace troupe::actors

@@ -125,5 +125,8 @@ class PipelineStageActor {
 TROUPE_ACTOR(PipelineStageActor, &PipelineStageActor::setup, &PipelineStageActor::run_step,
              &PipelineStageActor::discard, &PipelineStageActor::evaluate,
              &PipelineStageActor::generate);
+// Other processes spawn it with its options: spawn<PipelineStageActor>(spawn_options,
+// stageOptions).
+TROUPE_ACTOR_CONSTRUCTOR(PipelineStageActor, StageOptions);
 
 }  // namespace troupe::actors

@@ -4,8 +4,9 @@
 //   Future<int> sum = counter->call(&Counter::add, 5);   // request-reply
 //   counter->tell(&Counter::add, 1);                     // fire-and-forget
 //
-// Messages from one sender arrive in the order they were sent. A call whose
-// arguments do not convert to the method's parameters does not compile.
+// Messages from one sender arrive in the order they were sent. A call of a
+// method that TROUPE_ACTOR does not list, or whose arguments do not convert
+// to the method's parameters as a C++ call's would, does not compile.
 // Methods take parameters by value or const reference (never a mutable
 // reference: the actor runs on another thread). A method may return void, a
 // value, absl::Status, absl::StatusOr<U> or Future<U>; call() returns the
@@ -27,6 +28,7 @@
 #include "core/detail/actor_handle.h"
 #include "core/detail/actor_resolver.h"
 #include "core/detail/call_message.h"
+#include "core/detail/method_slots.h"
 #include "core/detail/ref_counted.h"
 #include "core/future.h"
 #include "core/ids.h"
@@ -53,6 +55,11 @@ concept CallableWith =
     std::is_member_function_pointer_v<M> && std::is_base_of_v<typename MethodTraits<M>::Class, T> &&
     ArgsMatch<typename MethodTraits<M>::Params, std::tuple<A...>>::value;
 
+// Slot I of T takes a listed method whose parameters `A...` convert to.
+template <class T, size_t I, class... A>
+concept SlotCallable =
+    MethodSlot<T, I>::kUsed && CallableWith<T, typename MethodSlot<T, I>::Method, A...>;
+
 template <class Params>
 struct Decayed;
 template <class... P>
@@ -64,53 +71,92 @@ struct Decayed<std::tuple<P...>> {
   using Tell = detail::Tell<T, M, std::decay_t<P>...>;
 };
 
+// Sends a call of `method` (index `index` in T's TROUPE_ACTOR list) to `cell`.
+template <class T, class M, class... A>
+auto send_call(ActorHandle* cell, M method, int index, A&&... args)
+    -> Future<unwrap_t<typename MethodTraits<M>::Return>> {
+  using Traits = MethodTraits<M>;
+  using U = unwrap_t<typename Traits::Return>;
+  using Params = Decayed<typename Traits::Params>;
+  using CallMessage = typename Params::template Call<T, M, U>;
+  if (cell == nullptr) {
+    return Future<U>::failed(absl::FailedPreconditionError("call on an invalid ActorRef"));
+  }
+  auto* message = new CallMessage(method, index, typename Params::type(std::forward<A>(args)...));
+  Future<U> result(IntrusivePtr<FutureState<U>>::share(message));
+  cell->send(message);
+  return result;
+}
+
+// Sends a one-way message of `method` to `cell` (dropped if there is none).
+template <class T, class M, class... A>
+void send_tell(ActorHandle* cell, M method, int index, A&&... args) {
+  using Params = Decayed<typename MethodTraits<M>::Params>;
+  using TellMessage = typename Params::template Tell<T, M>;
+  if (cell == nullptr) return;
+  cell->send(new TellMessage(method, index, typename Params::type(std::forward<A>(args)...)));
+}
+
+// ActorRef<T>'s call() and tell() overloads, one pair per method slot.
+template <class T, size_t I>
+class CallSlots : public CallSlots<T, I + 1> {
+ public:
+  using CallSlots<T, I + 1>::call;
+  using CallSlots<T, I + 1>::tell;
+
+  template <class... A>
+  requires SlotCallable<T, I, A...>
+  auto call(MethodSlot<T, I> method, A&&... args) const {
+    return send_call<T>(this->cell(), method.method, method.index, std::forward<A>(args)...);
+  }
+  template <class... A>
+  requires SlotCallable<T, I, A...>
+  void tell(MethodSlot<T, I> method, A&&... args) const {
+    send_tell<T>(this->cell(), method.method, method.index, std::forward<A>(args)...);
+  }
+};
+
+template <class T>
+class CallSlots<T, kMaxMethodTypes> {
+ protected:
+  ActorHandle* cell() const { return cell_.get(); }
+  IntrusivePtr<ActorHandle> cell_;
+
+  // Never viable: the overloads above bring these in by name.
+  struct NoMethod {
+    NoMethod() = delete;
+  };
+  void call(NoMethod) const = delete;
+  void tell(NoMethod) const = delete;
+};
+
 }  // namespace detail
 
 template <class T>
-class ActorRef {
+class ActorRef : public detail::CallSlots<T, 0> {
  public:
-  // An invalid reference; call() and tell() on it fail.
+  // An invalid reference; call() on it fails with FailedPrecondition, tell()
+  // does nothing.
   ActorRef() = default;
 
   // Wraps a handle (a local cell or a remote proxy). Internal.
   static ActorRef from_handle(detail::IntrusivePtr<detail::ActorHandle> handle) {
     return ActorRef(std::move(handle));
   }
-  detail::ActorHandle* handle() const { return cell_.get(); }
+  detail::ActorHandle* handle() const { return this->cell_.get(); }
 
-  bool valid() const { return static_cast<bool>(cell_); }
-  ActorId id() const { return cell_ ? cell_->id() : ActorId{}; }
+  bool valid() const { return static_cast<bool>(this->cell_); }
+  ActorId id() const { return this->cell_ ? this->cell_->id() : ActorId{}; }
 
-  // Sends a request; the future completes with the method's result. Blocks
-  // while the actor's mailbox is full (back-pressure).
-  template <class M, class... A>
-  requires detail::CallableWith<T, M, A...>
-  auto call(M method, A&&... args) const
-      -> Future<detail::unwrap_t<typename detail::MethodTraits<M>::Return>> {
-    using Traits = detail::MethodTraits<M>;
-    using U = detail::unwrap_t<typename Traits::Return>;
-    using Params = detail::Decayed<typename Traits::Params>;
-    using CallMessage = typename Params::template Call<T, M, U>;
-    int index = detail::MethodTable<T>::index_of(method);
-    if (absl::Status s = check(index); !s.ok()) return Future<U>::failed(std::move(s));
-    auto* message = new CallMessage(method, index, typename Params::type(std::forward<A>(args)...));
-    Future<U> result(detail::IntrusivePtr<detail::FutureState<U>>::share(message));
-    cell_->send(message);
-    return result;
-  }
-
-  // Sends a one-way message. Blocks while the mailbox is full. Errors are
-  // dropped; use call() to learn of them.
-  template <class M, class... A>
-  requires detail::CallableWith<T, M, A...>
-  void tell(M method, A&&... args) const {
-    using Traits = detail::MethodTraits<M>;
-    using Params = detail::Decayed<typename Traits::Params>;
-    using TellMessage = typename Params::template Tell<T, M>;
-    int index = detail::MethodTable<T>::index_of(method);
-    if (!check(index).ok()) return;
-    cell_->send(new TellMessage(method, index, typename Params::type(std::forward<A>(args)...)));
-  }
+  // call(&T::method, args...): sends a request; the future completes with
+  // the method's result. Blocks while the actor's mailbox is full
+  // (back-pressure).
+  // tell(&T::method, args...): sends a one-way message. Blocks while the
+  // mailbox is full. Errors are dropped; use call() to learn of them.
+  // (Both are the overloads of detail::CallSlots: only methods listed in
+  // TROUPE_ACTOR compile.)
+  using detail::CallSlots<T, 0>::call;
+  using detail::CallSlots<T, 0>::tell;
 
   friend bool operator==(const ActorRef& a, const ActorRef& b) {
     return a.cell_.get() == b.cell_.get();
@@ -118,18 +164,9 @@ class ActorRef {
 
  private:
   friend class ActorSystem;
-  explicit ActorRef(detail::IntrusivePtr<detail::ActorHandle> cell) : cell_(std::move(cell)) {}
-
-  absl::Status check(int method_index) const {
-    if (!cell_) return absl::FailedPreconditionError("call on an invalid ActorRef");
-    if (method_index < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("method is not listed in TROUPE_ACTOR(", actor_type_of<T>().name, ", ...)"));
-    }
-    return absl::OkStatus();
+  explicit ActorRef(detail::IntrusivePtr<detail::ActorHandle> cell) {
+    this->cell_ = std::move(cell);
   }
-
-  detail::IntrusivePtr<detail::ActorHandle> cell_;
 };
 
 // An ActorRef crosses processes as its actor's id, type and node; the node

@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/detail/actor_behavior.h"
+#include "core/detail/method_slots.h"
 #include "core/ids.h"
 
 namespace troupe {
@@ -103,37 +104,11 @@ TROUPE_DETAIL_METHOD_TRAITS(, noexcept)
 TROUPE_DETAIL_METHOD_TRAITS(const, noexcept)
 #undef TROUPE_DETAIL_METHOD_TRAITS
 
-// The bits of a member function pointer (Itanium ABI: function + adjustment),
-// for lookup in a method table.
-struct MethodKey {
-  uintptr_t function;
-  uintptr_t adjustment;
-  friend bool operator==(const MethodKey&, const MethodKey&) = default;
-};
-
-template <class M>
-MethodKey method_key(M m) {
-  static_assert(sizeof(M) == sizeof(MethodKey), "unexpected member function pointer size");
-  MethodKey key;
-  std::memcpy(&key, &m, sizeof(M));
-  return key;
-}
-
-// Per-class table mapping member function pointers to method indices.
+// Per-class: the registered entry, for the names and ids of its methods
+// (a call carries its method's index in the TROUPE_ACTOR list).
 template <class T>
 struct MethodTable {
   static inline const ActorTypeInfo* type = nullptr;
-  static inline std::vector<MethodKey> keys;
-
-  // Index of `m` in the class's TROUPE_ACTOR list, or -1.
-  template <class M>
-  static int index_of(M m) {
-    MethodKey key = method_key(m);
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (keys[i] == key) return static_cast<int>(i);
-    }
-    return -1;
-  }
 };
 
 // Adds a type to the process-wide registry; returns the stored entry. A type
@@ -167,11 +142,23 @@ const ActorTypeInfo& actor_type_of() {
 
 }  // namespace troupe
 
-#define TROUPE_ACTOR(Class, ...)                                                          \
-  inline const ::troupe::ActorTypeInfo& troupe_actor_type(Class*) {                       \
-    static const ::troupe::ActorTypeInfo& info =                                          \
-        ::troupe::detail::register_actor_class<Class>(#Class, #__VA_ARGS__, __VA_ARGS__); \
-    return info;                                                                          \
-  }                                                                                       \
-  [[maybe_unused]] inline const bool troupe_actor_registered_##Class =                    \
+#define TROUPE_ACTOR(Class, ...)                                                                  \
+  inline constexpr ::troupe::detail::MethodList<__VA_ARGS__> troupe_actor_methods(Class*) {       \
+    return {};                                                                                    \
+  }                                                                                               \
+  static_assert(::troupe::detail::MethodTypes<Class>::kSize <= ::troupe::detail::kMaxMethodTypes, \
+                "TROUPE_ACTOR(" #Class                                                            \
+                ", ...): its methods have more distinct signatures than an ActorRef "             \
+                "has slots (detail::kMaxMethodTypes)");                                           \
+  template <class C = Class>                                                                      \
+  requires std::is_default_constructible_v<C>                                                     \
+  inline ::troupe::detail::ConstructorSignature<> troupe_actor_constructor(Class*) {              \
+    return {};                                                                                    \
+  }                                                                                               \
+  inline const ::troupe::ActorTypeInfo& troupe_actor_type(Class*) {                               \
+    static const ::troupe::ActorTypeInfo& info =                                                  \
+        ::troupe::detail::register_actor_class<Class>(#Class, #__VA_ARGS__, __VA_ARGS__);         \
+    return info;                                                                                  \
+  }                                                                                               \
+  [[maybe_unused]] inline const bool troupe_actor_registered_##Class =                            \
       (troupe_actor_type(static_cast<Class*>(nullptr)), true)

@@ -191,8 +191,8 @@ struct ThenResult {
   };
   template <class D>
   struct Pick<false, D> {
-    using type = std::conditional_t<std::is_void_v<T>, std::invoke_result<F&>,
-                                    std::invoke_result<F&, Stored<T>&&>>::type;
+    using type = typename std::conditional_t<std::is_void_v<T>, std::invoke_result<F&>,
+                                             std::invoke_result<F&, Stored<T>&&>>::type;
   };
   using type = unwrap_t<typename Pick<kTakesResult>::type>;
 };

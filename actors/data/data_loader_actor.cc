@@ -45,7 +45,4 @@ LoaderInfo DataLoaderActor::info() const {
   return loader_->info();
 }
 
-// Lets other processes spawn a loader: spawn<DataLoaderActor>(options, loader_options).
-TROUPE_ACTOR_CONSTRUCTOR(DataLoaderActor, LoaderOptions);
-
 }  // namespace troupe::actors

@@ -45,5 +45,7 @@ class DataLoaderActor {
 };
 TROUPE_ACTOR(DataLoaderActor, &DataLoaderActor::next, &DataLoaderActor::position,
              &DataLoaderActor::seek, &DataLoaderActor::info);
+// Other processes spawn it with its options: spawn<DataLoaderActor>(spawn_options, loaderOptions).
+TROUPE_ACTOR_CONSTRUCTOR(DataLoaderActor, LoaderOptions);
 
 }  // namespace troupe::actors

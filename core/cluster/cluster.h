@@ -48,15 +48,27 @@ class Cluster {
   // constructor is always allowed). Errors: ResourceExhausted (no node has
   // room), NotFound (type or constructor unknown on the chosen node),
   // AlreadyExists (name taken), and the constructor's own failure.
+  // The arguments convert to the registered constructor's parameters as in
+  // a C++ call (0.05 to a float, "text" to a std::string); arguments that
+  // fit no registered constructor, or fit two equally, do not compile.
   template <RegisteredActor T, class... A>
   absl::StatusOr<ActorRef<T>> spawn(SpawnOptions options, A&&... args) {
-    Writer w;
-    w.set_actor_resolver(&member_->node().actor_resolver());
-    encode_values(w, std::decay_t<A>(std::forward<A>(args))...);
-    absl::StatusOr<cluster::ActorLocation> where =
-        spawn_actor(actor_type_of<T>().name, detail::constructor_signature<A...>(), w, options);
-    if (!where.ok()) return where.status();
-    return member_->node().ref<T>(ActorId{where->id}, where->node);
+    if constexpr (!detail::HasRemoteConstructor<T, A...>) {
+      static_assert(detail::HasRemoteConstructor<T, A...>,
+                    "Cluster::spawn<T>(options, args...): no constructor of T registered with "
+                    "TROUPE_ACTOR_CONSTRUCTOR (or the default one TROUPE_ACTOR allows) takes "
+                    "these arguments, or two fit them equally well");
+      return absl::InternalError("unreachable");
+    } else {
+      using Signature = detail::RemoteConstructorFor<T, A...>;
+      Writer w;
+      w.set_actor_resolver(&member_->node().actor_resolver());
+      detail::encode_constructor_args(w, Signature{}, std::forward<A>(args)...);
+      absl::StatusOr<cluster::ActorLocation> where =
+          spawn_actor(actor_type_of<T>().name, detail::signature_id(Signature{}), w, options);
+      if (!where.ok()) return where.status();
+      return member_->node().ref<T>(ActorId{where->id}, where->node);
+    }
   }
 
   // The live actor named `name` (ray.get_actor). NotFound if none,

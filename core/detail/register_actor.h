@@ -28,7 +28,7 @@ struct ParamPack<std::tuple<P...>> {
 
 // Runs `method` of T for a caller in another process.
 template <class T, class M>
-RemoteInvoker make_invoker(M method, std::string name) {
+RemoteInvoker make_invoker(M method, int index, std::string name) {
   using Traits = MethodTraits<M>;
   using Pack = ParamPack<typename Traits::Params>;
   using U = unwrap_t<typename Traits::Return>;
@@ -38,17 +38,17 @@ RemoteInvoker make_invoker(M method, std::string name) {
           name, " cannot be called from another process: a parameter or the result has no Codec"));
     };
   } else {
-    return [method](ActorHandle& target, Reader& in, RemoteReply reply) -> absl::Status {
+    return [method, index](ActorHandle& target, Reader& in, RemoteReply reply) -> absl::Status {
       typename Pack::Values args;
       absl::Status decoded = std::apply([&](auto&... a) { return decode_values(in, a...); }, args);
       if (!decoded.ok()) return decoded;
-      auto ref = ActorRef<T>::from_handle(IntrusivePtr<ActorHandle>::share(&target));
       if (!reply) {
-        std::apply([&](auto&... a) { ref.tell(method, std::move(a)...); }, args);
+        std::apply([&](auto&... a) { send_tell<T>(&target, method, index, std::move(a)...); },
+                   args);
         return absl::OkStatus();
       }
-      Future<U> result =
-          std::apply([&](auto&... a) { return ref.call(method, std::move(a)...); }, args);
+      Future<U> result = std::apply(
+          [&](auto&... a) { return send_call<T>(&target, method, index, std::move(a)...); }, args);
       ActorResolver* actors = in.actor_resolver();
       static_cast<void>(std::move(result).then([reply = std::move(reply), actors](Result<U> r) {
         Writer out;
@@ -94,24 +94,50 @@ const ActorTypeInfo& register_actor_class(std::string_view class_name, std::stri
   info.name = std::string(class_name);
   info.id = stable_id(class_name);
   std::vector<std::string> names = parse_method_names(method_list);
-  size_t i = 0;
-  ((info.methods.push_back(
-        MethodInfo{names[i], stable_id(names[i]), make_invoker<T>(methods, names[i])}),
+  int i = 0;
+  ((info.methods.push_back(MethodInfo{names[static_cast<size_t>(i)],
+                                      stable_id(names[static_cast<size_t>(i)]),
+                                      make_invoker<T>(methods, i, names[static_cast<size_t>(i)])}),
     ++i),
    ...);
   const ActorTypeInfo& stored = register_actor_type(std::move(info));
   MethodTable<T>::type = &stored;
-  MethodTable<T>::keys = {method_key(methods)...};
   if constexpr (std::is_default_constructible_v<T>) {
     register_constructor(stored, make_constructor<T>());
   }
   return stored;
 }
 
-// The signature id of a constructor taking A... (as the spawning side computes it).
-template <class... A>
+// The registered constructor of T that arguments of types A... convert to,
+// chosen by overload resolution as a C++ constructor call would be.
+template <class T, class... A>
+concept HasRemoteConstructor = requires {
+  troupe_actor_constructor(static_cast<T*>(nullptr), std::declval<A>()...);
+};
+template <class T, class... A>
+using RemoteConstructorFor =
+    decltype(troupe_actor_constructor(static_cast<T*>(nullptr), std::declval<A>()...));
+
+// The id the spawned side finds a constructor taking P... by (make_constructor's).
+template <class... P>
 uint64_t constructor_signature() {
-  return stable_id(arg_type_names<std::decay_t<A>...>());
+  return stable_id(arg_type_names<std::decay_t<P>...>());
+}
+template <class... P>
+uint64_t signature_id(ConstructorSignature<P...>) {
+  return constructor_signature<P...>();
+}
+
+template <class P>
+P implicitly(P p) {
+  return p;
+}
+
+// Encodes `args` as the constructor's parameter types, each converted
+// implicitly (a double to a float, a string literal to a std::string).
+template <class... P, class... A>
+void encode_constructor_args(Writer& w, ConstructorSignature<P...>, A&&... args) {
+  encode_values(w, implicitly<P>(std::forward<A>(args))...);
 }
 
 }  // namespace troupe::detail
@@ -121,6 +147,10 @@ uint64_t constructor_signature() {
 // TROUPE_ACTOR, at namespace scope; repeat for each constructor.
 //   TROUPE_ACTOR_CONSTRUCTOR(Counter, int, std::string);
 #define TROUPE_ACTOR_CONSTRUCTOR(Class, ...)                                               \
+  inline ::troupe::detail::ConstructorSignature<__VA_ARGS__> troupe_actor_constructor(     \
+      Class* __VA_OPT__(, ) __VA_ARGS__) {                                                 \
+    return {};                                                                             \
+  }                                                                                        \
   [[maybe_unused]] inline const bool TROUPE_DETAIL_CONCAT(troupe_constructor_, __LINE__) = \
       (::troupe::detail::register_constructor(                                             \
            ::troupe::actor_type_of<Class>(),                                               \

@@ -18,8 +18,4 @@ int64_t KeyValueShard::size() const {
   return static_cast<int64_t>(entries_.size());
 }
 
-// Lets other processes spawn a named shard: spawn<KeyValueShard>(options, name).
-// (TROUPE_ACTOR already allows the default constructor.)
-TROUPE_ACTOR_CONSTRUCTOR(KeyValueShard, std::string);
-
 }  // namespace user_actors

@@ -2,9 +2,11 @@
 // installed troupe (CMakeLists.txt here) and loaded by workers at run time
 // (docs/cluster.md, "User actor libraries").
 //
-// TROUPE_ACTOR sits in the header: code that calls the actor needs it for
-// &KeyValueShard::put and friends. The library itself registers the type when
-// it loads, from user_actors.cc.
+// TROUPE_ACTOR and TROUPE_ACTOR_CONSTRUCTOR sit in the header: code that calls
+// the actor needs the method list for &KeyValueShard::put and friends (a
+// method not listed does not compile), and code that spawns it needs the
+// constructors (its arguments convert to theirs). The library registers the
+// type when it loads.
 #pragma once
 
 #include <cstdint>
@@ -37,5 +39,8 @@ class KeyValueShard {
 };
 TROUPE_ACTOR(KeyValueShard, &KeyValueShard::put, &KeyValueShard::get, &KeyValueShard::size,
              &KeyValueShard::name);
+// Other processes spawn a named shard: spawn<KeyValueShard>(options, name).
+// (TROUPE_ACTOR already allows the default constructor.)
+TROUPE_ACTOR_CONSTRUCTOR(KeyValueShard, std::string);
 
 }  // namespace user_actors

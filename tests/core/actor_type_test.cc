@@ -33,14 +33,18 @@ TEST(ActorTypeTest, MethodNamesDropNamespaces) {
   EXPECT_EQ(names, (std::vector<std::string>{"Counter::add", "Shard::apply", "X::y"}));
 }
 
-TEST(ActorTypeTest, CallingAnUnlistedMethodIsAnError) {
+// (Calling Partial::unlisted does not compile: tests/compile_fail.)
+TEST(ActorTypeTest, ACallCarriesItsMethodsIndexInTheList) {
   ActorSystem system({.threads = 1});
   auto actor = system.spawn<Partial>({});
   ASSERT_TRUE(actor.ok());
   EXPECT_EQ(*actor->call(&Partial::listed).get(absl::Seconds(10)), 1);
-  absl::StatusOr<int> r = actor->call(&Partial::unlisted).get(absl::Seconds(10));
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("TROUPE_ACTOR(Partial"), absl::string_view::npos);
+  EXPECT_EQ((detail::MethodSlot<Partial, 0>(&Partial::listed).index), 0);
+  // Found by the compiler, as the registry numbers them.
+  static_assert(detail::index_in(&Counter::get, detail::MethodsOf<Counter>{}) == 1);
+  static_assert(detail::index_in(&Counter::boom, detail::MethodsOf<Counter>{}) == 6);
+  static_assert(detail::index_in(&Partial::unlisted, detail::MethodsOf<Partial>{}) == -1);
+  static_assert(detail::MethodTypes<Partial>::kSize == 1);
 }
 
 TEST(ActorIdTest, NodeAndSequence) {
