@@ -18,8 +18,10 @@ void print_usage() {
       "Cluster commands:\n"
       "  head     start the head of a cluster           (ray start --head)\n"
       "  worker   join this machine to a cluster        (ray start --address)\n"
-      "  status   show nodes, actors, placement groups  (ray status)\n"
-      "  stop     stop the cluster                      (ray stop)\n\n"
+      "  status   show nodes, jobs, actors, groups      (ray status)\n"
+      "  stop     stop the cluster                      (ray stop)\n"
+      "  kill     kill an actor by name or id           (ray.kill)\n"
+      "  pg       list or remove placement groups       (remove_placement_group)\n\n"
       "Training commands:\n"
       "  train    train a GPT from a DeepSpeed-style config   (deepspeed train.py)\n"
       "  generate sample text from trained weights\n"
@@ -52,6 +54,8 @@ int main(int argc, char** argv) {
   if (command == "data") return troupe::trainers::data_command(args);
   if (command == "status") return troupe::cluster::status_command(args);
   if (command == "stop") return troupe::cluster::stop_command(args);
+  if (command == "kill") return troupe::cluster::kill_command(args);
+  if (command == "pg") return troupe::cluster::pg_command(args);
   if (command == "--help" || command == "-h" || command == "help") {
     print_usage();
     return 0;

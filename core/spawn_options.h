@@ -34,6 +34,11 @@ struct SpawnOptions {
   int bundle_index = -1;
   // A node to pin it to, or -1 for the scheduler's choice.
   int node = -1;
+  // Ray's lifetime="detached": the actor outlives the driver that spawned
+  // it, until it is killed (Cluster::kill, `troupe kill`) or the cluster
+  // stops. Otherwise it belongs to that driver's job and is removed when the
+  // driver ends or dies.
+  bool detached = false;
 };
 
 // Passed to an actor's on_restart(const RestartInfo&) after a restart, so it

@@ -49,14 +49,18 @@ absl::StatusOr<cluster::ActorLocation> Cluster::spawn_actor(const std::string& t
   r.placement_group = options.placement_group;
   r.bundle_index = options.bundle_index;
   r.node = options.node;
+  r.owner = member_->index();
+  r.detached = options.detached;
   return head().call(&HeadService::spawn_actor, std::move(r)).get(timeout_);
 }
 
 absl::StatusOr<cluster::PlacementGroupId> Cluster::create_placement_group(
-    std::vector<std::string> bundles, cluster::PlacementStrategy strategy, std::string name) {
+    std::vector<std::string> bundles, cluster::PlacementStrategy strategy, std::string name,
+    bool detached) {
   auto id = head()
                 .call(&HeadService::create_placement_group, std::move(bundles),
-                      std::string(cluster::to_string(strategy)), std::move(name))
+                      std::string(cluster::to_string(strategy)), std::move(name), member_->index(),
+                      detached)
                 .get(timeout_);
   if (!id.ok()) return id.status();
   return cluster::PlacementGroupId{*id};

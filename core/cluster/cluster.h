@@ -43,7 +43,8 @@ class Cluster {
   static absl::StatusOr<std::unique_ptr<Cluster>> connect(ClusterOptions options = {});
 
   // Spawns a T somewhere in the cluster (options.resources, placement_group,
-  // bundle_index, node say where), constructed from `args` - which T's
+  // bundle_index, node say where; it belongs to this driver's job unless
+  // options.detached), constructed from `args` - which T's
   // library must allow with TROUPE_ACTOR_CONSTRUCTOR (the default
   // constructor is always allowed). Errors: ResourceExhausted (no node has
   // room), NotFound (type or constructor unknown on the chosen node),
@@ -82,9 +83,12 @@ class Cluster {
   }
 
   // Placement groups (ray.util.placement_group): bundles like "CPU=1,GPU=1".
-  // Created at once; pending until every bundle fits.
+  // Created at once; pending until every bundle fits. It belongs to this
+  // driver's job, and is removed with it, unless `detached`
+  // (lifetime="detached").
   absl::StatusOr<cluster::PlacementGroupId> create_placement_group(
-      std::vector<std::string> bundles, cluster::PlacementStrategy strategy, std::string name = "");
+      std::vector<std::string> bundles, cluster::PlacementStrategy strategy, std::string name = "",
+      bool detached = false);
   // Waits until the group is placed (pg.ready()). DeadlineExceeded if not in
   // time; ResourceExhausted at once, naming the shortfall, if the cluster's
   // nodes could not hold it even were they idle.

@@ -19,7 +19,9 @@ namespace {
 // members (actor ids in rank order). The communicator's own keys live under
 // "collective/<name>/<generation>/".
 std::string group_prefix(const std::string& name) {
-  return absl::StrCat("collective/", name);
+  std::string prefix = cluster::collective_group_kv_prefix(name);
+  prefix.pop_back();  // the trailing '/'
+  return prefix;
 }
 std::string generation_key(const std::string& name) {
   return absl::StrCat(group_prefix(name), "/generation");
@@ -55,6 +57,12 @@ absl::StatusOr<uint64_t> declare_collective_group(Cluster& cluster, const std::s
     }
     ids.push_back(absl::StrCat(id.value));
   }
+  // The group is this driver's job's: its keys go when the job ends.
+  absl::Status claimed = cluster.head()
+                             .call(&cluster::HeadService::claim_collective_group, name,
+                                   cluster.node_index(), uint64_t{0})
+                             .get(absl::Seconds(30));
+  if (!claimed.ok()) return claimed;
   absl::StatusOr<std::optional<std::string>> current = cluster.kv_get(generation_key(name));
   if (!current.ok()) return current.status();
   uint64_t generation = 0;
@@ -121,6 +129,13 @@ absl::StatusOr<std::unique_ptr<CollectiveGroup>> CollectiveGroup::init(
     return not_in_cluster(absl::StrCat("forming collective group '", options.name, "'"));
   }
   BlockingRegion region;  // rendezvous waits for the other members
+  // The group belongs to the job of the driver or actor forming it.
+  std::optional<ActorId> self = this_actor_id();
+  absl::Status claimed = member->head()
+                             .call(&cluster::HeadService::claim_collective_group, options.name,
+                                   member->index(), self ? self->value : uint64_t{0})
+                             .get(options.timeout);
+  if (!claimed.ok()) return claimed;
   const cluster::MemberOptions& mo = member->options();
   std::unique_ptr<CollectiveGroup> g(new CollectiveGroup());
   g->name_ = options.name;

@@ -366,6 +366,121 @@ int status_command(const std::vector<std::string>& args) {
   return 0;
 }
 
+namespace {
+
+// Splits off the leading arguments that are not flags: `troupe kill NAME --head ...`.
+std::vector<std::string> take_positional(std::vector<std::string>& args) {
+  std::vector<std::string> positional;
+  while (!args.empty() && !args.front().starts_with("-")) {
+    positional.push_back(args.front());
+    args.erase(args.begin());
+  }
+  return positional;
+}
+
+// The actor `which` names - an id as status shows it ("actor-65534-3") or a
+// name - among those `s` lists; a live one before a dead one of that name.
+absl::StatusOr<ActorStatus> find_actor_in(const ClusterStatus& s, const std::string& which) {
+  const ActorStatus* found = nullptr;
+  for (const ActorStatus& a : s.actors) {
+    if (to_string(ActorId{a.id}) != which && a.name != which) continue;
+    if (found == nullptr || (found->state == ActorState::kDead && a.state != ActorState::kDead)) {
+      found = &a;
+    }
+  }
+  if (found == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no actor named or with the id '", printable(which),
+                                            "' (see `troupe status`)"));
+  }
+  return *found;
+}
+
+absl::StatusOr<PlacementGroupStatus> find_group_in(const ClusterStatus& s,
+                                                   const std::string& which) {
+  for (const PlacementGroupStatus& g : s.placement_groups) {
+    if (g.name == which || absl::StrCat("pg-", g.id) == which || absl::StrCat(g.id) == which) {
+      return g;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no placement group named or with the id '",
+                                          printable(which), "' (see `troupe status`)"));
+}
+
+}  // namespace
+
+int kill_command(const std::vector<std::string>& given) {
+  std::vector<std::string> args = given;
+  std::vector<std::string> positional = take_positional(args);
+  auto flags = Flags::parse("kill", args, {"head", "token-file", "restart"}, {"restart"});
+  if (!flags.ok()) return usage(flags.status());
+  if (flags->help() || positional.size() != 1) {
+    std::printf(
+        "usage: troupe kill ACTOR [--restart] [--head HOST:PORT] [--token-file PATH]\n\n"
+        "Kills an actor (as ray.kill), named by its name or its id as `troupe status` shows\n"
+        "it: its pending and later calls fail with ActorDied. With --restart it fails as if\n"
+        "it had crashed, and is restarted if its max_restarts allows (no_restart=False).\n");
+    return flags->help() ? 0 : 2;
+  }
+  auto client = head_client(*flags);
+  if (!client.ok()) return fail(client.status());
+  auto status = client->head.call(&HeadService::status).get(absl::Seconds(10));
+  if (!status.ok()) return fail(explain_head_error(status.status(), *flags));
+  absl::StatusOr<ActorStatus> actor = find_actor_in(*status, positional[0]);
+  if (!actor.ok()) return fail(actor.status());
+  if (actor->state == ActorState::kDead) {
+    std::printf("troupe kill: %s (%s) is already dead: %s\n", to_string(ActorId{actor->id}).c_str(),
+                actor->type.c_str(), actor->death_reason.c_str());
+    return 0;
+  }
+  bool restart = flags->has("restart");
+  absl::Status s =
+      client->head.call(&HeadService::kill_actor, actor->id, !restart).get(absl::Seconds(10));
+  if (!s.ok()) return fail(explain_head_error(s, *flags));
+  std::printf("troupe kill: %s %s (%s%s)\n", restart ? "restarting" : "killed",
+              to_string(ActorId{actor->id}).c_str(), actor->type.c_str(),
+              actor->name.empty() ? "" : (" '" + actor->name + "'").c_str());
+  return 0;
+}
+
+int pg_command(const std::vector<std::string>& given) {
+  std::vector<std::string> args = given;
+  std::vector<std::string> positional = take_positional(args);
+  auto flags = Flags::parse("pg", args, {"head", "token-file"});
+  if (!flags.ok()) return usage(flags.status());
+  bool remove = positional.size() == 2 && positional[0] == "remove";
+  bool list = positional.size() == 1 && positional[0] == "list";
+  if (flags->help() || (!remove && !list)) {
+    std::printf(
+        "usage: troupe pg list [--head HOST:PORT] [--token-file PATH]\n"
+        "       troupe pg remove GROUP [--head HOST:PORT] [--token-file PATH]\n\n"
+        "Lists placement groups, or removes one named by its name or its id (pg-3, or 3)\n"
+        "as ray.util.remove_placement_group does: the actors in it are killed and its\n"
+        "resources freed.\n");
+    return flags->help() ? 0 : 2;
+  }
+  auto client = head_client(*flags);
+  if (!client.ok()) return fail(client.status());
+  auto status = client->head.call(&HeadService::status).get(absl::Seconds(10));
+  if (!status.ok()) return fail(explain_head_error(status.status(), *flags));
+  if (list) {
+    for (const PlacementGroupStatus& g : status->placement_groups) {
+      std::printf("pg-%llu %s %s %s [%s] %s\n", static_cast<unsigned long long>(g.id),
+                  g.name.empty() ? "-" : g.name.c_str(), g.strategy.c_str(),
+                  g.placed ? "PLACED" : "PENDING", absl::StrJoin(g.bundles, "; ").c_str(),
+                  g.job == 0 ? "detached" : absl::StrCat("job ", g.job).c_str());
+    }
+    return 0;
+  }
+  absl::StatusOr<PlacementGroupStatus> group = find_group_in(*status, positional[1]);
+  if (!group.ok()) return fail(group.status());
+  absl::Status s =
+      client->head.call(&HeadService::remove_placement_group, group->id).get(absl::Seconds(10));
+  if (!s.ok()) return fail(explain_head_error(s, *flags));
+  std::printf("troupe pg remove: removed pg-%llu%s\n", static_cast<unsigned long long>(group->id),
+              group->name.empty() ? "" : (" '" + group->name + "'").c_str());
+  return 0;
+}
+
 int stop_command(const std::vector<std::string>& args) {
   auto flags = Flags::parse("stop", args, {"head", "token-file"});
   if (!flags.ok()) return usage(flags.status());

@@ -5,6 +5,9 @@
 //                 [--token-file PATH] [--actor-lib PATH]... [--actor-lib-dir DIR]...
 //   troupe status [--head HOST:PORT] [--token-file PATH]                       (ray status)
 //   troupe stop   [--head HOST:PORT] [--token-file PATH]                       (ray stop)
+//   troupe kill   ACTOR [--restart] [--head HOST:PORT] [--token-file PATH]     (ray.kill)
+//   troupe pg     list | remove GROUP [--head HOST:PORT] [--token-file PATH]
+//                                                     (ray.util.remove_placement_group)
 //
 // Each takes its arguments after the command name and returns the process's
 // exit code: 0 on success, 1 on failure (with a message on stderr), 2 for a
@@ -20,5 +23,7 @@ int head_command(const std::vector<std::string>& args);
 int worker_command(const std::vector<std::string>& args);
 int status_command(const std::vector<std::string>& args);
 int stop_command(const std::vector<std::string>& args);
+int kill_command(const std::vector<std::string>& args);
+int pg_command(const std::vector<std::string>& args);
 
 }  // namespace troupe::cluster

@@ -24,4 +24,16 @@ std::string_view to_string(ActorState state) {
   return "UNKNOWN";
 }
 
+std::string_view to_string(JobState state) {
+  switch (state) {
+    case JobState::kRunning:
+      return "RUNNING";
+    case JobState::kFinished:
+      return "FINISHED";
+    case JobState::kFailed:
+      return "FAILED";
+  }
+  return "UNKNOWN";
+}
+
 }  // namespace troupe::cluster

@@ -32,13 +32,23 @@ inline bool is_cluster_actor(ActorId id) {
   return id.node() == kClusterActorNode;
 }
 
+// KV keys of collective group `name` (core/cluster/collective_group.h) start
+// with this; the head removes them with the job that owns the group.
+inline std::string collective_group_kv_prefix(const std::string& name) {
+  return "collective/" + name + "/";
+}
+
 enum class NodeKind : uint8_t { kWorker = 0, kDriver = 1 };
+// A job is a driver's run: it starts when the driver joins and ends when it
+// leaves in order (finished) or is lost (failed).
+enum class JobState : uint8_t { kRunning = 0, kFinished = 1, kFailed = 2 };
 enum class NodeState : uint8_t { kAlive = 0, kDead = 1 };
 enum class ActorState : uint8_t { kPending = 0, kAlive = 1, kRestarting = 2, kDead = 3 };
 
 std::string_view to_string(NodeKind kind);
 std::string_view to_string(NodeState state);
 std::string_view to_string(ActorState state);
+std::string_view to_string(JobState state);
 
 struct NodeInfo {
   uint32_t index = kUnassignedNode;
@@ -96,8 +106,12 @@ struct SpawnRequest {
   uint64_t placement_group = 0;
   int32_t bundle_index = -1;
   int32_t node = -1;  // pin to a node, or -1
+  // The node that asked. When it is a driver, the actor belongs to its job
+  // and goes with it, unless `detached` (Ray's lifetime="detached").
+  uint32_t owner = 0;
+  bool detached = false;
   TROUPE_FIELDS(type, constructor, args, name, max_restarts, dedicated_thread, mailbox_capacity,
-                resources, placement_group, bundle_index, node);
+                resources, placement_group, bundle_index, node, owner, detached);
 };
 
 struct ActorLocation {
@@ -143,7 +157,8 @@ struct ActorStatus {
   ActorState state = ActorState::kPending;
   int32_t restarts = 0;
   std::string death_reason;
-  TROUPE_FIELDS(id, type, name, node, state, restarts, death_reason);
+  uint32_t job = 0;  // the driver node whose job owns it; 0: detached
+  TROUPE_FIELDS(id, type, name, node, state, restarts, death_reason, job);
 };
 
 struct PlacementGroupStatus {
@@ -153,7 +168,22 @@ struct PlacementGroupStatus {
   std::vector<std::string> bundles;
   bool placed = false;
   std::vector<uint32_t> bundle_nodes;
-  TROUPE_FIELDS(id, name, strategy, bundles, placed, bundle_nodes);
+  uint32_t job = 0;  // the driver node whose job owns it; 0: detached
+  TROUPE_FIELDS(id, name, strategy, bundles, placed, bundle_nodes, job);
+};
+
+// A job and what it owns (removed with it when it ends, but for what was
+// made detached).
+struct JobStatus {
+  uint32_t id = 0;  // its driver's node index
+  std::string driver;
+  int64_t pid = 0;
+  JobState state = JobState::kRunning;
+  std::string end_reason;
+  int64_t actors = 0;  // alive, owned by the job
+  std::vector<uint64_t> placement_groups;
+  std::vector<std::string> collective_groups;
+  TROUPE_FIELDS(id, driver, pid, state, end_reason, actors, placement_groups, collective_groups);
 };
 
 struct ClusterStatus {
@@ -161,7 +191,8 @@ struct ClusterStatus {
   std::vector<ActorStatus> actors;
   std::vector<PlacementGroupStatus> placement_groups;
   std::vector<std::string> events;  // the most recent, oldest first
-  TROUPE_FIELDS(nodes, actors, placement_groups, events);
+  std::vector<JobStatus> jobs;
+  TROUPE_FIELDS(nodes, actors, placement_groups, events, jobs);
 };
 
 }  // namespace troupe::cluster

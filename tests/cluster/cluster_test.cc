@@ -2,6 +2,7 @@
 // loopback (LocalCluster), a driver in this process (Cluster). Workers load
 // the probe actor library. Every wait has a deadline.
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 
 #include "core/cluster/cluster.h"
 #include "core/cluster/collective_group.h"
+#include "core/cluster/detail/http_status.h"
 #include "core/cluster/local_cluster.h"
 #include "tests/cluster/cluster_fixture.h"
 #include "tests/cluster/probe_actors.h"
@@ -264,6 +266,128 @@ TEST_F(ClusterTest, HandlesAreArgumentsAndResultsCallableWhereTheyLand) {
   ASSERT_TRUE(empty.ok()) << empty.status();
   auto none = empty->call(&Relay::partner_tag).get(kCallTimeout);
   EXPECT_TRUE(absl::IsFailedPrecondition(none.status())) << none.status();
+}
+
+// A job_driver process (tests/cluster/job_driver.cc). In `wait` mode it is
+// left running once it printed "ready job N" (its pid and job are
+// returned); in `exit` mode it runs to its end (its exit status is
+// returned). pid -1 and job 0 with what it printed if it never got ready.
+struct JobDriver {
+  pid_t pid = -1;
+  uint32_t job = 0;
+  int exit_status = -1;
+  std::string output;
+};
+
+JobDriver run_job_driver(const LocalCluster& local, const std::string& mode, bool detached) {
+  bool wait = mode == "wait";
+  std::string command =
+      absl::StrCat(JOB_DRIVER, " ", mode, detached ? " detached" : "", " --head ",
+                   local.head_address(), " --token-file ", local.token_file(), " 2>&1");
+  // Left running: the shell puts it in the background and says its pid first.
+  if (wait) command = absl::StrCat("(exec ", command, " & echo $!)");
+  JobDriver d;
+  FILE* out = ::popen(command.c_str(), "r");
+  if (out == nullptr) return d;
+  char line[512];
+  pid_t pid = wait ? -1 : 0;
+  // It prints "ready" or gives up on the cluster within its connect timeout.
+  while (std::fgets(line, sizeof line, out) != nullptr) {
+    if (pid < 0) {
+      pid = static_cast<pid_t>(std::atol(line));
+      continue;
+    }
+    d.output += line;
+    unsigned job = 0;
+    if (std::sscanf(line, "ready job %u", &job) == 1) {
+      d.pid = pid;
+      d.job = job;
+      if (wait) break;  // its later output is not read
+    }
+  }
+  int status = ::pclose(out);
+  if (!wait) d.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return d;
+}
+
+bool has_actor(const ClusterStatus& s, const std::string& name, ActorState state) {
+  for (const ActorStatus& a : s.actors) {
+    if (a.name == name && a.state == state) return true;
+  }
+  return false;
+}
+
+bool has_group(const ClusterStatus& s, const std::string& name) {
+  for (const PlacementGroupStatus& g : s.placement_groups) {
+    if (g.name == name) return true;
+  }
+  return false;
+}
+
+const JobStatus* job_in(const ClusterStatus& s, uint32_t job) {
+  for (const JobStatus& j : s.jobs) {
+    if (j.id == job) return &j;
+  }
+  return nullptr;
+}
+
+TEST_F(ClusterTest, AKilledDriversJobLeavesNothingButWhatIsDetached) {
+  JobDriver first = run_job_driver(*local_, "wait", /*detached=*/true);
+  ASSERT_GT(first.pid, 0) << first.output;
+  auto s = driver_->status();
+  ASSERT_TRUE(s.ok()) << s.status();
+  const JobStatus* job = job_in(*s, first.job);
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(job->state, JobState::kRunning);
+  EXPECT_EQ(job->actors, 1);  // job-probe; job-detached is nobody's
+  EXPECT_EQ(job->placement_groups.size(), 1u);
+  EXPECT_EQ(job->collective_groups, std::vector<std::string>{"job-group"});
+  EXPECT_TRUE(driver_->kv_get("collective/job-group/generation")->has_value());
+
+  // Another running job cannot take its collective group's name.
+  auto taken = declare_collective_group(*driver_, "job-group", {ActorId{1}});
+  EXPECT_TRUE(absl::IsAlreadyExists(taken.status())) << taken.status();
+
+  ASSERT_EQ(::kill(first.pid, SIGKILL), 0);
+  // Within the failure-detection budget (1 s here), and the time to kill.
+  EXPECT_TRUE(wait_status([&](const ClusterStatus& st) {
+    const JobStatus* j = job_in(st, first.job);
+    return j != nullptr && j->state == JobState::kFailed &&
+           !has_actor(st, "job-probe", ActorState::kAlive) && !has_group(st, "job-pg");
+  })) << render_status(*driver_->status());
+  s = driver_->status();
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(has_actor(*s, "job-detached", ActorState::kAlive)) << render_status(*s);
+  EXPECT_TRUE(has_group(*s, "job-detached-pg")) << render_status(*s);
+  EXPECT_TRUE(absl::IsNotFound(driver_->get_actor<Probe>("job-probe").status()));
+  EXPECT_FALSE(driver_->kv_get("collective/job-group/generation")->has_value());
+
+  // Run again: every name is free, and a job that ends in order finishes.
+  JobDriver second = run_job_driver(*local_, "exit", /*detached=*/false);
+  ASSERT_EQ(second.exit_status, 0) << second.output;
+  ASSERT_NE(second.job, 0u) << second.output;
+  EXPECT_TRUE(wait_status([&](const ClusterStatus& st) {
+    const JobStatus* j = job_in(st, second.job);
+    return j != nullptr && j->state == JobState::kFinished &&
+           !has_actor(st, "job-probe", ActorState::kAlive) && !has_group(st, "job-pg");
+  })) << render_status(*driver_->status());
+
+  // What is detached goes by hand.
+  auto [killed, kill_out] = local_->run_cli({"kill", "job-detached"});
+  EXPECT_EQ(killed, 0) << kill_out;
+  EXPECT_NE(kill_out.find("killed actor-"), std::string::npos) << kill_out;
+  auto [removed, remove_out] = local_->run_cli({"pg", "remove", "job-detached-pg"});
+  EXPECT_EQ(removed, 0) << remove_out;
+  EXPECT_TRUE(wait_status([&](const ClusterStatus& st) {
+    return !has_actor(st, "job-detached", ActorState::kAlive) && !has_group(st, "job-detached-pg");
+  }));
+  auto [unknown, unknown_out] = local_->run_cli({"kill", "nobody"});
+  EXPECT_EQ(unknown, 1) << unknown_out;
+  EXPECT_NE(unknown_out.find("no actor named"), std::string::npos) << unknown_out;
+  auto [status_rc, status_out] = local_->run_cli({"status"});
+  EXPECT_EQ(status_rc, 0);
+  EXPECT_NE(status_out.find("FAILED"), std::string::npos) << status_out;
+  EXPECT_NE(status_out.find("FINISHED"), std::string::npos) << status_out;
 }
 
 TEST_F(ClusterTest, KvStoreForRendezvous) {

@@ -13,6 +13,7 @@ namespace troupe::cluster {
 namespace {
 
 constexpr size_t kLogLines = 1000;
+constexpr size_t kEndedJobsKept = 100;
 
 std::string seconds(absl::Duration d) {
   return absl::StrFormat("%.3g s", absl::ToDoubleSeconds(d));
@@ -53,6 +54,7 @@ absl::StatusOr<Registration> HeadService::register_node(NodeInfo info) {
   if (!index.ok()) return index.status();
   info.index = *index;
   Registration reply = admit(info);
+  if (info.kind == NodeKind::kDriver) jobs_[info.index] = JobRecord{.driver = info};
   log(absl::StrCat(std::string(to_string(info.kind)), " ", info.index, " joined: ", info.name,
                    info.kind == NodeKind::kWorker ? absl::StrCat(" [", info.resources, "]") : ""));
   return reply;
@@ -74,6 +76,7 @@ absl::StatusOr<Registration> HeadService::rejoin_node(RejoinRequest request) {
     if (absl::Status s = ids_.saw_actor(ActorId{a.id}.sequence()); !s.ok()) return s;
   }
   Registration reply = admit(info);
+  if (info.kind == NodeKind::kDriver) jobs_.try_emplace(info.index, JobRecord{.driver = info});
   if (info.kind == NodeKind::kWorker) {
     absl::StatusOr<Resources> total = Resources::parse(info.resources);
     scheduler_.add_node(info.index, total.ok() ? *total : Resources());
@@ -94,6 +97,9 @@ void HeadService::adopt(uint32_t node, const HostRequest& a) {
   ActorRecord& actor = actors_[a.id];
   actor.id = a.id;
   actor.spawn = a.spawn;
+  // Its job, if its driver rejoins too (a job the restarted head never
+  // hears of again leaves the actor as if detached).
+  actor.job = a.spawn.detached ? 0 : a.spawn.owner;
   // Its placement group was the earlier head's: it now holds its resources
   // on its node directly.
   actor.spawn.placement_group = 0;
@@ -183,7 +189,9 @@ void HeadService::report_lost(uint32_t reporter, uint32_t node, std::string reas
 void HeadService::unregister_node(uint32_t node, std::string reason) {
   auto it = nodes_.find(node);
   if (it == nodes_.end() || it->second.state != NodeState::kAlive) return;
-  declare_dead(node, reason.empty() ? "left the cluster" : reason);
+  if (reason.empty()) reason = "left the cluster";
+  end_job(node, JobState::kFinished, reason);
+  declare_dead(node, reason);
 }
 
 void HeadService::tick() {
@@ -235,6 +243,95 @@ void HeadService::declare_dead(uint32_t node, const std::string& reason) {
   }
   retry_waiting();
   scheduler_.retry_pending();
+  end_job(node, JobState::kFailed, absl::StrCat("its driver was lost: ", reason));
+}
+
+// --- Jobs ----------------------------------------------------------------------
+
+uint32_t HeadService::job_of(uint32_t owner, bool detached) const {
+  if (detached) return 0;
+  auto it = jobs_.find(owner);
+  return it != jobs_.end() && it->second.state == JobState::kRunning ? owner : 0;
+}
+
+void HeadService::end_job(uint32_t job, JobState state, const std::string& reason) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end() || it->second.state != JobState::kRunning) return;
+  it->second.state = state;
+  it->second.end_reason = reason;
+  std::string why = absl::StrCat("its job ", job, " ended (", reason, ")");
+  // Placement groups first: removing one removes the actors in it.
+  std::vector<uint64_t> groups;
+  for (const auto& [group, owner] : group_jobs_) {
+    if (owner == job) groups.push_back(group);
+  }
+  for (uint64_t group : groups)
+    static_cast<void>(remove_placement_group(group));
+  int actors = 0;
+  for (auto& [id, actor] : actors_) {
+    if (actor.job == job && actor.state != ActorState::kDead) {
+      remove_actor(actor, why);
+      ++actors;
+    }
+  }
+  std::vector<std::string> collectives;
+  for (auto c = collective_jobs_.begin(); c != collective_jobs_.end();) {
+    if (c->second != job) {
+      ++c;
+      continue;
+    }
+    std::string prefix = collective_group_kv_prefix(c->first);
+    for (auto k = kv_.lower_bound(prefix); k != kv_.end() && k->first.starts_with(prefix);)
+      k = kv_.erase(k);
+    collectives.push_back(c->first);
+    c = collective_jobs_.erase(c);
+  }
+  // Ended jobs are kept for `troupe status`, the latest few.
+  size_t ended = 0;
+  for (const auto& [id, record] : jobs_)
+    ended += record.state == JobState::kRunning ? 0 : 1;
+  for (auto j = jobs_.begin(); ended > kEndedJobsKept && j != jobs_.end();) {
+    if (j->second.state != JobState::kRunning && j->first != job) {
+      j = jobs_.erase(j);
+      --ended;
+    } else {
+      ++j;
+    }
+  }
+  it = jobs_.find(job);
+  log(absl::StrCat("job ", job, " (", it->second.driver.name, ") ", std::string(to_string(state)),
+                   ": ", reason, "; removed ", actors, " actors, ", groups.size(),
+                   " placement groups, ", collectives.size(), " collective groups"));
+  retry_waiting();
+  scheduler_.retry_pending();
+}
+
+void HeadService::remove_actor(ActorRecord& actor, const std::string& reason) {
+  if (actor.state == ActorState::kDead) return;
+  // An actor being placed holds its resources until the hosting answers;
+  // the answer sees it dead and gives them back.
+  if (actor.state == ActorState::kAlive) scheduler_.release_actor(actor.placement, actor.resources);
+  agent(actor.node).tell(&NodeAgent::kill, actor.id, false, reason);
+  actor_gone(actor, reason);
+}
+
+absl::Status HeadService::claim_collective_group(std::string name, uint32_t node, uint64_t actor) {
+  uint32_t job = 0;
+  if (actor != 0) {
+    auto a = actors_.find(actor);
+    if (a != actors_.end()) job = a->second.job;
+  } else {
+    job = job_of(node, false);
+  }
+  auto it = collective_jobs_.find(name);
+  if (it != collective_jobs_.end() && it->second != job) {
+    const JobRecord& owner = jobs_[it->second];
+    return absl::AlreadyExistsError(absl::StrCat("collective group '", name, "' belongs to job ",
+                                                 it->second, " (", owner.driver.name,
+                                                 "), which is running; choose another name"));
+  }
+  if (job != 0) collective_jobs_[name] = job;
+  return absl::OkStatus();
 }
 
 // --- Actors --------------------------------------------------------------------
@@ -257,6 +354,7 @@ Future<ActorLocation> HeadService::spawn_actor(SpawnRequest request) {
   uint64_t id = ActorId::make(kClusterActorNode, *sequence).value;
   ActorRecord& actor = actors_[id];
   actor.id = id;
+  actor.job = job_of(request.owner, request.detached);
   actor.resources = *resources;
   actor.spawn = std::move(request);
   if (!actor.spawn.name.empty()) names_[actor.spawn.name] = id;
@@ -302,6 +400,12 @@ Future<ActorLocation> HeadService::host(uint64_t id, int32_t restart_count,
           return absl::AbortedError("superseded: the actor was placed again meanwhile");
         }
         ActorRecord& a = it->second;
+        if (a.state == ActorState::kDead) {  // removed meanwhile (its job ended, or killed)
+          if (hosted.ok()) agent(node).tell(&NodeAgent::kill, id, false, a.death_reason);
+          scheduler_.release_actor(a.placement, a.resources);
+          return absl::AbortedError(
+              absl::StrCat(to_string(ActorId{id}), " was removed: ", a.death_reason));
+        }
         if (!hosted.ok()) {
           scheduler_.release_actor(a.placement, a.resources);
           if (a.restarts == 0 || a.state == ActorState::kPending) {
@@ -433,8 +537,8 @@ Future<std::string> HeadService::watch_actor(uint64_t id) {
 // --- Placement groups ----------------------------------------------------------
 
 absl::StatusOr<uint64_t> HeadService::create_placement_group(std::vector<std::string> bundles,
-                                                             std::string strategy,
-                                                             std::string name) {
+                                                             std::string strategy, std::string name,
+                                                             uint32_t owner, bool detached) {
   absl::StatusOr<PlacementStrategy> s = parse_placement_strategy(strategy);
   if (!s.ok()) return s.status();
   std::vector<Resources> parsed;
@@ -448,6 +552,7 @@ absl::StatusOr<uint64_t> HeadService::create_placement_group(std::vector<std::st
   absl::StatusOr<PlacementGroupId> id = scheduler_.create_placement_group(
       std::move(parsed), *s, std::move(name), PlacementGroupId{*next});
   if (!id.ok()) return id.status();
+  if (uint32_t job = job_of(owner, detached); job != 0) group_jobs_[id->value] = job;
   auto info = scheduler_.group(*id);
   log(absl::StrCat("placement group ", id->value, " (", std::string(to_string(*s)), ", ",
                    bundles.size(), " bundles) ", info && info->placed ? "placed" : "pending"));
@@ -474,6 +579,7 @@ absl::Status HeadService::remove_placement_group(uint64_t id) {
     }
   }
   absl::Status s = scheduler_.remove_placement_group(PlacementGroupId{id});
+  group_jobs_.erase(id);
   if (s.ok()) {
     log(absl::StrCat("placement group ", id, " removed"));
     scheduler_.retry_pending();
@@ -526,6 +632,7 @@ ClusterStatus HeadService::status() {
     as.state = a.state;
     as.restarts = a.restarts;
     as.death_reason = a.death_reason;
+    as.job = a.job;
     s.actors.push_back(std::move(as));
   }
   for (const auto& [index, n] : nodes_) {
@@ -549,7 +656,27 @@ ClusterStatus HeadService::status() {
       ps.bundles.push_back(b.to_string());
     ps.placed = g.placed;
     ps.bundle_nodes.assign(g.bundle_nodes.begin(), g.bundle_nodes.end());
+    auto owner = group_jobs_.find(g.id.value);
+    ps.job = owner == group_jobs_.end() ? 0 : owner->second;
     s.placement_groups.push_back(std::move(ps));
+  }
+  for (const auto& [job, record] : jobs_) {
+    JobStatus js;
+    js.id = job;
+    js.driver = record.driver.name;
+    js.pid = record.driver.pid;
+    js.state = record.state;
+    js.end_reason = record.end_reason;
+    for (const auto& [id, a] : actors_) {
+      if (a.job == job && a.state != ActorState::kDead) ++js.actors;
+    }
+    for (const auto& [group, owner] : group_jobs_) {
+      if (owner == job) js.placement_groups.push_back(group);
+    }
+    for (const auto& [name, owner] : collective_jobs_) {
+      if (owner == job) js.collective_groups.push_back(name);
+    }
+    s.jobs.push_back(std::move(js));
   }
   s.events.assign(log_.begin(), log_.end());
   return s;

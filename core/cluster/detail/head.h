@@ -5,6 +5,13 @@
 // an event log. Data never passes through it: nodes call each other's actors
 // directly.
 //
+// Jobs. Every driver is a job, from its registration until it leaves or is
+// lost. The actors it spawns, the placement groups it creates and the
+// collective groups it (or one of its actors) forms belong to it, and are
+// removed when it ends - within the failure-detection budget when the driver
+// dies - unless made detached (Ray's lifetime="detached"), which live until
+// killed or removed (`troupe kill`, `troupe pg remove`).
+//
 // Failure semantics. A node is declared dead when it misses heartbeats for
 // the budget (1 s by default) or at once when a peer reports a broken
 // connection to it. Its actors with restarts left are re-created on live
@@ -81,13 +88,21 @@ class HeadService {
   // Completes with the reason when actor `id` terminates for good.
   Future<std::string> watch_actor(uint64_t id);
 
-  // Placement groups (Ray's semantics; bundles as "CPU=1,GPU=1").
+  // Placement groups (Ray's semantics; bundles as "CPU=1,GPU=1"), asked
+  // for by node `owner`: a driver's job owns the group unless `detached`.
   absl::StatusOr<uint64_t> create_placement_group(std::vector<std::string> bundles,
-                                                  std::string strategy, std::string name);
+                                                  std::string strategy, std::string name,
+                                                  uint32_t owner, bool detached);
   // Whether group `id` is placed. ResourceExhausted, naming the shortfall,
   // if it cannot be placed even on an idle cluster of the nodes there are.
   absl::StatusOr<bool> placement_group_ready(uint64_t id);
   absl::Status remove_placement_group(uint64_t id);
+
+  // Collective group `name` is formed from node `node` (by actor `actor`,
+  // or 0 from outside an actor): it belongs to the job of that driver, or of
+  // that actor, and its KV keys go with the job. AlreadyExists if another
+  // running job owns the name.
+  absl::Status claim_collective_group(std::string name, uint32_t node, uint64_t actor);
 
   // KV store (rendezvous): put returns false when the key exists and
   // `overwrite` is false.
@@ -109,8 +124,14 @@ class HeadService {
     std::string death_reason;
     absl::Time last_heartbeat;
   };
+  struct JobRecord {
+    NodeInfo driver;
+    JobState state = JobState::kRunning;
+    std::string end_reason;
+  };
   struct ActorRecord {
     uint64_t id = 0;
+    uint32_t job = 0;  // 0: detached (or spawned by no driver)
     SpawnRequest spawn;
     uint32_t node = 0;
     Placement placement;
@@ -123,6 +144,12 @@ class HeadService {
   };
 
   ActorRef<NodeAgent> agent(uint32_t node);
+  // The running job that what node `owner` asks for belongs to, or 0.
+  uint32_t job_of(uint32_t owner, bool detached) const;
+  // Job `job` ended: what it owns is removed.
+  void end_job(uint32_t job, JobState state, const std::string& reason);
+  // Kills actor `actor` for good wherever it is (or would be) hosted.
+  void remove_actor(ActorRecord& actor, const std::string& reason);
   // Records node `info` (its index set) as alive; the registration to send it.
   Registration admit(const NodeInfo& info);
   // Takes actor `a`, hosted on `node` under an earlier head, into the directory.
@@ -149,6 +176,9 @@ class HeadService {
   std::shared_ptr<std::atomic<bool>> stopped_;
   std::map<uint32_t, NodeRecord> nodes_;
   std::map<uint64_t, ActorRecord> actors_;
+  std::map<uint32_t, JobRecord> jobs_;               // by driver node
+  std::map<uint64_t, uint32_t> group_jobs_;          // placement group -> its job
+  std::map<std::string, uint32_t> collective_jobs_;  // collective group -> its job
   absl::flat_hash_map<std::string, uint64_t> names_;
   std::set<uint64_t> waiting_;  // restarts that found no room yet
   std::map<std::string, std::string> kv_;
@@ -161,9 +191,9 @@ TROUPE_ACTOR(HeadService, &HeadService::register_node, &HeadService::node_ready,
              &HeadService::node_endpoints, &HeadService::locate, &HeadService::actor_died,
              &HeadService::kill_actor, &HeadService::watch_actor,
              &HeadService::create_placement_group, &HeadService::placement_group_ready,
-             &HeadService::remove_placement_group, &HeadService::kv_put, &HeadService::kv_get,
-             &HeadService::kv_delete, &HeadService::kv_keys, &HeadService::status,
-             &HeadService::stop, &HeadService::tick);
+             &HeadService::remove_placement_group, &HeadService::claim_collective_group,
+             &HeadService::kv_put, &HeadService::kv_get, &HeadService::kv_delete,
+             &HeadService::kv_keys, &HeadService::status, &HeadService::stop, &HeadService::tick);
 
 // The head process: a node 0 listening on the control port, hosting the
 // HeadService and driving its failure detector.

@@ -18,6 +18,7 @@ constexpr size_t kServingThreads = 32;
 constexpr time_t kClientTimeoutSeconds = 2;
 constexpr size_t kMaxRequestsPerConnection = 100;
 constexpr size_t kMaxRequestBytes = 8192;
+constexpr size_t kEndedJobsShown = 5;
 
 // "CPU 1/2, GPU 0/1, memory 2G/8G": in use out of total.
 std::string usage_of(const std::string& total_text, const std::string& available_text) {
@@ -63,12 +64,13 @@ std::string render_status(const ClusterStatus& s) {
   absl::StrAppendFormat(&out, "\nActors: %zu (%s)\n", s.actors.size(),
                         counts.empty() ? "none" : absl::StrJoin(counts, ", ").c_str());
   if (!s.actors.empty()) {
-    absl::StrAppendFormat(&out, "  %-20s %-24s %-16s %-5s %-10s %-8s %s\n", "ID", "TYPE", "NAME",
-                          "NODE", "STATE", "RESTARTS", "NOTE");
+    absl::StrAppendFormat(&out, "  %-20s %-24s %-16s %-5s %-8s %-10s %-8s %s\n", "ID", "TYPE",
+                          "NAME", "NODE", "JOB", "STATE", "RESTARTS", "NOTE");
     for (const ActorStatus& a : s.actors) {
-      absl::StrAppendFormat(&out, "  %-20s %-24s %-16s %-5u %-10s %-8d %s\n",
+      std::string job = a.job == 0 ? "detached" : absl::StrCat(a.job);
+      absl::StrAppendFormat(&out, "  %-20s %-24s %-16s %-5u %-8s %-10s %-8d %s\n",
                             to_string(ActorId{a.id}).c_str(), a.type.substr(0, 24).c_str(),
-                            a.name.substr(0, 16).c_str(), a.node,
+                            a.name.substr(0, 16).c_str(), a.node, job.c_str(),
                             std::string(to_string(a.state)).c_str(), a.restarts,
                             a.state == ActorState::kAlive ? "" : a.death_reason.c_str());
     }
@@ -78,18 +80,36 @@ std::string render_status(const ClusterStatus& s) {
     std::vector<std::string> nodes;
     for (uint32_t n : g.bundle_nodes)
       nodes.push_back(std::to_string(n));
-    absl::StrAppendFormat(&out, "  pg-%llu %s %s %s bundles [%s] on nodes [%s]\n",
+    absl::StrAppendFormat(&out, "  pg-%llu %s %s %s bundles [%s] on nodes [%s], %s\n",
                           static_cast<unsigned long long>(g.id), g.name.c_str(), g.strategy.c_str(),
                           g.placed ? "PLACED" : "PENDING", absl::StrJoin(g.bundles, "; ").c_str(),
-                          absl::StrJoin(nodes, ", ").c_str());
+                          absl::StrJoin(nodes, ", ").c_str(),
+                          g.job == 0 ? "detached" : absl::StrCat("job ", g.job).c_str());
   }
-  std::vector<const NodeStatus*> drivers;
-  for (const NodeStatus& n : s.nodes) {
-    if (n.info.kind == NodeKind::kDriver && n.state == NodeState::kAlive) drivers.push_back(&n);
+  // Running jobs, then the latest that ended.
+  std::vector<const JobStatus*> running, ended;
+  for (const JobStatus& j : s.jobs)
+    (j.state == JobState::kRunning ? running : ended).push_back(&j);
+  if (ended.size() > kEndedJobsShown) ended.erase(ended.begin(), ended.end() - kEndedJobsShown);
+  absl::StrAppendFormat(&out, "\nJobs: %zu running\n", running.size());
+  running.insert(running.end(), ended.begin(), ended.end());
+  for (const JobStatus* j : running) {
+    std::vector<std::string> owns;
+    owns.push_back(absl::StrCat(j->actors, " actors"));
+    if (!j->placement_groups.empty()) {
+      std::vector<std::string> groups;
+      for (uint64_t g : j->placement_groups)
+        groups.push_back(absl::StrCat("pg-", g));
+      owns.push_back(absl::StrCat("placement groups ", absl::StrJoin(groups, " ")));
+    }
+    if (!j->collective_groups.empty()) {
+      owns.push_back(absl::StrCat("collective groups ", absl::StrJoin(j->collective_groups, " ")));
+    }
+    absl::StrAppendFormat(&out, "  job %-4u %-8s %s (pid %lld): %s%s\n", j->id,
+                          std::string(to_string(j->state)).c_str(), j->driver.c_str(),
+                          static_cast<long long>(j->pid), absl::StrJoin(owns, ", ").c_str(),
+                          j->state == JobState::kRunning ? "" : ("; " + j->end_reason).c_str());
   }
-  absl::StrAppendFormat(&out, "\nJobs (connected drivers): %zu\n", drivers.size());
-  for (const NodeStatus* d : drivers)
-    absl::StrAppendFormat(&out, "  node %u: %s\n", d->info.index, d->info.name.c_str());
   absl::StrAppendFormat(&out, "\nRecent events\n");
   size_t from = s.events.size() > 10 ? s.events.size() - 10 : 0;
   for (size_t i = from; i < s.events.size(); ++i)
