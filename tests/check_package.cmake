@@ -5,7 +5,9 @@
 #  3. configures and builds examples/user_actors as a project of its own
 #     against that prefix (find_package(troupe) through CMAKE_PREFIX_PATH);
 #  4. builds tests/package_consumer against the prefix too and runs it: it
-#     loads the library of step 3 with load_actor_library.
+#     loads the library of step 3 with load_actor_library;
+#  5. builds examples/parameter_server against the prefix and runs it on a
+#     local cluster of the installed troupe.
 # Skips (prints "troupe-package-check: SKIPPED") when BUILD has no install
 # rules for troupe. WORK is removed first, and again when every step passed.
 #
@@ -122,6 +124,18 @@ if(NOT step_output MATCHES "registered KeyValueShard")
                       "${step_output}")
 endif()
 
+# The parameter-server example, built against the install and run on a
+# cluster of the installed troupe (head and workers from ${prefix}/bin).
+build_against_prefix(${SOURCE}/examples/parameter_server ${WORK}/parameter_server)
+step("run examples/parameter_server on the installed troupe" ${CMAKE_COMMAND} -E env
+     --unset=LD_LIBRARY_PATH ${SOURCE}/examples/parameter_server/run_local.sh
+     ${prefix}/bin/troupe ${WORK}/parameter_server 15)
+if(NOT step_output MATCHES "done: loss")
+  message(FATAL_ERROR "troupe-package-check: the parameter-server example did not finish:\n"
+                      "${step_output}")
+endif()
+
 file(REMOVE_RECURSE "${WORK}")
-message(STATUS "troupe-package-check: ok (installed, built examples/user_actors against the "
-               "install, loaded it)")
+message(STATUS "troupe-package-check: ok (installed, ran the installed troupe, built "
+               "examples/user_actors and examples/parameter_server against the install, loaded "
+               "the one, ran the other on a cluster of the installed troupe)")

@@ -23,7 +23,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::connect(ClusterOptions options
                                        .name = options.name,
                                        .transports = options.transports,
                                        .threads = options.threads,
-                                       .timeout = std::min(options.timeout, absl::Seconds(10))});
+                                       .timeout = std::min(options.timeout, absl::Seconds(10)),
+                                       .restart_wait = options.restart_wait});
   if (!member.ok()) return member.status();
   return std::unique_ptr<Cluster>(new Cluster(*std::move(member), options.timeout));
 }

@@ -36,6 +36,10 @@ struct ClusterOptions {
   std::vector<std::string> transports = {"ucx", "tcp"};
   int threads = 0;
   absl::Duration timeout = absl::Seconds(30);  // for control calls (spawn, lookups)
+  // How long a call to an actor that is being restarted (its node was lost)
+  // waits for it to be back before it fails with Unavailable; a call to an
+  // actor that is gone for good fails at once with ActorDied.
+  absl::Duration restart_wait = absl::Seconds(30);
 };
 
 class Cluster {
@@ -70,6 +74,15 @@ class Cluster {
       if (!where.ok()) return where.status();
       return member_->node().ref<T>(ActorId{where->id}, where->node);
     }
+  }
+
+  // Spawns a T in this driver's own process: not placed by the head, not
+  // restarted elsewhere, gone when this Cluster is. A handle to it passed to
+  // cluster actors is called back here (a replica the driver keeps, a
+  // progress sink). Errors: those of ActorSystem::spawn.
+  template <RegisteredActor T, class... A>
+  absl::StatusOr<ActorRef<T>> spawn_local(SpawnOptions options, A&&... args) {
+    return member_->node().system().spawn<T>(std::move(options), std::forward<A>(args)...);
   }
 
   // The live actor named `name` (ray.get_actor). NotFound if none,

@@ -255,9 +255,10 @@ int head_command(const std::vector<std::string>& args) {
 }
 
 int worker_command(const std::vector<std::string>& args) {
-  auto flags = Flags::parse("worker", args,
-                            {"head", "resources", "token-file", "actor-lib", "actor-lib-dir",
-                             "host", "threads", "transports", "name", "head-timeout"});
+  auto flags =
+      Flags::parse("worker", args,
+                   {"head", "resources", "token-file", "actor-lib", "actor-lib-dir", "host",
+                    "threads", "transports", "name", "head-timeout", "restart-wait"});
   if (!flags.ok()) return usage(flags.status());
   if (flags->help()) {
     std::printf(
@@ -276,7 +277,9 @@ int worker_command(const std::vector<std::string>& args) {
         "                   local address of the route to the head)\n"
         "  --threads        actor threads, 1-%d (default: one per core)\n"
         "  --head-timeout   how long to keep serving while the head is unreachable,\n"
-        "                   rejoining it when it is back (default 60s)\n\n"
+        "                   rejoining it when it is back (default 60s)\n"
+        "  --restart-wait   how long a call from this worker's actors to an actor being\n"
+        "                   restarted waits for it before failing (default 30s)\n\n"
         "A worker the head declares dead (missed heartbeats) joins again as a new node.\n",
         kMaxThreads);
     return 0;
@@ -321,6 +324,11 @@ int worker_command(const std::vector<std::string>& args) {
     auto d = parse_seconds("head-timeout", flags->get("head-timeout"));
     if (!d.ok()) return usage(d.status());
     member_options.head_grace = *d;
+  }
+  if (flags->has("restart-wait")) {
+    auto d = parse_seconds("restart-wait", flags->get("restart-wait"));
+    if (!d.ok()) return usage(d.status());
+    member_options.restart_wait = *d;
   }
   // A node the head declared dead (it missed heartbeats in a slow moment)
   // has lost its actors to restarts elsewhere: it joins again as a new node.

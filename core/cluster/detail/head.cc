@@ -14,6 +14,9 @@ namespace {
 
 constexpr size_t kLogLines = 1000;
 constexpr size_t kEndedJobsKept = 100;
+// Times an actor is placed for its first start when its node is lost before
+// it started there.
+constexpr uint64_t kMaxPlacements = 8;
 
 std::string seconds(absl::Duration d) {
   return absl::StrFormat("%.3g s", absl::ToDoubleSeconds(d));
@@ -228,10 +231,9 @@ void HeadService::declare_dead(uint32_t node, const std::string& reason) {
   // Its actors: restarted elsewhere if they may be, otherwise gone.
   std::string lost = absl::StrCat("its node ", node, " (", n.info.name, ") was lost: ", reason);
   for (auto& [id, actor] : actors_) {
-    if (actor.node != node ||
-        (actor.state != ActorState::kAlive && actor.state != ActorState::kPending)) {
-      continue;
-    }
+    // (One still being placed there learns of it from its hosting call,
+    // which fails now: it is placed again, see host().)
+    if (actor.node != node || actor.state != ActorState::kAlive) continue;
     if (!restartable(actor)) {
       actor_gone(actor, lost);
       continue;
@@ -393,27 +395,35 @@ Future<ActorLocation> HeadService::host(uint64_t id, int32_t restart_count,
   uint32_t node = placed->node;
   return agent(node)
       .call(&NodeAgent::host, std::move(request))
-      .then([this, id, node,
-             attempt](absl::StatusOr<uint64_t> hosted) -> absl::StatusOr<ActorLocation> {
+      .then([this, id, node, attempt](absl::StatusOr<uint64_t> hosted) -> Future<ActorLocation> {
+        auto failed = [](absl::Status s) { return Future<ActorLocation>::failed(std::move(s)); };
         auto it = actors_.find(id);
         if (it == actors_.end() || it->second.attempt != attempt) {
-          return absl::AbortedError("superseded: the actor was placed again meanwhile");
+          return failed(absl::AbortedError("superseded: the actor was placed again meanwhile"));
         }
         ActorRecord& a = it->second;
         if (a.state == ActorState::kDead) {  // removed meanwhile (its job ended, or killed)
           if (hosted.ok()) agent(node).tell(&NodeAgent::kill, id, false, a.death_reason);
           scheduler_.release_actor(a.placement, a.resources);
-          return absl::AbortedError(
-              absl::StrCat(to_string(ActorId{id}), " was removed: ", a.death_reason));
+          return failed(absl::AbortedError(
+              absl::StrCat(to_string(ActorId{id}), " was removed: ", a.death_reason)));
         }
         if (!hosted.ok()) {
           scheduler_.release_actor(a.placement, a.resources);
+          // Placed on a node that was lost before the actor started there:
+          // nothing of it ran, so it is placed again (not a restart).
+          bool node_lost = nodes_[node].state == NodeState::kDead;
+          if (a.state == ActorState::kPending && node_lost && attempt < kMaxPlacements) {
+            log(absl::StrCat(to_string(ActorId{id}), " (", a.spawn.type, ") was placed on node ",
+                             node, ", lost before it started; placing it again"));
+            return host(id, 0, "");
+          }
           if (a.restarts == 0 || a.state == ActorState::kPending) {
             actor_gone(a, std::string(hosted.status().message()));
           } else {
             waiting_.insert(id);  // try another node later
           }
-          return hosted.status();
+          return failed(hosted.status());
         }
         bool moved = a.state == ActorState::kRestarting;
         a.state = ActorState::kAlive;
@@ -428,7 +438,7 @@ Future<ActorLocation> HeadService::host(uint64_t id, int32_t restart_count,
           log(absl::StrCat(to_string(ActorId{id}), " (", a.spawn.type, ") restarted on node ", node,
                            " (restart ", a.restarts, ")"));
         }
-        return ActorLocation{id, node, a.spawn.type};
+        return make_ready_future(ActorLocation{id, node, a.spawn.type});
       });
 }
 

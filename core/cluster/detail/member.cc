@@ -158,10 +158,11 @@ absl::Status Member::start() {
   ActorRef<HeadService> head = head_;
   uint32_t self = registration->index;
   absl::Duration timeout = options_.timeout;
+  absl::Duration restart_wait = options_.restart_wait;
   node_->set_hooks(NodeHooks{
-      .locate = [head, timeout](ActorId id) -> absl::StatusOr<uint32_t> {
+      .locate = [head, timeout, restart_wait](ActorId id) -> absl::StatusOr<uint32_t> {
         // While it is being restarted the head answers Unavailable: ask again.
-        absl::Time deadline = absl::Now() + timeout;
+        absl::Time deadline = absl::Now() + restart_wait;
         for (int attempt = 0;; ++attempt) {
           absl::StatusOr<uint32_t> where = head.call(&HeadService::locate, id.value).get(timeout);
           if (where.ok() || !absl::IsUnavailable(where.status()) || absl::Now() >= deadline) {

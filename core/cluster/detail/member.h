@@ -41,6 +41,9 @@ struct MemberOptions {
   // same state directory, so with the same token - rejoins it under its index
   // with the actors it hosts.
   absl::Duration head_grace = absl::Seconds(60);
+  // How long a call to an actor that is being restarted (its node was lost)
+  // waits for it to be back before it fails with Unavailable.
+  absl::Duration restart_wait = absl::Seconds(30);
 };
 
 // Code to run when the head declares a node dead - another one, or this one
