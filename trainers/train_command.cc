@@ -249,7 +249,10 @@ int train_command(const std::vector<std::string>& args) {
     std::printf("  task accuracy (held-out addition problems): %.1f%%\n", 100 * *accuracy);
   std::printf("  weights: %s/model.{json,bin}   metrics: %s\n", output_dir.c_str(),
               metrics_path.c_str());
-  std::printf("  try: troupe generate --model %s --prompt \"12+34=\"\n", output_dir.c_str());
+  // A prompt of the kind the model was trained on: a problem of the
+  // synthetic task, or the start of a text.
+  std::printf("  try: troupe generate --model %s --prompt \"%s\"\n", output_dir.c_str(),
+              config.data.synthetic ? "12+34=" : "The ");
   if (absl::Status s = trainer.stop(); !s.ok()) {
     std::fprintf(stderr, "troupe train: stopping the job's actors: %s\n",
                  std::string(s.message()).c_str());

@@ -404,6 +404,9 @@ TEST_F(ClusterTest, AWrongTokenIsRefused) {
       {.head = local_->head_address(), .token_file = bad, .timeout = absl::Seconds(5)});
   ASSERT_FALSE(stranger.ok());
   EXPECT_TRUE(absl::IsPermissionDenied(stranger.status())) << stranger.status();
+  // Said as a user reads it, without the runtime's node and actor ids.
+  EXPECT_EQ(stranger.status().message().find("actor-0-1"), absl::string_view::npos)
+      << stranger.status();
   auto [code, out] = local_->run_cli({"status", "--token-file", bad});
   EXPECT_NE(code, 0);
   EXPECT_NE(out.find("token"), std::string::npos) << out;

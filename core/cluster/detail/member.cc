@@ -145,7 +145,7 @@ absl::Status Member::start() {
     absl::Status s = registration.status();
     if (absl::IsPermissionDenied(s)) {
       return absl::PermissionDeniedError(
-          absl::StrCat("the head at ", options_.head, " refused this node: ", s.message()));
+          absl::StrCat("the head at ", options_.head, " refused this node: ", head_error_text(s)));
     }
     return absl::Status(
         IsActorDied(s) ? absl::StatusCode::kUnavailable : s.code(),
