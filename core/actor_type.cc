@@ -77,6 +77,17 @@ std::vector<std::string> registered_actor_types() {
 
 namespace detail {
 
+void mark_idempotent(const ActorTypeInfo& type, int index) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.types.find(type.name);
+  if (it == r.types.end() || index < 0 ||
+      static_cast<size_t>(index) >= it->second->methods.size()) {
+    return;
+  }
+  it->second->methods[static_cast<size_t>(index)].idempotent = true;
+}
+
 const ActorTypeInfo& register_actor_type(ActorTypeInfo info) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);

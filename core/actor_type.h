@@ -51,6 +51,10 @@ struct MethodInfo {
   std::string name;  // "Class::method"
   uint64_t id = 0;   // stable_id(name)
   RemoteInvoker invoke;
+  // Marked with TROUPE_IDEMPOTENT: running it twice does what running it
+  // once does, so a call lost with its actor's node may be sent again
+  // (SpawnOptions::max_task_retries).
+  bool idempotent = false;
 };
 
 // A constructor another process may spawn the actor with.
@@ -126,6 +130,9 @@ const ActorTypeInfo& register_actor_class(std::string_view class_name, std::stri
 
 // Adds a remote constructor to a registered type. Internal.
 void register_constructor(const ActorTypeInfo& type, ConstructorInfo info);
+
+// Marks method `index` of a registered type idempotent. Internal.
+void mark_idempotent(const ActorTypeInfo& type, int index);
 
 }  // namespace detail
 

@@ -18,6 +18,11 @@ struct SpawnOptions {
   // Restarts allowed after a failure (a method threw, or kill() asked for a
   // restart). 0: the first failure is final. -1: unlimited.
   int max_restarts = 0;
+  // In a cluster: times a call of a TROUPE_IDEMPOTENT method that was in
+  // flight when the actor's node was lost is sent again, to the restarted
+  // actor (Ray's max_task_retries; -1: unlimited). Other methods are never
+  // sent twice: such a call fails with ActorDied (at most once).
+  int max_task_retries = 0;
   // Run the actor on a thread of its own instead of the shared pool.
   bool dedicated_thread = false;
   // Messages the mailbox accepts before senders block (back-pressure).

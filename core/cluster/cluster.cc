@@ -52,6 +52,7 @@ absl::StatusOr<cluster::ActorLocation> Cluster::spawn_actor(const std::string& t
   r.node = options.node;
   r.owner = member_->index();
   r.detached = options.detached;
+  r.max_task_retries = options.max_task_retries;
   return head().call(&HeadService::spawn_actor, std::move(r)).get(timeout_);
 }
 

@@ -110,8 +110,9 @@ struct SpawnRequest {
   // and goes with it, unless `detached` (Ray's lifetime="detached").
   uint32_t owner = 0;
   bool detached = false;
+  int32_t max_task_retries = 0;
   TROUPE_FIELDS(type, constructor, args, name, max_restarts, dedicated_thread, mailbox_capacity,
-                resources, placement_group, bundle_index, node, owner, detached);
+                resources, placement_group, bundle_index, node, owner, detached, max_task_retries);
 };
 
 struct ActorLocation {

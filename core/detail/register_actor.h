@@ -140,6 +140,17 @@ void encode_constructor_args(Writer& w, ConstructorSignature<P...>, A&&... args)
   encode_values(w, implicitly<P>(std::forward<A>(args))...);
 }
 
+// TROUPE_IDEMPOTENT's checks and registration.
+template <class T, auto... M>
+consteval bool all_listed() {
+  return ((index_in(M, MethodsOf<T>{}) >= 0) && ...);
+}
+template <class T, auto... M>
+bool mark_idempotent_methods() {
+  (mark_idempotent(actor_type_of<T>(), index_in(M, MethodsOf<T>{})), ...);
+  return true;
+}
+
 }  // namespace troupe::detail
 
 // Lets other processes spawn Class with these constructor parameter types
@@ -158,3 +169,15 @@ void encode_constructor_args(Writer& w, ConstructorSignature<P...>, A&&... args)
        true)
 #define TROUPE_DETAIL_CONCAT_INNER(a, b) a##b
 #define TROUPE_DETAIL_CONCAT(a, b) TROUPE_DETAIL_CONCAT_INNER(a, b)
+
+// Marks methods of a class registered with TROUPE_ACTOR idempotent - running
+// one twice does what running it once does - so that a call in flight when
+// its actor's node is lost is sent again to the restarted actor, up to the
+// actor's SpawnOptions::max_task_retries (Ray's max_task_retries: at least
+// once, for these methods only). After TROUPE_ACTOR, at namespace scope:
+//   TROUPE_IDEMPOTENT(Shard, &Shard::weights, &Shard::size);
+#define TROUPE_IDEMPOTENT(Class, ...)                                                            \
+  static_assert(::troupe::detail::all_listed<Class, __VA_ARGS__>(),                              \
+                "TROUPE_IDEMPOTENT(" #Class ", ...) names a method TROUPE_ACTOR does not list"); \
+  [[maybe_unused]] inline const bool TROUPE_DETAIL_CONCAT(troupe_idempotent_, __LINE__) =        \
+      ::troupe::detail::mark_idempotent_methods<Class, __VA_ARGS__>()

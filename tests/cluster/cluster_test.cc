@@ -209,6 +209,25 @@ TEST_F(ClusterTest, RestartableActorComesBackOnAnotherNode) {
   EXPECT_EQ(*probe->call(&Probe::tag).get(kCallTimeout), "survivor");
 }
 
+TEST_F(ClusterTest, AnIdempotentCallLostWithItsNodeIsSentAgainToTheRestartedActor) {
+  auto probe = driver_->spawn<Probe>(
+      {.max_restarts = 1, .max_task_retries = 1, .resources = "CPU=1"}, std::string("retried"));
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  int victim = worker_with_pid(pid_of(*probe));
+  ASSERT_NE(victim, -1);
+  Future<bool> retried = probe->call(&Probe::hold, 1500);    // TROUPE_IDEMPOTENT
+  Future<bool> once = probe->call(&Probe::hold_once, 1500);  // not: at most once
+  absl::SleepFor(absl::Milliseconds(300));
+  local_->kill_worker(victim);
+  auto r = retried.get(kCallTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(*r);
+  auto lost = once.get(kCallTimeout);
+  EXPECT_TRUE(IsActorDied(lost.status())) << lost.status();
+  EXPECT_EQ(*probe->call(&Probe::restarts).get(kCallTimeout), 1);
+  EXPECT_NE(worker_with_pid(pid_of(*probe)), victim);
+}
+
 TEST_F(ClusterTest, AWorkerThatJoinsLaterTakesNewActors) {
   auto i = local_->add_worker("CPU=1,late=1");
   ASSERT_TRUE(i.ok()) << i.status();

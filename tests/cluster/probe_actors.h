@@ -23,6 +23,8 @@ class Probe {
   void on_restart(const RestartInfo& info) { restarts_ = info.restart_count; }
   // Runs for `ms` milliseconds (a long call to be caught in flight).
   bool hold(int ms);
+  // The same, but not marked idempotent: never sent twice.
+  bool hold_once(int ms) { return hold(ms); }
   int64_t add(int64_t a, int64_t b) const { return a + b; }
   std::string echo(std::string s) const { return s; }
 
@@ -31,7 +33,8 @@ class Probe {
   int restarts_ = 0;
 };
 TROUPE_ACTOR(Probe, &Probe::pid, &Probe::tag, &Probe::restarts, &Probe::hold, &Probe::add,
-             &Probe::echo);
+             &Probe::echo, &Probe::hold_once);
+TROUPE_IDEMPOTENT(Probe, &Probe::hold, &Probe::pid);
 TROUPE_ACTOR_CONSTRUCTOR(Probe, std::string);
 
 // Handed other actors: a partner through its constructor, others through

@@ -507,6 +507,14 @@ absl::StatusOr<uint32_t> HeadService::locate(uint64_t id) {
   }
 }
 
+absl::StatusOr<int32_t> HeadService::task_retries(uint64_t id) {
+  auto it = actors_.find(id);
+  if (it == actors_.end()) {
+    return absl::NotFoundError(absl::StrCat(to_string(ActorId{id}), " is not known to the head"));
+  }
+  return it->second.spawn.max_task_retries;
+}
+
 void HeadService::actor_died(uint64_t id, std::string reason) {
   auto it = actors_.find(id);
   if (it == actors_.end()) return;

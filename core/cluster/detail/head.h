@@ -82,6 +82,9 @@ class HeadService {
   // Where actor `id` lives. Unavailable while it is being restarted,
   // ActorDied once it is gone for good, NotFound if never known.
   absl::StatusOr<uint32_t> locate(uint64_t id);
+  // How often a lost call of one of actor `id`'s idempotent methods may be
+  // sent again (SpawnOptions::max_task_retries). NotFound if never known.
+  absl::StatusOr<int32_t> task_retries(uint64_t id);
   // Reported by a node: actor `id` terminated for good there.
   void actor_died(uint64_t id, std::string reason);
   absl::Status kill_actor(uint64_t id, bool no_restart);
@@ -189,7 +192,7 @@ TROUPE_ACTOR(HeadService, &HeadService::register_node, &HeadService::node_ready,
              &HeadService::heartbeat, &HeadService::report_lost, &HeadService::unregister_node,
              &HeadService::rejoin_node, &HeadService::spawn_actor, &HeadService::get_actor,
              &HeadService::node_endpoints, &HeadService::locate, &HeadService::actor_died,
-             &HeadService::kill_actor, &HeadService::watch_actor,
+             &HeadService::kill_actor, &HeadService::watch_actor, &HeadService::task_retries,
              &HeadService::create_placement_group, &HeadService::placement_group_ready,
              &HeadService::remove_placement_group, &HeadService::claim_collective_group,
              &HeadService::kv_put, &HeadService::kv_get, &HeadService::kv_delete,

@@ -171,6 +171,9 @@ absl::Status Member::start() {
           absl::SleepFor(absl::Milliseconds(std::min(10 << std::min(attempt, 5), 200)));
         }
       },
+      .task_retries = [head, timeout](ActorId id) -> absl::StatusOr<int> {
+        return head.call(&HeadService::task_retries, id.value).get(timeout);
+      },
       .kill = [head](ActorId id, bool restart,
                      std::string) { head.tell(&HeadService::kill_actor, id.value, !restart); },
       .monitor =

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -51,8 +52,11 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>, public detail::A
     moved_[id] = node;
   }
 
-  // Sends user message `m` to actor `id`, last seen on node `hint`.
-  void send(uint32_t hint, ActorId id, detail::Message* m);
+  // Sends user message `m` to actor `id` (of `type`, if known), last seen
+  // on node `hint`; `attempt` counts the times it was sent before (its
+  // earlier sends were lost with their node).
+  void send(uint32_t hint, ActorId id, detail::Message* m, const ActorTypeInfo* type = nullptr,
+            int attempt = 0);
 
   // detail::ActorResolver: how ActorRefs in calls are written and read here.
   uint32_t location_of(const detail::ActorHandle& handle) const override;
@@ -70,6 +74,8 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>, public detail::A
     detail::Message* message;
     uint32_t node;
     ActorId target;
+    const ActorTypeInfo* type;  // null if unknown
+    int attempt;
   };
 
   // The node to send to now: the actor's new home if it moved, else `hint`.
@@ -87,8 +93,16 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>, public detail::A
   void on_connection_lost(uint32_t node, const std::shared_ptr<Peer>& p, absl::Status why);
   ConnectionCallbacks accept(const std::shared_ptr<Connection>& conn);
   void on_call(const std::weak_ptr<Connection>& conn, Frame frame);
-  // Fails the calls in flight to `node` with `why`.
+  // Fails the calls in flight to `node` with `why`, but for those that may
+  // be sent again (retry_lost).
   void fail_pending(uint32_t node, const absl::Status& why);
+  // Whether lost call `call` is of an idempotent method of an actor that
+  // can move (its retries are its max_task_retries).
+  static bool may_retry(const Pending& call);
+  // Sends lost call `call` again once its actor runs elsewhere, if its
+  // max_task_retries allow; else fails it. On a thread of its own: it waits
+  // for the head to restart the actor.
+  void retry_lost(Pending call, absl::Status why);
 
   const NodeOptions options_;
   ActorSystem* const system_;
@@ -125,6 +139,10 @@ kj::ArrayPtr<const kj::byte> as_kj(const std::vector<std::byte>& bytes) {
 std::span<const std::byte> as_span(capnp::Data::Reader data) {
   return {reinterpret_cast<const std::byte*>(data.begin()), data.size()};
 }
+
+// A lost call waits this long, at most, for the head to learn of the loss.
+constexpr int kRelocateChecks = 100;
+constexpr absl::Duration kRelocateCheckInterval = absl::Milliseconds(50);
 
 absl::Status node_lost_error(ActorId id, uint32_t node, const absl::Status& why) {
   return ActorDiedError(absl::StrCat(to_string(id), " was on node ", node,
@@ -230,8 +248,49 @@ void NodeCore::fail_pending(uint32_t node, const absl::Status& why) {
       }
     }
   }
-  for (Pending& call : failed)
-    call.message->reject(node_lost_error(call.target, node, why));
+  for (Pending& call : failed) {
+    if (may_retry(call) && hooks().task_retries) {
+      retry_lost(call, why);
+    } else {
+      call.message->reject(node_lost_error(call.target, node, why));
+    }
+  }
+}
+
+bool NodeCore::may_retry(const Pending& call) {
+  if (call.type == nullptr || !is_cluster_actor(call.target)) return false;
+  const MethodInfo* method = call.type->method(call.message->method_id());
+  return method != nullptr && method->idempotent && call.message->wants_reply();
+}
+
+void NodeCore::retry_lost(Pending call, absl::Status why) {
+  std::thread([self = shared_from_this(), call, why] {
+    NodeHooks h = self->hooks();
+    absl::StatusOr<int> allowed = h.task_retries(call.target);
+    if (!allowed.ok() || (*allowed >= 0 && call.attempt >= *allowed)) {
+      call.message->reject(node_lost_error(call.target, call.node, why));
+      return;
+    }
+    // The head may not have heard of the loss yet: until it has, it still
+    // places the actor on the lost node.
+    for (int i = 0; i < kRelocateChecks; ++i) {
+      absl::StatusOr<uint32_t> where =
+          h.locate ? h.locate(call.target) : absl::UnavailableError("");
+      if (where.ok() && *where != call.node) {
+        self->relocate(call.target, *where);
+        self->send(*where, call.target, call.message, call.type, call.attempt + 1);
+        return;
+      }
+      if (!where.ok()) {
+        call.message->reject(IsActorDied(where.status())
+                                 ? where.status()
+                                 : node_lost_error(call.target, call.node, why));
+        return;
+      }
+      absl::SleepFor(kRelocateCheckInterval);
+    }
+    call.message->reject(node_lost_error(call.target, call.node, why));
+  }).detach();
 }
 
 uint32_t NodeCore::route(uint32_t hint, ActorId id) const {
@@ -292,7 +351,8 @@ void NodeCore::on_connection_lost(uint32_t node, const std::shared_ptr<Peer>& p,
   }
 }
 
-void NodeCore::send(uint32_t hint, ActorId id, detail::Message* m) {
+void NodeCore::send(uint32_t hint, ActorId id, detail::Message* m, const ActorTypeInfo* type,
+                    int attempt) {
   uint32_t node = route(hint, id);
   if (node == index()) {
     send_local(id, m);
@@ -313,7 +373,7 @@ void NodeCore::send(uint32_t hint, ActorId id, detail::Message* m) {
       absl::StatusOr<uint32_t> now = h.locate(id);
       if (now.ok() && *now != node) {
         relocate(id, *now);
-        send(*now, id, m);
+        send(*now, id, m, type, attempt);
         return;
       }
       if (!now.ok() && IsActorDied(now.status())) {
@@ -351,7 +411,7 @@ void NodeCore::send(uint32_t hint, ActorId id, detail::Message* m) {
       m->reject(absl::UnavailableError("this node is shutting down"));
       return;
     }
-    pending_.emplace(call_id, Pending{m, node, id});
+    pending_.emplace(call_id, Pending{m, node, id, type, attempt});
   }
   absl::Status sent = (*conn)->send(std::move(frame));
   if (!reply) {
@@ -491,7 +551,7 @@ void NodeCore::on_call(const std::weak_ptr<Connection>& conn, Frame frame) {
 // --- RemoteActor --------------------------------------------------------------
 
 void RemoteActor::send(detail::Message* m) {
-  node_->send(location(), id_, m);
+  node_->send(location(), id_, m, &type_);
 }
 
 void RemoteActor::post_internal(detail::Message* m) {

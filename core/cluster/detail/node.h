@@ -48,6 +48,9 @@ struct NodeHooks {
   // (is_cluster_actor), the ones that can move. Errors: ActorDied if it is
   // gone for good.
   std::function<absl::StatusOr<uint32_t>(ActorId id)> locate;
+  // How often a lost call of an idempotent method of actor `id` may be sent
+  // again (its max_task_retries; -1: unlimited).
+  std::function<absl::StatusOr<int>(ActorId id)> task_retries;
   // Kills actor `id` (ray.kill) wherever it lives.
   std::function<void(ActorId id, bool restart, std::string reason)> kill;
   // Calls `cb` once when actor `id` terminates for good.
