@@ -6,8 +6,9 @@
 #     against that prefix (find_package(troupe) through CMAKE_PREFIX_PATH);
 #  4. builds tests/package_consumer against the prefix too and runs it: it
 #     loads the library of step 3 with load_actor_library;
-#  5. builds examples/parameter_server against the prefix and runs it on a
-#     local cluster of the installed troupe.
+#  5. builds examples/parameter_server and examples/collective_recovery
+#     against the prefix and runs each on a local cluster of the installed
+#     troupe.
 # Skips (prints "troupe-package-check: SKIPPED") when BUILD has no install
 # rules for troupe. WORK is removed first, and again when every step passed.
 #
@@ -126,16 +127,25 @@ endif()
 
 # The parameter-server example, built against the install and run on a
 # cluster of the installed troupe (head and workers from ${prefix}/bin).
-build_against_prefix(${SOURCE}/examples/parameter_server ${WORK}/parameter_server)
-step("run examples/parameter_server on the installed troupe" ${CMAKE_COMMAND} -E env
-     --unset=LD_LIBRARY_PATH ${SOURCE}/examples/parameter_server/run_local.sh
-     ${prefix}/bin/troupe ${WORK}/parameter_server 15)
-if(NOT step_output MATCHES "done: loss")
-  message(FATAL_ERROR "troupe-package-check: the parameter-server example did not finish:\n"
-                      "${step_output}")
-endif()
+foreach(example "parameter_server;ps_actors;ps_driver;3;CPU=2;done: loss"
+                "collective_recovery;group_actors;group_driver;4;CPU=1;after re-forming")
+  list(GET example 0 name)
+  list(GET example 1 library)
+  list(GET example 2 driver)
+  list(GET example 3 workers)
+  list(GET example 4 resources)
+  list(GET example 5 expect)
+  build_against_prefix(${SOURCE}/examples/${name} ${WORK}/${name})
+  step("run examples/${name} on the installed troupe" ${CMAKE_COMMAND} -E env
+       --unset=LD_LIBRARY_PATH ${SOURCE}/examples/run_local_cluster.sh ${prefix}/bin/troupe
+       ${WORK}/${name}/lib${library}.so ${workers} ${resources} ${WORK}/${name}/${driver})
+  if(NOT step_output MATCHES "${expect}")
+    message(FATAL_ERROR "troupe-package-check: examples/${name} did not finish:\n"
+                        "${step_output}")
+  endif()
+endforeach()
 
 file(REMOVE_RECURSE "${WORK}")
 message(STATUS "troupe-package-check: ok (installed, ran the installed troupe, built "
-               "examples/user_actors and examples/parameter_server against the install, loaded "
-               "the one, ran the other on a cluster of the installed troupe)")
+               "examples/user_actors, parameter_server and collective_recovery against the "
+               "install, loaded the first, ran the others on a cluster of the installed troupe)")

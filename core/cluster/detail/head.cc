@@ -410,6 +410,13 @@ Future<ActorLocation> HeadService::host(uint64_t id, int32_t restart_count,
         }
         if (!hosted.ok()) {
           scheduler_.release_actor(a.placement, a.resources);
+          // The head cannot reach the node: as when a peer reports it, the
+          // node is declared dead at once (its heartbeats may not have
+          // stopped yet).
+          if (absl::IsUnavailable(hosted.status()) && nodes_[node].state == NodeState::kAlive) {
+            declare_dead(node,
+                         absl::StrCat("the head cannot reach it: ", hosted.status().message()));
+          }
           // Placed on a node that was lost before the actor started there:
           // nothing of it ran, so it is placed again (not a restart).
           bool node_lost = nodes_[node].state == NodeState::kDead;
