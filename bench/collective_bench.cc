@@ -1,16 +1,19 @@
-// Collective benchmark: allreduce (fp32, sum) bus bandwidth in the nccl-tests
-// convention and 8-byte allreduce latency, for troupe and, in the same
-// invocation, Gloo and Open MPI, with every rank a separate process on this
-// host.
+// Collective benchmark: allreduce, reduce-scatter or allgather (fp32, sum)
+// bus bandwidth in the nccl-tests convention and 8-byte allreduce latency,
+// for troupe and, in the same invocation, Gloo (allreduce only) and Open MPI
+// (MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather), with every rank a
+// separate process on this host.
 //
-//   collective_bench [--ranks 2,4] [--sizes 1K,4K,...,64M] [--iters N]
+//   collective_bench [--op allreduce|reduce_scatter|allgather] [--ranks 2,4] [--sizes
+//   1K,4K,...,64M] [--iters N]
 //                    [--warmup N] [--latency-iters N] [--repeat 3]
 //                    [--transport ucx|tcp] [--algorithm auto|ring|...]
 //                    [--peers gloo,mpi] [--timeout 300] [--json FILE]
 //
-// algbw = bytes / time per allreduce; busbw = algbw x 2(n-1)/n, the rate each
-// rank's link would need for a ring to take that time (nccl-tests'
-// PERFORMANCE.md), so it compares across rank counts. Time is the slowest
+// algbw = bytes / time per operation; busbw = algbw x 2(n-1)/n for allreduce
+// and x (n-1)/n for reduce-scatter and allgather (bytes: the whole buffer),
+// the rate each rank's link would need for a ring to take that time
+// (nccl-tests' PERFORMANCE.md), so it compares across rank counts. Time is the slowest
 // rank's mean over the timed iterations (after warm-up and a correctness
 // check), the median over --repeat runs. Each run starts its group afresh,
 // the libraries taking turns, so drift in a shared machine's load spreads
@@ -101,7 +104,8 @@ int main(int argc, char** argv) {
   }
   if (flags.has("--help")) {
     std::printf(
-        "usage: collective_bench [--ranks 2,4] [--sizes 1K,4K,...,64M] [--iters N] [--warmup N]\n"
+        "usage: collective_bench [--op allreduce|reduce_scatter|allgather] [--ranks 2,4]\n"
+        "                        [--sizes 1K,4K,...,64M] [--iters N] [--warmup N]\n"
         "                        [--latency-iters N] [--repeat 3] [--transport ucx|tcp]\n"
         "                        [--algorithm auto|ring|halving-doubling|hierarchical]\n"
         "                        [--peers gloo,mpi|none] [--timeout SECONDS] [--json FILE]\n");
@@ -129,6 +133,17 @@ int main(int argc, char** argv) {
         plan.ok() ? "--repeat and --ranks must be positive" : plan.status().ToString().c_str());
     return 2;
   }
+  for (int n : rank_counts) {
+    for (size_t bytes : plan->sizes) {
+      if (plan->op != Op::kAllreduce && bytes % (sizeof(float) * static_cast<size_t>(n)) != 0) {
+        std::fprintf(stderr,
+                     "collective_bench: %s of %zu B on %d ranks: a size must be a multiple of "
+                     "%zu B (4 B per element per rank)\n",
+                     name_of(plan->op), bytes, n, sizeof(float) * static_cast<size_t>(n));
+        return 2;
+      }
+    }
+  }
   if (auto a = troupe::transport::parse_algorithm(options.algorithm); !a.ok()) {
     std::fprintf(stderr, "collective_bench: %s\n", a.status().ToString().c_str());
     return 2;
@@ -138,8 +153,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<Library> libraries = {Library::kTroupe};
-  for (Library peer : usable_peers(flags.get("--peers", "gloo,mpi"), &options.mpirun))
+  for (Library peer : usable_peers(flags.get("--peers", "gloo,mpi"), &options.mpirun)) {
+    if (peer == Library::kGloo && plan->op != Op::kAllreduce) {
+      std::printf("gloo: skipped (its %s is not measured here)\n", name_of(plan->op));
+      continue;
+    }
     libraries.push_back(peer);
+  }
 
   std::string work = (std::filesystem::temp_directory_path() / "collective-bench-XXXXXX").string();
   if (::mkdtemp(work.data()) == nullptr) {

@@ -24,9 +24,19 @@ inline constexpr int kExitWrongResult = 3;
 
 inline constexpr size_t kLatencyBytes = 8;  // two fp32 elements
 
+// The collective measured (fp32, sum). A size is the whole buffer, as in
+// nccl-tests: reduce-scatter's input and allgather's output, each rank
+// holding size / n of it; busbw = algbw x 2(n-1)/n for allreduce and
+// x (n-1)/n for the other two.
+enum class Op { kAllreduce, kReduceScatter, kAllgather };
+const char* name_of(Op op);  // "allreduce", "reduce_scatter", "allgather"
+absl::StatusOr<Op> parse_op(const std::string& name);
+double bus_factor(Op op, int ranks);
+
 // What every rank of a group runs; the same on every rank. Sizes in bytes,
-// multiples of 4 (fp32 elements).
+// multiples of 4 (fp32 elements) - for reduce-scatter and allgather, of 4n.
 struct Plan {
+  Op op = Op::kAllreduce;
   std::vector<size_t> sizes;
   long iterations = 0;          // timed iterations per size; 0: by size
   long warmup = -1;             // warm-up iterations per size; -1: by size
@@ -54,11 +64,23 @@ class RankComm {
   virtual int size() const = 0;
   // data[0, count) = sum over ranks, in place (fp32).
   virtual absl::Status allreduce_sum(float* data, size_t count) = 0;
+  // output[0, count) = the sum over ranks of their input[rank() * count,
+  // (rank() + 1) * count) (input holds size() * count).
+  virtual absl::Status reduce_scatter_sum(const float* input, float* output, size_t count) {
+    static_cast<void>(input), static_cast<void>(output), static_cast<void>(count);
+    return absl::UnimplementedError("this library's reduce_scatter is not measured");
+  }
+  // output[k * count, (k + 1) * count) = rank k's input[0, count).
+  virtual absl::Status allgather(const float* input, float* output, size_t count) {
+    static_cast<void>(input), static_cast<void>(output), static_cast<void>(count);
+    return absl::UnimplementedError("this library's allgather is not measured");
+  }
   // Returns once every rank has called it; starts each timed set together.
   virtual absl::Status barrier() = 0;
 };
 
-// What one rank measured: seconds per allreduce.
+// What one rank measured: seconds per operation (the latency is always the
+// 8-byte allreduce's).
 struct RankFigures {
   std::map<size_t, double> seconds;  // by size in bytes
   double latency = 0;                // of the kLatencyBytes allreduce

@@ -35,6 +35,16 @@ class MpiRank final : public RankComm {
     return mpi_status("MPI_Allreduce", MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count),
                                                      MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
   }
+  absl::Status reduce_scatter_sum(const float* input, float* output, size_t count) override {
+    return mpi_status("MPI_Reduce_scatter_block",
+                      MPI_Reduce_scatter_block(input, output, static_cast<int>(count), MPI_FLOAT,
+                                               MPI_SUM, MPI_COMM_WORLD));
+  }
+  absl::Status allgather(const float* input, float* output, size_t count) override {
+    return mpi_status("MPI_Allgather",
+                      MPI_Allgather(input, static_cast<int>(count), MPI_FLOAT, output,
+                                    static_cast<int>(count), MPI_FLOAT, MPI_COMM_WORLD));
+  }
   absl::Status barrier() override { return mpi_status("MPI_Barrier", MPI_Barrier(MPI_COMM_WORLD)); }
 
  private:

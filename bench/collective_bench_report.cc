@@ -28,11 +28,6 @@ std::vector<double> samples(const Report& report, int ranks, Library library, si
   return out;
 }
 
-// nccl-tests' allreduce bus factor: each rank sends and receives 2(n-1)/n of the data.
-double bus_factor(int ranks) {
-  return 2.0 * static_cast<double>(ranks - 1) / static_cast<double>(ranks);
-}
-
 // algbw in GB/s of the median time, or 0 without samples.
 double algbw(const Report& report, int ranks, Library library, size_t bytes) {
   double seconds = median(samples(report, ranks, library, bytes));
@@ -97,17 +92,18 @@ void print_report(const Report& report, const std::vector<int>& rank_counts) {
     std::printf("%s: dropped after a failed run (%s)\n", name_of(library), why.c_str());
   for (int n : rank_counts) {
     std::printf(
-        "\nallreduce fp32 sum, %d ranks (processes on this host); troupe over %s, algorithm %s; "
-        "median of %d runs\nGB/s = 1e9 B/s; busbw = algbw x 2(n-1)/n; ratios compare busbw, "
+        "\n%s fp32 sum, %d ranks (processes on this host); troupe over %s, algorithm %s; "
+        "median of %d runs\nGB/s = 1e9 B/s; busbw = algbw x %s; ratios compare busbw, "
         "above 1: troupe faster\n",
-        n, report.transport.c_str(), report.algorithm.c_str(), report.repeat);
+        name_of(report.plan.op), n, report.transport.c_str(), report.algorithm.c_str(),
+        report.repeat, report.plan.op == Op::kAllreduce ? "2(n-1)/n" : "(n-1)/n");
     std::printf("%10s %6s %13s %13s %11s %11s %12s %11s\n", "size", "iters", "troupe algbw",
                 "troupe busbw", "gloo busbw", "mpi busbw", "troupe/gloo", "troupe/mpi");
     for (size_t bytes : report.plan.sizes) {
       double troupe = algbw(report, n, Library::kTroupe, bytes);
       double gloo = algbw(report, n, Library::kGloo, bytes);
       double mpi = algbw(report, n, Library::kMpi, bytes);
-      double f = bus_factor(n);
+      double f = bus_factor(report.plan.op, n);
       std::printf("%10s %6ld %s %s %s %s %s %s\n", size_label(bytes).c_str(),
                   timed_iterations(report.plan, bytes), cell(troupe, 13).c_str(),
                   cell(troupe * f, 13).c_str(), cell(gloo * f, 11).c_str(),
@@ -135,10 +131,11 @@ bool write_report_json(const std::string& path, const Report& report,
   constexpr Library kAll[] = {Library::kTroupe, Library::kGloo, Library::kMpi};
   std::ofstream out(path);
   if (!out) return false;
-  out << "{\n  \"benchmark\": \"collective_bench\",\n  \"collective\": \"allreduce\",\n"
+  out << "{\n  \"benchmark\": \"collective_bench\",\n  \"collective\": \""
+      << name_of(report.plan.op) << "\",\n"
       << "  \"dtype\": \"float32\",\n  \"op\": \"sum\",\n  \"transport\": \"" << report.transport
       << "\",\n  \"algorithm\": \"" << report.algorithm << "\",\n  \"repeat\": " << report.repeat
-      << ",\n  \"units\": {\"seconds\": \"per allreduce, slowest rank\", \"algbw\": \"GB/s\", "
+      << ",\n  \"units\": {\"seconds\": \"per operation, slowest rank\", \"algbw\": \"GB/s\", "
       << "\"busbw\": \"GB/s\", \"latency\": \"us\"},\n  \"dropped\": {";
   const char* sep = "";
   for (const auto& [library, why] : report.dropped) {
@@ -164,7 +161,8 @@ bool write_report_json(const std::string& path, const Report& report,
         out << "{\"seconds\": [";
         for (size_t k = 0; k < s.size(); ++k)
           out << (k ? ", " : "") << s[k];
-        out << "], \"algbw\": " << number(a) << ", \"busbw\": " << number(a * bus_factor(n)) << "}";
+        out << "], \"algbw\": " << number(a)
+            << ", \"busbw\": " << number(a * bus_factor(report.plan.op, n)) << "}";
       }
       double troupe = algbw(report, n, Library::kTroupe, bytes);
       out << ", \"troupe_over_gloo\": "

@@ -27,6 +27,13 @@ class TroupeRank final : public RankComm {
     return transport::allreduce(comm_, transport::DType::kFloat32, transport::ReduceOp::kSum, data,
                                 count, algorithm_);
   }
+  absl::Status reduce_scatter_sum(const float* input, float* output, size_t count) override {
+    return transport::reduce_scatter(comm_, transport::DType::kFloat32, transport::ReduceOp::kSum,
+                                     input, output, count);
+  }
+  absl::Status allgather(const float* input, float* output, size_t count) override {
+    return transport::allgather(comm_, input, output, count * sizeof(float));
+  }
   // A one-element allreduce: it returns on no rank before every rank entered it.
   absl::Status barrier() override {
     float one = 1;
