@@ -121,6 +121,14 @@ absl::Status explain_head_error(const absl::Status& s, const Flags& flags) {
                       absl::StrCat("cannot reach the head at ", where, ": ", head_error_text(s)));
 }
 
+// The cluster as the head sees it; errors said as explain_head_error says them.
+absl::StatusOr<ClusterStatus> fetch_status(const HeadClient& client, const Flags& flags) {
+  absl::StatusOr<ClusterStatus> status =
+      client.head.call(&HeadService::status).get(absl::Seconds(10));
+  if (!status.ok()) return explain_head_error(status.status(), flags);
+  return status;
+}
+
 // What a worker offers by default: every core and the machine's memory.
 std::string default_resources() {
   long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
@@ -368,8 +376,8 @@ int status_command(const std::vector<std::string>& args) {
   }
   auto client = head_client(*flags);
   if (!client.ok()) return fail(client.status());
-  auto status = client->head.call(&HeadService::status).get(absl::Seconds(10));
-  if (!status.ok()) return fail(explain_head_error(status.status(), *flags));
+  absl::StatusOr<ClusterStatus> status = fetch_status(*client, *flags);
+  if (!status.ok()) return fail(status.status());
   std::fputs(render_status(*status).c_str(), stdout);
   return 0;
 }
@@ -431,8 +439,8 @@ int kill_command(const std::vector<std::string>& given) {
   }
   auto client = head_client(*flags);
   if (!client.ok()) return fail(client.status());
-  auto status = client->head.call(&HeadService::status).get(absl::Seconds(10));
-  if (!status.ok()) return fail(explain_head_error(status.status(), *flags));
+  absl::StatusOr<ClusterStatus> status = fetch_status(*client, *flags);
+  if (!status.ok()) return fail(status.status());
   absl::StatusOr<ActorStatus> actor = find_actor_in(*status, positional[0]);
   if (!actor.ok()) return fail(actor.status());
   if (actor->state == ActorState::kDead) {
@@ -468,8 +476,8 @@ int pg_command(const std::vector<std::string>& given) {
   }
   auto client = head_client(*flags);
   if (!client.ok()) return fail(client.status());
-  auto status = client->head.call(&HeadService::status).get(absl::Seconds(10));
-  if (!status.ok()) return fail(explain_head_error(status.status(), *flags));
+  absl::StatusOr<ClusterStatus> status = fetch_status(*client, *flags);
+  if (!status.ok()) return fail(status.status());
   if (list) {
     for (const PlacementGroupStatus& g : status->placement_groups) {
       std::printf("pg-%llu %s %s %s [%s] %s\n", static_cast<unsigned long long>(g.id),

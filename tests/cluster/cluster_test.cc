@@ -217,7 +217,7 @@ TEST_F(ClusterTest, AnIdempotentCallLostWithItsNodeIsSentAgainToTheRestartedActo
   ASSERT_NE(victim, -1);
   Future<bool> retried = probe->call(&Probe::hold, 1500);    // TROUPE_IDEMPOTENT
   Future<bool> once = probe->call(&Probe::hold_once, 1500);  // not: at most once
-  absl::SleepFor(absl::Milliseconds(300));
+  // Both are in flight once call() returned: sent, not answered.
   local_->kill_worker(victim);
   auto r = retried.get(kCallTimeout);
   ASSERT_TRUE(r.ok()) << r.status();

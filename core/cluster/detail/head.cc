@@ -327,10 +327,11 @@ absl::Status HeadService::claim_collective_group(std::string name, uint32_t node
   }
   auto it = collective_jobs_.find(name);
   if (it != collective_jobs_.end() && it->second != job) {
-    const JobRecord& owner = jobs_[it->second];
-    return absl::AlreadyExistsError(absl::StrCat("collective group '", name, "' belongs to job ",
-                                                 it->second, " (", owner.driver.name,
-                                                 "), which is running; choose another name"));
+    auto owner = jobs_.find(it->second);
+    return absl::AlreadyExistsError(
+        absl::StrCat("collective group '", name, "' belongs to job ", it->second, " (",
+                     owner == jobs_.end() ? "?" : owner->second.driver.name,
+                     "), which is running; choose another name"));
   }
   if (job != 0) collective_jobs_[name] = job;
   return absl::OkStatus();
@@ -647,8 +648,10 @@ ClusterStatus HeadService::status() {
   ClusterStatus s;
   absl::Time now = absl::Now();
   std::map<uint32_t, int64_t> alive_on;
+  std::map<uint32_t, int64_t> owned_by;  // a job -> its actors not dead
   for (const auto& [id, a] : actors_) {
     if (a.state == ActorState::kAlive) ++alive_on[a.node];
+    if (a.job != 0 && a.state != ActorState::kDead) ++owned_by[a.job];
     ActorStatus as;
     as.id = id;
     as.type = a.spawn.type;
@@ -692,9 +695,7 @@ ClusterStatus HeadService::status() {
     js.pid = record.driver.pid;
     js.state = record.state;
     js.end_reason = record.end_reason;
-    for (const auto& [id, a] : actors_) {
-      if (a.job == job && a.state != ActorState::kDead) ++js.actors;
-    }
+    js.actors = owned_by[job];
     for (const auto& [group, owner] : group_jobs_) {
       if (owner == job) js.placement_groups.push_back(group);
     }

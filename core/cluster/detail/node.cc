@@ -101,7 +101,7 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>, public detail::A
   static bool may_retry(const Pending& call);
   // Sends lost call `call` again once its actor runs elsewhere, if its
   // max_task_retries allow; else fails it. On a thread of its own: it waits
-  // for the head to restart the actor.
+  // for the head to restart the actor. Needs the task_retries and locate hooks.
   void retry_lost(Pending call, absl::Status why);
 
   const NodeOptions options_;
@@ -248,8 +248,11 @@ void NodeCore::fail_pending(uint32_t node, const absl::Status& why) {
       }
     }
   }
+  if (failed.empty()) return;
+  NodeHooks h = hooks();
+  const bool can_retry = h.task_retries && h.locate;
   for (Pending& call : failed) {
-    if (may_retry(call) && hooks().task_retries) {
+    if (can_retry && may_retry(call)) {
       retry_lost(call, why);
     } else {
       call.message->reject(node_lost_error(call.target, node, why));
@@ -274,8 +277,7 @@ void NodeCore::retry_lost(Pending call, absl::Status why) {
     // The head may not have heard of the loss yet: until it has, it still
     // places the actor on the lost node.
     for (int i = 0; i < kRelocateChecks; ++i) {
-      absl::StatusOr<uint32_t> where =
-          h.locate ? h.locate(call.target) : absl::UnavailableError("");
+      absl::StatusOr<uint32_t> where = h.locate(call.target);
       if (where.ok() && *where != call.node) {
         self->relocate(call.target, *where);
         self->send(*where, call.target, call.message, call.type, call.attempt + 1);
