@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,15 @@ class CollectiveGroup {
   Work allgather_async(const void* input, void* output, size_t bytes) {
     return group_->allgather_async(input, output, bytes);
   }
+  // Blocks of any sizes (MPI_Reduce_scatter, MPI_Allgatherv): see
+  // transport/collectives/collectives.h.
+  Work reduce_scatter_v_async(DType type, ReduceOp op, const void* input, void* output,
+                              std::span<const size_t> counts) {
+    return group_->reduce_scatter_v_async(type, op, input, output, counts);
+  }
+  Work allgather_v_async(const void* input, void* output, std::span<const size_t> bytes) {
+    return group_->allgather_v_async(input, output, bytes);
+  }
   Work broadcast_async(void* data, size_t bytes, int root) {
     return group_->broadcast_async(data, bytes, root);
   }
@@ -127,6 +137,9 @@ class CollectiveGroup {
   }
   // Waits for `work` (inside an actor, without holding up other actors).
   static absl::Status wait(const Work& work);
+
+  // What this member has sent to the others, by kind of operation.
+  transport::Traffic traffic() const { return group_->traffic(); }
 
   // Fails every pending operation with Aborted on every member.
   void abort(const absl::Status& why) { group_->abort(why); }

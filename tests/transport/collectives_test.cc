@@ -161,6 +161,58 @@ absl::Status every_operation(Communicator& c, const std::vector<size_t>& sizes) 
           }
         }
       }
+      // Blocks of uneven sizes, some empty: block i ends at total * (i + 1)^2 / n^2.
+      std::vector<size_t> counts, offsets;
+      for (size_t i = 0, total = count * static_cast<size_t>(n), at = 0; i < static_cast<size_t>(n);
+           ++i) {
+        const size_t end = total * (i + 1) * (i + 1) / (static_cast<size_t>(n) * n);
+        offsets.push_back(at);
+        counts.push_back(end - at);
+        at = end;
+      }
+      const size_t own = counts[static_cast<size_t>(r)];
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+        Tensor in(type, count * static_cast<size_t>(n));
+        in.fill(r);
+        Tensor out(type, own);
+        std::string what =
+            absl::StrCat("reduce_scatter_v ", std::string(to_string(op)), " ", where);
+        if (absl::Status s = reduce_scatter_v(c, type, op, in.data(), out.data(), counts);
+            !s.ok()) {
+          return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+        }
+        if (absl::Status s = check(
+                what, out, [&](size_t i) { return closed_form(op, n, i); },
+                offsets[static_cast<size_t>(r)]);
+            !s.ok()) {
+          return s;
+        }
+      }
+      {
+        const size_t width = element_size(type);
+        Tensor mine(type, own);
+        mine.fill(r);
+        Tensor all(type, count * static_cast<size_t>(n));
+        std::vector<size_t> bytes;
+        for (size_t k : counts)
+          bytes.push_back(k * width);
+        std::string what = absl::StrCat("allgather_v ", where);
+        if (absl::Status s = allgather_v(c, mine.data(), all.data(), bytes); !s.ok()) {
+          return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+        }
+        for (int b = 0; b < n; ++b) {
+          Tensor block(type, counts[static_cast<size_t>(b)]);
+          if (!block.bytes.empty()) {
+            std::memcpy(block.data(), &all.bytes[offsets[static_cast<size_t>(b)] * width],
+                        block.bytes.size());
+          }
+          if (absl::Status s = check(absl::StrCat(what, ", block ", b), block,
+                                     [&](size_t i) { return contribution(b, i); });
+              !s.ok()) {
+            return s;
+          }
+        }
+      }
       {
         const int root = static_cast<int>(count % static_cast<size_t>(n));
         Tensor t(type, count);
@@ -288,6 +340,13 @@ TEST_P(CollectivesTest, BadArgumentsAreRefused) {
                        Algorithm::kHalvingDoubling);
     if (!absl::IsInvalidArgument(s))
       return absl::InternalError(absl::StrCat("algorithm: ", s.ToString()));
+    const size_t three[] = {1, 1, 1};
+    s = reduce_scatter_v(c, DType::kFloat32, ReduceOp::kSum, &x, &out, three);
+    if (!absl::IsInvalidArgument(s))
+      return absl::InternalError(absl::StrCat("reduce_scatter_v counts: ", s.ToString()));
+    s = allgather_v(c, &x, &out, three);
+    if (!absl::IsInvalidArgument(s))
+      return absl::InternalError(absl::StrCat("allgather_v sizes: ", s.ToString()));
     // The group still works.
     return allreduce(c, DType::kFloat32, ReduceOp::kSum, &x, 1);
   });

@@ -132,6 +132,66 @@ absl::Status allgather(Communicator& comm, const void* input, void* output, size
   return detail::finish(comm, std::move(s), {&sends});
 }
 
+namespace {
+
+absl::Status check_blocks(const Communicator& comm, std::span<const size_t> sizes,
+                          const char* what) {
+  if (sizes.size() == static_cast<size_t>(comm.size())) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": ", sizes.size(), " block sizes for a group of ", comm.size()));
+}
+
+// Consecutive blocks of the given sizes (elements or bytes, as the sizes are).
+absl::InlinedVector<detail::Range, 16> consecutive(std::span<const size_t> sizes) {
+  absl::InlinedVector<detail::Range, 16> blocks;
+  size_t at = 0;
+  for (size_t n : sizes) {
+    blocks.push_back({at, n});
+    at += n;
+  }
+  return blocks;
+}
+
+}  // namespace
+
+absl::Status reduce_scatter_v(Communicator& comm, DType type, ReduceOp op, const void* input,
+                              void* output, std::span<const size_t> counts) {
+  if (absl::Status s = check_blocks(comm, counts, "reduce_scatter_v"); !s.ok()) return s;
+  const uint64_t sequence = comm.next_sequence();
+  Communicator::Driving driving(comm);
+  const auto blocks = consecutive(counts);
+  const Ranks ranks = all_ranks(comm);
+  const detail::Members members{ranks, comm.rank()};
+  detail::BorrowedSends first_sends(comm);
+  absl::Status s = detail::ring_reduce_scatter_blocks(
+      comm, members, type, op == ReduceOp::kAvg ? ReduceOp::kSum : op, input, output, blocks,
+      sequence, 0, first_sends);
+  s = detail::finish(comm, std::move(s), {&first_sends});
+  const size_t mine = counts[static_cast<size_t>(comm.rank())];
+  if (s.ok() && op == ReduceOp::kAvg && mine > 0) {
+    scale(type, output, mine, 1.0f / static_cast<float>(comm.size()));
+  }
+  return s;
+}
+
+absl::Status allgather_v(Communicator& comm, const void* input, void* output,
+                         std::span<const size_t> bytes) {
+  if (absl::Status s = check_blocks(comm, bytes, "allgather_v"); !s.ok()) return s;
+  const uint64_t sequence = comm.next_sequence();
+  Communicator::Driving driving(comm);
+  auto* out = static_cast<std::byte*>(output);
+  const auto blocks = consecutive(bytes);
+  const detail::Range& own = blocks[static_cast<size_t>(comm.rank())];
+  std::byte* mine = out + own.offset;
+  if (mine != input && own.count > 0) std::memcpy(mine, input, own.count);
+  const Ranks ranks = all_ranks(comm);
+  detail::BorrowedSends sends(comm);
+  const detail::Members members{ranks, comm.rank()};
+  detail::place_allgather(comm, members, out, blocks, sequence, 0, sends);
+  absl::Status s = detail::ring_allgather(comm, members, out, blocks, sequence, 0, sends, nullptr);
+  return detail::finish(comm, std::move(s), {&sends});
+}
+
 absl::Status broadcast(Communicator& comm, void* data, size_t bytes, int root) {
   const uint64_t sequence = comm.next_sequence();
   Communicator::Driving driving(comm);

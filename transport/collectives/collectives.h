@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -56,6 +57,21 @@ absl::Status reduce_scatter(Communicator& comm, DType type, ReduceOp op, const v
 // output (size() * bytes) becomes every rank's `bytes` of input, in rank
 // order. input may be output + rank() * bytes (in place).
 absl::Status allgather(Communicator& comm, const void* input, void* output, size_t bytes);
+
+// MPI_Reduce_scatter: input holds size() consecutive blocks, block i of
+// counts[i] elements (any may be 0); output (counts[rank()] elements)
+// becomes op over all ranks of their block rank(). input and output may not
+// overlap, unless output is input's block rank() itself. Ring algorithm.
+// InvalidArgument unless counts has size() entries.
+absl::Status reduce_scatter_v(Communicator& comm, DType type, ReduceOp op, const void* input,
+                              void* output, std::span<const size_t> counts);
+
+// MPI_Allgatherv: output holds size() consecutive blocks, block i of
+// bytes[i] bytes (any may be 0), and becomes every rank's input in rank
+// order; input (bytes[rank()]) may be output's block rank() (in place).
+// InvalidArgument unless bytes has size() entries.
+absl::Status allgather_v(Communicator& comm, const void* input, void* output,
+                         std::span<const size_t> bytes);
 
 // data (bytes) becomes root's data on every rank.
 absl::Status broadcast(Communicator& comm, void* data, size_t bytes, int root);

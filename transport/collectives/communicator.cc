@@ -224,8 +224,12 @@ absl::Status Communicator::send(int peer, uint64_t tag, Buffer data) {
       return absl::OkStatus();
     }
   }
+  const size_t bytes = data.size();
   absl::Status sent = peers_[peer]->send(make_frame(kData, options_.rank, tag, std::move(data)));
-  if (sent.ok()) return sent;
+  if (sent.ok()) {
+    bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
+    return sent;
+  }
   // A peer that can no longer be reached is a member lost: the group fails
   // as a whole, with Aborted, as when its connection breaks (lost()).
   sh.lost(peer, sent);

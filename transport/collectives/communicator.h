@@ -73,6 +73,8 @@ class Communicator {
   // The next buffer from `peer` under `tag`. Errors: Aborted (abort() was
   // called, or a member's connection broke), DeadlineExceeded.
   absl::StatusOr<Buffer> recv(int peer, uint64_t tag);
+  // Payload bytes send() has handed to other ranks so far (not to itself).
+  uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
 
   // Asks for the payload of the next message from `peer` under `tag` to land
   // in `target` (a buffer over the caller's memory, of the payload's size),
@@ -165,6 +167,7 @@ class Communicator {
   std::vector<std::shared_ptr<Connection>> peers_;  // by rank; null for self
   std::vector<std::string> hosts_;                  // by rank
   uint64_t sequence_ = 0;
+  std::atomic<uint64_t> bytes_sent_{0};
   // The connections' transport, if a waiting thread can run its I/O.
   detail::DirectIo* direct_io_ = nullptr;
   bool crowded_ = false;  // more ranks on this host than CPUs to run them

@@ -38,8 +38,8 @@ Group::~Group() {
   worker_.join();
 }
 
-Work Group::enqueue(std::function<absl::Status(Communicator&)> run) {
-  Op op{std::move(run), Work()};
+Work Group::enqueue(Kind kind, std::function<absl::Status(Communicator&)> run) {
+  Op op{std::move(run), Work(), kind};
   Work work = op.work;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -60,10 +60,26 @@ void Group::run_worker() {
       queue_.pop_front();
       running_ = true;
     }
+    const uint64_t sent_before = comm_->bytes_sent() - point_to_point_sent_.load();
     absl::Status s = op.run(*comm_);
+    const uint64_t sent = comm_->bytes_sent() - point_to_point_sent_.load() - sent_before;
     {
       std::lock_guard<std::mutex> lock(mu_);
       running_ = false;
+      switch (op.kind) {
+        case Kind::kAllreduce:
+          traffic_.allreduce += sent;
+          break;
+        case Kind::kReduceScatter:
+          traffic_.reduce_scatter += sent;
+          break;
+        case Kind::kAllgather:
+          traffic_.allgather += sent;
+          break;
+        case Kind::kOther:
+          traffic_.other += sent;
+          break;
+      }
     }
     op.work.finish(std::move(s));
   }
@@ -71,27 +87,45 @@ void Group::run_worker() {
 
 Work Group::allreduce_async(DType type, ReduceOp op, void* data, size_t count,
                             Algorithm algorithm) {
-  return enqueue(
-      [=](Communicator& c) { return transport::allreduce(c, type, op, data, count, algorithm); });
+  return enqueue(Kind::kAllreduce, [=](Communicator& c) {
+    return transport::allreduce(c, type, op, data, count, algorithm);
+  });
 }
 
 Work Group::reduce_scatter_async(DType type, ReduceOp op, const void* input, void* output,
                                  size_t count) {
-  return enqueue([=](Communicator& c) {
+  return enqueue(Kind::kReduceScatter, [=](Communicator& c) {
     return transport::reduce_scatter(c, type, op, input, output, count);
   });
 }
 
+Work Group::reduce_scatter_v_async(DType type, ReduceOp op, const void* input, void* output,
+                                   std::span<const size_t> counts) {
+  return enqueue(Kind::kReduceScatter,
+                 [=, counts = std::vector<size_t>(counts.begin(), counts.end())](Communicator& c) {
+                   return transport::reduce_scatter_v(c, type, op, input, output, counts);
+                 });
+}
+
+Work Group::allgather_v_async(const void* input, void* output, std::span<const size_t> bytes) {
+  return enqueue(Kind::kAllgather,
+                 [=, bytes = std::vector<size_t>(bytes.begin(), bytes.end())](Communicator& c) {
+                   return transport::allgather_v(c, input, output, bytes);
+                 });
+}
+
 Work Group::allgather_async(const void* input, void* output, size_t bytes) {
-  return enqueue([=](Communicator& c) { return transport::allgather(c, input, output, bytes); });
+  return enqueue(Kind::kAllgather,
+                 [=](Communicator& c) { return transport::allgather(c, input, output, bytes); });
 }
 
 Work Group::broadcast_async(void* data, size_t bytes, int root) {
-  return enqueue([=](Communicator& c) { return transport::broadcast(c, data, bytes, root); });
+  return enqueue(Kind::kOther,
+                 [=](Communicator& c) { return transport::broadcast(c, data, bytes, root); });
 }
 
 Work Group::barrier_async() {
-  return enqueue([](Communicator& c) { return transport::barrier(c); });
+  return enqueue(Kind::kOther, [](Communicator& c) { return transport::barrier(c); });
 }
 
 Work Group::send_async(int peer, uint64_t tag, const void* data, size_t bytes) {
@@ -99,8 +133,16 @@ Work Group::send_async(int peer, uint64_t tag, const void* data, size_t bytes) {
     return Work::done_with(absl::InvalidArgumentError(
         absl::StrCat("send to rank ", peer, " of ", size(), " with tag ", tag)));
   }
-  return Work::done_with(comm_->send(
-      peer, kPointToPoint | tag, Buffer::copy_of({static_cast<const std::byte*>(data), bytes})));
+  point_to_point_sent_.fetch_add(bytes);
+  absl::Status sent = comm_->send(peer, kPointToPoint | tag,
+                                  Buffer::copy_of({static_cast<const std::byte*>(data), bytes}));
+  if (sent.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    traffic_.other += bytes;
+  } else {
+    point_to_point_sent_.fetch_sub(bytes);
+  }
+  return Work::done_with(std::move(sent));
 }
 
 Work Group::recv_async(int peer, uint64_t tag, void* data, size_t bytes) {
@@ -108,7 +150,7 @@ Work Group::recv_async(int peer, uint64_t tag, void* data, size_t bytes) {
     return Work::done_with(absl::InvalidArgumentError(
         absl::StrCat("recv from rank ", peer, " of ", size(), " with tag ", tag)));
   }
-  return enqueue([=](Communicator& c) -> absl::Status {
+  return enqueue(Kind::kOther, [=](Communicator& c) -> absl::Status {
     absl::StatusOr<Buffer> in = c.recv(peer, kPointToPoint | tag);
     if (!in.ok()) return in.status();
     if (in->size() != bytes) {
@@ -119,6 +161,11 @@ Work Group::recv_async(int peer, uint64_t tag, void* data, size_t bytes) {
     if (bytes > 0) std::memcpy(data, in->data(), bytes);
     return absl::OkStatus();
   });
+}
+
+Traffic Group::traffic() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return traffic_;
 }
 
 void Group::abort(const absl::Status& why, const std::vector<int>& lost) {

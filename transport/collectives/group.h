@@ -13,6 +13,7 @@
 // Point-to-point send/recv take tags below 2^62 in a space of their own.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -20,7 +21,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "transport/collectives/collectives.h"
@@ -28,6 +31,19 @@
 #include "transport/collectives/work.h"
 
 namespace troupe::transport {
+
+// Payload bytes one rank sent to the others, by kind of operation.
+struct Traffic {
+  uint64_t allreduce = 0;
+  uint64_t reduce_scatter = 0;  // reduce_scatter and reduce_scatter_v
+  uint64_t allgather = 0;       // allgather and allgather_v
+  uint64_t other = 0;           // broadcast, barrier, send
+  uint64_t total() const { return allreduce + reduce_scatter + allgather + other; }
+  Traffic operator-(const Traffic& earlier) const {
+    return {allreduce - earlier.allreduce, reduce_scatter - earlier.reduce_scatter,
+            allgather - earlier.allgather, other - earlier.other};
+  }
+};
 
 class Group {
  public:
@@ -48,6 +64,11 @@ class Group {
                        Algorithm algorithm = Algorithm::kAuto);
   Work reduce_scatter_async(DType type, ReduceOp op, const void* input, void* output, size_t count);
   Work allgather_async(const void* input, void* output, size_t bytes);
+  // As transport::reduce_scatter_v and allgather_v (collectives.h); the
+  // sizes are copied.
+  Work reduce_scatter_v_async(DType type, ReduceOp op, const void* input, void* output,
+                              std::span<const size_t> counts);
+  Work allgather_v_async(const void* input, void* output, std::span<const size_t> bytes);
   Work broadcast_async(void* data, size_t bytes, int root);
   Work barrier_async();
   // Sends a copy of `bytes` at `data` to `peer` under `tag` (done at once).
@@ -85,20 +106,29 @@ class Group {
   // buffers.
   void abort(const absl::Status& why, const std::vector<int>& lost = {});
 
+  // What this rank has sent since the group was formed, counted as each
+  // operation finishes.
+  Traffic traffic() const;
+
  private:
+  enum class Kind { kAllreduce, kReduceScatter, kAllgather, kOther };
   struct Op {
     std::function<absl::Status(Communicator&)> run;
     Work work;
+    Kind kind = Kind::kOther;
   };
-  Work enqueue(std::function<absl::Status(Communicator&)> run);
+  Work enqueue(Kind kind, std::function<absl::Status(Communicator&)> run);
   void run_worker();
 
   std::unique_ptr<Communicator> comm_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable queued_;
   std::deque<Op> queue_;
   bool running_ = false;  // an operation is being run
   bool stopping_ = false;
+  Traffic traffic_;  // under mu_
+  // What send_async sent: the worker leaves it out of the operation running meanwhile.
+  std::atomic<uint64_t> point_to_point_sent_{0};
   std::thread worker_;
 };
 

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
+
 namespace troupe::transport::detail {
 namespace {
 
@@ -20,21 +22,37 @@ absl::Status ring_reduce_scatter(Communicator& comm, const Members& members, DTy
                                  ReduceOp op, const void* input, void* output, size_t count,
                                  uint64_t sequence, int phase, BorrowedSends& first_sends) {
   const int n = members.size();
+  absl::InlinedVector<Range, 16> blocks(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i)
+    blocks[i] = part_of(count, n, i);
+  return ring_reduce_scatter_blocks(comm, members, type, op, input, output, blocks, sequence, phase,
+                                    first_sends);
+}
+
+absl::Status ring_reduce_scatter_blocks(Communicator& comm, const Members& members, DType type,
+                                        ReduceOp op, const void* input, void* output,
+                                        std::span<const Range> blocks, uint64_t sequence, int phase,
+                                        BorrowedSends& first_sends) {
+  const int n = members.size();
   const int m = members.me;
   const size_t width = element_size(type);
   const auto* in_bytes = static_cast<const std::byte*>(input);
   auto* out_bytes = static_cast<std::byte*>(output);
-  const Range mine = part_of(count, n, m);
+  auto block_of = [&](int i) { return blocks[static_cast<size_t>((i % n + n) % n)]; };
+  const Range mine = block_of(m);
   if (n == 1) {
-    if (out_bytes != in_bytes + mine.offset * width)
+    if (out_bytes != in_bytes + mine.offset * width && mine.count > 0)
       std::memcpy(out_bytes, in_bytes + mine.offset * width, mine.count * width);
     return absl::OkStatus();
   }
-  const size_t seg = segment_elements(part_of(count, n, 0).count, width);
+  size_t largest = 0;
+  for (const Range& b : blocks)
+    largest = std::max(largest, b.count);
+  const size_t seg = segment_elements(largest, width);
   const int right = members.rank(m + 1);
   const int left = members.rank(m - 1);
   // Step 0 sends this member's copy of block m - 1, as it is.
-  const Range first = part_of(count, n, static_cast<size_t>((m - 1 + n) % n));
+  const Range first = block_of(m - 1);
   for (size_t at = 0, j = 0; at < first.count; at += seg, ++j) {
     size_t len = std::min(seg, first.count - at);
     Buffer b = first_sends.borrow(in_bytes + (first.offset + at) * width, len * width);
@@ -51,7 +69,7 @@ absl::Status ring_reduce_scatter(Communicator& comm, const Members& members, DTy
   // other way round, which saves a copy and is as deterministic.
   const bool in_place = out_bytes == in_bytes + mine.offset * width;
   for (int s = 0; s < n - 1; ++s) {
-    const Range block = part_of(count, n, static_cast<size_t>(((m - s - 2) % n + n) % n));
+    const Range block = block_of(m - s - 2);
     const bool last = s == n - 2;
     for (size_t at = 0, j = 0; at < block.count; at += seg, ++j) {
       size_t len = std::min(seg, block.count - at);

@@ -39,6 +39,13 @@ inline constexpr size_t kRingSegmentBytes = 512 * 1024;
 absl::Status ring_reduce_scatter(Communicator& comm, const Members& members, DType type,
                                  ReduceOp op, const void* input, void* output, size_t count,
                                  uint64_t sequence, int phase, BorrowedSends& first_sends);
+// The same over blocks of any sizes (in elements; some may be empty):
+// block i is `blocks[i]` of input, and `output` receives blocks[me].count
+// elements.
+absl::Status ring_reduce_scatter_blocks(Communicator& comm, const Members& members, DType type,
+                                        ReduceOp op, const void* input, void* output,
+                                        std::span<const Range> blocks, uint64_t sequence, int phase,
+                                        BorrowedSends& first_sends);
 
 // `data` holds one block per member at `blocks[i]` (byte ranges); this
 // member's block is filled in, the others are received. Segments land in
