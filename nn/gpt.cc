@@ -130,31 +130,72 @@ void GPT::Buffer::release() {
   size_ = 0;
 }
 
-absl::StatusOr<GPT> GPT::create(const GPTConfig& config, const GPTOptions& options) {
+absl::StatusOr<GPT> GPT::create(const GPTConfig& config, const GPTOptions& options,
+                                const GPTStorage& storage) {
   if (absl::Status s = config.validate(); !s.ok()) return s;
-  GPT gpt(config, options);
+  GPT gpt(config, options, storage);
   const size_t n = gpt.layout_.num_params();
-  if (absl::Status s = gpt.params_.reset(MemoryCategory::kParameters, n); !s.ok()) return s;
-  if (absl::Status s = gpt.grads_.reset(MemoryCategory::kGradients, n); !s.ok()) return s;
-  gpt.param_tensors_ = point_gpt_tensors(gpt.layout_, gpt.params_.data());
-  gpt.grad_tensors_ = point_gpt_tensors(gpt.layout_, gpt.grads_.data());
+  // Unbound tensors are null until the caller binds them.
+  gpt.param_tensors_.blocks.assign(static_cast<size_t>(config.num_layers), GPTBlockTensors{});
+  gpt.grad_tensors_.blocks.assign(static_cast<size_t>(config.num_layers), GPTBlockTensors{});
+  if (storage.parameters) {
+    if (absl::Status s = gpt.params_.reset(MemoryCategory::kParameters, n); !s.ok()) return s;
+    gpt.param_tensors_ = point_gpt_tensors(gpt.layout_, gpt.params_.data());
+  }
+  if (storage.gradients) {
+    if (absl::Status s = gpt.grads_.reset(MemoryCategory::kGradients, n); !s.ok()) return s;
+    gpt.grad_tensors_ = point_gpt_tensors(gpt.layout_, gpt.grads_.data());
+  }
   return gpt;
 }
 
-GPT::GPT(const GPTConfig& config, const GPTOptions& options)
-    : config_(config), options_(options), layout_(config) {}
+GPT::GPT(const GPTConfig& config, const GPTOptions& options, const GPTStorage& storage)
+    : config_(config), options_(options), storage_(storage), layout_(config) {}
+
+absl::Status GPT::bind_parameters(size_t begin, size_t end, float* base) {
+  if (storage_.parameters) {
+    return absl::FailedPreconditionError("GPT::bind_parameters: the model owns its parameters");
+  }
+  return rebind_gpt_tensors(layout_, begin, end, base, &param_tensors_);
+}
+
+absl::Status GPT::bind_gradients(size_t begin, size_t end, float* base) {
+  if (storage_.gradients) {
+    return absl::FailedPreconditionError("GPT::bind_gradients: the model owns its gradients");
+  }
+  return rebind_gpt_tensors(layout_, begin, end, base, &grad_tensors_);
+}
 
 void GPT::init_parameters(uint64_t seed) {
+  init_parameters(config_, seed, 0, num_params(), params_.data());
+}
+
+void GPT::init_parameters(const GPTConfig& config, uint64_t seed, size_t begin, size_t end,
+                          float* out) {
+  const GPTParamLayout layout(config);
   InitRng rng(seed);
-  const double residual_std = 0.02 / std::sqrt(2.0 * config_.num_layers);
-  const size_t C = config_.channels;
-  for (const GPTParamTensor& t : layout_.tensors()) {
-    float* p = params_.data() + t.offset;
+  const double residual_std = 0.02 / std::sqrt(2.0 * config.num_layers);
+  const size_t C = config.channels;
+  std::vector<float> scratch;  // a tensor that [begin, end) holds only part of
+  for (const GPTParamTensor& t : layout.tensors()) {
+    const size_t t_end = t.offset + t.size;
+    const size_t from = std::max(begin, t.offset), to = std::min(end, t_end);
     std::string_view name = t.name;
     name = name.substr(name.find('.') + 1);  // "h0.qkvw" -> "qkvw"; no '.': unchanged
+    const bool random = name == "wte" || name == "wpe" || name == "qkvw" || name == "fcw" ||
+                        name == "attprojw" || name == "fcprojw";
+    // Every random tensor draws from the one generator in buffer order, wanted or not.
+    if (from >= to && !random) continue;
+    float* p = nullptr;
+    if (from == t.offset && to == t_end) {
+      p = out + (t.offset - begin);
+    } else {
+      scratch.resize(t.size);
+      p = scratch.data();
+    }
     if (name == "wte") {
-      rng.fill_normal(p, config_.vocab_size * C, 0.02);
-      std::fill(p + config_.vocab_size * C, p + t.size, 0.0f);
+      rng.fill_normal(p, config.vocab_size * C, 0.02);
+      std::fill(p + config.vocab_size * C, p + t.size, 0.0f);
     } else if (name == "wpe" || name == "qkvw" || name == "fcw") {
       rng.fill_normal(p, t.size, 0.02);
     } else if (name == "attprojw" || name == "fcprojw") {
@@ -163,6 +204,9 @@ void GPT::init_parameters(uint64_t seed) {
       std::fill(p, p + t.size, 1.0f);
     } else {  // biases
       std::fill(p, p + t.size, 0.0f);
+    }
+    if (p == scratch.data() && from < to) {
+      std::copy(p + (from - t.offset), p + (to - t.offset), out + (from - begin));
     }
   }
 }

@@ -38,6 +38,16 @@ struct GPTOptions {
   bool recompute_activations = false;
 };
 
+// Which of its two flat buffers a model allocates. A buffer it does not own
+// is bound by the caller, range by range (GPT::bind_parameters,
+// bind_gradients): ZeRO keeps only a partition of the parameters or
+// gradients whole and binds each block to a gathered copy or a bucket just
+// before it runs.
+struct GPTStorage {
+  bool parameters = true;
+  bool gradients = true;
+};
+
 // Bytes held by a model, by category. They are also counted in MemoryTracker::global() (memory.h)
 // under parameters, gradients and activations (both activation categories).
 struct GPTMemory {
@@ -57,7 +67,8 @@ class GPT {
   // ResourceExhausted without the memory. Parameters and gradients are zero; activations are
   // allocated by the first forward (or prepare).
   [[nodiscard]] static absl::StatusOr<GPT> create(const GPTConfig& config,
-                                                  const GPTOptions& options = {});
+                                                  const GPTOptions& options = {},
+                                                  const GPTStorage& storage = {});
 
   GPT(GPT&&) = default;
   GPT& operator=(GPT&&) = default;
@@ -65,13 +76,20 @@ class GPT {
   const GPTConfig& config() const { return config_; }
   const GPTOptions& options() const { return options_; }
 
+  // The range [begin, end) of what init_parameters(seed) gives a model of `config`, into `out`
+  // (end - begin floats), without the memory for the rest: a parameter shard initialises its
+  // partition. REQUIRES: config.validate() is OK; begin <= end <= the number of parameters.
+  static void init_parameters(const GPTConfig& config, uint64_t seed, size_t begin, size_t end,
+                              float* out);
+
   // GPT-2's initialisation, reproducible from seed: wte (rows < V), wpe, qkvw and fcw normal(0,
   // 0.02); attprojw and fcprojw normal(0, 0.02 / sqrt(2L)); LayerNorm weights 1; biases and the
   // padding rows of wte 0.
   void init_parameters(uint64_t seed);
 
   // The flat buffers: num_params() floats each, laid out as param_layout() says. The caller may
-  // read and write them between calls (loading a checkpoint, an optimizer step).
+  // read and write them between calls (loading a checkpoint, an optimizer step). Null for a
+  // buffer the model does not own (GPTStorage).
   float* params() { return params_.data(); }
   const float* params() const { return params_.data(); }
   float* grads() { return grads_.data(); }
@@ -95,8 +113,19 @@ class GPT {
   // zero_grad(). FailedPrecondition unless the last forward had targets.
   [[nodiscard]] absl::Status backward(float dloss = 1.0f);
 
-  // Sets every gradient to zero.
+  // Sets every gradient to zero (of the model's own gradient buffer; bound gradients are the
+  // caller's to clear).
   void zero_grad();
+
+  // Points the parameter (gradient) tensors that lie in [begin, end) of the flat layout at
+  // `base`, which holds that range laid out as the flat buffer does (the tensor at offset o reads
+  // base + o - begin); it stays owned by the caller and must outlive its use. May be called
+  // between any two pieces of forward and backward; a piece REQUIRES every tensor it reads or
+  // writes to be bound. Gradients accumulate into what is bound, as into the model's own.
+  // FailedPrecondition if the model owns that buffer; InvalidArgument if [begin, end) cuts
+  // through a tensor or leaves the buffer.
+  [[nodiscard]] absl::Status bind_parameters(size_t begin, size_t end, float* base);
+  [[nodiscard]] absl::Status bind_gradients(size_t begin, size_t end, float* base);
 
   // logits [B, T, Vp] of the last forward (columns [V, Vp) are the padding's, not part of the
   // softmax). Valid until the next forward.
@@ -172,7 +201,7 @@ class GPT {
     size_t size_ = 0;
   };
 
-  GPT(const GPTConfig& config, const GPTOptions& options);
+  GPT(const GPTConfig& config, const GPTOptions& options, const GPTStorage& storage);
 
   // Pointers into acts_buffer_ for (B_, T_). Per-block tensors are [L, ...] when stored for every
   // block and a single block's worth when recomputed (see GPTOptions).
@@ -226,6 +255,7 @@ class GPT {
 
   GPTConfig config_;
   GPTOptions options_;
+  GPTStorage storage_;
   GPTParamLayout layout_;
   Buffer params_;
   Buffer grads_;

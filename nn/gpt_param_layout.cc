@@ -114,4 +114,48 @@ GPTTensors point_gpt_tensors(const GPTParamLayout& layout, float* base) {
   return t;
 }
 
+absl::Status rebind_gpt_tensors(const GPTParamLayout& layout, size_t begin, size_t end, float* base,
+                                GPTTensors* tensors) {
+  if (begin > end || end > layout.num_params()) {
+    return absl::InvalidArgumentError(absl::StrCat("GPT: range [", begin, ", ", end,
+                                                   ") is not within the ", layout.num_params(),
+                                                   " parameters"));
+  }
+  const std::vector<GPTParamTensor>& all = layout.tensors();
+  for (const GPTParamTensor& t : all) {
+    const size_t t_end = t.offset + t.size;
+    const bool inside = t.offset >= begin && t_end <= end;
+    const bool outside = t_end <= begin || t.offset >= end;
+    if (!inside && !outside) {
+      return absl::InvalidArgumentError(absl::StrCat("GPT: range [", begin, ", ", end,
+                                                     ") cuts through tensor ", t.name, " [",
+                                                     t.offset, ", ", t_end, ")"));
+    }
+  }
+  // Tensor i of the layout is, in buffer order: wte, wpe, the blocks' 12 each, lnfw, lnfb.
+  for (size_t i = 0; i < all.size(); ++i) {
+    const GPTParamTensor& t = all[i];
+    if (t.offset < begin || t.offset + t.size > end || t.size == 0) continue;
+    float* p = base + (t.offset - begin);
+    if (i == 0) {
+      tensors->wte = p;
+    } else if (i == 1) {
+      tensors->wpe = p;
+    } else if (i == all.size() - 2) {
+      tensors->lnfw = p;
+    } else if (i == all.size() - 1) {
+      tensors->lnfb = p;
+    } else {
+      const size_t l = (i - 2) / kNumBlockTensors, k = (i - 2) % kNumBlockTensors;
+      float** slots[kNumBlockTensors] = {
+          &tensors->blocks[l].ln1w, &tensors->blocks[l].ln1b,     &tensors->blocks[l].qkvw,
+          &tensors->blocks[l].qkvb, &tensors->blocks[l].attprojw, &tensors->blocks[l].attprojb,
+          &tensors->blocks[l].ln2w, &tensors->blocks[l].ln2b,     &tensors->blocks[l].fcw,
+          &tensors->blocks[l].fcb,  &tensors->blocks[l].fcprojw,  &tensors->blocks[l].fcprojb};
+      *slots[k] = p;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace troupe::nn

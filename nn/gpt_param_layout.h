@@ -117,4 +117,12 @@ struct GPTTensors {
 // REQUIRES: base holds layout.num_params() floats; they stay owned by the caller.
 GPTTensors point_gpt_tensors(const GPTParamLayout& layout, float* base);
 
+// Points the tensors of `tensors` that lie in [begin, end) of the layout at
+// `base`, which holds that range of a buffer laid out as the layout (the
+// tensor at offset o goes to base + o - begin); the others are left alone.
+// InvalidArgument, changing nothing, if a tensor straddles begin or end, or
+// the range is not within the buffer.
+absl::Status rebind_gpt_tensors(const GPTParamLayout& layout, size_t begin, size_t end, float* base,
+                                GPTTensors* tensors);
+
 }  // namespace troupe::nn

@@ -143,7 +143,8 @@ void expect_close(const std::string& name, std::span<const float> got, std::span
                      << got[first_bad] << ", want " << want[first_bad];
 }
 
-void expect_bitwise_equal(const char* what, std::span<const float> a, std::span<const float> b) {
+void expect_bitwise_equal(const std::string& what, std::span<const float> a,
+                          std::span<const float> b) {
   ASSERT_EQ(a.size(), b.size()) << what;
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
       << what << " differ in their bits";
@@ -407,6 +408,94 @@ TEST(GPTParityTest, BackwardReportsEachLayerWhenItsGradientsAreFinal) {
   ASSERT_TRUE(gpt.embed_backward().ok());
   GPT whole = run_once();
   expect_bitwise_equal("gradients", grads_of(gpt), grads_of(whole));
+}
+
+// A model that owns neither buffer, with each segment (the embeddings, every block, the final
+// LayerNorm) bound to memory of its own - as ZeRO binds gathered blocks and gradient buckets -
+// and rebound between the pieces of forward and backward, computes bitwise what the model with
+// its flat buffers does.
+TEST(GPTParityTest, BoundSegmentsComputeWhatTheFlatBuffersDo) {
+  const Fixture& f = fixture();
+  const int L = f.config.num_layers;
+  GPT whole = model_from_fixture();
+  absl::StatusOr<float> whole_loss = whole.forward(f.inputs.data(), f.targets.data(), f.B, f.T);
+  ASSERT_TRUE(whole_loss.ok() && whole.backward().ok());
+  absl::StatusOr<GPT> bound = GPT::create(f.config, {}, {.parameters = false, .gradients = false});
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  EXPECT_EQ(bound->params(), nullptr);
+  EXPECT_EQ(bound->memory().parameters + bound->memory().gradients, 0u);
+  const GPTParamLayout& layout = bound->param_layout();
+  std::vector<size_t> cuts = {0};
+  for (int l = 0; l <= L; ++l)
+    cuts.push_back(layout.block_begin(l));
+  cuts.push_back(layout.num_params());
+  // Segment i is [cuts[i], cuts[i + 1]); each gets its own copy of the parameters, and
+  // gradients that start at zero.
+  std::vector<std::vector<float>> params, grads;
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    params.emplace_back(f.params.begin() + cuts[i], f.params.begin() + cuts[i + 1]);
+    grads.emplace_back(cuts[i + 1] - cuts[i], 0.0f);
+  }
+  auto bind = [&](size_t segment) {
+    ASSERT_TRUE(
+        bound->bind_parameters(cuts[segment], cuts[segment + 1], params[segment].data()).ok());
+    ASSERT_TRUE(
+        bound->bind_gradients(cuts[segment], cuts[segment + 1], grads[segment].data()).ok());
+  };
+  const size_t E = 0, F = static_cast<size_t>(L) + 1;  // the embeddings', the final LayerNorm's
+  ASSERT_TRUE(bound->prepare(f.B, f.T).ok());
+  bind(E);
+  ASSERT_TRUE(bound->embed_forward(f.inputs.data()).ok());
+  for (int l = 0; l < L; ++l) {
+    bind(static_cast<size_t>(l) + 1);
+    ASSERT_TRUE(bound->forward_blocks(l, l + 1).ok());
+  }
+  bind(F);
+  bind(E);
+  absl::StatusOr<float> loss = bound->head_forward(f.targets.data());
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_EQ(*loss, *whole_loss);
+  ASSERT_TRUE(bound->head_backward().ok());
+  for (int l = L - 1; l >= 0; --l) {
+    bind(static_cast<size_t>(l) + 1);
+    ASSERT_TRUE(bound->backward_blocks(l, l + 1).ok());
+  }
+  bind(E);
+  ASSERT_TRUE(bound->embed_backward().ok());
+  expect_bitwise_equal("logits", logits_of(whole), logits_of(*bound));
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    expect_bitwise_equal(absl::StrCat("gradients of segment ", i), grads[i],
+                         grads_of(whole).subspan(cuts[i], cuts[i + 1] - cuts[i]));
+  }
+  // What cannot be bound.
+  EXPECT_EQ(whole.bind_parameters(0, layout.wpe(), params[0].data()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(bound->bind_parameters(1, layout.wpe(), params[0].data()).code(),
+            absl::StatusCode::kInvalidArgument);  // cuts through wte
+  EXPECT_EQ(bound->bind_gradients(0, layout.num_params() + 1, grads[0].data()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Any range of the initialisation, made without the rest, is that range of the whole.
+TEST(GPTTest, ARangeOfTheInitialisationIsThatRangeOfTheWhole) {
+  GPTConfig c = {.max_seq_len = 16,
+                 .vocab_size = 50,
+                 .padded_vocab_size = 64,
+                 .num_layers = 2,
+                 .num_heads = 2,
+                 .channels = 16};
+  GPT whole = *GPT::create(c);
+  whole.init_parameters(7);
+  const size_t n = whole.num_params();
+  for (size_t begin : {size_t{0}, size_t{5}, n / 3, n - 1}) {
+    for (size_t end : {begin, begin + 1, (begin + n) / 2 + 1, n}) {
+      if (end > n || end < begin) continue;
+      std::vector<float> part(end - begin, -1.0f);
+      GPT::init_parameters(c, 7, begin, end, part.data());
+      expect_bitwise_equal(absl::StrCat("[", begin, ", ", end, ")"), part,
+                           params_of(whole).subspan(begin, end - begin));
+    }
+  }
 }
 
 TEST(GPTTest, LayoutFollowsTheDocumentedOrder) {
