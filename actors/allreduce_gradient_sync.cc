@@ -53,9 +53,28 @@ void AllreduceGradientSync::drain() {
   issued_at_.clear();
 }
 
-absl::Status AllreduceGradientSync::before_last_forward(std::span<const int32_t> inputs) {
-  // Nothing is pending: the stage drained before it cleared the gradients.
+absl::Status AllreduceGradientSync::begin_step(int64_t) {
+  // Nothing is pending: the stage drained before it began the step.
+  gpt_.zero_grad();
   issue_ms_ = 0;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float> AllreduceGradientSync::forward(const int32_t* inputs, const int32_t* targets,
+                                                     int B, int T, bool last) {
+  if (last) reduce_token_mask({inputs, static_cast<size_t>(B) * T});
+  return forward_stage(gpt_, plan_, inputs, targets, B, T);
+}
+
+absl::Status AllreduceGradientSync::backward(float dloss, bool last) {
+  if (!last) return backward_stage(gpt_, plan_, dloss);
+  absl::Status s = issue_backward(gpt_, dloss);
+  // A failed backward leaves no reduction running on buffers the stage will clear.
+  if (!s.ok()) drain();
+  return s;
+}
+
+void AllreduceGradientSync::reduce_token_mask(std::span<const int32_t> inputs) {
   const double t0 = now_ms();
   token_mask_.assign(static_cast<size_t>(gpt_.config().vocab_size), 0.0f);
   for (int32_t token : inputs) {
@@ -66,14 +85,6 @@ absl::Status AllreduceGradientSync::before_last_forward(std::span<const int32_t>
   token_mask_work_ = group_.allreduce_async(DType::kFloat32, ReduceOp::kMax, token_mask_.data(),
                                             token_mask_.size());
   issue_ms_ += now_ms() - t0;
-  return absl::OkStatus();
-}
-
-absl::Status AllreduceGradientSync::last_backward(nn::GPT& gpt, float dloss) {
-  absl::Status s = issue_backward(gpt, dloss);
-  // A failed backward leaves no reduction running on buffers the stage will clear.
-  if (!s.ok()) drain();
-  return s;
 }
 
 absl::Status AllreduceGradientSync::issue_backward(nn::GPT& gpt, float dloss) {

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "actors/gradient_buckets.h"
@@ -31,12 +32,17 @@ class AllreduceGradientSync : public GradientSync {
   ~AllreduceGradientSync() override { drain(); }
 
   nn::ParamRange owned() const override { return plan_.params; }
-  absl::Status before_last_forward(std::span<const int32_t> inputs) override;
-  absl::Status last_backward(nn::GPT& gpt, float dloss) override;
+  float* owned_gradients() override { return gpt_.grads() + plan_.params.begin; }
+  absl::Status begin_step(int64_t params_version) override;
+  absl::StatusOr<float> forward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                                bool last) override;
+  absl::Status backward(float dloss, bool last) override;
   absl::Status finish(SyncTimes& times) override;
   void drain() override;
 
  private:
+  // The last micro-batch's token mask, reduced while its forward runs.
+  void reduce_token_mask(std::span<const int32_t> inputs);
   absl::Status issue_backward(nn::GPT& gpt, float dloss);
   void issue(const std::vector<size_t>& ready);
   void issue_range(float* data, size_t count);

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "actors/allreduce_gradient_sync.h"
+#include "actors/zero_gradient_sync.h"
 
 namespace troupe::actors {
 namespace {
@@ -9,35 +10,66 @@ namespace {
 // dp = 1: the accumulated gradients are final as they are.
 class LocalGradientSync : public GradientSync {
  public:
-  explicit LocalGradientSync(const StagePlan& plan) : plan_(plan) {}
+  LocalGradientSync(const StagePlan& plan, nn::GPT& gpt) : plan_(plan), gpt_(gpt) {}
   nn::ParamRange owned() const override { return plan_.params; }
-  absl::Status before_last_forward(std::span<const int32_t>) override { return absl::OkStatus(); }
-  absl::Status last_backward(nn::GPT& gpt, float dloss) override {
-    return backward_stage(gpt, plan_, dloss);
+  float* owned_gradients() override { return gpt_.grads() + plan_.params.begin; }
+  absl::Status begin_step(int64_t) override {
+    gpt_.zero_grad();
+    return absl::OkStatus();
   }
+  absl::StatusOr<float> forward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                                bool) override {
+    return forward_stage(gpt_, plan_, inputs, targets, B, T);
+  }
+  absl::Status backward(float dloss, bool) override { return backward_stage(gpt_, plan_, dloss); }
   absl::Status finish(SyncTimes&) override { return absl::OkStatus(); }
 
  private:
   StagePlan plan_;
+  nn::GPT& gpt_;
 };
 
 }  // namespace
 
+int zero_stage_of(const std::string& kind) {
+  if (kind == "allreduce") return 0;
+  if (kind == "zero1") return 1;
+  if (kind == "zero2") return 2;
+  if (kind == "zero3") return 3;
+  return -1;
+}
+
+nn::GPTStorage model_storage(const std::string& kind, int dp) {
+  const int stage = dp > 1 ? zero_stage_of(kind) : 0;
+  return {.parameters = stage < 3, .gradients = stage < 2};
+}
+
+absl::Status check_gradient_sync(const GradientSyncOptions& options, const nn::GPT& gpt) {
+  const int stage = zero_stage_of(options.kind);
+  if (stage < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("gradient sync \"", options.kind,
+                                                   "\" is not known (known: \"allreduce\", "
+                                                   "\"zero1\", \"zero2\", \"zero3\")"));
+  }
+  if (stage == 0) return absl::OkStatus();
+  return ZeroGradientSync::check(options, stage, gpt.param_layout());
+}
+
 absl::StatusOr<std::unique_ptr<GradientSync>> make_gradient_sync(const GradientSyncOptions& options,
                                                                  const StagePlan& plan,
                                                                  nn::GPT& gpt,
-                                                                 CollectiveGroup* group) {
-  if (options.kind != "allreduce") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gradient sync \"", options.kind, "\" is not known (known: \"allreduce\")"));
-  }
+                                                                 CollectiveGroup* group,
+                                                                 const ZeroBuffers& buffers) {
+  if (absl::Status s = check_gradient_sync(options, gpt); !s.ok()) return s;
+  const int stage = zero_stage_of(options.kind);
   if (!plan.first() || !plan.last()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "gradient sync \"", options.kind, "\" serves a whole model; stage ", plan.stage, " of ",
         plan.num_stages, " owns blocks [", plan.block_begin, ", ", plan.block_end, ")"));
   }
-  if (group == nullptr) return std::make_unique<LocalGradientSync>(plan);
-  return std::make_unique<AllreduceGradientSync>(options, plan, gpt, *group);
+  if (group == nullptr) return std::make_unique<LocalGradientSync>(plan, gpt);
+  if (stage == 0) return std::make_unique<AllreduceGradientSync>(options, plan, gpt, *group);
+  return ZeroGradientSync::create(options, stage, plan, gpt, *group, buffers);
 }
 
 }  // namespace troupe::actors

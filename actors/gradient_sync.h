@@ -1,26 +1,24 @@
-// GradientSync: how a stage's gradients become final across its data-parallel
-// group - the seam between the stage, which runs forward and backward, and
-// the strategy that exchanges gradients (docs/design.md, "Training"). A new
-// strategy is a new implementation of this interface, not an edit of the
+// GradientSync: how a stage's micro-batches run against its data-parallel
+// group - the seam between the stage, which owns the model and the step
+// protocol, and the strategy that exchanges gradients (and, for ZeRO-3,
+// gathers parameters) with the other ranks (docs/design.md, "Training"). A
+// new strategy is a new implementation of this interface, not an edit of the
 // stage:
 //   LocalGradientSync      dp = 1: nothing to exchange (gradient_sync.cc)
 //   AllreduceGradientSync  DDP: bucketed allreduce overlapping backward
 //                          (allreduce_gradient_sync.h)
-//   reduce-scatter (ZeRO-1/2) and gather-before-use (ZeRO-3) come next; they
-//   own 1/dp of the stage's range instead of all of it.
+//   ZeroGradientSync       ZeRO-1/2/3: reduce-scatter of 1/dp partitions,
+//                          parameters gathered (zero_gradient_sync.h)
 //
 // The stage calls, for each step, in this order:
-//   for every micro-batch but the last: forward_stage, then backward_stage
-//       (actors/stage_plan.h: gradients accumulate locally; nothing is communicated)
-//   before_last_forward(inputs)   the last micro-batch's tokens, before its forward
-//   (the last micro-batch's forward)
-//   last_backward(gpt, dloss)     its backward, issuing reductions as backward
-//                                 finishes gradients
-//   finish(times)                 waits for every reduction
-// After finish() returns OK, the gradients of owned() are final and the same
-// as every other rank's that owns them. On an error (Aborted: a member of the
-// group was lost) the step's gradients are unspecified and the stage fails the
-// step; the next step starts afresh.
+//   begin_step(version)        clears the gradients; ZeRO starts gathering
+//                              the parameters its shards last wrote
+//   for every micro-batch j:   forward(...), then backward(dloss, last)
+//   finish(times)              waits for every reduction
+// After finish() returns OK, owned_gradients() holds the reduced gradients
+// of owned(), the same as every other rank's that owns them. On an error
+// (Aborted: a member of the group was lost) the step's gradients are
+// unspecified and the stage fails the step; the next step starts afresh.
 #pragma once
 
 #include <cstdint>
@@ -41,8 +39,8 @@ namespace troupe::actors {
 
 // Communication time of one step, in milliseconds.
 struct SyncTimes {
-  double comm_ms = 0;     // issue to completion of every reduction, summed
-  double exposed_ms = 0;  // inside reduction calls during backward, and waiting after it
+  double comm_ms = 0;     // issue to completion of every collective, summed
+  double exposed_ms = 0;  // inside collective calls and waits, holding up compute
 };
 
 class GradientSync {
@@ -52,28 +50,75 @@ class GradientSync {
   // The range of the stage's parameters whose gradients this rank holds final
   // after finish(): the stage's whole range, or this rank's share of it.
   virtual nn::ParamRange owned() const = 0;
-  virtual absl::Status before_last_forward(std::span<const int32_t> inputs) = 0;
-  virtual absl::Status last_backward(nn::GPT& gpt, float dloss) = 0;
+  // The gradients of owned() (owned().size() floats).
+  virtual float* owned_gradients() = 0;
+  // Starts a step. `params_version` counts the shards' writes of the stage's
+  // parameters (StageTensors::params_version): ZeRO gathers what changed.
+  virtual absl::Status begin_step(int64_t params_version) = 0;
+  // One micro-batch [B, T]: its forward, returning the loss (NaN on a stage
+  // that is not the last), and its backward with the loss scaled by dloss.
+  // `last`: the step's last micro-batch.
+  virtual absl::StatusOr<float> forward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                                        bool last) = 0;
+  virtual absl::Status backward(float dloss, bool last) = 0;
   virtual absl::Status finish(SyncTimes& times) = 0;
-  // Waits for every reduction still running on the stage's buffers (after a
+  // Waits for every collective still running on the stage's buffers (after a
   // step that failed part-way). The stage calls it before it clears or reuses
   // its gradients; the destructor calls it too.
   virtual void drain() {}
+  // Makes every parameter of the stage present in the model (for evaluation
+  // and generation) until the next begin_step. A collective: every rank of the
+  // group calls it.
+  virtual absl::Status gather_parameters(int64_t params_version) {
+    (void)params_version;
+    return absl::OkStatus();
+  }
+  // The most bytes of gather buffers and gradient buckets held at once since
+  // the last begin_step.
+  virtual size_t peak_buffer_bytes() const { return 0; }
 };
 
 struct GradientSyncOptions {
-  std::string kind = "allreduce";       // the strategy; "allreduce" is the only one so far
+  std::string kind = "allreduce";       // "allreduce" (DDP), "zero1", "zero2", "zero3"
   int64_t bucket_elements = 500000000;  // reduce_bucket_size
   bool overlap_comm = true;             // issue reductions during backward (else after it)
+  int micro_batches = 1;                // per step (gradient_accumulation_steps)
+  // ZeRO-3 (DeepSpeed's stage3_* keys, in elements).
+  int64_t prefetch_elements = 50000000;      // stage3_prefetch_bucket_size
+  int64_t persistence_threshold = 100000;    // stage3_param_persistence_threshold
+  int64_t max_live_parameters = 1000000000;  // stage3_max_live_parameters
 };
+
+// The ZeRO stage of a kind: 0 for "allreduce", 1-3 for "zero1".."zero3", -1
+// for a kind not known.
+int zero_stage_of(const std::string& kind);
+
+// Which flat buffers the stage's model owns under `kind` with dp ranks:
+// ZeRO-2 keeps only a partition of the gradients, ZeRO-3 of the parameters
+// too (both bound block by block); dp = 1 and DDP keep both whole.
+nn::GPTStorage model_storage(const std::string& kind, int dp);
+
+// What a ZeRO stage's sync works on besides the model: the partition, and
+// the stage's buffers of its own part (null where the model owns the whole).
+struct ZeroBuffers {
+  float* own_params = nullptr;  // ZeRO-3: [partition.own()]
+  float* own_grads = nullptr;   // ZeRO-2/3: [partition.own()]
+};
+
+// What make_gradient_sync would refuse in `options` for `gpt`, without a
+// group: InvalidArgument naming the setting.
+absl::Status check_gradient_sync(const GradientSyncOptions& options, const nn::GPT& gpt);
 
 // The strategy `options.kind` for a stage planned as `plan` over `gpt`, with
 // `group` its data-parallel group (null when dp = 1: then nothing is
-// exchanged, whatever the kind). Both must outlive the result.
-// InvalidArgument for an unknown kind, or a plan the strategy cannot serve.
+// exchanged, whatever the kind) and, for ZeRO, the stage's buffers of its
+// partition (model_storage says which). All must outlive the result.
+// InvalidArgument for an unknown kind, or a plan or setting the strategy
+// cannot serve.
 absl::StatusOr<std::unique_ptr<GradientSync>> make_gradient_sync(const GradientSyncOptions& options,
                                                                  const StagePlan& plan,
                                                                  nn::GPT& gpt,
-                                                                 CollectiveGroup* group);
+                                                                 CollectiveGroup* group,
+                                                                 const ZeroBuffers& buffers = {});
 
 }  // namespace troupe::actors

@@ -28,7 +28,9 @@ absl::StatusOr<std::unique_ptr<ParamShardActor>> ParamShardActor::create(
         absl::StrCat("parameter shard ", to_string(options.at), ": precision ",
                      static_cast<int>(options.precision), " is not fp32, fp16 or bf16"));
   }
-  return std::unique_ptr<ParamShardActor>(new ParamShardActor(options, layout, range));
+  std::unique_ptr<ParamShardActor> shard(new ParamShardActor(options, layout, range));
+  if (absl::Status s = shard->allocate_state(); !s.ok()) return s;
+  return shard;
 }
 
 ParamShardActor::ParamShardActor(ShardOptions options, nn::GPTParamLayout layout,
@@ -39,10 +41,19 @@ ParamShardActor::ParamShardActor(ShardOptions options, nn::GPTParamLayout layout
       range_(range) {
   const std::vector<nn::ParamRange> model_no_decay = layout_.no_decay_ranges();
   no_decay_ = nn::ranges_in_shard(model_no_decay, range_.begin, range_.size());
+}
+
+absl::Status ParamShardActor::allocate_state() {
   const size_t n = range_.size();
-  if (options_.precision != nn::DType::kFloat32) master_.assign(n, 0.0f);
-  m_.assign(n, 0.0f);
-  if (options_.optimizer.kind == OptimizerSpec::kAdamW) v_.assign(n, 0.0f);
+  constexpr nn::MemoryCategory kState = nn::MemoryCategory::kOptimizerState;
+  if (options_.precision != nn::DType::kFloat32) {
+    if (absl::Status s = master_.reset(kState, n); !s.ok()) return s;
+  }
+  if (absl::Status s = m_.reset(kState, n); !s.ok()) return s;
+  if (options_.optimizer.kind == OptimizerSpec::kAdamW) {
+    if (absl::Status s = v_.reset(kState, n); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<StageTensors>> ParamShardActor::stage() {
@@ -56,40 +67,61 @@ absl::StatusOr<std::shared_ptr<StageTensors>> ParamShardActor::stage() {
     return absl::FailedPreconditionError(absl::StrCat(
         name_, ": the stage has ", tensors->n, " parameters, the model ", layout_.num_params()));
   }
+  auto holds = [&](const nn::ParamRange& held) {
+    return held.begin <= range_.begin && range_.end <= held.end;
+  };
+  if (!holds(tensors->params_held) || !holds(tensors->grads_held)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, ": the stage holds parameters [", tensors->params_held.begin, ", ",
+                     tensors->params_held.end, ") and gradients [", tensors->grads_held.begin, ", ",
+                     tensors->grads_held.end, "), not all of the shard's [", range_.begin, ", ",
+                     range_.end, ")"));
+  }
+  tensors->optimizer_bytes.store(static_cast<int64_t>(master_.bytes() + m_.bytes() + v_.bytes()));
   return tensors;
 }
 
+float* ParamShardActor::stage_params(StageTensors& stage) const {
+  return stage.params + (range_.begin - stage.params_held.begin);
+}
+
+float* ParamShardActor::stage_grads(StageTensors& stage) const {
+  return stage.grads + (range_.begin - stage.grads_held.begin);
+}
+
 float* ParamShardActor::masters(StageTensors& stage) {
-  return master_.empty() ? stage.params + range_.begin : master_.data();
+  return master_.data() == nullptr ? stage_params(stage) : master_.data();
 }
 
 void ParamShardActor::refresh_compute_copy(StageTensors& stage) {
-  if (master_.empty()) return;  // fp32: the stage computes with the masters themselves
+  stage.params_version.fetch_add(1);
+  if (master_.data() == nullptr) return;  // fp32: the stage computes with the masters themselves
   // Round each master to the compute type and back: the stage's kernels read
   // fp32, holding exactly the values a bf16 / fp16 copy holds.
   const auto n = static_cast<int64_t>(master_.size());
   rounded_.resize(master_.size());
   nn::convert(master_.data(), nn::DType::kFloat32, rounded_.data(), options_.precision, n);
-  nn::convert(rounded_.data(), options_.precision, stage.params + range_.begin, nn::DType::kFloat32,
-              n);
+  nn::convert(rounded_.data(), options_.precision, stage_params(stage), nn::DType::kFloat32, n);
 }
 
 absl::StatusOr<int64_t> ParamShardActor::init() {
   absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
   if (!s.ok()) return s.status();
-  absl::StatusOr<nn::GPT> model = nn::GPT::create(options_.model);
-  if (!model.ok()) return model.status();
-  model->init_parameters(options_.seed);
-  std::memcpy(masters(**s), model->params() + range_.begin, range_.size() * sizeof(float));
+  // Only the range, without the memory of a whole model.
+  nn::GPT::init_parameters(options_.model, options_.seed, range_.begin, range_.end, masters(**s));
   refresh_compute_copy(**s);
-  std::fill(m_.begin(), m_.end(), 0.0f);
-  std::fill(v_.begin(), v_.end(), 0.0f);
+  clear_state();
   prepared_ = 0;
   applied_step_ = 0;
   updates_ = 0;
   initialised_ = true;
   (*s)->applied_step.store(0);
   return static_cast<int64_t>(range_.size());
+}
+
+void ParamShardActor::clear_state() {
+  if (m_.size() > 0) std::memset(m_.data(), 0, m_.bytes());
+  if (v_.size() > 0) std::memset(v_.data(), 0, v_.bytes());
 }
 
 absl::Status ParamShardActor::prepare(int64_t step) {
@@ -137,7 +169,7 @@ absl::StatusOr<int64_t> ParamShardActor::commit(CommitRequest request) {
                                                       ", but its stage's gradients (step ", held,
                                                       ") were dropped after prepare"));
   }
-  float* grads = t.grads + range_.begin;
+  float* grads = stage_grads(t);
   const size_t n = range_.size();
   if (request.grad_scale != 1.0f) nn::scale_grads(grads, n, request.grad_scale);
   const int update = static_cast<int>(updates_ + 1);  // AdamW's bias correction counts updates
@@ -175,8 +207,7 @@ absl::Status ParamShardActor::load_params(std::vector<float> params) {
   if (!s.ok()) return s.status();
   std::memcpy(masters(**s), params.data(), params.size() * sizeof(float));
   refresh_compute_copy(**s);
-  std::fill(m_.begin(), m_.end(), 0.0f);
-  std::fill(v_.begin(), v_.end(), 0.0f);
+  clear_state();
   updates_ = 0;
   initialised_ = true;
   return absl::OkStatus();

@@ -1,6 +1,8 @@
 // ParamShardActor: the fp32 master weights and optimizer state of its share
 // of a stage (docs/design.md, "Training"): the range `range` of the stage's
-// flat parameter buffer (the whole stage for DDP; 1/dp of it for ZeRO).
+// flat parameter buffer (the whole stage for DDP; this rank's partition for
+// ZeRO, actors/zero_partition.h). The stage must hold the compute copy and
+// the gradients of the range (StageTensors::params_held, grads_held).
 //
 // It lives in the process of its stage (same coordinate, same placement
 // bundle) and reaches the stage's buffers through the hand-off table, so a
@@ -34,6 +36,7 @@
 #include "core/actor.h"
 #include "nn/dtype.h"
 #include "nn/gpt_param_layout.h"
+#include "nn/memory.h"
 
 namespace troupe::actors {
 
@@ -82,10 +85,15 @@ class ParamShardActor {
 
  private:
   ParamShardActor(ShardOptions options, nn::GPTParamLayout layout, nn::ParamRange range);
+  absl::Status allocate_state();
+  void clear_state();  // the optimizer's moments to zero
   absl::StatusOr<std::shared_ptr<StageTensors>> stage();
   // The masters of the range: the stage's own buffer in fp32, a separate one
   // otherwise.
   float* masters(StageTensors& stage);
+  // The stage's compute copy and gradients of the range.
+  float* stage_params(StageTensors& stage) const;
+  float* stage_grads(StageTensors& stage) const;
   void refresh_compute_copy(StageTensors& stage);
 
   ShardOptions options_;
@@ -93,9 +101,9 @@ class ParamShardActor {
   nn::GPTParamLayout layout_;
   nn::ParamRange range_;
   std::vector<nn::ParamRange> no_decay_;  // AdamW's (biases, LayerNorm weights), in the range
-  std::vector<float> master_;             // [range]: empty in fp32
-  std::vector<float> m_;                  // [range]: AdamW's moments, or SGD's momentum in m_
-  std::vector<float> v_;
+  nn::FloatBuffer master_;                // [range]: empty in fp32
+  nn::FloatBuffer m_;                     // [range]: AdamW's moments, or SGD's momentum in m_
+  nn::FloatBuffer v_;
   std::vector<uint16_t> rounded_;  // bf16/fp16: the compute copy's rounding scratch
   bool initialised_ = false;       // init or load_params ran: the masters hold weights
   int64_t prepared_ = 0;           // the step prepare() accepted, until its commit

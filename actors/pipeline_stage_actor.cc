@@ -1,5 +1,7 @@
 #include "actors/pipeline_stage_actor.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cmath>
 #include <utility>
@@ -42,9 +44,10 @@ absl::Status check_options(const StageOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": precision ", static_cast<int>(o.precision), " is not fp32, fp16 or bf16"));
   }
-  if (o.gradient_sync != "allreduce") {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": gradient sync \"", o.gradient_sync,
-                                                   "\" is not known (known: \"allreduce\")"));
+  if (zero_stage_of(o.gradient_sync) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": gradient sync \"", o.gradient_sync,
+                     "\" is not known (known: \"allreduce\", \"zero1\", \"zero2\", \"zero3\")"));
   }
   return absl::OkStatus();
 }
@@ -52,7 +55,17 @@ absl::Status check_options(const StageOptions& o) {
 GradientSyncOptions sync_options(const StageOptions& o) {
   return {.kind = o.gradient_sync,
           .bucket_elements = o.bucket_elements,
-          .overlap_comm = o.overlap_comm};
+          .overlap_comm = o.overlap_comm,
+          .micro_batches = o.grad_accum,
+          .prefetch_elements = o.prefetch_elements,
+          .persistence_threshold = o.persistence_threshold,
+          .max_live_parameters = o.max_live_parameters};
+}
+
+int64_t peak_rss_bytes() {
+  struct rusage usage = {};
+  if (::getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // kilobytes on Linux
 }
 
 }  // namespace
@@ -60,19 +73,39 @@ GradientSyncOptions sync_options(const StageOptions& o) {
 absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
     const StageOptions& options) {
   if (absl::Status s = check_options(options); !s.ok()) return s;
-  absl::StatusOr<nn::GPT> model = nn::GPT::create(options.model, options.model_options);
+  const nn::GPTStorage storage = model_storage(options.gradient_sync, options.mesh.dp);
+  absl::StatusOr<nn::GPT> model = nn::GPT::create(options.model, options.model_options, storage);
   if (!model.ok()) return model.status();
   absl::StatusOr<StagePlan> plan = plan_stage(model->param_layout(), options.mesh.pp, options.at.p);
   if (!plan.ok()) return plan.status();
   std::unique_ptr<PipelineStageActor> stage(
       new PipelineStageActor(options, *plan, *std::move(model)));
-  // The sync is made now (with the group joined in setup) so that a kind or
-  // plan it cannot serve fails the spawn rather than the first step.
+  // ZeRO-2/3: the partition of what the model does not hold whole.
+  const ZeroPartition& part = stage->partition_;
+  if (!storage.parameters) {
+    if (absl::Status s =
+            stage->own_params_.reset(nn::MemoryCategory::kParameters, part.own().size());
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!storage.gradients) {
+    if (absl::Status s = stage->own_grads_.reset(nn::MemoryCategory::kGradients, part.own().size());
+        !s.ok()) {
+      return s;
+    }
+  }
+  stage->publish_tensors();
+  // The sync is made now (with the group joined in setup) so that a kind,
+  // plan or setting it cannot serve fails the spawn rather than the first
+  // step; with dp > 1 a trial one, since the group comes in setup.
   if (options.mesh.dp == 1) {
     absl::StatusOr<std::unique_ptr<GradientSync>> sync =
         make_gradient_sync(sync_options(options), stage->plan_, stage->model_, nullptr);
     if (!sync.ok()) return sync.status();
     stage->sync_ = *std::move(sync);
+  } else if (absl::Status s = check_gradient_sync(sync_options(options), stage->model_); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("stage ", to_string(options.at), ": ", s.message()));
   }
   return stage;
 }
@@ -81,18 +114,35 @@ PipelineStageActor::PipelineStageActor(StageOptions options, StagePlan plan, nn:
     : options_(std::move(options)),
       name_(actor_name(options_.job, "stage", options_.at)),
       plan_(plan),
-      model_(std::move(model)) {
+      model_(std::move(model)),
+      partition_(plan_.params, options_.mesh.dp, options_.at.d) {
   if (options_.threads > 0) nn::set_num_threads(options_.threads);
+}
+
+void PipelineStageActor::publish_tensors() {
   tensors_ = std::make_shared<StageTensors>();
-  tensors_->params = model_.params();
-  tensors_->grads = model_.grads();
+  const nn::ParamRange whole{0, model_.num_params()};
+  if (model_.params() != nullptr) {
+    tensors_->params = model_.params();
+    tensors_->params_held = whole;
+  } else {
+    tensors_->params = own_params_.data();
+    tensors_->params_held = partition_.own();
+  }
+  if (model_.grads() != nullptr) {
+    tensors_->grads = model_.grads();
+    tensors_->grads_held = whole;
+  } else {
+    tensors_->grads = own_grads_.data();
+    tensors_->grads_held = partition_.own();
+  }
   tensors_->n = model_.num_params();
   Handoff::publish(name_, tensors_);
 }
 
 PipelineStageActor::~PipelineStageActor() {
   sync_.reset();  // before the group its reductions run on
-  Handoff::retract(name_, tensors_.get());
+  if (tensors_ != nullptr) Handoff::retract(name_, tensors_.get());
 }
 
 absl::Status PipelineStageActor::setup() {
@@ -106,7 +156,8 @@ absl::Status PipelineStageActor::setup() {
     absl::StatusOr<std::unique_ptr<CollectiveGroup>> group = CollectiveGroup::join(options_.group);
     if (!group.ok()) return group.status();
     absl::StatusOr<std::unique_ptr<GradientSync>> sync =
-        make_gradient_sync(sync_options(options_), plan_, model_, group->get());
+        make_gradient_sync(sync_options(options_), plan_, model_, group->get(),
+                           {.own_params = own_params_.data(), .own_grads = own_grads_.data()});
     if (!sync.ok()) return sync.status();
     group_ = *std::move(group);
     sync_ = *std::move(sync);
@@ -162,7 +213,9 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
   report.holds_loss = plan_.last();
   report.slice_params = static_cast<int64_t>(gpt.num_params());
   sync_->drain();  // nothing of a failed step may still write the gradients
-  gpt.zero_grad();
+  whole_version_ = -1;
+  if (group_ != nullptr) traffic_at_step_ = group_->traffic();
+  if (absl::Status s = sync_->begin_step(tensors_->params_version.load()); !s.ok()) return s;
   const int B = options_.micro_batch;
   const int T = options_.model.max_seq_len;
   double loss_sum = 0;
@@ -176,12 +229,9 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
     report.data_position = batch->position + static_cast<int64_t>(B) * options_.mesh.dp;
     report.epoch = batch->epoch;
     const bool last = j + 1 == options_.grad_accum;
-    if (last) {
-      if (absl::Status s = sync_->before_last_forward(batch->inputs); !s.ok()) return s;
-    }
     const double t0 = now_ms();
     absl::StatusOr<float> loss =
-        forward_stage(gpt, plan_, batch->inputs.data(), batch->targets.data(), B, T);
+        sync_->forward(batch->inputs.data(), batch->targets.data(), B, T, last);
     if (!loss.ok()) return loss.status();
     if (plan_.last()) loss_sum += *loss;
     const double t1 = now_ms();
@@ -189,9 +239,7 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
     // Each micro-batch's mean loss weighs 1 / grad_accum; the loss scale
     // rides on the same factor.
     const float dloss = request.loss_scale / static_cast<float>(options_.grad_accum);
-    absl::Status backward =
-        last ? sync_->last_backward(gpt, dloss) : backward_stage(gpt, plan_, dloss);
-    if (!backward.ok()) return backward;
+    if (absl::Status s = sync_->backward(dloss, last); !s.ok()) return s;
     report.backward_ms += now_ms() - t1;
   }
   SyncTimes times;
@@ -199,7 +247,7 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
   report.comm_ms = times.comm_ms;
   report.comm_exposed_ms = times.exposed_ms;
   report.owned = sync_->owned();
-  float* owned_grads = gpt.grads() + report.owned.begin;
+  float* owned_grads = sync_->owned_gradients();
   const auto n = static_cast<int64_t>(report.owned.size());
   if (options_.precision == nn::DType::kFloat16) {
     // fp16 gradients: values beyond 65504 become inf, as they would there.
@@ -213,6 +261,20 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
   report.samples = static_cast<int64_t>(B) * options_.grad_accum;
   report.tokens = report.samples * T;
   report.step_ms = now_ms() - start;
+  const nn::GPTMemory held = gpt.memory();
+  report.memory = {
+      .parameters = static_cast<int64_t>(held.parameters + own_params_.bytes()),
+      .gradients = static_cast<int64_t>(held.gradients + own_grads_.bytes()),
+      .optimizer_state = tensors_->optimizer_bytes.load(),
+      .buffers = static_cast<int64_t>(sync_->peak_buffer_bytes()),
+      .activations = static_cast<int64_t>(held.activations + held.activation_gradients),
+      .peak_rss = peak_rss_bytes()};
+  if (group_ != nullptr) {
+    const transport::Traffic sent = group_->traffic() - traffic_at_step_;
+    report.sent = {.allreduce = static_cast<int64_t>(sent.allreduce),
+                   .reduce_scatter = static_cast<int64_t>(sent.reduce_scatter),
+                   .allgather = static_cast<int64_t>(sent.allgather)};
+  }
   return report;
 }
 
@@ -230,7 +292,29 @@ absl::Status PipelineStageActor::discard(int64_t step) {
   return absl::OkStatus();
 }
 
+absl::Status PipelineStageActor::gather_parameters() {
+  if (sync_ == nullptr)
+    return absl::FailedPreconditionError(name_ + ": gather_parameters before setup");
+  const int64_t version = tensors_->params_version.load();
+  if (absl::Status s = sync_->gather_parameters(version); !s.ok()) {
+    if (group_ != nullptr && !absl::IsAborted(s)) group_->abort(absl::AbortedError(s.message()));
+    return absl::Status(s.code(), absl::StrCat(name_, ": gathering the parameters: ", s.message()));
+  }
+  whole_version_ = version;
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStageActor::check_whole_parameters() const {
+  if (zero_stage_of(options_.gradient_sync) == 0 || options_.mesh.dp == 1) return absl::OkStatus();
+  if (whole_version_ == tensors_->params_version.load()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(name_,
+                   ": under ZeRO it holds only its partition of the parameters; call "
+                   "gather_parameters on every stage of its group first"));
+}
+
 absl::StatusOr<EvalReport> PipelineStageActor::evaluate(EvalRequest request) {
+  if (absl::Status s = check_whole_parameters(); !s.ok()) return s;
   absl::StatusOr<std::vector<AdditionProblem>> problems =
       held_out_problems(request.task, request.samples);
   if (!problems.ok()) return problems.status();
@@ -261,6 +345,7 @@ absl::StatusOr<std::vector<int32_t>> PipelineStageActor::generate(std::vector<in
                                                                   int max_new_tokens,
                                                                   float temperature,
                                                                   uint64_t seed) {
+  if (absl::Status s = check_whole_parameters(); !s.ok()) return s;
   absl::StatusOr<std::vector<std::vector<int32_t>>> out =
       generate_tokens(model_, {std::move(prompt)},
                       {.max_new_tokens = max_new_tokens, .temperature = temperature, .seed = seed});

@@ -35,10 +35,12 @@
 #include "actors/stage_plan.h"
 #include "actors/stage_tensors.h"
 #include "actors/training_types.h"
+#include "actors/zero_partition.h"
 #include "core/actor.h"
 #include "core/cluster/collective_group.h"
 #include "nn/dtype.h"
 #include "nn/gpt.h"
+#include "nn/memory.h"
 
 namespace troupe::actors {
 
@@ -52,9 +54,14 @@ struct StageOptions {
   nn::GPTOptions model_options;
   int micro_batch = 1;
   int grad_accum = 1;
-  std::string gradient_sync = "allreduce";  // GradientSyncOptions::kind
-  int64_t bucket_elements = 500000000;      // reduce_bucket_size
+  std::string gradient_sync =
+      "allreduce";                      // GradientSyncOptions::kind: "allreduce", "zero1".."zero3"
+  int64_t bucket_elements = 500000000;  // reduce_bucket_size
   bool overlap_comm = true;
+  // ZeRO-3's gathering (GradientSyncOptions).
+  int64_t prefetch_elements = 50000000;
+  int64_t persistence_threshold = 100000;
+  int64_t max_live_parameters = 1000000000;
   int threads = 0;        // compute threads; 0: leave the process's setting
   std::string group;      // the data-parallel collective group (declared by the controller)
   std::string transport;  // for the group: "ucx", "tcp"; empty: the first that starts
@@ -64,7 +71,8 @@ struct StageOptions {
   // skipped.
   nn::DType precision = nn::DType::kFloat32;
   TROUPE_FIELDS(job, at, mesh, model, model_options, micro_batch, grad_accum, gradient_sync,
-                bucket_elements, overlap_comm, threads, group, transport, precision);
+                bucket_elements, overlap_comm, prefetch_elements, persistence_threshold,
+                max_live_parameters, threads, group, transport, precision);
 };
 
 // Greedy decoding of held-out problems of a synthetic task.
@@ -100,7 +108,14 @@ class PipelineStageActor {
   absl::StatusOr<StepReport> run_step(StepRequest request);
   // Drops the gradients of step `step`, which was not committed.
   absl::Status discard(int64_t step);
+  // Makes the stage's whole parameters present, as its shards last wrote
+  // them, for evaluate and generate (under ZeRO each rank holds only its
+  // partition until then). A collective: call it on every stage of the
+  // data-parallel group at once. Until the next run_step.
+  absl::Status gather_parameters();
   absl::StatusOr<EvalReport> evaluate(EvalRequest request);
+  // evaluate and generate: FailedPrecondition under ZeRO unless
+  // gather_parameters ran since the shards last wrote the parameters.
   // Greedy (temperature 0) or sampled continuation of `prompt`.
   absl::StatusOr<std::vector<int32_t>> generate(std::vector<int32_t> prompt, int max_new_tokens,
                                                 float temperature, uint64_t seed);
@@ -108,7 +123,10 @@ class PipelineStageActor {
 
  private:
   PipelineStageActor(StageOptions options, StagePlan plan, nn::GPT model);
+  // Publishes what the shard reaches (StageTensors), once the buffers exist.
+  void publish_tensors();
   absl::Status check_turn(int64_t step) const;
+  absl::Status check_whole_parameters() const;
   absl::StatusOr<StepReport> run_micro_batches(const StepRequest& request);
 
   StageOptions options_;
@@ -121,10 +139,18 @@ class PipelineStageActor {
   std::shared_ptr<DataLoader> loader_;
   int64_t last_run_ = 0;              // the last step run_step was called for (0: none)
   std::vector<uint16_t> half_grads_;  // fp16: the gradients' rounding scratch
+  // ZeRO: this rank's partition of what the model does not hold whole.
+  ZeroPartition partition_;
+  nn::FloatBuffer own_params_;  // ZeRO-3
+  nn::FloatBuffer own_grads_;   // ZeRO-2, -3
+  // The parameters' version (StageTensors::params_version) the model holds
+  // whole, after gather_parameters; -1: not whole.
+  int64_t whole_version_ = -1;
+  transport::Traffic traffic_at_step_;  // the group's traffic when the step began
 };
 TROUPE_ACTOR(PipelineStageActor, &PipelineStageActor::setup, &PipelineStageActor::run_step,
-             &PipelineStageActor::discard, &PipelineStageActor::evaluate,
-             &PipelineStageActor::generate);
+             &PipelineStageActor::discard, &PipelineStageActor::gather_parameters,
+             &PipelineStageActor::evaluate, &PipelineStageActor::generate);
 // Other processes spawn it with its options: spawn<PipelineStageActor>(spawn_options,
 // stageOptions).
 TROUPE_ACTOR_CONSTRUCTOR(PipelineStageActor, StageOptions);

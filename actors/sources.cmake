@@ -10,4 +10,7 @@ target_sources(troupe_actors PRIVATE
   pipeline_stage_actor.cc
   stage_plan.cc
   training_types.cc
+  zero_gradient_sync.cc
+  zero_param_gather.cc
+  zero_partition.cc
 )

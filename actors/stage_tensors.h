@@ -1,6 +1,7 @@
 // What a stage shares with the parameter shard of its coordinate (through
-// actors/handoff.h): the stage's flat parameter and gradient buffers, and
-// where the step protocol stands between the two.
+// actors/handoff.h): the stage's parameter and gradient buffers - the whole
+// flat buffers, or under ZeRO only this rank's partition of one or both -
+// and where the step protocol stands between the two.
 //
 // Between run_step and commit the stage does not touch the buffers; the shard
 // writes the parameters only in commit, load and init. The step fields are
@@ -13,12 +14,26 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "nn/optim/param_range.h"
+
 namespace troupe::actors {
 
 struct StageTensors {
-  float* params = nullptr;  // the compute copy the stage runs with
-  float* grads = nullptr;   // the synchronised gradients of the step in `held_step`
-  size_t n = 0;
+  // The compute copy the stage runs with, of the parameters params_held
+  // (params[0] is parameter params_held.begin).
+  float* params = nullptr;
+  nn::ParamRange params_held;
+  // The synchronised gradients of the step in `held_step`, of grads_held.
+  float* grads = nullptr;
+  nn::ParamRange grads_held;
+  size_t n = 0;  // the model's parameters
+
+  // Counts the shard's writes of `params` (init, load, commit): the stage
+  // gathers the other ranks' partitions again after one (ZeRO).
+  std::atomic<int64_t> params_version{0};
+  // The bytes of the shard's optimizer state and fp32 masters (for the
+  // stage's memory report).
+  std::atomic<int64_t> optimizer_bytes{0};
 
   // The step whose synchronised gradients `grads` holds, ready to commit; 0
   // when none (set by the stage's run_step, cleared by discard and commit).

@@ -50,6 +50,31 @@ struct StepRequest {
   TROUPE_FIELDS(step, loss_scale);
 };
 
+// What one rank of a stage holds, in bytes (docs/zero.md): its model state
+// (parameters, gradients, optimizer state and fp32 masters), the most its
+// gather buffers and gradient buckets held at once in the step, its
+// activations, and the peak resident set of its process.
+struct MemoryReport {
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_state = 0;
+  int64_t buffers = 0;
+  int64_t activations = 0;
+  int64_t peak_rss = 0;
+  int64_t model_state() const { return parameters + gradients + optimizer_state; }
+  TROUPE_FIELDS(parameters, gradients, optimizer_state, buffers, activations, peak_rss);
+};
+
+// The bytes one rank sent to its data-parallel group in a step, by
+// collective.
+struct TrafficReport {
+  int64_t allreduce = 0;
+  int64_t reduce_scatter = 0;
+  int64_t allgather = 0;
+  int64_t total() const { return allreduce + reduce_scatter + allgather; }
+  TROUPE_FIELDS(allreduce, reduce_scatter, allgather);
+};
+
 // What a stage did in a step. Timings in milliseconds.
 //
 // Ownership: after the gradient exchange a stage holds final, reduced
@@ -78,9 +103,11 @@ struct StepReport {
   double comm_ms = 0;          // issue to completion of every gradient reduction, summed
   double comm_exposed_ms = 0;  // in reduction calls during backward, and waiting after it
   double step_ms = 0;
+  MemoryReport memory;
+  TrafficReport sent;
   TROUPE_FIELDS(step, at, owned, slice_params, holds_loss, loss, grad_norm_sq, found_inf, samples,
                 tokens, data_position, epoch, forward_ms, backward_ms, comm_ms, comm_exposed_ms,
-                step_ms);
+                step_ms, memory, sent);
 };
 
 // Applies step `step`: params -= update(lr, grads * grad_scale). grad_scale

@@ -37,6 +37,8 @@ const char* to_string(MemoryCategory category) {
       return "optimizer_state";
     case MemoryCategory::kActivations:
       return "activations";
+    case MemoryCategory::kGatherBuffers:
+      return "gather_buffers";
     case MemoryCategory::kOther:
       return "other";
   }
@@ -178,5 +180,34 @@ absl::Status cuda_zero(void*, int64_t) {
 }
 }  // namespace detail
 #endif
+
+FloatBuffer& FloatBuffer::operator=(FloatBuffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    category_ = other.category_;
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+absl::Status FloatBuffer::reset(MemoryCategory category, size_t n, bool zero) {
+  release();
+  absl::StatusOr<void*> p =
+      allocate(Device::kCpu, category, static_cast<int64_t>(n * sizeof(float)));
+  if (!p.ok()) return p.status();
+  category_ = category;
+  data_ = static_cast<float*>(*p);
+  size_ = n;
+  if (n > 0 && zero) std::memset(data_, 0, n * sizeof(float));
+  return absl::OkStatus();
+}
+
+void FloatBuffer::release() {
+  if (data_ == nullptr) return;
+  deallocate(Device::kCpu, category_, data_, static_cast<int64_t>(size_ * sizeof(float)));
+  data_ = nullptr;
+  size_ = 0;
+}
 
 }  // namespace troupe::nn

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -26,10 +27,11 @@ enum class MemoryCategory : uint8_t {
   kGradients,
   kOptimizerState,
   kActivations,
+  kGatherBuffers,  // ZeRO: parameters gathered for a layer's use, gradient buckets in flight
   kOther,
 };
-inline constexpr int kNumMemoryCategories = 5;
-// "parameters", "gradients", "optimizer_state", "activations", "other"
+inline constexpr int kNumMemoryCategories = 6;
+// "parameters", "gradients", "optimizer_state", "activations", "gather_buffers", "other"
 const char* to_string(MemoryCategory category);
 
 // Bytes live and peak, per device and category and per device in total.
@@ -94,6 +96,28 @@ void deallocate(Device device, MemoryCategory category, void* data, int64_t byte
 
 // Sets `bytes` at `data` on `device` to zero.
 [[nodiscard]] absl::Status zero_bytes(void* data, Device device, int64_t bytes);
+
+// fp32 memory from allocate() on the CPU, counted under its category while
+// held; move-only. data() is null while empty.
+class FloatBuffer {
+ public:
+  FloatBuffer() = default;
+  FloatBuffer(FloatBuffer&& other) noexcept { *this = std::move(other); }
+  FloatBuffer& operator=(FloatBuffer&& other) noexcept;
+  ~FloatBuffer() { release(); }
+  // Replaces the contents by n zeros (n floats left as they are, with zero = false).
+  // ResourceExhausted without the memory (then empty).
+  [[nodiscard]] absl::Status reset(MemoryCategory category, size_t n, bool zero = true);
+  void release();
+  float* data() const { return data_; }
+  size_t size() const { return size_; }
+  size_t bytes() const { return size_ * sizeof(float); }
+
+ private:
+  MemoryCategory category_ = MemoryCategory::kOther;
+  float* data_ = nullptr;
+  size_t size_ = 0;
+};
 
 namespace detail {
 // The CUDA side of the functions above: nn/cuda/memory.cc in builds with

@@ -121,12 +121,18 @@ struct Fp16Config {
 using SchedulerConfig = std::variant<std::monostate, nn::WarmupLrConfig, nn::WarmupDecayLrConfig,
                                      nn::WarmupCosineLrConfig>;
 
-// `zero_optimization`: only stage 0 (DDP) runs so far.
+// `zero_optimization` (DeepSpeed's keys and defaults; docs/zero.md): stage 0
+// is DDP, 1-3 partition the optimizer state, the gradients, the parameters.
 struct ZeroConfig {
   int stage = 0;
   int64_t reduce_bucket_size = 500000000;  // elements, as DeepSpeed counts them
   bool overlap_comm = true;
-  bool contiguous_gradients = true;
+  bool contiguous_gradients = true;  // always so: each rank's gradients are one contiguous part
+  // Stage 3 (elements).
+  int64_t stage3_prefetch_bucket_size = 50000000;
+  int64_t stage3_param_persistence_threshold = 100000;
+  int64_t stage3_max_live_parameters = 1000000000;
+  bool stage3_gather_16bit_weights_on_model_save = false;
 };
 
 // `training` (troupe's): how long, what is written where.

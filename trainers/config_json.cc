@@ -85,6 +85,14 @@ std::string to_json(const TrainConfig& c) {
                             {"reduce_bucket_size", c.zero.reduce_bucket_size},
                             {"overlap_comm", c.zero.overlap_comm},
                             {"contiguous_gradients", c.zero.contiguous_gradients}};
+  if (c.zero.stage == 3) {
+    Json& z = j["zero_optimization"];
+    z["stage3_prefetch_bucket_size"] = c.zero.stage3_prefetch_bucket_size;
+    z["stage3_param_persistence_threshold"] = c.zero.stage3_param_persistence_threshold;
+    z["stage3_max_live_parameters"] = c.zero.stage3_max_live_parameters;
+    z["stage3_gather_16bit_weights_on_model_save"] =
+        c.zero.stage3_gather_16bit_weights_on_model_save;
+  }
   const nn::GPTConfig& m = c.model;
   j["model"] = {{"n_layer", m.num_layers},
                 {"n_head", m.num_heads},

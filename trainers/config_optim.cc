@@ -344,8 +344,23 @@ absl::Status parse_zero(JsonObject& top, TrainConfig* config) {
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("reduce_bucket_size", &z.reduce_bucket_size, 1));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("overlap_comm", &z.overlap_comm));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("contiguous_gradients", &z.contiguous_gradients));
+  // Stage 3's, under DeepSpeed's names and their short aliases.
+  constexpr int64_t kMaxElements = int64_t{1} << 50;
+  for (absl::string_view key : {"stage3_prefetch_bucket_size", "prefetch_bucket_size"})
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read(key, &z.stage3_prefetch_bucket_size, 0, kMaxElements));
+  for (absl::string_view key :
+       {"stage3_param_persistence_threshold", "param_persistence_threshold"})
+    TROUPE_CONFIG_RETURN_IF_ERROR(
+        s.read(key, &z.stage3_param_persistence_threshold, 0, kMaxElements));
+  for (absl::string_view key : {"stage3_max_live_parameters", "max_live_parameters"})
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read(key, &z.stage3_max_live_parameters, 0, kMaxElements));
+  for (absl::string_view key :
+       {"stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
+        "stage3_gather_fp16_weights_on_model_save"}) {
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read(key, &z.stage3_gather_16bit_weights_on_model_save));
+  }
   // DeepSpeed's other zero_optimization keys (deepspeed/runtime/zero/config.py).
-  constexpr std::array<absl::string_view, 42> kUnimplemented = {
+  constexpr std::array<absl::string_view, 33> kUnimplemented = {
       "allgather_partitions",
       "allgather_bucket_size",
       "reduce_scatter",
@@ -357,19 +372,10 @@ absl::Status parse_zero(JsonObject& top, TrainConfig* config) {
       "cpu_offload",
       "cpu_offload_params",
       "cpu_offload_use_pin_memory",
-      "prefetch_bucket_size",
-      "param_persistence_threshold",
       "model_persistence_threshold",
-      "max_live_parameters",
       "max_reuse_distance",
-      "gather_16bit_weights_on_model_save",
-      "stage3_prefetch_bucket_size",
-      "stage3_param_persistence_threshold",
       "stage3_model_persistence_threshold",
-      "stage3_max_live_parameters",
       "stage3_max_reuse_distance",
-      "stage3_gather_16bit_weights_on_model_save",
-      "stage3_gather_fp16_weights_on_model_save",
       "ignore_unused_parameters",
       "legacy_stage1",
       "round_robin_gradients",
@@ -392,11 +398,6 @@ absl::Status parse_zero(JsonObject& top, TrainConfig* config) {
   for (absl::string_view key : kUnimplemented)
     s.warn_unimplemented(key, &config->warnings);
   TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
-  if (z.stage > 0) {
-    return config_error(absl::StrCat(s.key_path("stage"), ": ZeRO stage ", z.stage,
-                                     " is not implemented yet; use 0 (data parallelism with "
-                                     "replicated optimizer state)"));
-  }
   return absl::OkStatus();
 }
 

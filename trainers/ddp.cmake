@@ -1,7 +1,7 @@
 # The controller, the trainers and `troupe train` / `troupe generate`.
 # Paths relative to trainers/.
 target_sources(troupe_trainers PRIVATE
-  ddp_trainer.cc
+  data_parallel_trainer.cc
   generate_command.cc
   model_file.cc
   progress.cc

@@ -36,6 +36,10 @@ struct StepTotals {
   double comm_ms = 0;
   double comm_exposed_ms = 0;
   double stage_ms = 0;
+  // Per rank, the largest of every field over the stages: memory held and
+  // bytes sent in the step.
+  actors::MemoryReport memory;
+  actors::TrafficReport sent;
 };
 
 // The totals of step `step` from every stage's report. Internal, naming the

@@ -1,14 +1,14 @@
 #include "trainers/trainer.h"
 
 #include "absl/strings/str_cat.h"
-#include "trainers/ddp_trainer.h"
+#include "trainers/data_parallel_trainer.h"
 
 namespace troupe::trainers {
 
 absl::StatusOr<std::unique_ptr<Trainer>> start_trainer(Cluster& cluster, const TrainConfig& config,
                                                        const std::string& job, int threads) {
-  absl::StatusOr<std::unique_ptr<DdpTrainer>> ddp =
-      DdpTrainer::start(cluster, config, job, threads);
+  absl::StatusOr<std::unique_ptr<DataParallelTrainer>> ddp =
+      DataParallelTrainer::start(cluster, config, job, threads);
   if (!ddp.ok()) return ddp.status();
   return std::unique_ptr<Trainer>(*std::move(ddp));
 }

@@ -187,6 +187,8 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
   out.compute_ms = totals->compute_ms;
   out.comm_ms = totals->comm_ms;
   out.comm_exposed_ms = totals->comm_exposed_ms;
+  out.memory = totals->memory;
+  out.sent = totals->sent;
   const double scale = out.loss_scale;
   if (totals->found_inf) {
     if (!scaler_) {

@@ -73,6 +73,10 @@ struct StepOutcome {
   double comm_ms = 0;          // slowest stage: gradient reductions, issue to completion, summed
   double comm_exposed_ms = 0;  // slowest stage: waiting for reductions after backward
   double overhead_ms = 0;      // step_ms minus the slowest stage's run_step and the commit
+  // Per rank, the largest over the stages of each: what a rank holds (model
+  // state, buffers, activations, peak RSS) and sent to its group this step.
+  actors::MemoryReport memory;
+  actors::TrafficReport sent;
 };
 
 class TrainerController {

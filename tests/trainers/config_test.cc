@@ -335,11 +335,41 @@ TEST(TrainConfigTest, DataNeedsExactlyOneSource) {
 
 // ---- not implemented yet -----------------------------------------------------
 
-TEST(TrainConfigTest, UnimplementedFeaturesAreErrors) {
-  expect_error(R"({"zero_optimization": {"stage": 2}})", "zero_optimization.stage",
-               "ZeRO stage 2 is not implemented yet; use 0");
+// DeepSpeed's zero_optimization keys, under their stage3_ names and their
+// short aliases; what no stage has is refused, naming it.
+TEST(TrainConfigTest, ZeroStagesAndTheirKeysAreRead) {
+  TrainConfig c = parse_ok(patched(R"({"zero_optimization": {"stage": 3,
+      "reduce_bucket_size": 2e7, "overlap_comm": false, "contiguous_gradients": true,
+      "stage3_prefetch_bucket_size": 5e6, "stage3_param_persistence_threshold": 1e4,
+      "stage3_max_live_parameters": 3e8, "stage3_gather_16bit_weights_on_model_save": true}})"));
+  EXPECT_EQ(c.zero.stage, 3);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 20000000);
+  EXPECT_FALSE(c.zero.overlap_comm);
+  EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 5000000);
+  EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 10000);
+  EXPECT_EQ(c.zero.stage3_max_live_parameters, 300000000);
+  EXPECT_TRUE(c.zero.stage3_gather_16bit_weights_on_model_save);
+  EXPECT_TRUE(c.warnings.empty()) << warnings_of(c);
+  c = parse_ok(patched(R"({"zero_optimization": {"stage": 3, "prefetch_bucket_size": 7,
+      "param_persistence_threshold": 8, "max_live_parameters": 9,
+      "gather_16bit_weights_on_model_save": true}})"));
+  EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 7);
+  EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 8);
+  EXPECT_EQ(c.zero.stage3_max_live_parameters, 9);
+  EXPECT_TRUE(c.zero.stage3_gather_16bit_weights_on_model_save);
+  for (int stage : {1, 2}) {
+    c = parse_ok(patched(absl::StrCat(R"({"zero_optimization": {"stage": )", stage, "}}")));
+    EXPECT_EQ(c.zero.stage, stage);
+  }
   expect_error(R"({"zero_optimization": {"stage": 4}})", "zero_optimization.stage",
                "must be in [0, 3]");
+  expect_error(R"({"zero_optimization": {"stage": 3, "stage3_prefetch_bucketsize": 1}})",
+               "zero_optimization.stage3_prefetch_bucketsize", "unknown key");
+  expect_error(R"({"zero_optimization": {"stage3_max_live_parameters": -1}})",
+               "zero_optimization.stage3_max_live_parameters", "must be in [0, ");
+}
+
+TEST(TrainConfigTest, UnimplementedFeaturesAreErrors) {
   expect_error(R"({"parallel": {"pp": 2}})", "parallel.pp",
                "not implemented yet (only data parallelism)");
   expect_error(R"({"parallel": {"tp": 4}})", "parallel.tp",
@@ -372,7 +402,7 @@ TEST(TrainConfigTest, UnimplementedDeepSpeedKeysWarn) {
     {"enabled": true, "output_path": "tb"}, "activation_checkpointing": {"partition_activations":
     true}, "communication_data_type": "fp32", "prescale_gradients": true, "amp": {"enabled": true},
     "gradient_predivide_factor": 2.0,
-    "zero_optimization": {"stage": 0, "stage3_prefetch_bucket_size": 5e7,
+    "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2, "zero_quantized_weights": true,
                           "offload_optimizer": {"device": "cpu"}, "allgather_bucket_size": 5e8},
     "fp16": {"enabled": false, "auto_cast": true},
     "checkpoint": {"tag_validation": "Warn"}, "fault_tolerance": {}, "elasticity": {"enabled": true}
@@ -387,7 +417,8 @@ TEST(TrainConfigTest, UnimplementedDeepSpeedKeysWarn) {
            "prescale_gradients is not implemented",
            "amp is not implemented",
            "gradient_predivide_factor is not implemented",
-           "zero_optimization.stage3_prefetch_bucket_size is not implemented by troupe; ignored",
+           "zero_optimization.zero_hpz_partition_size is not implemented by troupe; ignored",
+           "zero_optimization.zero_quantized_weights is not implemented by troupe; ignored",
            "zero_optimization.offload_optimizer is not implemented",
            "zero_optimization.allgather_bucket_size is not implemented",
            "fp16.auto_cast is not implemented",
@@ -397,7 +428,7 @@ TEST(TrainConfigTest, UnimplementedDeepSpeedKeysWarn) {
        }) {
     EXPECT_TRUE(has_warning(c, expected)) << expected << " not in:" << warnings_of(c);
   }
-  EXPECT_EQ(c.warnings.size(), 15u) << warnings_of(c);
+  EXPECT_EQ(c.warnings.size(), 16u) << warnings_of(c);
 }
 
 TEST(TrainConfigTest, SettingsThatAskForNothingDoNotWarn) {

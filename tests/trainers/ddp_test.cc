@@ -13,7 +13,7 @@
 #include "core/cluster/cluster.h"
 #include "core/cluster/local_cluster.h"
 #include "trainers/config.h"
-#include "trainers/ddp_trainer.h"
+#include "trainers/data_parallel_trainer.h"
 
 namespace troupe::trainers {
 namespace {
@@ -73,7 +73,8 @@ class DdpTest : public ::testing::Test {
 
   RunResult run(const TrainConfig& config) {
     RunResult result;
-    auto trainer = DdpTrainer::start(*driver_, config, "ddp-test-" + std::to_string(++jobs_), 1);
+    auto trainer =
+        DataParallelTrainer::start(*driver_, config, "ddp-test-" + std::to_string(++jobs_), 1);
     EXPECT_TRUE(trainer.ok()) << trainer.status();
     if (!trainer.ok()) return result;
     for (int k = 1; k <= kSteps; ++k) {
@@ -182,7 +183,7 @@ TEST_F(DdpTest, Fp16OverflowSkipsStepsAndBacksOffTheLossScale) {
   c.fp16.enabled = true;
   c.fp16.dynamic.initial_scale_power = 24;
   c.fp16.dynamic.hysteresis = 1;
-  auto trainer = DdpTrainer::start(*driver_, c, "ddp-test-fp16", 1);
+  auto trainer = DataParallelTrainer::start(*driver_, c, "ddp-test-fp16", 1);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   int skipped = 0, applied = 0;
   double scale = std::ldexp(1.0, 24);
@@ -209,7 +210,7 @@ TEST_F(DdpTest, BadDatasetFailsTheStartNamingIt) {
   TrainConfig c = config_for(2);
   c.data.synthetic.reset();
   c.data.path = "/nonexistent/tokens";
-  auto trainer = DdpTrainer::start(*driver_, c, "ddp-test-bad-data", 1);
+  auto trainer = DataParallelTrainer::start(*driver_, c, "ddp-test-bad-data", 1);
   ASSERT_FALSE(trainer.ok());
   EXPECT_NE(std::string(trainer.status().message()).find("/nonexistent/tokens"), std::string::npos)
       << trainer.status();

@@ -1,9 +1,10 @@
-#include "trainers/ddp_trainer.h"
+#include "trainers/data_parallel_trainer.h"
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "actors/mesh.h"
+#include "actors/zero_partition.h"
 #include "core/cluster/collective_group.h"
 
 namespace troupe::trainers {
@@ -13,15 +14,16 @@ constexpr absl::Duration kSetupTimeout = absl::Seconds(120);
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DdpTrainer>> DdpTrainer::start(Cluster& cluster,
-                                                              const TrainConfig& config,
-                                                              const std::string& job, int threads) {
-  if (config.zero.stage != 0 || config.parallel.pp != 1 || config.parallel.tp != 1) {
+absl::StatusOr<std::unique_ptr<DataParallelTrainer>> DataParallelTrainer::start(
+    Cluster& cluster, const TrainConfig& config, const std::string& job, int threads) {
+  if (config.zero.stage < 0 || config.zero.stage > 3 || config.parallel.pp != 1 ||
+      config.parallel.tp != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the DDP trainer runs zero_optimization.stage 0 with pp = tp = 1 (asked: stage ",
+        "the data-parallel trainer runs zero_optimization.stage 0-3 with pp = tp = 1 (asked: "
+        "stage ",
         config.zero.stage, ", pp ", config.parallel.pp, ", tp ", config.parallel.tp, ")"));
   }
-  std::unique_ptr<DdpTrainer> trainer(new DdpTrainer(cluster, config, job));
+  std::unique_ptr<DataParallelTrainer> trainer(new DataParallelTrainer(cluster, config, job));
   if (absl::Status s = trainer->spawn_replicas(threads); !s.ok()) {
     trainer->stop().IgnoreError();
     return s;
@@ -29,16 +31,18 @@ absl::StatusOr<std::unique_ptr<DdpTrainer>> DdpTrainer::start(Cluster& cluster,
   return trainer;
 }
 
-DdpTrainer::~DdpTrainer() {
+DataParallelTrainer::~DataParallelTrainer() {
   stop().IgnoreError();
 }
 
-std::string DdpTrainer::describe() const {
-  return absl::StrCat("DDP over ", config_.parallel.dp,
-                      config_.parallel.dp == 1 ? " replica" : " replicas");
+std::string DataParallelTrainer::describe() const {
+  const int dp = config_.parallel.dp;
+  if (zero_stage() == 0) return absl::StrCat("DDP over ", dp, dp == 1 ? " replica" : " replicas");
+  return absl::StrCat("ZeRO-", zero_stage(), " over ", dp, dp == 1 ? " rank" : " ranks");
 }
 
-absl::Status DdpTrainer::spawn_replica(int d, cluster::PlacementGroupId group, int threads) {
+absl::Status DataParallelTrainer::spawn_replica(int d, cluster::PlacementGroupId group,
+                                                int threads) {
   const actors::Coordinate at{.d = d, .p = 0, .t = 0};
   SpawnOptions where{.resources = "", .placement_group = group.value, .bundle_index = d};
   Replica replica;
@@ -63,9 +67,12 @@ absl::Status DdpTrainer::spawn_replica(int d, cluster::PlacementGroupId group, i
       .model_options = config_.model_options,
       .micro_batch = static_cast<int>(config_.micro_batch_size),
       .grad_accum = static_cast<int>(config_.gradient_accumulation_steps),
-      .gradient_sync = "allreduce",
+      .gradient_sync = zero_stage() == 0 ? "allreduce" : absl::StrCat("zero", zero_stage()),
       .bucket_elements = config_.zero.reduce_bucket_size,
       .overlap_comm = config_.zero.overlap_comm,
+      .prefetch_elements = config_.zero.stage3_prefetch_bucket_size,
+      .persistence_threshold = config_.zero.stage3_param_persistence_threshold,
+      .max_live_parameters = config_.zero.stage3_max_live_parameters,
       .threads = threads,
       .group = job_ + "/dp",
       .transport = "",
@@ -78,10 +85,14 @@ absl::Status DdpTrainer::spawn_replica(int d, cluster::PlacementGroupId group, i
 
   SpawnOptions shard_where = where;
   shard_where.name = actors::actor_name(job_, "shard", at);
+  // DDP: the whole stage; ZeRO: this rank's partition of it.
+  const nn::ParamRange whole{0, nn::GPTParamLayout(config_.model).num_params()};
+  const nn::ParamRange range =
+      zero_stage() == 0 ? whole : actors::ZeroPartition(whole, config_.parallel.dp, d).own();
   const actors::ShardOptions shard_options{.job = job_,
                                            .at = at,
                                            .model = config_.model,
-                                           .range = {},  // the whole stage
+                                           .range = range,
                                            .optimizer = optimizer_spec(config_.optimizer),
                                            .precision = compute_precision(config_),
                                            .seed = config_.training.seed};
@@ -94,7 +105,7 @@ absl::Status DdpTrainer::spawn_replica(int d, cluster::PlacementGroupId group, i
   return absl::OkStatus();
 }
 
-absl::Status DdpTrainer::spawn_replicas(int threads) {
+absl::Status DataParallelTrainer::spawn_replicas(int threads) {
   const int dp = config_.parallel.dp;
   // One bundle per replica, on different nodes where there are enough.
   std::vector<std::string> bundles(dp, "CPU=1");
@@ -147,10 +158,22 @@ absl::Status DdpTrainer::spawn_replicas(int threads) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<actors::EvalReport> DdpTrainer::evaluate(int samples) {
+absl::Status DataParallelTrainer::gather_parameters() {
+  if (zero_stage() == 0) return absl::OkStatus();
+  std::vector<Future<void>> gathering;
+  for (Replica& r : replicas_)
+    gathering.push_back(r.stage.call(&actors::PipelineStageActor::gather_parameters));
+  absl::Status first;
+  for (auto& f : gathering)
+    first.Update(std::move(f).get(kSetupTimeout));
+  return first;
+}
+
+absl::StatusOr<actors::EvalReport> DataParallelTrainer::evaluate(int samples) {
   if (!config_.data.synthetic) {
     return absl::FailedPreconditionError("task accuracy needs a synthetic task (data.synthetic)");
   }
+  if (absl::Status s = gather_parameters(); !s.ok()) return s;
   actors::EvalRequest request{.task = {.digits = config_.data.synthetic->digits,
                                        .num_samples = config_.data.synthetic->num_samples,
                                        .seed = config_.data.synthetic->seed,
@@ -159,9 +182,11 @@ absl::StatusOr<actors::EvalReport> DdpTrainer::evaluate(int samples) {
   return replicas_[0].stage.call(&actors::PipelineStageActor::evaluate, request).get(kSetupTimeout);
 }
 
-absl::StatusOr<std::vector<int32_t>> DdpTrainer::generate(std::vector<int32_t> prompt,
-                                                          int max_new_tokens, float temperature,
-                                                          uint64_t seed) {
+absl::StatusOr<std::vector<int32_t>> DataParallelTrainer::generate(std::vector<int32_t> prompt,
+                                                                   int max_new_tokens,
+                                                                   float temperature,
+                                                                   uint64_t seed) {
+  if (absl::Status s = gather_parameters(); !s.ok()) return s;
   return replicas_[0]
       .stage
       .call(&actors::PipelineStageActor::generate, std::move(prompt), max_new_tokens, temperature,
@@ -169,11 +194,24 @@ absl::StatusOr<std::vector<int32_t>> DdpTrainer::generate(std::vector<int32_t> p
       .get(kSetupTimeout);
 }
 
-absl::StatusOr<std::vector<float>> DdpTrainer::master_params() {
-  return replicas_[0].shard.call(&actors::ParamShardActor::master_params).get(kSetupTimeout);
+absl::StatusOr<std::vector<float>> DataParallelTrainer::master_params() {
+  if (zero_stage() == 0) {
+    return replicas_[0].shard.call(&actors::ParamShardActor::master_params).get(kSetupTimeout);
+  }
+  // The partitions, in rank order, tile the model.
+  std::vector<Future<std::vector<float>>> parts;
+  for (Replica& r : replicas_)
+    parts.push_back(r.shard.call(&actors::ParamShardActor::master_params));
+  std::vector<float> whole;
+  for (auto& f : parts) {
+    absl::StatusOr<std::vector<float>> part = std::move(f).get(kSetupTimeout);
+    if (!part.ok()) return part.status();
+    whole.insert(whole.end(), part->begin(), part->end());
+  }
+  return whole;
 }
 
-absl::Status DdpTrainer::stop() {
+absl::Status DataParallelTrainer::stop() {
   if (stopped_) return absl::OkStatus();
   stopped_ = true;
   absl::Status first;

@@ -1,0 +1,74 @@
+// The data-parallel trainer: dp ranks of the whole model, each a stage, a
+// parameter shard and a data loader co-located in one placement-group bundle
+// (one rank per node where the cluster has the nodes: SPREAD).
+//   zero_optimization.stage 0  DDP: every shard owns the whole stage;
+//                              gradients averaged in buckets that overlap
+//                              backward (actors/allreduce_gradient_sync.h)
+//   stages 1, 2, 3             ZeRO: shard r owns partition r of the stage
+//                              (actors/zero_partition.h); gradients
+//                              reduce-scattered, parameters gathered
+//                              (actors/zero_gradient_sync.h, docs/zero.md)
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "actors/param_shard_actor.h"
+#include "trainers/trainer.h"
+
+namespace troupe::trainers {
+
+class DataParallelTrainer : public Trainer {
+ public:
+  // Places and spawns the actors of every rank, forms the data-parallel
+  // group, initialises the parameters (the same seed on every rank, each
+  // shard its range). InvalidArgument for a config it does not run (pp or
+  // tp > 1); otherwise as start_trainer.
+  static absl::StatusOr<std::unique_ptr<DataParallelTrainer>> start(Cluster& cluster,
+                                                                    const TrainConfig& config,
+                                                                    const std::string& job,
+                                                                    int threads);
+  ~DataParallelTrainer() override;
+
+  // On rank 0 (every rank holds the same weights; under ZeRO every stage
+  // gathers them first).
+  absl::StatusOr<actors::EvalReport> evaluate(int samples) override;
+  absl::StatusOr<std::vector<int32_t>> generate(std::vector<int32_t> prompt, int max_new_tokens,
+                                                float temperature, uint64_t seed) override;
+  absl::StatusOr<std::vector<float>> master_params() override;
+  const DataInfo& data_info() const override { return data_info_; }
+  TrainerController& controller() override { return *controller_; }
+  std::string describe() const override;
+  absl::Status stop() override;
+
+ private:
+  struct Replica {
+    ActorRef<actors::PipelineStageActor> stage;
+    ActorRef<actors::ParamShardActor> shard;
+    ActorRef<actors::DataLoaderActor> loader;
+  };
+
+  DataParallelTrainer(Cluster& cluster, TrainConfig config, std::string job)
+      : cluster_(cluster), config_(std::move(config)), job_(std::move(job)) {}
+  absl::Status spawn_replicas(int threads);
+  absl::Status spawn_replica(int d, cluster::PlacementGroupId group, int threads);
+  // ZeRO: every stage gathers the whole parameters (before evaluate, generate).
+  absl::Status gather_parameters();
+  int zero_stage() const { return config_.zero.stage; }
+
+  Cluster& cluster_;
+  TrainConfig config_;
+  std::string job_;
+  std::optional<cluster::PlacementGroupId> placement_group_;
+  std::vector<ActorId> actors_;  // everything spawned, for stop()
+  std::vector<Replica> replicas_;
+  std::optional<TrainerController> controller_;
+  DataInfo data_info_;
+  bool stopped_ = false;
+};
+
+}  // namespace troupe::trainers
