@@ -1,14 +1,14 @@
-// DDP benchmark: troupe's DdpTrainer and PyTorch DistributedDataParallel (gloo) side by side in
-// one invocation, on 1 and 2 data-parallel replicas.
+// DDP benchmark: troupe's DataParallelTrainer and PyTorch DistributedDataParallel (gloo) side by
+// side in one invocation, on 1 and 2 data-parallel replicas.
 //
 //   ddp_bench [--configs small,medium] [--dp-list 1,2] [--threads N] [--steps 10] [--warmup 2]
 //             [--repeat 3] [--bucket-elements N] [--json FILE] [--skip-torch]
 //             [--no-overlap-ref] [--min-cpu 0.85] [--retries 2] [--keep-omp-env]
 //
 // troupe: a LocalCluster (a head and max(dp) worker processes of the troupe executable, on
-// loopback) and this process as the driver; DdpTrainer (trainers/ddp_trainer.h) with dp
-// replicas of a GPT, micro-batch B per replica, no gradient accumulation, AdamW (lr 1e-4, betas
-// 0.9/0.95, eps 1e-8, weight decay 0.1), no clipping, the synthetic addition task as data,
+// loopback) and this process as the driver; DataParallelTrainer (trainers/data_parallel_trainer.h)
+// with dp replicas of a GPT, micro-batch B per replica, no gradient accumulation, AdamW (lr 1e-4,
+// betas 0.9/0.95, eps 1e-8, weight decay 0.1), no clipping, the synthetic addition task as data,
 // zero_optimization.reduce_bucket_size = the config's bucket (several buckets per model, so that
 // the allreduce overlaps backward). A step of the job is dp x B samples; samples/s = dp x B /
 // median step time (StepOutcome::step_ms, as the driver sees it). The workers start with

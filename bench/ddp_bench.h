@@ -1,5 +1,5 @@
 // ddp_bench's parts. main (ddp_bench.cc) reads the flags and runs each (config, dp) on both
-// sides, repeat by repeat: troupe's DdpTrainer on a LocalCluster (ddp_bench_troupe.cc) and
+// sides, repeat by repeat: troupe's DataParallelTrainer on a LocalCluster (ddp_bench_troupe.cc) and
 // PyTorch DDP through bench/ddp_bench_torch.py (ddp_bench_torch.cc); then it prints the tables
 // and writes the JSON (ddp_bench_report.cc). What is measured, and how: the top of ddp_bench.cc.
 #pragma once

@@ -1,5 +1,5 @@
-// ddp_bench's troupe side: DdpTrainer on a LocalCluster of troupe worker processes, through the
-// trainer's controller or replica by replica; see ddp_bench.h.
+// ddp_bench's troupe side: DataParallelTrainer on a LocalCluster of troupe worker processes,
+// through the trainer's controller or replica by replica; see ddp_bench.h.
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,7 +21,7 @@
 #include "core/cluster/cluster.h"
 #include "core/cluster/local_cluster.h"
 #include "trainers/config.h"
-#include "trainers/ddp_trainer.h"
+#include "trainers/data_parallel_trainer.h"
 
 #ifndef TROUPE_BINARY
 #define TROUPE_BINARY "troupe"
@@ -121,7 +121,7 @@ TroupeRun TroupeSide::run(const ModelConfig& mc, int dp, int threads, int steps,
       "ddp-bench-" + mc.name + "-dp" + std::to_string(dp) + "-" + std::to_string(++jobs_);
   const std::string what = mc.name + " dp " + std::to_string(dp);
   auto trainer =
-      value_or_die(trainers::DdpTrainer::start(
+      value_or_die(trainers::DataParallelTrainer::start(
                        *driver_, train_config(mc, dp, bucket_elements, overlap), job, threads),
                    what + ": starting the trainer");
   std::vector<trainers::StepOutcome> timed;
