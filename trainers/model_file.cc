@@ -32,6 +32,10 @@ absl::Status write_file(const std::string& path, const void* data, size_t n) {
 
 }  // namespace
 
+std::string partition_file_name(size_t r, size_t n) {
+  return absl::StrCat("model.part-", r, "-of-", n, ".bin");
+}
+
 absl::Status save_model(const std::string& dir, const SavedModel& saved) {
   const nn::GPTConfig& gpt = saved.model;
   if (absl::Status s = gpt.validate(); !s.ok()) return s;
@@ -56,10 +60,31 @@ absl::Status save_model(const std::string& dir, const SavedModel& saved) {
                              {"padded_vocab_size", gpt.padded_vocab()}}},
                            {"step", saved.step},
                            {"tokenizer", saved.tokenizer}};
-  if (absl::Status s =
-          write_file(dir + "/model.bin", saved.params.data(), saved.params.size() * sizeof(float));
-      !s.ok()) {
-    return s;
+  if (saved.partitions.empty()) {
+    if (absl::Status s = write_file(dir + "/model.bin", saved.params.data(),
+                                    saved.params.size() * sizeof(float));
+        !s.ok()) {
+      return s;
+    }
+  } else {
+    size_t total = 0;
+    for (size_t n : saved.partitions)
+      total += n;
+    if (total != saved.params.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("save_model: partitions of ", total,
+                                                     " parameters for ", saved.params.size()));
+    }
+    header["partitions"] = saved.partitions;
+    size_t at = 0;
+    for (size_t r = 0; r < saved.partitions.size(); ++r) {
+      const std::string path = dir + "/" + partition_file_name(r, saved.partitions.size());
+      if (absl::Status s =
+              write_file(path, saved.params.data() + at, saved.partitions[r] * sizeof(float));
+          !s.ok()) {
+        return s;
+      }
+      at += saved.partitions[r];
+    }
   }
   std::string text = header.dump(2) + "\n";
   return write_file(dir + "/model.json", text.data(), text.size());
@@ -89,6 +114,7 @@ absl::StatusOr<std::pair<SavedModel, size_t>> parse_model_header(const std::stri
     saved.step = h.value("step", int64_t{0});
     saved.tokenizer = h.value("tokenizer", std::string("bytes"));
     num_params = h.at("num_params").get<size_t>();
+    if (h.contains("partitions")) saved.partitions = h["partitions"].get<std::vector<size_t>>();
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(where, ": ", e.what()));
   }
@@ -115,6 +141,16 @@ absl::StatusOr<std::pair<SavedModel, size_t>> parse_model_header(const std::stri
     return absl::DataLossError(
         absl::StrCat(where, ": num_params ", num_params, " does not match the model"));
   }
+  if (!saved.partitions.empty()) {
+    size_t total = 0;
+    for (size_t n : saved.partitions)
+      total += n;
+    if (total != num_params || saved.partitions.size() > 4096) {
+      return absl::DataLossError(absl::StrCat(where, ": ", saved.partitions.size(),
+                                              " partitions of ", total,
+                                              " parameters; num_params is ", num_params));
+    }
+  }
   return std::pair{std::move(saved), num_params};
 }
 
@@ -130,22 +166,37 @@ absl::StatusOr<SavedModel> load_model(const std::string& dir) {
   if (!header.ok()) return header.status();
   SavedModel saved = std::move(header->first);
   const size_t num_params = header->second;
-  std::ifstream bin(bin_path, std::ios::binary | std::ios::ate);
-  if (!bin) return absl::NotFoundError(absl::StrCat(bin_path, ": cannot be read"));
-  if (static_cast<size_t>(bin.tellg()) != num_params * sizeof(float)) {
-    return absl::DataLossError(absl::StrCat(bin_path, ": ", static_cast<int64_t>(bin.tellg()),
-                                            " bytes, expected ", num_params * sizeof(float)));
+  // One file, or the ranks' partitions in order.
+  std::vector<std::pair<std::string, size_t>> files;
+  if (saved.partitions.empty()) {
+    files.emplace_back(bin_path, num_params);
+  } else {
+    for (size_t r = 0; r < saved.partitions.size(); ++r) {
+      files.emplace_back(dir + "/" + partition_file_name(r, saved.partitions.size()),
+                         saved.partitions[r]);
+    }
   }
-  bin.seekg(0);
   saved.params.resize(num_params);
-  bin.read(reinterpret_cast<char*>(saved.params.data()),
-           static_cast<std::streamsize>(num_params * sizeof(float)));
-  if (!bin) return absl::DataLossError(absl::StrCat(bin_path, ": short read"));
+  size_t at = 0;
+  for (const auto& [path, count] : files) {
+    std::ifstream bin(path, std::ios::binary | std::ios::ate);
+    if (!bin) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
+    if (static_cast<size_t>(bin.tellg()) != count * sizeof(float)) {
+      return absl::DataLossError(absl::StrCat(path, ": ", static_cast<int64_t>(bin.tellg()),
+                                              " bytes, expected ", count * sizeof(float)));
+    }
+    bin.seekg(0);
+    bin.read(reinterpret_cast<char*>(saved.params.data() + at),
+             static_cast<std::streamsize>(count * sizeof(float)));
+    if (!bin) return absl::DataLossError(absl::StrCat(path, ": short read"));
+    at += count;
+  }
   for (size_t i = 0; i < saved.params.size(); ++i) {
     if (!std::isfinite(saved.params[i])) {
-      return absl::DataLossError(absl::StrCat(
-          bin_path, ": parameter ", i, " is ", std::isnan(saved.params[i]) ? "NaN" : "infinite",
-          " (the weights of a run that diverged?); refusing to load them"));
+      return absl::DataLossError(
+          absl::StrCat(saved.partitions.empty() ? bin_path : dir, ": parameter ", i, " is ",
+                       std::isnan(saved.params[i]) ? "NaN" : "infinite",
+                       " (the weights of a run that diverged?); refusing to load them"));
     }
   }
   return saved;

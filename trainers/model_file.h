@@ -7,6 +7,12 @@
 //    "model": {"n_layer": 2, "n_head": 4, "n_embd": 64, "seq_len": 32,
 //              "vocab_size": 256, "padded_vocab_size": 256},
 //    "step": 600, "tokenizer": "bytes"}
+//
+// A ZeRO-3 run that does not consolidate its weights on save
+// (stage3_gather_16bit_weights_on_model_save false, DeepSpeed's default)
+// writes each rank's partition instead of model.bin: DIR/model.part-R-of-N.bin
+// for R in [0, N), with "partitions": [their sizes in floats] in model.json.
+// load_model joins them.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +29,13 @@ struct SavedModel {
   std::vector<float> params;
   int64_t step = 0;
   std::string tokenizer = "bytes";
+  // Empty: one DIR/model.bin. Else the sizes of the parts the parameters are
+  // saved in, in order (see above); they add up to the parameter count.
+  std::vector<size_t> partitions;
 };
+
+// "model.part-R-of-N.bin".
+std::string partition_file_name(size_t r, size_t n);
 
 // Writes DIR/model.json and DIR/model.bin (creating DIR; each file written
 // to a temporary name, then renamed). InvalidArgument if params does not

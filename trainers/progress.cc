@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -22,6 +23,23 @@ void RunTotals::add(const StepOutcome& step) {
   comm_ms += step.comm_ms;
   comm_exposed_ms += step.comm_exposed_ms;
   overhead_ms += step.overhead_ms;
+  sent_bytes += step.sent.total();
+  actors::MemoryReport& m = memory;
+  const actors::MemoryReport& s = step.memory;
+  m.parameters = std::max(m.parameters, s.parameters);
+  m.gradients = std::max(m.gradients, s.gradients);
+  m.optimizer_state = std::max(m.optimizer_state, s.optimizer_state);
+  m.buffers = std::max(m.buffers, s.buffers);
+  m.activations = std::max(m.activations, s.activations);
+  m.peak_rss = std::max(m.peak_rss, s.peak_rss);
+}
+
+std::string format_bytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (int64_t{1} << 30)) return absl::StrFormat("%.2f GiB", b / (1 << 30));
+  if (bytes >= (int64_t{1} << 20)) return absl::StrFormat("%.1f MiB", b / (1 << 20));
+  if (bytes >= (int64_t{1} << 10)) return absl::StrFormat("%.0f KiB", b / (1 << 10));
+  return absl::StrCat(bytes, " B");
 }
 
 std::string format_duration(double seconds) {
@@ -146,6 +164,16 @@ absl::Status MetricsWriter::write_step(const StepOutcome& s) {
                       {"overhead_ms", s.overhead_ms},
                       {"epoch", s.epoch},
                       {"data_position", s.data_position}};
+  // Per rank (the largest over the ranks).
+  const actors::MemoryReport& m = s.memory;
+  j["memory"] = {{"model_state", m.model_state()}, {"parameters", m.parameters},
+                 {"gradients", m.gradients},       {"optimizer_state", m.optimizer_state},
+                 {"buffers", m.buffers},           {"activations", m.activations},
+                 {"peak_rss", m.peak_rss}};
+  j["sent_bytes"] = {{"allreduce", s.sent.allreduce},
+                     {"reduce_scatter", s.sent.reduce_scatter},
+                     {"allgather", s.sent.allgather},
+                     {"total", s.sent.total()}};
   return write_line(j.dump());
 }
 

@@ -26,7 +26,10 @@ struct RunTotals {
   double comm_ms = 0;  // summed over steps (slowest stage)
   double comm_exposed_ms = 0;
   double overhead_ms = 0;
-  // The fraction of allreduce time hidden behind backward (1 without communication).
+  int64_t sent_bytes = 0;  // per rank (the largest), summed over steps
+  // Per rank, the largest over the run of each: model state, buffers, peak RSS.
+  actors::MemoryReport memory;
+  // The fraction of communication time hidden behind compute (1 without communication).
   double comm_hidden() const { return comm_ms > 0 ? 1.0 - comm_exposed_ms / comm_ms : 1.0; }
   void add(const StepOutcome& step);
 };
@@ -54,6 +57,8 @@ class ProgressReporter {
 
 // "1h02m", "3m05s", "42s".
 std::string format_duration(double seconds);
+// "1.50 GiB", "12.0 MiB", "640 KiB", "12 B".
+std::string format_bytes(int64_t bytes);
 
 class MetricsWriter {
  public:

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "actors/zero_partition.h"
 #include "core/cluster/cluster.h"
 #include "core/cluster/flags.h"
 #include "core/cluster/local_cluster.h"
@@ -232,22 +233,42 @@ int train_command(const std::vector<std::string>& args) {
 
   auto params = trainer.master_params();
   if (!params.ok()) return fail("fetching the weights", params.status());
-  if (absl::Status s = save_model(
-          output_dir, {.model = config.model, .params = *std::move(params), .step = steps});
-      !s.ok()) {
+  SavedModel saved{.model = config.model, .params = *std::move(params), .step = steps};
+  // ZeRO-3 without consolidation on save (DeepSpeed's default): each rank's partition.
+  const bool partitioned =
+      config.zero.stage == 3 && !config.zero.stage3_gather_16bit_weights_on_model_save;
+  if (partitioned) {
+    const nn::ParamRange whole{0, saved.params.size()};
+    for (int r = 0; r < config.parallel.dp; ++r)
+      saved.partitions.push_back(actors::ZeroPartition(whole, config.parallel.dp, r).own().size());
+  }
+  if (absl::Status s = save_model(output_dir, saved); !s.ok()) {
     return fail("saving the weights", s);
   }
   const RunTotals& t = progress.totals();
   std::printf(
       "\ndone: %lld steps in %s (%lld skipped), loss %.4f -> %.4f\n"
-      "  throughput %.0f tokens/s, %.1f samples/s; allreduce %.0f%% hidden behind backward; "
+      "  throughput %.0f tokens/s, %.1f samples/s; communication %.0f%% hidden behind compute; "
       "controller overhead %.2f ms/step\n",
       static_cast<long long>(t.steps), format_duration(t.seconds).c_str(),
       static_cast<long long>(t.skipped), first_loss, last_loss, t.tokens / t.seconds,
       t.samples / t.seconds, 100 * t.comm_hidden(), t.overhead_ms / std::max<int64_t>(1, t.steps));
+  const actors::MemoryReport& m = t.memory;
+  std::printf(
+      "  per rank: model state %s (parameters %s, gradients %s, optimizer state %s), gather "
+      "buffers %s, activations %s, peak RSS %s; sent %s per step\n",
+      format_bytes(m.model_state()).c_str(), format_bytes(m.parameters).c_str(),
+      format_bytes(m.gradients).c_str(), format_bytes(m.optimizer_state).c_str(),
+      format_bytes(m.buffers).c_str(), format_bytes(m.activations).c_str(),
+      format_bytes(m.peak_rss).c_str(),
+      format_bytes(t.sent_bytes / std::max<int64_t>(1, t.steps)).c_str());
   if (accuracy)
     std::printf("  task accuracy (held-out addition problems): %.1f%%\n", 100 * *accuracy);
-  std::printf("  weights: %s/model.{json,bin}   metrics: %s\n", output_dir.c_str(),
+  std::printf("  weights: %s/model.%s   metrics: %s\n", output_dir.c_str(),
+              partitioned ? absl::StrCat("json and ", saved.partitions.size(),
+                                         " partitions (model.part-*.bin)")
+                                .c_str()
+                          : "{json,bin}",
               metrics_path.c_str());
   // A prompt of the kind the model was trained on: a problem of the
   // synthetic task, or the start of a text.

@@ -44,6 +44,29 @@ TEST_F(ModelFileTest, RoundTrips) {
   EXPECT_EQ(loaded->model.num_layers, saved_.model.num_layers);
 }
 
+// ZeRO-3 without consolidation: a file per rank's partition, joined on load;
+// a partition missing or of the wrong size is refused naming its file.
+TEST_F(ModelFileTest, PartitionsRoundTripAsOneModel) {
+  for (size_t i = 0; i < saved_.params.size(); ++i)
+    saved_.params[i] = static_cast<float>(i % 1000);
+  const size_t n = saved_.params.size();
+  saved_.partitions = {n / 3 + 1, n / 3 + 1, n - 2 * (n / 3 + 1)};
+  ASSERT_TRUE(save_model(dir_, saved_).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/model.bin"));
+  absl::StatusOr<SavedModel> loaded = load_model(dir_);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->params, saved_.params);
+  EXPECT_EQ(loaded->partitions, saved_.partitions);
+  const std::string second = dir_ + "/" + partition_file_name(1, 3);
+  EXPECT_EQ(partition_file_name(1, 3), "model.part-1-of-3.bin");
+  std::filesystem::resize_file(second, 8);
+  EXPECT_TRUE(absl::StrContains(load_model(dir_).status().message(), "model.part-1-of-3.bin"));
+  std::filesystem::remove(second);
+  EXPECT_TRUE(absl::IsNotFound(load_model(dir_).status()));
+  saved_.partitions = {1, 2};  // not the parameter count
+  EXPECT_TRUE(absl::IsInvalidArgument(save_model(dir_, saved_)));
+}
+
 TEST_F(ModelFileTest, NonFiniteWeightsAreRefusedNamingTheParameter) {
   saved_.params[12345 % saved_.params.size()] = std::nanf("");
   ASSERT_TRUE(save_model(dir_, saved_).ok());

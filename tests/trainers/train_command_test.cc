@@ -39,6 +39,13 @@ Result troupe(const std::string& dir, const std::string& args, int timeout_s = 2
   return run;
 }
 
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 class TrainCommandTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -85,6 +92,41 @@ TEST_F(TrainCommandTest, ExampleRunLearnsAdditionAndGenerates) {
   Result generated = troupe(dir_, "generate --model out --prompt '07+97='");
   ASSERT_EQ(generated.code, 0) << generated.output;
   EXPECT_NE(generated.output.find("07+97=401"), std::string::npos) << generated.output;
+}
+
+// The ZeRO-3 example learns as the DDP one does; without consolidation on
+// save (DeepSpeed's default) the weights are one file per rank's partition,
+// which generate joins. The summary and the metrics give each rank's memory
+// and traffic.
+TEST_F(TrainCommandTest, Zero3ExampleLearnsAndItsPartitionedWeightsGenerate) {
+  Result run = troupe(
+      dir_, "train --config '" EXAMPLE_CONFIGS "/addition_zero3.json' --local 2 --output out");
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_NE(run.output.find("ZeRO-3 over 2 ranks"), std::string::npos) << run.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      run.output, m, std::regex(R"(task accuracy \(held-out addition problems\): ([0-9.]+)%)")))
+      << run.output;
+  EXPECT_GE(std::stod(m[1]), 90.0) << run.output;
+  EXPECT_NE(run.output.find("per rank: model state"), std::string::npos) << run.output;
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/out/model.bin"));  // the example consolidates
+  const std::string metrics = read("out/metrics.jsonl");
+  EXPECT_NE(metrics.find("\"model_state\""), std::string::npos);
+  EXPECT_NE(metrics.find("\"reduce_scatter\""), std::string::npos);
+
+  std::string config = read_file(EXAMPLE_CONFIGS "/addition_zero3.json");
+  const std::string consolidate = "\"stage3_gather_16bit_weights_on_model_save\": true";
+  ASSERT_NE(config.find(consolidate), std::string::npos);
+  config.replace(config.find(consolidate), consolidate.size(),
+                 "\"stage3_gather_16bit_weights_on_model_save\": false");
+  write("zero3.json", config);
+  run = troupe(dir_, "train --config zero3.json --local 2 --steps 20 --output parts");
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/parts/model.bin"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/parts/model.part-0-of-2.bin"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/parts/model.part-1-of-2.bin"));
+  Result generated = troupe(dir_, "generate --model parts --prompt '07+97=' --max-tokens 3");
+  EXPECT_EQ(generated.code, 0) << generated.output;
 }
 
 TEST_F(TrainCommandTest, TextDatasetFromDataPrepare) {
