@@ -16,9 +16,10 @@
 // the peers: torch.set_num_threads).
 //
 // Per side and stage: samples/s (the global batch / the median step time), the largest rank's
-// peak RSS (troupe: getrusage of its worker process; the peers: of each rank's process), bytes
-// each rank sent per step (troupe: counted by its collectives; DeepSpeed: its comms logger;
-// FSDP2: its collectives wrapped) and, for troupe, the model state per rank. --repeat rounds,
+// peak RSS (troupe: getrusage of its worker process; the peers: VmHWM of each rank's process),
+// bytes each rank sent per step (troupe: counted by its collectives as they send; the peers:
+// what a ring sends for the torch.distributed collectives they call, which the peer script
+// counts) and, for troupe, the model state per rank. --repeat rounds,
 // troupe and the peers back to back at each stage, never at once; the figures are medians over
 // the rounds, the ratios medians of each round's ratio. Peers that are not installed (no torch,
 // no deepspeed for the python found) are skipped with a message; bench/setup_torch_peers.sh

@@ -148,8 +148,11 @@ Run run_peer(const std::string& python, const std::string& framework, const std:
     r.samples_per_s = j.at("samples_per_s").get<double>();
     r.step_ms = j.at("step_ms_median").get<double>();
     r.peak_rss = j.at("peak_rss_bytes_max").get<double>();
-    if (j.contains("comm_bytes_per_step") && j["comm_bytes_per_step"].is_number()) {
-      r.sent_bytes = j["comm_bytes_per_step"].get<double>();
+    // What a ring would send of the collectives the peer called (it cannot see gloo's own
+    // sends): comparable with troupe's bytes sent.
+    if (j.contains("comm_detail") &&
+        j["comm_detail"].value("ring_send_bytes_per_step_estimate", nlohmann::json()).is_number()) {
+      r.sent_bytes = j["comm_detail"]["ring_send_bytes_per_step_estimate"].get<double>();
     }
     const auto& losses = j.at("losses");
     if (!losses.empty()) {
