@@ -3,7 +3,6 @@
 // (head h at channel h*hs, row stride 3C); the causal softmax and its backward are a warp per
 // score row. The full T x T scores are computed; the softmax writes 0 above the diagonal, so the
 // products with att add exact zeros there.
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -71,7 +70,7 @@ absl::Status gemm_heads(cublasHandle_t h, cublasOperation_t op_a, cublasOperatio
                         long long stride_c, int NH, const char* what) {
   const float one = 1.0f;
   return detail::cublas_status(
-      cublasSgemmStridedBatched(h, op_a, op_b, m, n, k, &one, a, lda, stride_a, b, ldb, stride_b,
+      detail::cublas().sgemm_strided_batched(h, op_a, op_b, m, n, k, &one, a, lda, stride_a, b, ldb, stride_b,
                                 &beta, c, ldc, stride_c, NH),
       what);
 }
@@ -100,7 +99,7 @@ absl::Status attention_forward(const Cublas& blas, float* out, float* att, const
   const int ld = 3 * C;
   const long long TT = static_cast<long long>(T) * T;
   cublasHandle_t h = blas.handle();
-  if (absl::Status s = detail::cublas_status(cublasSetStream(h, stream), "cublasSetStream");
+  if (absl::Status s = detail::cublas_status(detail::cublas().set_stream(h, stream), "cublasSetStream");
       !s.ok()) {
     return s;
   }
@@ -142,7 +141,7 @@ absl::Status attention_backward(const Cublas& blas, float* dinp, float* datt, co
   const int ld = 3 * C;
   const long long TT = static_cast<long long>(T) * T;
   cublasHandle_t h = blas.handle();
-  if (absl::Status s = detail::cublas_status(cublasSetStream(h, stream), "cublasSetStream");
+  if (absl::Status s = detail::cublas_status(detail::cublas().set_stream(h, stream), "cublasSetStream");
       !s.ok()) {
     return s;
   }

@@ -1,7 +1,6 @@
 // nn/cuda/layers.h: the fully connected layer, the Cublas handle. Row-major products through
 // column-major cuBLAS: a row-major [M, N] matrix is a column-major [N, M] one, so
 // out = inp @ weight^T is out^T = weight @ inp^T in cuBLAS's terms (llm.c's calls).
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -44,12 +43,13 @@ absl::StatusOr<Cublas> Cublas::create() {
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     return absl::FailedPreconditionError("cannot create a cuBLAS handle: no usable CUDA device");
   }
+  if (absl::Status s = detail::load_cublas(); !s.ok()) return s;
   cublasHandle_t handle = nullptr;
-  if (absl::Status s = detail::cublas_status(cublasCreate(&handle), "cublasCreate"); !s.ok()) {
+  if (absl::Status s = detail::cublas_status(detail::cublas().create(&handle), "cublasCreate"); !s.ok()) {
     return s;
   }
   Cublas blas(handle);
-  if (absl::Status s = detail::cublas_status(cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH),
+  if (absl::Status s = detail::cublas_status(detail::cublas().set_math_mode(handle, CUBLAS_PEDANTIC_MATH),
                                              "cublasSetMathMode(CUBLAS_PEDANTIC_MATH)");
       !s.ok()) {
     return s;
@@ -61,14 +61,14 @@ Cublas::Cublas(Cublas&& other) noexcept : handle_(std::exchange(other.handle_, n
 
 Cublas& Cublas::operator=(Cublas&& other) noexcept {
   if (this != &other) {
-    if (handle_ != nullptr) cublasDestroy(handle_);
+    if (handle_ != nullptr) detail::cublas().destroy(handle_);
     handle_ = std::exchange(other.handle_, nullptr);
   }
   return *this;
 }
 
 Cublas::~Cublas() {
-  if (handle_ != nullptr) cublasDestroy(handle_);
+  if (handle_ != nullptr) detail::cublas().destroy(handle_);
 }
 
 absl::Status linear_forward(const Cublas& blas, float* out, const float* inp, const float* weight,
@@ -84,14 +84,14 @@ absl::Status linear_forward(const Cublas& blas, float* out, const float* inp, co
     beta = 1.0f;
   }
   cublasHandle_t h = blas.handle();
-  if (absl::Status s = detail::cublas_status(cublasSetStream(h, stream), "cublasSetStream");
+  if (absl::Status s = detail::cublas_status(detail::cublas().set_stream(h, stream), "cublasSetStream");
       !s.ok()) {
     return s;
   }
   const float one = 1.0f;
   // out^T [OC, BT] = weight [OC, C] @ inp^T [C, BT] (column-major).
   return detail::cublas_status(
-      cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, &one, weight, C, inp, C, &beta, out, OC),
+      detail::cublas().sgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, &one, weight, C, inp, C, &beta, out, OC),
       "linear_forward sgemm");
 }
 
@@ -101,7 +101,7 @@ absl::Status linear_backward(const Cublas& blas, float* dinp, float* dweight, fl
   const int BT = B * T;
   if (BT == 0 || OC == 0 || C == 0) return absl::OkStatus();
   cublasHandle_t h = blas.handle();
-  if (absl::Status s = detail::cublas_status(cublasSetStream(h, stream), "cublasSetStream");
+  if (absl::Status s = detail::cublas_status(detail::cublas().set_stream(h, stream), "cublasSetStream");
       !s.ok()) {
     return s;
   }
@@ -109,7 +109,7 @@ absl::Status linear_backward(const Cublas& blas, float* dinp, float* dweight, fl
   if (dinp != nullptr) {
     // dinp^T [C, BT] += weight^T [C, OC] @ dout^T [OC, BT].
     if (absl::Status s =
-            detail::cublas_status(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, &one, weight,
+            detail::cublas_status(detail::cublas().sgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, &one, weight,
                                               C, dout, OC, &one, dinp, C),
                                   "linear_backward dinp sgemm");
         !s.ok()) {
@@ -117,7 +117,7 @@ absl::Status linear_backward(const Cublas& blas, float* dinp, float* dweight, fl
     }
   }
   // dweight^T [C, OC] += inp^T [C, BT] @ dout [BT, OC].
-  if (absl::Status s = detail::cublas_status(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT,
+  if (absl::Status s = detail::cublas_status(detail::cublas().sgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT,
                                                          &one, inp, C, dout, OC, &one, dweight, C),
                                              "linear_backward dweight sgemm");
       !s.ok()) {

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <ostream>
@@ -34,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "nn/cuda/detail/cublas.h"
 #include "nn/cuda/layers.h"
 #include "nn/layers/attention.h"
 #include "nn/layers/crossentropy.h"
@@ -228,6 +230,27 @@ class CudaLayersTest : public CudaTest, public testing::WithParamInterface<Shape
  protected:
   std::string layer(const char* name) const { return absl::StrCat(name, "/", GetParam().name); }
 };
+
+// cuBLAS is not mapped until a GPU needs it (libcublasLt holds ~150 MB resident in a process
+// that maps it), and then it loads with every function nn calls. No GPU needed: ctest runs each
+// test in a process of its own, so nothing before this one has loaded it.
+TEST(CublasTest, LoadsOnFirstUseNotWhenTheProgramStarts) {
+  auto mapped = [] {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line))
+      if (line.find("libcublas") != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_FALSE(mapped()) << "cuBLAS was mapped before anything asked for it";
+  absl::Status loaded = cuda::detail::load_cublas();
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  EXPECT_TRUE(cuda::detail::cublas_loaded());
+  EXPECT_NE(cuda::detail::cublas().sgemm, nullptr);
+  EXPECT_NE(cuda::detail::cublas().sgemm_strided_batched, nullptr);
+  EXPECT_TRUE(mapped());
+  EXPECT_EQ(cuda::detail::load_cublas(), loaded);  // once per process
+}
 
 TEST_P(CudaLayersTest, Encoder) {
   const Shape& s = GetParam();

@@ -1,11 +1,11 @@
 // CUDA and cuBLAS codes to absl::Status at the call site, for nn/cuda/*.
 #pragma once
 
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "nn/cuda/detail/cublas.h"
 
 namespace troupe::nn::cuda::detail {
 
@@ -24,8 +24,9 @@ inline absl::Status launch_status(const char* what) {
 
 inline absl::Status cublas_status(cublasStatus_t code, const char* what) {
   if (code == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("cublas ", what, ": ", cublasGetStatusName(code), " (",
-                                          cublasGetStatusString(code), ")"));
+  if (!cublas_loaded()) return absl::InternalError(absl::StrCat("cublas ", what, ": ", code));
+  return absl::InternalError(absl::StrCat("cublas ", what, ": ", cublas().status_name(code), " (",
+                                          cublas().status_string(code), ")"));
 }
 
 }  // namespace troupe::nn::cuda::detail
