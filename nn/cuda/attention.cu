@@ -70,8 +70,8 @@ absl::Status gemm_heads(cublasHandle_t h, cublasOperation_t op_a, cublasOperatio
                         long long stride_c, int NH, const char* what) {
   const float one = 1.0f;
   return detail::cublas_status(
-      detail::cublas().sgemm_strided_batched(h, op_a, op_b, m, n, k, &one, a, lda, stride_a, b, ldb, stride_b,
-                                &beta, c, ldc, stride_c, NH),
+      detail::cublas().sgemm_strided_batched(h, op_a, op_b, m, n, k, &one, a, lda, stride_a, b, ldb,
+                                             stride_b, &beta, c, ldc, stride_c, NH),
       what);
 }
 
@@ -99,7 +99,8 @@ absl::Status attention_forward(const Cublas& blas, float* out, float* att, const
   const int ld = 3 * C;
   const long long TT = static_cast<long long>(T) * T;
   cublasHandle_t h = blas.handle();
-  if (absl::Status s = detail::cublas_status(detail::cublas().set_stream(h, stream), "cublasSetStream");
+  if (absl::Status s =
+          detail::cublas_status(detail::cublas().set_stream(h, stream), "cublasSetStream");
       !s.ok()) {
     return s;
   }
@@ -141,7 +142,8 @@ absl::Status attention_backward(const Cublas& blas, float* dinp, float* datt, co
   const int ld = 3 * C;
   const long long TT = static_cast<long long>(T) * T;
   cublasHandle_t h = blas.handle();
-  if (absl::Status s = detail::cublas_status(detail::cublas().set_stream(h, stream), "cublasSetStream");
+  if (absl::Status s =
+          detail::cublas_status(detail::cublas().set_stream(h, stream), "cublasSetStream");
       !s.ok()) {
     return s;
   }

@@ -45,12 +45,14 @@ absl::StatusOr<Cublas> Cublas::create() {
   }
   if (absl::Status s = detail::load_cublas(); !s.ok()) return s;
   cublasHandle_t handle = nullptr;
-  if (absl::Status s = detail::cublas_status(detail::cublas().create(&handle), "cublasCreate"); !s.ok()) {
+  if (absl::Status s = detail::cublas_status(detail::cublas().create(&handle), "cublasCreate");
+      !s.ok()) {
     return s;
   }
   Cublas blas(handle);
-  if (absl::Status s = detail::cublas_status(detail::cublas().set_math_mode(handle, CUBLAS_PEDANTIC_MATH),
-                                             "cublasSetMathMode(CUBLAS_PEDANTIC_MATH)");
+  if (absl::Status s =
+          detail::cublas_status(detail::cublas().set_math_mode(handle, CUBLAS_PEDANTIC_MATH),
+                                "cublasSetMathMode(CUBLAS_PEDANTIC_MATH)");
       !s.ok()) {
     return s;
   }
@@ -84,15 +86,16 @@ absl::Status linear_forward(const Cublas& blas, float* out, const float* inp, co
     beta = 1.0f;
   }
   cublasHandle_t h = blas.handle();
-  if (absl::Status s = detail::cublas_status(detail::cublas().set_stream(h, stream), "cublasSetStream");
+  if (absl::Status s =
+          detail::cublas_status(detail::cublas().set_stream(h, stream), "cublasSetStream");
       !s.ok()) {
     return s;
   }
   const float one = 1.0f;
   // out^T [OC, BT] = weight [OC, C] @ inp^T [C, BT] (column-major).
-  return detail::cublas_status(
-      detail::cublas().sgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, &one, weight, C, inp, C, &beta, out, OC),
-      "linear_forward sgemm");
+  return detail::cublas_status(detail::cublas().sgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, &one,
+                                                      weight, C, inp, C, &beta, out, OC),
+                               "linear_forward sgemm");
 }
 
 absl::Status linear_backward(const Cublas& blas, float* dinp, float* dweight, float* dbias,
@@ -101,7 +104,8 @@ absl::Status linear_backward(const Cublas& blas, float* dinp, float* dweight, fl
   const int BT = B * T;
   if (BT == 0 || OC == 0 || C == 0) return absl::OkStatus();
   cublasHandle_t h = blas.handle();
-  if (absl::Status s = detail::cublas_status(detail::cublas().set_stream(h, stream), "cublasSetStream");
+  if (absl::Status s =
+          detail::cublas_status(detail::cublas().set_stream(h, stream), "cublasSetStream");
       !s.ok()) {
     return s;
   }
@@ -109,17 +113,18 @@ absl::Status linear_backward(const Cublas& blas, float* dinp, float* dweight, fl
   if (dinp != nullptr) {
     // dinp^T [C, BT] += weight^T [C, OC] @ dout^T [OC, BT].
     if (absl::Status s =
-            detail::cublas_status(detail::cublas().sgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, &one, weight,
-                                              C, dout, OC, &one, dinp, C),
+            detail::cublas_status(detail::cublas().sgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC,
+                                                         &one, weight, C, dout, OC, &one, dinp, C),
                                   "linear_backward dinp sgemm");
         !s.ok()) {
       return s;
     }
   }
   // dweight^T [C, OC] += inp^T [C, BT] @ dout [BT, OC].
-  if (absl::Status s = detail::cublas_status(detail::cublas().sgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT,
-                                                         &one, inp, C, dout, OC, &one, dweight, C),
-                                             "linear_backward dweight sgemm");
+  if (absl::Status s =
+          detail::cublas_status(detail::cublas().sgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, &one,
+                                                       inp, C, dout, OC, &one, dweight, C),
+                                "linear_backward dweight sgemm");
       !s.ok()) {
     return s;
   }
