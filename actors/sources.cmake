@@ -1,6 +1,7 @@
 # Parameter shards, pipeline stages and what they share. Paths relative to actors/.
 target_sources(troupe_actors PRIVATE
   allreduce_gradient_sync.cc
+  buffer_pool.cc
   generation.cc
   gradient_buckets.cc
   gradient_sync.cc

@@ -73,7 +73,7 @@ ZeroGradientSync::ZeroGradientSync(const GradientSyncOptions& options, int stage
                .prefetch_elements = options.prefetch_elements,
                .max_live_elements = options.max_live_parameters,
                .persistence_threshold = options.persistence_threshold},
-              gpt, group, partition_, buffers.own_params),
+              gpt, group, partition_, buffers.own_params, pool_),
       segments_(model_segments(gpt.param_layout())),
       layer_buckets_(gpt.param_layout(),
                      static_cast<size_t>(std::max<int64_t>(options.bucket_elements, 1))) {
@@ -109,7 +109,7 @@ float* ZeroGradientSync::owned_gradients() {
 absl::Status ZeroGradientSync::begin_step(int64_t params_version) {
   drain();
   issue_ms_ = wait_ms_ = comm_ms_ = 0;
-  bucket_bytes_ = peak_bucket_bytes_ = 0;
+  pool_.reset_peak();
   if (stage_ == 1) {
     gpt_.zero_grad();
   } else if (partition_.own().size() > 0) {
@@ -209,13 +209,10 @@ absl::Status ZeroGradientSync::open_bucket(int b) {
     if (absl::Status s = retire_oldest(); !s.ok()) return s;
   }
   const nn::ParamRange& r = buckets_[b].range;
-  nn::FloatBuffer& scratch = open_[b];
-  if (absl::Status s = scratch.reset(nn::MemoryCategory::kGatherBuffers, r.size()); !s.ok()) {
-    return s;
-  }
-  bucket_bytes_ += scratch.bytes();
-  peak_bucket_bytes_ = std::max(peak_bucket_bytes_, bucket_bytes_);
-  return gpt_.bind_gradients(r.begin, r.end, scratch.data());
+  absl::StatusOr<nn::FloatBuffer> scratch = pool_.take(r.size(), /*zero=*/true);
+  if (!scratch.ok()) return scratch.status();
+  open_[b] = *std::move(scratch);
+  return gpt_.bind_gradients(r.begin, r.end, open_[b].data());
 }
 
 void ZeroGradientSync::issue(int b) {
@@ -257,7 +254,7 @@ absl::Status ZeroGradientSync::retire_oldest() {
     const float* src = red.scratch.data() + (mine.begin - r.begin);
     for (size_t i = 0; i < mine.size(); ++i)
       dst[i] += src[i];
-    bucket_bytes_ -= red.scratch.bytes();
+    pool_.give(std::move(red.scratch));
   }
   in_flight_.pop_front();
   return absl::OkStatus();
@@ -277,12 +274,13 @@ absl::Status ZeroGradientSync::finish(SyncTimes& times) {
 
 void ZeroGradientSync::drain() {
   // Their statuses were (or will be) reported by the step that issued them.
-  for (Reduction& red : in_flight_)
+  for (Reduction& red : in_flight_) {
     CollectiveGroup::wait(red.work).IgnoreError();
+    pool_.give(std::move(red.scratch));
+  }
   in_flight_.clear();
   for (nn::FloatBuffer& b : open_)
-    b.release();
-  bucket_bytes_ = 0;
+    pool_.give(std::move(b));
   gather_.drain();
 }
 
@@ -292,7 +290,7 @@ absl::Status ZeroGradientSync::gather_parameters(int64_t params_version) {
 }
 
 size_t ZeroGradientSync::peak_buffer_bytes() const {
-  return peak_bucket_bytes_ + gather_.peak_bytes();
+  return pool_.peak_bytes();
 }
 
 }  // namespace troupe::actors

@@ -98,7 +98,6 @@ class ZeroGradientSync : public GradientSync {
   void issue_in_place(size_t begin, size_t end);
   // Waits for the oldest reduction and adds its part to the partition.
   absl::Status retire_oldest();
-  void count_bytes();
 
   GradientSyncOptions options_;
   int stage_;
@@ -107,6 +106,7 @@ class ZeroGradientSync : public GradientSync {
   CollectiveGroup& group_;
   ZeroPartition partition_;
   ZeroBuffers buffers_;
+  BufferPool pool_;  // gathered segments and gradient buckets
   ParamGather gather_;
   std::vector<nn::ParamRange> segments_;
   std::vector<Bucket> buckets_;        // descending: buckets_[0] holds the final LayerNorm
@@ -115,7 +115,6 @@ class ZeroGradientSync : public GradientSync {
   std::deque<Reduction> in_flight_;
   GradientBuckets layer_buckets_;  // stage 1: buckets of whole layers
   double issue_ms_ = 0, wait_ms_ = 0, comm_ms_ = 0;
-  size_t bucket_bytes_ = 0, peak_bucket_bytes_ = 0;
 };
 
 }  // namespace troupe::actors

@@ -43,13 +43,14 @@ std::vector<std::vector<int>> ParamGather::pieces(int num_layers) {
 }
 
 ParamGather::ParamGather(const ParamGatherOptions& options, nn::GPT& gpt, CollectiveGroup& group,
-                         const ZeroPartition& partition, const float* own_params)
+                         const ZeroPartition& partition, const float* own_params, BufferPool& pool)
     : options_(options),
       gpt_(gpt),
       group_(group),
       partition_(partition),
       own_params_(own_params),
-      pieces_(pieces(gpt.config().num_layers)) {
+      pieces_(pieces(gpt.config().num_layers)),
+      pool_(pool) {
   for (const nn::ParamRange& r : model_segments(gpt.param_layout())) {
     Segment s;
     s.range = r;
@@ -68,11 +69,9 @@ absl::Status ParamGather::issue(int segment) {
   const float* input = nullptr;
   float* output = nullptr;
   if (options_.buffered) {
-    if (absl::Status st = s.buffer.reset(nn::MemoryCategory::kGatherBuffers, s.range.size(),
-                                         /*zero=*/false);
-        !st.ok()) {
-      return st;
-    }
+    absl::StatusOr<nn::FloatBuffer> buffer = pool_.take(s.range.size(), /*zero=*/false);
+    if (!buffer.ok()) return buffer.status();
+    s.buffer = *std::move(buffer);
     input = own_params_ + (mine.begin - own.begin);
     output = s.buffer.data();
   } else {
@@ -83,7 +82,6 @@ absl::Status ParamGather::issue(int segment) {
   s.work = group_.allgather_v_async(input, output, s.bytes);
   s.present = true;
   s.waited = false;
-  count_bytes();
   return absl::OkStatus();
 }
 
@@ -103,7 +101,6 @@ absl::Status ParamGather::wait(int segment) {
 absl::Status ParamGather::begin_step(int64_t params_version, int micro_batches) {
   drain();
   wait_ms_ = comm_ms_ = 0;
-  peak_bytes_ = 0;
   micro_batches_ = std::max(micro_batches, 1);
   micro_ = 0;
   if (!options_.buffered) {
@@ -128,15 +125,6 @@ size_t ParamGather::live_elements() const {
   for (const Segment& s : segments_)
     if (s.present) n += s.range.size();
   return n;
-}
-
-void ParamGather::count_bytes() {
-  size_t bytes = 0;
-  for (const Segment& s : segments_)
-    bytes += s.buffer.bytes();
-  for (const nn::FloatBuffer& b : all_)
-    bytes += b.bytes();
-  peak_bytes_ = std::max(peak_bytes_, bytes);
 }
 
 void ParamGather::prefetch(int from_pos) {
@@ -201,7 +189,7 @@ void ParamGather::release(int piece) {
 void ParamGather::free_segment(int segment) {
   Segment& s = segments_[segment];
   if (s.present && !s.waited) CollectiveGroup::wait(s.work).IgnoreError();
-  s.buffer.release();
+  pool_.give(std::move(s.buffer));
   s.present = false;
   s.waited = false;
 }
@@ -219,11 +207,9 @@ absl::Status ParamGather::gather_all(int64_t params_version) {
   }
   drain();
   const nn::ParamRange whole = partition_.whole();
-  nn::FloatBuffer buffer;
-  if (absl::Status s = buffer.reset(nn::MemoryCategory::kGatherBuffers, whole.size(), false);
-      !s.ok()) {
-    return s;
-  }
+  absl::StatusOr<nn::FloatBuffer> taken = pool_.take(whole.size(), /*zero=*/false);
+  if (!taken.ok()) return taken.status();
+  nn::FloatBuffer buffer = *std::move(taken);
   std::vector<size_t> bytes;
   for (size_t count : partition_.counts(whole.begin, whole.end))
     bytes.push_back(count * sizeof(float));
@@ -236,7 +222,6 @@ absl::Status ParamGather::gather_all(int64_t params_version) {
     return s;
   }
   all_.push_back(std::move(buffer));
-  count_bytes();
   return absl::OkStatus();
 }
 
@@ -249,6 +234,9 @@ void ParamGather::drain() {
     }
     if (options_.buffered) free_segment(i);
   }
+  // The whole model's copy is not wanted again until the next evaluation.
+  for (nn::FloatBuffer& b : all_)
+    pool_.drop(std::move(b));
   all_.clear();
 }
 

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "actors/buffer_pool.h"
 #include "actors/zero_partition.h"
 #include "core/cluster/collective_group.h"
 #include "nn/gpt.h"
@@ -54,8 +55,9 @@ class ParamGather {
 
   // `own_params`: ZeRO-3's partition of the parameters (own() of
   // `partition`); in place, the model's own buffer is gathered into.
+  // Buffered, the gathered copies come from `pool` (which must outlive this).
   ParamGather(const ParamGatherOptions& options, nn::GPT& gpt, CollectiveGroup& group,
-              const ZeroPartition& partition, const float* own_params);
+              const ZeroPartition& partition, const float* own_params, BufferPool& pool);
   ~ParamGather() { drain(); }
 
   // Starts a step of `micro_batches` micro-batches over parameters at
@@ -75,7 +77,6 @@ class ParamGather {
   // Time spent waiting for gathers, and issue to completion of each, summed.
   double wait_ms() const { return wait_ms_; }
   double comm_ms() const { return comm_ms_; }
-  size_t peak_bytes() const { return peak_bytes_; }
 
  private:
   struct Segment {
@@ -97,7 +98,6 @@ class ParamGather {
   void prefetch(int from_pos);
   void free_segment(int segment);
   size_t live_elements() const;
-  void count_bytes();
 
   ParamGatherOptions options_;
   nn::GPT& gpt_;
@@ -108,12 +108,12 @@ class ParamGather {
   std::vector<std::vector<int>> pieces_;
   int64_t gathered_version_ = -1;  // in place: the version the model holds
   int micro_batches_ = 1;
-  int micro_ = 0;                     // the micro-batch running
-  int issued_upto_ = -1;              // positions up to here have their segments issued
+  int micro_ = 0;         // the micro-batch running
+  int issued_upto_ = -1;  // positions up to here have their segments issued
+  BufferPool& pool_;
   std::vector<nn::FloatBuffer> all_;  // gather_all's buffer
   double wait_ms_ = 0;
   double comm_ms_ = 0;
-  size_t peak_bytes_ = 0;
 };
 
 }  // namespace troupe::actors

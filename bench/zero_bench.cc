@@ -156,10 +156,9 @@ int main(int argc, char** argv) {
   std::map<int, std::vector<Run>> troupe, deepspeed;
   std::vector<Run> fsdp2;
   {
-    TroupeZero side(ranks, threads);
     for (int round = 0; round < repeat; ++round) {
       for (int stage : stages) {
-        Run t = side.run(config, stage, steps, warmup);
+        Run t = run_troupe(config, stage, ranks, threads, steps, warmup);
         std::printf("  round %d  troupe    zero-%d  %7.2f samples/s  peak RSS %s  sent %s/step\n",
                     round + 1, stage, t.samples_per_s, mib(t.peak_rss).c_str(),
                     mib(t.sent_bytes).c_str());

@@ -1,21 +1,13 @@
 // zero_bench's parts. main (zero_bench.cc) reads the flags, writes the DeepSpeed JSON both sides
 // read, and runs each ZeRO stage on every side, repeat by repeat: troupe's DataParallelTrainer
-// on a LocalCluster (TroupeZero, zero_bench_sides.cc) and the peers through
+// on a LocalCluster (run_troupe, zero_bench_sides.cc) and the peers through
 // bench/zero_bench_peer.py (run_peer); then it prints the table. What is measured, and how: the
 // top of zero_bench.cc.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <string>
-
-namespace troupe {
-class Cluster;
-namespace cluster {
-class LocalCluster;
-}  // namespace cluster
-}  // namespace troupe
 
 namespace troupe::bench::zero {
 
@@ -32,22 +24,12 @@ struct Run {
   std::string note;  // the peer's optimizer, versions
 };
 
-// A LocalCluster of `ranks` worker processes of the troupe executable (OMP_NUM_THREADS =
-// `threads` for them), with this process as the driver. A failure to start ends the process.
-class TroupeZero {
- public:
-  TroupeZero(int ranks, int threads);
-  ~TroupeZero();
-  // warmup + steps steps of the config at `path` with zero_optimization.stage = `stage` over
-  // `ranks` ranks.
-  Run run(const std::string& path, int stage, int steps, int warmup);
-
- private:
-  int ranks_, threads_;
-  std::unique_ptr<cluster::LocalCluster> local_;
-  std::unique_ptr<Cluster> driver_;
-  int jobs_ = 0;
-};
+// warmup + steps steps of the config at `path` with zero_optimization.stage = `stage` over
+// `ranks` ranks of `threads` compute threads: on a LocalCluster of its own (`ranks` worker
+// processes of the troupe executable, OMP_NUM_THREADS = `threads` for them, this process as the
+// driver), so that each run's peak RSS is its own, as each peer run's is. A failure ends the
+// process.
+Run run_troupe(const std::string& path, int stage, int ranks, int threads, int steps, int warmup);
 
 // The first python that can import torch: $TROUPE_TORCH_PYTHON, /tmp/torchenv/bin/python,
 // python3, /usr/bin/python3 (ddp_bench's find_torch_python).

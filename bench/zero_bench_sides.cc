@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -43,39 +44,34 @@ T value_or_die(absl::StatusOr<T> r, const std::string& what) {
 
 }  // namespace
 
-TroupeZero::TroupeZero(int ranks, int threads) : ranks_(ranks), threads_(threads) {
-  cluster::LocalClusterOptions o;
-  o.workers = ranks;
-  o.default_resources = "CPU=2";
-  o.troupe_binary = TROUPE_BINARY;
-  o.echo_output = false;
+Run run_troupe(const std::string& path, int stage, int ranks, int threads, int steps, int warmup) {
+  cluster::LocalClusterOptions options;
+  options.workers = ranks;
+  options.default_resources = "CPU=2";
+  options.troupe_binary = TROUPE_BINARY;
+  options.echo_output = false;
   // With the OpenMP build of OpenBLAS, GEMMs take their threads from the calling thread's
   // OpenMP setting: the workers start with it (ddp_bench does the same).
   const char* was = std::getenv("OMP_NUM_THREADS");
   const std::string saved = was != nullptr ? was : "";
   ::setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
-  local_ = value_or_die(cluster::LocalCluster::start(o), "starting the local cluster");
+  std::unique_ptr<cluster::LocalCluster> local =
+      value_or_die(cluster::LocalCluster::start(options), "starting the local cluster");
   if (was != nullptr) {
     ::setenv("OMP_NUM_THREADS", saved.c_str(), 1);
   } else {
     ::unsetenv("OMP_NUM_THREADS");
   }
-  driver_ = value_or_die(Cluster::connect(local_->client_options()), "connecting the driver");
-}
+  std::unique_ptr<Cluster> driver =
+      value_or_die(Cluster::connect(local->client_options()), "connecting the driver");
 
-TroupeZero::~TroupeZero() {
-  driver_.reset();  // before the cluster it is connected to
-  local_.reset();
-}
-
-Run TroupeZero::run(const std::string& path, int stage, int steps, int warmup) {
   trainers::TrainConfig c = value_or_die(trainers::load_train_config(path), "reading " + path);
   c.zero.stage = stage;
-  c.parallel.dp = ranks_;
+  c.parallel.dp = ranks;
   const std::string what = "troupe zero-" + std::to_string(stage);
-  auto trainer = value_or_die(trainers::DataParallelTrainer::start(
-                                  *driver_, c, "zero-bench-" + std::to_string(++jobs_), threads_),
-                              what + ": starting the trainer");
+  auto trainer =
+      value_or_die(trainers::DataParallelTrainer::start(*driver, c, "zero-bench", threads),
+                   what + ": starting the trainer");
   std::vector<double> step_ms, sent;
   Run r;
   for (int k = 1; k <= warmup + steps; ++k) {
@@ -90,6 +86,9 @@ Run TroupeZero::run(const std::string& path, int stage, int steps, int warmup) {
     sent.push_back(static_cast<double>(o.sent.total()));
   }
   if (absl::Status s = trainer->stop(); !s.ok()) die(what + ": stop: " + s.ToString());
+  trainer.reset();
+  driver.reset();  // before the cluster it is connected to
+  local.reset();
   r.ok = true;
   r.step_ms = median(step_ms);
   r.samples_per_s = static_cast<double>(c.train_batch_size) / (r.step_ms / 1e3);
