@@ -60,8 +60,10 @@ absl::StatusOr<std::unique_ptr<GradientSync>> make_gradient_sync(const GradientS
                                                                  nn::GPT& gpt,
                                                                  CollectiveGroup* group,
                                                                  const ZeroBuffers& buffers) {
-  if (absl::Status s = check_gradient_sync(options, gpt); !s.ok()) return s;
   const int stage = zero_stage_of(options.kind);
+  if (stage < 0 || group != nullptr) {
+    if (absl::Status s = check_gradient_sync(options, gpt); !s.ok()) return s;
+  }
   if (!plan.first() || !plan.last()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "gradient sync \"", options.kind, "\" serves a whole model; stage ", plan.stage, " of ",

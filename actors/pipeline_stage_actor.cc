@@ -155,6 +155,12 @@ absl::Status PipelineStageActor::setup() {
   if (options_.mesh.dp > 1 && group_ == nullptr) {
     absl::StatusOr<std::unique_ptr<CollectiveGroup>> group = CollectiveGroup::join(options_.group);
     if (!group.ok()) return group.status();
+    // The partitions follow d; the group's ranks must too.
+    if ((*group)->rank() != options_.at.d || (*group)->world_size() != options_.mesh.dp) {
+      return absl::InternalError(absl::StrCat(name_, ": rank ", (*group)->rank(), " of ",
+                                              (*group)->world_size(), " in its group, not ",
+                                              options_.at.d, " of ", options_.mesh.dp));
+    }
     absl::StatusOr<std::unique_ptr<GradientSync>> sync =
         make_gradient_sync(sync_options(options_), plan_, model_, group->get(),
                            {.own_params = own_params_.data(), .own_grads = own_grads_.data()});
@@ -198,6 +204,9 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
     // this rank's share: they fail now rather than at their timeout.
     if (group_ != nullptr && !absl::IsAborted(failed))
       group_->abort(absl::AbortedError(failed.message()));
+    // Then nothing of the failed step may still read or write the buffers
+    // (a shard's load or init may come next).
+    sync_->drain();
     return failed;
   }
   tensors_->held_step.store(request.step);
@@ -287,6 +296,7 @@ absl::Status PipelineStageActor::discard(int64_t step) {
         held != 0 ? absl::StrCat(" (its gradients held)") : "", " and the last applied ", applied));
   }
   if (sync_ != nullptr) sync_->drain();
+  whole_version_ = -1;  // a ZeRO-3 drain let go of the whole copy
   model_.zero_grad();
   tensors_->held_step.store(0);
   return absl::OkStatus();
@@ -296,6 +306,7 @@ absl::Status PipelineStageActor::gather_parameters() {
   if (sync_ == nullptr)
     return absl::FailedPreconditionError(name_ + ": gather_parameters before setup");
   const int64_t version = tensors_->params_version.load();
+  whole_version_ = -1;  // until this gather succeeds
   if (absl::Status s = sync_->gather_parameters(version); !s.ok()) {
     if (group_ != nullptr && !absl::IsAborted(s)) group_->abort(absl::AbortedError(s.message()));
     return absl::Status(s.code(), absl::StrCat(name_, ": gathering the parameters: ", s.message()));

@@ -19,8 +19,9 @@ double now_ms() {
   return ms_since_epoch(std::chrono::steady_clock::now());
 }
 
-// Reductions of bucket scratch in flight at once (stages 2, 3), besides the
-// embeddings' bucket: what bounds the gradient memory beyond the partition.
+// Reductions of bucket scratch in flight at once (stages 2, 3), the
+// embeddings' bucket among them: what bounds the gradient memory beyond the
+// partition, with the bucket being written and the embeddings'.
 constexpr size_t kMaxInFlight = 2;
 
 }  // namespace
@@ -29,8 +30,10 @@ absl::StatusOr<std::unique_ptr<ZeroGradientSync>> ZeroGradientSync::create(
     const GradientSyncOptions& options, int stage, const StagePlan& plan, nn::GPT& gpt,
     CollectiveGroup& group, const ZeroBuffers& buffers) {
   if (absl::Status s = check(options, stage, gpt.param_layout()); !s.ok()) return s;
-  if ((stage >= 2 && buffers.own_grads == nullptr) ||
-      (stage == 3 && buffers.own_params == nullptr)) {
+  // An empty partition (more ranks than parameters) has no buffer, and needs none.
+  const bool empty = ZeroPartition(plan.params, group.world_size(), group.rank()).own().size() == 0;
+  if (!empty && ((stage >= 2 && buffers.own_grads == nullptr) ||
+                 (stage == 3 && buffers.own_params == nullptr))) {
     return absl::InvalidArgumentError(
         absl::StrCat("ZeRO-", stage, ": the stage gave no buffer for its partition"));
   }
@@ -137,7 +140,9 @@ absl::StatusOr<float> ZeroGradientSync::forward(const int32_t* inputs, const int
   }
   // The head's piece stays acquired for its backward, which comes next.
   if (absl::Status s = gather_.acquire(L + 1); !s.ok()) return s;
-  return gpt_.head_forward(targets);
+  absl::StatusOr<float> loss = gpt_.head_forward(targets);
+  if (!loss.ok()) drain();
+  return loss;
 }
 
 absl::Status ZeroGradientSync::backward(float dloss, bool last) {
@@ -250,10 +255,12 @@ absl::Status ZeroGradientSync::retire_oldest() {
     // This rank's part of the reduced bucket joins what earlier micro-batches left.
     const nn::ParamRange& r = buckets_[red.bucket].range;
     const nn::ParamRange mine = partition_.own_in(r.begin, r.end);
-    float* dst = buffers_.own_grads + (mine.begin - partition_.own().begin);
-    const float* src = red.scratch.data() + (mine.begin - r.begin);
-    for (size_t i = 0; i < mine.size(); ++i)
-      dst[i] += src[i];
+    if (mine.size() > 0) {
+      float* dst = buffers_.own_grads + (mine.begin - partition_.own().begin);
+      const float* src = red.scratch.data() + (mine.begin - r.begin);
+      for (size_t i = 0; i < mine.size(); ++i)
+        dst[i] += src[i];
+    }
     pool_.give(std::move(red.scratch));
   }
   in_flight_.pop_front();

@@ -11,9 +11,9 @@
 //            backward accumulates into buckets of whole segments (blocks,
 //            reduce_bucket_size), each reduce-scattered as soon as backward
 //            leaves it and its part added to the rank's partition; at most
-//            two buckets are in flight, besides the embeddings' (which
-//            collects the tied LM head's share first and the embedding's
-//            last).
+//            two reductions are in flight, beside the bucket being written
+//            and the embeddings' (which collects the tied LM head's share
+//            first and the embedding's last).
 //   stage 3  As stage 2, and the model holds no parameters either: each
 //            segment is gathered from the partitions just before a piece of
 //            forward or backward uses it (actors/zero_param_gather.h).

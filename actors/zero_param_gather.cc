@@ -72,7 +72,8 @@ absl::Status ParamGather::issue(int segment) {
     absl::StatusOr<nn::FloatBuffer> buffer = pool_.take(s.range.size(), /*zero=*/false);
     if (!buffer.ok()) return buffer.status();
     s.buffer = *std::move(buffer);
-    input = own_params_ + (mine.begin - own.begin);
+    // (This rank's block may be empty: then it is not read.)
+    input = mine.size() > 0 ? own_params_ + (mine.begin - own.begin) : own_params_;
     output = s.buffer.data();
   } else {
     input = gpt_.params() + mine.begin;  // in place: this rank's block of the output
@@ -103,13 +104,14 @@ absl::Status ParamGather::begin_step(int64_t params_version, int micro_batches) 
   wait_ms_ = comm_ms_ = 0;
   micro_batches_ = std::max(micro_batches, 1);
   micro_ = 0;
+  failed_ = absl::OkStatus();
   if (!options_.buffered) {
-    if (params_version == gathered_version_) return absl::OkStatus();
-    gathered_version_ = -1;  // until every segment is in
+    // Every step, whatever this rank's shard did: whether a rank joins a
+    // collective must never depend on what it alone knows.
+    (void)params_version;
     for (int i = 0; i < static_cast<int>(segments_.size()); ++i) {
       if (absl::Status s = issue(i); !s.ok()) return s;
     }
-    gathered_version_ = params_version;
     return absl::OkStatus();
   }
   for (int i = 0; i < static_cast<int>(segments_.size()); ++i) {
@@ -144,7 +146,12 @@ void ParamGather::prefetch(int from_pos) {
       const size_t n = s.range.size();
       if (in_flight > 0 && in_flight + n > prefetch) return;
       if (live + n > max_live) return;
-      if (!issue(seg).ok()) return;  // acquire will gather it, and report the error
+      // A gather this rank cannot issue now must not be issued later instead:
+      // the ranks' collectives would pair up out of order. The step fails.
+      if (absl::Status st = issue(seg); !st.ok()) {
+        failed_ = st;
+        return;
+      }
       in_flight += n;
       live += n;
     }
@@ -152,6 +159,7 @@ void ParamGather::prefetch(int from_pos) {
 }
 
 absl::Status ParamGather::acquire(int piece) {
+  if (!failed_.ok()) return failed_;
   if (!all_.empty()) return absl::OkStatus();  // gather_all bound everything
   const int pos = position(micro_, piece);
   for (int seg : at(pos)) {
@@ -160,13 +168,10 @@ absl::Status ParamGather::acquire(int piece) {
     }
   }
   for (int seg : at(pos)) {
-    if (absl::Status s = wait(seg); !s.ok()) {
-      gathered_version_ = -1;
-      return s;
-    }
+    if (absl::Status s = wait(seg); !s.ok()) return s;
   }
   if (options_.buffered) prefetch(pos + 1);
-  return absl::OkStatus();
+  return failed_;
 }
 
 void ParamGather::release(int piece) {
@@ -198,10 +203,7 @@ absl::Status ParamGather::gather_all(int64_t params_version) {
   if (!options_.buffered) {
     if (absl::Status s = begin_step(params_version, 1); !s.ok()) return s;
     for (int i = 0; i < static_cast<int>(segments_.size()); ++i) {
-      if (absl::Status s = wait(i); !s.ok()) {
-        gathered_version_ = -1;
-        return s;
-      }
+      if (absl::Status s = wait(i); !s.ok()) return s;
     }
     return absl::OkStatus();
   }
@@ -213,12 +215,11 @@ absl::Status ParamGather::gather_all(int64_t params_version) {
   std::vector<size_t> bytes;
   for (size_t count : partition_.counts(whole.begin, whole.end))
     bytes.push_back(count * sizeof(float));
-  if (absl::Status s =
-          CollectiveGroup::wait(group_.allgather_v_async(own_params_, buffer.data(), bytes));
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = gpt_.bind_parameters(whole.begin, whole.end, buffer.data()); !s.ok()) {
+  absl::Status s =
+      CollectiveGroup::wait(group_.allgather_v_async(own_params_, buffer.data(), bytes));
+  if (s.ok()) s = gpt_.bind_parameters(whole.begin, whole.end, buffer.data());
+  if (!s.ok()) {
+    pool_.drop(std::move(buffer));
     return s;
   }
   all_.push_back(std::move(buffer));
@@ -229,8 +230,8 @@ void ParamGather::drain() {
   for (int i = 0; i < static_cast<int>(segments_.size()); ++i) {
     Segment& s = segments_[i];
     if (s.present && !s.waited) {
-      if (!CollectiveGroup::wait(s.work).ok()) gathered_version_ = -1;
-      s.waited = !options_.buffered;  // in place the model holds it now
+      CollectiveGroup::wait(s.work).IgnoreError();  // the step that issued it reports it
+      s.waited = !options_.buffered;
     }
     if (options_.buffered) free_segment(i);
   }

@@ -4,8 +4,8 @@
 //
 // ZeRO-1/2 (in place): the model owns the whole parameter buffer; after the
 // shards wrote their partitions, begin_step issues one allgather_v per
-// segment into it, and a piece of forward waits only for its own segments,
-// so that the gathering overlaps the forward in front of it.
+// segment into it (every step, as DeepSpeed's optimizer step does), and a piece of forward waits
+// only for its own segments, so that the gathering overlaps the forward in front of it.
 //
 // ZeRO-3 (buffered): the model holds no parameters. Each piece of a
 // micro-batch (embed_forward, a block's forward, the head's forward and
@@ -60,8 +60,9 @@ class ParamGather {
               const ZeroPartition& partition, const float* own_params, BufferPool& pool);
   ~ParamGather() { drain(); }
 
-  // Starts a step of `micro_batches` micro-batches over parameters at
-  // `params_version`. In place, gathers only if the version changed.
+  // Starts a step of `micro_batches` micro-batches. In place, gathers every
+  // segment again (every rank does, whatever its own shard did: the ranks'
+  // collectives must pair up).
   absl::Status begin_step(int64_t params_version, int micro_batches);
   // Waits for (gathering first if needed) the segments of piece `piece` of
   // the current micro-batch and binds them; gathers ahead.
@@ -106,7 +107,7 @@ class ParamGather {
   const float* own_params_;
   std::vector<Segment> segments_;
   std::vector<std::vector<int>> pieces_;
-  int64_t gathered_version_ = -1;  // in place: the version the model holds
+  absl::Status failed_;  // a prefetch this rank could not issue: the step fails
   int micro_batches_ = 1;
   int micro_ = 0;         // the micro-batch running
   int issued_upto_ = -1;  // positions up to here have their segments issued

@@ -220,7 +220,8 @@ int main(int argc, char** argv) {
                 ratio(troupe[3], troupe[0], &Run::samples_per_s));
   }
   for (int stage : stages) {
-    if (deepspeed[stage].empty() || !deepspeed[stage].front().ok) continue;
+    const std::vector<Run>& d = deepspeed[stage];
+    if (std::none_of(d.begin(), d.end(), [](const Run& r) { return r.ok; })) continue;
     const double goal = stage == 3 ? 1.5 : stage == 0 ? 1.0 : 1.25;
     std::printf(
         "  zero-%d: troupe / DeepSpeed samples/s %.2f (goal >= %.2f), peak RSS %.2f "
@@ -228,7 +229,7 @@ int main(int argc, char** argv) {
         stage, ratio(troupe[stage], deepspeed[stage], &Run::samples_per_s), goal,
         ratio(troupe[stage], deepspeed[stage], &Run::peak_rss));
   }
-  if (have3 && !fsdp2.empty() && fsdp2.front().ok) {
+  if (have3 && std::any_of(fsdp2.begin(), fsdp2.end(), [](const Run& r) { return r.ok; })) {
     std::printf("  troupe ZeRO-3 / FSDP2 samples/s: %.2f (goal >= 1.4), peak RSS %.2f\n",
                 ratio(troupe[3], fsdp2, &Run::samples_per_s),
                 ratio(troupe[3], fsdp2, &Run::peak_rss));

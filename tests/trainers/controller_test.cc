@@ -391,6 +391,33 @@ TEST_F(ControllerTest, AShardLostInCommitIsNamedAndTheOthersAreAtTheStep) {
   EXPECT_NE(next.status().message().find("must be restored"), absl::string_view::npos);
 }
 
+// ZeRO: dp ranks own disjoint partitions of one stage, so the global norm is
+// the sum of their norms, and an overflow in one rank's partition alone skips
+// the step on every rank.
+TEST_F(ControllerTest, ZeroPartitionsSumTheirNormsAndOneRanksOverflowSkipsEveryRank) {
+  stage({0, 0, 0}) = {
+      .owned = {0, 34}, .slice_params = 100, .holds_loss = true, .loss = 2, .norm_sq = 9};
+  stage({1, 0, 0}) = {
+      .owned = {34, 67}, .slice_params = 100, .holds_loss = true, .loss = 4, .norm_sq = 16};
+  stage({2, 0, 0}) = {
+      .owned = {67, 100}, .slice_params = 100, .holds_loss = true, .loss = 6, .norm_sq = 0};
+  TrainerController c =
+      make({.dp = 3, .pp = 1, .tp = 1},
+           {.dynamic_loss_scale = nn::LossScalerConfig{.initial_scale_power = 2, .hysteresis = 1}});
+  absl::StatusOr<StepOutcome> out = c.step(1);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(out->applied);
+  EXPECT_DOUBLE_EQ(out->grad_norm, 5.0);  // sqrt(9 + 16 + 0): every partition counts once
+  EXPECT_DOUBLE_EQ(out->loss, 4.0);
+  stage({1, 0, 0}).found_inf = true;  // rank 1's partition alone
+  out = c.step(2);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_FALSE(out->applied);
+  EXPECT_EQ(script_.count("discard"), 3);
+  for (int d = 0; d < 3; ++d)
+    EXPECT_EQ(shard({d, 0, 0}).applied, 1) << "rank " << d << " applied the skipped step";
+}
+
 TEST_F(ControllerTest, AnOverflowSkipsTheStepOnEveryShardAndBacksOff) {
   two_stages(1);
   stage({0, 0, 0}).found_inf = true;

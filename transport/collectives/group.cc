@@ -1,5 +1,6 @@
 #include "transport/collectives/group.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -60,9 +61,15 @@ void Group::run_worker() {
       queue_.pop_front();
       running_ = true;
     }
-    const uint64_t sent_before = comm_->bytes_sent() - point_to_point_sent_.load();
+    // Signed: a point-to-point send counted on one side and not yet on the
+    // other may straddle the operation (metrics only; clamped).
+    const auto net_sent = [&] {
+      return static_cast<int64_t>(comm_->bytes_sent()) -
+             static_cast<int64_t>(point_to_point_sent_.load());
+    };
+    const int64_t sent_before = net_sent();
     absl::Status s = op.run(*comm_);
-    const uint64_t sent = comm_->bytes_sent() - point_to_point_sent_.load() - sent_before;
+    const auto sent = static_cast<uint64_t>(std::max<int64_t>(0, net_sent() - sent_before));
     {
       std::lock_guard<std::mutex> lock(mu_);
       running_ = false;
@@ -133,13 +140,14 @@ Work Group::send_async(int peer, uint64_t tag, const void* data, size_t bytes) {
     return Work::done_with(absl::InvalidArgumentError(
         absl::StrCat("send to rank ", peer, " of ", size(), " with tag ", tag)));
   }
-  point_to_point_sent_.fetch_add(bytes);
+  const bool counted = peer != rank();  // a send to itself sends nothing
+  if (counted) point_to_point_sent_.fetch_add(bytes);
   absl::Status sent = comm_->send(peer, kPointToPoint | tag,
                                   Buffer::copy_of({static_cast<const std::byte*>(data), bytes}));
-  if (sent.ok()) {
+  if (sent.ok() && counted) {
     std::lock_guard<std::mutex> lock(mu_);
     traffic_.other += bytes;
-  } else {
+  } else if (counted) {
     point_to_point_sent_.fetch_sub(bytes);
   }
   return Work::done_with(std::move(sent));
