@@ -1,22 +1,11 @@
 #include "actors/allreduce_gradient_sync.h"
 
 #include <algorithm>
-#include <chrono>
 
+#include "actors/step_clock.h"
 #include "core/cluster/collective_group.h"
 
 namespace troupe::actors {
-namespace {
-
-double ms_since_epoch(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(t.time_since_epoch()).count();
-}
-
-double now_ms() {
-  return ms_since_epoch(std::chrono::steady_clock::now());
-}
-
-}  // namespace
 
 AllreduceGradientSync::AllreduceGradientSync(const GradientSyncOptions& options,
                                              const StagePlan& plan, nn::GPT& gpt,

@@ -2,7 +2,6 @@
 
 #include <sys/resource.h>
 
-#include <chrono>
 #include <cmath>
 #include <utility>
 
@@ -12,17 +11,12 @@
 #include "actors/data/data_loader.h"
 #include "actors/generation.h"
 #include "actors/handoff.h"
+#include "actors/step_clock.h"
 #include "nn/optim/clip.h"
 #include "nn/threads.h"
 
 namespace troupe::actors {
 namespace {
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 absl::Status check_options(const StageOptions& o) {
   const std::string where = absl::StrCat("stage ", to_string(o.at));

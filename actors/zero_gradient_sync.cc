@@ -1,23 +1,15 @@
 #include "actors/zero_gradient_sync.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "actors/gradient_buckets.h"
+#include "actors/step_clock.h"
 
 namespace troupe::actors {
 namespace {
-
-double ms_since_epoch(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(t.time_since_epoch()).count();
-}
-
-double now_ms() {
-  return ms_since_epoch(std::chrono::steady_clock::now());
-}
 
 // Reductions of bucket scratch in flight at once (stages 2, 3), the
 // embeddings' bucket among them: what bounds the gradient memory beyond the

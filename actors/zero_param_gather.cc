@@ -1,18 +1,11 @@
 #include "actors/zero_param_gather.h"
 
 #include <algorithm>
-#include <chrono>
+
+#include "actors/step_clock.h"
 
 namespace troupe::actors {
 namespace {
-
-double ms_since_epoch(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(t.time_since_epoch()).count();
-}
-
-double now_ms() {
-  return ms_since_epoch(std::chrono::steady_clock::now());
-}
 
 // A segment used again within this many pieces stays gathered: a block's
 // forward and its backward have only the head between them.

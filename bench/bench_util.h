@@ -1,6 +1,8 @@
 // Shared helpers for benchmarks: flags, medians, a side-by-side table, JSON.
 #pragma once
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -101,6 +103,26 @@ inline std::string shell_quote(const std::string& s) {
     }
   }
   return out + "'";
+}
+
+// The first interpreter that can import torch, for the benches' PyTorch peers:
+// $TROUPE_TORCH_PYTHON, the virtual environment bench/setup_torch_peers.sh makes
+// (/tmp/torchenv), python3, /usr/bin/python3. Each is probed with a bounded import.
+inline std::optional<std::string> find_torch_python() {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("TROUPE_TORCH_PYTHON"); env != nullptr && *env != '\0') {
+    candidates.push_back(env);
+  }
+  if (::access("/tmp/torchenv/bin/python", X_OK) == 0) {
+    candidates.push_back("/tmp/torchenv/bin/python");
+  }
+  candidates.push_back("python3");
+  candidates.push_back("/usr/bin/python3");
+  for (const std::string& python : candidates) {
+    std::string probe = "timeout 120 " + shell_quote(python) + " -c 'import torch' >/dev/null 2>&1";
+    if (std::system(probe.c_str()) == 0) return python;
+  }
+  return std::nullopt;
 }
 
 // The value of "key": NUMBER in a flat JSON object (a peer's one-line

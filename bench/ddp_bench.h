@@ -95,10 +95,6 @@ class TroupeSide {
 
 // ---- PyTorch (ddp_bench_torch.cc) ---------------------------------------------------------
 
-// The first interpreter that can import torch: $TROUPE_TORCH_PYTHON, the venv at /tmp/torchenv,
-// python3, /usr/bin/python3.
-std::optional<std::string> find_torch_python();
-
 struct TorchRun {
   bool ok = false;
   std::string why;  // when not ok: "peer skipped: ..." or "peer failed: ..."

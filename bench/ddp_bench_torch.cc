@@ -23,23 +23,6 @@ constexpr int kTorchTimeoutS = 900;  // one PyTorch run, start to end
 
 }  // namespace
 
-std::optional<std::string> find_torch_python() {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("TROUPE_TORCH_PYTHON"); env != nullptr && *env != '\0') {
-    candidates.push_back(env);
-  }
-  if (::access("/tmp/torchenv/bin/python", X_OK) == 0) {
-    candidates.push_back("/tmp/torchenv/bin/python");
-  }
-  candidates.push_back("python3");
-  candidates.push_back("/usr/bin/python3");
-  for (const std::string& python : candidates) {
-    std::string probe = "timeout 120 " + shell_quote(python) + " -c 'import torch' >/dev/null 2>&1";
-    if (std::system(probe.c_str()) == 0) return python;
-  }
-  return std::nullopt;
-}
-
 TorchRun run_torch(const std::string& python, const ModelConfig& mc, int dp, int threads, int steps,
                    int warmup, int64_t bucket_elements) {
   const double bucket_mb = static_cast<double>(bucket_elements) * 4 / (1 << 20);

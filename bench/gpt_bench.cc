@@ -12,8 +12,8 @@
 // Peer: bench/gpt_bench_torch.py, the same model (tests/reference/gpt_reference.py's GPT-2:
 // tied LM head, pre-LN, tanh GELU, causal attention through F.scaled_dot_product_attention) and
 // torch.optim.AdamW with the same hyperparameters, B, T, steps and thread count
-// (torch.set_num_threads), run by the first of $TROUPE_TORCH_PYTHON, python3 and
-// /usr/bin/python3 that can import torch, config by config right after troupe's run of it (never
+// (torch.set_num_threads), run by the first python that can import torch
+// (bench_util.h's find_torch_python), config by config right after troupe's run of it (never
 // at the same time); without torch the peer is skipped. Ratio = troupe / PyTorch tokens/s
 // (above 1: troupe is faster).
 //
@@ -208,21 +208,6 @@ struct TorchRun {
   std::map<std::string, double> values;  // "NAME.tokens_per_s" etc.
 };
 
-// The first interpreter that can import torch: $TROUPE_TORCH_PYTHON, python3, /usr/bin/python3.
-std::optional<std::string> find_torch_python() {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("TROUPE_TORCH_PYTHON"); env != nullptr && *env != '\0') {
-    candidates.push_back(env);
-  }
-  candidates.push_back("python3");
-  candidates.push_back("/usr/bin/python3");
-  for (const std::string& python : candidates) {
-    std::string probe = shell_quote(python) + " -c 'import torch' >/dev/null 2>&1";
-    if (std::system(probe.c_str()) == 0) return python;
-  }
-  return std::nullopt;
-}
-
 // Runs gpt_bench_torch.py with `python` on the configs; nothing (with the reason printed) when
 // the script fails. Its progress lines go to our stderr as they come.
 std::optional<TorchRun> run_torch(const std::string& python,
@@ -345,7 +330,7 @@ int main(int argc, char** argv) {
     for (const ModelConfig& mc : all_configs())
       std::printf(" %s", mc.name.c_str());
     std::printf(
-        "\nPyTorch runs as the peer when $TROUPE_TORCH_PYTHON (else python3, else\n"
+        "\nPyTorch runs as the peer when $TROUPE_TORCH_PYTHON (else /tmp/torchenv, python3,\n"
         "/usr/bin/python3) can import torch. troupe runs with OPENBLAS_CORETYPE and\n"
         "(with OpenBLAS's pthreads build) OMP_WAIT_POLICY=passive set as its worker\n"
         "processes do (TROUPE_KEEP_ENV=1: as inherited).\n");

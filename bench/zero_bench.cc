@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
   std::optional<std::string> python;
   if (!skip_peers) {
     restore_peer_wait_policy();
-    python = find_python();
+    python = find_torch_python();
     if (!python) std::printf("peers skipped: no python here can import torch\n");
   }
   std::map<int, std::vector<Run>> troupe, deepspeed;

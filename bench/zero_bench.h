@@ -31,10 +31,6 @@ struct Run {
 // process.
 Run run_troupe(const std::string& path, int stage, int ranks, int threads, int steps, int warmup);
 
-// The first python that can import torch: $TROUPE_TORCH_PYTHON, /tmp/torchenv/bin/python,
-// python3, /usr/bin/python3 (ddp_bench's find_torch_python).
-std::optional<std::string> find_python();
-
 // One run of bench/zero_bench_peer.py: `framework` "deepspeed" (at `stage`) or "fsdp2".
 Run run_peer(const std::string& python, const std::string& framework, const std::string& path,
              int stage, int ranks, int threads, int steps, int warmup);

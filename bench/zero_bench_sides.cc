@@ -96,23 +96,6 @@ Run run_troupe(const std::string& path, int stage, int ranks, int threads, int s
   return r;
 }
 
-std::optional<std::string> find_python() {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("TROUPE_TORCH_PYTHON"); env != nullptr && *env != '\0') {
-    candidates.push_back(env);
-  }
-  if (::access("/tmp/torchenv/bin/python", X_OK) == 0) {
-    candidates.push_back("/tmp/torchenv/bin/python");
-  }
-  candidates.push_back("python3");
-  candidates.push_back("/usr/bin/python3");
-  for (const std::string& python : candidates) {
-    std::string probe = "timeout 120 " + shell_quote(python) + " -c 'import torch' >/dev/null 2>&1";
-    if (std::system(probe.c_str()) == 0) return python;
-  }
-  return std::nullopt;
-}
-
 Run run_peer(const std::string& python, const std::string& framework, const std::string& path,
              int stage, int ranks, int threads, int steps, int warmup) {
   Run r;

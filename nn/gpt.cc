@@ -99,36 +99,14 @@ void zero(float* p, size_t n) {
   }
 }
 
-}  // namespace
-
-GPT::Buffer& GPT::Buffer::operator=(Buffer&& other) noexcept {
-  if (this != &other) {
-    release();
-    category_ = other.category_;
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-  }
-  return *this;
-}
-
-absl::Status GPT::Buffer::reset(MemoryCategory category, size_t n) {
-  release();
-  absl::StatusOr<void*> p =
-      allocate(Device::kCpu, category, static_cast<int64_t>(n * sizeof(float)));
-  if (!p.ok()) return p.status();
-  category_ = category;
-  data_ = static_cast<float*>(*p);
-  size_ = n;
-  if (n > 0) zero(data_, n);
+// n zeros in `buffer`, spread over the kernels' threads (see zero()).
+absl::Status reset_zeroed(FloatBuffer& buffer, MemoryCategory category, size_t n) {
+  if (absl::Status s = buffer.reset(category, n, /*zero=*/false); !s.ok()) return s;
+  if (n > 0) zero(buffer.data(), n);
   return absl::OkStatus();
 }
 
-void GPT::Buffer::release() {
-  if (data_ == nullptr) return;
-  deallocate(Device::kCpu, category_, data_, static_cast<int64_t>(size_ * sizeof(float)));
-  data_ = nullptr;
-  size_ = 0;
-}
+}  // namespace
 
 absl::StatusOr<GPT> GPT::create(const GPTConfig& config, const GPTOptions& options,
                                 const GPTStorage& storage) {
@@ -139,11 +117,12 @@ absl::StatusOr<GPT> GPT::create(const GPTConfig& config, const GPTOptions& optio
   gpt.param_tensors_.blocks.assign(static_cast<size_t>(config.num_layers), GPTBlockTensors{});
   gpt.grad_tensors_.blocks.assign(static_cast<size_t>(config.num_layers), GPTBlockTensors{});
   if (storage.parameters) {
-    if (absl::Status s = gpt.params_.reset(MemoryCategory::kParameters, n); !s.ok()) return s;
+    if (absl::Status s = reset_zeroed(gpt.params_, MemoryCategory::kParameters, n); !s.ok())
+      return s;
     gpt.param_tensors_ = point_gpt_tensors(gpt.layout_, gpt.params_.data());
   }
   if (storage.gradients) {
-    if (absl::Status s = gpt.grads_.reset(MemoryCategory::kGradients, n); !s.ok()) return s;
+    if (absl::Status s = reset_zeroed(gpt.grads_, MemoryCategory::kGradients, n); !s.ok()) return s;
     gpt.grad_tensors_ = point_gpt_tensors(gpt.layout_, gpt.grads_.data());
   }
   return gpt;
@@ -279,12 +258,14 @@ absl::Status GPT::prepare(int B, int T) {
   B_ = T_ = 0;
   size_t n = carve_activations(B, T, nullptr, nullptr);
   if (acts_buffer_.size() < n) {
-    if (absl::Status s = acts_buffer_.reset(MemoryCategory::kActivations, n); !s.ok()) return s;
+    if (absl::Status s = reset_zeroed(acts_buffer_, MemoryCategory::kActivations, n); !s.ok())
+      return s;
   }
   carve_activations(B, T, acts_buffer_.data(), &acts_);
   n = carve_activation_gradients(B, T, nullptr, nullptr);
   if (dacts_buffer_.size() < n) {
-    if (absl::Status s = dacts_buffer_.reset(MemoryCategory::kActivations, n); !s.ok()) return s;
+    if (absl::Status s = reset_zeroed(dacts_buffer_, MemoryCategory::kActivations, n); !s.ok())
+      return s;
   }
   carve_activation_gradients(B, T, dacts_buffer_.data(), &dacts_);
   B_ = B;

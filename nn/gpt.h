@@ -182,25 +182,6 @@ class GPT {
   GPTMemory memory() const;
 
  private:
-  // fp32 memory from nn's allocator (memory.h), counted under its category while held.
-  class Buffer {
-   public:
-    Buffer() = default;
-    Buffer(Buffer&& other) noexcept { *this = std::move(other); }
-    Buffer& operator=(Buffer&& other) noexcept;
-    ~Buffer() { release(); }
-    // Replaces the contents by n zeros. ResourceExhausted without the memory (then empty).
-    [[nodiscard]] absl::Status reset(MemoryCategory category, size_t n);
-    float* data() const { return data_; }
-    size_t size() const { return size_; }
-
-   private:
-    void release();
-    MemoryCategory category_ = MemoryCategory::kOther;
-    float* data_ = nullptr;
-    size_t size_ = 0;
-  };
-
   GPT(const GPTConfig& config, const GPTOptions& options, const GPTStorage& storage);
 
   // Pointers into acts_buffer_ for (B_, T_). Per-block tensors are [L, ...] when stored for every
@@ -257,15 +238,15 @@ class GPT {
   GPTOptions options_;
   GPTStorage storage_;
   GPTParamLayout layout_;
-  Buffer params_;
-  Buffer grads_;
+  FloatBuffer params_;
+  FloatBuffer grads_;
   GPTTensors param_tensors_;
   GPTTensors grad_tensors_;
 
   int B_ = 0;
   int T_ = 0;
-  Buffer acts_buffer_;
-  Buffer dacts_buffer_;
+  FloatBuffer acts_buffer_;
+  FloatBuffer dacts_buffer_;
   Activations acts_ = {};
   ActivationGradients dacts_ = {};
   std::vector<int32_t> inputs_;

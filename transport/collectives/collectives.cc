@@ -93,45 +93,6 @@ absl::Status allreduce(Communicator& comm, DType type, ReduceOp op, void* data, 
   return s;
 }
 
-absl::Status reduce_scatter(Communicator& comm, DType type, ReduceOp op, const void* input,
-                            void* output, size_t count, Algorithm algorithm) {
-  const uint64_t sequence = comm.next_sequence();
-  Communicator::Driving driving(comm);
-  if (algorithm != Algorithm::kAuto && algorithm != Algorithm::kRing) {
-    return absl::InvalidArgumentError(absl::StrCat("reduce_scatter runs the ring algorithm, not ",
-                                                   std::string(to_string(algorithm))));
-  }
-  const Ranks ranks = all_ranks(comm);
-  const detail::Members members{ranks, comm.rank()};
-  detail::BorrowedSends first_sends(comm);
-  absl::Status s = detail::ring_reduce_scatter(
-      comm, members, type, op == ReduceOp::kAvg ? ReduceOp::kSum : op, input, output,
-      count * static_cast<size_t>(comm.size()), sequence, 0, first_sends);
-  s = detail::finish(comm, std::move(s), {&first_sends});
-  if (s.ok() && op == ReduceOp::kAvg && count > 0) {
-    scale(type, output, count, 1.0f / static_cast<float>(comm.size()));
-  }
-  return s;
-}
-
-absl::Status allgather(Communicator& comm, const void* input, void* output, size_t bytes) {
-  const uint64_t sequence = comm.next_sequence();
-  Communicator::Driving driving(comm);
-  const int n = comm.size();
-  auto* out = static_cast<std::byte*>(output);
-  std::byte* mine = out + static_cast<size_t>(comm.rank()) * bytes;
-  if (mine != input && bytes > 0) std::memcpy(mine, input, bytes);
-  std::vector<detail::Range> blocks;
-  for (int i = 0; i < n; ++i)
-    blocks.push_back({static_cast<size_t>(i) * bytes, bytes});
-  const Ranks ranks = all_ranks(comm);
-  detail::BorrowedSends sends(comm);
-  const detail::Members members{ranks, comm.rank()};
-  detail::place_allgather(comm, members, out, blocks, sequence, 0, sends);
-  absl::Status s = detail::ring_allgather(comm, members, out, blocks, sequence, 0, sends, nullptr);
-  return detail::finish(comm, std::move(s), {&sends});
-}
-
 namespace {
 
 absl::Status check_blocks(const Communicator& comm, std::span<const size_t> sizes,
@@ -190,6 +151,21 @@ absl::Status allgather_v(Communicator& comm, const void* input, void* output,
   detail::place_allgather(comm, members, out, blocks, sequence, 0, sends);
   absl::Status s = detail::ring_allgather(comm, members, out, blocks, sequence, 0, sends, nullptr);
   return detail::finish(comm, std::move(s), {&sends});
+}
+
+absl::Status reduce_scatter(Communicator& comm, DType type, ReduceOp op, const void* input,
+                            void* output, size_t count, Algorithm algorithm) {
+  if (algorithm != Algorithm::kAuto && algorithm != Algorithm::kRing) {
+    return absl::InvalidArgumentError(absl::StrCat("reduce_scatter runs the ring algorithm, not ",
+                                                   std::string(to_string(algorithm))));
+  }
+  const absl::InlinedVector<size_t, 16> counts(static_cast<size_t>(comm.size()), count);
+  return reduce_scatter_v(comm, type, op, input, output, counts);
+}
+
+absl::Status allgather(Communicator& comm, const void* input, void* output, size_t bytes) {
+  const absl::InlinedVector<size_t, 16> sizes(static_cast<size_t>(comm.size()), bytes);
+  return allgather_v(comm, input, output, sizes);
 }
 
 absl::Status broadcast(Communicator& comm, void* data, size_t bytes, int root) {
