@@ -10,8 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cluster/cluster.h"
-#include "core/cluster/local_cluster.h"
+#include "tests/trainers/training_cluster.h"
 #include "trainers/config.h"
 #include "trainers/data_parallel_trainer.h"
 
@@ -47,30 +46,10 @@ TrainConfig config_for(int dp, int accumulation = 1,
   return c;
 }
 
-struct RunResult {
-  std::vector<double> losses;
-  std::vector<double> norms;
-  std::vector<float> params;
-};
+using testing::RunResult;
 
-class DdpTest : public ::testing::Test {
+class DdpTest : public testing::TrainingClusterTest {
  protected:
-  static void SetUpTestSuite() {
-    auto local = cluster::LocalCluster::start({.workers = 3,
-                                               .default_resources = "CPU=2",
-                                               .troupe_binary = TROUPE_BINARY,
-                                               .echo_output = false});
-    ASSERT_TRUE(local.ok()) << local.status();
-    local_ = local->release();
-    auto driver = Cluster::connect(local_->client_options());
-    ASSERT_TRUE(driver.ok()) << driver.status();
-    driver_ = driver->release();
-  }
-  static void TearDownTestSuite() {
-    delete driver_;
-    delete local_;
-  }
-
   RunResult run(const TrainConfig& config) {
     RunResult result;
     auto trainer =
@@ -93,43 +72,12 @@ class DdpTest : public ::testing::Test {
     return result;
   }
 
-  static cluster::LocalCluster* local_;
-  static Cluster* driver_;
-  static int jobs_;
+  inline static int jobs_ = 0;
 };
 
-cluster::LocalCluster* DdpTest::local_ = nullptr;
-Cluster* DdpTest::driver_ = nullptr;
-int DdpTest::jobs_ = 0;
-
-// max |a - b| / max |b| over the vector.
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
-  }
-  return diff / scale;
-}
-
-// Losses (relative 1e-6) and gradient norms at every step, and the weights at
-// the end when `compare_weights`.
 void expect_same_training(const RunResult& ddp, const RunResult& single, const char* what,
                           bool compare_weights) {
-  ASSERT_EQ(ddp.losses.size(), single.losses.size()) << what;
-  ASSERT_EQ(ddp.params.size(), single.params.size()) << what;
-  for (size_t k = 0; k < single.losses.size(); ++k) {
-    EXPECT_NEAR(ddp.losses[k], single.losses[k], 1e-6 * std::abs(single.losses[k]))
-        << what << ", step " << k + 1;
-    EXPECT_NEAR(ddp.norms[k], single.norms[k], 1e-5 * single.norms[k])
-        << what << ", step " << k + 1;
-  }
-  double weights = relative_difference(ddp.params, single.params);
-  std::printf("[ ddp ] %s: weights relative difference %.2e after %d steps\n", what, weights,
-              kSteps);
-  if (compare_weights) {
-    EXPECT_LE(weights, 1e-6) << what << ": weights differ";
-  }
+  testing::expect_same_training(ddp, single, what, compare_weights, "ddp");
 }
 
 // The gradients of dp replicas averaged by allreduce equal one replica's on

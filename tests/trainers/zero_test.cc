@@ -19,8 +19,7 @@
 #include "actors/mesh.h"
 #include "actors/param_shard_actor.h"
 #include "actors/zero_partition.h"
-#include "core/cluster/cluster.h"
-#include "core/cluster/local_cluster.h"
+#include "tests/trainers/training_cluster.h"
 #include "trainers/config.h"
 #include "trainers/data_parallel_trainer.h"
 
@@ -72,31 +71,15 @@ TrainConfig config_for(int stage, int dp, int accumulation = 1,
   return c;
 }
 
-struct RunResult {
-  std::vector<double> losses;
-  std::vector<double> norms;
-  std::vector<float> params;
-  std::vector<StepOutcome> outcomes;
-};
+using testing::RunResult;
 
-class ZeroTest : public ::testing::Test {
+void expect_same_training_zero(const RunResult& zero, const RunResult& single,
+                               const std::string& what, bool compare_weights) {
+  testing::expect_same_training(zero, single, what, compare_weights, "zero");
+}
+
+class ZeroTest : public testing::TrainingClusterTest {
  protected:
-  static void SetUpTestSuite() {
-    auto local = cluster::LocalCluster::start({.workers = 3,
-                                               .default_resources = "CPU=2",
-                                               .troupe_binary = TROUPE_BINARY,
-                                               .echo_output = false});
-    ASSERT_TRUE(local.ok()) << local.status();
-    local_ = local->release();
-    auto driver = Cluster::connect(local_->client_options());
-    ASSERT_TRUE(driver.ok()) << driver.status();
-    driver_ = driver->release();
-  }
-  static void TearDownTestSuite() {
-    delete driver_;
-    delete local_;
-  }
-
   static std::string next_job() { return "zero-test-" + std::to_string(++jobs_); }
 
   RunResult run(const TrainConfig& config, int steps = kSteps) {
@@ -121,44 +104,8 @@ class ZeroTest : public ::testing::Test {
     return result;
   }
 
-  static cluster::LocalCluster* local_;
-  static Cluster* driver_;
-  static int jobs_;
+  inline static int jobs_ = 0;
 };
-
-cluster::LocalCluster* ZeroTest::local_ = nullptr;
-Cluster* ZeroTest::driver_ = nullptr;
-int ZeroTest::jobs_ = 0;
-
-// max |a - b| / max |b| over the vector.
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
-  }
-  return diff / scale;
-}
-
-// Losses (relative 1e-6) and gradient norms at every step, and the weights at
-// the end when `compare_weights`.
-void expect_same_training(const RunResult& zero, const RunResult& single, const std::string& what,
-                          bool compare_weights) {
-  ASSERT_EQ(zero.losses.size(), single.losses.size()) << what;
-  ASSERT_EQ(zero.params.size(), single.params.size()) << what;
-  for (size_t k = 0; k < single.losses.size(); ++k) {
-    EXPECT_NEAR(zero.losses[k], single.losses[k], 1e-6 * std::abs(single.losses[k]))
-        << what << ", step " << k + 1;
-    EXPECT_NEAR(zero.norms[k], single.norms[k], 1e-5 * single.norms[k])
-        << what << ", step " << k + 1;
-  }
-  double weights = relative_difference(zero.params, single.params);
-  std::printf("[ zero ] %s: weights relative difference %.2e after %d steps\n", what.c_str(),
-              weights, kSteps);
-  if (compare_weights) {
-    EXPECT_LE(weights, 1e-6) << what << ": weights differ";
-  }
-}
 
 TEST(ZeroPartitionTest, PartsTileTheRangeAndCountsSplitAnyPartOfIt) {
   const nn::ParamRange whole{10, 10 + 1001};
@@ -203,16 +150,17 @@ TEST_F(ZeroTest, EveryStageMatchesOneRankOnTheSameGlobalBatch) {
   EXPECT_LT(single.losses.back(), single.losses.front()) << "the model does not learn";
   for (int stage : {1, 2, 3}) {
     const std::string zero = "zero-" + std::to_string(stage);
-    expect_same_training(run(config_for(stage, 2)), single, zero + ", dp 2", true);
-    expect_same_training(run(config_for(stage, 3)), single, zero + ", dp 3", true);
-    expect_same_training(run(config_for(stage, 2, 2)), single, zero + ", dp 2 x accumulation 2",
-                         true);
+    expect_same_training_zero(run(config_for(stage, 2)), single, zero + ", dp 2", true);
+    expect_same_training_zero(run(config_for(stage, 3)), single, zero + ", dp 3", true);
+    expect_same_training_zero(run(config_for(stage, 2, 2)), single,
+                              zero + ", dp 2 x accumulation 2", true);
     TrainConfig serial = config_for(stage, 3, 2);
     serial.zero.overlap_comm = false;
-    expect_same_training(run(serial), single, zero + ", dp 3 x accumulation 2, no overlap", true);
+    expect_same_training_zero(run(serial), single, zero + ", dp 3 x accumulation 2, no overlap",
+                              true);
   }
   // One rank: the partition is the whole.
-  expect_same_training(run(config_for(3, 1)), single, "zero-3, dp 1", true);
+  expect_same_training_zero(run(config_for(3, 1)), single, "zero-3, dp 1", true);
 }
 
 // AdamW moves a weight whose gradient is ~0 by a visible fraction of lr for
@@ -221,8 +169,8 @@ TEST_F(ZeroTest, EveryStageMatchesOneRankOnTheSameGlobalBatch) {
 TEST_F(ZeroTest, EveryStageMatchesOneRankWithAdamW) {
   RunResult single = run(config_for(0, 1, 1, OptimizerType::kAdamW));
   for (int stage : {1, 2, 3}) {
-    expect_same_training(run(config_for(stage, 3, 1, OptimizerType::kAdamW)), single,
-                         "adamw, zero-" + std::to_string(stage) + ", dp 3", false);
+    expect_same_training_zero(run(config_for(stage, 3, 1, OptimizerType::kAdamW)), single,
+                              "adamw, zero-" + std::to_string(stage) + ", dp 3", false);
   }
 }
 

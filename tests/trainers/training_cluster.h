@@ -1,0 +1,81 @@
+// What the trainer tests on a real local cluster share: a head and three
+// worker processes of the troupe executable for the whole suite, this test
+// process as the driver, and the comparison of two runs' losses and weights.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/cluster/cluster.h"
+#include "core/cluster/local_cluster.h"
+#include "trainers/trainer_controller.h"
+
+namespace troupe::trainers::testing {
+
+class TrainingClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto local = cluster::LocalCluster::start({.workers = 3,
+                                               .default_resources = "CPU=2",
+                                               .troupe_binary = TROUPE_BINARY,
+                                               .echo_output = false});
+    ASSERT_TRUE(local.ok()) << local.status();
+    local_ = local->release();
+    auto driver = Cluster::connect(local_->client_options());
+    ASSERT_TRUE(driver.ok()) << driver.status();
+    driver_ = driver->release();
+  }
+  static void TearDownTestSuite() {
+    delete driver_;
+    delete local_;
+  }
+
+  inline static cluster::LocalCluster* local_ = nullptr;
+  inline static Cluster* driver_ = nullptr;
+};
+
+// What a run gave, step by step, and its weights at the end.
+struct RunResult {
+  std::vector<double> losses;
+  std::vector<double> norms;
+  std::vector<float> params;
+  std::vector<StepOutcome> outcomes;
+};
+
+// max |a - b| / max |b| over the vector.
+inline double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+  }
+  return diff / scale;
+}
+
+// Losses (relative 1e-6) and gradient norms (1e-5) at every step, and the
+// weights at the end (1e-6) when `compare_weights`; the weights' difference
+// is printed, under `tag`, either way.
+inline void expect_same_training(const RunResult& run, const RunResult& single,
+                                 const std::string& what, bool compare_weights, const char* tag) {
+  ASSERT_EQ(run.losses.size(), single.losses.size()) << what;
+  ASSERT_EQ(run.params.size(), single.params.size()) << what;
+  for (size_t k = 0; k < single.losses.size(); ++k) {
+    EXPECT_NEAR(run.losses[k], single.losses[k], 1e-6 * std::abs(single.losses[k]))
+        << what << ", step " << k + 1;
+    EXPECT_NEAR(run.norms[k], single.norms[k], 1e-5 * single.norms[k])
+        << what << ", step " << k + 1;
+  }
+  const double weights = relative_difference(run.params, single.params);
+  std::printf("[ %s ] %s: weights relative difference %.2e after %zu steps\n", tag, what.c_str(),
+              weights, single.losses.size());
+  if (compare_weights) {
+    EXPECT_LE(weights, 1e-6) << what << ": weights differ";
+  }
+}
+
+}  // namespace troupe::trainers::testing
