@@ -8,6 +8,7 @@
 #include "absl/strings/string_view.h"
 
 #include "absl/strings/str_cat.h"
+#include "actors/zero_param_gather.h"
 #include "trainers/config.h"
 #include "trainers/config_reader.h"
 #include "trainers/config_sections.h"
@@ -398,6 +399,21 @@ absl::Status parse_zero(JsonObject& top, TrainConfig* config) {
   for (absl::string_view key : kUnimplemented)
     s.warn_unimplemented(key, &config->warnings);
   TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
+  // ZeRO-3 gathers a segment (a block, the embeddings) whole: a bound below
+  // the largest cannot be honoured (the model and dp were read before).
+  if (z.stage == 3 && config->parallel.dp > 1) {
+    size_t largest = 0;
+    for (const nn::ParamRange& r : actors::model_segments(nn::GPTParamLayout(config->model)))
+      largest = std::max(largest, r.size());
+    if (z.stage3_max_live_parameters < static_cast<int64_t>(largest)) {
+      return config_error(absl::StrCat(
+          s.key_path("stage3_max_live_parameters"), ": ", z.stage3_max_live_parameters,
+          " is below the ", largest,
+          " parameters of the model's largest segment (a block, or the embeddings), which "
+          "ZeRO-3 gathers whole; raise it to at least ",
+          largest));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -351,11 +351,11 @@ TEST(TrainConfigTest, ZeroStagesAndTheirKeysAreRead) {
   EXPECT_TRUE(c.zero.stage3_gather_16bit_weights_on_model_save);
   EXPECT_TRUE(c.warnings.empty()) << warnings_of(c);
   c = parse_ok(patched(R"({"zero_optimization": {"stage": 3, "prefetch_bucket_size": 7,
-      "param_persistence_threshold": 8, "max_live_parameters": 9,
+      "param_persistence_threshold": 8, "max_live_parameters": 900000,
       "gather_16bit_weights_on_model_save": true}})"));
   EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 7);
   EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 8);
-  EXPECT_EQ(c.zero.stage3_max_live_parameters, 9);
+  EXPECT_EQ(c.zero.stage3_max_live_parameters, 900000);
   EXPECT_TRUE(c.zero.stage3_gather_16bit_weights_on_model_save);
   for (int stage : {1, 2}) {
     c = parse_ok(patched(absl::StrCat(R"({"zero_optimization": {"stage": )", stage, "}}")));
@@ -365,6 +365,10 @@ TEST(TrainConfigTest, ZeroStagesAndTheirKeysAreRead) {
                "must be in [0, 3]");
   expect_error(R"({"zero_optimization": {"stage": 3, "stage3_prefetch_bucketsize": 1}})",
                "zero_optimization.stage3_prefetch_bucketsize", "unknown key");
+  // One block of the default model is 12 * 64^2 + 13 * 64 = 49,984 parameters.
+  expect_error(R"({"zero_optimization": {"stage": 3, "stage3_max_live_parameters": 1000}})",
+               "zero_optimization.stage3_max_live_parameters",
+               "is below the 49984 parameters of the model's largest segment");
   expect_error(R"({"zero_optimization": {"stage3_max_live_parameters": -1}})",
                "zero_optimization.stage3_max_live_parameters", "must be in [0, ");
 }
