@@ -40,7 +40,7 @@ absl::Status ZeroGradientSync::check(const GradientSyncOptions& options, int sta
   }
   if (stage == 3) {
     size_t largest = 0;
-    for (const nn::ParamRange& r : model_segments(layout))
+    for (const nn::ParamRange& r : layout.segments())
       largest = std::max(largest, r.size());
     if (options.max_live_parameters < static_cast<int64_t>(largest)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -69,7 +69,7 @@ ZeroGradientSync::ZeroGradientSync(const GradientSyncOptions& options, int stage
                .max_live_elements = options.max_live_parameters,
                .persistence_threshold = options.persistence_threshold},
               gpt, group, partition_, buffers.own_params, pool_),
-      segments_(model_segments(gpt.param_layout())),
+      segments_(gpt.param_layout().segments()),
       layer_buckets_(gpt.param_layout(),
                      static_cast<size_t>(std::max<int64_t>(options.bucket_elements, 1))) {
   plan_buckets();

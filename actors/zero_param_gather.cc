@@ -13,15 +13,6 @@ constexpr int kReuseDistance = 2;
 
 }  // namespace
 
-std::vector<nn::ParamRange> model_segments(const nn::GPTParamLayout& layout) {
-  std::vector<nn::ParamRange> segments;
-  segments.push_back({0, layout.block_begin(0)});
-  for (int l = 0; l < layout.num_layers(); ++l)
-    segments.push_back({layout.block_begin(l), layout.block_begin(l + 1)});
-  segments.push_back({layout.block_begin(layout.num_layers()), layout.num_params()});
-  return segments;
-}
-
 std::vector<std::vector<int>> ParamGather::pieces(int num_layers) {
   const int L = num_layers, E = 0, F = L + 1;
   std::vector<std::vector<int>> p;
@@ -44,7 +35,7 @@ ParamGather::ParamGather(const ParamGatherOptions& options, nn::GPT& gpt, Collec
       own_params_(own_params),
       pieces_(pieces(gpt.config().num_layers)),
       pool_(pool) {
-  for (const nn::ParamRange& r : model_segments(gpt.param_layout())) {
+  for (const nn::ParamRange& r : gpt.param_layout().segments()) {
     Segment s;
     s.range = r;
     for (size_t count : partition_.counts(r.begin, r.end))

@@ -1,5 +1,5 @@
 // ZeRO's parameter gathering over a stage's segments (the embeddings, each
-// block, the final LayerNorm: model_segments), as the stage's micro-batches
+// block, the final LayerNorm: GPTParamLayout::segments), as the stage's micro-batches
 // use them.
 //
 // ZeRO-1/2 (in place): the model owns the whole parameter buffer; after the
@@ -34,10 +34,6 @@
 #include "nn/memory.h"
 
 namespace troupe::actors {
-
-// The segments of a whole model (pp = 1), in buffer order: [0] the embeddings
-// (wte, wpe), [1 + l] block l, [L + 1] the final LayerNorm.
-std::vector<nn::ParamRange> model_segments(const nn::GPTParamLayout& layout);
 
 struct ParamGatherOptions {
   bool buffered = false;  // ZeRO-3; else in place (ZeRO-1/2)

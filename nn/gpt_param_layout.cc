@@ -84,6 +84,15 @@ GPTParamLayout::GPTParamLayout(const GPTConfig& config)
   add("lnfb", {C});
 }
 
+std::vector<ParamRange> GPTParamLayout::segments() const {
+  std::vector<ParamRange> segments;
+  segments.push_back({0, block_begin(0)});
+  for (int l = 0; l < num_layers_; ++l)
+    segments.push_back({block_begin(l), block_begin(l + 1)});
+  segments.push_back({block_begin(num_layers_), num_params_});
+  return segments;
+}
+
 std::vector<ParamRange> GPTParamLayout::no_decay_ranges() const {
   std::vector<ParamRange> ranges;
   for (const GPTParamTensor& t : tensors_) {

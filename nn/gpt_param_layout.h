@@ -83,6 +83,10 @@ class GPTParamLayout {
   size_t lnfb() const { return lnfw_ + channels_; }
   // Every tensor, in buffer order.
   const std::vector<GPTParamTensor>& tensors() const { return tensors_; }
+  // The model's segments, which tile the buffer in order: [0] the embeddings
+  // (wte, wpe), [1 + l] block l, [L + 1] the final LayerNorm. ZeRO-3 gathers
+  // and lets go of parameters a segment at a time.
+  std::vector<ParamRange> segments() const;
   // The 1-D tensors (biases and LayerNorm weights), which AdamW does not decay in GPT-2 training
   // (nanoGPT, llm.c's train_gpt2.py), as sorted disjoint ranges with touching ones merged; for
   // adamw_update's no_decay (cut to a shard with ranges_in_shard).
