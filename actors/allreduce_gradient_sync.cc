@@ -42,7 +42,7 @@ void AllreduceGradientSync::drain() {
   issued_at_.clear();
 }
 
-absl::Status AllreduceGradientSync::begin_step(int64_t) {
+absl::Status AllreduceGradientSync::begin_step() {
   // Nothing is pending: the stage drained before it began the step.
   gpt_.zero_grad();
   issue_ms_ = 0;

@@ -33,7 +33,7 @@ class AllreduceGradientSync : public GradientSync {
 
   nn::ParamRange owned() const override { return plan_.params; }
   float* owned_gradients() override { return gpt_.grads() + plan_.params.begin; }
-  absl::Status begin_step(int64_t params_version) override;
+  absl::Status begin_step() override;
   absl::StatusOr<float> forward(const int32_t* inputs, const int32_t* targets, int B, int T,
                                 bool last) override;
   absl::Status backward(float dloss, bool last) override;

@@ -13,7 +13,7 @@ class LocalGradientSync : public GradientSync {
   LocalGradientSync(const StagePlan& plan, nn::GPT& gpt) : plan_(plan), gpt_(gpt) {}
   nn::ParamRange owned() const override { return plan_.params; }
   float* owned_gradients() override { return gpt_.grads() + plan_.params.begin; }
-  absl::Status begin_step(int64_t) override {
+  absl::Status begin_step() override {
     gpt_.zero_grad();
     return absl::OkStatus();
   }

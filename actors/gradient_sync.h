@@ -11,7 +11,7 @@
 //                          parameters gathered (zero_gradient_sync.h)
 //
 // The stage calls, for each step, in this order:
-//   begin_step(version)        clears the gradients; ZeRO starts gathering
+//   begin_step()               clears the gradients; ZeRO starts gathering
 //                              the parameters its shards last wrote
 //   for every micro-batch j:   forward(...), then backward(dloss, last)
 //   finish(times)              waits for every reduction
@@ -52,9 +52,8 @@ class GradientSync {
   virtual nn::ParamRange owned() const = 0;
   // The gradients of owned() (owned().size() floats).
   virtual float* owned_gradients() = 0;
-  // Starts a step. `params_version` counts the shards' writes of the stage's
-  // parameters (StageTensors::params_version): ZeRO gathers what changed.
-  virtual absl::Status begin_step(int64_t params_version) = 0;
+  // Starts a step (ZeRO: gathering the parameters the shards last wrote).
+  virtual absl::Status begin_step() = 0;
   // One micro-batch [B, T]: its forward, returning the loss (NaN on a stage
   // that is not the last), and its backward with the loss scaled by dloss.
   // `last`: the step's last micro-batch.
@@ -69,10 +68,7 @@ class GradientSync {
   // Makes every parameter of the stage present in the model (for evaluation
   // and generation) until the next begin_step. A collective: every rank of the
   // group calls it.
-  virtual absl::Status gather_parameters(int64_t params_version) {
-    (void)params_version;
-    return absl::OkStatus();
-  }
+  virtual absl::Status gather_parameters() { return absl::OkStatus(); }
   // The most bytes of gather buffers and gradient buckets held at once since
   // the last begin_step.
   virtual size_t peak_buffer_bytes() const { return 0; }

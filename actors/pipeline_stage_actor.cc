@@ -218,7 +218,7 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
   sync_->drain();  // nothing of a failed step may still write the gradients
   whole_version_ = -1;
   if (group_ != nullptr) traffic_at_step_ = group_->traffic();
-  if (absl::Status s = sync_->begin_step(tensors_->params_version.load()); !s.ok()) return s;
+  if (absl::Status s = sync_->begin_step(); !s.ok()) return s;
   const int B = options_.micro_batch;
   const int T = options_.model.max_seq_len;
   double loss_sum = 0;
@@ -301,7 +301,7 @@ absl::Status PipelineStageActor::gather_parameters() {
     return absl::FailedPreconditionError(name_ + ": gather_parameters before setup");
   const int64_t version = tensors_->params_version.load();
   whole_version_ = -1;  // until this gather succeeds
-  if (absl::Status s = sync_->gather_parameters(version); !s.ok()) {
+  if (absl::Status s = sync_->gather_parameters(); !s.ok()) {
     if (group_ != nullptr && !absl::IsAborted(s)) group_->abort(absl::AbortedError(s.message()));
     return absl::Status(s.code(), absl::StrCat(name_, ": gathering the parameters: ", s.message()));
   }

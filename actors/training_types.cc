@@ -1,5 +1,7 @@
 #include "actors/training_types.h"
 
+#include <algorithm>
+
 namespace troupe::actors {
 
 nn::AdamWConfig OptimizerSpec::adamw(float lr) const {
@@ -12,6 +14,21 @@ nn::SgdConfig OptimizerSpec::sgd(float lr) const {
           .dampening = dampening,
           .weight_decay = weight_decay,
           .nesterov = nesterov};
+}
+
+MemoryReport MemoryReport::max_with(const MemoryReport& o) const {
+  return {.parameters = std::max(parameters, o.parameters),
+          .gradients = std::max(gradients, o.gradients),
+          .optimizer_state = std::max(optimizer_state, o.optimizer_state),
+          .buffers = std::max(buffers, o.buffers),
+          .activations = std::max(activations, o.activations),
+          .peak_rss = std::max(peak_rss, o.peak_rss)};
+}
+
+TrafficReport TrafficReport::max_with(const TrafficReport& o) const {
+  return {.allreduce = std::max(allreduce, o.allreduce),
+          .reduce_scatter = std::max(reduce_scatter, o.reduce_scatter),
+          .allgather = std::max(allgather, o.allgather)};
 }
 
 }  // namespace troupe::actors

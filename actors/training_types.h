@@ -62,6 +62,8 @@ struct MemoryReport {
   int64_t activations = 0;
   int64_t peak_rss = 0;
   int64_t model_state() const { return parameters + gradients + optimizer_state; }
+  // Each field the larger of the two (the largest rank's, the run's peak).
+  MemoryReport max_with(const MemoryReport& o) const;
   TROUPE_FIELDS(parameters, gradients, optimizer_state, buffers, activations, peak_rss);
 };
 
@@ -72,6 +74,7 @@ struct TrafficReport {
   int64_t reduce_scatter = 0;
   int64_t allgather = 0;
   int64_t total() const { return allreduce + reduce_scatter + allgather; }
+  TrafficReport max_with(const TrafficReport& o) const;
   TROUPE_FIELDS(allreduce, reduce_scatter, allgather);
 };
 

@@ -59,7 +59,6 @@ ZeroGradientSync::ZeroGradientSync(const GradientSyncOptions& options, int stage
                                    const ZeroBuffers& buffers)
     : options_(options),
       stage_(stage),
-      plan_(plan),
       gpt_(gpt),
       group_(group),
       partition_(plan.params, group.world_size(), group.rank()),
@@ -69,22 +68,21 @@ ZeroGradientSync::ZeroGradientSync(const GradientSyncOptions& options, int stage
                .max_live_elements = options.max_live_parameters,
                .persistence_threshold = options.persistence_threshold},
               gpt, group, partition_, buffers.own_params, pool_),
-      segments_(gpt.param_layout().segments()),
       layer_buckets_(gpt.param_layout(),
                      static_cast<size_t>(std::max<int64_t>(options.bucket_elements, 1))) {
-  plan_buckets();
+  plan_buckets(gpt.param_layout().segments());
 }
 
-void ZeroGradientSync::plan_buckets() {
-  const int F = static_cast<int>(segments_.size()) - 1;  // the final LayerNorm
+void ZeroGradientSync::plan_buckets(const std::vector<nn::ParamRange>& segments) {
+  const int F = static_cast<int>(segments.size()) - 1;  // the final LayerNorm
   const auto limit = static_cast<size_t>(std::max<int64_t>(options_.bucket_elements, 1));
-  bucket_of_.assign(segments_.size(), 0);
+  bucket_of_.assign(segments.size(), 0);
   // Whole segments from the end down to block 0; the embeddings alone, last.
   for (int top = F; top >= 1;) {
-    Bucket b{.range = segments_[top], .top = top, .bottom = top};
+    Bucket b{.range = segments[top], .top = top, .bottom = top};
     while (b.bottom > 1 && b.range.size() < limit) {
       --b.bottom;
-      b.range.begin = segments_[b.bottom].begin;
+      b.range.begin = segments[b.bottom].begin;
     }
     for (int s = b.bottom; s <= b.top; ++s)
       bucket_of_[s] = static_cast<int>(buckets_.size());
@@ -92,7 +90,7 @@ void ZeroGradientSync::plan_buckets() {
     top = b.bottom - 1;
   }
   bucket_of_[0] = static_cast<int>(buckets_.size());
-  buckets_.push_back({.range = segments_[0], .top = 0, .bottom = 0});
+  buckets_.push_back({.range = segments[0], .top = 0, .bottom = 0});
   open_.resize(buckets_.size());
 }
 
@@ -101,7 +99,7 @@ float* ZeroGradientSync::owned_gradients() {
   return buffers_.own_grads;
 }
 
-absl::Status ZeroGradientSync::begin_step(int64_t params_version) {
+absl::Status ZeroGradientSync::begin_step() {
   drain();
   issue_ms_ = wait_ms_ = comm_ms_ = 0;
   pool_.reset_peak();
@@ -110,7 +108,7 @@ absl::Status ZeroGradientSync::begin_step(int64_t params_version) {
   } else if (partition_.own().size() > 0) {
     std::memset(buffers_.own_grads, 0, partition_.own().size() * sizeof(float));
   }
-  return gather_.begin_step(params_version, options_.micro_batches);
+  return gather_.begin_step(options_.micro_batches);
 }
 
 absl::Status ZeroGradientSync::run_piece(int piece, const std::function<absl::Status()>& body) {
@@ -213,25 +211,25 @@ absl::Status ZeroGradientSync::open_bucket(int b) {
 }
 
 void ZeroGradientSync::issue(int b) {
-  const double t0 = now_ms();
-  const nn::ParamRange& r = buckets_[b].range;
-  const nn::ParamRange mine = partition_.own_in(r.begin, r.end);
-  Reduction red{.bucket = b, .scratch = std::move(open_[b]), .work = {}, .issued_at = t0};
+  const nn::ParamRange r = buckets_[b].range;
+  Reduction red{.bucket = b, .scratch = std::move(open_[b]), .work = {}, .issued_at = 0};
   float* data = red.scratch.data();
-  red.work = group_.reduce_scatter_v_async(DType::kFloat32, ReduceOp::kAvg, data,
-                                           data + (mine.begin - r.begin),
-                                           partition_.counts(r.begin, r.end));
-  in_flight_.push_back(std::move(red));
-  issue_ms_ += now_ms() - t0;
+  reduce(std::move(red), data, r);
 }
 
 void ZeroGradientSync::issue_in_place(size_t begin, size_t end) {
+  reduce(Reduction{.bucket = -1, .scratch = {}, .work = {}, .issued_at = 0}, gpt_.grads() + begin,
+         {begin, end});
+}
+
+void ZeroGradientSync::reduce(Reduction red, float* data, nn::ParamRange range) {
   const double t0 = now_ms();
-  const nn::ParamRange mine = partition_.own_in(begin, end);
-  float* grads = gpt_.grads();
-  Reduction red{.bucket = -1, .scratch = {}, .work = {}, .issued_at = t0};
-  red.work = group_.reduce_scatter_v_async(DType::kFloat32, ReduceOp::kAvg, grads + begin,
-                                           grads + mine.begin, partition_.counts(begin, end));
+  const nn::ParamRange mine = partition_.own_in(range.begin, range.end);
+  red.issued_at = t0;
+  // In place: this rank's block of `data` receives its reduced part.
+  red.work = group_.reduce_scatter_v_async(DType::kFloat32, ReduceOp::kAvg, data,
+                                           data + (mine.begin - range.begin),
+                                           partition_.counts(range.begin, range.end));
   in_flight_.push_back(std::move(red));
   issue_ms_ += now_ms() - t0;
 }
@@ -283,9 +281,9 @@ void ZeroGradientSync::drain() {
   gather_.drain();
 }
 
-absl::Status ZeroGradientSync::gather_parameters(int64_t params_version) {
+absl::Status ZeroGradientSync::gather_parameters() {
   drain();
-  return gather_.gather_all(params_version);
+  return gather_.gather_all();
 }
 
 size_t ZeroGradientSync::peak_buffer_bytes() const {

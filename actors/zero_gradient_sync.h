@@ -56,13 +56,13 @@ class ZeroGradientSync : public GradientSync {
 
   nn::ParamRange owned() const override { return partition_.own(); }
   float* owned_gradients() override;
-  absl::Status begin_step(int64_t params_version) override;
+  absl::Status begin_step() override;
   absl::StatusOr<float> forward(const int32_t* inputs, const int32_t* targets, int B, int T,
                                 bool last) override;
   absl::Status backward(float dloss, bool last) override;
   absl::Status finish(SyncTimes& times) override;
   void drain() override;
-  absl::Status gather_parameters(int64_t params_version) override;
+  absl::Status gather_parameters() override;
   size_t peak_buffer_bytes() const override;
 
  private:
@@ -83,7 +83,8 @@ class ZeroGradientSync : public GradientSync {
 
   ZeroGradientSync(const GradientSyncOptions& options, int stage, const StagePlan& plan,
                    nn::GPT& gpt, CollectiveGroup& group, const ZeroBuffers& buffers);
-  void plan_buckets();
+  // Buckets of whole segments from the end; the embeddings (segment 0) alone.
+  void plan_buckets(const std::vector<nn::ParamRange>& segments);
   // Stage 1: a micro-batch's backward; the last one's issues buckets of
   // layers as they finish.
   absl::Status backward_in_place(float dloss, bool last);
@@ -96,19 +97,19 @@ class ZeroGradientSync : public GradientSync {
   absl::Status open_bucket(int b);
   void issue(int b);
   void issue_in_place(size_t begin, size_t end);
+  // Issues `red`: the reduce-scatter of [range] held at `data`, in place.
+  void reduce(Reduction red, float* data, nn::ParamRange range);
   // Waits for the oldest reduction and adds its part to the partition.
   absl::Status retire_oldest();
 
   GradientSyncOptions options_;
   int stage_;
-  StagePlan plan_;
   nn::GPT& gpt_;
   CollectiveGroup& group_;
   ZeroPartition partition_;
   ZeroBuffers buffers_;
   BufferPool pool_;  // gathered segments and gradient buckets
   ParamGather gather_;
-  std::vector<nn::ParamRange> segments_;
   std::vector<Bucket> buckets_;        // descending: buckets_[0] holds the final LayerNorm
   std::vector<int> bucket_of_;         // segment -> its bucket
   std::vector<nn::FloatBuffer> open_;  // by bucket: the scratch backward writes now

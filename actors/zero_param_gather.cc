@@ -83,7 +83,7 @@ absl::Status ParamGather::wait(int segment) {
   return absl::OkStatus();
 }
 
-absl::Status ParamGather::begin_step(int64_t params_version, int micro_batches) {
+absl::Status ParamGather::begin_step(int micro_batches) {
   drain();
   wait_ms_ = comm_ms_ = 0;
   micro_batches_ = std::max(micro_batches, 1);
@@ -92,7 +92,6 @@ absl::Status ParamGather::begin_step(int64_t params_version, int micro_batches) 
   if (!options_.buffered) {
     // Every step, whatever this rank's shard did: whether a rank joins a
     // collective must never depend on what it alone knows.
-    (void)params_version;
     for (int i = 0; i < static_cast<int>(segments_.size()); ++i) {
       if (absl::Status s = issue(i); !s.ok()) return s;
     }
@@ -183,9 +182,9 @@ void ParamGather::free_segment(int segment) {
   s.waited = false;
 }
 
-absl::Status ParamGather::gather_all(int64_t params_version) {
+absl::Status ParamGather::gather_all() {
   if (!options_.buffered) {
-    if (absl::Status s = begin_step(params_version, 1); !s.ok()) return s;
+    if (absl::Status s = begin_step(1); !s.ok()) return s;
     for (int i = 0; i < static_cast<int>(segments_.size()); ++i) {
       if (absl::Status s = wait(i); !s.ok()) return s;
     }

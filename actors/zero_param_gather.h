@@ -17,7 +17,7 @@
 // `max_live_elements` at once; segments below `persistence_threshold`
 // elements are gathered once per step and kept.
 //
-//   gather.begin_step(version, micro_batches);
+//   gather.begin_step(micro_batches);
 //   for each micro-batch, for each piece p in order:
 //     gather.acquire(p); run the piece; gather.release(p);
 #pragma once
@@ -59,7 +59,7 @@ class ParamGather {
   // Starts a step of `micro_batches` micro-batches. In place, gathers every
   // segment again (every rank does, whatever its own shard did: the ranks'
   // collectives must pair up).
-  absl::Status begin_step(int64_t params_version, int micro_batches);
+  absl::Status begin_step(int micro_batches);
   // Waits for (gathering first if needed) the segments of piece `piece` of
   // the current micro-batch and binds them; gathers ahead.
   absl::Status acquire(int piece);
@@ -67,7 +67,7 @@ class ParamGather {
   // After the last piece the next micro-batch begins.
   void release(int piece);
   // Every segment gathered and bound (evaluation), until begin_step.
-  absl::Status gather_all(int64_t params_version);
+  absl::Status gather_all();
   // Waits for every gather in flight and lets go of what is gathered.
   void drain();
 

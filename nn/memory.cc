@@ -13,6 +13,8 @@ int64_t round_up(int64_t bytes) {
   return (bytes + kAlignment - 1) / kAlignment * kAlignment;
 }
 
+}  // namespace
+
 std::string format_bytes(int64_t bytes) {
   const double b = static_cast<double>(bytes);
   if (bytes >= (int64_t{1} << 30)) return absl::StrFormat("%.2f GiB", b / (1 << 30));
@@ -20,8 +22,6 @@ std::string format_bytes(int64_t bytes) {
   if (bytes >= (int64_t{1} << 10)) return absl::StrFormat("%.2f KiB", b / (1 << 10));
   return absl::StrCat(bytes, " B");
 }
-
-}  // namespace
 
 const char* to_string(Device device) {
   return device == Device::kCpu ? "cpu" : "cuda";

@@ -34,6 +34,9 @@ inline constexpr int kNumMemoryCategories = 6;
 // "parameters", "gradients", "optimizer_state", "activations", "gather_buffers", "other"
 const char* to_string(MemoryCategory category);
 
+// "1.50 GiB", "12.00 MiB", "640.00 KiB", "12 B".
+std::string format_bytes(int64_t bytes);
+
 // Bytes live and peak, per device and category and per device in total.
 // Thread-safe: every method may be called from any thread at any time (the
 // counters are atomics; a reading is a snapshot of each counter, not of all

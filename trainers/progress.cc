@@ -24,22 +24,7 @@ void RunTotals::add(const StepOutcome& step) {
   comm_exposed_ms += step.comm_exposed_ms;
   overhead_ms += step.overhead_ms;
   sent_bytes += step.sent.total();
-  actors::MemoryReport& m = memory;
-  const actors::MemoryReport& s = step.memory;
-  m.parameters = std::max(m.parameters, s.parameters);
-  m.gradients = std::max(m.gradients, s.gradients);
-  m.optimizer_state = std::max(m.optimizer_state, s.optimizer_state);
-  m.buffers = std::max(m.buffers, s.buffers);
-  m.activations = std::max(m.activations, s.activations);
-  m.peak_rss = std::max(m.peak_rss, s.peak_rss);
-}
-
-std::string format_bytes(int64_t bytes) {
-  const double b = static_cast<double>(bytes);
-  if (bytes >= (int64_t{1} << 30)) return absl::StrFormat("%.2f GiB", b / (1 << 30));
-  if (bytes >= (int64_t{1} << 20)) return absl::StrFormat("%.1f MiB", b / (1 << 20));
-  if (bytes >= (int64_t{1} << 10)) return absl::StrFormat("%.0f KiB", b / (1 << 10));
-  return absl::StrCat(bytes, " B");
+  memory = memory.max_with(step.memory);
 }
 
 std::string format_duration(double seconds) {

@@ -57,8 +57,6 @@ class ProgressReporter {
 
 // "1h02m", "3m05s", "42s".
 std::string format_duration(double seconds);
-// "1.50 GiB", "12.0 MiB", "640 KiB", "12 B".
-std::string format_bytes(int64_t bytes);
 
 class MetricsWriter {
  public:

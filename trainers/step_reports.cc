@@ -98,16 +98,8 @@ absl::StatusOr<StepTotals> combine_reports(int64_t step,
     out.comm_ms = std::max(out.comm_ms, r.comm_ms);
     out.comm_exposed_ms = std::max(out.comm_exposed_ms, r.comm_exposed_ms);
     out.stage_ms = std::max(out.stage_ms, r.step_ms);
-    actors::MemoryReport& m = out.memory;
-    m.parameters = std::max(m.parameters, r.memory.parameters);
-    m.gradients = std::max(m.gradients, r.memory.gradients);
-    m.optimizer_state = std::max(m.optimizer_state, r.memory.optimizer_state);
-    m.buffers = std::max(m.buffers, r.memory.buffers);
-    m.activations = std::max(m.activations, r.memory.activations);
-    m.peak_rss = std::max(m.peak_rss, r.memory.peak_rss);
-    out.sent.allreduce = std::max(out.sent.allreduce, r.sent.allreduce);
-    out.sent.reduce_scatter = std::max(out.sent.reduce_scatter, r.sent.reduce_scatter);
-    out.sent.allgather = std::max(out.sent.allgather, r.sent.allgather);
+    out.memory = out.memory.max_with(r.memory);
+    out.sent = out.sent.max_with(r.sent);
     out.found_inf = out.found_inf || r.found_inf;
   }
   if (out.samples == 0) {

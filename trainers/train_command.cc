@@ -17,6 +17,7 @@
 #include "core/cluster/flags.h"
 #include "core/cluster/local_cluster.h"
 #include "nn/gpt_param_layout.h"
+#include "nn/memory.h"
 #include "trainers/config.h"
 #include "trainers/model_file.h"
 #include "trainers/progress.h"
@@ -257,11 +258,11 @@ int train_command(const std::vector<std::string>& args) {
   std::printf(
       "  per rank: model state %s (parameters %s, gradients %s, optimizer state %s), gather "
       "buffers %s, activations %s, peak RSS %s; sent %s per step\n",
-      format_bytes(m.model_state()).c_str(), format_bytes(m.parameters).c_str(),
-      format_bytes(m.gradients).c_str(), format_bytes(m.optimizer_state).c_str(),
-      format_bytes(m.buffers).c_str(), format_bytes(m.activations).c_str(),
-      format_bytes(m.peak_rss).c_str(),
-      format_bytes(t.sent_bytes / std::max<int64_t>(1, t.steps)).c_str());
+      nn::format_bytes(m.model_state()).c_str(), nn::format_bytes(m.parameters).c_str(),
+      nn::format_bytes(m.gradients).c_str(), nn::format_bytes(m.optimizer_state).c_str(),
+      nn::format_bytes(m.buffers).c_str(), nn::format_bytes(m.activations).c_str(),
+      nn::format_bytes(m.peak_rss).c_str(),
+      nn::format_bytes(t.sent_bytes / std::max<int64_t>(1, t.steps)).c_str());
   if (accuracy)
     std::printf("  task accuracy (held-out addition problems): %.1f%%\n", 100 * *accuracy);
   std::printf("  weights: %s/model.%s   metrics: %s\n", output_dir.c_str(),
