@@ -6,6 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "actors/handoff.h"
+#include "actors/step_clock.h"
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/shard_file.h"
 #include "nn/gpt.h"
 #include "nn/optim/clip.h"
 
@@ -211,6 +214,135 @@ absl::Status ParamShardActor::load_params(std::vector<float> params) {
   updates_ = 0;
   initialised_ = true;
   return absl::OkStatus();
+}
+
+}  // namespace troupe::actors
+
+namespace troupe::actors {
+
+ParamShardActor::~ParamShardActor() {
+  if (writer_.joinable()) writer_.join();
+}
+
+std::vector<std::pair<std::string, float*>> ParamShardActor::checkpoint_state(StageTensors& stage) {
+  std::vector<std::pair<std::string, float*>> states = {{checkpoint::kParamState, masters(stage)}};
+  if (options_.optimizer.kind == OptimizerSpec::kAdamW) {
+    states.emplace_back(checkpoint::kExpAvgState, m_.data());
+    states.emplace_back(checkpoint::kExpAvgSqState, v_.data());
+  } else if (options_.optimizer.momentum > 0) {
+    states.emplace_back(checkpoint::kMomentumState, m_.data());
+  }
+  return states;
+}
+
+Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
+  auto refuse = [&](const std::string& why) {
+    return Future<ShardSaveReport>::ready_with(absl::FailedPreconditionError(
+        absl::StrCat(name_, ": save of step ", request.step, ": ", why)));
+  };
+  if (writing_.load()) return refuse("the previous save is still being written");
+  if (!initialised_) return refuse("it holds no weights (not initialised or loaded)");
+  if (prepared_ != 0)
+    return refuse(absl::StrCat("step ", prepared_, " is prepared, not committed"));
+  if (request.step < applied_step_) {
+    return refuse(absl::StrCat("it has applied step ", applied_step_, " already"));
+  }
+  absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
+  if (!s.ok()) return Future<ShardSaveReport>::ready_with(s.status());
+  if (writer_.joinable()) writer_.join();  // done (writing_ is false)
+
+  // The step boundary's share: one copy of the state.
+  const double start = now_ms();
+  const size_t n = range_.size();
+  const std::vector<std::pair<std::string, float*>> states = checkpoint_state(**s);
+  staging_.resize(states.size() * n);
+  std::vector<checkpoint::StateArray> arrays;
+  for (size_t k = 0; k < states.size(); ++k) {
+    float* copy = staging_.data() + k * n;
+    if (n > 0) std::memcpy(copy, states[k].second, n * sizeof(float));
+    arrays.push_back({.state = states[k].first, .data = copy, .n = n});
+  }
+  ShardSaveReport report;
+  report.file =
+      checkpoint::shard_file_name({.d = options_.at.d, .p = options_.at.p, .t = options_.at.t});
+  report.range = range_;
+  report.bytes = static_cast<int64_t>(staging_.size() * sizeof(float));
+  report.staging_ms = now_ms() - start;
+
+  Promise<ShardSaveReport> done;
+  Future<ShardSaveReport> future = done.get_future();
+  writing_.store(true);
+  writer_ = std::thread([this, dir = request.step_dir, arrays = std::move(arrays),
+                         report = std::move(report), done = std::move(done)]() mutable {
+    const double t0 = now_ms();
+    absl::StatusOr<std::vector<checkpoint::ShardEntry>> entries =
+        checkpoint::write_shard_file(checkpoint::Env::posix(), dir, report.file, arrays);
+    report.write_ms = now_ms() - t0;
+    writing_.store(false);
+    if (!entries.ok()) {
+      done.set_error(absl::Status(
+          entries.status().code(),
+          absl::StrCat(name_, ": writing ", report.file, ": ", entries.status().message())));
+      return;
+    }
+    for (const checkpoint::ShardEntry& e : *entries) {
+      report.entries.push_back(
+          {.state = e.state, .offset = e.offset, .length = e.length, .xxh64 = e.xxh64});
+    }
+    done.set_value(std::move(report));
+  });
+  return future;
+}
+
+absl::StatusOr<ShardLoadReport> ParamShardActor::load(LoadRequest request) {
+  const double start = now_ms();
+  absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
+  if (!s.ok()) return s.status();
+  StageTensors& t = **s;
+  if (const int64_t held = t.held_step.load(); held != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": load while its stage holds the gradients of step ", held, " (discard it first)"));
+  }
+  checkpoint::Env* env = checkpoint::Env::posix();
+  const std::string manifest_path = request.step_dir + "/" + checkpoint::kManifestFile;
+  absl::StatusOr<std::string> text = env->read_file(manifest_path);
+  if (!text.ok()) return absl::DataLossError(absl::StrCat(name_, ": ", text.status().message()));
+  absl::StatusOr<checkpoint::Manifest> m = checkpoint::decode_manifest(*text, manifest_path);
+  if (!m.ok()) return m.status();
+  const nn::GPTConfig& want = options_.model;
+  const nn::GPTConfig& have = m->model;
+  if (have.num_layers != want.num_layers || have.num_heads != want.num_heads ||
+      have.channels != want.channels || have.max_seq_len != want.max_seq_len ||
+      have.vocab_size != want.vocab_size || have.padded_vocab() != want.padded_vocab()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, ": ", manifest_path, " is of another model (", have.num_layers,
+                     " layers, ", have.num_heads, " heads, n_embd ", have.channels, ", seq_len ",
+                     have.max_seq_len, ", vocab ", have.vocab_size, ")"));
+  }
+  const char* optimizer = options_.optimizer.kind == OptimizerSpec::kAdamW ? "adamw" : "sgd";
+  if (m->optimizer.type != optimizer) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": the checkpoint's optimizer is ",
+                                                   m->optimizer.type, ", the run's ", optimizer));
+  }
+  initialised_ = false;  // until every state is read
+  const std::vector<checkpoint::TensorRecord> tensors = checkpoint::tensor_records(want);
+  for (const auto& [state, where] : checkpoint_state(t)) {
+    absl::Status read = checkpoint::read_state(env, request.step_dir, *m, state, tensors,
+                                               static_cast<int64_t>(range_.begin),
+                                               static_cast<int64_t>(range_.end), where);
+    if (!read.ok()) return read;
+  }
+  refresh_compute_copy(t);
+  prepared_ = 0;
+  applied_step_ = m->step;
+  updates_ = m->optimizer.updates;
+  initialised_ = true;
+  t.applied_step.store(applied_step_);
+  t.restored_step.store(applied_step_);
+  return ShardLoadReport{
+      .step = m->step,
+      .bytes = static_cast<int64_t>(checkpoint_state(t).size() * range_.size() * sizeof(float)),
+      .load_ms = now_ms() - start};
 }
 
 }  // namespace troupe::actors

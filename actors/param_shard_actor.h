@@ -22,11 +22,20 @@
 // applies a prepared k; commit of the step last applied succeeds again without
 // applying it twice (so that a commit whose reply was lost can be retried).
 // Anything else is FailedPrecondition naming both steps.
+//
+// Checkpoints (docs/checkpoint.md): save(request) copies the range's masters
+// and optimizer state into a staging buffer - the only time the step boundary
+// pays - and returns; a background thread writes them to this shard's file
+// and completes the returned future. At most one save is in flight per
+// shard. load(request) reads the range from a checkpoint of any layout and
+// puts the shard (and its stage) at the checkpoint's step.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -57,6 +66,8 @@ class ParamShardActor {
   // InvalidArgument when the model is not valid or the range does not lie
   // inside it; ResourceExhausted without the memory for the optimizer state.
   static absl::StatusOr<std::unique_ptr<ParamShardActor>> create(const ShardOptions& options);
+  // Waits for a save in flight.
+  ~ParamShardActor();
 
   // Sets the masters to GPT-2's initialisation from the seed, resets the
   // optimizer state and writes the compute copy into the stage's parameters.
@@ -81,12 +92,30 @@ class ParamShardActor {
   absl::Status load_params(std::vector<float> params);
   // Optimizer updates applied so far (skipped steps apply none).
   int64_t applied_updates() const { return updates_; }
+  // Saves the shard's state after step `request.step` (see above): the
+  // future completes once the file is durable. FailedPrecondition for a step
+  // the shard is not at (a step prepared but not committed, a step before
+  // the last applied), before init or load, or while a save is in flight;
+  // the write's errors (ResourceExhausted for ENOSPC, Internal) through the
+  // future.
+  Future<ShardSaveReport> save(SaveRequest request);
+  // Loads the range's masters and optimizer state from the checkpoint in
+  // request.step_dir and goes to its step: applied_step() is the
+  // checkpoint's, the stage runs the step after it next. InvalidArgument for
+  // a checkpoint of another model or optimizer; DataLoss naming the file for
+  // a missing, short or corrupt one (the shard then holds no weights until
+  // a load or init succeeds); FailedPrecondition while the stage holds a
+  // step's gradients.
+  absl::StatusOr<ShardLoadReport> load(LoadRequest request);
   const nn::ParamRange& range() const { return range_; }
 
  private:
   ParamShardActor(ShardOptions options, nn::GPTParamLayout layout, nn::ParamRange range);
   absl::Status allocate_state();
   void clear_state();  // the optimizer's moments to zero
+  // The kinds of state a checkpoint holds for this shard, in file order, with
+  // where each lives (checkpoint/manifest.h).
+  std::vector<std::pair<std::string, float*>> checkpoint_state(StageTensors& stage);
   absl::StatusOr<std::shared_ptr<StageTensors>> stage();
   // The masters of the range: the stage's own buffer in fp32, a separate one
   // otherwise.
@@ -105,15 +134,18 @@ class ParamShardActor {
   nn::FloatBuffer m_;                     // [range]: AdamW's moments, or SGD's momentum in m_
   nn::FloatBuffer v_;
   std::vector<uint16_t> rounded_;  // bf16/fp16: the compute copy's rounding scratch
-  bool initialised_ = false;       // init or load_params ran: the masters hold weights
-  int64_t prepared_ = 0;           // the step prepare() accepted, until its commit
+  std::vector<float> staging_;     // a save's copy of the state, while it is written
+  std::thread writer_;             // the save in flight, if any
+  std::atomic<bool> writing_{false};
+  bool initialised_ = false;  // init or load_params ran: the masters hold weights
+  int64_t prepared_ = 0;      // the step prepare() accepted, until its commit
   int64_t applied_step_ = 0;
   int64_t updates_ = 0;
 };
 TROUPE_ACTOR(ParamShardActor, &ParamShardActor::init, &ParamShardActor::prepare,
              &ParamShardActor::commit, &ParamShardActor::applied_step,
              &ParamShardActor::master_params, &ParamShardActor::load_params,
-             &ParamShardActor::applied_updates);
+             &ParamShardActor::applied_updates, &ParamShardActor::save, &ParamShardActor::load);
 // Other processes spawn it with its options: spawn<ParamShardActor>(spawn_options, shardOptions).
 TROUPE_ACTOR_CONSTRUCTOR(ParamShardActor, ShardOptions);
 

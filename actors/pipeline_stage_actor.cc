@@ -188,6 +188,11 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
   if (loader_ == nullptr || sync_ == nullptr) {
     return absl::FailedPreconditionError(name_ + ": run_step before setup");
   }
+  // The shard loaded a checkpoint: the stage continues from its step.
+  if (const int64_t restored = tensors_->restored_step.exchange(-1); restored >= 0) {
+    last_run_ = restored;
+    whole_version_ = -1;
+  }
   if (absl::Status s = check_turn(request.step); !s.ok()) return s;
   last_run_ = request.step;
   absl::StatusOr<StepReport> report = run_micro_batches(request);
@@ -294,6 +299,12 @@ absl::Status PipelineStageActor::discard(int64_t step) {
   model_.zero_grad();
   tensors_->held_step.store(0);
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> PipelineStageActor::seek_data(int64_t position,
+                                                      int64_t from_samples_per_epoch) {
+  if (loader_ == nullptr) return absl::FailedPreconditionError(name_ + ": seek_data before setup");
+  return loader_->seek_rebased(position, from_samples_per_epoch);
 }
 
 absl::Status PipelineStageActor::gather_parameters() {

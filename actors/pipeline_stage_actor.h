@@ -19,6 +19,8 @@
 // step's gradients are held and k is the step after the last one run, or the
 // last one run again if it was discarded or failed (never a committed one).
 // discard(k) is accepted for the last step run, unless it was committed.
+// After its shard loaded a checkpoint of step N (ParamShardActor::load), the
+// stage's last step run is N.
 // Anything else is FailedPrecondition naming both steps.
 #pragma once
 
@@ -108,6 +110,10 @@ class PipelineStageActor {
   absl::StatusOr<StepReport> run_step(StepRequest request);
   // Drops the gradients of step `step`, which was not committed.
   absl::Status discard(int64_t step);
+  // Resuming from a checkpoint: makes its loader continue where a run whose
+  // sampler had `from_samples_per_epoch` stopped at global `position`
+  // (DataLoader::seek_rebased). Returns the position it continues at.
+  absl::StatusOr<int64_t> seek_data(int64_t position, int64_t from_samples_per_epoch);
   // Makes the stage's whole parameters present, as its shards last wrote
   // them, for evaluate and generate (under ZeRO each rank holds only its
   // partition until then). A collective: call it on every stage of the
@@ -149,8 +155,9 @@ class PipelineStageActor {
   transport::Traffic traffic_at_step_;  // the group's traffic when the step began
 };
 TROUPE_ACTOR(PipelineStageActor, &PipelineStageActor::setup, &PipelineStageActor::run_step,
-             &PipelineStageActor::discard, &PipelineStageActor::gather_parameters,
-             &PipelineStageActor::evaluate, &PipelineStageActor::generate);
+             &PipelineStageActor::discard, &PipelineStageActor::seek_data,
+             &PipelineStageActor::gather_parameters, &PipelineStageActor::evaluate,
+             &PipelineStageActor::generate);
 // Other processes spawn it with its options: spawn<PipelineStageActor>(spawn_options,
 // stageOptions).
 TROUPE_ACTOR_CONSTRUCTOR(PipelineStageActor, StageOptions);

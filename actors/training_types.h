@@ -122,4 +122,50 @@ struct CommitRequest {
   TROUPE_FIELDS(step, lr, grad_scale);
 };
 
+// Checkpoints (checkpoint/, docs/checkpoint.md). Asks a shard to save its
+// state as it stands after step `step` into `step_dir`, a directory of the
+// checkpoint that every node reaches (a shared file system), as its own
+// file: checkpoint::shard_file_name of its coordinate.
+struct SaveRequest {
+  std::string step_dir;
+  int64_t step = 0;
+  TROUPE_FIELDS(step_dir, step);
+};
+
+// One entry of a shard's file (checkpoint::ShardEntry).
+struct SavedEntry {
+  std::string state;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t xxh64 = 0;
+  TROUPE_FIELDS(state, offset, length, xxh64);
+};
+
+// What a shard saved: its file, the range it holds and the file's entries,
+// with the time the step boundary paid (copying the state into the staging
+// buffer) and the time the background write took (write, fsync, rename).
+struct ShardSaveReport {
+  std::string file;
+  nn::ParamRange range;
+  std::vector<SavedEntry> entries;
+  int64_t bytes = 0;
+  double staging_ms = 0;
+  double write_ms = 0;
+  TROUPE_FIELDS(file, range, entries, bytes, staging_ms, write_ms);
+};
+
+// Asks a shard to load its range of the checkpoint in `step_dir` (any
+// layout: it reads what it needs from whichever files hold it).
+struct LoadRequest {
+  std::string step_dir;
+  TROUPE_FIELDS(step_dir);
+};
+
+struct ShardLoadReport {
+  int64_t step = 0;  // the checkpoint's: the shard is now at it
+  int64_t bytes = 0;
+  double load_ms = 0;
+  TROUPE_FIELDS(step, bytes, load_ms);
+};
+
 }  // namespace troupe::actors

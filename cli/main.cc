@@ -1,5 +1,5 @@
 // troupe: the command-line entry point. Cluster commands (head, worker,
-// status, stop) come from core; training commands (train, generate, data)
+// status, stop) come from core; training commands (train, generate, export, data)
 // from trainers.
 #include <cstdio>
 #include <string>
@@ -24,7 +24,8 @@ void print_usage() {
       "  pg       list or remove placement groups       (remove_placement_group)\n\n"
       "Training commands:\n"
       "  train    train a GPT from a DeepSpeed-style config   (deepspeed train.py)\n"
-      "  generate sample text from trained weights\n"
+      "  generate sample text from trained weights or a checkpoint\n"
+      "  export   a checkpoint's weights as safetensors (Hugging Face GPT-2 names)\n"
       "  data     prepare token datasets (byte-level), synthetic tasks\n\n"
       "Run `troupe <command> --help` for its flags.\n");
 }
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
                               : troupe::trainers::generate_command(args);
   }
   if (command == "data") return troupe::trainers::data_command(args);
+  if (command == "export") return troupe::trainers::export_command(args);
   if (command == "status") return troupe::cluster::status_command(args);
   if (command == "stop") return troupe::cluster::stop_command(args);
   if (command == "kill") return troupe::cluster::kill_command(args);

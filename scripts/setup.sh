@@ -10,7 +10,7 @@ packages=(
   # libraries the build links
   libabsl-dev libspdlog-dev libfmt-dev capnproto libcapnp-dev libasio-dev libssl-dev
   libcpp-httplib-dev
-  libibverbs-dev libucx-dev libopenblas-dev nlohmann-json3-dev
+  libibverbs-dev libucx-dev libopenblas-dev nlohmann-json3-dev libxxhash-dev
   # OpenBLAS's OpenMP build, which troupe_nn links when present (one thread pool with OpenMP's)
   libopenblas0-openmp
   # tests and benchmarks (peers: CAF for actors, ucx_perftest for transports)

@@ -1,5 +1,5 @@
 // The training configuration: a DeepSpeed-style JSON file plus troupe's own
-// sections (`model`, `data`, `parallel`, `training`), parsed and checked in one
+// sections (`model`, `data`, `parallel`, `training`, `checkpoint`), parsed and checked in one
 // place so that a bad file fails before any actor starts (docs/training.md;
 // every key, its default and DeepSpeed's keys that are not implemented:
 // docs/config.md).
@@ -51,6 +51,7 @@ inline constexpr int kMaxPrefetch = 1024;
 inline constexpr int64_t kMaxSamples = int64_t{1} << 40;
 inline constexpr int kMaxEvalSamples = 1 << 20;
 inline constexpr int kMaxLocalWorkers = 64;  // troupe train --local
+inline constexpr int kMaxCheckpointsKept = 1 << 16;
 
 // `model`: the GPT, as nn::GPTConfig (the one model config type of troupe;
 // actors/nn_codecs.h sends it to the actors). Its JSON keys are GPT-2's:
@@ -147,6 +148,17 @@ struct TrainingConfig {
   int threads = 0;           // compute threads per replica; 0: cores / dp
 };
 
+// `checkpoint` (troupe's; docs/checkpoint.md): a checkpoint every
+// interval_steps steps into dir/step-NNNNNNNN/, the newest `keep` kept,
+// written in the background while training goes on (async) or with the
+// step waiting for it. `troupe train --resume` continues from dir/latest.
+struct CheckpointConfig {
+  std::string dir;             // required when interval_steps > 0 (and for --resume)
+  int64_t interval_steps = 0;  // 0: no periodic checkpoints
+  int keep = 2;
+  bool async = true;
+};
+
 struct TrainConfig {
   int64_t train_batch_size = 0;
   int64_t micro_batch_size = 0;  // train_micro_batch_size_per_gpu
@@ -163,6 +175,7 @@ struct TrainConfig {
   DataConfig data;
   ParallelConfig parallel;
   TrainingConfig training;
+  CheckpointConfig checkpoint;
   // For the caller to print, a line each naming the key: DeepSpeed keys that
   // were present but are not implemented ("KEY is not implemented by troupe;
   // ignored"), troupe sections not implemented yet ("checkpoint is not

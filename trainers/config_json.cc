@@ -122,6 +122,9 @@ std::string to_json(const TrainConfig& c) {
                    {"eval_interval", t.eval_interval},
                    {"eval_samples", t.eval_samples},
                    {"threads", t.threads}};
+  const CheckpointConfig& k = c.checkpoint;
+  j["checkpoint"] = {
+      {"dir", k.dir}, {"interval_steps", k.interval_steps}, {"keep", k.keep}, {"async", k.async}};
   return j.dump(2);
 }
 

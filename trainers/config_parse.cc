@@ -1,5 +1,5 @@
 // parse_train_config: the top level, the batch rule and troupe's own
-// sections (model, data, parallel, training). DeepSpeed's optimizer,
+// sections (model, data, parallel, training, checkpoint). DeepSpeed's optimizer,
 // scheduler, precision and ZeRO sections are in config_optim.cc.
 #include <array>
 #include <climits>
@@ -18,7 +18,7 @@ namespace config_detail {
 namespace {
 
 // Top-level keys that parse_train_config reads.
-constexpr std::array<absl::string_view, 15> kImplementedKeys = {"train_batch_size",
+constexpr std::array<absl::string_view, 16> kImplementedKeys = {"train_batch_size",
                                                                 "train_micro_batch_size_per_gpu",
                                                                 "gradient_accumulation_steps",
                                                                 "gradient_clipping",
@@ -32,11 +32,11 @@ constexpr std::array<absl::string_view, 15> kImplementedKeys = {"train_batch_siz
                                                                 "model",
                                                                 "data",
                                                                 "parallel",
-                                                                "training"};
+                                                                "training",
+                                                                "checkpoint"};
 
 // Sections of troupe's design that are not implemented yet.
-constexpr std::array<absl::string_view, 3> kNotYetSections = {"checkpoint", "fault_tolerance",
-                                                              "elasticity"};
+constexpr std::array<absl::string_view, 2> kNotYetSections = {"fault_tolerance", "elasticity"};
 
 // Top-level keys of DeepSpeed's config (deepspeed.ai/docs/config-json and
 // deepspeed/runtime/config.py) that troupe does not implement: a warning when
@@ -94,14 +94,16 @@ constexpr UnimplementedKey kZeroForceDsCpuOptimizer = {"zero_force_ds_cpu_optimi
 
 // Keys of troupe's sections, for "did you mean 'training.seed'?" when one is
 // written at the top level.
-constexpr std::array<absl::string_view, 4> kSections = {"model", "data", "parallel", "training"};
-constexpr std::array<std::array<absl::string_view, 8>, 4> kSectionKeys = {{
+constexpr std::array<absl::string_view, 5> kSections = {"model", "data", "parallel", "training",
+                                                        "checkpoint"};
+constexpr std::array<std::array<absl::string_view, 8>, 5> kSectionKeys = {{
     {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "padded_vocab_size",
      "recompute_activations", ""},
     {"path", "synthetic", "shuffle", "prefetch", "", "", "", ""},
     {"dp", "pp", "tp", "", "", "", "", ""},
     {"steps", "seed", "log_interval", "metrics_file", "output_dir", "eval_interval", "eval_samples",
      "threads"},
+    {"dir", "interval_steps", "keep", "async", "", "", "", ""},
 }};
 constexpr std::array<absl::string_view, 4> kOptimizerParams = {"lr", "betas", "eps",
                                                                "weight_decay"};
@@ -308,6 +310,24 @@ absl::Status parse_training(JsonObject& top, TrainConfig* config) {
   return absl::OkStatus();
 }
 
+absl::Status parse_checkpoint(JsonObject& top, TrainConfig* config) {
+  CheckpointConfig& c = config->checkpoint;
+  absl::StatusOr<std::optional<JsonObject>> section = top.section("checkpoint");
+  if (!section.ok()) return section.status();
+  if (!section->has_value()) return absl::OkStatus();
+  JsonObject& s = **section;
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("dir", &c.dir));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("interval_steps", &c.interval_steps, 0));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("keep", &c.keep, 1, kMaxCheckpointsKept));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("async", &c.async));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
+  if (c.interval_steps > 0 && c.dir.empty()) {
+    return config_error(absl::StrCat(s.key_path("dir"), ": missing; ", s.key_path("interval_steps"),
+                                     " ", c.interval_steps, " saves a checkpoint to it"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status parse_batch(JsonObject& top, TrainConfig* config) {
   constexpr absl::string_view kBatch = "train_batch_size";
   constexpr absl::string_view kMicro = "train_micro_batch_size_per_gpu";
@@ -386,6 +406,7 @@ absl::StatusOr<TrainConfig> parse_train_config(const std::string& json_text) {
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_data(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_parallel(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_training(top, &config));
+  TROUPE_CONFIG_RETURN_IF_ERROR(parse_checkpoint(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_batch(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_optimizer(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_scheduler(top, &config));

@@ -16,6 +16,8 @@ namespace troupe::trainers::config_detail {
 [[nodiscard]] absl::Status parse_parallel(JsonObject& top, TrainConfig* config);
 // `training` and the top-level steps_per_print.
 [[nodiscard]] absl::Status parse_training(JsonObject& top, TrainConfig* config);
+// `checkpoint`.
+[[nodiscard]] absl::Status parse_checkpoint(JsonObject& top, TrainConfig* config);
 // The three batch keys. REQUIRES: parse_parallel ran (the rule uses dp).
 [[nodiscard]] absl::Status parse_batch(JsonObject& top, TrainConfig* config);
 

@@ -143,7 +143,9 @@ absl::Status DataParallelTrainer::spawn_replicas(int threads) {
   absl::StatusOr<actors::LoaderInfo> info =
       replicas_[0].loader.call(&actors::DataLoaderActor::info).get(kSetupTimeout);
   if (!info.ok()) return info.status();
-  data_info_ = {.num_samples = info->num_samples, .steps_per_epoch = info->steps_per_epoch};
+  data_info_ = {.num_samples = info->num_samples,
+                .steps_per_epoch = info->steps_per_epoch,
+                .samples_per_epoch = info->samples_per_epoch};
 
   std::vector<MeshMember> members;
   for (int d = 0; d < dp; ++d) {

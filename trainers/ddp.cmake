@@ -1,7 +1,9 @@
 # The controller, the trainers and `troupe train` / `troupe generate`.
 # Paths relative to trainers/.
 target_sources(troupe_trainers PRIVATE
+  checkpointer.cc
   data_parallel_trainer.cc
+  export_command.cc
   generate_command.cc
   model_file.cc
   progress.cc

@@ -2,12 +2,14 @@
 // this process (no cluster needed).
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "actors/data/byte_tokenizer.h"
 #include "actors/generation.h"
+#include "checkpoint/consolidate.h"
 #include "core/cluster/flags.h"
 #include "nn/gpt.h"
 #include "trainers/model_file.h"
@@ -21,10 +23,12 @@ constexpr int kMaxNewTokens = 1 << 16;
 
 void print_generate_help() {
   std::printf(
-      "usage: troupe generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T]\n"
-      "                       [--seed S] [--no-stop]\n\n"
-      "Continues TEXT with the GPT saved in DIR (DIR/model.json + model.bin, as troupe train\n"
-      "writes them), byte-level tokens, the prompt at the start of the context. Generation\n"
+      "usage: troupe generate (--model DIR | --checkpoint DIR [--step N]) --prompt TEXT\n"
+      "                       [--max-tokens N] [--temperature T] [--seed S] [--no-stop]\n\n"
+      "Continues TEXT with the GPT saved in DIR (--model: DIR/model.json + model.bin, as\n"
+      "troupe train writes them; --checkpoint: the newest checkpoint in DIR whose files\n"
+      "pass their checksums, or step N), byte-level tokens, the prompt at the start of\n"
+      "the context. Generation\n"
       "stops after a newline (unless --no-stop) or N tokens (default 32). Temperature 0\n"
       "(the default) is greedy decoding.\n\n"
       "  troupe generate --model runs/train-1234-5678 --prompt \"12+34=\"\n");
@@ -35,11 +39,23 @@ int fail(const std::string& text) {
   return 1;
 }
 
+// A checkpoint's weights as a saved model (byte-level tokens: troupe's only tokenizer).
+absl::StatusOr<SavedModel> load_checkpoint_model(const std::string& dir, int64_t step) {
+  absl::StatusOr<checkpoint::ConsolidatedWeights> w = checkpoint::consolidate(
+      checkpoint::Env::posix(), dir, step >= 0 ? std::optional<int64_t>(step) : std::nullopt);
+  if (!w.ok()) return w.status();
+  for (const std::string& line : w->skipped)
+    std::fprintf(stderr, "troupe generate: %s\n", cluster::printable(line).c_str());
+  return SavedModel{
+      .model = w->manifest.model, .params = std::move(w->params), .step = w->manifest.step};
+}
+
 }  // namespace
 
 int generate_command(const std::vector<std::string>& args) {
   auto flags = cluster::Flags::parse(
-      "generate", args, {"model", "prompt", "max-tokens", "temperature", "seed", "no-stop"},
+      "generate", args,
+      {"model", "checkpoint", "step", "prompt", "max-tokens", "temperature", "seed", "no-stop"},
       {"no-stop"});
   if (!flags.ok()) {
     std::fprintf(stderr, "%s\n", std::string(flags.status().message()).c_str());
@@ -49,8 +65,15 @@ int generate_command(const std::vector<std::string>& args) {
     print_generate_help();
     return 0;
   }
-  if (!flags->has("model") || !flags->has("prompt")) {
-    std::fprintf(stderr, "troupe generate: --model DIR and --prompt TEXT are required\n");
+  if (flags->has("model") == flags->has("checkpoint") || !flags->has("prompt")) {
+    std::fprintf(stderr,
+                 "troupe generate: --prompt TEXT and one of --model DIR or --checkpoint DIR are "
+                 "required\n");
+    return 2;
+  }
+  absl::StatusOr<int64_t> step = parse_step_flag(*flags);
+  if (!step.ok() || (*step >= 0 && !flags->has("checkpoint"))) {
+    std::fprintf(stderr, "troupe generate: --step takes a step number >= 0, with --checkpoint\n");
     return 2;
   }
   int max_tokens = 32;
@@ -71,7 +94,9 @@ int generate_command(const std::vector<std::string>& args) {
     std::fprintf(stderr, "troupe generate: --seed takes a number\n");
     return 2;
   }
-  absl::StatusOr<SavedModel> saved = load_model(flags->get("model"));
+  absl::StatusOr<SavedModel> saved = flags->has("model")
+                                         ? load_model(flags->get("model"))
+                                         : load_checkpoint_model(flags->get("checkpoint"), *step);
   if (!saved.ok()) return fail(std::string(saved.status().message()));
   if (saved->tokenizer != "bytes")
     return fail("the model's tokenizer is '" + saved->tokenizer + "', not bytes");

@@ -23,6 +23,7 @@ class StageEndpoint {
   virtual ~StageEndpoint() = default;
   virtual Future<actors::StepReport> run_step(const actors::StepRequest& request) = 0;
   virtual Future<void> discard(int64_t step) = 0;
+  virtual Future<int64_t> seek_data(int64_t position, int64_t from_samples_per_epoch) = 0;
 };
 
 class ShardEndpoint {
@@ -31,6 +32,8 @@ class ShardEndpoint {
   virtual Future<void> prepare(int64_t step) = 0;
   virtual Future<int64_t> commit(const actors::CommitRequest& request) = 0;
   virtual Future<int64_t> applied_step() = 0;
+  virtual Future<actors::ShardSaveReport> save(const actors::SaveRequest& request) = 0;
+  virtual Future<actors::ShardLoadReport> load(const actors::LoadRequest& request) = 0;
 };
 
 struct MeshMember {
@@ -49,6 +52,9 @@ class ActorStageEndpoint : public StageEndpoint {
     return ref_.call(&Stage::run_step, request);
   }
   Future<void> discard(int64_t step) override { return ref_.call(&Stage::discard, step); }
+  Future<int64_t> seek_data(int64_t position, int64_t from_samples_per_epoch) override {
+    return ref_.call(&Stage::seek_data, position, from_samples_per_epoch);
+  }
 
  private:
   ActorRef<Stage> ref_;
@@ -63,6 +69,12 @@ class ActorShardEndpoint : public ShardEndpoint {
     return ref_.call(&Shard::commit, request);
   }
   Future<int64_t> applied_step() override { return ref_.call(&Shard::applied_step); }
+  Future<actors::ShardSaveReport> save(const actors::SaveRequest& request) override {
+    return ref_.call(&Shard::save, request);
+  }
+  Future<actors::ShardLoadReport> load(const actors::LoadRequest& request) override {
+    return ref_.call(&Shard::load, request);
+  }
 
  private:
   ActorRef<Shard> ref_;
@@ -70,15 +82,17 @@ class ActorShardEndpoint : public ShardEndpoint {
 
 }  // namespace detail
 
-// The stage calls of an actor with run_step(StepRequest) -> StatusOr<StepReport>
-// and discard(int64_t) -> Status.
+// The stage calls of an actor with run_step(StepRequest) -> StatusOr<StepReport>,
+// discard(int64_t) -> Status and seek_data(int64_t, int64_t) -> StatusOr<int64_t>.
 template <class Stage>
 std::shared_ptr<StageEndpoint> stage_endpoint(ActorRef<Stage> ref) {
   return std::make_shared<detail::ActorStageEndpoint<Stage>>(std::move(ref));
 }
 
 // The shard calls of an actor with prepare(int64_t) -> Status,
-// commit(CommitRequest) -> StatusOr<int64_t> and applied_step() -> int64_t.
+// commit(CommitRequest) -> StatusOr<int64_t>, applied_step() -> int64_t,
+// save(SaveRequest) -> Future<ShardSaveReport> and
+// load(LoadRequest) -> StatusOr<ShardLoadReport>.
 template <class Shard>
 std::shared_ptr<ShardEndpoint> shard_endpoint(ActorRef<Shard> ref) {
   return std::make_shared<detail::ActorShardEndpoint<Shard>>(std::move(ref));

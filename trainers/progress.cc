@@ -93,11 +93,11 @@ void ProgressReporter::on_step(const StepOutcome& step) {
   std::fflush(out_);
 }
 
-absl::StatusOr<MetricsWriter> MetricsWriter::open(const std::string& path) {
+absl::StatusOr<MetricsWriter> MetricsWriter::open(const std::string& path, bool append) {
   std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code ec;
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  FILE* f = std::fopen(path.c_str(), "w");
+  FILE* f = std::fopen(path.c_str(), append ? "a" : "w");
   if (f == nullptr) return absl::InternalError(absl::StrCat(path, ": ", std::strerror(errno)));
   return MetricsWriter(f, path);
 }
@@ -172,6 +172,29 @@ absl::Status MetricsWriter::write_eval(int64_t step, const actors::EvalReport& r
         {"accuracy",
          report.total > 0 ? static_cast<double>(report.correct) / report.total : 0.0}}}};
   return write_line(j.dump());
+}
+
+absl::Status MetricsWriter::write_checkpoint(const CheckpointEvent& event) {
+  nlohmann::json c = {{"dir", event.step_dir}, {"ok", event.status.ok()}};
+  if (event.status.ok()) {
+    c["bytes"] = event.bytes;
+    c["staging_ms"] = event.staging_ms;
+    c["write_ms"] = event.write_ms;
+    c["total_ms"] = event.total_ms;
+    c["waited_ms"] = event.waited_ms;
+  } else {
+    c["error"] = std::string(event.status.message());
+  }
+  return write_line(nlohmann::json{{"step", event.step}, {"checkpoint", c}}.dump());
+}
+
+absl::Status MetricsWriter::write_resume(const LoadedCheckpoint& loaded) {
+  nlohmann::json r = {{"dir", loaded.step_dir},
+                      {"bytes", loaded.bytes},
+                      {"load_ms", loaded.load_ms},
+                      {"data_position", loaded.data_position},
+                      {"skipped", loaded.skipped}};
+  return write_line(nlohmann::json{{"step", loaded.step}, {"resumed", r}}.dump());
 }
 
 }  // namespace troupe::trainers

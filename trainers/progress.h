@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "actors/pipeline_stage_actor.h"
+#include "trainers/checkpointer.h"
 #include "trainers/trainer_controller.h"
 
 namespace troupe::trainers {
@@ -60,8 +61,9 @@ std::string format_duration(double seconds);
 
 class MetricsWriter {
  public:
-  // Opens (truncates) `path`, creating its directory. Internal on failure.
-  static absl::StatusOr<MetricsWriter> open(const std::string& path);
+  // Opens `path` (truncating it, or appending to it: a resumed run),
+  // creating its directory. Internal on failure.
+  static absl::StatusOr<MetricsWriter> open(const std::string& path, bool append = false);
   MetricsWriter(MetricsWriter&& other) noexcept
       : file_(other.file_), path_(std::move(other.path_)) {
     other.file_ = nullptr;
@@ -77,6 +79,11 @@ class MetricsWriter {
   absl::Status write_step(const StepOutcome& step);
   // {"step":..,"eval":{"task":"addition","correct":..,"total":..,"accuracy":..}}
   absl::Status write_eval(int64_t step, const actors::EvalReport& report);
+  // {"step":..,"checkpoint":{"dir":..,"ok":true,"bytes":..,"staging_ms":..,"write_ms":..,
+  //  "total_ms":..,"waited_ms":..}}, or {"ok":false,"error":..}
+  absl::Status write_checkpoint(const CheckpointEvent& event);
+  // {"step":..,"resumed":{"dir":..,"bytes":..,"load_ms":..,"data_position":..,"skipped":[..]}}
+  absl::Status write_resume(const LoadedCheckpoint& loaded);
   // Closes the file; its errors as write_step's.
   absl::Status close();
 

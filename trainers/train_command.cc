@@ -13,11 +13,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "actors/zero_partition.h"
+#include "checkpoint/checkpoint_dir.h"
 #include "core/cluster/cluster.h"
 #include "core/cluster/flags.h"
 #include "core/cluster/local_cluster.h"
 #include "nn/gpt_param_layout.h"
 #include "nn/memory.h"
+#include "trainers/checkpointer.h"
 #include "trainers/config.h"
 #include "trainers/model_file.h"
 #include "trainers/progress.h"
@@ -43,7 +45,7 @@ int usage_error(const std::string& text) {
 void print_train_help() {
   std::printf(
       "usage: troupe train --config FILE [--local N | --head HOST:PORT] [--steps N]\n"
-      "                    [--output DIR] [--metrics FILE] [--threads N]\n\n"
+      "                    [--output DIR] [--metrics FILE] [--threads N] [--resume]\n\n"
       "Trains the GPT the config describes with data parallelism (DDP): one replica per\n"
       "dp rank, each a pipeline stage, a parameter shard and a data loader on one node.\n\n"
       "  --config FILE     DeepSpeed-style JSON plus troupe's model, data, parallel and\n"
@@ -56,10 +58,14 @@ void print_train_help() {
       "  --output DIR      override training.output_dir (default runs/<job>)\n"
       "  --metrics FILE    override training.metrics_file (default DIR/metrics.jsonl)\n"
       "  --threads N       compute threads per replica (default: cores / replicas with\n"
-      "                    --local, else each worker's default)\n\n"
+      "                    --local, else each worker's default)\n"
+      "  --resume          continue from the newest checkpoint in checkpoint.dir (its\n"
+      "                    `latest`), in this run's layout: dp and ZeRO stage may differ\n"
+      "                    from the saved run's (docs/checkpoint.md)\n\n"
       "Shows a progress line per training.log_interval steps, evaluates the task accuracy\n"
       "of a synthetic task, writes DIR/model.json + model.bin (for troupe generate) and a\n"
-      "metrics line per step.\n");
+      "metrics line per step. With checkpoint.interval_steps, saves a checkpoint into\n"
+      "checkpoint.dir every that many steps, in the background.\n");
 }
 
 std::string job_name() {
@@ -106,7 +112,8 @@ absl::Status evaluate(Trainer& trainer, const TrainConfig& config, int64_t step,
 int train_command(const std::vector<std::string>& args) {
   auto flags = Flags::parse(
       "train", args,
-      {"config", "local", "head", "token-file", "steps", "output", "metrics", "threads"});
+      {"config", "local", "head", "token-file", "steps", "output", "metrics", "threads", "resume"},
+      {"resume"});
   if (!flags.ok()) {
     std::fprintf(stderr, "%s\n", cluster::printable(flags.status().message()).c_str());
     return 2;
@@ -145,6 +152,10 @@ int train_command(const std::vector<std::string>& args) {
   if (flags->has("threads") && (!absl::SimpleAtoi(flags->get("threads"), &threads) || threads < 1 ||
                                 threads > kMaxThreads)) {
     return usage_error(absl::StrCat("--threads takes a number from 1 to ", kMaxThreads));
+  }
+  const bool resume = flags->has("resume");
+  if (resume && config.checkpoint.dir.empty()) {
+    return usage_error("--resume needs checkpoint.dir in the config");
   }
   const std::string job = job_name();
   std::string output_dir = flags->get("output", config.training.output_dir);
@@ -198,31 +209,89 @@ int train_command(const std::vector<std::string>& args) {
               static_cast<long long>(trainer.data_info().steps_per_epoch),
               static_cast<long long>(steps));
   std::fflush(stdout);
-  auto metrics_file = MetricsWriter::open(metrics_path);
+  Checkpointer checkpoints(trainer.controller(),
+                           job_record(config, trainer.data_info().samples_per_epoch),
+                           config.checkpoint);
+  std::optional<LoadedCheckpoint> resumed;
+  if (resume) {
+    absl::StatusOr<std::vector<int64_t>> saved =
+        checkpoint::list_checkpoints(checkpoint::Env::posix(), config.checkpoint.dir);
+    if (!saved.ok() || saved->empty()) {
+      std::printf("  resume: no checkpoint in %s yet; starting at step 1\n",
+                  config.checkpoint.dir.c_str());
+    } else {
+      absl::StatusOr<LoadedCheckpoint> restored = checkpoints.load();
+      if (!restored.ok()) return fail("resuming", restored.status());
+      for (const std::string& line : restored->skipped)
+        std::printf("  checkpoint: %s\n", cluster::printable(line).c_str());
+      const checkpoint::MeshLayout& l = restored->saved_layout;
+      std::printf(
+          "  resumed from %s (saved over dp %d, ZeRO stage %d): %s read in %.0f ms; data "
+          "at sample %lld%s\n",
+          restored->step_dir.c_str(), l.dp, l.zero_stage, nn::format_bytes(restored->bytes).c_str(),
+          restored->load_ms, static_cast<long long>(restored->data_position),
+          restored->config_changed ? "; the config differs from the saved run's" : "");
+      resumed = *std::move(restored);
+    }
+  }
+  const int64_t first_step = trainer.controller().next_step();
+  if (first_step > steps) {
+    std::printf("  nothing to do: the checkpoint is at step %lld of %lld\n",
+                static_cast<long long>(first_step - 1), static_cast<long long>(steps));
+  }
+  std::fflush(stdout);
+  auto metrics_file = MetricsWriter::open(metrics_path, /*append=*/resumed.has_value());
   if (!metrics_file.ok()) return fail("opening the metrics file", metrics_file.status());
   std::optional<MetricsWriter> metrics(std::move(*metrics_file));
+  if (resumed) {
+    if (absl::Status s = metrics->write_resume(*resumed); !s.ok()) {
+      return fail("writing the metrics", s);
+    }
+  }
 
   ProgressReporter progress(stdout, steps, config.training.log_interval);
+  // A checkpoint saved, or failed (training goes on: the previous stays latest).
+  auto report_checkpoints = [&](const std::vector<CheckpointEvent>& events) -> absl::Status {
+    for (const CheckpointEvent& e : events) {
+      if (e.status.ok()) {
+        progress.message(absl::StrFormat(
+            "checkpoint %s: %s, step paused %.1f ms, written in %.0f ms%s", e.step_dir,
+            nn::format_bytes(e.bytes), e.staging_ms, e.write_ms,
+            e.waited_ms >= 1 ? absl::StrFormat(" (training waited %.0f ms)", e.waited_ms) : ""));
+      } else {
+        progress.message(absl::StrCat("checkpoint of step ", e.step,
+                                      " failed: ", e.status.message(), "; training goes on"));
+      }
+      if (absl::Status s = metrics->write_checkpoint(e); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
   double first_loss = 0, last_loss = 0;
-  for (int64_t k = 1; k <= steps; ++k) {
+  for (int64_t k = first_step; k <= steps; ++k) {
     absl::StatusOr<StepOutcome> outcome = trainer.step(k);
     if (!outcome.ok()) {
       progress.message("");
       return fail("training", outcome.status());  // the controller names the step
     }
-    if (k == 1) first_loss = outcome->loss;
+    if (k == first_step) first_loss = outcome->loss;
     last_loss = outcome->loss;
     if (absl::Status s = metrics->write_step(*outcome); !s.ok()) {
       progress.message("");
       return fail("writing the metrics", s);
     }
     progress.on_step(*outcome);
+    if (absl::Status s = report_checkpoints(checkpoints.after_step(k)); !s.ok()) {
+      return fail("writing the metrics", s);
+    }
     if (config.data.synthetic && config.training.eval_interval > 0 &&
         k % config.training.eval_interval == 0 && k < steps) {
       if (absl::Status s = evaluate(trainer, config, k, progress, metrics, nullptr); !s.ok()) {
         return fail("writing the metrics", s);
       }
     }
+  }
+  if (absl::Status s = report_checkpoints(checkpoints.finish()); !s.ok()) {
+    return fail("writing the metrics", s);
   }
   std::optional<double> accuracy;
   if (config.data.synthetic) {
@@ -252,8 +321,9 @@ int train_command(const std::vector<std::string>& args) {
       "  throughput %.0f tokens/s, %.1f samples/s; communication %.0f%% hidden behind compute; "
       "controller overhead %.2f ms/step\n",
       static_cast<long long>(t.steps), format_duration(t.seconds).c_str(),
-      static_cast<long long>(t.skipped), first_loss, last_loss, t.tokens / t.seconds,
-      t.samples / t.seconds, 100 * t.comm_hidden(), t.overhead_ms / std::max<int64_t>(1, t.steps));
+      static_cast<long long>(t.skipped), first_loss, last_loss,
+      t.seconds > 0 ? t.tokens / t.seconds : 0.0, t.seconds > 0 ? t.samples / t.seconds : 0.0,
+      100 * t.comm_hidden(), t.overhead_ms / std::max<int64_t>(1, t.steps));
   const actors::MemoryReport& m = t.memory;
   std::printf(
       "  per rank: model state %s (parameters %s, gradients %s, optimizer state %s), gather "

@@ -32,6 +32,7 @@ namespace troupe::trainers {
 struct DataInfo {
   int64_t num_samples = 0;
   int64_t steps_per_epoch = 0;
+  int64_t samples_per_epoch = 0;
 };
 
 class Trainer {

@@ -73,6 +73,42 @@ absl::StatusOr<TrainerController> TrainerController::create(actors::Mesh mesh,
   return controller;
 }
 
+ControllerState TrainerController::state() const {
+  ControllerState s{.next_step = next_step_,
+                    .applied = applied_,
+                    .loss_scaler = std::nullopt,
+                    .data_position = data_position_,
+                    .epoch = epoch_};
+  if (scaler_) s.loss_scaler = scaler_->state();
+  return s;
+}
+
+absl::Status TrainerController::restore(const ControllerState& state) {
+  if (state.next_step < 1 || state.applied < 0 || state.applied >= state.next_step) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer: restore to step ", state.next_step,
+                                                   " with ", state.applied, " updates applied"));
+  }
+  if (state.loss_scaler.has_value() != options_.dynamic_loss_scale.has_value()) {
+    return absl::InvalidArgumentError(
+        state.loss_scaler ? "trainer: the checkpoint has a dynamic loss scaler's state, but the "
+                            "config has no dynamic fp16 loss scaling"
+                          : "trainer: the config scales the loss dynamically (fp16), but the "
+                            "checkpoint has no loss scaler's state");
+  }
+  if (state.loss_scaler) {
+    absl::StatusOr<nn::DynamicLossScaler> scaler =
+        nn::DynamicLossScaler::restore(*options_.dynamic_loss_scale, *state.loss_scaler);
+    if (!scaler.ok()) return scaler.status();
+    scaler_ = *std::move(scaler);
+  }
+  next_step_ = state.next_step;
+  applied_ = state.applied;
+  data_position_ = state.data_position;
+  epoch_ = state.epoch;
+  lost_shards_.clear();
+  return absl::OkStatus();
+}
+
 double TrainerController::loss_scale() const {
   if (scaler_) return scaler_->scale();
   return options_.static_loss_scale > 0 ? options_.static_loss_scale : 1.0;
@@ -179,6 +215,9 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
     discard_all(step).IgnoreError();
     return totals.status();
   }
+  owned_.clear();
+  for (const actors::StepReport& r : reports)
+    owned_.push_back(r.owned);
   out.loss = totals->loss;
   out.samples = totals->samples;
   out.tokens = totals->tokens;
@@ -200,6 +239,8 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
     if (absl::Status s = discard_all(step); !s.ok()) return with_step(step, "discard: ", s);
     if (absl::Status s = scaler_->update(true); !s.ok()) return with_step(step, "", s);
     next_step_ = step + 1;
+    data_position_ = out.data_position;
+    epoch_ = out.epoch;
     out.applied = false;
     out.grad_norm = INFINITY;
     out.step_ms = now_ms() - start;
@@ -224,6 +265,8 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
   }
   // From here on the step is applied wherever a shard lives.
   next_step_ = step + 1;
+  data_position_ = out.data_position;
+  epoch_ = out.epoch;
   ++applied_;
   if (scaler_) scaler_->update(false).IgnoreError();  // only refuses an overflow's update
   if (absl::Status s = commit_all(commit); !s.ok()) return s;

@@ -79,6 +79,18 @@ struct StepOutcome {
   actors::TrafficReport sent;
 };
 
+// Where the controller stands between steps: what a checkpoint records of
+// it, and what restore() continues from.
+struct ControllerState {
+  int64_t next_step = 1;
+  int64_t applied = 0;  // updates applied: the schedule's position
+  // The dynamic loss scaler's state (fp16 with dynamic scaling only).
+  std::optional<nn::LossScalerState> loss_scaler;
+  // The data after the last finished step (0 before any).
+  int64_t data_position = 0;
+  int64_t epoch = 0;
+};
+
 class TrainerController {
  public:
   // InvalidArgument for a bad loss-scaler config, or members that are not
@@ -103,6 +115,16 @@ class TrainerController {
   // The coordinates whose shard did not apply a committed step (lost, or
   // refused; see above); empty while the job is whole.
   const std::vector<actors::Coordinate>& lost_shards() const { return lost_shards_; }
+  // The parameter range each member's shard owns, in mesh order, as the
+  // stages last reported them; empty before the first step ran.
+  const std::vector<nn::ParamRange>& owned() const { return owned_; }
+
+  ControllerState state() const;
+  // Continues from `state` (a checkpoint's, once every shard loaded it and
+  // every loader was moved to its cursor): next_step() is state.next_step.
+  // InvalidArgument for a loss-scaler state the config could not have made,
+  // or one missing (or present) where the config has (no) dynamic scaling.
+  absl::Status restore(const ControllerState& state);
 
  private:
   TrainerController(actors::Mesh mesh, std::vector<MeshMember> members, ControllerOptions options)
@@ -118,6 +140,9 @@ class TrainerController {
   int64_t next_step_ = 1;
   int64_t applied_ = 0;
   std::vector<actors::Coordinate> lost_shards_;
+  std::vector<nn::ParamRange> owned_;
+  int64_t data_position_ = 0;
+  int64_t epoch_ = 0;
 };
 
 }  // namespace troupe::trainers

@@ -197,4 +197,15 @@ absl::Status DataLoader::seek(int64_t position) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> DataLoader::seek_rebased(int64_t position, int64_t from_samples_per_epoch) {
+  if (position < 0 || from_samples_per_epoch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("data loader: resume at position ", position,
+                                                   " of epochs of ", from_samples_per_epoch,
+                                                   " samples"));
+  }
+  const int64_t rebased = sampler_.rebase_position(position, from_samples_per_epoch);
+  if (absl::Status s = seek(rebased); !s.ok()) return s;
+  return rebased;
+}
+
 }  // namespace troupe::actors

@@ -113,6 +113,13 @@ class DataLoader {
   // Makes next() continue at `position` (a saved position()); drops the
   // batches prepared ahead. InvalidArgument for position < 0.
   [[nodiscard]] absl::Status seek(int64_t position);
+  // Resuming a run whose sampler had `from_samples_per_epoch` (its info's
+  // samples_per_epoch) and stopped at `position`: seeks to where this
+  // loader's sequence continues it (DistributedSampler::rebase_position) and
+  // returns that position. InvalidArgument for position < 0 or
+  // from_samples_per_epoch < 1.
+  [[nodiscard]] absl::StatusOr<int64_t> seek_rebased(int64_t position,
+                                                     int64_t from_samples_per_epoch);
   const LoaderInfo& info() const { return info_; }
   const TokenDataset& dataset() const { return dataset_; }
 

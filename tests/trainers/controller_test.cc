@@ -100,12 +100,14 @@ class FakeStage {
     }
     return absl::OkStatus();
   }
+  // Checkpoints are not this test's (checkpoint_resume_test.cc).
+  absl::StatusOr<int64_t> seek_data(int64_t position, int64_t) { return position; }
 
  private:
   Script* script_;
   Coordinate at_;
 };
-TROUPE_ACTOR(FakeStage, &FakeStage::run_step, &FakeStage::discard);
+TROUPE_ACTOR(FakeStage, &FakeStage::run_step, &FakeStage::discard, &FakeStage::seek_data);
 
 class FakeShard {
  public:
@@ -141,12 +143,19 @@ class FakeShard {
     std::lock_guard lock(script_->mu);
     return script_->shards[actors::to_string(at_)].applied;
   }
+  absl::StatusOr<actors::ShardSaveReport> save(actors::SaveRequest) {
+    return absl::UnimplementedError("a fake shard saves nothing");
+  }
+  absl::StatusOr<actors::ShardLoadReport> load(actors::LoadRequest) {
+    return absl::UnimplementedError("a fake shard loads nothing");
+  }
 
  private:
   Script* script_;
   Coordinate at_;
 };
-TROUPE_ACTOR(FakeShard, &FakeShard::prepare, &FakeShard::commit, &FakeShard::applied_step);
+TROUPE_ACTOR(FakeShard, &FakeShard::prepare, &FakeShard::commit, &FakeShard::applied_step,
+             &FakeShard::save, &FakeShard::load);
 
 class ControllerTest : public ::testing::Test {
  protected:

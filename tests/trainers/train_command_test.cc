@@ -86,7 +86,7 @@ TEST_F(TrainCommandTest, ExampleRunLearnsAdditionAndGenerates) {
 
   // One metrics line per step plus the evaluations.
   std::string metrics = read("out/metrics.jsonl");
-  EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 600 + 6);
+  EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 600 + 6 + 3);  // 3 checkpoints
   EXPECT_NE(metrics.find("\"comm_exposed_ms\""), std::string::npos);
 
   Result generated = troupe(dir_, "generate --model out --prompt '07+97='");
@@ -127,6 +127,53 @@ TEST_F(TrainCommandTest, Zero3ExampleLearnsAndItsPartitionedWeightsGenerate) {
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/parts/model.part-1-of-2.bin"));
   Result generated = troupe(dir_, "generate --model parts --prompt '07+97=' --max-tokens 3");
   EXPECT_EQ(generated.code, 0) << generated.output;
+}
+
+// Stopped after 6 steps and resumed to 12, a run ends with the weights of a
+// run of 12 steps, bit for bit; the checkpoints and the resume show on the
+// progress lines and in the metrics.
+TEST_F(TrainCommandTest, ResumeContinuesToTheWeightsOfAnUninterruptedRun) {
+  std::string config = read_file(EXAMPLE_CONFIGS "/addition_zero3.json");
+  const std::string checkpoint_key = "\"checkpoint\": {";
+  ASSERT_NE(config.find(checkpoint_key), std::string::npos);
+  auto with_dir = [&](const std::string& dir) {
+    std::string c = config;
+    const size_t at = c.find(checkpoint_key);
+    c.replace(at, c.find('}', at) + 1 - at,
+              "\"checkpoint\": {\"dir\": \"" + dir + "\", \"interval_steps\": 3, \"keep\": 2}");
+    return c;
+  };
+  write("a.json", with_dir("ckpt-a"));
+  write("b.json", with_dir("ckpt-b"));
+  Result whole = troupe(dir_, "train --config a.json --local 2 --steps 12 --output a");
+  ASSERT_EQ(whole.code, 0) << whole.output;
+  EXPECT_NE(whole.output.find("checkpoint ckpt-a/step-00000012: "), std::string::npos)
+      << whole.output;
+  Result first = troupe(dir_, "train --config b.json --local 2 --steps 6 --output b");
+  ASSERT_EQ(first.code, 0) << first.output;
+  Result resumed = troupe(dir_, "train --config b.json --local 2 --steps 12 --output b --resume");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(
+      resumed.output.find("resumed from ckpt-b/step-00000006 (saved over dp 2, ZeRO stage 3)"),
+      std::string::npos)
+      << resumed.output;
+  const std::string a = read("a/model.bin");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == read("b/model.bin")) << "the resumed run's weights differ";
+  // Steps 1-6, then the resume and steps 7-12, each line once; the first
+  // part's final evaluation and the resume are the two lines more.
+  const std::string metrics = read("b/metrics.jsonl");
+  const std::string whole_metrics = read("a/metrics.jsonl");
+  EXPECT_NE(metrics.find("\"resumed\":{\"bytes\""), std::string::npos) << metrics;
+  EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'),
+            std::count(whole_metrics.begin(), whole_metrics.end(), '\n') + 2);
+  EXPECT_NE(metrics.find("{\"checkpoint\":{\"bytes\""), std::string::npos) << metrics;
+  // --resume with no checkpoint yet starts at step 1.
+  write("c.json", with_dir("ckpt-c"));
+  Result fresh = troupe(dir_, "train --config c.json --local 1 --steps 1 --output c --resume");
+  ASSERT_EQ(fresh.code, 0) << fresh.output;
+  EXPECT_NE(fresh.output.find("no checkpoint in ckpt-c yet; starting at step 1"), std::string::npos)
+      << fresh.output;
 }
 
 TEST_F(TrainCommandTest, TextDatasetFromDataPrepare) {

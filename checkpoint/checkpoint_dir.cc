@@ -1,0 +1,171 @@
+#include "checkpoint/checkpoint_dir.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "checkpoint/shard_file.h"
+
+namespace troupe::checkpoint {
+namespace {
+
+constexpr char kStepPrefix[] = "step-";
+
+// A candidate checkpoint: its manifest decoded and its files present.
+absl::StatusOr<Manifest> open_candidate(Env* env, const std::string& dir, int64_t step) {
+  const std::string where = step_dir(dir, step);
+  absl::StatusOr<std::string> text = env->read_file(where + "/" + kManifestFile);
+  if (!text.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(step_dir_name(step), ": ", kManifestFile,
+                     absl::IsNotFound(text.status())
+                         ? " is missing (an incomplete checkpoint)"
+                         : absl::StrCat(" cannot be read: ", text.status().message())));
+  }
+  absl::StatusOr<Manifest> m =
+      decode_manifest(*text, absl::StrCat(step_dir_name(step), ": ", kManifestFile));
+  if (!m.ok()) return m.status();
+  if (m->step != step) {
+    return absl::DataLossError(
+        absl::StrCat(step_dir_name(step), ": its manifest is of step ", m->step));
+  }
+  if (absl::Status s = check_files(env, where, *m); !s.ok()) return s;
+  return m;
+}
+
+}  // namespace
+
+std::string step_dir_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "%s%08lld", kStepPrefix, static_cast<long long>(step));
+  return name;
+}
+
+std::string step_dir(const std::string& dir, int64_t step) {
+  return absl::StrCat(dir, "/", step_dir_name(step));
+}
+
+std::optional<int64_t> parse_step_dir_name(const std::string& name) {
+  const std::string prefix = kStepPrefix;
+  if (name.size() < prefix.size() + 8 || name.compare(0, prefix.size(), prefix) != 0) {
+    return std::nullopt;
+  }
+  const std::string digits = name.substr(prefix.size());
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return absl::ascii_isdigit(c); })) {
+    return std::nullopt;
+  }
+  int64_t step = 0;
+  if (!absl::SimpleAtoi(digits, &step) || step_dir_name(step) != name) return std::nullopt;
+  return step;
+}
+
+std::string shard_file_name(const Owner& owner) {
+  return absl::StrCat("shard-", to_string(owner), ".bin");
+}
+
+absl::Status begin_checkpoint(Env* env, const std::string& dir, int64_t step) {
+  if (absl::Status s = env->create_dir(dir); !s.ok()) return s;
+  const std::string where = step_dir(dir, step);
+  if (absl::Status s = env->remove_dir(where); !s.ok()) return s;
+  if (absl::Status s = env->create_dir(where); !s.ok()) return s;
+  return env->sync_dir(dir);
+}
+
+absl::StatusOr<std::vector<int64_t>> list_checkpoints(Env* env, const std::string& dir) {
+  absl::StatusOr<std::vector<std::string>> names = env->children(dir);
+  if (!names.ok()) return names.status();
+  std::vector<int64_t> steps;
+  for (const std::string& name : *names) {
+    std::optional<int64_t> step = parse_step_dir_name(name);
+    if (step && env->exists(absl::StrCat(dir, "/", name, "/", kManifestFile)))
+      steps.push_back(*step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+absl::Status commit_checkpoint(Env* env, const std::string& dir, const Manifest& manifest,
+                               int keep) {
+  const std::string where = step_dir(dir, manifest.step);
+  const std::string text = encode_manifest(manifest);
+  if (absl::Status s =
+          write_file_atomically(env, where + "/" + kManifestFile, text.data(), text.size());
+      !s.ok()) {
+    return s;
+  }
+  const std::string pointer = step_dir_name(manifest.step) + "\n";
+  if (absl::Status s =
+          write_file_atomically(env, dir + "/" + kLatestFile, pointer.data(), pointer.size());
+      !s.ok()) {
+    return s;
+  }
+  // Prune: the newest `keep` complete checkpoints up to this one stay; older
+  // ones, and incomplete directories older than this one, go.
+  absl::StatusOr<std::vector<std::string>> names = env->children(dir);
+  if (!names.ok()) return names.status();
+  std::vector<int64_t> complete;
+  std::vector<int64_t> incomplete;
+  for (const std::string& name : *names) {
+    std::optional<int64_t> step = parse_step_dir_name(name);
+    if (!step || *step >= manifest.step) continue;
+    (env->exists(absl::StrCat(dir, "/", name, "/", kManifestFile)) ? complete : incomplete)
+        .push_back(*step);
+  }
+  std::sort(complete.begin(), complete.end());
+  const size_t keep_older = static_cast<size_t>(std::max(1, keep) - 1);
+  std::vector<int64_t> doomed = incomplete;
+  if (complete.size() > keep_older) {
+    doomed.insert(doomed.end(), complete.begin(), complete.end() - keep_older);
+  }
+  absl::Status first;
+  for (int64_t step : doomed)
+    first.Update(env->remove_dir(step_dir(dir, step)));
+  return first;
+}
+
+absl::StatusOr<FoundCheckpoint> find_checkpoint(Env* env, const std::string& dir,
+                                                std::optional<int64_t> step, int64_t below) {
+  FoundCheckpoint found;
+  std::vector<int64_t> candidates;
+  if (step) {
+    candidates.push_back(*step);
+  } else {
+    // `latest` first; then every step directory, newest first.
+    absl::StatusOr<std::string> latest = env->read_file(dir + "/" + kLatestFile);
+    std::optional<int64_t> pointed;
+    if (latest.ok()) {
+      pointed = parse_step_dir_name(std::string(absl::StripAsciiWhitespace(*latest)));
+      if (!pointed) found.skipped.push_back(absl::StrCat(kLatestFile, ": names no checkpoint"));
+    }
+    if (pointed && *pointed < below) candidates.push_back(*pointed);
+    absl::StatusOr<std::vector<std::string>> names = env->children(dir);
+    if (!names.ok()) {
+      return absl::NotFoundError(
+          absl::StrCat(dir, ": no checkpoint directory (", names.status().message(), ")"));
+    }
+    std::vector<int64_t> steps;
+    for (const std::string& name : *names) {
+      std::optional<int64_t> s = parse_step_dir_name(name);
+      if (s && *s < below && *s != pointed.value_or(-1)) steps.push_back(*s);
+    }
+    std::sort(steps.rbegin(), steps.rend());
+    candidates.insert(candidates.end(), steps.begin(), steps.end());
+  }
+  for (int64_t s : candidates) {
+    absl::StatusOr<Manifest> m = open_candidate(env, dir, s);
+    if (m.ok()) {
+      found.step_dir = step_dir(dir, s);
+      found.manifest = *std::move(m);
+      return found;
+    }
+    found.skipped.push_back(std::string(m.status().message()));
+  }
+  return absl::NotFoundError(absl::StrCat(
+      dir, ": no loadable checkpoint", step ? absl::StrCat(" of step ", *step) : "",
+      found.skipped.empty() ? "" : absl::StrCat(" (", absl::StrJoin(found.skipped, "; "), ")")));
+}
+
+}  // namespace troupe::checkpoint

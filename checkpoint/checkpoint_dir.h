@@ -1,0 +1,73 @@
+// A checkpoint directory: DIR/step-NNNNNNNN/ per checkpoint and DIR/latest,
+// a pointer naming the newest complete one (docs/checkpoint.md).
+//
+// Saving step N, in this order (each file written to a temporary name,
+// fsynced, renamed, and its directory fsynced):
+//   begin_checkpoint     creates DIR/step-N/ (clearing what a failed attempt
+//                        at N left there)
+//   owners               each writes its shard file into it (shard_file.h)
+//   commit_checkpoint    writes manifest.json, then `latest`, then prunes all
+//                        but the newest `keep`
+// A checkpoint is complete once its manifest is there; a crash or an error at
+// any point before leaves the previous checkpoint, and `latest`, as they were.
+//
+// Loading: find_checkpoint takes `latest`, or failing that the newest step-N
+// with a manifest (then the others, newest first), decodes the manifest and checks the files are
+// all there and of the right size; a candidate that fails is reported and the next older one tried.
+// Checksums are checked as the owners read their state (shard_file.h); a mismatch there makes the
+// caller ask for the checkpoint before it (`below`).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "checkpoint/env.h"
+#include "checkpoint/manifest.h"
+
+namespace troupe::checkpoint {
+
+inline constexpr char kLatestFile[] = "latest";
+inline constexpr char kManifestFile[] = "manifest.json";
+
+// "step-00000120".
+std::string step_dir_name(int64_t step);
+// DIR/step-NNNNNNNN.
+std::string step_dir(const std::string& dir, int64_t step);
+// The step of a name step_dir_name gives; nullopt for any other name.
+std::optional<int64_t> parse_step_dir_name(const std::string& name);
+// "shard-d0.p0.t0.bin".
+std::string shard_file_name(const Owner& owner);
+
+absl::Status begin_checkpoint(Env* env, const std::string& dir, int64_t step);
+
+// Makes the checkpoint of manifest.step complete and latest, then removes the
+// older ones beyond the newest `keep` (keep >= 1) and incomplete ones older
+// than it. Errors of writing the manifest or `latest` leave the previous
+// checkpoint latest; an error while pruning is returned after the new
+// checkpoint is complete (it is loadable either way).
+absl::Status commit_checkpoint(Env* env, const std::string& dir, const Manifest& manifest,
+                               int keep);
+
+struct FoundCheckpoint {
+  std::string step_dir;
+  Manifest manifest;
+  // One line for each newer candidate that was passed over, and why:
+  // "step-00000120: shard-d1.p0.t0.bin is missing".
+  std::vector<std::string> skipped;
+};
+
+// The newest loadable checkpoint in `dir` with a step below `below` (or
+// exactly `step` when given). NotFound when there is none, naming the
+// directory and, joined, the reasons each candidate was passed over.
+absl::StatusOr<FoundCheckpoint> find_checkpoint(
+    Env* env, const std::string& dir, std::optional<int64_t> step = std::nullopt,
+    int64_t below = std::numeric_limits<int64_t>::max());
+
+// The complete checkpoints in `dir` (those with a manifest), oldest first.
+absl::StatusOr<std::vector<int64_t>> list_checkpoints(Env* env, const std::string& dir);
+
+}  // namespace troupe::checkpoint

@@ -1,0 +1,112 @@
+// Env: the file operations a checkpoint makes, behind one seam (LevelDB's
+// Env), so that tests can inject short writes, ENOSPC, fsync failures and
+// crashes between any two operations (EnvWrapper forwards everything; a test
+// env overrides what it breaks).
+//
+//   Env* env = Env::posix();
+//   absl::StatusOr<std::unique_ptr<WritableFile>> f = env->new_writable_file(path + ".tmp");
+//   (*f)->append(data, n); (*f)->sync(); (*f)->close();
+//   env->rename_file(path + ".tmp", path); env->sync_dir(dir);
+//
+// Every error names the path and carries errno's text; ENOSPC and EDQUOT are
+// ResourceExhausted, a missing file NotFound, the rest Internal.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace troupe::checkpoint {
+
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  // Writes all n bytes at the end of the file (retrying short writes).
+  virtual absl::Status append(const void* data, size_t n) = 0;
+  // fdatasync: what was appended is on the device.
+  virtual absl::Status sync() = 0;
+  // Closes the file; later calls fail. The destructor closes an open file,
+  // ignoring errors.
+  virtual absl::Status close() = 0;
+};
+
+class RandomAccessFile {
+ public:
+  virtual ~RandomAccessFile() = default;
+  // Reads exactly n bytes at `offset`; DataLoss naming the file if it ends
+  // first (a truncated file).
+  virtual absl::Status read(uint64_t offset, size_t n, void* out) const = 0;
+  virtual uint64_t size() const = 0;
+};
+
+class Env {
+ public:
+  virtual ~Env() = default;
+  // The process's POSIX env (never null; not owned).
+  static Env* posix();
+
+  // Creates or truncates `path`.
+  virtual absl::StatusOr<std::unique_ptr<WritableFile>> new_writable_file(
+      const std::string& path) = 0;
+  virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> new_random_access_file(
+      const std::string& path) = 0;
+  // The whole file (small files: manifests, pointers).
+  virtual absl::StatusOr<std::string> read_file(const std::string& path);
+  // rename(2): atomic, replacing `to`.
+  virtual absl::Status rename_file(const std::string& from, const std::string& to) = 0;
+  virtual absl::Status remove_file(const std::string& path) = 0;
+  // fsync of the directory itself, so that the names in it are durable.
+  virtual absl::Status sync_dir(const std::string& dir) = 0;
+  // mkdir -p.
+  virtual absl::Status create_dir(const std::string& dir) = 0;
+  // Removes the directory and all it holds; OK if it does not exist.
+  virtual absl::Status remove_dir(const std::string& dir) = 0;
+  // The names in `dir` (not "." or ".."), sorted; NotFound if it does not exist.
+  virtual absl::StatusOr<std::vector<std::string>> children(const std::string& dir) = 0;
+  virtual bool exists(const std::string& path) = 0;
+};
+
+// Forwards every call to `target` (not owned).
+class EnvWrapper : public Env {
+ public:
+  explicit EnvWrapper(Env* target) : target_(target) {}
+  Env* target() const { return target_; }
+
+  absl::StatusOr<std::unique_ptr<WritableFile>> new_writable_file(
+      const std::string& path) override {
+    return target_->new_writable_file(path);
+  }
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> new_random_access_file(
+      const std::string& path) override {
+    return target_->new_random_access_file(path);
+  }
+  absl::StatusOr<std::string> read_file(const std::string& path) override {
+    return target_->read_file(path);
+  }
+  absl::Status rename_file(const std::string& from, const std::string& to) override {
+    return target_->rename_file(from, to);
+  }
+  absl::Status remove_file(const std::string& path) override { return target_->remove_file(path); }
+  absl::Status sync_dir(const std::string& dir) override { return target_->sync_dir(dir); }
+  absl::Status create_dir(const std::string& dir) override { return target_->create_dir(dir); }
+  absl::Status remove_dir(const std::string& dir) override { return target_->remove_dir(dir); }
+  absl::StatusOr<std::vector<std::string>> children(const std::string& dir) override {
+    return target_->children(dir);
+  }
+  bool exists(const std::string& path) override { return target_->exists(path); }
+
+ private:
+  Env* target_;
+};
+
+// Writes `data` to `path` atomically: PATH.tmp, appended, synced, closed,
+// renamed to PATH, and the directory synced. On any failure PATH is as it
+// was and PATH.tmp is removed (best effort).
+absl::Status write_file_atomically(Env* env, const std::string& path, const void* data, size_t n);
+
+}  // namespace troupe::checkpoint

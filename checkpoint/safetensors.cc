@@ -1,0 +1,113 @@
+#include "checkpoint/safetensors.h"
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+
+namespace troupe::checkpoint {
+namespace {
+
+using nlohmann::json;
+
+constexpr uint64_t kMaxHeaderBytes = 100 << 20;  // safetensors' own limit
+
+int64_t elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+}  // namespace
+
+absl::Status write_safetensors(Env* env, const std::string& path,
+                               const std::vector<SafeTensor>& tensors,
+                               const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  header["__metadata__"] = metadata;
+  std::set<std::string> names;
+  uint64_t offset = 0;
+  for (const SafeTensor& t : tensors) {
+    if (!names.insert(t.name).second || t.name == "__metadata__") {
+      return absl::InvalidArgumentError(absl::StrCat("safetensors: tensor ", t.name, " twice"));
+    }
+    if (elements(t.shape) != static_cast<int64_t>(t.data.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("safetensors: tensor ", t.name, " has ",
+                                                     t.data.size(), " values for its shape"));
+    }
+    const uint64_t bytes = t.data.size() * sizeof(float);
+    header[t.name] = {
+        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const std::string tmp = path + ".tmp";
+  absl::Status written = [&]() -> absl::Status {
+    absl::StatusOr<std::unique_ptr<WritableFile>> f = env->new_writable_file(tmp);
+    if (!f.ok()) return f.status();
+    uint8_t length[8];
+    const uint64_t n = text.size();
+    for (int i = 0; i < 8; ++i)
+      length[i] = static_cast<uint8_t>(n >> (8 * i));
+    if (absl::Status s = (*f)->append(length, 8); !s.ok()) return s;
+    if (absl::Status s = (*f)->append(text.data(), text.size()); !s.ok()) return s;
+    for (const SafeTensor& t : tensors) {
+      if (absl::Status s = (*f)->append(t.data.data(), t.data.size() * sizeof(float)); !s.ok())
+        return s;
+    }
+    if (absl::Status s = (*f)->sync(); !s.ok()) return s;
+    if (absl::Status s = (*f)->close(); !s.ok()) return s;
+    return env->rename_file(tmp, path);
+  }();
+  if (!written.ok()) env->remove_file(tmp).IgnoreError();
+  return written;
+}
+
+absl::StatusOr<std::vector<SafeTensor>> read_safetensors(
+    Env* env, const std::string& path, std::map<std::string, std::string>* metadata) {
+  auto bad = [&](const std::string& what) {
+    return absl::DataLossError(absl::StrCat(path, ": ", what));
+  };
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> f = env->new_random_access_file(path);
+  if (!f.ok()) return f.status();
+  uint8_t length[8];
+  if (absl::Status s = (*f)->read(0, 8, length); !s.ok()) return s;
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i)
+    n |= static_cast<uint64_t>(length[i]) << (8 * i);
+  if (n > kMaxHeaderBytes || 8 + n > (*f)->size()) return bad("not a safetensors file");
+  std::string text(n, '\0');
+  if (absl::Status s = (*f)->read(8, n, text.data()); !s.ok()) return s;
+  std::vector<SafeTensor> out;
+  try {
+    const json header = json::parse(text);
+    const uint64_t data_size = (*f)->size() - 8 - n;
+    for (const auto& [name, v] : header.items()) {
+      if (name == "__metadata__") {
+        if (metadata != nullptr) *metadata = v.get<std::map<std::string, std::string>>();
+        continue;
+      }
+      if (v.at("dtype") != "F32") return bad(absl::StrCat(name, ": not F32"));
+      SafeTensor t{.name = name, .shape = v.at("shape").get<std::vector<int64_t>>(), .data = {}};
+      const auto offsets = v.at("data_offsets").get<std::vector<uint64_t>>();
+      if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_size ||
+          static_cast<int64_t>((offsets[1] - offsets[0]) / sizeof(float)) != elements(t.shape)) {
+        return bad(absl::StrCat(name, ": data_offsets do not fit"));
+      }
+      t.data.resize((offsets[1] - offsets[0]) / sizeof(float));
+      if (absl::Status s = (*f)->read(8 + n + offsets[0], offsets[1] - offsets[0], t.data.data());
+          !s.ok()) {
+        return s;
+      }
+      out.push_back(std::move(t));
+    }
+  } catch (const json::exception& e) {
+    return bad(e.what());
+  }
+  return out;
+}
+
+}  // namespace troupe::checkpoint

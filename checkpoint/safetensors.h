@@ -1,0 +1,36 @@
+// The safetensors format (huggingface/safetensors): an 8-byte little-endian
+// header length N, N bytes of JSON - {"__metadata__": {string: string},
+// NAME: {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...} -
+// padded with spaces to a multiple of 8, then the tensors' bytes, one after
+// the other in the order given, offsets relative to the end of the header.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "checkpoint/env.h"
+
+namespace troupe::checkpoint {
+
+struct SafeTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;  // row-major, the product of shape
+};
+
+// Writes `tensors` (float32) and `metadata` to `path` atomically (PATH.tmp,
+// fsynced, renamed). InvalidArgument if a tensor's data does not match its
+// shape or a name repeats; the Env's errors.
+absl::Status write_safetensors(Env* env, const std::string& path,
+                               const std::vector<SafeTensor>& tensors,
+                               const std::map<std::string, std::string>& metadata);
+
+// Reads a file write_safetensors wrote (float32 tensors only): DataLoss for
+// anything else, naming the file.
+absl::StatusOr<std::vector<SafeTensor>> read_safetensors(
+    Env* env, const std::string& path, std::map<std::string, std::string>* metadata);
+
+}  // namespace troupe::checkpoint

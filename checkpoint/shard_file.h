@@ -1,0 +1,56 @@
+// An owner's file of a checkpoint and reading state back from any layout.
+//
+// write_shard_file writes the arrays of one owner (its range of the masters
+// and of each optimizer state), one after the other, into DIR/NAME: first
+// DIR/NAME.tmp, checksummed while written, fsynced, closed, then renamed and
+// the directory fsynced. It returns the manifest entries of the file.
+//
+// read_state assembles any range of a state from the owners that saved it,
+// by tensor names (the checkpoint's and the reader's tensor records), so a
+// range of another layout - another dp, another ZeRO stage - reads what it
+// needs from whichever files hold it. Every entry it reads from is read whole
+// and checked against its xxh64.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "checkpoint/env.h"
+#include "checkpoint/manifest.h"
+
+namespace troupe::checkpoint {
+
+struct StateArray {
+  std::string state;  // kParamState, ...
+  const float* data = nullptr;
+  size_t n = 0;
+};
+
+// The entries of the written file, in the order of `arrays` (each of them
+// the same length). ResourceExhausted on ENOSPC; Internal for other I/O
+// failures; either way DIR/NAME is untouched and NAME.tmp removed.
+absl::StatusOr<std::vector<ShardEntry>> write_shard_file(Env* env, const std::string& dir,
+                                                         const std::string& name,
+                                                         const std::vector<StateArray>& arrays);
+
+// Elements [begin, end) of `state` in the buffer described by `tensors` (the
+// reader's layout; tensor_records(model) for tp = pp = 1), into
+// out[0, end - begin), from the checkpoint `manifest` in `step_dir`.
+// InvalidArgument if a tensor of the range is missing from the checkpoint or
+// has another shape, or the checkpoint holds no such state; DataLoss
+// "STEP: FILE: ..." for a missing or short file or a checksum mismatch.
+absl::Status read_state(Env* env, const std::string& step_dir, const Manifest& manifest,
+                        const std::string& state, const std::vector<TensorRecord>& tensors,
+                        int64_t begin, int64_t end, float* out);
+
+// Checks that every file the manifest names is there and long enough
+// (stat-cheap; checksums are checked as state is read). DataLoss as above.
+absl::Status check_files(Env* env, const std::string& step_dir, const Manifest& manifest);
+
+// Reads every entry of every file and checks its xxh64. DataLoss as above.
+absl::Status verify_checksums(Env* env, const std::string& step_dir, const Manifest& manifest);
+
+}  // namespace troupe::checkpoint

@@ -1,0 +1,376 @@
+// The checkpoint format on its own (no actors): manifests, owners' files,
+// reading any range back by names, the atomic commit and loading's fallback
+// under every fault the Env can inject.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/env.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/shard_file.h"
+#include "tests/checkpoint/fault_env.h"
+
+namespace troupe::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr nn::GPTConfig kModel = {.max_seq_len = 8,
+                                  .vocab_size = 32,
+                                  .padded_vocab_size = 32,
+                                  .num_layers = 2,
+                                  .num_heads = 2,
+                                  .channels = 8};
+
+int64_t num_params() {
+  return static_cast<int64_t>(nn::GPTParamLayout(kModel).num_params());
+}
+
+// The value of state `k` (0 param, 1 exp_avg, 2 exp_avg_sq) at element i in
+// the checkpoint of step `step`: every saved value is known.
+float value(int64_t step, int k, int64_t i) {
+  return static_cast<float>(step) * 1000.0f + static_cast<float>(k) * 100.0f +
+         static_cast<float>(i) * 0.001f;
+}
+
+// [begin, end) of rank r's flat partition among dp (DeepSpeed's ceil split).
+std::pair<int64_t, int64_t> partition(int64_t n, int dp, int r) {
+  const int64_t part = (n + dp - 1) / dp;
+  return {std::min(n, part * r), std::min(n, part * (r + 1))};
+}
+
+const char* const kStates[] = {kParamState, kExpAvgState, kExpAvgSqState};
+
+// Saves step `step` as a ZeRO run over dp owners would, through `env`.
+absl::Status save(Env* env, const std::string& dir, int64_t step, int dp, int keep = 2) {
+  if (absl::Status s = begin_checkpoint(env, dir, step); !s.ok()) return s;
+  Manifest m;
+  m.step = step;
+  m.applied_steps = step;
+  m.model = kModel;
+  m.layout = {.dp = dp, .pp = 1, .tp = 1, .zero_stage = dp > 1 ? 3 : 0};
+  m.tensors = tensor_records(kModel);
+  m.optimizer = {.type = "adamw", .updates = step};
+  m.data = {.position = step * 8, .epoch = 0, .samples_per_epoch = 800};
+  m.rng = {.seed = 1234, .task_seed = 1};
+  m.config_hash = 42;
+  m.config = R"({"train_batch_size":8})";
+  for (int r = 0; r < dp; ++r) {
+    auto [b, e] = partition(num_params(), dp, r);
+    std::vector<std::vector<float>> data(3);
+    std::vector<StateArray> arrays;
+    for (int k = 0; k < 3; ++k) {
+      for (int64_t i = b; i < e; ++i)
+        data[k].push_back(value(step, k, i));
+      arrays.push_back({.state = kStates[k], .data = data[k].data(), .n = data[k].size()});
+    }
+    const Owner owner{.d = r, .p = 0, .t = 0};
+    absl::StatusOr<std::vector<ShardEntry>> entries =
+        write_shard_file(env, step_dir(dir, step), shard_file_name(owner), arrays);
+    if (!entries.ok()) return entries.status();
+    m.shards.push_back({.file = shard_file_name(owner),
+                        .owner = owner,
+                        .begin = b,
+                        .end = e,
+                        .entries = *entries});
+  }
+  return commit_checkpoint(env, dir, m, keep);
+}
+
+// Reads state k of [begin, end) from what find_checkpoint finds and checks
+// every value is that of step `want`.
+void expect_loads(const std::string& dir, int64_t want, int64_t begin, int64_t end) {
+  absl::StatusOr<FoundCheckpoint> found = find_checkpoint(Env::posix(), dir);
+  ASSERT_TRUE(found.ok()) << found.status();
+  ASSERT_EQ(found->manifest.step, want);
+  for (int k = 0; k < 3; ++k) {
+    std::vector<float> out(static_cast<size_t>(end - begin), -1.0f);
+    absl::Status s = read_state(Env::posix(), found->step_dir, found->manifest, kStates[k],
+                                tensor_records(kModel), begin, end, out.data());
+    ASSERT_TRUE(s.ok()) << s;
+    for (int64_t i = begin; i < end; ++i)
+      ASSERT_EQ(out[static_cast<size_t>(i - begin)], value(want, k, i)) << kStates[k] << " " << i;
+  }
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() /
+            ("troupe-ckpt-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string shard_path(int64_t step, int r) const {
+    return step_dir(dir_, step) + "/" + shard_file_name({.d = r, .p = 0, .t = 0});
+  }
+
+  std::string dir_;
+};
+
+TEST_F(CheckpointTest, TheManifestRoundTripsAndNamesEveryTensor) {
+  ASSERT_TRUE(save(Env::posix(), dir_, 7, 2).ok());
+  absl::StatusOr<std::string> text = Env::posix()->read_file(step_dir(dir_, 7) + "/manifest.json");
+  ASSERT_TRUE(text.ok());
+  absl::StatusOr<Manifest> m = decode_manifest(*text, "m");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(encode_manifest(*m), *text);
+  EXPECT_EQ(m->tensors.size(), 2 + 12 * 2 + 2u);
+  EXPECT_EQ(m->tensors[2].name, "h0.ln1w");
+  EXPECT_EQ(m->shards.size(), 2u);
+  EXPECT_EQ(m->config, R"({"train_batch_size":8})");
+}
+
+TEST_F(CheckpointTest, SameLayoutAndEveryOtherDpReadTheSameValues) {
+  ASSERT_TRUE(save(Env::posix(), dir_, 5, 2).ok());
+  // Any range of any new layout: dp 1, 3, 7, and ranges across owners.
+  for (int dp : {1, 2, 3, 7}) {
+    for (int r = 0; r < dp; ++r) {
+      auto [b, e] = partition(num_params(), dp, r);
+      expect_loads(dir_, 5, b, e);
+    }
+  }
+}
+
+TEST_F(CheckpointTest, ATensorMissingFromTheCheckpointIsNamed) {
+  ASSERT_TRUE(save(Env::posix(), dir_, 5, 1).ok());
+  absl::StatusOr<FoundCheckpoint> found = find_checkpoint(Env::posix(), dir_);
+  ASSERT_TRUE(found.ok());
+  std::vector<TensorRecord> tensors = tensor_records(kModel);
+  tensors[1].name = "wpe2";
+  std::vector<float> out(static_cast<size_t>(num_params()));
+  absl::Status s = read_state(Env::posix(), found->step_dir, found->manifest, kParamState, tensors,
+                              0, num_params(), out.data());
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("no tensor wpe2"), std::string::npos) << s;
+}
+
+TEST_F(CheckpointTest, KeepsTheNewestAndPointsLatestAtTheLast) {
+  for (int64_t step : {10, 20, 30, 40})
+    ASSERT_TRUE(save(Env::posix(), dir_, step, 2, /*keep=*/2).ok());
+  absl::StatusOr<std::vector<int64_t>> steps = list_checkpoints(Env::posix(), dir_);
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(*steps, (std::vector<int64_t>{30, 40}));
+  absl::StatusOr<std::string> latest = Env::posix()->read_file(dir_ + "/latest");
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, "step-00000040\n");
+}
+
+TEST_F(CheckpointTest, TruncationAtManyOffsetsFallsBackToThePreviousCheckpoint) {
+  ASSERT_TRUE(save(Env::posix(), dir_, 100, 2).ok());
+  ASSERT_TRUE(save(Env::posix(), dir_, 120, 2).ok());
+  const std::string victim = shard_path(120, 1);
+  const std::string copy = dir_ + "/copy.bin";
+  fs::copy_file(victim, copy);
+  const auto size = static_cast<int64_t>(fs::file_size(victim));
+  for (int64_t at : {int64_t{0}, int64_t{1}, size / 3, size / 2, size - 4, size - 1}) {
+    fs::resize_file(victim, static_cast<uintmax_t>(at));
+    absl::StatusOr<FoundCheckpoint> found = find_checkpoint(Env::posix(), dir_);
+    ASSERT_TRUE(found.ok()) << found.status();
+    EXPECT_EQ(found->manifest.step, 100) << "truncated at " << at;
+    ASSERT_EQ(found->skipped.size(), 1u);
+    EXPECT_NE(found->skipped[0].find("step-00000120: shard-d1.p0.t0.bin has"), std::string::npos)
+        << found->skipped[0];
+    expect_loads(dir_, 100, 0, num_params());
+    fs::remove(victim);
+    fs::copy_file(copy, victim);
+  }
+  expect_loads(dir_, 120, 0, num_params());
+}
+
+TEST_F(CheckpointTest, AFlippedByteInAnyFileIsDetected) {
+  ASSERT_TRUE(save(Env::posix(), dir_, 100, 2).ok());
+  ASSERT_TRUE(save(Env::posix(), dir_, 120, 2).ok());
+  std::mt19937 rng(7);
+  for (const std::string& name :
+       {std::string("shard-d0.p0.t0.bin"), std::string("shard-d1.p0.t0.bin"),
+        std::string("manifest.json")}) {
+    const std::string path = step_dir(dir_, 120) + "/" + name;
+    const std::string original = *Env::posix()->read_file(path);
+    for (int trial = 0; trial < 8; ++trial) {
+      std::string bad = original;
+      const size_t at = std::uniform_int_distribution<size_t>(0, bad.size() - 1)(rng);
+      bad[at] = static_cast<char>(bad[at] ^ 0xFF);
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << bad;
+      absl::StatusOr<FoundCheckpoint> found = find_checkpoint(Env::posix(), dir_);
+      ASSERT_TRUE(found.ok());
+      if (found->manifest.step == 120) {
+        // Sizes are right: the owners' reads find it by checksum.
+        ASSERT_NE(name, "manifest.json") << "byte " << at << " of the manifest went unnoticed";
+        absl::Status any;
+        for (const char* state : kStates) {
+          std::vector<float> out(static_cast<size_t>(num_params()));
+          any.Update(read_state(Env::posix(), found->step_dir, found->manifest, state,
+                                tensor_records(kModel), 0, num_params(), out.data()));
+        }
+        ASSERT_TRUE(absl::IsDataLoss(any)) << name << " byte " << at;
+        EXPECT_NE(any.message().find("step-00000120: " + name + " checksum mismatch"),
+                  std::string::npos)
+            << any;
+        EXPECT_TRUE(
+            absl::IsDataLoss(verify_checksums(Env::posix(), found->step_dir, found->manifest)));
+        // The caller then asks for the one before.
+        absl::StatusOr<FoundCheckpoint> previous = find_checkpoint(Env::posix(), dir_, {}, 120);
+        ASSERT_TRUE(previous.ok());
+        EXPECT_EQ(previous->manifest.step, 100);
+      } else {
+        EXPECT_EQ(found->manifest.step, 100);
+        ASSERT_FALSE(found->skipped.empty());
+        EXPECT_NE(found->skipped[0].find("step-00000120: manifest.json"), std::string::npos)
+            << found->skipped[0];
+      }
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << original;
+    }
+  }
+  expect_loads(dir_, 120, 0, num_params());
+}
+
+TEST_F(CheckpointTest, AMissingFileIsNamedAndThePreviousLoads) {
+  ASSERT_TRUE(save(Env::posix(), dir_, 100, 3).ok());
+  ASSERT_TRUE(save(Env::posix(), dir_, 120, 3).ok());
+  fs::remove(shard_path(120, 2));
+  absl::StatusOr<FoundCheckpoint> found = find_checkpoint(Env::posix(), dir_);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->manifest.step, 100);
+  ASSERT_EQ(found->skipped.size(), 1u);
+  EXPECT_EQ(found->skipped[0], "step-00000120: shard-d2.p0.t0.bin is missing");
+  fs::remove(step_dir(dir_, 120) + "/manifest.json");
+  found = find_checkpoint(Env::posix(), dir_);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->manifest.step, 100);
+  // Nothing loadable at all: NotFound with every reason.
+  fs::remove(shard_path(100, 0));
+  found = find_checkpoint(Env::posix(), dir_);
+  EXPECT_TRUE(absl::IsNotFound(found.status()));
+  EXPECT_NE(found.status().message().find("step-00000100: shard-d0.p0.t0.bin is missing"),
+            std::string::npos)
+      << found.status();
+}
+
+TEST_F(CheckpointTest, NoSpaceMidWriteFailsTheSaveAndLeavesThePreviousLatest) {
+  ASSERT_TRUE(save(Env::posix(), dir_, 100, 2).ok());
+  const int64_t bytes_per_owner = 3 * 4 * partition(num_params(), 2, 0).second;
+  for (int64_t room : {int64_t{0}, int64_t{100}, bytes_per_owner + 1000}) {
+    testing::FaultEnv env;
+    env.enospc_after(room);
+    absl::Status s = save(&env, dir_, 120, 2);
+    ASSERT_TRUE(absl::IsResourceExhausted(s)) << s;
+    EXPECT_NE(s.message().find("No space left on device"), std::string::npos);
+    EXPECT_EQ(*Env::posix()->read_file(dir_ + "/latest"), "step-00000100\n");
+    expect_loads(dir_, 100, 0, num_params());
+    // No temporary file stays behind.
+    for (const auto& e : fs::directory_iterator(step_dir(dir_, 120)))
+      EXPECT_EQ(e.path().extension(), ".bin") << e.path();
+  }
+}
+
+TEST_F(CheckpointTest, AFailedFsyncFailsTheSave) {
+  ASSERT_TRUE(save(Env::posix(), dir_, 100, 2).ok());
+  for (int k = 0; k < 4; ++k) {  // each owner's file, the manifest, latest
+    testing::FaultEnv env;
+    env.fail_sync(k);
+    absl::Status s = save(&env, dir_, 120, 2);
+    ASSERT_FALSE(s.ok()) << "sync " << k;
+    EXPECT_NE(s.message().find("Input/output error"), std::string::npos) << s;
+    expect_loads(dir_, 100, 0, num_params());
+  }
+}
+
+TEST_F(CheckpointTest, ACrashAtAnyOperationLeavesALoadableCheckpoint) {
+  ASSERT_TRUE(save(Env::posix(), dir_, 100, 2).ok());
+  testing::FaultEnv counting;
+  ASSERT_TRUE(save(&counting, dir_ + "-count", 120, 2).ok());
+  fs::remove_all(dir_ + "-count");
+  const int64_t ops = counting.ops();
+  ASSERT_GT(ops, 20);
+  bool saw_new = false;
+  for (int64_t k = 0; k <= ops; ++k) {
+    testing::FaultEnv env;
+    env.crash_at(k);
+    absl::Status s = save(&env, dir_, 120, 2);
+    EXPECT_EQ(s.ok(), k == ops) << "crash at " << k << ": " << s;
+    env.crash();  // what was not synced is lost
+    absl::StatusOr<FoundCheckpoint> found = find_checkpoint(Env::posix(), dir_);
+    ASSERT_TRUE(found.ok()) << "crash at " << k << ": " << found.status();
+    // Before the new manifest is durable the old checkpoint loads; after, the new one.
+    saw_new = saw_new || found->manifest.step == 120;
+    expect_loads(dir_, found->manifest.step, 0, num_params());
+    if (found->manifest.step == 100) {
+      EXPECT_EQ(*Env::posix()->read_file(dir_ + "/latest"), "step-00000100\n");
+    }
+    // Start the next attempt from the state before it.
+    if (found->manifest.step == 120) {
+      fs::remove_all(step_dir(dir_, 120));
+      ASSERT_TRUE(
+          write_file_atomically(Env::posix(), dir_ + "/latest", "step-00000100\n", 14).ok());
+    }
+  }
+  EXPECT_TRUE(saw_new);
+}
+
+TEST_F(CheckpointTest, DecodingRefusesWhatDoesNotFit) {
+  ASSERT_TRUE(save(Env::posix(), dir_, 5, 2).ok());
+  const std::string text = *Env::posix()->read_file(step_dir(dir_, 5) + "/manifest.json");
+  absl::StatusOr<Manifest> good = decode_manifest(text, "m");
+  ASSERT_TRUE(good.ok());
+  auto refused = [&](Manifest m, const std::string& want) {
+    absl::StatusOr<Manifest> back = decode_manifest(encode_manifest(m), "m.json");
+    ASSERT_TRUE(absl::IsDataLoss(back.status())) << want;
+    EXPECT_NE(back.status().message().find(want), std::string::npos) << back.status();
+  };
+  Manifest m = *good;
+  m.shards[1].file = "../escape.bin";
+  refused(m, "is not a plain file name");
+  m = *good;
+  m.shards[1].begin += 1;  // and its entries one element shorter: a hole before it
+  for (ShardEntry& e : m.shards[1].entries)
+    e.length -= 4;
+  refused(m, "a gap at element");
+  m = *good;
+  m.shards[0].end += 1;
+  refused(m, "entries[0]");
+  m = *good;
+  m.shards[0].entries[1].offset = 0;
+  refused(m, "its entries overlap");
+  m = *good;
+  m.shards[1].owner.d = 2;
+  refused(m, "lies outside the mesh");
+  m = *good;
+  m.tensors[3].shape = {1};
+  refused(m, "tensors: not those of the model");
+  m = *good;
+  m.model.num_heads = 3;
+  refused(m, "");
+  m = *good;
+  m.optimizer.type = "lion";
+  refused(m, "optimizer.type");
+  EXPECT_TRUE(absl::IsDataLoss(decode_manifest("{", "m").status()));
+  EXPECT_TRUE(absl::IsDataLoss(decode_manifest("[1, 2]", "m").status()));
+  std::string edited = text;
+  edited.replace(edited.find("\"step\": 5"), 9, "\"step\": 6");
+  absl::StatusOr<Manifest> changed = decode_manifest(edited, "m");
+  ASSERT_TRUE(absl::IsDataLoss(changed.status()));
+  EXPECT_NE(changed.status().message().find("checksum mismatch"), std::string::npos);
+}
+
+TEST_F(CheckpointTest, StepDirectoryNames) {
+  EXPECT_EQ(step_dir_name(120), "step-00000120");
+  EXPECT_EQ(parse_step_dir_name("step-00000120"), 120);
+  EXPECT_EQ(parse_step_dir_name("step-123456789"), 123456789);
+  EXPECT_EQ(parse_step_dir_name("step-0000012"), std::nullopt);
+  EXPECT_EQ(parse_step_dir_name("step-00000120.tmp"), std::nullopt);
+  EXPECT_EQ(parse_step_dir_name("latest"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace troupe::checkpoint

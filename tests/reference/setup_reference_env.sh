@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The Python side of the reference checks (tests/reference/hf_export_reference.py):
+# a virtual environment with CPU PyTorch, transformers and safetensors from PyPI.
+#
+#   tests/reference/setup_reference_env.sh [VENV]    VENV: default /tmp/torchenv, where the
+#                                                    tests (and the benchmarks) look first
+#
+# Idempotent: installs only what is missing. Exits 0 with a message even when it cannot install
+# (no network, no python3-venv): the tests that need these packages then skip, saying so.
+set -u
+venv=${1:-/tmp/torchenv}
+py=$venv/bin/python
+say() { echo "setup_reference_env: $*" >&2; }
+give_up() { say "$*; the transformers reference check will be skipped"; exit 0; }
+pip_install() {
+  "$py" -m pip install -q --disable-pip-version-check --retries 1 --timeout 60 "$@"
+}
+
+if ! "$py" -m pip --version >/dev/null 2>&1; then
+  base=/usr/bin/python3
+  [ -x "$base" ] || base=python3
+  if ! "$base" -m venv "$venv" >/dev/null 2>&1; then
+    { apt-get install -y python3-venv || { apt-get update && apt-get install -y python3-venv; }; } \
+      >/dev/null 2>&1 || give_up "cannot install python3-venv"
+    "$base" -m venv "$venv" || give_up "cannot create a virtual environment at $venv"
+  fi
+fi
+if ! "$py" -c 'import torch' >/dev/null 2>&1; then
+  pip_install torch --index-url https://download.pytorch.org/whl/cpu || pip_install torch ||
+    give_up "cannot install torch"
+fi
+if ! "$py" -c 'import transformers, safetensors' >/dev/null 2>&1; then
+  pip_install transformers safetensors || give_up "cannot install transformers"
+fi
+say "ready: $venv: $("$py" -c \
+  'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' \
+  2>/dev/null)"

@@ -1,0 +1,22 @@
+# Checkpoints of training jobs on a local cluster of troupe processes
+# (labels checkpoint and trainers).
+add_executable(trainers_checkpoint_test checkpoint_resume_test.cc)
+target_link_libraries(trainers_checkpoint_test PRIVATE troupe_trainers GTest::gtest
+                      GTest::gtest_main troupe_warnings)
+target_include_directories(trainers_checkpoint_test PRIVATE ${PROJECT_SOURCE_DIR})
+target_compile_definitions(trainers_checkpoint_test PRIVATE TROUPE_BINARY="$<TARGET_FILE:troupe>")
+add_dependencies(trainers_checkpoint_test troupe)
+gtest_discover_tests(trainers_checkpoint_test PROPERTIES LABELS "checkpoint;trainers" TIMEOUT 600
+                     RUN_SERIAL TRUE DISCOVERY_TIMEOUT 60)
+
+# troupe export / troupe generate --checkpoint, and the export against
+# transformers' GPT2LMHeadModel (tests/reference/hf_export_reference.py).
+add_executable(trainers_export_test export_test.cc)
+target_link_libraries(trainers_export_test PRIVATE troupe_checkpoint troupe_nn GTest::gtest
+                      GTest::gtest_main troupe_warnings)
+target_include_directories(trainers_export_test PRIVATE ${PROJECT_SOURCE_DIR})
+target_compile_definitions(trainers_export_test PRIVATE TROUPE_BINARY="$<TARGET_FILE:troupe>"
+                           TROUPE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+add_dependencies(trainers_export_test troupe)
+gtest_discover_tests(trainers_export_test PROPERTIES LABELS "checkpoint;trainers" TIMEOUT 300
+                     DISCOVERY_TIMEOUT 60)

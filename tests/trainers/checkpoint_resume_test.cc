@@ -1,0 +1,286 @@
+// Checkpoints of a real training job on a local cluster (a head and three
+// worker processes of the troupe executable): a run stopped after N steps
+// and resumed to 2N is bitwise the run of 2N steps (DDP and ZeRO-3); a
+// checkpoint loads into another dp and another ZeRO stage with the next
+// step's loss the saved run's; a corrupt shard file makes the load fall back
+// to the checkpoint before; a save that fails is reported and training goes
+// on.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "tests/trainers/training_cluster.h"
+#include "trainers/checkpointer.h"
+#include "trainers/config.h"
+#include "trainers/data_parallel_trainer.h"
+
+namespace troupe::trainers {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::RunResult;
+
+constexpr int kGlobalBatch = 6;  // dp 1, 2 and 3
+
+TrainConfig config_for(int stage, int dp, const std::string& dir) {
+  TrainConfig c;
+  c.zero.stage = stage;
+  c.parallel.dp = dp;
+  c.gradient_accumulation_steps = 1;
+  c.micro_batch_size = kGlobalBatch / dp;
+  c.train_batch_size = kGlobalBatch;
+  // ZeRO's partitions cut tensors mid-row for dp 2 and 3.
+  c.model = {.max_seq_len = 12,
+             .vocab_size = 64,
+             .padded_vocab_size = 64,
+             .num_layers = 3,
+             .num_heads = 2,
+             .channels = 16};
+  c.data.synthetic =
+      SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 300, .seed = 5};
+  c.optimizer.type = OptimizerType::kAdamW;
+  c.optimizer.adamw = {
+      .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+  c.schedule = *nn::LrSchedule::warmup_cosine(
+      {.base_lr = 3e-3f, .total_num_steps = 20, .warmup_num_steps = 3});
+  c.gradient_clipping = 1.0;
+  c.zero.reduce_bucket_size = 2000;
+  c.zero.stage3_param_persistence_threshold = 50;
+  c.zero.stage3_prefetch_bucket_size = 4000;
+  c.training.seed = 21;
+  c.checkpoint = {.dir = dir, .interval_steps = 0, .keep = 3, .async = true};
+  return c;
+}
+
+class CheckpointResumeTest : public testing::TrainingClusterTest {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() /
+            ("troupe-resume-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static std::string next_job() { return "ckpt-test-" + std::to_string(++jobs_); }
+
+  // Runs steps [from, to] of `config`, first loading the checkpoint of step
+  // `load` (0: none) and saving one after every step in `save_at`.
+  RunResult run(const TrainConfig& config, int from, int to, std::vector<int64_t> save_at = {},
+                bool load = false, std::vector<std::string>* skipped = nullptr) {
+    RunResult result;
+    auto trainer = DataParallelTrainer::start(*driver_, config, next_job(), 1);
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    if (!trainer.ok()) return result;
+    Checkpointer checkpoints((*trainer)->controller(),
+                             job_record(config, (*trainer)->data_info().samples_per_epoch),
+                             config.checkpoint);
+    if (load) {
+      absl::StatusOr<LoadedCheckpoint> loaded = checkpoints.load();
+      EXPECT_TRUE(loaded.ok()) << loaded.status();
+      if (!loaded.ok()) return result;
+      EXPECT_EQ(loaded->step, from - 1);
+      if (skipped != nullptr) *skipped = loaded->skipped;
+    }
+    EXPECT_EQ((*trainer)->controller().next_step(), from);
+    for (int k = from; k <= to; ++k) {
+      auto outcome = (*trainer)->step(k);
+      EXPECT_TRUE(outcome.ok()) << outcome.status();
+      if (!outcome.ok()) return result;
+      result.losses.push_back(outcome->loss);
+      result.norms.push_back(outcome->grad_norm);
+      result.outcomes.push_back(*outcome);
+      if (std::find(save_at.begin(), save_at.end(), k) != save_at.end()) {
+        CheckpointEvent saved = checkpoints.save_now();
+        EXPECT_TRUE(saved.status.ok()) << saved.status;
+        EXPECT_EQ(saved.step, k);
+      }
+    }
+    for (const CheckpointEvent& e : checkpoints.finish())
+      EXPECT_TRUE(e.status.ok()) << e.status;
+    auto params = (*trainer)->master_params();
+    EXPECT_TRUE(params.ok()) << params.status();
+    if (params.ok()) result.params = *std::move(params);
+    EXPECT_TRUE((*trainer)->stop().ok());
+    return result;
+  }
+
+  // The resumed run's steps N+1..2N are the whole run's, bit for bit.
+  // Returns the whole run.
+  RunResult expect_bitwise_resume(const TrainConfig& config, int n) {
+    const RunResult whole = run(config, 1, 2 * n);
+    const RunResult first = run(config, 1, n, {n});
+    const RunResult second = run(config, n + 1, 2 * n, {}, /*load=*/true);
+    EXPECT_EQ(whole.losses.size(), static_cast<size_t>(2 * n));
+    EXPECT_EQ(second.losses.size(), static_cast<size_t>(n));
+    if (whole.losses.size() != static_cast<size_t>(2 * n) ||
+        second.losses.size() != static_cast<size_t>(n)) {
+      return whole;
+    }
+    for (int k = 0; k < n; ++k) {
+      EXPECT_EQ(first.losses[k], whole.losses[k]) << "step " << k + 1;
+      EXPECT_EQ(second.losses[k], whole.losses[n + k]) << "step " << n + k + 1;
+      EXPECT_EQ(second.norms[k], whole.norms[n + k]) << "step " << n + k + 1;
+      EXPECT_EQ(second.outcomes[k].lr, whole.outcomes[n + k].lr) << "step " << n + k + 1;
+      EXPECT_EQ(second.outcomes[k].data_position, whole.outcomes[n + k].data_position);
+      EXPECT_EQ(second.outcomes[k].applied, whole.outcomes[n + k].applied);
+      EXPECT_EQ(second.outcomes[k].loss_scale, whole.outcomes[n + k].loss_scale);
+    }
+    EXPECT_EQ(second.params.size(), whole.params.size());
+    if (second.params.size() == whole.params.size()) {
+      EXPECT_EQ(std::memcmp(second.params.data(), whole.params.data(),
+                            whole.params.size() * sizeof(float)),
+                0)
+          << "the weights after step " << 2 * n << " differ";
+    }
+    return whole;
+  }
+
+  std::string dir_;
+  inline static int jobs_ = 0;
+};
+
+TEST_F(CheckpointResumeTest, DdpStoppedAfterNAndResumedIsBitwiseTheRunOf2N) {
+  expect_bitwise_resume(config_for(0, 2, dir_), 3);
+}
+
+TEST_F(CheckpointResumeTest, Zero3StoppedAfterNAndResumedIsBitwiseTheRunOf2N) {
+  expect_bitwise_resume(config_for(3, 2, dir_), 3);
+}
+
+TEST_F(CheckpointResumeTest, Fp16LossScalerResumesExactly) {
+  TrainConfig c = config_for(1, 2, dir_);
+  c.fp16.enabled = true;
+  // A scale that overflows fp16 at first, backs off, and grows again every
+  // second clean step: skipped and applied steps on both sides of the resume.
+  c.fp16.dynamic = {.initial_scale_power = 17, .scale_window = 2, .hysteresis = 1};
+  const RunResult whole = expect_bitwise_resume(c, 4);
+  int skipped = 0;
+  for (const StepOutcome& o : whole.outcomes) {
+    std::printf("[ checkpoint ] fp16 step %lld: scale %g, %s\n", static_cast<long long>(o.step),
+                o.loss_scale, o.applied ? "applied" : "skipped");
+    skipped += o.applied ? 0 : 1;
+  }
+  EXPECT_GT(skipped, 0);
+  EXPECT_LT(skipped, static_cast<int>(whole.outcomes.size()));
+}
+
+// The next step's loss of a checkpoint loaded into another layout is that of
+// the run that saved it (fp32: the reductions' order differs, so 1e-6).
+TEST_F(CheckpointResumeTest, ReshardsDp2To1To3AndZero3To0AndBack) {
+  const int n = 2;
+  // The reference: dp 2 without ZeRO, steps 1..n+3.
+  const RunResult reference = run(config_for(0, 2, dir_ + "/ddp"), 1, n + 3, {n});
+  ASSERT_EQ(reference.losses.size(), static_cast<size_t>(n + 3));
+  auto expect_loss = [&](const RunResult& r, int step, const std::string& what) {
+    ASSERT_FALSE(r.losses.empty()) << what;
+    EXPECT_NEAR(r.losses[0], reference.losses[step - 1], 1e-6 * reference.losses[step - 1])
+        << what << ", step " << step;
+  };
+  // dp 2 -> 1 -> 3, each saving after its first step for the next.
+  TrainConfig dp1 = config_for(0, 1, dir_ + "/ddp");
+  expect_loss(run(dp1, n + 1, n + 1, {n + 1}, true), n + 1, "dp 2 -> 1");
+  TrainConfig dp3 = config_for(0, 3, dir_ + "/ddp");
+  expect_loss(run(dp3, n + 2, n + 2, {}, true), n + 2, "dp 1 -> 3");
+  // ZeRO-3 over 2 -> DDP over 2 -> ZeRO-3 over 3.
+  const RunResult zero = run(config_for(3, 2, dir_ + "/zero"), 1, n, {n});
+  for (int k = 0; k < n; ++k)
+    EXPECT_NEAR(zero.losses[k], reference.losses[k], 1e-6 * reference.losses[k]);
+  expect_loss(run(config_for(0, 2, dir_ + "/zero"), n + 1, n + 1, {n + 1}, true), n + 1,
+              "ZeRO-3 -> 0");
+  expect_loss(run(config_for(3, 3, dir_ + "/zero"), n + 2, n + 2, {}, true), n + 2,
+              "ZeRO-0 -> 3 over 3 ranks");
+}
+
+TEST_F(CheckpointResumeTest, ACorruptShardFallsBackToTheCheckpointBefore) {
+  const TrainConfig c = config_for(2, 2, dir_);
+  const RunResult whole = run(c, 1, 4, {2, 4});
+  const std::string victim = checkpoint::step_dir(dir_, 4) + "/shard-d1.p0.t0.bin";
+  ASSERT_TRUE(fs::exists(victim));
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    char byte = 0;
+    f.read(&byte, 1);
+    f.seekp(100);
+    byte = static_cast<char>(byte ^ 0xFF);
+    f.write(&byte, 1);
+  }
+  std::vector<std::string> skipped;
+  const RunResult again = run(c, 3, 4, {}, /*load=*/true, &skipped);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0],
+            "step-00000004: shard-d1.p0.t0.bin checksum mismatch in its param (corrupt?); "
+            "falling back to step-00000002");
+  ASSERT_EQ(again.losses.size(), 2u);
+  EXPECT_EQ(again.losses[0], whole.losses[2]);
+  EXPECT_EQ(again.losses[1], whole.losses[3]);
+}
+
+TEST_F(CheckpointResumeTest, AFailedSaveIsReportedAndTrainingGoesOn) {
+  // The checkpoint directory cannot be made: a file stands where it would be.
+  std::ofstream(dir_) << "not a directory";
+  TrainConfig c = config_for(0, 2, dir_ + "/checkpoints");
+  c.checkpoint.interval_steps = 1;
+  auto trainer = DataParallelTrainer::start(*driver_, c, next_job(), 1);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  Checkpointer checkpoints((*trainer)->controller(),
+                           job_record(c, (*trainer)->data_info().samples_per_epoch), c.checkpoint);
+  for (int k = 1; k <= 2; ++k) {
+    auto outcome = (*trainer)->step(k);
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    std::vector<CheckpointEvent> events = checkpoints.after_step(k);
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_FALSE(events[0].status.ok());
+    EXPECT_EQ(events[0].step, k);
+  }
+  EXPECT_TRUE((*trainer)->stop().ok());
+  fs::remove(dir_);
+}
+
+TEST_F(CheckpointResumeTest, PeriodicAsyncCheckpointsKeepTheNewest) {
+  TrainConfig c = config_for(3, 3, dir_);
+  c.checkpoint.interval_steps = 2;
+  c.checkpoint.keep = 2;
+  auto trainer = DataParallelTrainer::start(*driver_, c, next_job(), 1);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  Checkpointer checkpoints((*trainer)->controller(),
+                           job_record(c, (*trainer)->data_info().samples_per_epoch), c.checkpoint);
+  std::vector<int64_t> saved;
+  auto note = [&](const std::vector<CheckpointEvent>& events) {
+    for (const CheckpointEvent& e : events) {
+      EXPECT_TRUE(e.status.ok()) << e.status;
+      EXPECT_GT(e.bytes, 0);
+      saved.push_back(e.step);
+    }
+  };
+  for (int k = 1; k <= 7; ++k) {
+    ASSERT_TRUE((*trainer)->step(k).ok());
+    note(checkpoints.after_step(k));
+  }
+  note(checkpoints.finish());
+  EXPECT_EQ(saved, (std::vector<int64_t>{2, 4, 6}));
+  absl::StatusOr<std::vector<int64_t>> on_disk =
+      checkpoint::list_checkpoints(checkpoint::Env::posix(), dir_);
+  ASSERT_TRUE(on_disk.ok());
+  EXPECT_EQ(*on_disk, (std::vector<int64_t>{4, 6}));
+  // Three ranks of ZeRO-3: three files, each its partition.
+  absl::StatusOr<checkpoint::FoundCheckpoint> found =
+      checkpoint::find_checkpoint(checkpoint::Env::posix(), dir_);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->manifest.step, 6);
+  EXPECT_EQ(found->manifest.shards.size(), 3u);
+  EXPECT_EQ(found->manifest.layout.zero_stage, 3);
+  EXPECT_EQ(found->manifest.data.position, 6 * kGlobalBatch);
+  EXPECT_TRUE((*trainer)->stop().ok());
+}
+
+}  // namespace
+}  // namespace troupe::trainers

@@ -1,0 +1,300 @@
+#include "trainers/checkpointer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "actors/step_clock.h"
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/checksum.h"
+
+namespace troupe::trainers {
+namespace {
+
+// A shard's save or load of a large model may take a while on a slow disk.
+constexpr absl::Duration kIoTimeout = absl::Hours(1);
+
+checkpoint::Env* env() {
+  return checkpoint::Env::posix();
+}
+
+// The config as far as it decides the run's trajectory: without how long it
+// runs, what it prints and where it writes.
+uint64_t trajectory_hash(const std::string& config_json) {
+  nlohmann::json j = nlohmann::json::parse(config_json, nullptr, false);
+  if (j.is_object()) {
+    j.erase("checkpoint");
+    if (j.contains("training") && j["training"].is_object()) {
+      for (const char* key : {"steps", "log_interval", "metrics_file", "output_dir",
+                              "eval_interval", "eval_samples", "threads"}) {
+        j["training"].erase(key);
+      }
+    }
+  }
+  const std::string text = j.dump();
+  return checkpoint::xxh64(text.data(), text.size());
+}
+
+bool same_model(const nn::GPTConfig& a, const nn::GPTConfig& b) {
+  return a.num_layers == b.num_layers && a.num_heads == b.num_heads && a.channels == b.channels &&
+         a.max_seq_len == b.max_seq_len && a.vocab_size == b.vocab_size &&
+         a.padded_vocab() == b.padded_vocab();
+}
+
+std::string describe(const nn::GPTConfig& m) {
+  return absl::StrCat(m.num_layers, " layers, ", m.num_heads, " heads, n_embd ", m.channels,
+                      ", seq_len ", m.max_seq_len, ", vocab ", m.vocab_size);
+}
+
+}  // namespace
+
+JobRecord job_record(const TrainConfig& config, int64_t samples_per_epoch) {
+  JobRecord job;
+  job.model = config.model;
+  job.model.padded_vocab_size = config.model.padded_vocab();
+  job.layout = {.dp = config.parallel.dp,
+                .pp = config.parallel.pp,
+                .tp = config.parallel.tp,
+                .zero_stage = config.zero.stage};
+  job.optimizer = config.optimizer.type == OptimizerType::kAdamW ? "adamw" : "sgd";
+  job.rng = {.seed = config.training.seed,
+             .task_seed = config.data.synthetic ? config.data.synthetic->seed : 0};
+  job.samples_per_epoch = samples_per_epoch;
+  job.config_json = to_json(config);
+  return job;
+}
+
+Checkpointer::Checkpointer(TrainerController& controller, JobRecord job, CheckpointConfig config)
+    : controller_(controller), job_(std::move(job)), config_(std::move(config)) {}
+
+Checkpointer::~Checkpointer() {
+  // The shards finish their writes on their own; only the manifest is not
+  // written for a checkpoint still in flight, so it is not complete.
+}
+
+absl::Status Checkpointer::start(int64_t step) {
+  const std::vector<nn::ParamRange>& owned = controller_.owned();
+  const std::vector<MeshMember>& members = controller_.members();
+  if (owned.size() != members.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint of step ", step, ": no step has run yet"));
+  }
+  Pending p;
+  p.step = step;
+  p.step_dir = checkpoint::step_dir(config_.dir, step);
+  p.state = controller_.state();
+  p.start_ms = actors::now_ms();
+  // Each distinct range once: replicas (DDP) hold the same state.
+  std::vector<nn::ParamRange> taken;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (owned[i].size() == 0) continue;
+    if (std::find(taken.begin(), taken.end(), owned[i]) != taken.end()) continue;
+    taken.push_back(owned[i]);
+    p.writers.push_back(static_cast<int>(i));
+  }
+  if (absl::Status s = checkpoint::begin_checkpoint(env(), config_.dir, step); !s.ok()) return s;
+  for (int i : p.writers) {
+    p.reports.push_back(
+        members[static_cast<size_t>(i)].shard->save({.step_dir = p.step_dir, .step = step}));
+  }
+  pending_ = std::move(p);
+  return absl::OkStatus();
+}
+
+CheckpointEvent Checkpointer::complete(double waited_ms) {
+  Pending p = *std::move(pending_);
+  pending_.reset();
+  CheckpointEvent event{.step = p.step, .status = absl::OkStatus(), .step_dir = p.step_dir};
+  event.waited_ms = waited_ms;
+  const std::vector<MeshMember>& members = controller_.members();
+  checkpoint::Manifest m;
+  for (size_t k = 0; k < p.reports.size(); ++k) {
+    absl::StatusOr<actors::ShardSaveReport> r = std::move(p.reports[k]).get(kIoTimeout);
+    if (!r.ok()) {
+      event.status.Update(r.status());
+      continue;
+    }
+    event.bytes += r->bytes;
+    event.staging_ms = std::max(event.staging_ms, r->staging_ms);
+    event.write_ms = std::max(event.write_ms, r->write_ms);
+    const actors::Coordinate& at = members[static_cast<size_t>(p.writers[k])].at;
+    checkpoint::ShardRecord record{.file = r->file,
+                                   .owner = {.d = at.d, .p = at.p, .t = at.t},
+                                   .begin = static_cast<int64_t>(r->range.begin),
+                                   .end = static_cast<int64_t>(r->range.end),
+                                   .entries = {}};
+    for (const actors::SavedEntry& e : r->entries) {
+      record.entries.push_back(
+          {.state = e.state, .offset = e.offset, .length = e.length, .xxh64 = e.xxh64});
+    }
+    m.shards.push_back(std::move(record));
+  }
+  if (!event.status.ok()) {
+    event.total_ms = actors::now_ms() - p.start_ms;
+    return event;
+  }
+  m.step = p.step;
+  m.applied_steps = p.state.applied;
+  m.model = job_.model;
+  m.layout = job_.layout;
+  m.tensors = checkpoint::tensor_records(job_.model);
+  m.optimizer = {.type = job_.optimizer, .updates = p.state.applied};
+  m.data = {.position = p.state.data_position,
+            .epoch = p.state.epoch,
+            .samples_per_epoch = job_.samples_per_epoch};
+  m.rng = job_.rng;
+  m.loss_scaler = p.state.loss_scaler;
+  m.config_hash = trajectory_hash(job_.config_json);
+  m.config = job_.config_json;
+  m.created_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+  // What loading will check, checked before it is made latest.
+  absl::StatusOr<checkpoint::Manifest> back = checkpoint::decode_manifest(
+      checkpoint::encode_manifest(m), checkpoint::step_dir_name(p.step));
+  if (!back.ok()) {
+    event.status = absl::InternalError(absl::StrCat(
+        "the manifest the shards' reports make is not loadable: ", back.status().message()));
+  } else {
+    event.status = checkpoint::commit_checkpoint(env(), config_.dir, m, config_.keep);
+  }
+  event.total_ms = actors::now_ms() - p.start_ms;
+  return event;
+}
+
+std::vector<CheckpointEvent> Checkpointer::after_step(int64_t step) {
+  std::vector<CheckpointEvent> events;
+  if (pending_ && std::all_of(pending_->reports.begin(), pending_->reports.end(),
+                              [](const auto& f) { return f.ready(); })) {
+    events.push_back(complete(0));
+  }
+  if (config_.interval_steps <= 0 || step % config_.interval_steps != 0) return events;
+  if (pending_) {
+    const double t0 = actors::now_ms();
+    events.push_back(complete(0));
+    events.back().waited_ms = actors::now_ms() - t0;
+  }
+  const double t0 = actors::now_ms();
+  if (absl::Status s = start(step); !s.ok()) {
+    events.push_back(
+        {.step = step, .status = s, .step_dir = checkpoint::step_dir(config_.dir, step)});
+    return events;
+  }
+  if (!config_.async) events.push_back(complete(actors::now_ms() - t0));
+  return events;
+}
+
+CheckpointEvent Checkpointer::save_now() {
+  const int64_t step = controller_.next_step() - 1;
+  if (pending_) complete(0);
+  const double t0 = actors::now_ms();
+  if (absl::Status s = start(step); !s.ok()) {
+    return {.step = step, .status = s, .step_dir = checkpoint::step_dir(config_.dir, step)};
+  }
+  CheckpointEvent event = complete(0);
+  event.waited_ms = actors::now_ms() - t0;
+  return event;
+}
+
+std::vector<CheckpointEvent> Checkpointer::finish() {
+  std::vector<CheckpointEvent> events;
+  if (pending_) {
+    const double t0 = actors::now_ms();
+    events.push_back(complete(0));
+    events.back().waited_ms = actors::now_ms() - t0;
+  }
+  return events;
+}
+
+absl::StatusOr<LoadedCheckpoint> Checkpointer::load_from(const std::string& step_dir,
+                                                         const checkpoint::Manifest& m) {
+  if (!same_model(m.model, job_.model)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(checkpoint::step_dir_name(m.step), " is of another model (", describe(m.model),
+                     ") than the config's (", describe(job_.model), ")"));
+  }
+  if (m.optimizer.type != job_.optimizer) {
+    return absl::InvalidArgumentError(absl::StrCat(checkpoint::step_dir_name(m.step),
+                                                   " was saved with optimizer ", m.optimizer.type,
+                                                   "; the config's is ", job_.optimizer));
+  }
+  const double start = actors::now_ms();
+  const std::vector<MeshMember>& members = controller_.members();
+  std::vector<Future<actors::ShardLoadReport>> loading;
+  for (const MeshMember& member : members)
+    loading.push_back(member.shard->load({.step_dir = step_dir}));
+  LoadedCheckpoint loaded{.step = m.step, .step_dir = step_dir, .saved_layout = m.layout};
+  absl::Status first;
+  for (auto& f : loading) {
+    absl::StatusOr<actors::ShardLoadReport> r = std::move(f).get(kIoTimeout);
+    if (!r.ok()) {
+      // A corrupt file decides: the caller falls back.
+      if (first.ok() || (absl::IsDataLoss(r.status()) && !absl::IsDataLoss(first)))
+        first = r.status();
+      continue;
+    }
+    if (r->step != m.step) {
+      first.Update(absl::InternalError(
+          absl::StrCat("a shard loaded step ", r->step, " of a checkpoint of step ", m.step)));
+    }
+    loaded.bytes += r->bytes;
+  }
+  if (!first.ok()) return first;
+  std::vector<Future<int64_t>> seeking;
+  for (const MeshMember& member : members)
+    seeking.push_back(member.stage->seek_data(m.data.position, m.data.samples_per_epoch));
+  for (auto& f : seeking) {
+    absl::StatusOr<int64_t> position = std::move(f).get(kIoTimeout);
+    if (!position.ok()) return position.status();
+    loaded.data_position = *position;
+  }
+  if (absl::Status s = controller_.restore({.next_step = m.step + 1,
+                                            .applied = m.applied_steps,
+                                            .loss_scaler = m.loss_scaler,
+                                            .data_position = loaded.data_position,
+                                            .epoch = m.data.epoch});
+      !s.ok()) {
+    return s;
+  }
+  loaded.config_changed = m.config_hash != trajectory_hash(job_.config_json);
+  loaded.load_ms = actors::now_ms() - start;
+  return loaded;
+}
+
+absl::StatusOr<LoadedCheckpoint> Checkpointer::load(std::optional<int64_t> step) {
+  if (config_.dir.empty()) {
+    return absl::InvalidArgumentError("checkpoint.dir is not set: nothing to resume from");
+  }
+  absl::StatusOr<checkpoint::FoundCheckpoint> found =
+      checkpoint::find_checkpoint(env(), config_.dir, step);
+  if (!found.ok()) return found.status();
+  std::vector<std::string> skipped = found->skipped;
+  for (;;) {
+    absl::StatusOr<LoadedCheckpoint> loaded = load_from(found->step_dir, found->manifest);
+    if (loaded.ok()) {
+      for (std::string& line : skipped)
+        absl::StrAppend(&line, "; falling back to ", checkpoint::step_dir_name(loaded->step));
+      loaded->skipped = std::move(skipped);
+      return loaded;
+    }
+    if (!absl::IsDataLoss(loaded.status()) || step) return loaded.status();
+    // The shards found a file corrupt: the checkpoint before it.
+    std::string why(loaded.status().message());
+    if (const size_t at = why.find(checkpoint::step_dir_name(found->manifest.step));
+        at != std::string::npos) {
+      why = why.substr(at);  // from "step-N: FILE ...", without the shard's name
+    }
+    skipped.push_back(why);
+    const int64_t below = found->manifest.step;
+    found = checkpoint::find_checkpoint(env(), config_.dir, std::nullopt, below);
+    if (!found.ok()) {
+      return absl::NotFoundError(absl::StrCat(config_.dir, ": no loadable checkpoint (", why, "; ",
+                                              found.status().message(), ")"));
+    }
+    skipped.insert(skipped.end(), found->skipped.begin(), found->skipped.end());
+  }
+}
+
+}  // namespace troupe::trainers

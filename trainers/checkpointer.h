@@ -1,0 +1,119 @@
+// Checkpointer: a training job's checkpoints, driven from the driver between
+// steps (docs/checkpoint.md). It asks the shards to save (each writes its own
+// file on its own node; no weights pass through the driver), writes the
+// manifest once every file is durable, and loads a checkpoint - of any
+// layout - back into the job.
+//
+//   Checkpointer checkpoints(controller, job_record(config, data_info), config.checkpoint);
+//   for (k = ...) {
+//     auto outcome = controller.step(k);
+//     for (const CheckpointEvent& e : checkpoints.after_step(k)) report(e);
+//   }
+//   for (const CheckpointEvent& e : checkpoints.finish()) report(e);
+//
+// Saving is asynchronous (checkpoint.async): at the step boundary each shard
+// copies its state into a staging buffer and returns; the files are written
+// while training goes on, and the manifest and `latest` follow at the first
+// step boundary after the last file is durable. At most one checkpoint is in
+// flight: one that comes due while the previous is still being written waits
+// for it. A failed save is an event with its error; training goes on and the
+// previous checkpoint stays latest.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "checkpoint/manifest.h"
+#include "core/future.h"
+#include "trainers/config.h"
+#include "trainers/trainer_controller.h"
+
+namespace troupe::trainers {
+
+// What the manifest records of the job besides the controller's state.
+struct JobRecord {
+  nn::GPTConfig model;
+  checkpoint::MeshLayout layout;
+  std::string optimizer;  // "adamw" or "sgd"
+  checkpoint::RngState rng;
+  int64_t samples_per_epoch = 0;  // the data loaders'
+  std::string config_json;        // to_json of the config
+};
+JobRecord job_record(const TrainConfig& config, int64_t samples_per_epoch);
+
+// One checkpoint saved, or one that failed.
+struct CheckpointEvent {
+  int64_t step = 0;
+  absl::Status status;  // OK: saved and latest
+  std::string step_dir;
+  int64_t bytes = 0;      // of the shards' files
+  double staging_ms = 0;  // the step boundary's pause: the slowest shard's copy
+  double write_ms = 0;    // the slowest shard's write, fsync and rename
+  double total_ms = 0;    // from the save's start to the manifest's commit
+  double waited_ms = 0;   // how long training waited for it (not async, or at the end)
+};
+
+// What loading found and did.
+struct LoadedCheckpoint {
+  int64_t step = 0;
+  std::string step_dir;
+  checkpoint::MeshLayout saved_layout;
+  bool config_changed = false;  // its config hash differs from this run's
+  // The newer checkpoints passed over, one line each, why.
+  std::vector<std::string> skipped;
+  int64_t bytes = 0;  // read by the shards, all together
+  double load_ms = 0;
+  int64_t data_position = 0;  // where the loaders continue
+};
+
+class Checkpointer {
+ public:
+  Checkpointer(TrainerController& controller, JobRecord job, CheckpointConfig config);
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // After step `step` finished (applied or skipped): completes a checkpoint
+  // whose files are all written, and starts one if `step` is due
+  // (interval_steps). Returns the checkpoints that completed or failed.
+  std::vector<CheckpointEvent> after_step(int64_t step);
+  // Saves the job as it stands after the controller's last step, now (as
+  // after_step does when due), and waits for it.
+  CheckpointEvent save_now();
+  // Waits for the checkpoint in flight, if any.
+  std::vector<CheckpointEvent> finish();
+  bool in_flight() const { return pending_.has_value(); }
+
+  // Loads the newest loadable checkpoint in config.dir (or exactly `step`),
+  // into every shard, moves every loader to its data cursor (rebased when dp
+  // changed) and restores the controller, so that the job continues at the
+  // checkpoint's step + 1. A checkpoint whose files fail their checksums as
+  // the shards read them is passed over for the one before it, with a line
+  // in `skipped`. NotFound when no checkpoint loads (naming each reason);
+  // InvalidArgument for one of another model or optimizer.
+  absl::StatusOr<LoadedCheckpoint> load(std::optional<int64_t> step = std::nullopt);
+
+ private:
+  struct Pending {
+    int64_t step = 0;
+    std::string step_dir;
+    ControllerState state;
+    std::vector<int> writers;  // member indices
+    std::vector<Future<actors::ShardSaveReport>> reports;
+    double start_ms = 0;
+  };
+  absl::Status start(int64_t step);
+  CheckpointEvent complete(double waited_ms);
+  absl::StatusOr<LoadedCheckpoint> load_from(const std::string& step_dir,
+                                             const checkpoint::Manifest& manifest);
+
+  TrainerController& controller_;
+  JobRecord job_;
+  CheckpointConfig config_;
+  std::optional<Pending> pending_;
+};
+
+}  // namespace troupe::trainers
