@@ -16,6 +16,9 @@ echo "== build (Release, warnings as errors)"
 ./scripts/build.sh
 
 echo "== tests"
+# The Python reference checks (transformers' GPT2LMHeadModel against troupe's export) need
+# PyTorch and transformers from PyPI; without them those checks skip, saying so.
+tests/reference/setup_reference_env.sh
 ctest --test-dir build --output-on-failure -j2
 
 echo "== fuzzing the wire decoders (libFuzzer, bounded)"

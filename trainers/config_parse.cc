@@ -316,6 +316,12 @@ absl::Status parse_checkpoint(JsonObject& top, TrainConfig* config) {
   if (!section.ok()) return section.status();
   if (!section->has_value()) return absl::OkStatus();
   JsonObject& s = **section;
+  // DeepSpeed's own `checkpoint` keys: troupe verifies every checkpoint and
+  // loads any layout (what load_universal asks for) without them.
+  s.warn_unimplemented("tag_validation", &config->warnings, "\"Warn\"");
+  s.warn_unimplemented("load_universal", &config->warnings, "");
+  s.warn_unimplemented("use_node_local_storage", &config->warnings, "");
+  s.warn_unimplemented("parallel_write", &config->warnings, "");
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("dir", &c.dir));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("interval_steps", &c.interval_steps, 0));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("keep", &c.keep, 1, kMaxCheckpointsKept));

@@ -409,7 +409,7 @@ TEST(TrainConfigTest, UnimplementedDeepSpeedKeysWarn) {
     "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2, "zero_quantized_weights": true,
                           "offload_optimizer": {"device": "cpu"}, "allgather_bucket_size": 5e8},
     "fp16": {"enabled": false, "auto_cast": true},
-    "checkpoint": {"tag_validation": "Warn"}, "fault_tolerance": {}, "elasticity": {"enabled": true}
+    "checkpoint": {"tag_validation": "Fail"}, "fault_tolerance": {}, "elasticity": {"enabled": true}
   })"));
   for (const char* expected : {
            "wall_clock_breakdown is not implemented by troupe; ignored",
@@ -426,13 +426,42 @@ TEST(TrainConfigTest, UnimplementedDeepSpeedKeysWarn) {
            "zero_optimization.offload_optimizer is not implemented",
            "zero_optimization.allgather_bucket_size is not implemented",
            "fp16.auto_cast is not implemented",
-           "checkpoint is not implemented yet; ignored",
+           "checkpoint.tag_validation is not implemented by troupe; ignored",
            "fault_tolerance is not implemented yet; ignored",
            "elasticity is not implemented yet; ignored",
        }) {
     EXPECT_TRUE(has_warning(c, expected)) << expected << " not in:" << warnings_of(c);
   }
   EXPECT_EQ(c.warnings.size(), 16u) << warnings_of(c);
+}
+
+TEST(TrainConfigTest, CheckpointSection) {
+  const TrainConfig c = parse_ok(patched(
+      R"({"checkpoint": {"dir": "ckpt", "interval_steps": 50, "keep": 3, "async": false}})"));
+  EXPECT_EQ(c.checkpoint.dir, "ckpt");
+  EXPECT_EQ(c.checkpoint.interval_steps, 50);
+  EXPECT_EQ(c.checkpoint.keep, 3);
+  EXPECT_FALSE(c.checkpoint.async);
+  EXPECT_TRUE(c.warnings.empty()) << warnings_of(c);
+  const TrainConfig defaults = parse_ok(kBase);
+  EXPECT_EQ(defaults.checkpoint.interval_steps, 0);
+  EXPECT_EQ(defaults.checkpoint.keep, 2);
+  EXPECT_TRUE(defaults.checkpoint.async);
+  EXPECT_EQ(error_of(patched(R"({"checkpoint": {"interval_steps": 10}})")),
+            "checkpoint.dir: missing; checkpoint.interval_steps 10 saves a checkpoint to it");
+  EXPECT_EQ(
+      error_of(patched(R"({"checkpoint": {"dir": "c", "keep": 0}})")).rfind("checkpoint.keep", 0),
+      0u);
+  EXPECT_EQ(error_of(patched(R"({"checkpoint": {"dir": "c", "interval": 10}})"))
+                .rfind("checkpoint.interval: unknown key", 0),
+            0u);
+  // DeepSpeed's keys of the section are recognised, and asking for their
+  // defaults does not warn.
+  EXPECT_TRUE(
+      parse_ok(patched(R"({"checkpoint": {"tag_validation": "Warn", "load_universal": false}})"))
+          .warnings.empty());
+  // Written back and read again.
+  EXPECT_EQ(parse_ok(to_json(c)).checkpoint.dir, "ckpt");
 }
 
 TEST(TrainConfigTest, SettingsThatAskForNothingDoNotWarn) {
