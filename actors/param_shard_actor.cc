@@ -251,21 +251,28 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
   if (!s.ok()) return Future<ShardSaveReport>::ready_with(s.status());
   if (writer_.joinable()) writer_.join();  // done (writing_ is false)
 
+  nn::ParamRange part = request.range;
+  if (part.begin == 0 && part.end == 0) part = range_;
+  if (part.begin < range_.begin || part.end > range_.end || part.begin > part.end) {
+    return refuse(absl::StrCat("[", part.begin, ", ", part.end, ") is not a part of its range [",
+                               range_.begin, ", ", range_.end, ")"));
+  }
   // The step boundary's share: one copy of the state.
   const double start = now_ms();
-  const size_t n = range_.size();
+  const size_t n = part.size();
+  const size_t skip = part.begin - range_.begin;
   const std::vector<std::pair<std::string, float*>> states = checkpoint_state(**s);
   staging_.resize(states.size() * n);
   std::vector<checkpoint::StateArray> arrays;
   for (size_t k = 0; k < states.size(); ++k) {
     float* copy = staging_.data() + k * n;
-    if (n > 0) std::memcpy(copy, states[k].second, n * sizeof(float));
+    if (n > 0) std::memcpy(copy, states[k].second + skip, n * sizeof(float));
     arrays.push_back({.state = states[k].first, .data = copy, .n = n});
   }
   ShardSaveReport report;
   report.file =
       checkpoint::shard_file_name({.d = options_.at.d, .p = options_.at.p, .t = options_.at.t});
-  report.range = range_;
+  report.range = part;
   report.bytes = static_cast<int64_t>(staging_.size() * sizeof(float));
   report.staging_ms = now_ms() - start;
 

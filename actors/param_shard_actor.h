@@ -92,8 +92,9 @@ class ParamShardActor {
   absl::Status load_params(std::vector<float> params);
   // Optimizer updates applied so far (skipped steps apply none).
   int64_t applied_updates() const { return updates_; }
-  // Saves the shard's state after step `request.step` (see above): the
-  // future completes once the file is durable. FailedPrecondition for a step
+  // Saves the shard's state after step `request.step` (see above), or the
+  // part request.range of it: the future completes once the file is
+  // durable. FailedPrecondition for a range that is not a part of its own, a step
   // the shard is not at (a step prepared but not committed, a step before
   // the last applied), before init or load, or while a save is in flight;
   // the write's errors (ResourceExhausted for ENOSPC, Internal) through the

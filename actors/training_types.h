@@ -125,11 +125,14 @@ struct CommitRequest {
 // Checkpoints (checkpoint/, docs/checkpoint.md). Asks a shard to save its
 // state as it stands after step `step` into `step_dir`, a directory of the
 // checkpoint that every node reaches (a shared file system), as its own
-// file: checkpoint::shard_file_name of its coordinate.
+// file: checkpoint::shard_file_name of its coordinate. `range`: the part of
+// its range to save (replicas of a range each save a part of it); empty
+// (0, 0): all of it.
 struct SaveRequest {
   std::string step_dir;
   int64_t step = 0;
-  TROUPE_FIELDS(step_dir, step);
+  nn::ParamRange range;
+  TROUPE_FIELDS(step_dir, step, range);
 };
 
 // One entry of a shard's file (checkpoint::ShardEntry).

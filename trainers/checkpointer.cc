@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "actors/step_clock.h"
+#include "actors/zero_partition.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checksum.h"
 
@@ -86,18 +87,33 @@ absl::Status Checkpointer::start(int64_t step) {
   p.step_dir = checkpoint::step_dir(config_.dir, step);
   p.state = controller_.state();
   p.start_ms = actors::now_ms();
-  // Each distinct range once: replicas (DDP) hold the same state.
-  std::vector<nn::ParamRange> taken;
+  // Each distinct range saved once: the members that hold the same range
+  // (DDP's replicas) each save a part of it, split as ZeRO partitions are.
+  std::vector<nn::ParamRange> ranges;
+  std::vector<std::vector<int>> holders;
   for (size_t i = 0; i < members.size(); ++i) {
     if (owned[i].size() == 0) continue;
-    if (std::find(taken.begin(), taken.end(), owned[i]) != taken.end()) continue;
-    taken.push_back(owned[i]);
-    p.writers.push_back(static_cast<int>(i));
+    auto it = std::find(ranges.begin(), ranges.end(), owned[i]);
+    if (it == ranges.end()) {
+      ranges.push_back(owned[i]);
+      holders.emplace_back();
+      it = ranges.end() - 1;
+    }
+    holders[static_cast<size_t>(it - ranges.begin())].push_back(static_cast<int>(i));
+  }
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    const int k = static_cast<int>(holders[r].size());
+    for (int j = 0; j < k; ++j) {
+      const nn::ParamRange part = actors::ZeroPartition(ranges[r], k, j).own();
+      if (part.size() == 0) continue;
+      p.writers.push_back(holders[r][static_cast<size_t>(j)]);
+      p.parts.push_back(part);
+    }
   }
   if (absl::Status s = checkpoint::begin_checkpoint(env(), config_.dir, step); !s.ok()) return s;
-  for (int i : p.writers) {
-    p.reports.push_back(
-        members[static_cast<size_t>(i)].shard->save({.step_dir = p.step_dir, .step = step}));
+  for (size_t w = 0; w < p.writers.size(); ++w) {
+    p.reports.push_back(members[static_cast<size_t>(p.writers[w])].shard->save(
+        {.step_dir = p.step_dir, .step = step, .range = p.parts[w]}));
   }
   pending_ = std::move(p);
   return absl::OkStatus();
@@ -186,16 +202,18 @@ std::vector<CheckpointEvent> Checkpointer::after_step(int64_t step) {
   return events;
 }
 
-CheckpointEvent Checkpointer::save_now() {
+std::vector<CheckpointEvent> Checkpointer::save_now() {
   const int64_t step = controller_.next_step() - 1;
-  if (pending_) complete(0);
+  std::vector<CheckpointEvent> events = finish();
   const double t0 = actors::now_ms();
   if (absl::Status s = start(step); !s.ok()) {
-    return {.step = step, .status = s, .step_dir = checkpoint::step_dir(config_.dir, step)};
+    events.push_back(
+        {.step = step, .status = s, .step_dir = checkpoint::step_dir(config_.dir, step)});
+    return events;
   }
-  CheckpointEvent event = complete(0);
-  event.waited_ms = actors::now_ms() - t0;
-  return event;
+  events.push_back(complete(0));
+  events.back().waited_ms = actors::now_ms() - t0;
+  return events;
 }
 
 std::vector<CheckpointEvent> Checkpointer::finish() {

@@ -81,8 +81,9 @@ class Checkpointer {
   // (interval_steps). Returns the checkpoints that completed or failed.
   std::vector<CheckpointEvent> after_step(int64_t step);
   // Saves the job as it stands after the controller's last step, now (as
-  // after_step does when due), and waits for it.
-  CheckpointEvent save_now();
+  // after_step does when due), and waits for it: the checkpoint in flight
+  // before it, if any, then this one (the last event).
+  std::vector<CheckpointEvent> save_now();
   // Waits for the checkpoint in flight, if any.
   std::vector<CheckpointEvent> finish();
   bool in_flight() const { return pending_.has_value(); }
@@ -101,7 +102,8 @@ class Checkpointer {
     int64_t step = 0;
     std::string step_dir;
     ControllerState state;
-    std::vector<int> writers;  // member indices
+    std::vector<int> writers;           // member indices
+    std::vector<nn::ParamRange> parts;  // what each writer saves
     std::vector<Future<actors::ShardSaveReport>> reports;
     double start_ms = 0;
   };

@@ -290,6 +290,14 @@ int train_command(const std::vector<std::string>& args) {
       }
     }
   }
+  // A run that ends between checkpoints saves its last step too, so that a
+  // later --resume (with more steps) continues from where it ended.
+  if (config.checkpoint.interval_steps > 0 && first_step <= steps &&
+      steps % config.checkpoint.interval_steps != 0) {
+    if (absl::Status s = report_checkpoints(checkpoints.save_now()); !s.ok()) {
+      return fail("writing the metrics", s);
+    }
+  }
   if (absl::Status s = report_checkpoints(checkpoints.finish()); !s.ok()) {
     return fail("writing the metrics", s);
   }

@@ -98,7 +98,7 @@ class CheckpointResumeTest : public testing::TrainingClusterTest {
       result.norms.push_back(outcome->grad_norm);
       result.outcomes.push_back(*outcome);
       if (std::find(save_at.begin(), save_at.end(), k) != save_at.end()) {
-        CheckpointEvent saved = checkpoints.save_now();
+        const CheckpointEvent saved = checkpoints.save_now().back();
         EXPECT_TRUE(saved.status.ok()) << saved.status;
         EXPECT_EQ(saved.step, k);
       }
@@ -243,6 +243,52 @@ TEST_F(CheckpointResumeTest, AFailedSaveIsReportedAndTrainingGoesOn) {
   }
   EXPECT_TRUE((*trainer)->stop().ok());
   fs::remove(dir_);
+}
+
+// A real full disk: a small tmpfs (where this machine lets the test mount
+// one) that holds one checkpoint but not two. The shards' background writes
+// of the second fail with ENOSPC; that is reported, training goes on, and
+// the first stays latest and loads.
+TEST_F(CheckpointResumeTest, AShardRunningOutOfSpaceIsReportedAndTrainingGoesOn) {
+  fs::create_directories(dir_);
+  TrainConfig c = config_for(0, 2, dir_);
+  const int64_t state = 3 * 4 * static_cast<int64_t>(nn::GPTParamLayout(c.model).num_params());
+  const std::string mount = "mount -t tmpfs -o size=" + std::to_string(state * 3 / 2) +
+                            " troupe-test '" + dir_ + "' 2>/dev/null";
+  if (std::system(mount.c_str()) != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here (not root, or no CAP_SYS_ADMIN): the full disk is "
+                    "tested with injected ENOSPC in checkpoint_format_test only";
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { std::system(("umount '" + dir + "'").c_str()); }
+  } unmount{dir_};
+  c.checkpoint.interval_steps = 2;
+  auto trainer = DataParallelTrainer::start(*driver_, c, next_job(), 1);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  Checkpointer checkpoints((*trainer)->controller(),
+                           job_record(c, (*trainer)->data_info().samples_per_epoch), c.checkpoint);
+  std::vector<CheckpointEvent> events;
+  for (int k = 1; k <= 6; ++k) {
+    ASSERT_TRUE((*trainer)->step(k).ok()) << "step " << k;
+    for (CheckpointEvent& e : checkpoints.after_step(k))
+      events.push_back(std::move(e));
+  }
+  for (CheckpointEvent& e : checkpoints.finish())
+    events.push_back(std::move(e));
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_TRUE(events[0].status.ok()) << events[0].status;
+  for (int i : {1, 2}) {
+    EXPECT_TRUE(absl::IsResourceExhausted(events[i].status)) << events[i].status;
+    EXPECT_NE(events[i].status.message().find("No space left on device"), std::string::npos)
+        << events[i].status;
+  }
+  EXPECT_TRUE((*trainer)->stop().ok());
+  absl::StatusOr<std::string> latest = checkpoint::Env::posix()->read_file(dir_ + "/latest");
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, "step-00000002\n");
+  const RunResult again = run(c, 3, 3, {}, /*load=*/true);
+  EXPECT_EQ(again.losses.size(), 1u);
 }
 
 TEST_F(CheckpointResumeTest, PeriodicAsyncCheckpointsKeepTheNewest) {
