@@ -4,7 +4,7 @@
 //
 //   checkpoint_bench [--ranks 2] [--threads 1] [--steps 30] [--interval 10] [--warmup 2]
 //                    [--repeat 3] [--dir DIR] [--drop-caches] [--skip-peers] [--tiny]
-//                    [--json FILE]
+//                    [--throughput-only] [--json FILE]
 //
 // The model is ddp_bench's medium config (a GPT of 6 layers x 384, 6 heads, seq 256, vocab
 // 4096: 12.3M parameters; micro-batch 4 per rank), AdamW; --tiny: CI's smoke size.
@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
     std::printf(
         "usage: checkpoint_bench [--ranks 2] [--threads 1] [--steps 30] [--interval 10]\n"
         "                        [--warmup 2] [--repeat 3] [--dir DIR] [--drop-caches]\n"
-        "                        [--skip-peers] [--tiny] [--json FILE]\n");
+        "                        [--skip-peers] [--tiny] [--throughput-only] [--json FILE]\n");
     return 0;
   }
   const bool tiny = flags.has("--tiny");
@@ -288,7 +288,8 @@ int main(int argc, char** argv) {
 
   // 1. What checkpointing costs the training.
   std::vector<double> ratios, with_sps, without_sps, staging, tails;
-  for (int r = 0; r < repeat; ++r) {
+  const int rounds = flags.has("--throughput-only") ? 0 : repeat;
+  for (int r = 0; r < rounds; ++r) {
     OverheadRun with, without;
     for (int order = 0; order < 2; ++order) {
       const bool checkpointing = (order + r) % 2 == 0;

@@ -102,15 +102,20 @@ absl::Status commit_checkpoint(Env* env, const std::string& dir, const Manifest&
       !s.ok()) {
     return s;
   }
-  // Prune: the newest `keep` complete checkpoints up to this one stay; older
-  // ones, and incomplete directories older than this one, go.
+  if (keep <= 0) return absl::OkStatus();
+  return prune_checkpoints(env, dir, manifest.step, keep);
+}
+
+absl::Status prune_checkpoints(Env* env, const std::string& dir, int64_t newest, int keep) {
+  // The newest `keep` complete checkpoints up to `newest` stay; older ones,
+  // and incomplete directories older than it, go.
   absl::StatusOr<std::vector<std::string>> names = env->children(dir);
   if (!names.ok()) return names.status();
   std::vector<int64_t> complete;
   std::vector<int64_t> incomplete;
   for (const std::string& name : *names) {
     std::optional<int64_t> step = parse_step_dir_name(name);
-    if (!step || *step >= manifest.step) continue;
+    if (!step || *step >= newest) continue;
     (env->exists(absl::StrCat(dir, "/", name, "/", kManifestFile)) ? complete : incomplete)
         .push_back(*step);
   }

@@ -44,13 +44,17 @@ std::string shard_file_name(const Owner& owner);
 
 absl::Status begin_checkpoint(Env* env, const std::string& dir, int64_t step);
 
-// Makes the checkpoint of manifest.step complete and latest, then removes the
-// older ones beyond the newest `keep` (keep >= 1) and incomplete ones older
-// than it. Errors of writing the manifest or `latest` leave the previous
-// checkpoint latest; an error while pruning is returned after the new
-// checkpoint is complete (it is loadable either way).
+// Makes the checkpoint of manifest.step complete and latest, then prunes
+// (keep >= 1; 0: no pruning, for a caller that prunes itself). Errors of
+// writing the manifest or `latest` leave the previous checkpoint latest; an
+// error while pruning is returned after the new checkpoint is complete (it
+// is loadable either way).
 absl::Status commit_checkpoint(Env* env, const std::string& dir, const Manifest& manifest,
                                int keep);
+
+// Removes the complete checkpoints older than the newest `keep` of those up
+// to step `newest`, and incomplete ones older than `newest`.
+absl::Status prune_checkpoints(Env* env, const std::string& dir, int64_t newest, int keep);
 
 struct FoundCheckpoint {
   std::string step_dir;

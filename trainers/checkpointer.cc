@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -73,6 +74,11 @@ Checkpointer::Checkpointer(TrainerController& controller, JobRecord job, Checkpo
 Checkpointer::~Checkpointer() {
   // The shards finish their writes on their own; only the manifest is not
   // written for a checkpoint still in flight, so it is not complete.
+  join_pruner();
+}
+
+void Checkpointer::join_pruner() {
+  if (pruner_.joinable()) pruner_.join();
 }
 
 absl::Status Checkpointer::start(int64_t step) {
@@ -174,9 +180,18 @@ CheckpointEvent Checkpointer::complete(double waited_ms) {
     event.status = absl::InternalError(absl::StrCat(
         "the manifest the shards' reports make is not loadable: ", back.status().message()));
   } else {
-    event.status = checkpoint::commit_checkpoint(env(), config_.dir, m, config_.keep);
+    event.status = checkpoint::commit_checkpoint(env(), config_.dir, m, /*keep=*/0);
   }
   event.total_ms = actors::now_ms() - p.start_ms;
+  // Removing old checkpoints can take a while (large files, a file system
+  // that discards freed blocks); it is not the new checkpoint's business, and
+  // not the training's: a thread of its own does it.
+  if (event.status.ok()) {
+    join_pruner();
+    pruner_ = std::thread([dir = config_.dir, newest = p.step, keep = config_.keep] {
+      checkpoint::prune_checkpoints(env(), dir, newest, keep).IgnoreError();  // best effort
+    });
+  }
   return event;
 }
 
@@ -223,6 +238,7 @@ std::vector<CheckpointEvent> Checkpointer::finish() {
     events.push_back(complete(0));
     events.back().waited_ms = actors::now_ms() - t0;
   }
+  join_pruner();
   return events;
 }
 

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -84,7 +85,8 @@ class Checkpointer {
   // after_step does when due), and waits for it: the checkpoint in flight
   // before it, if any, then this one (the last event).
   std::vector<CheckpointEvent> save_now();
-  // Waits for the checkpoint in flight, if any.
+  // Waits for the checkpoint in flight, if any, and for the removal of the
+  // checkpoints beyond the newest `keep` (done in the background).
   std::vector<CheckpointEvent> finish();
   bool in_flight() const { return pending_.has_value(); }
 
@@ -109,6 +111,7 @@ class Checkpointer {
   };
   absl::Status start(int64_t step);
   CheckpointEvent complete(double waited_ms);
+  void join_pruner();
   absl::StatusOr<LoadedCheckpoint> load_from(const std::string& step_dir,
                                              const checkpoint::Manifest& manifest);
 
@@ -116,6 +119,7 @@ class Checkpointer {
   JobRecord job_;
   CheckpointConfig config_;
   std::optional<Pending> pending_;
+  std::thread pruner_;  // removing the checkpoints beyond the newest `keep`
 };
 
 }  // namespace troupe::trainers
