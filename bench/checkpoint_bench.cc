@@ -23,8 +23,10 @@
 //    load (Checkpointer::load: find and check the checkpoint, every shard reads and verifies
 //    its range, the loaders seek), against DCP saving and loading a state dict of the same
 //    tensors per rank (bench/checkpoint_bench_dcp.py); and the disk's sequential write
-//    bandwidth: the same bytes in one file, 4 MiB writes and an fdatasync. Medians of --repeat;
-//    MB/s = 10^6 bytes per second. Goals: save at least 1.5x DCP's, and at least 80% of the
+//    bandwidth: the same bytes in one file, 4 MiB writes and an fdatasync. --repeat rounds, each
+//    measuring troupe's save and load, the disk and DCP's save and load back to back (a shared
+//    machine's disk speed changes from minute to minute); the figures are medians, the ratios
+//    medians of each round's ratio. MB/s = 10^6 bytes per second. Goals: save at least 1.5x DCP's, and at least 80% of the
 //    disk's. Loads read from the page cache unless --drop-caches (root) empties it first, on
 //    both sides alike.
 //
@@ -319,7 +321,19 @@ int main(int argc, char** argv) {
   trainers::Checkpointer checkpoints(
       trainer->controller(), trainers::job_record(zc, trainer->data_info().samples_per_epoch),
       zc.checkpoint);
-  std::vector<double> save_mbps, load_mbps, write_ms, disk_mbps;
+  std::optional<std::string> python;
+  std::string dcp_note;
+  if (flags.has("--skip-peers")) {
+    dcp_note = "skipped (--skip-peers)";
+  } else if ((python = find_torch_python())) {
+    dcp_note = "torch";
+  } else {
+    dcp_note = "skipped: no python here imports torch (bench/setup_torch_peers.sh installs it)";
+  }
+  // The disk's speed varies from minute to minute on a shared machine: each round measures
+  // troupe's save, the disk and DCP back to back, and the ratios are each round's.
+  std::vector<double> save_mbps, load_mbps, write_ms, disk_mbps, dcp_save, dcp_load;
+  std::vector<double> vs_disk, vs_dcp_save, vs_dcp_load;
   bool dropped = drop;
   // A step before each save, as in training; the first save allocates the staging buffers
   // (a warm-up, not counted).
@@ -332,54 +346,64 @@ int main(int argc, char** argv) {
     if (r == 0) continue;
     save_mbps.push_back(static_cast<double>(e.bytes) / (e.total_ms / 1e3) / 1e6);
     write_ms.push_back(e.write_ms);
-  }
-  for (int r = 0; r < repeat; ++r) {
     if (drop) dropped = drop_caches() && dropped;
     const Clock::time_point t0 = Clock::now();
     trainers::LoadedCheckpoint loaded = value_or_die(checkpoints.load(step), "load");
-    const double ms = seconds_since(t0) * 1e3;
-    load_mbps.push_back(static_cast<double>(loaded.bytes) / (ms / 1e3) / 1e6);
+    load_mbps.push_back(static_cast<double>(loaded.bytes) / seconds_since(t0) / 1e6);
+    disk_mbps.push_back(disk_write_mbps(dir, state_bytes));
+    vs_disk.push_back(save_mbps.back() / disk_mbps.back());
+    if (python) {
+      DcpResult d = run_dcp(*python, params, ranks, dir + "/dcp", 1, drop);
+      if (d.save_mbps <= 0) {
+        dcp_note = d.note;
+        python.reset();
+      } else {
+        dcp_note = d.note;
+        dcp_save.push_back(d.save_mbps);
+        dcp_load.push_back(d.load_mbps);
+        vs_dcp_save.push_back(save_mbps.back() / d.save_mbps);
+        vs_dcp_load.push_back(load_mbps.back() / d.load_mbps);
+      }
+    }
+    std::printf("  round %d: save %.0f MB/s, load %.0f MB/s, disk %.0f MB/s%s\n", r,
+                save_mbps.back(), load_mbps.back(), disk_mbps.back(),
+                dcp_save.size() == static_cast<size_t>(r)
+                    ? (", DCP save " + std::to_string(static_cast<int>(dcp_save.back())) +
+                       " MB/s, load " + std::to_string(static_cast<int>(dcp_load.back())) + " MB/s")
+                          .c_str()
+                    : "");
+    std::fflush(stdout);
   }
   if (absl::Status s = trainer->stop(); !s.ok()) die("stopping: " + s.ToString());
-  for (int r = 0; r < repeat; ++r)
-    disk_mbps.push_back(disk_write_mbps(dir, state_bytes));
-
-  DcpResult dcp;
-  if (flags.has("--skip-peers")) {
-    dcp.note = "skipped (--skip-peers)";
-  } else if (std::optional<std::string> python = find_torch_python()) {
-    dcp = run_dcp(*python, params, ranks, dir + "/dcp", repeat, drop);
-  } else {
-    dcp.note = "skipped: no python here imports torch (bench/setup_torch_peers.sh installs it)";
-  }
   fs::remove_all(dir);
 
   std::printf("\n");
   std::vector<Row> rows = {
-      {"save (MB/s)", "MB/s", median(save_mbps), dcp.save_mbps},
-      {"load (MB/s)", "MB/s", median(load_mbps), dcp.load_mbps},
+      {"save (MB/s)", "MB/s", median(save_mbps), median(dcp_save)},
+      {"load (MB/s)", "MB/s", median(load_mbps), median(dcp_load)},
   };
   print_table("DCP", rows);
-  std::printf("  DCP: %s\n", dcp.note.c_str());
+  std::printf("  DCP: %s\n", dcp_note.c_str());
   const double disk = median(disk_mbps);
   std::printf(
       "  disk sequential write (same bytes, fdatasync): %.0f MB/s; troupe's save is %.0f%% of it "
-      "(goal >= 80%%); the slowest shard's write %.0f ms\n",
-      disk, 100 * median(save_mbps) / disk, median(write_ms));
-  if (dcp.save_mbps > 0) {
+      "(median of the rounds' ratios; goal >= 80%%); the slowest shard's write %.0f ms\n",
+      disk, 100 * median(vs_disk), median(write_ms));
+  if (!vs_dcp_save.empty()) {
     std::printf("  save vs DCP: %.2fx (goal >= 1.5x); load vs DCP: %.2fx%s\n",
-                median(save_mbps) / dcp.save_mbps, median(load_mbps) / dcp.load_mbps,
+                median(vs_dcp_save), median(vs_dcp_load),
                 drop ? (dropped ? " (page cache dropped before each load)"
                                 : " (the page cache could not be dropped)")
                      : " (loads from the page cache)");
   }
-  std::printf(
-      "  training with a checkpoint every %d steps: %.3f steps/s against %.3f without: %.2f%% "
-      "overhead (median of %d rounds; goal <= 3%%); step boundary's copy %.1f ms (median), the "
-      "last "
-      "checkpoint's tail after the last step %.0f ms\n",
-      interval, median(with_sps), median(without_sps), 100 * overhead, repeat, median(staging),
-      median(tails));
+  if (rounds > 0) {
+    std::printf(
+        "  training with a checkpoint every %d steps: %.3f steps/s against %.3f without: %.2f%% "
+        "overhead (median of %d rounds; goal <= 3%%); step boundary's copy %.1f ms (median), the "
+        "last checkpoint's tail after the last step %.0f ms\n",
+        interval, median(with_sps), median(without_sps), 100 * overhead, rounds, median(staging),
+        median(tails));
+  }
   rows.push_back(
       {"training steps/s with checkpoints", "steps/s", median(with_sps), median(without_sps)});
   rows.push_back({"troupe save vs disk write", "MB/s", median(save_mbps), disk});

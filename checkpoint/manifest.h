@@ -122,7 +122,6 @@ struct Manifest {
   uint64_t config_hash = 0;                        // xxh64 of the training config's JSON
   std::string config;                              // that JSON
   int64_t created_ms = 0;                          // wall clock, ms since the epoch
-  friend bool operator==(const Manifest&, const Manifest&) = default;
 };
 
 // The tensor records of `model` at stage 0, slice 0 (tp = pp = 1).
