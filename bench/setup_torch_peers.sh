@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The PyTorch peers of the benchmarks (ddp_bench_torch.py, gpt_bench_torch.py, zero_bench_peer.py):
-# a virtual environment with CPU PyTorch and DeepSpeed.
+# a virtual environment with CPU PyTorch (tests/reference/setup_reference_env.sh's, with
+# transformers) and DeepSpeed.
 #
 #   bench/setup_torch_peers.sh [VENV]    VENV: default /tmp/torchenv, where the benches look first
 #
@@ -14,19 +15,9 @@ say() { echo "setup_torch_peers: $*" >&2; }
 give_up() { say "$*; the benchmarks will skip their PyTorch peers"; exit 0; }
 pip_install() { "$py" -m pip install -q --disable-pip-version-check "$@"; }
 
-if ! "$py" -m pip --version >/dev/null 2>&1; then
-  base=/usr/bin/python3
-  [ -x "$base" ] || base=python3
-  if ! "$base" -m venv "$venv" >/dev/null 2>&1; then
-    { apt-get install -y python3-venv || { apt-get update && apt-get install -y python3-venv; }; } \
-      >/dev/null 2>&1 || give_up "cannot install python3-venv"
-    "$base" -m venv "$venv" || give_up "cannot create a virtual environment at $venv"
-  fi
-fi
-if ! "$py" -c 'import torch' >/dev/null 2>&1; then
-  pip_install --retries 1 --timeout 30 torch --index-url https://download.pytorch.org/whl/cpu ||
-    pip_install torch || give_up "cannot install torch"
-fi
+# The virtual environment with torch (and transformers) is the tests' reference one.
+"$(dirname "$0")/../tests/reference/setup_reference_env.sh" "$venv"
+"$py" -c 'import torch' >/dev/null 2>&1 || give_up "no torch in $venv"
 if ! DS_ACCELERATOR=cpu "$py" -c 'import deepspeed' >/dev/null 2>&1; then
   pip_install deepspeed==0.19.8 || pip_install deepspeed || give_up "cannot install deepspeed"
 fi

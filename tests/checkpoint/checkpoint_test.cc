@@ -16,6 +16,7 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/shard_file.h"
 #include "tests/checkpoint/fault_env.h"
+#include "tests/checkpoint/partitioned_checkpoint.h"
 
 namespace troupe::checkpoint {
 namespace {
@@ -40,48 +41,14 @@ float value(int64_t step, int k, int64_t i) {
          static_cast<float>(i) * 0.001f;
 }
 
-// [begin, end) of rank r's flat partition among dp (DeepSpeed's ceil split).
-std::pair<int64_t, int64_t> partition(int64_t n, int dp, int r) {
-  const int64_t part = (n + dp - 1) / dp;
-  return {std::min(n, part * r), std::min(n, part * (r + 1))};
-}
+using testing::partition;
 
 const char* const kStates[] = {kParamState, kExpAvgState, kExpAvgSqState};
 
 // Saves step `step` as a ZeRO run over dp owners would, through `env`.
 absl::Status save(Env* env, const std::string& dir, int64_t step, int dp, int keep = 2) {
-  if (absl::Status s = begin_checkpoint(env, dir, step); !s.ok()) return s;
-  Manifest m;
-  m.step = step;
-  m.applied_steps = step;
-  m.model = kModel;
-  m.layout = {.dp = dp, .pp = 1, .tp = 1, .zero_stage = dp > 1 ? 3 : 0};
-  m.tensors = tensor_records(kModel);
-  m.optimizer = {.type = "adamw", .updates = step};
-  m.data = {.position = step * 8, .epoch = 0, .samples_per_epoch = 800};
-  m.rng = {.seed = 1234, .task_seed = 1};
-  m.config_hash = 42;
-  m.config = R"({"train_batch_size":8})";
-  for (int r = 0; r < dp; ++r) {
-    auto [b, e] = partition(num_params(), dp, r);
-    std::vector<std::vector<float>> data(3);
-    std::vector<StateArray> arrays;
-    for (int k = 0; k < 3; ++k) {
-      for (int64_t i = b; i < e; ++i)
-        data[k].push_back(value(step, k, i));
-      arrays.push_back({.state = kStates[k], .data = data[k].data(), .n = data[k].size()});
-    }
-    const Owner owner{.d = r, .p = 0, .t = 0};
-    absl::StatusOr<std::vector<ShardEntry>> entries =
-        write_shard_file(env, step_dir(dir, step), shard_file_name(owner), arrays);
-    if (!entries.ok()) return entries.status();
-    m.shards.push_back({.file = shard_file_name(owner),
-                        .owner = owner,
-                        .begin = b,
-                        .end = e,
-                        .entries = *entries});
-  }
-  return commit_checkpoint(env, dir, m, keep);
+  return testing::save_partitioned(
+      env, dir, step, kModel, dp, [step](int k, int64_t i) { return value(step, k, i); }, keep);
 }
 
 // Reads state k of [begin, end) from what find_checkpoint finds and checks

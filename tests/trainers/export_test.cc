@@ -17,10 +17,9 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_dir.h"
-#include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
-#include "checkpoint/shard_file.h"
 #include "nn/gpt.h"
+#include "tests/checkpoint/partitioned_checkpoint.h"
 
 namespace troupe::checkpoint {
 namespace {
@@ -79,35 +78,10 @@ std::vector<float> parameters() {
 
 // Saves `params` as a ZeRO run over dp ranks at step `step` would.
 void save(const std::string& dir, int64_t step, int dp, const std::vector<float>& params) {
-  Env* env = Env::posix();
-  ASSERT_TRUE(begin_checkpoint(env, dir, step).ok());
-  Manifest m;
-  m.step = step;
-  m.applied_steps = step;
-  m.model = kModel;
-  m.layout = {.dp = dp, .pp = 1, .tp = 1, .zero_stage = 3};
-  m.tensors = tensor_records(kModel);
-  m.optimizer = {.type = "adamw", .updates = step};
-  m.data = {.position = 0, .epoch = 0, .samples_per_epoch = 10};
-  const int64_t n = static_cast<int64_t>(params.size());
-  const int64_t part = (n + dp - 1) / dp;
-  const std::vector<float> zeros(static_cast<size_t>(part), 0.0f);
-  for (int r = 0; r < dp; ++r) {
-    const int64_t b = std::min(n, r * part), e = std::min(n, (r + 1) * part);
-    const Owner owner{.d = r, .p = 0, .t = 0};
-    const size_t len = static_cast<size_t>(e - b);
-    auto entries = write_shard_file(env, step_dir(dir, step), shard_file_name(owner),
-                                    {{kParamState, params.data() + b, len},
-                                     {kExpAvgState, zeros.data(), len},
-                                     {kExpAvgSqState, zeros.data(), len}});
-    ASSERT_TRUE(entries.ok()) << entries.status();
-    m.shards.push_back({.file = shard_file_name(owner),
-                        .owner = owner,
-                        .begin = b,
-                        .end = e,
-                        .entries = *entries});
-  }
-  ASSERT_TRUE(commit_checkpoint(env, dir, m, 2).ok());
+  const absl::Status s = testing::save_partitioned(
+      Env::posix(), dir, step, kModel, dp,
+      [&](int k, int64_t i) { return k == 0 ? params[static_cast<size_t>(i)] : 0.0f; });
+  ASSERT_TRUE(s.ok()) << s;
 }
 
 class ExportTest : public ::testing::Test {
