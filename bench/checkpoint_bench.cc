@@ -26,9 +26,9 @@
 //    bandwidth: the same bytes in one file, 4 MiB writes and an fdatasync. --repeat rounds, each
 //    measuring troupe's save and load, the disk and DCP's save and load back to back (a shared
 //    machine's disk speed changes from minute to minute); the figures are medians, the ratios
-//    medians of each round's ratio. MB/s = 10^6 bytes per second. Goals: save at least 1.5x DCP's, and at least 80% of the
-//    disk's. Loads read from the page cache unless --drop-caches (root) empties it first, on
-//    both sides alike.
+//    medians of each round's ratio. MB/s = 10^6 bytes per second. Goals: save at least 1.5x DCP's,
+//    and at least 80% of the disk's. Loads read from the page cache unless --drop-caches (root)
+//    empties it first, on both sides alike.
 //
 // DCP is skipped with a message when no python here imports torch (bench/setup_torch_peers.sh).
 #include <unistd.h>
@@ -390,8 +390,8 @@ int main(int argc, char** argv) {
       "(median of the rounds' ratios; goal >= 80%%); the slowest shard's write %.0f ms\n",
       disk, 100 * median(vs_disk), median(write_ms));
   if (!vs_dcp_save.empty()) {
-    std::printf("  save vs DCP: %.2fx (goal >= 1.5x); load vs DCP: %.2fx%s\n",
-                median(vs_dcp_save), median(vs_dcp_load),
+    std::printf("  save vs DCP: %.2fx (goal >= 1.5x); load vs DCP: %.2fx%s\n", median(vs_dcp_save),
+                median(vs_dcp_load),
                 drop ? (dropped ? " (page cache dropped before each load)"
                                 : " (the page cache could not be dropped)")
                      : " (loads from the page cache)");
