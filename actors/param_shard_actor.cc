@@ -257,34 +257,38 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
     return refuse(absl::StrCat("[", part.begin, ", ", part.end, ") is not a part of its range [",
                                range_.begin, ", ", range_.end, ")"));
   }
-  // The step boundary's share: one copy of the state.
-  const double start = now_ms();
+  // The step boundary's share is one copy of the state into the staging
+  // buffer; the writer starts at once and writes each piece as soon as it is
+  // copied (the buffer holds the file's bytes in file order).
   const size_t n = part.size();
   const size_t skip = part.begin - range_.begin;
   const std::vector<std::pair<std::string, float*>> states = checkpoint_state(**s);
   staging_.resize(states.size() * n);
   std::vector<checkpoint::StateArray> arrays;
-  for (size_t k = 0; k < states.size(); ++k) {
-    float* copy = staging_.data() + k * n;
-    if (n > 0) std::memcpy(copy, states[k].second + skip, n * sizeof(float));
-    arrays.push_back({.state = states[k].first, .data = copy, .n = n});
-  }
+  for (size_t k = 0; k < states.size(); ++k)
+    arrays.push_back({.state = states[k].first, .data = staging_.data() + k * n, .n = n});
   ShardSaveReport report;
   report.file =
       checkpoint::shard_file_name({.d = options_.at.d, .p = options_.at.p, .t = options_.at.t});
   report.range = part;
   report.bytes = static_cast<int64_t>(staging_.size() * sizeof(float));
-  report.staging_ms = now_ms() - start;
 
   Promise<ShardSaveReport> done;
   Future<ShardSaveReport> future = done.get_future();
+  staged_.store(0);
   writing_.store(true);
   writer_ = std::thread([this, dir = request.step_dir, arrays = std::move(arrays),
                          report = std::move(report), done = std::move(done)]() mutable {
     const double t0 = now_ms();
-    absl::StatusOr<std::vector<checkpoint::ShardEntry>> entries =
-        checkpoint::write_shard_file(checkpoint::Env::posix(), dir, report.file, arrays);
+    auto await_staged = [this](uint64_t bytes) {
+      for (uint64_t have = staged_.load(); have < bytes; have = staged_.load())
+        staged_.wait(have);
+    };
+    absl::StatusOr<std::vector<checkpoint::ShardEntry>> entries = checkpoint::write_shard_file(
+        checkpoint::Env::posix(), dir, report.file, arrays, await_staged);
     report.write_ms = now_ms() - t0;
+    await_staged(static_cast<uint64_t>(report.bytes));  // then staging_ms_ is the copy's
+    report.staging_ms = staging_ms_;
     writing_.store(false);
     if (!entries.ok()) {
       done.set_error(absl::Status(
@@ -298,6 +302,23 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
     }
     done.set_value(std::move(report));
   });
+  const double start = now_ms();
+  constexpr size_t kPiece = (size_t{4} << 20) / sizeof(float);  // the writer's 4 MiB pieces
+  uint64_t copied = 0;
+  for (size_t k = 0; k < states.size(); ++k) {
+    for (size_t at = 0; at < n; at += kPiece) {
+      const size_t len = std::min(kPiece, n - at);
+      std::memcpy(staging_.data() + k * n + at, states[k].second + skip + at, len * sizeof(float));
+      copied += len * sizeof(float);
+      if (copied < staging_.size() * sizeof(float)) {
+        staged_.store(copied);
+        staged_.notify_all();
+      }
+    }
+  }
+  staging_ms_ = now_ms() - start;
+  staged_.store(staging_.size() * sizeof(float));  // after staging_ms_: the writer reads it
+  staged_.notify_all();
   return future;
 }
 

@@ -25,10 +25,10 @@
 //
 // Checkpoints (docs/checkpoint.md): save(request) copies the range's masters
 // and optimizer state into a staging buffer - the only time the step boundary
-// pays - and returns; a background thread writes them to this shard's file
-// and completes the returned future. At most one save is in flight per
-// shard. load(request) reads the range from a checkpoint of any layout and
-// puts the shard (and its stage) at the checkpoint's step.
+// pays - and returns; a background thread writes them to this shard's file,
+// each piece as soon as it is copied, and completes the returned future. At most one save is in
+// flight per shard. load(request) reads the range from a checkpoint of any layout and puts the
+// shard (and its stage) at the checkpoint's step.
 #pragma once
 
 #include <atomic>
@@ -138,6 +138,10 @@ class ParamShardActor {
   std::vector<float> staging_;     // a save's copy of the state, while it is written
   std::thread writer_;             // the save in flight, if any
   std::atomic<bool> writing_{false};
+  // The bytes of staging_ copied so far (the writer writes no further), and
+  // the copy's time, written before the last store of staged_.
+  std::atomic<uint64_t> staged_{0};
+  double staging_ms_ = 0;
   bool initialised_ = false;  // init or load_params ran: the masters hold weights
   int64_t prepared_ = 0;      // the step prepare() accepted, until its commit
   int64_t applied_step_ = 0;

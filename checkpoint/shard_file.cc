@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -63,9 +64,9 @@ struct Piece {
 
 }  // namespace
 
-absl::StatusOr<std::vector<ShardEntry>> write_shard_file(Env* env, const std::string& dir,
-                                                         const std::string& name,
-                                                         const std::vector<StateArray>& arrays) {
+absl::StatusOr<std::vector<ShardEntry>> write_shard_file(
+    Env* env, const std::string& dir, const std::string& name,
+    const std::vector<StateArray>& arrays, const std::function<void(uint64_t)>& await_bytes) {
   const std::string tmp = dir + "/" + name + ".tmp";
   std::vector<ShardEntry> entries;
   absl::Status written = [&]() -> absl::Status {
@@ -78,6 +79,7 @@ absl::StatusOr<std::vector<ShardEntry>> write_shard_file(Env* env, const std::st
       Xxh64 sum;
       for (size_t at = 0; at < bytes; at += kWriteChunk) {
         const size_t n = std::min(kWriteChunk, bytes - at);
+        if (await_bytes) await_bytes(offset + at + n);
         sum.update(p + at, n);
         if (absl::Status s = (*f)->append(p + at, n); !s.ok()) return s;
       }

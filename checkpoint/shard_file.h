@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,13 @@ struct StateArray {
 // The entries of the written file, in the order of `arrays` (each of them
 // the same length). ResourceExhausted on ENOSPC; Internal for other I/O
 // failures; either way DIR/NAME is untouched and NAME.tmp removed.
-absl::StatusOr<std::vector<ShardEntry>> write_shard_file(Env* env, const std::string& dir,
-                                                         const std::string& name,
-                                                         const std::vector<StateArray>& arrays);
+// `await_bytes`, when given, is called before each piece is read from the
+// arrays with the file offset where the piece ends, and returns once the
+// arrays hold the file's bytes up to there: a caller may write the arrays
+// while they are being written out, in file order.
+absl::StatusOr<std::vector<ShardEntry>> write_shard_file(
+    Env* env, const std::string& dir, const std::string& name,
+    const std::vector<StateArray>& arrays, const std::function<void(uint64_t)>& await_bytes = {});
 
 // Elements [begin, end) of `state` in the buffer described by `tensors` (the
 // reader's layout; tensor_records(model) for tp = pp = 1), into
