@@ -333,8 +333,14 @@ absl::StatusOr<ShardLoadReport> ParamShardActor::load(LoadRequest request) {
   }
   checkpoint::Env* env = checkpoint::Env::posix();
   const std::string manifest_path = request.step_dir + "/" + checkpoint::kManifestFile;
-  absl::StatusOr<std::string> text = env->read_file(manifest_path);
-  if (!text.ok()) return absl::DataLossError(absl::StrCat(name_, ": ", text.status().message()));
+  absl::StatusOr<std::string> text = env->read_file(manifest_path, checkpoint::kMaxManifestBytes);
+  if (!text.ok()) {
+    const absl::Status& e = text.status();
+    // Missing or oversized is the checkpoint's fault; another I/O error is not.
+    const absl::StatusCode code =
+        absl::IsNotFound(e) || absl::IsDataLoss(e) ? absl::StatusCode::kDataLoss : e.code();
+    return absl::Status(code, absl::StrCat(name_, ": ", e.message()));
+  }
   absl::StatusOr<checkpoint::Manifest> m = checkpoint::decode_manifest(*text, manifest_path);
   if (!m.ok()) return m.status();
   const nn::GPTConfig& want = options_.model;

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint/checksum.h"
 #include "checkpoint/shard_file.h"
 
 namespace troupe::checkpoint {
@@ -36,6 +37,17 @@ absl::StatusOr<Manifest> open_candidate(Env* env, const std::string& dir, int64_
   return m;
 }
 
+// Removes a checkpoint's directory, its manifest first, so that a crash
+// part-way leaves a plainly incomplete directory, not a manifest without files.
+absl::Status remove_checkpoint_dir(Env* env, const std::string& where) {
+  const std::string manifest = where + "/" + kManifestFile;
+  if (env->exists(manifest)) {
+    if (absl::Status s = env->remove_file(manifest); !s.ok()) return s;
+    if (absl::Status s = env->sync_dir(where); !s.ok()) return s;
+  }
+  return env->remove_dir(where);
+}
+
 }  // namespace
 
 std::string step_dir_name(int64_t step) {
@@ -62,6 +74,20 @@ std::optional<int64_t> parse_step_dir_name(const std::string& name) {
   return step;
 }
 
+std::string latest_pointer(int64_t step) {
+  const std::string name = step_dir_name(step);
+  return absl::StrCat(name, " ", hex64(xxh64(name.data(), name.size())), "\n");
+}
+
+std::optional<int64_t> parse_latest_pointer(const std::string& text) {
+  const std::string line(absl::StripAsciiWhitespace(text));
+  const size_t space = line.find(' ');
+  if (space == std::string::npos) return std::nullopt;
+  const std::string name = line.substr(0, space);
+  if (line.substr(space + 1) != hex64(xxh64(name.data(), name.size()))) return std::nullopt;
+  return parse_step_dir_name(name);
+}
+
 std::string shard_file_name(const Owner& owner) {
   return absl::StrCat("shard-", to_string(owner), ".bin");
 }
@@ -69,7 +95,16 @@ std::string shard_file_name(const Owner& owner) {
 absl::Status begin_checkpoint(Env* env, const std::string& dir, int64_t step) {
   if (absl::Status s = env->create_dir(dir); !s.ok()) return s;
   const std::string where = step_dir(dir, step);
-  if (absl::Status s = env->remove_dir(where); !s.ok()) return s;
+  // What a failed attempt at this step left may go; the checkpoint `latest`
+  // names may not (a crash before the new one is complete would leave
+  // nothing it names).
+  if (absl::StatusOr<std::string> latest = env->read_file(dir + "/" + kLatestFile, 1024);
+      latest.ok() && parse_latest_pointer(*latest) == step &&
+      env->exists(where + "/" + kManifestFile)) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        step_dir_name(step), " is already saved and is latest; it is not written again"));
+  }
+  if (absl::Status s = remove_checkpoint_dir(env, where); !s.ok()) return s;
   if (absl::Status s = env->create_dir(where); !s.ok()) return s;
   return env->sync_dir(dir);
 }
@@ -96,7 +131,7 @@ absl::Status commit_checkpoint(Env* env, const std::string& dir, const Manifest&
       !s.ok()) {
     return s;
   }
-  const std::string pointer = step_dir_name(manifest.step) + "\n";
+  const std::string pointer = latest_pointer(manifest.step);
   if (absl::Status s =
           write_file_atomically(env, dir + "/" + kLatestFile, pointer.data(), pointer.size());
       !s.ok()) {
@@ -127,7 +162,7 @@ absl::Status prune_checkpoints(Env* env, const std::string& dir, int64_t newest,
   }
   absl::Status first;
   for (int64_t step : doomed)
-    first.Update(env->remove_dir(step_dir(dir, step)));
+    first.Update(remove_checkpoint_dir(env, step_dir(dir, step)));
   return first;
 }
 
@@ -139,11 +174,15 @@ absl::StatusOr<FoundCheckpoint> find_checkpoint(Env* env, const std::string& dir
     candidates.push_back(*step);
   } else {
     // `latest` first; then every step directory, newest first.
-    absl::StatusOr<std::string> latest = env->read_file(dir + "/" + kLatestFile);
+    absl::StatusOr<std::string> latest = env->read_file(dir + "/" + kLatestFile, 1024);
     std::optional<int64_t> pointed;
     if (latest.ok()) {
-      pointed = parse_step_dir_name(std::string(absl::StripAsciiWhitespace(*latest)));
-      if (!pointed) found.skipped.push_back(absl::StrCat(kLatestFile, ": names no checkpoint"));
+      pointed = parse_latest_pointer(*latest);
+      if (!pointed) {
+        found.skipped.push_back(absl::StrCat(kLatestFile,
+                                             ": corrupt (its checksum does not match); the newest "
+                                             "checkpoint that loads is used"));
+      }
     }
     if (pointed && *pointed < below) candidates.push_back(*pointed);
     absl::StatusOr<std::vector<std::string>> names = env->children(dir);
@@ -166,6 +205,9 @@ absl::StatusOr<FoundCheckpoint> find_checkpoint(Env* env, const std::string& dir
       found.manifest = *std::move(m);
       return found;
     }
+    // Only missing or corrupt data moves on to an older checkpoint; an I/O
+    // error is the reader's trouble, and an older checkpoint would hide it.
+    if (!absl::IsDataLoss(m.status())) return m.status();
     found.skipped.push_back(std::string(m.status().message()));
   }
   return absl::NotFoundError(absl::StrCat(

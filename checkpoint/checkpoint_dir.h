@@ -41,7 +41,13 @@ std::string step_dir(const std::string& dir, int64_t step);
 std::optional<int64_t> parse_step_dir_name(const std::string& name);
 // "shard-d0.p0.t0.bin".
 std::string shard_file_name(const Owner& owner);
+// What `latest` holds for step N: "step-NNNNNNNN XXH64\n", the xxh64 of the
+// name, so that a flipped byte cannot make it name another checkpoint.
+std::string latest_pointer(int64_t step);
+// The step `latest` names; nullopt unless its checksum matches.
+std::optional<int64_t> parse_latest_pointer(const std::string& text);
 
+// AlreadyExists, touching nothing, when step N is complete and latest.
 absl::Status begin_checkpoint(Env* env, const std::string& dir, int64_t step);
 
 // Makes the checkpoint of manifest.step complete and latest, then prunes
@@ -66,7 +72,9 @@ struct FoundCheckpoint {
 
 // The newest loadable checkpoint in `dir` with a step below `below` (or
 // exactly `step` when given). NotFound when there is none, naming the
-// directory and, joined, the reasons each candidate was passed over.
+// directory and, joined, the reasons each candidate was passed over. Only
+// missing or corrupt data (DataLoss) passes a candidate over: another I/O
+// error is returned as it is.
 absl::StatusOr<FoundCheckpoint> find_checkpoint(
     Env* env, const std::string& dir, std::optional<int64_t> step = std::nullopt,
     int64_t below = std::numeric_limits<int64_t>::max());

@@ -195,9 +195,13 @@ Env* Env::posix() {
   return env;
 }
 
-absl::StatusOr<std::string> Env::read_file(const std::string& path) {
+absl::StatusOr<std::string> Env::read_file(const std::string& path, size_t max_bytes) {
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> f = new_random_access_file(path);
   if (!f.ok()) return f.status();
+  if ((*f)->size() > max_bytes) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": ", (*f)->size(), " bytes, more than the ", max_bytes, " expected"));
+  }
   std::string text((*f)->size(), '\0');
   if (absl::Status s = (*f)->read(0, text.size(), text.data()); !s.ok()) return s;
   return text;

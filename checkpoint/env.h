@@ -55,8 +55,10 @@ class Env {
       const std::string& path) = 0;
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> new_random_access_file(
       const std::string& path) = 0;
-  // The whole file (small files: manifests, pointers).
-  virtual absl::StatusOr<std::string> read_file(const std::string& path);
+  // The whole file (small files: manifests, pointers); DataLoss, reading
+  // nothing, when it is larger than max_bytes.
+  virtual absl::StatusOr<std::string> read_file(const std::string& path,
+                                                size_t max_bytes = size_t{1} << 30);
   // rename(2): atomic, replacing `to`.
   virtual absl::Status rename_file(const std::string& from, const std::string& to) = 0;
   virtual absl::Status remove_file(const std::string& path) = 0;
@@ -85,8 +87,8 @@ class EnvWrapper : public Env {
       const std::string& path) override {
     return target_->new_random_access_file(path);
   }
-  absl::StatusOr<std::string> read_file(const std::string& path) override {
-    return target_->read_file(path);
+  absl::StatusOr<std::string> read_file(const std::string& path, size_t max_bytes) override {
+    return target_->read_file(path, max_bytes);
   }
   absl::Status rename_file(const std::string& from, const std::string& to) override {
     return target_->rename_file(from, to);

@@ -1,6 +1,7 @@
 #include "checkpoint/safetensors.h"
 
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -13,10 +14,13 @@ using nlohmann::json;
 
 constexpr uint64_t kMaxHeaderBytes = 100 << 20;  // safetensors' own limit
 
+// The product of `shape`; -1 for a negative dimension or a product beyond 2^62.
 int64_t elements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
-  for (int64_t d : shape)
+  for (int64_t d : shape) {
+    if (d < 0 || (d > 0 && n > (int64_t{1} << 62) / d)) return -1;
     n *= d;
+  }
   return n;
 }
 
@@ -62,8 +66,12 @@ absl::Status write_safetensors(Env* env, const std::string& path,
     if (absl::Status s = (*f)->close(); !s.ok()) return s;
     return env->rename_file(tmp, path);
   }();
-  if (!written.ok()) env->remove_file(tmp).IgnoreError();
-  return written;
+  if (!written.ok()) {
+    env->remove_file(tmp).IgnoreError();
+    return written;
+  }
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return env->sync_dir(dir.empty() ? "." : dir);
 }
 
 absl::StatusOr<std::vector<SafeTensor>> read_safetensors(
@@ -93,8 +101,9 @@ absl::StatusOr<std::vector<SafeTensor>> read_safetensors(
       if (v.at("dtype") != "F32") return bad(absl::StrCat(name, ": not F32"));
       SafeTensor t{.name = name, .shape = v.at("shape").get<std::vector<int64_t>>(), .data = {}};
       const auto offsets = v.at("data_offsets").get<std::vector<uint64_t>>();
-      if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_size ||
-          static_cast<int64_t>((offsets[1] - offsets[0]) / sizeof(float)) != elements(t.shape)) {
+      const int64_t count = elements(t.shape);
+      if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_size || count < 0 ||
+          offsets[1] - offsets[0] != static_cast<uint64_t>(count) * sizeof(float)) {
         return bad(absl::StrCat(name, ": data_offsets do not fit"));
       }
       t.data.resize((offsets[1] - offsets[0]) / sizeof(float));

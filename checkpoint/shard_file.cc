@@ -26,6 +26,15 @@ absl::Status file_error(const std::string& step_dir, const std::string& file,
   return absl::DataLossError(absl::StrCat(step_name(step_dir), ": ", file, " ", what));
 }
 
+// A file that is not there is missing data (DataLoss); any other failure to
+// open it (permissions, too many open files, a file server's hiccup) is
+// passed on as it is, so that it is not taken for a corrupt checkpoint.
+absl::Status open_error(const std::string& step_dir, const std::string& file,
+                        const absl::Status& s) {
+  if (absl::IsNotFound(s)) return file_error(step_dir, file, "is missing");
+  return s;
+}
+
 const ShardEntry* find_entry(const ShardRecord& shard, const std::string& state) {
   for (const ShardEntry& e : shard.entries) {
     if (e.state == state) return &e;
@@ -38,14 +47,16 @@ absl::Status read_entry(Env* env, const std::string& step_dir, const ShardRecord
                         const ShardEntry& entry, void* out) {
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> f =
       env->new_random_access_file(step_dir + "/" + shard.file);
-  if (!f.ok()) return file_error(step_dir, shard.file, "is missing");
+  if (!f.ok()) return open_error(step_dir, shard.file, f.status());
   if ((*f)->size() < entry.offset + entry.length) {
     return file_error(step_dir, shard.file,
                       absl::StrCat("is truncated (", (*f)->size(), " bytes; its ", entry.state,
                                    " ends at ", entry.offset + entry.length, ")"));
   }
   if (absl::Status s = (*f)->read(entry.offset, entry.length, out); !s.ok()) {
-    return file_error(step_dir, shard.file, absl::StrCat("cannot be read: ", s.message()));
+    // A short read is a truncated file; any other error is the reader's, not the data's.
+    if (absl::IsDataLoss(s)) return file_error(step_dir, shard.file, "is truncated");
+    return s;
   }
   if (xxh64(out, entry.length) != entry.xxh64) {
     return file_error(step_dir, shard.file,
@@ -181,7 +192,7 @@ absl::Status check_files(Env* env, const std::string& step_dir, const Manifest& 
       needed = std::max(needed, e.offset + e.length);
     absl::StatusOr<std::unique_ptr<RandomAccessFile>> f =
         env->new_random_access_file(step_dir + "/" + shard.file);
-    if (!f.ok()) return file_error(step_dir, shard.file, "is missing");
+    if (!f.ok()) return open_error(step_dir, shard.file, f.status());
     if ((*f)->size() != needed) {
       return file_error(step_dir, shard.file,
                         absl::StrCat("has ", (*f)->size(), " bytes, the manifest says ", needed,

@@ -45,7 +45,8 @@ absl::StatusOr<std::vector<ShardEntry>> write_shard_file(
 // reader's layout; tensor_records(model) for tp = pp = 1), into
 // out[0, end - begin), from the checkpoint `manifest` in `step_dir`.
 // InvalidArgument if a tensor of the range is missing from the checkpoint or
-// has another shape, or the checkpoint holds no such state; DataLoss
+// has another shape, or the checkpoint holds no such state; an I/O error
+// other than a missing or short file as it is (not the data's fault); DataLoss
 // "STEP: FILE: ..." for a missing or short file or a checksum mismatch.
 absl::Status read_state(Env* env, const std::string& step_dir, const Manifest& manifest,
                         const std::string& state, const std::vector<TensorRecord>& tensors,

@@ -88,6 +88,10 @@ absl::Status Checkpointer::start(int64_t step) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint of step ", step, ": no step has run yet"));
   }
+  if (!controller_.lost_shards().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint of step ", step, ": the job lost shards; they must be restored first"));
+  }
   Pending p;
   p.step = step;
   p.step_dir = checkpoint::step_dir(config_.dir, step);

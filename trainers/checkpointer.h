@@ -96,7 +96,8 @@ class Checkpointer {
   // checkpoint's step + 1. A checkpoint whose files fail their checksums as
   // the shards read them is passed over for the one before it, with a line
   // in `skipped`. NotFound when no checkpoint loads (naming each reason);
-  // InvalidArgument for one of another model or optimizer.
+  // DataLoss when `step` is given and its files are corrupt; InvalidArgument
+  // for one of another model or optimizer; other I/O errors as they are.
   absl::StatusOr<LoadedCheckpoint> load(std::optional<int64_t> step = std::nullopt);
 
  private:

@@ -216,6 +216,9 @@ int train_command(const std::vector<std::string>& args) {
   if (resume) {
     absl::StatusOr<std::vector<int64_t>> saved =
         checkpoint::list_checkpoints(checkpoint::Env::posix(), config.checkpoint.dir);
+    if (!saved.ok() && !absl::IsNotFound(saved.status())) {
+      return fail("resuming: reading " + config.checkpoint.dir, saved.status());
+    }
     if (!saved.ok() || saved->empty()) {
       std::printf("  resume: no checkpoint in %s yet; starting at step 1\n",
                   config.checkpoint.dir.c_str());
