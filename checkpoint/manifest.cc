@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -182,10 +183,13 @@ absl::Status check_manifest(const Manifest& m, const std::string& where) {
                      absl::StrCat("data: position ", m.data.position, ", epoch ", m.data.epoch,
                                   ", samples_per_epoch ", m.data.samples_per_epoch));
   }
-  if (m.loss_scaler && !(m.loss_scaler->scale > 0 && m.loss_scaler->iteration >= 0)) {
+  if (m.loss_scaler && !(std::isfinite(m.loss_scaler->scale) && m.loss_scaler->scale > 0 &&
+                         m.loss_scaler->iteration >= 0 && m.loss_scaler->hysteresis_left >= 0)) {
     return data_loss(where, "loss_scaler: a scale <= 0 or a negative iteration");
   }
-  if (m.tensors.size() > kMaxTensors || m.tensors != tensor_records(g)) {
+  // The count first: tensor_records of a model claiming 2^24 layers would be huge.
+  if (m.tensors.size() != 4 + 12 * static_cast<size_t>(g.num_layers) ||
+      m.tensors != tensor_records(g)) {
     return data_loss(where, "tensors: not those of the model (names, shapes or offsets differ)");
   }
   const std::map<std::pair<int, int>, int64_t> slices = {
