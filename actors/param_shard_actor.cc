@@ -288,7 +288,7 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
         checkpoint::Env::posix(), dir, report.file, arrays, await_staged);
     report.write_ms = now_ms() - t0;
     await_staged(static_cast<uint64_t>(report.bytes));  // then staging_ms_ is the copy's
-    report.staging_ms = staging_ms_;
+    report.staging_ms = staging_ms_.load();
     writing_.store(false);
     if (!entries.ok()) {
       done.set_error(absl::Status(
@@ -316,7 +316,7 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
       }
     }
   }
-  staging_ms_ = now_ms() - start;
+  staging_ms_.store(now_ms() - start);
   staged_.store(staging_.size() * sizeof(float));  // after staging_ms_: the writer reads it
   staged_.notify_all();
   return future;

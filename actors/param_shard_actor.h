@@ -141,7 +141,7 @@ class ParamShardActor {
   // The bytes of staging_ copied so far (the writer writes no further), and
   // the copy's time, written before the last store of staged_.
   std::atomic<uint64_t> staged_{0};
-  double staging_ms_ = 0;
+  std::atomic<double> staging_ms_{0};
   bool initialised_ = false;  // init or load_params ran: the masters hold weights
   int64_t prepared_ = 0;      // the step prepare() accepted, until its commit
   int64_t applied_step_ = 0;
