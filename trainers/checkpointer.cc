@@ -129,11 +129,11 @@ absl::Status Checkpointer::start(int64_t step) {
   return absl::OkStatus();
 }
 
-CheckpointEvent Checkpointer::complete(double waited_ms) {
+CheckpointEvent Checkpointer::complete() {
+  const double called = actors::now_ms();
   Pending p = *std::move(pending_);
   pending_.reset();
   CheckpointEvent event{.step = p.step, .status = absl::OkStatus(), .step_dir = p.step_dir};
-  event.waited_ms = waited_ms;
   const std::vector<MeshMember>& members = controller_.members();
   checkpoint::Manifest m;
   for (size_t k = 0; k < p.reports.size(); ++k) {
@@ -159,6 +159,7 @@ CheckpointEvent Checkpointer::complete(double waited_ms) {
   }
   if (!event.status.ok()) {
     event.total_ms = actors::now_ms() - p.start_ms;
+    event.waited_ms = actors::now_ms() - called;
     return event;
   }
   m.step = p.step;
@@ -187,6 +188,7 @@ CheckpointEvent Checkpointer::complete(double waited_ms) {
     event.status = checkpoint::commit_checkpoint(env(), config_.dir, m, /*keep=*/0);
   }
   event.total_ms = actors::now_ms() - p.start_ms;
+  event.waited_ms = actors::now_ms() - called;
   // Removing old checkpoints can take a while (large files, a file system
   // that discards freed blocks); it is not the new checkpoint's business, and
   // not the training's: a thread of its own does it.
@@ -199,49 +201,36 @@ CheckpointEvent Checkpointer::complete(double waited_ms) {
   return event;
 }
 
+bool Checkpointer::start_or_report(int64_t step, std::vector<CheckpointEvent>& events) {
+  absl::Status s = start(step);
+  if (s.ok()) return true;
+  events.push_back(
+      {.step = step, .status = s, .step_dir = checkpoint::step_dir(config_.dir, step)});
+  return false;
+}
+
 std::vector<CheckpointEvent> Checkpointer::after_step(int64_t step) {
   std::vector<CheckpointEvent> events;
   if (pending_ && std::all_of(pending_->reports.begin(), pending_->reports.end(),
                               [](const auto& f) { return f.ready(); })) {
-    events.push_back(complete(0));
+    events.push_back(complete());
   }
   if (config_.interval_steps <= 0 || step % config_.interval_steps != 0) return events;
-  if (pending_) {
-    const double t0 = actors::now_ms();
-    events.push_back(complete(0));
-    events.back().waited_ms = actors::now_ms() - t0;
-  }
-  const double t0 = actors::now_ms();
-  if (absl::Status s = start(step); !s.ok()) {
-    events.push_back(
-        {.step = step, .status = s, .step_dir = checkpoint::step_dir(config_.dir, step)});
-    return events;
-  }
-  if (!config_.async) events.push_back(complete(actors::now_ms() - t0));
+  if (pending_) events.push_back(complete());
+  if (start_or_report(step, events) && !config_.async) events.push_back(complete());
   return events;
 }
 
 std::vector<CheckpointEvent> Checkpointer::save_now() {
   const int64_t step = controller_.next_step() - 1;
   std::vector<CheckpointEvent> events = finish();
-  const double t0 = actors::now_ms();
-  if (absl::Status s = start(step); !s.ok()) {
-    events.push_back(
-        {.step = step, .status = s, .step_dir = checkpoint::step_dir(config_.dir, step)});
-    return events;
-  }
-  events.push_back(complete(0));
-  events.back().waited_ms = actors::now_ms() - t0;
+  if (start_or_report(step, events)) events.push_back(complete());
   return events;
 }
 
 std::vector<CheckpointEvent> Checkpointer::finish() {
   std::vector<CheckpointEvent> events;
-  if (pending_) {
-    const double t0 = actors::now_ms();
-    events.push_back(complete(0));
-    events.back().waited_ms = actors::now_ms() - t0;
-  }
+  if (pending_) events.push_back(complete());
   join_pruner();
   return events;
 }

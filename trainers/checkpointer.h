@@ -54,7 +54,7 @@ struct CheckpointEvent {
   double staging_ms = 0;  // the step boundary's pause: the slowest shard's copy
   double write_ms = 0;    // the slowest shard's write, fsync and rename
   double total_ms = 0;    // from the save's start to the manifest's commit
-  double waited_ms = 0;   // how long training waited for it (not async, or at the end)
+  double waited_ms = 0;   // how long training waited for its files and its commit
 };
 
 // What loading found and did.
@@ -111,7 +111,11 @@ class Checkpointer {
     double start_ms = 0;
   };
   absl::Status start(int64_t step);
-  CheckpointEvent complete(double waited_ms);
+  // Waits for the pending save's files and commits its manifest; the
+  // event's waited_ms is the time this took.
+  CheckpointEvent complete();
+  // start(step), or an event of its failure appended to `events`.
+  bool start_or_report(int64_t step, std::vector<CheckpointEvent>& events);
   void join_pruner();
   absl::StatusOr<LoadedCheckpoint> load_from(const std::string& step_dir,
                                              const checkpoint::Manifest& manifest);
