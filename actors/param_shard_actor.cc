@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "actors/failpoint.h"
 #include "actors/handoff.h"
 #include "actors/step_clock.h"
 #include "checkpoint/checkpoint_dir.h"
@@ -119,6 +120,7 @@ absl::StatusOr<int64_t> ParamShardActor::init() {
   updates_ = 0;
   initialised_ = true;
   (*s)->applied_step.store(0);
+  seed_buddy();
   return static_cast<int64_t>(range_.size());
 }
 
@@ -172,25 +174,32 @@ absl::StatusOr<int64_t> ParamShardActor::commit(CommitRequest request) {
                                                       ", but its stage's gradients (step ", held,
                                                       ") were dropped after prepare"));
   }
-  float* grads = stage_grads(t);
-  const size_t n = range_.size();
-  if (request.grad_scale != 1.0f) nn::scale_grads(grads, n, request.grad_scale);
+  failpoint("commit", options_.at, request.step);     // past the commit point
   const int update = static_cast<int>(updates_ + 1);  // AdamW's bias correction counts updates
-  float* p = masters(t);
-  if (options_.optimizer.kind == OptimizerSpec::kAdamW) {
-    nn::adamw_update(p, grads, m_.data(), v_.data(), n, options_.optimizer.adamw(request.lr),
-                     request.lr, update, no_decay_);
-  } else {
-    nn::sgd_update(p, grads, options_.optimizer.momentum > 0 ? m_.data() : nullptr, n,
-                   options_.optimizer.sgd(request.lr), request.lr, update);
-  }
+  apply_update(request, update, masters(t), stage_grads(t), m_.data(), v_.data(), range_.size(),
+               no_decay_);
   refresh_compute_copy(t);
   updates_ = update;
   applied_step_ = request.step;
   prepared_ = 0;
   t.applied_step.store(applied_step_);
   t.held_step.store(0);
+  // The buddy holds the step's update (replicate): it applies it now.
+  if (buddy_) buddy_->tell(&ParamShardActor::commit_replica, applied_step_);
   return applied_step_;
+}
+
+void ParamShardActor::apply_update(const CommitRequest& commit, int update, float* p, float* grads,
+                                   float* m, float* v, size_t n,
+                                   const std::vector<nn::ParamRange>& no_decay) const {
+  if (commit.grad_scale != 1.0f) nn::scale_grads(grads, n, commit.grad_scale);
+  if (options_.optimizer.kind == OptimizerSpec::kAdamW) {
+    nn::adamw_update(p, grads, m, v, n, options_.optimizer.adamw(commit.lr), commit.lr, update,
+                     no_decay);
+  } else {
+    nn::sgd_update(p, grads, options_.optimizer.momentum > 0 ? m : nullptr, n,
+                   options_.optimizer.sgd(commit.lr), commit.lr, update);
+  }
 }
 
 absl::StatusOr<std::vector<float>> ParamShardActor::master_params() {
@@ -213,6 +222,7 @@ absl::Status ParamShardActor::load_params(std::vector<float> params) {
   clear_state();
   updates_ = 0;
   initialised_ = true;
+  seed_buddy();
   return absl::OkStatus();
 }
 
@@ -277,31 +287,33 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
   Future<ShardSaveReport> future = done.get_future();
   staged_.store(0);
   writing_.store(true);
-  writer_ = std::thread([this, dir = request.step_dir, arrays = std::move(arrays),
-                         report = std::move(report), done = std::move(done)]() mutable {
-    const double t0 = now_ms();
-    auto await_staged = [this](uint64_t bytes) {
-      for (uint64_t have = staged_.load(); have < bytes; have = staged_.load())
-        staged_.wait(have);
-    };
-    absl::StatusOr<std::vector<checkpoint::ShardEntry>> entries = checkpoint::write_shard_file(
-        checkpoint::Env::posix(), dir, report.file, arrays, await_staged);
-    report.write_ms = now_ms() - t0;
-    await_staged(static_cast<uint64_t>(report.bytes));  // then staging_ms_ is the copy's
-    report.staging_ms = staging_ms_.load();
-    writing_.store(false);
-    if (!entries.ok()) {
-      done.set_error(absl::Status(
-          entries.status().code(),
-          absl::StrCat(name_, ": writing ", report.file, ": ", entries.status().message())));
-      return;
-    }
-    for (const checkpoint::ShardEntry& e : *entries) {
-      report.entries.push_back(
-          {.state = e.state, .offset = e.offset, .length = e.length, .xxh64 = e.xxh64});
-    }
-    done.set_value(std::move(report));
-  });
+  writer_ =
+      std::thread([this, dir = request.step_dir, step = request.step, arrays = std::move(arrays),
+                   report = std::move(report), done = std::move(done)]() mutable {
+        const double t0 = now_ms();
+        auto await_staged = [this, total = report.bytes, step](uint64_t bytes) {
+          if (2 * bytes >= static_cast<uint64_t>(total)) failpoint("checkpoint", options_.at, step);
+          for (uint64_t have = staged_.load(); have < bytes; have = staged_.load())
+            staged_.wait(have);
+        };
+        absl::StatusOr<std::vector<checkpoint::ShardEntry>> entries = checkpoint::write_shard_file(
+            checkpoint::Env::posix(), dir, report.file, arrays, await_staged);
+        report.write_ms = now_ms() - t0;
+        await_staged(static_cast<uint64_t>(report.bytes));  // then staging_ms_ is the copy's
+        report.staging_ms = staging_ms_.load();
+        writing_.store(false);
+        if (!entries.ok()) {
+          done.set_error(absl::Status(
+              entries.status().code(),
+              absl::StrCat(name_, ": writing ", report.file, ": ", entries.status().message())));
+          return;
+        }
+        for (const checkpoint::ShardEntry& e : *entries) {
+          report.entries.push_back(
+              {.state = e.state, .offset = e.offset, .length = e.length, .xxh64 = e.xxh64});
+        }
+        done.set_value(std::move(report));
+      });
   const double start = now_ms();
   constexpr size_t kPiece = (size_t{4} << 20) / sizeof(float);  // the writer's 4 MiB pieces
   uint64_t copied = 0;
@@ -373,6 +385,7 @@ absl::StatusOr<ShardLoadReport> ParamShardActor::load(LoadRequest request) {
   initialised_ = true;
   t.applied_step.store(applied_step_);
   t.restored_step.store(applied_step_);
+  seed_buddy();
   return ShardLoadReport{
       .step = m->step,
       .bytes = static_cast<int64_t>(checkpoint_state(t).size() * range_.size() * sizeof(float)),

@@ -34,6 +34,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -110,6 +111,50 @@ class ParamShardActor {
   absl::StatusOr<ShardLoadReport> load(LoadRequest request);
   const nn::ParamRange& range() const { return range_; }
 
+  // Recovery (docs/fault_tolerance.md). The shard's whole state after the
+  // last step it applied (a step prepared but not committed changed
+  // nothing). FailedPrecondition while it holds no weights.
+  absl::StatusOr<ShardState> export_state();
+  // Takes the state of a shard of the same range and goes to its step, as
+  // load() does: applied_step() is state.step, the stage runs the step after
+  // it next. InvalidArgument for another range or other kinds of state;
+  // FailedPrecondition while the stage holds a step's gradients.
+  absl::StatusOr<ShardRestoreReport> import_state(ShardState state);
+  // Restores this shard (a replacement) from `source`, peer to peer: asks it
+  // for its state and imports it. Errors: the source's and import_state's.
+  Future<ShardRestoreReport> restore_from(ActorRef<ParamShardActor> source);
+
+  // Buddy replication (ZeRO; docs/fault_tolerance.md). A shard whose state
+  // exists nowhere else keeps a replica of it in its buddy's memory, on
+  // another node: the whole state whenever it is replaced wholesale (init,
+  // load, import, or a new buddy), then each step's gradients and update,
+  // sent when the step is prepared (before the commit point, so that a
+  // committed step is never missing from the replica) and applied by the
+  // buddy once the step is committed, overlapped with the next step.
+  //
+  // Makes `buddy` the keeper of this shard's replica and sends it the whole
+  // state (if the shard holds weights). Completes once it holds it.
+  Future<void> set_buddy(ActorRef<ParamShardActor> buddy);
+  // Sends the buddy the gradients and update of the prepared step
+  // `commit.step`; completes once it holds them. FailedPrecondition without
+  // a buddy or unless the step is prepared.
+  Future<void> replicate(CommitRequest commit);
+  // At the buddy: the whole state of the shard it keeps a replica of.
+  absl::Status hold_replica(ShardState state);
+  // At the buddy: a step of that shard, to apply once committed. A step the
+  // replica is not one behind of (after the previous step's update) is
+  // FailedPrecondition.
+  absl::Status hold_update(ReplicaUpdate update);
+  // At the buddy: step `step` was committed; applies its update to the replica.
+  void commit_replica(int64_t step);
+  // At the buddy: the replica as it stands after committed step `step`
+  // (applying that step's update if it has not yet). FailedPrecondition
+  // when it holds no replica of that step.
+  absl::StatusOr<ShardState> export_replica(int64_t step);
+  // Restores this shard (a replacement) from the replica its buddy keeps of
+  // the lost shard of this coordinate, at committed step `step`.
+  Future<ShardRestoreReport> restore_from_buddy(ActorRef<ParamShardActor> buddy, int64_t step);
+
  private:
   ParamShardActor(ShardOptions options, nn::GPTParamLayout layout, nn::ParamRange range);
   absl::Status allocate_state();
@@ -118,6 +163,15 @@ class ParamShardActor {
   // where each lives (checkpoint/manifest.h).
   std::vector<std::pair<std::string, float*>> checkpoint_state(StageTensors& stage);
   absl::StatusOr<std::shared_ptr<StageTensors>> stage();
+  // The optimizer update of step `commit` on state `p`, `m`, `v` of `n`
+  // values with gradients `grads` (scaled in place): commit's and the
+  // replica's, the same arithmetic.
+  void apply_update(const CommitRequest& commit, int update, float* p, float* grads, float* m,
+                    float* v, size_t n, const std::vector<nn::ParamRange>& no_decay) const;
+  // Sends the whole state to the buddy, if there is one and the shard holds
+  // weights; a failure is the next replicate()'s to report.
+  void seed_buddy();
+  Future<void> send_seed();
   // The masters of the range: the stage's own buffer in fp32, a separate one
   // otherwise.
   float* masters(StageTensors& stage);
@@ -146,11 +200,27 @@ class ParamShardActor {
   int64_t prepared_ = 0;      // the step prepare() accepted, until its commit
   int64_t applied_step_ = 0;
   int64_t updates_ = 0;
+  // Buddy replication: the shard keeping this one's replica, where the last
+  // seed of it stands, and the replica this shard keeps of another.
+  enum class SeedState { kNone, kInFlight, kHeld, kFailed };
+  std::optional<ActorRef<ParamShardActor>> buddy_;
+  std::shared_ptr<SeedState> buddy_seed_ = std::make_shared<SeedState>(SeedState::kNone);
+  struct Replica {
+    ShardState state;                      // after step state.step
+    std::vector<nn::ParamRange> no_decay;  // AdamW's, in its range
+    std::optional<ReplicaUpdate> pending;  // of step state.step + 1
+  };
+  std::optional<Replica> replica_;
 };
 TROUPE_ACTOR(ParamShardActor, &ParamShardActor::init, &ParamShardActor::prepare,
              &ParamShardActor::commit, &ParamShardActor::applied_step,
              &ParamShardActor::master_params, &ParamShardActor::load_params,
-             &ParamShardActor::applied_updates, &ParamShardActor::save, &ParamShardActor::load);
+             &ParamShardActor::applied_updates, &ParamShardActor::save, &ParamShardActor::load,
+             &ParamShardActor::export_state, &ParamShardActor::import_state,
+             &ParamShardActor::restore_from, &ParamShardActor::set_buddy,
+             &ParamShardActor::replicate, &ParamShardActor::hold_replica,
+             &ParamShardActor::hold_update, &ParamShardActor::commit_replica,
+             &ParamShardActor::export_replica, &ParamShardActor::restore_from_buddy);
 // Other processes spawn it with its options: spawn<ParamShardActor>(spawn_options, shardOptions).
 TROUPE_ACTOR_CONSTRUCTOR(ParamShardActor, ShardOptions);
 

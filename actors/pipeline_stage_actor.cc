@@ -9,9 +9,11 @@
 #include "absl/strings/str_cat.h"
 #include "actors/data/byte_tokenizer.h"
 #include "actors/data/data_loader.h"
+#include "actors/failpoint.h"
 #include "actors/generation.h"
 #include "actors/handoff.h"
 #include "actors/step_clock.h"
+#include "core/status.h"
 #include "nn/optim/clip.h"
 #include "nn/threads.h"
 
@@ -165,6 +167,20 @@ absl::Status PipelineStageActor::setup() {
   return absl::OkStatus();
 }
 
+absl::Status PipelineStageActor::rejoin() {
+  if (const int64_t held = tensors_->held_step.load(); held != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": rejoin while it holds the gradients of step ", held, " (discard it first)"));
+  }
+  if (options_.mesh.dp > 1) {
+    if (sync_ != nullptr) sync_->drain();
+    sync_.reset();  // before the group its reductions ran on
+    group_.reset();
+  }
+  whole_version_ = -1;
+  return setup();
+}
+
 absl::Status PipelineStageActor::check_turn(int64_t step) const {
   const int64_t held = tensors_->held_step.load();
   const int64_t applied = tensors_->applied_step.load();
@@ -197,8 +213,7 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
   last_run_ = request.step;
   absl::StatusOr<StepReport> report = run_micro_batches(request);
   if (!report.ok()) {
-    absl::Status failed(report.status().code(),
-                        absl::StrCat(name_, ": ", report.status().message()));
+    absl::Status failed = Prefixed(name_ + ": ", report.status());
     // The rest of the group may be waiting in this step's reductions for
     // this rank's share: they fail now rather than at their timeout.
     if (group_ != nullptr && !absl::IsAborted(failed))
@@ -235,8 +250,11 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
                                               " tokens for a micro-batch of ", B, " x ", T));
     }
     report.data_position = batch->position + static_cast<int64_t>(B) * options_.mesh.dp;
+    report.sample_ids.insert(report.sample_ids.end(), batch->sample_ids.begin(),
+                             batch->sample_ids.end());
     report.epoch = batch->epoch;
     const bool last = j + 1 == options_.grad_accum;
+    if (j == 0) failpoint("forward", options_.at, request.step);
     const double t0 = now_ms();
     absl::StatusOr<float> loss =
         sync_->forward(batch->inputs.data(), batch->targets.data(), B, T, last);
@@ -247,10 +265,12 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
     // Each micro-batch's mean loss weighs 1 / grad_accum; the loss scale
     // rides on the same factor.
     const float dloss = request.loss_scale / static_cast<float>(options_.grad_accum);
+    if (last) failpoint("backward", options_.at, request.step);
     if (absl::Status s = sync_->backward(dloss, last); !s.ok()) return s;
     report.backward_ms += now_ms() - t1;
   }
   SyncTimes times;
+  failpoint("allreduce", options_.at, request.step);  // the last buckets in flight
   if (absl::Status s = sync_->finish(times); !s.ok()) return s;
   report.comm_ms = times.comm_ms;
   report.comm_exposed_ms = times.exposed_ms;

@@ -103,6 +103,12 @@ class PipelineStageActor {
   // Joins the data-parallel group (every stage of the group must call it;
   // it waits for the others) and finds this coordinate's loader.
   absl::Status setup();
+  // Recovery (docs/fault_tolerance.md): leaves its group's generation, which
+  // lost a member, and joins the latest one the controller declared (with
+  // the survivors and the replacements), as setup() does; a replacement's
+  // first call. Every stage of the group must call it at once.
+  // FailedPrecondition while it holds a step's gradients.
+  absl::Status rejoin();
   // Runs step `request.step` (see above). The synchronised gradients stay
   // until commit or discard. Errors: FailedPrecondition before setup or for a
   // step out of turn; Aborted when a member of the group was lost; the
@@ -154,10 +160,10 @@ class PipelineStageActor {
   int64_t whole_version_ = -1;
   transport::Traffic traffic_at_step_;  // the group's traffic when the step began
 };
-TROUPE_ACTOR(PipelineStageActor, &PipelineStageActor::setup, &PipelineStageActor::run_step,
-             &PipelineStageActor::discard, &PipelineStageActor::seek_data,
-             &PipelineStageActor::gather_parameters, &PipelineStageActor::evaluate,
-             &PipelineStageActor::generate);
+TROUPE_ACTOR(PipelineStageActor, &PipelineStageActor::setup, &PipelineStageActor::rejoin,
+             &PipelineStageActor::run_step, &PipelineStageActor::discard,
+             &PipelineStageActor::seek_data, &PipelineStageActor::gather_parameters,
+             &PipelineStageActor::evaluate, &PipelineStageActor::generate);
 // Other processes spawn it with its options: spawn<PipelineStageActor>(spawn_options,
 // stageOptions).
 TROUPE_ACTOR_CONSTRUCTOR(PipelineStageActor, StageOptions);

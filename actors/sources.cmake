@@ -2,12 +2,15 @@
 target_sources(troupe_actors PRIVATE
   allreduce_gradient_sync.cc
   buffer_pool.cc
+  failpoint.cc
   generation.cc
   gradient_buckets.cc
   gradient_sync.cc
   handoff.cc
   mesh.cc
   param_shard_actor.cc
+  param_shard_buddy.cc
+  param_shard_recovery.cc
   pipeline_stage_actor.cc
   stage_plan.cc
   training_types.cc

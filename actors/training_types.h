@@ -99,7 +99,8 @@ struct StepReport {
   bool found_inf = false;   // an owned reduced gradient is inf or NaN
   int64_t samples = 0;
   int64_t tokens = 0;
-  int64_t data_position = 0;  // the loader's global position after the step
+  std::vector<int64_t> sample_ids;  // of this rank's micro-batches, in order
+  int64_t data_position = 0;        // the loader's global position after the step
   int64_t epoch = 0;
   double forward_ms = 0;
   double backward_ms = 0;
@@ -109,8 +110,8 @@ struct StepReport {
   MemoryReport memory;
   TrafficReport sent;
   TROUPE_FIELDS(step, at, owned, slice_params, holds_loss, loss, grad_norm_sq, found_inf, samples,
-                tokens, data_position, epoch, forward_ms, backward_ms, comm_ms, comm_exposed_ms,
-                step_ms, memory, sent);
+                tokens, sample_ids, data_position, epoch, forward_ms, backward_ms, comm_ms,
+                comm_exposed_ms, step_ms, memory, sent);
 };
 
 // Applies step `step`: params -= update(lr, grads * grad_scale). grad_scale
@@ -169,6 +170,42 @@ struct ShardLoadReport {
   int64_t bytes = 0;
   double load_ms = 0;
   TROUPE_FIELDS(step, bytes, load_ms);
+};
+
+// Recovery (docs/fault_tolerance.md). A shard's whole state as it stands
+// after step `step`: for each kind of state in `states` (checkpoint/
+// manifest.h's names: the masters, then the optimizer's moments), range.size()
+// fp32 values, one kind after the other in `data` (out of band). What a
+// replacement of a lost shard is restored from, peer to peer, when another
+// shard holds the same range (a DDP replica).
+struct ShardState {
+  Coordinate from;
+  int64_t step = 0;     // the last step applied
+  int64_t updates = 0;  // optimizer updates applied
+  nn::ParamRange range;
+  std::vector<std::string> states;
+  transport::Buffer data;
+  TROUPE_FIELDS(from, step, updates, range, states, data);
+};
+
+// Buddy replication (ZeRO): what a shard sends the shard that keeps its
+// replica when step `commit.step` is prepared - the step's reduced gradients
+// of its range (range.size() fp32 values, out of band) and the update to
+// apply with them - so that the replica can follow the step once it is
+// committed.
+struct ReplicaUpdate {
+  Coordinate from;
+  CommitRequest commit;
+  transport::Buffer grads;
+  TROUPE_FIELDS(from, commit, grads);
+};
+
+struct ShardRestoreReport {
+  Coordinate from;   // the shard whose state it took
+  int64_t step = 0;  // the shard is now at it
+  int64_t bytes = 0;
+  double restore_ms = 0;  // asking for the state, its transfer and taking it
+  TROUPE_FIELDS(from, step, bytes, restore_ms);
 };
 
 }  // namespace troupe::actors

@@ -1,12 +1,22 @@
 #include "core/status.h"
 
 #include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
 
 namespace troupe {
 namespace {
 constexpr absl::string_view kErrorPayloadUrl = "troupe.dev/core-error";
 constexpr absl::string_view kActorDiedPayload = "ActorDied";
 }  // namespace
+
+absl::Status Prefixed(std::string_view prefix, const absl::Status& status) {
+  if (status.ok()) return status;
+  absl::Status out(status.code(),
+                   absl::StrCat(absl::string_view(prefix.data(), prefix.size()), status.message()));
+  status.ForEachPayload(
+      [&](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  return out;
+}
 
 absl::Status ActorDiedError(std::string_view reason) {
   absl::Status status(absl::StatusCode::kFailedPrecondition,

@@ -42,4 +42,8 @@ inline bool IsActorDied(const absl::Status& status) {
 
 std::string_view to_string(CoreError error);
 
+// The same error - its code and payloads, so that IsActorDied still holds -
+// with `prefix` before its message: "step 4: " + "actor-7 was on node 2 ...".
+absl::Status Prefixed(std::string_view prefix, const absl::Status& status);
+
 }  // namespace troupe

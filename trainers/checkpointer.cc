@@ -28,6 +28,7 @@ uint64_t trajectory_hash(const std::string& config_json) {
   nlohmann::json j = nlohmann::json::parse(config_json, nullptr, false);
   if (j.is_object()) {
     j.erase("checkpoint");
+    j.erase("fault_tolerance");
     if (j.contains("training") && j["training"].is_object()) {
       for (const char* key : {"steps", "log_interval", "metrics_file", "output_dir",
                               "eval_interval", "eval_samples", "threads"}) {

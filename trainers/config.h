@@ -159,6 +159,23 @@ struct CheckpointConfig {
   bool async = true;
 };
 
+// `fault_tolerance` (troupe's; docs/fault_tolerance.md): when enabled, a lost
+// worker (killed, hung, or its machine gone) costs the step in flight, not
+// the job. The lost actors are replaced - on a spare node, on any node with
+// room, or on one that joins within wait_for_node_s - their state restored
+// from a surviving replica, and the step run again; at most max_failures
+// times in a run. A step that takes longer than step_timeout_s counts as a
+// lost worker. `troupe train --local N` starts spare_nodes more workers.
+inline constexpr int kMaxSpareNodes = 64;
+inline constexpr int kMaxFailures = 1 << 20;
+struct FaultToleranceConfig {
+  bool enabled = false;
+  int spare_nodes = 0;
+  int max_failures = 3;
+  double wait_for_node_s = 60;
+  double step_timeout_s = 600;
+};
+
 struct TrainConfig {
   int64_t train_batch_size = 0;
   int64_t micro_batch_size = 0;  // train_micro_batch_size_per_gpu
@@ -176,6 +193,7 @@ struct TrainConfig {
   ParallelConfig parallel;
   TrainingConfig training;
   CheckpointConfig checkpoint;
+  FaultToleranceConfig fault_tolerance;
   // For the caller to print, a line each naming the key: DeepSpeed keys that
   // were present but are not implemented ("KEY is not implemented by troupe;
   // ignored"), troupe sections not implemented yet ("checkpoint is not

@@ -125,6 +125,12 @@ std::string to_json(const TrainConfig& c) {
   const CheckpointConfig& k = c.checkpoint;
   j["checkpoint"] = {
       {"dir", k.dir}, {"interval_steps", k.interval_steps}, {"keep", k.keep}, {"async", k.async}};
+  const FaultToleranceConfig& f = c.fault_tolerance;
+  j["fault_tolerance"] = {{"enabled", f.enabled},
+                          {"spare_nodes", f.spare_nodes},
+                          {"max_failures", f.max_failures},
+                          {"wait_for_node_s", f.wait_for_node_s},
+                          {"step_timeout_s", f.step_timeout_s}};
   return j.dump(2);
 }
 

@@ -18,7 +18,7 @@ namespace config_detail {
 namespace {
 
 // Top-level keys that parse_train_config reads.
-constexpr std::array<absl::string_view, 16> kImplementedKeys = {"train_batch_size",
+constexpr std::array<absl::string_view, 17> kImplementedKeys = {"train_batch_size",
                                                                 "train_micro_batch_size_per_gpu",
                                                                 "gradient_accumulation_steps",
                                                                 "gradient_clipping",
@@ -33,10 +33,11 @@ constexpr std::array<absl::string_view, 16> kImplementedKeys = {"train_batch_siz
                                                                 "data",
                                                                 "parallel",
                                                                 "training",
-                                                                "checkpoint"};
+                                                                "checkpoint",
+                                                                "fault_tolerance"};
 
 // Sections of troupe's design that are not implemented yet.
-constexpr std::array<absl::string_view, 2> kNotYetSections = {"fault_tolerance", "elasticity"};
+constexpr std::array<absl::string_view, 1> kNotYetSections = {"elasticity"};
 
 // Top-level keys of DeepSpeed's config (deepspeed.ai/docs/config-json and
 // deepspeed/runtime/config.py) that troupe does not implement: a warning when
@@ -94,9 +95,9 @@ constexpr UnimplementedKey kZeroForceDsCpuOptimizer = {"zero_force_ds_cpu_optimi
 
 // Keys of troupe's sections, for "did you mean 'training.seed'?" when one is
 // written at the top level.
-constexpr std::array<absl::string_view, 5> kSections = {"model", "data", "parallel", "training",
-                                                        "checkpoint"};
-constexpr std::array<std::array<absl::string_view, 8>, 5> kSectionKeys = {{
+constexpr std::array<absl::string_view, 6> kSections = {
+    "model", "data", "parallel", "training", "checkpoint", "fault_tolerance"};
+constexpr std::array<std::array<absl::string_view, 8>, 6> kSectionKeys = {{
     {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "padded_vocab_size",
      "recompute_activations", ""},
     {"path", "synthetic", "shuffle", "prefetch", "", "", "", ""},
@@ -104,6 +105,7 @@ constexpr std::array<std::array<absl::string_view, 8>, 5> kSectionKeys = {{
     {"steps", "seed", "log_interval", "metrics_file", "output_dir", "eval_interval", "eval_samples",
      "threads"},
     {"dir", "interval_steps", "keep", "async", "", "", "", ""},
+    {"enabled", "spare_nodes", "max_failures", "wait_for_node_s", "step_timeout_s", "", "", ""},
 }};
 constexpr std::array<absl::string_view, 4> kOptimizerParams = {"lr", "betas", "eps",
                                                                "weight_decay"};
@@ -334,6 +336,20 @@ absl::Status parse_checkpoint(JsonObject& top, TrainConfig* config) {
   return absl::OkStatus();
 }
 
+absl::Status parse_fault_tolerance(JsonObject& top, TrainConfig* config) {
+  FaultToleranceConfig& f = config->fault_tolerance;
+  absl::StatusOr<std::optional<JsonObject>> section = top.section("fault_tolerance");
+  if (!section.ok()) return section.status();
+  if (!section->has_value()) return absl::OkStatus();
+  JsonObject& s = **section;
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("enabled", &f.enabled));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("spare_nodes", &f.spare_nodes, 0, kMaxSpareNodes));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("max_failures", &f.max_failures, 0, kMaxFailures));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("wait_for_node_s", &f.wait_for_node_s, 0, 86400));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("step_timeout_s", &f.step_timeout_s, 1, 86400));
+  return s.check_unknown();
+}
+
 absl::Status parse_batch(JsonObject& top, TrainConfig* config) {
   constexpr absl::string_view kBatch = "train_batch_size";
   constexpr absl::string_view kMicro = "train_micro_batch_size_per_gpu";
@@ -413,6 +429,7 @@ absl::StatusOr<TrainConfig> parse_train_config(const std::string& json_text) {
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_parallel(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_training(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_checkpoint(top, &config));
+  TROUPE_CONFIG_RETURN_IF_ERROR(parse_fault_tolerance(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_batch(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_optimizer(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_scheduler(top, &config));

@@ -18,6 +18,8 @@ namespace troupe::trainers::config_detail {
 [[nodiscard]] absl::Status parse_training(JsonObject& top, TrainConfig* config);
 // `checkpoint`.
 [[nodiscard]] absl::Status parse_checkpoint(JsonObject& top, TrainConfig* config);
+// `fault_tolerance`.
+[[nodiscard]] absl::Status parse_fault_tolerance(JsonObject& top, TrainConfig* config);
 // The three batch keys. REQUIRES: parse_parallel ran (the rule uses dp).
 [[nodiscard]] absl::Status parse_batch(JsonObject& top, TrainConfig* config);
 

@@ -45,6 +45,9 @@ absl::Status DataParallelTrainer::spawn_replica(int d, cluster::PlacementGroupId
                                                 int threads) {
   const actors::Coordinate at{.d = d, .p = 0, .t = 0};
   SpawnOptions where{.resources = "", .placement_group = group.value, .bundle_index = d};
+  // With fault tolerance the head restarts a lost rank's actors in its
+  // bundle, placed again elsewhere (trainers/recovery.h).
+  if (config_.fault_tolerance.enabled) where.max_restarts = config_.fault_tolerance.max_failures;
   Replica replica;
 
   SpawnOptions loader_where = where;
@@ -149,15 +152,22 @@ absl::Status DataParallelTrainer::spawn_replicas(int threads) {
 
   std::vector<MeshMember> members;
   for (int d = 0; d < dp; ++d) {
-    members.push_back({.at = {.d = d, .p = 0, .t = 0},
-                       .stage = stage_endpoint(replicas_[d].stage),
-                       .shard = shard_endpoint(replicas_[d].shard)});
+    const nn::ParamRange whole{0, nn::GPTParamLayout(config_.model).num_params()};
+    // A ZeRO partition exists once: with fault tolerance, the next rank (on
+    // another node) keeps a replica of it (DDP's replicas are each other's).
+    const bool buddies = config_.fault_tolerance.enabled && zero_stage() > 0 && dp > 1;
+    members.push_back(
+        {.at = {.d = d, .p = 0, .t = 0},
+         .stage = stage_endpoint(replicas_[d].stage),
+         .shard = shard_endpoint(replicas_[d].shard),
+         .range = zero_stage() == 0 ? whole : actors::ZeroPartition(whole, dp, d).own(),
+         .buddy = buddies ? (d + 1) % dp : -1});
   }
   absl::StatusOr<TrainerController> controller = TrainerController::create(
       {.dp = dp, .pp = 1, .tp = 1}, std::move(members), controller_options(config_));
   if (!controller.ok()) return controller.status();
   controller_.emplace(*std::move(controller));
-  return absl::OkStatus();
+  return controller_->connect_buddies();
 }
 
 absl::Status DataParallelTrainer::gather_parameters() {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,7 +23,7 @@
 
 namespace troupe::trainers {
 
-class DataParallelTrainer : public Trainer {
+class DataParallelTrainer : public Trainer, public MeshRepair {
  public:
   // Places and spawns the actors of every rank, forms the data-parallel
   // group, initialises the parameters (the same seed on every rank, each
@@ -44,6 +45,18 @@ class DataParallelTrainer : public Trainer {
   TrainerController& controller() override { return *controller_; }
   std::string describe() const override;
   absl::Status stop() override;
+  // Recovery (trainers/recovery.h): the actors of a lost rank are restarted
+  // by the head in the rank's placement bundle, which it places again on a
+  // spare node, a node with room, or one that joins.
+  MeshRepair* repair() override { return config_.fault_tolerance.enabled ? this : nullptr; }
+  absl::StatusOr<std::vector<LostMember>> find_lost(absl::Time deadline) override;
+  absl::Status await_replacements(const std::vector<LostMember>& lost,
+                                  absl::Time deadline) override;
+  absl::Status declare_groups() override;
+  void mark_whole() override;
+  int64_t samples_per_epoch() const override { return data_info_.samples_per_epoch; }
+  // The actors of rank d: its loader, stage and shard.
+  std::vector<ActorId> rank_actors(int d) const;
 
  private:
   struct Replica {
@@ -58,6 +71,7 @@ class DataParallelTrainer : public Trainer {
   absl::Status spawn_replica(int d, cluster::PlacementGroupId group, int threads);
   // ZeRO: every stage gathers the whole parameters (before evaluate, generate).
   absl::Status gather_parameters();
+
   int zero_stage() const { return config_.zero.stage; }
 
   Cluster& cluster_;
@@ -69,6 +83,8 @@ class DataParallelTrainer : public Trainer {
   std::optional<TrainerController> controller_;
   DataInfo data_info_;
   bool stopped_ = false;
+  // Each actor's restarts when the job last stood whole (recovery).
+  std::map<uint64_t, int32_t> known_restarts_;
 };
 
 }  // namespace troupe::trainers

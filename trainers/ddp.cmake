@@ -2,11 +2,13 @@
 # Paths relative to trainers/.
 target_sources(troupe_trainers PRIVATE
   checkpointer.cc
+  data_parallel_recovery.cc
   data_parallel_trainer.cc
   export_command.cc
   generate_command.cc
   model_file.cc
   progress.cc
+  recovery.cc
   step_reports.cc
   train_command.cc
   trainer.cc

@@ -24,6 +24,8 @@ class StageEndpoint {
   virtual Future<actors::StepReport> run_step(const actors::StepRequest& request) = 0;
   virtual Future<void> discard(int64_t step) = 0;
   virtual Future<int64_t> seek_data(int64_t position, int64_t from_samples_per_epoch) = 0;
+  // Recovery: joins the latest generation of its group.
+  virtual Future<void> rejoin() = 0;
 };
 
 class ShardEndpoint {
@@ -34,12 +36,29 @@ class ShardEndpoint {
   virtual Future<int64_t> applied_step() = 0;
   virtual Future<actors::ShardSaveReport> save(const actors::SaveRequest& request) = 0;
   virtual Future<actors::ShardLoadReport> load(const actors::LoadRequest& request) = 0;
+  // Recovery: takes the whole state of `source`, a shard of the same range
+  // (of the same actor type), peer to peer.
+  virtual Future<actors::ShardRestoreReport> restore_from(ShardEndpoint& source) = 0;
+  // Buddy replication (actors/param_shard_actor.h): `buddy` keeps this
+  // shard's replica; replicate sends it the prepared step; a replacement is
+  // restored from the replica its buddy keeps, at committed step `step`.
+  virtual Future<void> set_buddy(ShardEndpoint& buddy) = 0;
+  virtual Future<void> replicate(const actors::CommitRequest& commit) = 0;
+  virtual Future<actors::ShardRestoreReport> restore_from_buddy(ShardEndpoint& buddy,
+                                                                int64_t step) = 0;
 };
 
 struct MeshMember {
   actors::Coordinate at;
   std::shared_ptr<StageEndpoint> stage;
   std::shared_ptr<ShardEndpoint> shard;
+  // The range of its tensor slice's parameters the shard owns: members with
+  // the same one hold copies of each other's state (recovery restores a lost
+  // shard from such a copy). Empty (0, 0): unknown.
+  nn::ParamRange range;
+  // The member (its index in mesh order) whose shard keeps a replica of this
+  // one's state (buddy replication, for state that exists once); -1: none.
+  int buddy = -1;
 };
 
 namespace detail {
@@ -55,6 +74,7 @@ class ActorStageEndpoint : public StageEndpoint {
   Future<int64_t> seek_data(int64_t position, int64_t from_samples_per_epoch) override {
     return ref_.call(&Stage::seek_data, position, from_samples_per_epoch);
   }
+  Future<void> rejoin() override { return ref_.call(&Stage::rejoin); }
 
  private:
   ActorRef<Stage> ref_;
@@ -75,15 +95,46 @@ class ActorShardEndpoint : public ShardEndpoint {
   Future<actors::ShardLoadReport> load(const actors::LoadRequest& request) override {
     return ref_.call(&Shard::load, request);
   }
+  Future<actors::ShardRestoreReport> restore_from(ShardEndpoint& source) override {
+    const ActorRef<Shard>* peer = same_type(source);
+    if (peer == nullptr) return not_same_type<actors::ShardRestoreReport>();
+    return ref_.call(&Shard::restore_from, *peer);
+  }
+  Future<void> set_buddy(ShardEndpoint& buddy) override {
+    const ActorRef<Shard>* peer = same_type(buddy);
+    if (peer == nullptr) return not_same_type<void>();
+    return ref_.call(&Shard::set_buddy, *peer);
+  }
+  Future<void> replicate(const actors::CommitRequest& commit) override {
+    return ref_.call(&Shard::replicate, commit);
+  }
+  Future<actors::ShardRestoreReport> restore_from_buddy(ShardEndpoint& buddy,
+                                                        int64_t step) override {
+    const ActorRef<Shard>* peer = same_type(buddy);
+    if (peer == nullptr) return not_same_type<actors::ShardRestoreReport>();
+    return ref_.call(&Shard::restore_from_buddy, *peer, step);
+  }
 
  private:
+  // The actor behind another endpoint of this type, or null.
+  static const ActorRef<Shard>* same_type(ShardEndpoint& other) {
+    auto* peer = dynamic_cast<ActorShardEndpoint<Shard>*>(&other);
+    return peer == nullptr ? nullptr : &peer->ref_;
+  }
+  template <class R>
+  static Future<R> not_same_type() {
+    return Future<R>::failed(
+        absl::InvalidArgumentError("a shard endpoint of another actor type than this one"));
+  }
+
   ActorRef<Shard> ref_;
 };
 
 }  // namespace detail
 
 // The stage calls of an actor with run_step(StepRequest) -> StatusOr<StepReport>,
-// discard(int64_t) -> Status and seek_data(int64_t, int64_t) -> StatusOr<int64_t>.
+// discard(int64_t) -> Status, seek_data(int64_t, int64_t) -> StatusOr<int64_t>
+// and rejoin() -> Status.
 template <class Stage>
 std::shared_ptr<StageEndpoint> stage_endpoint(ActorRef<Stage> ref) {
   return std::make_shared<detail::ActorStageEndpoint<Stage>>(std::move(ref));
@@ -91,8 +142,12 @@ std::shared_ptr<StageEndpoint> stage_endpoint(ActorRef<Stage> ref) {
 
 // The shard calls of an actor with prepare(int64_t) -> Status,
 // commit(CommitRequest) -> StatusOr<int64_t>, applied_step() -> int64_t,
-// save(SaveRequest) -> Future<ShardSaveReport> and
-// load(LoadRequest) -> StatusOr<ShardLoadReport>.
+// save(SaveRequest) -> Future<ShardSaveReport>,
+// load(LoadRequest) -> StatusOr<ShardLoadReport>,
+// restore_from(ActorRef<Shard>) -> Future<ShardRestoreReport>,
+// set_buddy(ActorRef<Shard>) -> Future<void>, replicate(CommitRequest) ->
+// Future<void> and restore_from_buddy(ActorRef<Shard>, int64_t) ->
+// Future<ShardRestoreReport>.
 template <class Shard>
 std::shared_ptr<ShardEndpoint> shard_endpoint(ActorRef<Shard> ref) {
   return std::make_shared<detail::ActorShardEndpoint<Shard>>(std::move(ref));

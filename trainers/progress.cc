@@ -197,4 +197,16 @@ absl::Status MetricsWriter::write_resume(const LoadedCheckpoint& loaded) {
   return write_line(nlohmann::json{{"step", loaded.step}, {"resumed", r}}.dump());
 }
 
+absl::Status MetricsWriter::write_recovery(const RecoveryReport& report) {
+  nlohmann::json lost = nlohmann::json::array();
+  for (const LostMember& m : report.lost)
+    lost.push_back({{"at", actors::to_string(m.at)}, {"reason", m.reason}});
+  nlohmann::json r = {{"failure", report.failure},       {"lost", lost},
+                      {"restored", report.restored},     {"steps_lost", report.steps_lost},
+                      {"detect_ms", report.detect_ms},   {"replace_ms", report.replace_ms},
+                      {"restore_ms", report.restore_ms}, {"total_ms", report.total_ms}};
+  if (report.checkpoint_step) r["checkpoint_step"] = *report.checkpoint_step;
+  return write_line(nlohmann::json{{"step", report.step}, {"recovery", r}}.dump());
+}
+
 }  // namespace troupe::trainers

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "actors/pipeline_stage_actor.h"
 #include "trainers/checkpointer.h"
+#include "trainers/recovery.h"
 #include "trainers/trainer_controller.h"
 
 namespace troupe::trainers {
@@ -84,6 +85,10 @@ class MetricsWriter {
   absl::Status write_checkpoint(const CheckpointEvent& event);
   // {"step":..,"resumed":{"dir":..,"bytes":..,"load_ms":..,"data_position":..,"skipped":[..]}}
   absl::Status write_resume(const LoadedCheckpoint& loaded);
+  // {"step":..,"recovery":{"failure":..,"lost":[{"at":"d1.p0.t0","reason":..}],
+  //  "restored":[..],"checkpoint_step":..,"steps_lost":..,"detect_ms":..,"replace_ms":..,
+  //  "restore_ms":..,"total_ms":..}}
+  absl::Status write_recovery(const RecoveryReport& report);
   // Closes the file; its errors as write_step's.
   absl::Status close();
 

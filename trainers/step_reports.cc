@@ -91,6 +91,7 @@ absl::StatusOr<StepTotals> combine_reports(int64_t step,
       weighted_loss += r.loss * static_cast<double>(r.samples);
       out.samples += r.samples;
       out.tokens += r.tokens;
+      out.sample_ids.insert(out.sample_ids.end(), r.sample_ids.begin(), r.sample_ids.end());
     }
     out.data_position = std::max(out.data_position, r.data_position);
     out.epoch = std::max(out.epoch, r.epoch);

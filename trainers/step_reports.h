@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "actors/training_types.h"
@@ -29,7 +30,8 @@ struct StepTotals {
   bool found_inf = false;   // some owned gradient overflowed
   int64_t samples = 0;
   int64_t tokens = 0;
-  int64_t data_position = 0;  // the furthest loader position
+  std::vector<int64_t> sample_ids;  // the global batch's, in mesh order of the stages
+  int64_t data_position = 0;        // the furthest loader position
   int64_t epoch = 0;
   // The slowest stage's times.
   double compute_ms = 0;

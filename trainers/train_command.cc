@@ -50,8 +50,9 @@ void print_train_help() {
       "dp rank, each a pipeline stage, a parameter shard and a data loader on one node.\n\n"
       "  --config FILE     DeepSpeed-style JSON plus troupe's model, data, parallel and\n"
       "                    training sections (docs/config.md; examples/configs/)\n"
-      "  --local N         start a local cluster (a head and N workers) for this run and\n"
-      "                    stop it at the end (as ray.init() with no address)\n"
+      "  --local N         start a local cluster (a head and N workers, and\n"
+      "                    fault_tolerance.spare_nodes more) for this run and stop it at\n"
+      "                    the end (as ray.init() with no address)\n"
       "  --head HOST:PORT  use a running cluster (`troupe head`, `troupe worker`); also\n"
       "                    $TROUPE_HEAD. Its token: --token-file or $TROUPE_TOKEN\n"
       "  --steps N         override training.steps\n"
@@ -65,7 +66,9 @@ void print_train_help() {
       "Shows a progress line per training.log_interval steps, evaluates the task accuracy\n"
       "of a synthetic task, writes DIR/model.json + model.bin (for troupe generate) and a\n"
       "metrics line per step. With checkpoint.interval_steps, saves a checkpoint into\n"
-      "checkpoint.dir every that many steps, in the background.\n");
+      "checkpoint.dir every that many steps, in the background. With fault_tolerance\n"
+      "enabled, a lost worker costs the step in flight: its ranks are replaced and\n"
+      "restored, and the step runs again (docs/fault_tolerance.md).\n");
 }
 
 std::string job_name() {
@@ -105,6 +108,33 @@ absl::Status evaluate(Trainer& trainer, const TrainConfig& config, int64_t step,
       progress.message("  " + e);
   }
   return absl::OkStatus();
+}
+
+// The job cannot go on: a checkpoint of where it stands, if it has a
+// checkpoint directory and its shards can still write one; otherwise which
+// checkpoint a --resume would continue from.
+void save_after_failure(Checkpointer& checkpoints, const TrainConfig& config,
+                        ProgressReporter& progress) {
+  if (config.checkpoint.dir.empty()) {
+    progress.message("no checkpoint.dir in the config: nothing was saved of this run");
+    return;
+  }
+  std::vector<CheckpointEvent> events = checkpoints.save_now();
+  if (!events.empty() && events.back().status.ok()) {
+    progress.message(absl::StrCat("saved a last checkpoint, ", events.back().step_dir,
+                                  "; continue with --resume"));
+    return;
+  }
+  absl::StatusOr<std::vector<int64_t>> saved =
+      checkpoint::list_checkpoints(checkpoint::Env::posix(), config.checkpoint.dir);
+  const std::string why =
+      events.empty() ? std::string("nothing to save") : std::string(events.back().status.message());
+  if (saved.ok() && !saved->empty()) {
+    progress.message(cluster::printable(absl::StrCat(
+        "no last checkpoint (", why, "); --resume continues from step ", saved->back())));
+  } else {
+    progress.message(cluster::printable(absl::StrCat("no checkpoint could be saved (", why, ")")));
+  }
 }
 
 }  // namespace
@@ -170,8 +200,12 @@ int train_command(const std::vector<std::string>& args) {
                          .name = "troupe train " + job};
   if (local_workers > 0) {
     unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    std::printf("starting a local cluster: a head and %d workers\n", local_workers);
-    auto started = cluster::LocalCluster::start({.workers = local_workers,
+    const int spares = config.fault_tolerance.enabled ? config.fault_tolerance.spare_nodes : 0;
+    std::printf("starting a local cluster: a head and %d workers%s\n", local_workers,
+                spares > 0
+                    ? absl::StrCat(" and ", spares, spares == 1 ? " spare" : " spares").c_str()
+                    : "");
+    auto started = cluster::LocalCluster::start({.workers = local_workers + spares,
                                                  .default_resources = absl::StrCat("CPU=", cores),
                                                  .troupe_binary = self_executable(),
                                                  .echo_output = false});
@@ -269,13 +303,25 @@ int train_command(const std::vector<std::string>& args) {
     }
     return absl::OkStatus();
   };
+  RecoveringStepper stepper(trainer, config.checkpoint.dir.empty() ? nullptr : &checkpoints,
+                            config.fault_tolerance);
+  absl::Status recovery_log;
+  auto on_recovery = [&](const RecoveryReport& r) {
+    progress.message(cluster::printable(r.summary()));
+    recovery_log.Update(metrics->write_recovery(r));
+  };
   double first_loss = 0, last_loss = 0;
   for (int64_t k = first_step; k <= steps; ++k) {
-    absl::StatusOr<StepOutcome> outcome = trainer.step(k);
+    absl::StatusOr<StepOutcome> outcome = stepper.step(k, on_recovery);
     if (!outcome.ok()) {
       progress.message("");
+      // A job that cannot go on keeps what it has: a last checkpoint.
+      if (stepper.failures() > 0 || config.fault_tolerance.enabled) {
+        save_after_failure(checkpoints, config, progress);
+      }
       return fail("training", outcome.status());  // the controller names the step
     }
+    if (!recovery_log.ok()) return fail("writing the metrics", recovery_log);
     if (k == first_step) first_loss = outcome->loss;
     last_loss = outcome->loss;
     if (absl::Status s = metrics->write_step(*outcome); !s.ok()) {
@@ -346,6 +392,14 @@ int train_command(const std::vector<std::string>& args) {
       nn::format_bytes(t.sent_bytes / std::max<int64_t>(1, t.steps)).c_str());
   if (accuracy)
     std::printf("  task accuracy (held-out addition problems): %.1f%%\n", 100 * *accuracy);
+  if (!stepper.recoveries().empty()) {
+    int64_t rerun = 0;
+    for (const RecoveryReport& r : stepper.recoveries())
+      rerun += r.steps_lost;
+    std::printf("  recoveries: %zu (workers lost and replaced), %lld steps run again, %s lost\n",
+                stepper.recoveries().size(), static_cast<long long>(rerun),
+                format_duration(stepper.lost_ms() / 1000).c_str());
+  }
   std::printf("  weights: %s/model.%s   metrics: %s\n", output_dir.c_str(),
               partitioned ? absl::StrCat("json and ", saved.partitions.size(),
                                          " partitions (model.part-*.bin)")

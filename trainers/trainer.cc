@@ -71,6 +71,9 @@ ControllerOptions controller_options(const TrainConfig& config) {
       options.dynamic_loss_scale = config.fp16.dynamic;
     }
   }
+  if (config.fault_tolerance.enabled) {
+    options.step_timeout = absl::Seconds(config.fault_tolerance.step_timeout_s);
+  }
   return options;
 }
 

@@ -24,6 +24,7 @@
 #include "actors/pipeline_stage_actor.h"
 #include "core/cluster/cluster.h"
 #include "trainers/config.h"
+#include "trainers/recovery.h"
 #include "trainers/trainer_controller.h"
 
 namespace troupe::trainers {
@@ -51,6 +52,9 @@ class Trainer {
   virtual absl::StatusOr<std::vector<float>> master_params() = 0;
   virtual const DataInfo& data_info() const = 0;
   virtual TrainerController& controller() = 0;
+  // What recovery from a lost worker needs of the trainer (trainers/
+  // recovery.h); null when it cannot recover.
+  virtual MeshRepair* repair() { return nullptr; }
   // How the job is laid out, for people: "DDP over 2 replicas".
   virtual std::string describe() const = 0;
   // Kills the job's actors and removes its placement group. Idempotent.

@@ -21,7 +21,7 @@ double now_ms() {
 }
 
 absl::Status with_step(int64_t step, const std::string& what, const absl::Status& s) {
-  return absl::Status(s.code(), absl::StrCat("step ", step, ": ", what, s.message()));
+  return Prefixed(absl::StrCat("step ", step, ": ", what), s);
 }
 
 // The actor behind a call is gone (its process died, it was killed): what it
@@ -59,6 +59,11 @@ absl::StatusOr<TrainerController> TrainerController::create(actors::Mesh mesh,
     if (m.stage == nullptr || m.shard == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("trainer: member ", actors::to_string(m.at), " lacks a stage or a shard"));
+    }
+    if (m.buddy < -1 || m.buddy >= mesh.size() || m.buddy == actors::index_of(mesh, m.at)) {
+      return absl::InvalidArgumentError(absl::StrCat("trainer: member ", actors::to_string(m.at),
+                                                     " has buddy ", m.buddy, " in a mesh of ",
+                                                     mesh.size()));
     }
     seen[i] = true;
     ordered[i] = std::move(m);
@@ -136,6 +141,30 @@ absl::Status TrainerController::prepare_all(int64_t step) {
   return first;
 }
 
+absl::Status TrainerController::replicate_all(const actors::CommitRequest& commit) {
+  std::vector<Future<void>> pending;
+  for (MeshMember& m : members_) {
+    if (m.buddy >= 0) pending.push_back(m.shard->replicate(commit));
+  }
+  absl::Status first;
+  for (Future<void>& f : pending) {
+    absl::Status s = std::move(f).get(options_.step_timeout);
+    if (!s.ok() && first.ok()) first = with_step(commit.step, "replicating to a buddy: ", s);
+  }
+  return first;
+}
+
+absl::Status TrainerController::connect_buddies() {
+  std::vector<Future<void>> pending;
+  for (MeshMember& m : members_) {
+    if (m.buddy >= 0) pending.push_back(m.shard->set_buddy(*members_[m.buddy].shard));
+  }
+  absl::Status first;
+  for (Future<void>& f : pending)
+    first.Update(std::move(f).get(options_.step_timeout));
+  return first;
+}
+
 absl::Status TrainerController::commit_all(const actors::CommitRequest& commit) {
   std::vector<Future<int64_t>> pending;
   for (MeshMember& m : members_)
@@ -169,9 +198,9 @@ absl::Status TrainerController::commit_all(const actors::CommitRequest& commit) 
     absl::StrAppend(&which, which.empty() ? "" : "; ", "the shards at ",
                     absl::StrJoin(refused, ", "), " refused it after they had prepared it");
   }
-  return absl::Status(first.code(),
-                      absl::StrCat("step ", commit.step, ": commit: every other shard applied it; ",
-                                   which, " (", first.message(), ")"));
+  return Prefixed(
+      absl::StrCat("step ", commit.step, ": commit: every other shard applied it; ", which, ": "),
+      first);
 }
 
 absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
@@ -221,6 +250,7 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
   out.loss = totals->loss;
   out.samples = totals->samples;
   out.tokens = totals->tokens;
+  out.sample_ids = totals->sample_ids;
   out.data_position = totals->data_position;
   out.epoch = totals->epoch;
   out.compute_ms = totals->compute_ms;
@@ -245,6 +275,7 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
     out.grad_norm = INFINITY;
     out.step_ms = now_ms() - start;
     out.overhead_ms = std::max(0.0, out.step_ms - totals->stage_ms);
+    last_outcome_ = out;
     return out;
   }
   out.grad_norm = std::sqrt(totals->grad_norm_sq) / scale;
@@ -263,17 +294,24 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
     discard_all(step).IgnoreError();
     return s;
   }
+  // Before the commit point: a committed step is in every replica.
+  if (absl::Status s = replicate_all(commit); !s.ok()) {
+    discard_all(step).IgnoreError();
+    return s;
+  }
   // From here on the step is applied wherever a shard lives.
   next_step_ = step + 1;
   data_position_ = out.data_position;
   epoch_ = out.epoch;
   ++applied_;
   if (scaler_) scaler_->update(false).IgnoreError();  // only refuses an overflow's update
-  if (absl::Status s = commit_all(commit); !s.ok()) return s;
-  const double commit_ms = now_ms() - commit_start;
   out.applied = true;
+  const absl::Status committed = commit_all(commit);
+  const double commit_ms = now_ms() - commit_start;
   out.step_ms = now_ms() - start;
   out.overhead_ms = std::max(0.0, out.step_ms - totals->stage_ms - commit_ms);
+  last_outcome_ = out;
+  if (!committed.ok()) return committed;
   return out;
 }
 

@@ -10,10 +10,11 @@
 //      parameter ranges the stages own (replicas of a range must agree bit for
 //      bit; the ranges must tile each tensor slice's buffer).
 //   3. If every stage succeeded and no gradient overflowed: clip on the global
-//      norm, prepare(k) on every shard, then commit(k) on every shard (the
-//      optimizer update). Otherwise discard(k) on every stage, and the step is
-//      either skipped (an fp16 overflow: the loss scale backs off, as
-//      DeepSpeed does) or fails with the first stage's error.
+//      norm, prepare(k) on every shard, replicate(k) on every shard with a
+//      buddy (the step's gradients into the replica its buddy keeps), then
+//      commit(k) on every shard (the optimizer update). Otherwise discard(k) on every stage, and
+//      the step is either skipped (an fp16 overflow: the loss scale backs off, as DeepSpeed does)
+//      or fails with the first stage's error.
 //
 // Where the job stands after step(k) returns - what recovery builds on:
 //   OK, applied            every shard applied k
@@ -66,6 +67,9 @@ struct StepOutcome {
   double loss_scale = 1;  // the scale this step ran with
   int64_t samples = 0;    // in the global batch
   int64_t tokens = 0;
+  // The dataset's samples the step trained on (each rank's in mesh order):
+  // the data log.
+  std::vector<int64_t> sample_ids;
   int64_t data_position = 0;
   int64_t epoch = 0;
   double step_ms = 0;          // wall time of the whole step, as the driver saw it
@@ -118,6 +122,14 @@ class TrainerController {
   // The parameter range each member's shard owns, in mesh order, as the
   // stages last reported them; empty before the first step ran.
   const std::vector<nn::ParamRange>& owned() const { return owned_; }
+  // The last step that finished (applied, skipped, or committed with lost
+  // shards), as step() saw it.
+  const std::optional<StepOutcome>& last_outcome() const { return last_outcome_; }
+
+  // Buddy replication: makes every member's buddy (MeshMember::buddy) the
+  // keeper of its replica and sends it the whole state; after init, and after
+  // a recovery replaced members. The first error.
+  absl::Status connect_buddies();
 
   ControllerState state() const;
   // Continues from `state` (a checkpoint's, once every shard loaded it and
@@ -131,6 +143,7 @@ class TrainerController {
       : mesh_(mesh), members_(std::move(members)), options_(std::move(options)) {}
   absl::Status discard_all(int64_t step);
   absl::Status prepare_all(int64_t step);
+  absl::Status replicate_all(const actors::CommitRequest& commit);
   absl::Status commit_all(const actors::CommitRequest& commit);
 
   actors::Mesh mesh_;
@@ -143,6 +156,7 @@ class TrainerController {
   std::vector<nn::ParamRange> owned_;
   int64_t data_position_ = 0;
   int64_t epoch_ = 0;
+  std::optional<StepOutcome> last_outcome_;
 };
 
 }  // namespace troupe::trainers

@@ -70,7 +70,10 @@ class LocalCluster {
   // was killed; it keeps the token, so the workers rejoin it. Returns when
   // it listens.
   absl::Status restart_head();
-  // Starts another worker; returns its position. It has joined when this returns.
+  // Starts another worker; returns its position. It has joined when this
+  // returns. Not thread-safe with the other calls. The worker dies with the
+  // thread that started it (PR_SET_PDEATHSIG follows the thread): call it
+  // from one that outlives the worker.
   absl::StatusOr<int> add_worker(const std::string& resources);
   // Runs `troupe <args>` against this cluster (head and token filled in),
   // returning its exit code and output (stdout and stderr).

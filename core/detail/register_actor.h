@@ -155,17 +155,19 @@ bool mark_idempotent_methods() {
 
 // Lets other processes spawn Class with these constructor parameter types
 // (TROUPE_ACTOR already allows the default constructor). Place it after
-// TROUPE_ACTOR, at namespace scope; repeat for each constructor.
+// TROUPE_ACTOR, at namespace scope (Class unqualified, in its namespace);
+// repeat for each constructor.
 //   TROUPE_ACTOR_CONSTRUCTOR(Counter, int, std::string);
-#define TROUPE_ACTOR_CONSTRUCTOR(Class, ...)                                               \
-  inline ::troupe::detail::ConstructorSignature<__VA_ARGS__> troupe_actor_constructor(     \
-      Class* __VA_OPT__(, ) __VA_ARGS__) {                                                 \
-    return {};                                                                             \
-  }                                                                                        \
-  [[maybe_unused]] inline const bool TROUPE_DETAIL_CONCAT(troupe_constructor_, __LINE__) = \
-      (::troupe::detail::register_constructor(                                             \
-           ::troupe::actor_type_of<Class>(),                                               \
-           ::troupe::detail::make_constructor<Class __VA_OPT__(, ) __VA_ARGS__>()),        \
+#define TROUPE_ACTOR_CONSTRUCTOR(Class, ...)                                             \
+  inline ::troupe::detail::ConstructorSignature<__VA_ARGS__> troupe_actor_constructor(   \
+      Class* __VA_OPT__(, ) __VA_ARGS__) {                                               \
+    return {};                                                                           \
+  }                                                                                      \
+  [[maybe_unused]] inline const bool TROUPE_DETAIL_CONCAT(troupe_constructor_##Class##_, \
+                                                          __LINE__) =                    \
+      (::troupe::detail::register_constructor(                                           \
+           ::troupe::actor_type_of<Class>(),                                             \
+           ::troupe::detail::make_constructor<Class __VA_OPT__(, ) __VA_ARGS__>()),      \
        true)
 #define TROUPE_DETAIL_CONCAT_INNER(a, b) a##b
 #define TROUPE_DETAIL_CONCAT(a, b) TROUPE_DETAIL_CONCAT_INNER(a, b)

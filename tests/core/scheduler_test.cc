@@ -626,46 +626,53 @@ TEST_F(SchedulerTest, ActorReleasesAfterTheirGroupIsGoneAreIgnored) {
 
 // -------------------------------------------------------------- node failure
 
-TEST_F(SchedulerTest, RemovingANodeMakesItsGroupsPendingAndFreesTheirOtherBundles) {
+TEST_F(SchedulerTest, RemovingANodeMakesItsGroupsPendingAndKeepsTheirOtherBundles) {
   add_three_nodes();
   PlacementGroupId spread =
       create(std::vector<Resources>(3, R("CPU=1")), PlacementStrategy::kStrictSpread, "spread");
   PlacementGroupId elsewhere = create({R("CPU=1")}, PlacementStrategy::kStrictPack);
-  NodeIndex elsewhere_node = info(elsewhere).bundle_nodes[0];
-  NodeIndex victim = elsewhere_node == 1 ? 2 : 1;
-  Placement plain = place("CPU=1", elsewhere_node);
-  absl::StatusOr<Placement> grouped = place_in(spread, 0, "CPU=1");
-  ASSERT_TRUE(grouped.ok());
+  const Scheduler::GroupInfo first = info(spread);
+  const NodeIndex elsewhere_node = info(elsewhere).bundle_nodes[0];
+  // Lose a node of the spread group's but not the other group's.
+  const int lost_b = first.bundle_nodes[0] != elsewhere_node ? 0 : 1;
+  const int kept_b = 2;  // another bundle than lost_b
+  const NodeIndex victim = first.bundle_nodes[lost_b];
+  absl::StatusOr<Placement> kept = place_in(spread, kept_b, "CPU=1");
+  absl::StatusOr<Placement> lost = place_in(spread, lost_b, "CPU=1");
+  ASSERT_TRUE(kept.ok() && lost.ok());
+  auto before = all_available();
 
   EXPECT_EQ(s_.remove_node(victim), std::vector<PlacementGroupId>{spread});
-  EXPECT_EQ(s_.nodes().size(), 2u);
   Scheduler::GroupInfo g = info(spread);
   EXPECT_FALSE(g.placed);
-  EXPECT_TRUE(g.bundle_nodes.empty());
+  std::vector<bool> expect_lost(3, false);
+  expect_lost[lost_b] = true;
+  EXPECT_EQ(g.lost, expect_lost);
   EXPECT_TRUE(info(elsewhere).placed);
-  // Survivors hold only the other group's bundle and the plain actor.
-  for (NodeIndex n : s_.nodes()) {
-    Resources expect = s_.total(n);
-    if (n == elsewhere_node) expect -= R("CPU=2");
-    EXPECT_EQ(s_.available(n), expect) << "node " << n;
-  }
+  // The survivors keep what the group reserved on them.
+  for (NodeIndex n : s_.nodes())
+    EXPECT_EQ(s_.available(n), before[n]) << "node " << n;
+  // New actors wait while the group is pending.
+  EXPECT_EQ(place_in(spread, kept_b, "CPU=0").status().code(), absl::StatusCode::kUnavailable);
 
-  // Two nodes cannot host three strictly spread bundles; a new node can.
+  // The two survivors cannot take the lost bundle (strictly spread from the
+  // others); a new node can, and only that bundle moves.
   EXPECT_TRUE(s_.retry_pending().empty());
   s_.add_node(4, R("CPU=4"));
   EXPECT_EQ(s_.retry_pending(), std::vector<PlacementGroupId>{spread});
   g = info(spread);
   ASSERT_TRUE(g.placed);
-  EXPECT_EQ(distinct(g.bundle_nodes).size(), 3u);
-  EXPECT_EQ(std::count(g.bundle_nodes.begin(), g.bundle_nodes.end(), victim), 0);
+  std::vector<NodeIndex> expect_nodes = first.bundle_nodes;
+  expect_nodes[lost_b] = 4;
+  EXPECT_EQ(g.bundle_nodes, expect_nodes);
+  EXPECT_EQ(g.lost, std::vector<bool>(3, false));
+  EXPECT_EQ(s_.available(4), R("CPU=3"));
 
-  // The actor from the group's first placement is stale; the plain one is not.
-  auto before = all_available();
-  s_.release_actor(*grouped, R("CPU=1"));
-  EXPECT_EQ(info(spread).bundle_available, g.bundles);
-  s_.release_actor(plain, R("CPU=1"));
-  before[elsewhere_node] += R("CPU=1");
-  EXPECT_EQ(all_available(), before);
+  // The lost bundle's actor is stale; the one that stayed is not.
+  s_.release_actor(*lost, R("CPU=1"));
+  EXPECT_EQ(info(spread).bundle_available[lost_b], R("CPU=1"));
+  s_.release_actor(*kept, R("CPU=1"));
+  EXPECT_EQ(info(spread).bundle_available[kept_b], R("CPU=1"));
 }
 
 TEST_F(SchedulerTest, RemovingANodeOfAPendingGroupLeavesItPending) {
@@ -676,20 +683,30 @@ TEST_F(SchedulerTest, RemovingANodeOfAPendingGroupLeavesItPending) {
   EXPECT_FALSE(info(id).placed);
 }
 
-TEST_F(SchedulerTest, ReplacementAfterNodeLossIsAllOrNothing) {
+TEST_F(SchedulerTest, AfterANodeLossOnlyTheLostBundlesArePlacedAgain) {
   add_three_nodes();
   PlacementGroupId id = create(std::vector<Resources>(2, R("CPU=4")), PlacementStrategy::kPack);
   ASSERT_TRUE(info(id).placed);
-  EXPECT_EQ(distinct(info(id).bundle_nodes).size(), 2u);
-  // Losing one node frees the bundle on the other; the two survivors take both.
-  EXPECT_EQ(s_.remove_node(info(id).bundle_nodes[0]), std::vector<PlacementGroupId>{id});
+  const std::vector<NodeIndex> first = info(id).bundle_nodes;
+  EXPECT_EQ(distinct(first).size(), 2u);
+  // Losing one node: its bundle goes to the idle third node; the other stays.
+  EXPECT_EQ(s_.remove_node(first[0]), std::vector<PlacementGroupId>{id});
   EXPECT_EQ(s_.retry_pending(), std::vector<PlacementGroupId>{id});
-  EXPECT_EQ(distinct(info(id).bundle_nodes).size(), 2u);
-  // Losing another leaves one node of 4 CPUs: nothing is reserved for half a group.
-  EXPECT_EQ(s_.remove_node(info(id).bundle_nodes[0]), std::vector<PlacementGroupId>{id});
+  const std::vector<NodeIndex> second = info(id).bundle_nodes;
+  EXPECT_EQ(second[1], first[1]);
+  EXPECT_NE(second[0], first[0]);
+  // Losing another leaves one node, full with the bundle that stayed: the
+  // lost one waits, and the kept one stays reserved.
+  EXPECT_EQ(s_.remove_node(second[0]), std::vector<PlacementGroupId>{id});
   EXPECT_TRUE(s_.retry_pending().empty());
   ASSERT_EQ(s_.nodes().size(), 1u);
-  EXPECT_EQ(s_.available(s_.nodes()[0]), R("CPU=4"));
+  EXPECT_EQ(s_.available(s_.nodes()[0]), R("CPU=0"));
+  // Losing the last one too: nothing is held, and the group is placed whole again.
+  EXPECT_EQ(s_.remove_node(second[1]), std::vector<PlacementGroupId>{id});
+  EXPECT_TRUE(info(id).bundle_nodes.empty());
+  s_.add_node(7, R("CPU=8"));
+  EXPECT_EQ(s_.retry_pending(), std::vector<PlacementGroupId>{id});
+  EXPECT_EQ(info(id).bundle_nodes, (std::vector<NodeIndex>{7, 7}));
 }
 
 // ------------------------------------------------- against a brute-force search

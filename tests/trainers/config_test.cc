@@ -427,12 +427,34 @@ TEST(TrainConfigTest, UnimplementedDeepSpeedKeysWarn) {
            "zero_optimization.allgather_bucket_size is not implemented",
            "fp16.auto_cast is not implemented",
            "checkpoint.tag_validation is not implemented by troupe; ignored",
-           "fault_tolerance is not implemented yet; ignored",
            "elasticity is not implemented yet; ignored",
        }) {
     EXPECT_TRUE(has_warning(c, expected)) << expected << " not in:" << warnings_of(c);
   }
-  EXPECT_EQ(c.warnings.size(), 16u) << warnings_of(c);
+  EXPECT_EQ(c.warnings.size(), 15u) << warnings_of(c);
+}
+
+TEST(TrainConfigTest, FaultToleranceSection) {
+  const TrainConfig c = parse_ok(patched(
+      R"({"fault_tolerance": {"enabled": true, "spare_nodes": 1, "max_failures": 5,
+          "wait_for_node_s": 30, "step_timeout_s": 20}})"));
+  EXPECT_TRUE(c.fault_tolerance.enabled);
+  EXPECT_EQ(c.fault_tolerance.spare_nodes, 1);
+  EXPECT_EQ(c.fault_tolerance.max_failures, 5);
+  EXPECT_EQ(c.fault_tolerance.wait_for_node_s, 30);
+  EXPECT_EQ(c.fault_tolerance.step_timeout_s, 20);
+  const TrainConfig defaults = parse_ok(patched("{}"));
+  EXPECT_FALSE(defaults.fault_tolerance.enabled);
+  EXPECT_EQ(defaults.fault_tolerance.max_failures, 3);
+  expect_error(R"({"fault_tolerance": {"spare_node": 1}})", "fault_tolerance.spare_node",
+               "did you mean 'spare_nodes'");
+  expect_error(R"({"fault_tolerance": {"step_timeout_s": 0}})", "fault_tolerance.step_timeout_s",
+               "");
+  expect_error(R"({"fault_tolerance": {"spare_nodes": -1}})", "fault_tolerance.spare_nodes", "");
+  // Round trip.
+  const TrainConfig again = parse_ok(to_json(c));
+  EXPECT_EQ(again.fault_tolerance.spare_nodes, 1);
+  EXPECT_EQ(again.fault_tolerance.step_timeout_s, 20);
 }
 
 TEST(TrainConfigTest, CheckpointSection) {

@@ -102,12 +102,15 @@ class FakeStage {
   }
   // Checkpoints are not this test's (checkpoint_resume_test.cc).
   absl::StatusOr<int64_t> seek_data(int64_t position, int64_t) { return position; }
+  // Recovery is not this test's either (recovery_test.cc).
+  absl::Status rejoin() { return absl::UnimplementedError("a fake stage has no group"); }
 
  private:
   Script* script_;
   Coordinate at_;
 };
-TROUPE_ACTOR(FakeStage, &FakeStage::run_step, &FakeStage::discard, &FakeStage::seek_data);
+TROUPE_ACTOR(FakeStage, &FakeStage::run_step, &FakeStage::discard, &FakeStage::seek_data,
+             &FakeStage::rejoin);
 
 class FakeShard {
  public:
@@ -149,13 +152,26 @@ class FakeShard {
   absl::StatusOr<actors::ShardLoadReport> load(actors::LoadRequest) {
     return absl::UnimplementedError("a fake shard loads nothing");
   }
+  absl::StatusOr<actors::ShardRestoreReport> restore_from(ActorRef<FakeShard>) {
+    return absl::UnimplementedError("a fake shard restores nothing");
+  }
+  absl::Status set_buddy(ActorRef<FakeShard>) {
+    return absl::UnimplementedError("a fake shard has no buddy");
+  }
+  absl::Status replicate(CommitRequest) {
+    return absl::UnimplementedError("a fake shard has no buddy");
+  }
+  absl::StatusOr<actors::ShardRestoreReport> restore_from_buddy(ActorRef<FakeShard>, int64_t) {
+    return absl::UnimplementedError("a fake shard has no buddy");
+  }
 
  private:
   Script* script_;
   Coordinate at_;
 };
 TROUPE_ACTOR(FakeShard, &FakeShard::prepare, &FakeShard::commit, &FakeShard::applied_step,
-             &FakeShard::save, &FakeShard::load);
+             &FakeShard::save, &FakeShard::load, &FakeShard::restore_from, &FakeShard::set_buddy,
+             &FakeShard::replicate, &FakeShard::restore_from_buddy);
 
 class ControllerTest : public ::testing::Test {
  protected:

@@ -243,8 +243,10 @@ void HeadService::declare_dead(uint32_t node, const std::string& reason) {
     ++actor.restarts;
     waiting_.insert(id);
   }
-  retry_waiting();
+  // The lost bundles first (on a spare, or wherever there is room), so that
+  // the actors restarted from them find them placed.
   scheduler_.retry_pending();
+  retry_waiting();
   end_job(node, JobState::kFailed, absl::StrCat("its driver was lost: ", reason));
 }
 
@@ -304,8 +306,8 @@ void HeadService::end_job(uint32_t job, JobState state, const std::string& reaso
   log(absl::StrCat("job ", job, " (", it->second.driver.name, ") ", std::string(to_string(state)),
                    ": ", reason, "; removed ", actors, " actors, ", groups.size(),
                    " placement groups, ", collectives.size(), " collective groups"));
-  retry_waiting();
   scheduler_.retry_pending();
+  retry_waiting();
 }
 
 void HeadService::remove_actor(ActorRecord& actor, const std::string& reason) {

@@ -252,9 +252,18 @@ std::vector<PlacementGroupId> Scheduler::remove_node(NodeIndex node) {
   if (nodes_.erase(node) == 0) return {};
   std::vector<PlacementGroupId> affected;
   for (auto& [id, group] : groups_) {
-    const std::vector<NodeIndex>& where = group.info.bundle_nodes;
-    if (std::find(where.begin(), where.end(), node) == where.end()) continue;
-    unplace(group);
+    GroupInfo& info = group.info;
+    bool hit = false;
+    for (size_t b = 0; b < info.bundle_nodes.size(); ++b) {
+      if (info.bundle_nodes[b] != node || info.lost[b]) continue;
+      hit = true;
+      info.lost[b] = true;  // its reservation went with the node
+      info.bundle_available[b] = Resources();
+      group.bundle_epochs[b] = 0;
+    }
+    if (!hit) continue;
+    info.placed = false;
+    if (std::all_of(info.lost.begin(), info.lost.end(), [](bool l) { return l; })) unplace(group);
     affected.push_back(id);
   }
   return affected;
@@ -377,8 +386,10 @@ absl::StatusOr<Placement> Scheduler::place_in_group(const PlacementRequest& requ
   };
   auto take = [&](int b) {
     info.bundle_available[b] -= need;
-    return Placement{
-        .node = info.bundle_nodes[b], .group = info.id, .bundle_index = b, .epoch = group.epoch};
+    return Placement{.node = info.bundle_nodes[b],
+                     .group = info.id,
+                     .bundle_index = b,
+                     .epoch = group.bundle_epochs[b]};
   };
   const int first = request.bundle_index < 0 ? 0 : request.bundle_index;
   const int last = request.bundle_index < 0 ? count - 1 : request.bundle_index;
@@ -416,8 +427,9 @@ void Scheduler::release_actor(const Placement& where, const Resources& resources
     if (it == groups_.end()) return;
     GroupState& group = it->second;
     GroupInfo& info = group.info;
-    if (!info.placed || (where.epoch != 0 && where.epoch != group.epoch)) return;
-    if (where.bundle_index < 0 || where.bundle_index >= static_cast<int>(info.bundles.size())) {
+    const int b = where.bundle_index;
+    if (!group.holds() || b < 0 || b >= static_cast<int>(info.bundles.size()) || info.lost[b] ||
+        (where.epoch != 0 && where.epoch != group.bundle_epochs[b])) {
       return;
     }
     Resources& left = info.bundle_available[where.bundle_index];
@@ -492,22 +504,71 @@ std::vector<PlacementGroupId> Scheduler::retry_pending() {
 }
 
 bool Scheduler::try_place(GroupState& group) {
-  FreePool free;
-  for (const auto& [index, state] : nodes_)
-    free.emplace(index, state.available);
-  std::optional<Assignment> assignment =
-      assign_bundles(group.info.bundles, group.info.strategy, free);
-  if (!assignment) return false;
-  for (size_t b = 0; b < assignment->size(); ++b) {
-    NodeState& node = nodes_.at((*assignment)[b]);
-    node.available -= group.info.bundles[b];
-    node.reserved += group.info.bundles[b];
+  GroupInfo& info = group.info;
+  if (info.placed) return true;
+  const size_t n = info.bundles.size();
+  if (!group.holds()) {
+    FreePool free;
+    for (const auto& [index, state] : nodes_)
+      free.emplace(index, state.available);
+    std::optional<Assignment> assignment = assign_bundles(info.bundles, info.strategy, free);
+    if (!assignment) return false;
+    info.bundle_nodes = std::move(*assignment);
+    info.bundle_available = info.bundles;
+    info.lost.assign(n, true);  // each is reserved below
+    group.bundle_epochs.assign(n, 0);
+  } else {
+    std::optional<std::vector<NodeIndex>> nodes = assign_lost(group);
+    if (!nodes) return false;
+    size_t next = 0;
+    for (size_t b = 0; b < n; ++b) {
+      if (info.lost[b]) info.bundle_nodes[b] = (*nodes)[next++];
+    }
   }
-  group.info.placed = true;
-  group.info.bundle_nodes = std::move(*assignment);
-  group.info.bundle_available = group.info.bundles;
-  group.epoch = next_epoch_++;
+  for (size_t b = 0; b < n; ++b) {
+    if (!info.lost[b]) continue;
+    NodeState& node = nodes_.at(info.bundle_nodes[b]);
+    node.available -= info.bundles[b];
+    node.reserved += info.bundles[b];
+    info.bundle_available[b] = info.bundles[b];
+    info.lost[b] = false;
+    group.bundle_epochs[b] = next_epoch_++;
+  }
+  info.placed = true;
   return true;
+}
+
+std::optional<std::vector<NodeIndex>> Scheduler::assign_lost(const GroupState& group) const {
+  const GroupInfo& info = group.info;
+  std::vector<Resources> lost;
+  std::set<NodeIndex> kept;  // the nodes of the bundles that stayed
+  for (size_t b = 0; b < info.bundles.size(); ++b) {
+    if (info.lost[b]) {
+      lost.push_back(info.bundles[b]);
+    } else {
+      kept.insert(info.bundle_nodes[b]);
+    }
+  }
+  FreePool all, on_kept, away;
+  for (const auto& [index, state] : nodes_) {
+    all.emplace(index, state.available);
+    (kept.count(index) != 0 ? on_kept : away).emplace(index, state.available);
+  }
+  switch (info.strategy) {
+    case PlacementStrategy::kStrictPack:
+      return assign_one_node(lost, on_kept);
+    case PlacementStrategy::kStrictSpread:
+      return assign_distinct_nodes(lost, away);
+    case PlacementStrategy::kPack:
+      if (auto one = assign_one_node(lost, on_kept)) return one;
+      if (auto one = assign_one_node(lost, all)) return one;
+      return BundleSearch(lost, info.strategy, all).run();
+    case PlacementStrategy::kSpread:
+      if (auto distinct = assign_distinct_nodes(lost, away)) return distinct;
+      if (auto distinct = assign_distinct_nodes(lost, all)) return distinct;
+      return BundleSearch(lost, info.strategy, all).run();
+  }
+  return std::nullopt;
 }
 
 absl::Status Scheduler::check_feasible(PlacementGroupId id) const {
@@ -535,17 +596,18 @@ absl::Status Scheduler::check_feasible(PlacementGroupId id) const {
 
 void Scheduler::unplace(GroupState& group) {
   GroupInfo& info = group.info;
-  if (!info.placed) return;
-  for (size_t b = 0; b < info.bundles.size(); ++b) {
+  for (size_t b = 0; b < info.bundle_nodes.size(); ++b) {
+    if (info.lost[b]) continue;  // its reservation went with its node
     auto node = nodes_.find(info.bundle_nodes[b]);
-    if (node == nodes_.end()) continue;  // the node is gone, and its bundle with it
+    if (node == nodes_.end()) continue;
     node->second.available += info.bundles[b];
     node->second.reserved -= info.bundles[b];
   }
   info.placed = false;
   info.bundle_nodes.clear();
   info.bundle_available.clear();
-  group.epoch = 0;
+  info.lost.clear();
+  group.bundle_epochs.clear();
 }
 
 std::optional<Scheduler::GroupInfo> Scheduler::group(PlacementGroupId id) const {

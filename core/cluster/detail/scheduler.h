@@ -25,11 +25,14 @@
 // node joins or resources are freed; the scheduler never retries by itself.
 //
 // Failures. remove_node() drops the node and everything on it. Every group
-// with a bundle there becomes pending again and releases its bundles on the
-// surviving nodes too (the gang is re-placed whole by retry_pending()).
-// Actors drawn from such a group, or from a removed group, lose their
-// reservation with it: the caller is expected to stop or restart them; their
-// later release_actor() calls are ignored.
+// with a bundle there becomes pending again, as in Ray: its bundles on the
+// surviving nodes stay reserved (their actors keep running and keep their
+// reservations), and retry_pending() re-places only the lost bundles, by the
+// group's strategy counted with the bundles that stayed (SPREAD and
+// STRICT_SPREAD away from their nodes, PACK onto them). Actors drawn from a
+// lost bundle, or from a removed group, lose their reservation with it: the
+// caller is expected to stop or restart them; their later release_actor()
+// calls are ignored.
 #pragma once
 
 #include <compare>
@@ -140,8 +143,12 @@ class Scheduler {
     PlacementStrategy strategy = PlacementStrategy::kPack;
     std::vector<Resources> bundles;
     bool placed = false;
-    std::vector<NodeIndex> bundle_nodes;      // node of each bundle; empty while pending
-    std::vector<Resources> bundle_available;  // left in each bundle; empty while pending
+    // The node of each bundle, and what is left in it; empty while no bundle
+    // is placed. While a group that lost bundles is pending again, a lost
+    // bundle's entry names the node it was lost with, and `lost` says which.
+    std::vector<NodeIndex> bundle_nodes;
+    std::vector<Resources> bundle_available;
+    std::vector<bool> lost;
   };
   std::optional<GroupInfo> group(PlacementGroupId id) const;
   std::optional<PlacementGroupId> group_by_name(std::string_view name) const;
@@ -157,7 +164,10 @@ class Scheduler {
   };
   struct GroupState {
     GroupInfo info;
-    uint64_t epoch = 0;  // of the current placement; 0 while pending
+    // Per bundle, the epoch of its current placement; 0 while not placed.
+    std::vector<uint64_t> bundle_epochs;
+    // Whether any bundle holds a reservation (placed, or pending after a loss).
+    bool holds() const { return !info.bundle_nodes.empty(); }
   };
 
   absl::StatusOr<Placement> place_ungrouped(const PlacementRequest& request,
@@ -166,8 +176,12 @@ class Scheduler {
                                            const std::set<NodeIndex>& excluded);
   absl::Status exhausted_error(const Resources& request, const std::set<NodeIndex>& excluded,
                                std::optional<NodeIndex> pinned) const;
-  // Reserves the group's bundles if they all fit now; true when placed.
+  // Reserves the group's bundles (after a loss: its lost bundles) if they
+  // all fit now; true when placed.
   bool try_place(GroupState& group);
+  // The node of each of a group's lost bundles, by strategy, counted with the
+  // bundles that stayed; nullopt if they do not fit now.
+  std::optional<std::vector<NodeIndex>> assign_lost(const GroupState& group) const;
   // Returns a placed group's bundles to the surviving nodes; it becomes pending.
   void unplace(GroupState& group);
 

@@ -1,0 +1,479 @@
+// Recovery from lost workers on a real local cluster: a head, worker
+// processes of the troupe executable (one of them a spare) and this test
+// process as the driver. A worker hosting a rank is SIGKILLed - between
+// steps, at seeded random moments inside steps, twice in one run - and the
+// job goes on: the lost rank's actors are restarted on the spare (or on a
+// node that joins), take a surviving replica's state, and the aborted step
+// runs again. The final weights are bitwise those of the same run without
+// failures, and every committed step trained on the same samples. Without a
+// node to replace the lost one the job ends with a clear error; a ZeRO
+// partition, which no survivor holds, comes back from the checkpoint.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/cluster/cluster.h"
+#include "core/cluster/local_cluster.h"
+#include "trainers/checkpointer.h"
+#include "trainers/config.h"
+#include "trainers/data_parallel_trainer.h"
+#include "trainers/recovery.h"
+
+namespace troupe::trainers {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kSteps = 10;
+
+TrainConfig config_for(int zero_stage, const std::string& checkpoint_dir = "") {
+  TrainConfig c;
+  c.zero.stage = zero_stage;
+  c.parallel.dp = 2;
+  c.gradient_accumulation_steps = 2;
+  c.micro_batch_size = 3;
+  c.train_batch_size = 12;
+  c.model = {.max_seq_len = 12,
+             .vocab_size = 64,
+             .padded_vocab_size = 64,
+             .num_layers = 3,
+             .num_heads = 2,
+             .channels = 32};
+  c.data.synthetic =
+      SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 400, .seed = 5};
+  c.optimizer.type = OptimizerType::kAdamW;
+  c.optimizer.adamw = {
+      .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+  c.schedule = *nn::LrSchedule::warmup_cosine(
+      {.base_lr = 3e-3f, .total_num_steps = kSteps, .warmup_num_steps = 2});
+  c.gradient_clipping = 1.0;
+  c.zero.reduce_bucket_size = 5000;
+  c.zero.stage3_param_persistence_threshold = 50;
+  c.zero.stage3_prefetch_bucket_size = 8000;
+  c.training.seed = 33;
+  c.fault_tolerance = {.enabled = true,
+                       .spare_nodes = 1,
+                       .max_failures = 4,
+                       .wait_for_node_s = 20,
+                       .step_timeout_s = 60};
+  if (!checkpoint_dir.empty()) {
+    c.checkpoint = {.dir = checkpoint_dir, .interval_steps = 2, .keep = 2, .async = false};
+  }
+  return c;
+}
+
+// A kill: before step `step` runs, worker of rank `rank` is sent SIGKILL
+// after `delay`.
+struct Kill {
+  int64_t step = 0;
+  int rank = 1;
+  absl::Duration delay = absl::ZeroDuration();
+  int signal = SIGKILL;  // SIGSTOP: a hung worker
+};
+
+struct RunLog {
+  std::vector<StepOutcome> outcomes;  // of every step, 1..kSteps
+  std::vector<float> params;
+  std::vector<RecoveryReport> recoveries;
+  std::vector<CheckpointEvent> checkpoints_failed;
+  absl::Status status;  // the first step that failed for good, if any
+};
+
+class RecoveryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');  // a parameterised test's
+    dir_ =
+        (fs::temp_directory_path() / ("troupe-recovery-" + std::to_string(::getpid()) + "-" + name))
+            .string();
+    fs::remove_all(dir_);
+  }
+  void TearDown() override {
+    driver_.reset();
+    local_.reset();
+    fs::remove_all(dir_);
+  }
+
+  // `workers` worker processes with `resources` each: CPU=1 holds one rank,
+  // CPU=2 two (a lost rank's replacement may then go beside a survivor).
+  void start_cluster(int workers, const std::string& resources = "CPU=1") {
+    auto local = cluster::LocalCluster::start({.workers = workers,
+                                               .default_resources = resources,
+                                               .troupe_binary = TROUPE_BINARY,
+                                               .echo_output = getenv("ECHO") != nullptr});
+    ASSERT_TRUE(local.ok()) << local.status();
+    local_ = *std::move(local);
+    auto driver = Cluster::connect(local_->client_options());
+    ASSERT_TRUE(driver.ok()) << driver.status();
+    driver_ = *std::move(driver);
+  }
+
+  // The worker (by LocalCluster position) that hosts rank `rank`'s stage.
+  int worker_of(DataParallelTrainer& trainer, int rank) {
+    absl::StatusOr<cluster::ClusterStatus> status = driver_->status();
+    EXPECT_TRUE(status.ok()) << status.status();
+    if (!status.ok()) return -1;
+    const uint64_t stage = trainer.rank_actors(rank)[1].value;
+    for (const cluster::ActorStatus& a : status->actors) {
+      if (a.id != stage) continue;
+      for (int i = 0; i < local_->num_workers(); ++i) {
+        if (local_->worker_node(i) == a.node) return i;
+      }
+    }
+    ADD_FAILURE() << "no worker hosts rank " << rank;
+    return -1;
+  }
+
+  // Runs kSteps steps of `config` through a RecoveringStepper, carrying out
+  // `kills` on the way; `on_recovery` runs after each recovery.
+  RunLog run(const TrainConfig& config, std::vector<Kill> kills = {},
+             const std::function<void(const RecoveryReport&)>& on_recovery = nullptr) {
+    RunLog result;
+    auto trainer =
+        DataParallelTrainer::start(*driver_, config, "recovery-" + std::to_string(++jobs_), 1);
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    if (!trainer.ok()) {
+      result.status = trainer.status();
+      return result;
+    }
+    std::optional<Checkpointer> checkpoints;
+    if (!config.checkpoint.dir.empty()) {
+      checkpoints.emplace((*trainer)->controller(),
+                          job_record(config, (*trainer)->data_info().samples_per_epoch),
+                          config.checkpoint);
+    }
+    RecoveringStepper stepper(**trainer, checkpoints ? &*checkpoints : nullptr,
+                              config.fault_tolerance);
+    for (int64_t k = 1; k <= kSteps; ++k) {
+      std::vector<std::thread> killers;
+      for (const Kill& kill : kills) {
+        if (kill.step != k) continue;
+        const int victim = worker_of(**trainer, kill.rank);
+        if (victim < 0) continue;
+        killers.emplace_back([this, victim, kill] {
+          absl::SleepFor(kill.delay);
+          local_->kill_worker(victim, kill.signal);
+        });
+      }
+      absl::StatusOr<StepOutcome> outcome = stepper.step(k, [&](const RecoveryReport& r) {
+        std::printf("[ recovery ] %s\n", r.summary().c_str());
+        if (on_recovery) on_recovery(r);
+      });
+      for (std::thread& t : killers)
+        t.join();
+      if (!outcome.ok()) {
+        result.status = outcome.status();
+        break;
+      }
+      EXPECT_EQ(outcome->step, k);
+      result.outcomes.push_back(*outcome);
+      if (checkpoints) {
+        for (const CheckpointEvent& e : checkpoints->after_step(k)) {
+          if (!e.status.ok()) result.checkpoints_failed.push_back(e);
+        }
+      }
+    }
+    if (checkpoints) {
+      for (const CheckpointEvent& e : checkpoints->finish()) {
+        if (!e.status.ok()) result.checkpoints_failed.push_back(e);
+      }
+    }
+    result.recoveries = stepper.recoveries();
+    if (result.status.ok()) {
+      auto params = (*trainer)->master_params();
+      EXPECT_TRUE(params.ok()) << params.status();
+      if (params.ok()) result.params = *std::move(params);
+    }
+    (*trainer)->stop().IgnoreError();
+    return result;
+  }
+
+  // The run with failures trained exactly as the one without: the same
+  // samples, losses and norms at every step, and bitwise the same weights.
+  static void expect_same_run(const RunLog& failed, const RunLog& whole) {
+    ASSERT_TRUE(failed.status.ok()) << failed.status;
+    ASSERT_EQ(failed.outcomes.size(), whole.outcomes.size());
+    std::set<int64_t> seen;
+    for (size_t k = 0; k < whole.outcomes.size(); ++k) {
+      const StepOutcome& a = failed.outcomes[k];
+      const StepOutcome& b = whole.outcomes[k];
+      EXPECT_EQ(a.sample_ids, b.sample_ids) << "step " << k + 1;
+      EXPECT_EQ(a.loss, b.loss) << "step " << k + 1;
+      EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << k + 1;
+      EXPECT_EQ(a.lr, b.lr) << "step " << k + 1;
+      for (int64_t id : a.sample_ids)
+        EXPECT_TRUE(seen.insert(id).second) << "sample " << id << " twice (step " << k + 1 << ")";
+    }
+    ASSERT_EQ(failed.params.size(), whole.params.size());
+    EXPECT_EQ(
+        std::memcmp(failed.params.data(), whole.params.data(), whole.params.size() * sizeof(float)),
+        0)
+        << "the weights differ from the run without failures";
+  }
+
+  std::string dir_;
+  std::unique_ptr<cluster::LocalCluster> local_;
+  std::unique_ptr<Cluster> driver_;
+  int jobs_ = 0;
+};
+
+TEST_F(RecoveryTest, DdpLosesAWorkerBetweenStepsAndEndsBitwiseEqual) {
+  start_cluster(3);  // two ranks and a spare
+  const TrainConfig config = config_for(0);
+  const RunLog whole = run(config);
+  const RunLog failed = run(config, {{.step = 4, .rank = 1}});
+  expect_same_run(failed, whole);
+  ASSERT_EQ(failed.recoveries.size(), 1u);
+  const RecoveryReport& r = failed.recoveries[0];
+  EXPECT_EQ(r.step, 4);
+  EXPECT_EQ(r.steps_lost, 1);
+  ASSERT_EQ(r.lost.size(), 1u);
+  EXPECT_EQ(r.lost[0].at.d, 1);
+  ASSERT_EQ(r.restored.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(r.restored[0], "d1.p0.t0 restored from d0.p0.t0")) << r.restored[0];
+  EXPECT_FALSE(r.checkpoint_step.has_value());
+}
+
+TEST_F(RecoveryTest, DdpLosesWorkersAtSeededMomentsTwiceInARow) {
+  start_cluster(3);
+  const TrainConfig config = config_for(0);
+  const RunLog whole = run(config);
+  double step_ms = 0;
+  for (const StepOutcome& o : whole.outcomes)
+    step_ms += o.step_ms / static_cast<double>(whole.outcomes.size());
+  // Moments anywhere in a step (forward, backward, the allreduce, the
+  // commit) or just after it (then the next step finds the loss); rank 0,
+  // then rank 1 twice - once the replacement of the loss before it.
+  std::mt19937 rng(20261202);
+  std::uniform_real_distribution<double> within(0, 1.5 * step_ms);
+  std::vector<Kill> kills = {{.step = 3, .rank = 0, .delay = absl::Milliseconds(within(rng))},
+                             {.step = 5, .rank = 1, .delay = absl::Milliseconds(within(rng))},
+                             {.step = 7, .rank = 1, .delay = absl::Milliseconds(within(rng))}};
+  // Each recovery takes the spare: a new one joins for the next.
+  const RunLog failed = run(config, kills, [&](const RecoveryReport&) {
+    absl::StatusOr<int> added = local_->add_worker("CPU=1");
+    EXPECT_TRUE(added.ok()) << added.status();
+  });
+  expect_same_run(failed, whole);
+  EXPECT_EQ(failed.recoveries.size(), 3u);
+  for (const RecoveryReport& r : failed.recoveries) {
+    EXPECT_LE(r.steps_lost, 1) << r.summary();
+    EXPECT_FALSE(r.checkpoint_step.has_value()) << r.summary();
+  }
+}
+
+TEST_F(RecoveryTest, AHungWorkerIsTreatedAsLost) {
+  start_cluster(3);
+  const TrainConfig config = config_for(0);
+  const RunLog whole = run(config);
+  // SIGSTOP: the process stops heartbeating and answering, but its
+  // connections stay open; the head's detector declares it dead.
+  const RunLog failed = run(config, {{.step = 6, .rank = 1, .signal = SIGSTOP}});
+  expect_same_run(failed, whole);
+  ASSERT_EQ(failed.recoveries.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(failed.recoveries[0].summary(), "no heartbeat"))
+      << failed.recoveries[0].summary();
+}
+
+TEST_F(RecoveryTest, TrainingGoesOnWhileTheHeadIsDownAndAfterItRestarts) {
+  start_cluster(3);
+  const TrainConfig config = config_for(0);
+  const RunLog whole = run(config);
+  // The head dies before step 3 and is back before step 7: calls and the
+  // allreduce are peer to peer, so the steps between need no head.
+  RunLog failed;
+  {
+    auto trainer = DataParallelTrainer::start(*driver_, config, "head-restart", 1);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    RecoveringStepper stepper(**trainer, nullptr, config.fault_tolerance);
+    for (int64_t k = 1; k <= kSteps; ++k) {
+      if (k == 3) local_->kill_head(SIGKILL);
+      if (k == 7) {
+        ASSERT_TRUE(local_->restart_head().ok());
+      }
+      absl::StatusOr<StepOutcome> outcome = stepper.step(k, nullptr);
+      ASSERT_TRUE(outcome.ok()) << "step " << k << ": " << outcome.status();
+      failed.outcomes.push_back(*outcome);
+    }
+    // The workers rejoined the restarted head: the job's actors are known again.
+    absl::StatusOr<std::vector<float>> params;
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    do {
+      params = (*trainer)->master_params();
+    } while (!params.ok() && absl::Now() < give_up);
+    ASSERT_TRUE(params.ok()) << params.status();
+    failed.params = *std::move(params);
+    EXPECT_TRUE(stepper.recoveries().empty());
+    (*trainer)->stop().IgnoreError();
+  }
+  expect_same_run(failed, whole);
+}
+
+TEST_F(RecoveryTest, WithoutASpareAReplacementWaitsForANodeThatJoins) {
+  start_cluster(2);
+  const TrainConfig config = config_for(0);
+  const RunLog whole = run(config);
+  // A worker joins a second after one is lost. The thread that starts it
+  // lives on until the end, as the worker does (LocalCluster::add_worker).
+  std::atomic<bool> done{false};
+  std::thread joiner([this, &done] {
+    const absl::Time give_up = absl::Now() + absl::Seconds(120);
+    auto all_running = [this] {
+      for (int i = 0; i < local_->num_workers(); ++i) {
+        if (!local_->worker_running(i)) return false;
+      }
+      return true;
+    };
+    while (all_running() && absl::Now() < give_up)
+      absl::SleepFor(absl::Milliseconds(20));
+    absl::SleepFor(absl::Seconds(1));
+    absl::StatusOr<int> added = local_->add_worker("CPU=1");
+    EXPECT_TRUE(added.ok()) << added.status();
+    while (!done.load())
+      absl::SleepFor(absl::Milliseconds(20));
+  });
+  const RunLog failed = run(config, {{.step = 5, .rank = 0}});
+  done.store(true);
+  joiner.join();
+  expect_same_run(failed, whole);
+  ASSERT_EQ(failed.recoveries.size(), 1u);
+  // (The survivor's node has no room: the replacement can only be on the
+  // node that joined.)
+}
+
+TEST_F(RecoveryTest, AReplacementGoesWhereThereIsRoomBesideASurvivor) {
+  start_cluster(2, "CPU=2");  // no spare, but room for two ranks on a node
+  const TrainConfig config = config_for(0);
+  const RunLog whole = run(config);
+  const RunLog failed = run(config, {{.step = 3, .rank = 1}});
+  expect_same_run(failed, whole);
+  ASSERT_EQ(failed.recoveries.size(), 1u);
+}
+
+TEST_F(RecoveryTest, WithoutANodeForTheReplacementTheJobEndsWithAClearError) {
+  start_cluster(2);
+  TrainConfig config = config_for(0);
+  config.fault_tolerance.wait_for_node_s = 1;
+  const RunLog failed = run(config, {{.step = 3, .rank = 1}});
+  EXPECT_FALSE(failed.status.ok());
+  EXPECT_TRUE(absl::StrContains(failed.status.message(), "no node took the place of d1.p0.t0"))
+      << failed.status;
+  EXPECT_EQ(failed.outcomes.size(), 2u);
+}
+
+TEST_F(RecoveryTest, AZeroPartitionIsRestoredFromTheReplicaItsBuddyKeeps) {
+  start_cluster(3);
+  for (int stage : {1, 3}) {
+    const TrainConfig config = config_for(stage);
+    const RunLog whole = run(config);
+    // A loss inside a step, and one between steps of the rank that just
+    // took the other's replica.
+    std::mt19937 rng(stage);
+    std::uniform_real_distribution<double> within(0, 30);
+    const RunLog failed = run(
+        config,
+        {{.step = 4, .rank = 1, .delay = absl::Milliseconds(within(rng))}, {.step = 7, .rank = 0}},
+        [&](const RecoveryReport&) {
+          absl::StatusOr<int> added = local_->add_worker("CPU=1");
+          EXPECT_TRUE(added.ok()) << added.status();
+        });
+    expect_same_run(failed, whole);
+    ASSERT_EQ(failed.recoveries.size(), 2u) << "ZeRO-" << stage;
+    for (const RecoveryReport& r : failed.recoveries) {
+      EXPECT_FALSE(r.checkpoint_step.has_value()) << r.summary();
+      EXPECT_LE(r.steps_lost, 1) << r.summary();
+      ASSERT_EQ(r.restored.size(), 1u) << r.summary();
+      EXPECT_TRUE(absl::StrContains(r.restored[0], "from its replica on")) << r.summary();
+    }
+  }
+}
+
+TEST_F(RecoveryTest, PrimaryAndBuddyBothLostComeBackFromTheCheckpoint) {
+  start_cluster(4);  // two ranks and two spares
+  const TrainConfig config = config_for(3, dir_ + "/ckpt");
+  const RunLog whole = run(config);
+  fs::remove_all(dir_);
+  // Both ranks' nodes at once: no copy of either partition survives.
+  const RunLog failed = run(config, {{.step = 6, .rank = 0}, {.step = 6, .rank = 1}});
+  expect_same_run(failed, whole);
+  ASSERT_EQ(failed.recoveries.size(), 1u);
+  const RecoveryReport& r = failed.recoveries[0];
+  ASSERT_TRUE(r.checkpoint_step.has_value()) << r.summary();
+  EXPECT_EQ(*r.checkpoint_step, 4);
+  EXPECT_EQ(r.steps_lost, 2);
+  EXPECT_EQ(r.lost.size(), 2u) << r.summary();
+  EXPECT_TRUE(absl::StrContains(r.summary(), "back to the checkpoint of step 4")) << r.summary();
+}
+
+// A worker that dies at a chosen phase of a step (actors/failpoint.h): the
+// job loses at most that step and ends as the run without failures.
+struct Phase {
+  int zero_stage = 0;
+  const char* phase = "";
+  int rank = 1;
+};
+
+class RecoveryPhaseTest : public RecoveryTest, public ::testing::WithParamInterface<Phase> {};
+
+TEST_P(RecoveryPhaseTest, AWorkerDyingInThisPhaseCostsAtMostTheStepInFlight) {
+  const Phase& p = GetParam();
+  const bool checkpoint = std::string(p.phase) == "checkpoint";
+  // The checkpoint of step 4 is written while step 5 runs.
+  const int64_t step = checkpoint ? 4 : 5;
+  fs::create_directories(dir_);
+  const std::string armed = dir_ + "/armed";
+  const std::string spec = absl::StrCat(p.phase, ":d", p.rank, ".p0.t0:", step, ":", armed);
+  ::setenv("TROUPE_FAILPOINT", spec.c_str(), 1);  // the workers' environment
+  start_cluster(3);
+  ::unsetenv("TROUPE_FAILPOINT");
+  TrainConfig config = config_for(p.zero_stage, checkpoint ? dir_ + "/whole" : "");
+  if (checkpoint) config.checkpoint.async = true;
+  const RunLog whole = run(config);
+  ASSERT_TRUE(whole.checkpoints_failed.empty());
+  std::ofstream(armed).put('1');
+  if (checkpoint) config.checkpoint.dir = dir_ + "/failed";
+  const RunLog failed = run(config);
+  EXPECT_FALSE(fs::exists(armed)) << "the failpoint " << spec << " did not fire";
+  expect_same_run(failed, whole);
+  ASSERT_EQ(failed.recoveries.size(), 1u);
+  const RecoveryReport& r = failed.recoveries[0];
+  EXPECT_FALSE(r.checkpoint_step.has_value()) << r.summary();
+  // Past the commit point the survivors applied the step: nothing runs again.
+  EXPECT_EQ(r.steps_lost, std::string(p.phase) == "commit" ? 0 : 1) << r.summary();
+  if (checkpoint) {
+    // The checkpoint the lost shard was writing failed; the next ones did not.
+    ASSERT_EQ(failed.checkpoints_failed.size(), 1u);
+    EXPECT_EQ(failed.checkpoints_failed[0].step, 4);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Phases, RecoveryPhaseTest,
+    ::testing::Values(Phase{0, "forward", 1}, Phase{0, "backward", 0}, Phase{0, "allreduce", 1},
+                      Phase{0, "commit", 0}, Phase{0, "checkpoint", 1}, Phase{3, "forward", 0},
+                      Phase{3, "allreduce", 1}, Phase{3, "commit", 1}, Phase{3, "replicate", 0},
+                      Phase{1, "replicate", 1}, Phase{3, "checkpoint", 0}),
+    [](const ::testing::TestParamInfo<Phase>& param) {
+      return absl::StrCat(param.param.zero_stage == 0 ? "Ddp" : "Zero",
+                          param.param.zero_stage == 0 ? "" : absl::StrCat(param.param.zero_stage),
+                          "_", param.param.phase, "_d", param.param.rank);
+    });
+
+}  // namespace
+}  // namespace troupe::trainers

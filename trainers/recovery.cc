@@ -1,0 +1,263 @@
+#include "trainers/recovery.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+#include "nn/memory.h"
+#include "trainers/checkpointer.h"
+#include "trainers/trainer.h"
+
+namespace troupe::trainers {
+namespace {
+
+// How long the head may take to declare a loss the survivors already saw (a
+// collective aborted by a broken connection): the failure detector's budget
+// (1 s by default) with room for a loaded machine.
+constexpr absl::Duration kDetectBudget = absl::Seconds(10);
+constexpr absl::Duration kRejoinTimeout = absl::Seconds(120);
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Failures a lost worker causes: the lost actors' calls fail (ActorDied,
+// Unavailable) and the survivors' collectives abort (Aborted), or time out.
+bool may_be_a_loss(const absl::Status& s) {
+  return IsActorDied(s) || absl::IsUnavailable(s) || absl::IsAborted(s) ||
+         absl::IsDeadlineExceeded(s);
+}
+
+std::string seconds(double ms) {
+  return absl::StrFormat("%.2f s", ms / 1000);
+}
+
+}  // namespace
+
+std::string RecoveryReport::summary() const {
+  std::vector<std::string> who;
+  for (const LostMember& m : lost)
+    who.push_back(absl::StrCat(actors::to_string(m.at), " (", m.reason, ")"));
+  std::string out = absl::StrCat("step ", step, ": lost ", absl::StrJoin(who, ", "), "; ");
+  if (checkpoint_step) {
+    absl::StrAppend(&out, "no surviving copy of its state, so back to the checkpoint of step ",
+                    *checkpoint_step, "; ", steps_lost, steps_lost == 1 ? " step" : " steps",
+                    " to run again");
+  } else {
+    absl::StrAppend(&out, absl::StrJoin(restored, ", "), "; back in ", seconds(total_ms), "; ",
+                    steps_lost == 0 ? "the step was committed" : "step re-run");
+  }
+  return out;
+}
+
+RecoveringStepper::RecoveringStepper(Trainer& trainer, Checkpointer* checkpoints,
+                                     FaultToleranceConfig config)
+    : trainer_(trainer), checkpoints_(checkpoints), config_(config) {}
+
+double RecoveringStepper::lost_ms() const {
+  double total = 0;
+  for (const RecoveryReport& r : recoveries_)
+    total += r.total_ms;
+  return total;
+}
+
+absl::StatusOr<StepOutcome> RecoveringStepper::step(
+    int64_t step, const std::function<void(const RecoveryReport&)>& on_recovery) {
+  TrainerController& controller = trainer_.controller();
+  if (step != controller.next_step()) return controller.step(step);  // its error
+  for (;;) {
+    const int64_t running = controller.next_step();
+    absl::StatusOr<StepOutcome> outcome = controller.step(running);
+    if (outcome.ok()) {
+      if (outcome->step == step) return outcome;
+      continue;  // a step run again after going back to a checkpoint
+    }
+    // A commit that lost shards applied the step everywhere else: once the
+    // lost ones are restored, the step is done.
+    const bool committed = controller.next_step() > running;
+    if (!config_.enabled || trainer_.repair() == nullptr || !may_be_a_loss(outcome.status())) {
+      return outcome.status();
+    }
+    // Recovers; again when the recovery itself loses a worker (a second
+    // node lost while the first is replaced, or a copy's holder).
+    absl::Status failure = outcome.status();
+    absl::StatusOr<RecoveryReport> report;
+    for (;;) {
+      if (failures_ >= config_.max_failures) {
+        return absl::Status(failure.code(),
+                            absl::StrCat(failure.message(), " (fault_tolerance.max_failures: ",
+                                         config_.max_failures, " recoveries were made already)"));
+      }
+      report = recover(running, failure);
+      if (report.ok()) break;
+      if (absl::IsNotFound(report.status())) return failure;  // no worker was lost
+      if (!may_be_a_loss(report.status())) {
+        return absl::Status(
+            report.status().code(),
+            absl::StrCat(failure.message(), "; recovering failed: ", report.status().message()));
+      }
+      ++failures_;
+      failure = Prefixed("recovering: ", report.status());
+    }
+    if (committed && !report->checkpoint_step) report->steps_lost = 0;
+    ++failures_;
+    recoveries_.push_back(*report);
+    if (on_recovery) on_recovery(*report);
+    if (committed && running == step && !report->checkpoint_step && controller.last_outcome()) {
+      return *controller.last_outcome();
+    }
+  }
+}
+
+absl::StatusOr<RecoveryReport> RecoveringStepper::recover(int64_t step,
+                                                          const absl::Status& failure) {
+  const double start = now_ms();
+  MeshRepair& repair = *trainer_.repair();
+  TrainerController& controller = trainer_.controller();
+  RecoveryReport report;
+  report.started_ms = start;
+  report.step = step;
+  report.failure = std::string(failure.message());
+  report.steps_lost = 1;
+
+  absl::StatusOr<std::vector<LostMember>> lost = repair.find_lost(absl::Now() + kDetectBudget);
+  if (!lost.ok()) return lost.status();
+  if (lost->empty()) return absl::NotFoundError("no member of the mesh was lost");
+  report.lost = *lost;
+  const double detected = now_ms();
+  report.detect_ms = detected - start;
+
+  const absl::Time wait_until = absl::Now() + absl::Seconds(config_.wait_for_node_s);
+  if (absl::Status s = repair.await_replacements(*lost, wait_until); !s.ok()) return s;
+  const double replaced = now_ms();
+  report.replace_ms = replaced - detected;
+
+  // The survivors drop what they hold of the aborted step (a replacement
+  // holds nothing and refuses: that is fine), and every stage rejoins the
+  // group's next generation.
+  std::vector<Future<void>> discarding;
+  for (const MeshMember& m : controller.members())
+    discarding.push_back(m.stage->discard(step));
+  for (Future<void>& f : discarding)
+    std::move(f).get(kRejoinTimeout).IgnoreError();
+  if (absl::Status s = repair.declare_groups(); !s.ok()) return s;
+  std::vector<Future<void>> rejoining;
+  for (const MeshMember& m : controller.members())
+    rejoining.push_back(m.stage->rejoin());
+  for (Future<void>& f : rejoining) {
+    if (absl::Status s = std::move(f).get(kRejoinTimeout); !s.ok()) {
+      return Prefixed("re-forming the groups: ", s);
+    }
+  }
+
+  absl::StatusOr<bool> restored = restore_from_replicas(*lost, report);
+  if (!restored.ok()) return restored.status();
+  if (*restored) {
+    // Every loader back at the committed cursor (the survivors took the
+    // aborted step's micro-batches already).
+    const ControllerState state = controller.state();
+    std::vector<Future<int64_t>> seeking;
+    for (const MeshMember& m : controller.members())
+      seeking.push_back(m.stage->seek_data(state.data_position, repair.samples_per_epoch()));
+    for (Future<int64_t>& f : seeking) {
+      if (absl::StatusOr<int64_t> at = std::move(f).get(kRejoinTimeout); !at.ok()) {
+        return Prefixed("putting the data back: ", at.status());
+      }
+    }
+    if (absl::Status s = controller.restore(state); !s.ok()) return s;  // the job is whole
+  } else {
+    if (checkpoints_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "no surviving shard holds the lost shards' state, and the job has no checkpoint to go "
+          "back to (set checkpoint.dir and checkpoint.interval_steps)");
+    }
+    checkpoints_->finish();  // a checkpoint in flight (the lost shards' part of it fails)
+    absl::StatusOr<LoadedCheckpoint> loaded = checkpoints_->load();
+    if (!loaded.ok()) {
+      return absl::Status(loaded.status().code(),
+                          absl::StrCat("no surviving shard holds the lost shards' state, and "
+                                       "loading the latest checkpoint failed: ",
+                                       loaded.status().message()));
+    }
+    report.checkpoint_step = loaded->step;
+    report.steps_lost = step - loaded->step;
+    if (absl::Status s = controller.connect_buddies(); !s.ok()) {
+      return Prefixed("re-seeding the buddies' replicas: ", s);
+    }
+  }
+  repair.mark_whole();
+  report.restore_ms = now_ms() - replaced;
+  report.total_ms = now_ms() - start;
+  return report;
+}
+
+absl::StatusOr<bool> RecoveringStepper::restore_from_replicas(const std::vector<LostMember>& lost,
+                                                              RecoveryReport& report) {
+  TrainerController& controller = trainer_.controller();
+  const std::vector<MeshMember>& members = controller.members();
+  const actors::Mesh& mesh = controller.mesh();
+  std::set<int> gone;
+  for (const LostMember& l : lost)
+    gone.insert(actors::index_of(mesh, l.at));
+  // A source for each lost shard: a survivor of the same slice and range
+  // (a replica), else its buddy if that survived.
+  struct Source {
+    int target = 0;
+    int source = 0;
+    bool buddy = false;
+  };
+  std::vector<Source> plan;
+  for (int i : gone) {
+    const MeshMember& target = members[i];
+    int source = -1;
+    for (int j = 0; j < static_cast<int>(members.size()) && source < 0; ++j) {
+      const MeshMember& m = members[j];
+      if (gone.count(j) == 0 && m.at.p == target.at.p && m.at.t == target.at.t &&
+          m.range.begin == target.range.begin && m.range.end == target.range.end) {
+        source = j;
+      }
+    }
+    if (source >= 0) {
+      plan.push_back({.target = i, .source = source, .buddy = false});
+    } else if (target.buddy >= 0 && gone.count(target.buddy) == 0) {
+      plan.push_back({.target = i, .source = target.buddy, .buddy = true});
+    } else {
+      return false;  // primary and every copy lost
+    }
+  }
+  // The step every surviving shard stands at.
+  const int64_t committed = controller.state().next_step - 1;
+  std::vector<Future<actors::ShardRestoreReport>> restoring;
+  for (const Source& p : plan) {
+    ShardEndpoint& target = *members[p.target].shard;
+    ShardEndpoint& source = *members[p.source].shard;
+    restoring.push_back(p.buddy ? target.restore_from_buddy(source, committed)
+                                : target.restore_from(source));
+  }
+  for (size_t k = 0; k < plan.size(); ++k) {
+    absl::StatusOr<actors::ShardRestoreReport> r = std::move(restoring[k]).get(kRejoinTimeout);
+    const std::string who = actors::to_string(members[plan[k].target].at);
+    if (!r.ok()) {
+      return Prefixed(absl::StrCat("restoring ", who, ": "), r.status());
+    }
+    const std::string from = actors::to_string(members[plan[k].source].at);
+    report.restored.push_back(
+        absl::StrFormat("%s restored from %s (%s in %s)", who,
+                        plan[k].buddy ? absl::StrCat("its replica on ", from) : from,
+                        nn::format_bytes(r->bytes), seconds(r->restore_ms)));
+  }
+  // Every replica again, the replacements' and those they kept.
+  if (absl::Status s = controller.connect_buddies(); !s.ok()) {
+    return Prefixed("re-seeding the buddies' replicas: ", s);
+  }
+  return true;
+}
+
+}  // namespace troupe::trainers
