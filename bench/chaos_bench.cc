@@ -2,7 +2,8 @@
 // and what each loss costs it.
 //
 //   chaos_bench [--trials 30] [--steps 8] [--zero 0] [--threads 1] [--seed 1]
-//               [--buddy-steps 10] [--repeat 3] [--tiny] [--skip-buddy] [--json FILE]
+//               [--buddy-steps 10] [--repeat 3] [--tiny] [--skip-buddy] [--skip-peers]
+//               [--json FILE]
 //
 // The model is ddp_bench's medium config (a GPT of 6 layers x 384, 6 heads, seq 256, vocab
 // 4096: 12.3M parameters; micro-batch 4 per rank), AdamW, dp 2 (--zero: the ZeRO stage; 0 is
@@ -23,6 +24,11 @@
 //    partition replicated into the other's memory every step) against without, --buddy-steps
 //    timed steps after 2 of warm-up, in alternating order, --repeat times; the cost is 1 - the
 //    median of (steps/s with) / (steps/s without). Goal: at most 3%.
+// 3. Against torchelastic: troupe, and torchrun --max-restarts 1 running the same model with
+//    DDP over gloo and a checkpoint every 20 steps (bench/chaos_bench_torchrun.py), each with
+//    rank 1 SIGKILLed before step 30: the time from the kill to the next completed step, and the
+//    steps run again (the one in flight among them). torchrun is skipped with a message when no
+//    python here imports torch (bench/setup_torch_peers.sh).
 #include <signal.h>
 
 #include <algorithm>
@@ -31,14 +37,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "actors/step_clock.h"
+#include "bench/bench_shapes.h"
 #include "bench/bench_util.h"
 #include "core/cluster/cluster.h"
 #include "core/cluster/local_cluster.h"
@@ -49,15 +60,12 @@
 #ifndef TROUPE_BINARY
 #define TROUPE_BINARY "troupe"
 #endif
+#ifndef TROUPE_CHAOS_BENCH_TORCHRUN_SCRIPT
+#define TROUPE_CHAOS_BENCH_TORCHRUN_SCRIPT "bench/chaos_bench_torchrun.py"
+#endif
 
 namespace troupe::bench {
 namespace {
-
-struct Shape {
-  int L, C, NH, T, V, B;
-};
-constexpr Shape kMedium = {6, 384, 6, 256, 4096, 4};
-constexpr Shape kTiny = {2, 64, 4, 32, 256, 2};
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "chaos_bench: %s\n", what.c_str());
@@ -161,13 +169,14 @@ class Chaos {
                            added.status().ToString().c_str());
             }
           });
+      const double end_ms = actors::now_ms();
       if (killer.joinable()) killer.join();
       if (!outcome.ok()) {
         out.status = outcome.status();
         break;
       }
       out.samples.push_back(outcome->sample_ids);
-      out.step_end_ms.push_back(actors::now_ms());
+      out.step_end_ms.push_back(end_ms);
       out.step_ms.push_back(outcome->step_ms);
     }
     out.recoveries = stepper.recoveries();
@@ -212,6 +221,100 @@ double percentile(std::vector<double> v, double p) {
 struct TrialTimes {
   double kill_to_commit = 0, detect = 0, replace = 0, restore = 0, resume = 0;
 };
+
+// The lines "STEP TIME ATTEMPT" of the torchrun peer's steps.log.
+struct LoggedStep {
+  int64_t step = 0;
+  double time = 0;
+  int attempt = 0;
+};
+
+std::vector<LoggedStep> read_steps(const std::string& path) {
+  std::vector<LoggedStep> out;
+  std::ifstream in(path);
+  LoggedStep s;
+  while (in >> s.step >> s.time >> s.attempt)
+    out.push_back(s);
+  return out;
+}
+
+// Runs troupe and torchrun (--max-restarts 1, a checkpoint every `every` steps) through a kill
+// of rank 1 at step `kill_step`, prints both, and returns the kill-to-next-step row (seconds;
+// the peer's column is torchrun's). Adds the steps-run-again row to `rows`.
+Row against_torchrun(Chaos& chaos, const Shape& shape, int stage, int kill_step, int every,
+                     int threads, std::vector<Row>* rows) {
+  Row row{.name = "kill to next completed step", .unit = "s, lower is better"};
+  const int steps = kill_step + 2;
+  double killed_ms = 0;
+  const troupe::trainers::TrainConfig config = train_config(shape, stage, steps, true);
+  const Run run = chaos.run(config, steps, {.step = kill_step, .rank = 1}, &killed_ms);
+  if (!run.status.ok() || run.recoveries.empty())
+    die("troupe's side failed: " + run.status.ToString());
+  int64_t troupe_lost = 0;
+  for (const auto& r : run.recoveries)
+    troupe_lost += r.steps_lost;
+  const double recovered_ms = run.recoveries[0].started_ms + run.recoveries[0].total_ms;
+  for (double end : run.step_end_ms) {
+    if (end > killed_ms && end >= recovered_ms) {
+      row.troupe = (end - killed_ms) / 1000;
+      break;
+    }
+  }
+  std::printf(
+      "\ntroupe: rank 1 killed before step %d: next step committed %.2f s after the kill, %lld "
+      "step%s run again\n",
+      kill_step, row.troupe, static_cast<long long>(troupe_lost), troupe_lost == 1 ? "" : "s");
+  std::optional<std::string> python = find_torch_python();
+  if (!python) {
+    std::printf("torchrun: skipped (no python here imports torch; bench/setup_torch_peers.sh)\n");
+    rows->push_back({.name = "steps run again", .unit = "steps", .troupe = double(troupe_lost)});
+    return row;
+  }
+  char dir_template[] = "/tmp/chaos-torchrun-XXXXXX";
+  if (::mkdtemp(dir_template) == nullptr) die("mkdtemp");
+  const std::string dir = dir_template;
+  const std::string config_arg =
+      absl::StrCat(shape.L, ":", shape.C, ":", shape.NH, ":", shape.V, ":", shape.T, ":", shape.B);
+  const std::string command = absl::StrCat(
+      "cd ", shell_quote(dir), " && OMP_NUM_THREADS=", threads, " timeout 900 ",
+      shell_quote(*python), " -m torch.distributed.run --nproc-per-node 2 --max-restarts 1",
+      " --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:", 20000 + ::getpid() % 20000, " ",
+      shell_quote(TROUPE_CHAOS_BENCH_TORCHRUN_SCRIPT), " --config ", config_arg, " --steps ", steps,
+      " --kill-step ", kill_step, " --checkpoint-every ", every, " --dir ", shell_quote(dir),
+      " --threads ", threads, " > ", shell_quote(dir + "/torchrun.log"), " 2>&1");
+  const int rc = std::system(command.c_str());
+  std::ifstream killed_file(dir + "/killed");
+  double killed = 0;
+  killed_file >> killed;
+  const std::vector<LoggedStep> logged = read_steps(dir + "/steps.log");
+  double next = 0;
+  int64_t recomputed = 0;
+  for (const LoggedStep& s : logged) {
+    if (s.attempt == 0) continue;
+    if (next == 0) next = s.time;
+    if (s.step <= kill_step) ++recomputed;  // as troupe's count: with the one in flight
+  }
+  if (rc != 0 || killed == 0 || next == 0) {
+    std::printf("torchrun: failed (exit status %d); its output is in %s/torchrun.log\n", rc,
+                dir.c_str());
+    rows->push_back({.name = "steps run again", .unit = "steps", .troupe = double(troupe_lost)});
+    return row;
+  }
+  row.peer = next - killed;
+  std::printf(
+      "torchrun --max-restarts 1: next step done %.2f s after the kill, %lld steps run again "
+      "(from its checkpoint of step %d)\n",
+      row.peer, static_cast<long long>(recomputed), (kill_step - 1) / every * every);
+  std::printf("troupe is back %.1fx sooner and runs %lld step%s again against %lld\n",
+              row.peer / row.troupe, static_cast<long long>(troupe_lost),
+              troupe_lost == 1 ? "" : "s", static_cast<long long>(recomputed));
+  rows->push_back({.name = "steps run again",
+                   .unit = "steps",
+                   .troupe = double(troupe_lost),
+                   .peer = double(recomputed)});
+  std::filesystem::remove_all(dir);
+  return row;
+}
 
 }  // namespace
 }  // namespace troupe::bench
@@ -265,10 +368,11 @@ int main(int argc, char** argv) {
                                        : "FAILED: " + run.status.ToString();
     if (!run.recoveries.empty() && killed_ms > 0) {
       const troupe::trainers::RecoveryReport& r = run.recoveries.front();
-      // The next committed step after the kill.
+      // The next step committed after the kill and the recovery (a step
+      // may still commit after the signal, before the process is gone).
       double committed = 0;
       for (double end : run.step_end_ms) {
-        if (end > killed_ms) {
+        if (end > killed_ms && end >= r.started_ms + r.total_ms) {
           committed = end;
           break;
         }
@@ -319,6 +423,7 @@ int main(int argc, char** argv) {
     rows.push_back({.name = name, .unit = "ms", .troupe = median(v), .peer = 0});
   }
   rows.push_back({.name = "bitwise trials", .unit = "%", .troupe = 100.0 * succeeded / trials});
+  const bool all_bitwise = succeeded == trials;
 
   if (!flags.has("--skip-buddy")) {
     // Buddy replication's cost: ZeRO-3 with fault tolerance against without.
@@ -341,8 +446,14 @@ int main(int argc, char** argv) {
                 100 * cost, repeat);
     rows.push_back({.name = "buddy replication cost", .unit = "%", .troupe = 100 * cost});
   }
+  if (!flags.has("--skip-peers")) {
+    // Side by side with torchelastic: the same model, a rank SIGKILLed at the same step.
+    const int kill_step = tiny ? 5 : 30;
+    const int every = tiny ? 2 : 20;
+    rows.push_back(against_torchrun(chaos, shape, stage, kill_step, every, threads, &rows));
+  }
   if (const std::string json = flags.get("--json", ""); !json.empty()) {
     if (!write_json(json, "chaos_bench", "", rows)) die("cannot write " + json);
   }
-  return succeeded == trials ? 0 : 1;
+  return all_bitwise ? 0 : 1;
 }

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "bench/bench_shapes.h"
 #include "bench/bench_util.h"
 #include "checkpoint/env.h"
 #include "core/cluster/cluster.h"
@@ -64,12 +65,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-struct Shape {
-  int L, C, NH, T, V, B;
-};
-constexpr Shape kMedium = {6, 384, 6, 256, 4096, 4};
-constexpr Shape kTiny = {2, 64, 4, 32, 256, 2};
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "checkpoint_bench: %s\n", what.c_str());

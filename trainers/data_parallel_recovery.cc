@@ -65,6 +65,22 @@ absl::StatusOr<std::vector<LostMember>> DataParallelTrainer::find_lost(absl::Tim
   }
 }
 
+absl::Status DataParallelTrainer::member_lost(const actors::Coordinate& at) {
+  absl::StatusOr<cluster::ClusterStatus> status = cluster_.status();
+  if (!status.ok()) return absl::OkStatus();  // cannot tell; step_timeout still bounds the wait
+  const std::map<uint64_t, cluster::ActorStatus> actors = by_id(*status);
+  for (ActorId id : rank_actors(at.d)) {
+    auto a = actors.find(id.value);
+    if (a == actors.end()) continue;
+    if (a->second.state != cluster::ActorState::kAlive ||
+        a->second.restarts > known_restarts_[id.value]) {
+      return absl::UnavailableError(absl::StrCat("the actors of ", actors::to_string(at),
+                                                 " were lost: ", a->second.death_reason));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DataParallelTrainer::await_replacements(const std::vector<LostMember>& lost,
                                                      absl::Time deadline) {
   for (;;) {

@@ -163,8 +163,12 @@ absl::Status DataParallelTrainer::spawn_replicas(int threads) {
          .range = zero_stage() == 0 ? whole : actors::ZeroPartition(whole, dp, d).own(),
          .buddy = buddies ? (d + 1) % dp : -1});
   }
+  ControllerOptions options = controller_options(config_);
+  if (config_.fault_tolerance.enabled) {
+    options.member_lost = [this](const actors::Coordinate& at) { return member_lost(at); };
+  }
   absl::StatusOr<TrainerController> controller = TrainerController::create(
-      {.dp = dp, .pp = 1, .tp = 1}, std::move(members), controller_options(config_));
+      {.dp = dp, .pp = 1, .tp = 1}, std::move(members), std::move(options));
   if (!controller.ok()) return controller.status();
   controller_.emplace(*std::move(controller));
   return controller_->connect_buddies();

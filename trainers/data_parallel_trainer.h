@@ -57,6 +57,10 @@ class DataParallelTrainer : public Trainer, public MeshRepair {
   int64_t samples_per_epoch() const override { return data_info_.samples_per_epoch; }
   // The actors of rank d: its loader, stage and shard.
   std::vector<ActorId> rank_actors(int d) const;
+  // OK while the actors at `at` run where they ran when the job last stood
+  // whole; Unavailable, with the head's reason, once they were lost. OK too
+  // when the head cannot be asked (it may be restarting).
+  absl::Status member_lost(const actors::Coordinate& at);
 
  private:
   struct Replica {

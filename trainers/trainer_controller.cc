@@ -32,6 +32,18 @@ bool is_loss(const absl::Status& s) {
 
 }  // namespace
 
+template <class T>
+auto TrainerController::await_member(Future<T>& f, size_t i) const -> Result<T> {
+  if (!options_.member_lost) return std::move(f).get(options_.step_timeout);
+  const absl::Time deadline = absl::Now() + options_.step_timeout;
+  for (;;) {
+    const absl::Time until = std::min(deadline, absl::Now() + options_.member_poll);
+    auto r = f.get_until(until);
+    if (!f.valid() || absl::Now() >= deadline) return r;  // done, or out of time
+    if (absl::Status lost = options_.member_lost(members_[i].at); !lost.ok()) return lost;
+  }
+}
+
 absl::StatusOr<TrainerController> TrainerController::create(actors::Mesh mesh,
                                                             std::vector<MeshMember> members,
                                                             ControllerOptions options) {
@@ -135,7 +147,7 @@ absl::Status TrainerController::prepare_all(int64_t step) {
     pending.push_back(m.shard->prepare(step));
   absl::Status first;
   for (size_t i = 0; i < pending.size(); ++i) {
-    absl::Status s = std::move(pending[i]).get(options_.step_timeout);
+    absl::Status s = await_member(pending[i], i);
     if (!s.ok() && first.ok()) first = with_step(step, "prepare: ", s);
   }
   return first;
@@ -172,7 +184,7 @@ absl::Status TrainerController::commit_all(const actors::CommitRequest& commit) 
   std::vector<std::string> lost, refused;
   absl::Status first;
   for (size_t i = 0; i < pending.size(); ++i) {
-    absl::StatusOr<int64_t> applied = std::move(pending[i]).get(options_.step_timeout);
+    absl::StatusOr<int64_t> applied = await_member(pending[i], i);
     if (applied.ok() && *applied == commit.step) continue;
     absl::Status s = applied.ok()
                          ? absl::InternalError(absl::StrCat("commit answered step ", *applied))
@@ -224,7 +236,7 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
   std::vector<actors::StepReport> reports;
   absl::Status failed;
   for (size_t i = 0; i < running.size(); ++i) {
-    absl::StatusOr<actors::StepReport> report = std::move(running[i]).get(options_.step_timeout);
+    absl::StatusOr<actors::StepReport> report = await_member(running[i], i);
     if (!report.ok()) {
       failed.Update(report.status());
     } else if (!(report->at == members_[i].at)) {

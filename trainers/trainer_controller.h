@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -54,6 +55,13 @@ struct ControllerOptions {
   std::optional<nn::LossScalerConfig> dynamic_loss_scale;
   double static_loss_scale = 0;
   absl::Duration step_timeout = absl::Minutes(10);
+  // Whether the member at a coordinate is still there: OK, or Unavailable
+  // saying why not. Asked about every `member_poll` while a step's call to
+  // that member is pending, so that a member lost without its call failing
+  // fails the step within a poll rather than at step_timeout. Empty: not
+  // asked.
+  std::function<absl::Status(const actors::Coordinate&)> member_lost;
+  absl::Duration member_poll = absl::Milliseconds(200);
 };
 
 // One step, as the controller saw it.
@@ -145,6 +153,10 @@ class TrainerController {
   absl::Status prepare_all(int64_t step);
   absl::Status replicate_all(const actors::CommitRequest& commit);
   absl::Status commit_all(const actors::CommitRequest& commit);
+  // Waits for member `i`'s call `f` up to step_timeout, asking member_lost
+  // meanwhile.
+  template <class T>
+  auto await_member(Future<T>& f, size_t i) const -> Result<T>;
 
   actors::Mesh mesh_;
   std::vector<MeshMember> members_;

@@ -1,0 +1,14 @@
+// The GPT shapes the training benchmarks share: ddp_bench's medium config (12.3M parameters)
+// and CI's smoke size.
+#pragma once
+
+namespace troupe::bench {
+
+struct Shape {
+  int L, C, NH, T, V, B;  // layers, channels, heads, sequence, vocabulary, micro-batch
+};
+// A GPT of 6 layers x 384, 6 heads, seq 256, vocab 4096; micro-batch 4 per rank.
+inline constexpr Shape kMedium = {6, 384, 6, 256, 4096, 4};
+inline constexpr Shape kTiny = {2, 64, 4, 32, 256, 2};
+
+}  // namespace troupe::bench
