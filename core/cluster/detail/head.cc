@@ -186,7 +186,9 @@ HeartbeatReply HeadService::heartbeat(uint32_t node, uint64_t seen_version) {
 void HeadService::report_lost(uint32_t reporter, uint32_t node, std::string reason) {
   auto it = nodes_.find(node);
   if (it == nodes_.end() || it->second.state != NodeState::kAlive) return;
-  declare_dead(node, absl::StrCat("node ", reporter, " lost its connection to it: ", reason));
+  declare_dead(node, absl::StrCat(reporter == kHeadNode ? std::string("the head")
+                                                        : absl::StrCat("node ", reporter),
+                                  " lost its connection to it: ", reason));
 }
 
 void HeadService::unregister_node(uint32_t node, std::string reason) {
@@ -748,6 +750,12 @@ absl::StatusOr<std::unique_ptr<HeadServer>> HeadServer::start(HeadOptions option
       *std::move(ids), incarnation);
   if (!service.ok()) return service.status();
   server->service_ = *service;
+  // The head's own connections to the nodes it placed actors on (TCP) break
+  // the moment such a node's process dies: it is declared dead then, not a
+  // heartbeat budget later.
+  server->node_->set_hooks({.peer_lost = [head = *service](uint32_t peer, absl::Status why) {
+    head.tell(&HeadService::report_lost, kHeadNode, peer, std::string(why.message()));
+  }});
   absl::Duration period = std::min(options.config.heartbeat_interval, absl::Milliseconds(50));
   server->clock_ = std::thread([s = server.get(), period] {
     while (!s->done_.load()) {
