@@ -3,7 +3,9 @@
 // actors, and declaring the data-parallel group again.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -21,14 +23,37 @@ bool head_away(const absl::Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
 }
 
-std::map<uint64_t, cluster::ActorStatus> by_id(const cluster::ClusterStatus& status) {
-  std::map<uint64_t, cluster::ActorStatus> out;
-  for (const cluster::ActorStatus& a : status.actors)
-    out[a.id] = a;
-  return out;
+// The head's actors by id; while the head does not answer, asked again
+// until `deadline`.
+absl::StatusOr<std::map<uint64_t, cluster::ActorStatus>> actor_table(Cluster& cluster,
+                                                                     absl::Time deadline) {
+  for (;;) {
+    absl::StatusOr<cluster::ClusterStatus> status = cluster.status();
+    if (status.ok()) {
+      std::map<uint64_t, cluster::ActorStatus> out;
+      for (const cluster::ActorStatus& a : status->actors)
+        out[a.id] = a;
+      return out;
+    }
+    if (!head_away(status.status()) || absl::Now() >= deadline) return status.status();
+    absl::SleepFor(kHeadPoll);
+  }
 }
 
 }  // namespace
+
+std::optional<std::string> DataParallelTrainer::rank_lost(
+    const std::map<uint64_t, cluster::ActorStatus>& actors, int d) {
+  for (ActorId id : rank_actors(d)) {
+    auto a = actors.find(id.value);
+    if (a == actors.end()) return std::string("unknown to the head");
+    if (a->second.state != cluster::ActorState::kAlive ||
+        a->second.restarts > known_restarts_[id.value]) {
+      return a->second.death_reason;
+    }
+  }
+  return std::nullopt;
+}
 
 std::vector<ActorId> DataParallelTrainer::rank_actors(int d) const {
   const Replica& r = replicas_[d];
@@ -40,24 +65,13 @@ absl::StatusOr<std::vector<LostMember>> DataParallelTrainer::find_lost(absl::Tim
   const absl::Time head_deadline =
       std::max(deadline, absl::Now() + absl::Seconds(config_.fault_tolerance.wait_for_node_s));
   for (;;) {
-    absl::StatusOr<cluster::ClusterStatus> status = cluster_.status();
-    if (!status.ok()) {
-      if (!head_away(status.status()) || absl::Now() >= head_deadline) return status.status();
-      absl::SleepFor(kHeadPoll);
-      continue;
-    }
-    const std::map<uint64_t, cluster::ActorStatus> actors = by_id(*status);
+    absl::StatusOr<std::map<uint64_t, cluster::ActorStatus>> actors =
+        actor_table(cluster_, head_deadline);
+    if (!actors.ok()) return actors.status();
     std::vector<LostMember> lost;
     for (int d = 0; d < static_cast<int>(replicas_.size()); ++d) {
-      for (ActorId id : rank_actors(d)) {
-        auto a = actors.find(id.value);
-        const bool gone = a == actors.end() || a->second.state != cluster::ActorState::kAlive ||
-                          a->second.restarts > known_restarts_[id.value];
-        if (!gone) continue;
-        std::string why =
-            a == actors.end() ? std::string("unknown to the head") : a->second.death_reason;
-        lost.push_back({.at = {.d = d, .p = 0, .t = 0}, .reason = std::move(why)});
-        break;
+      if (std::optional<std::string> why = rank_lost(*actors, d)) {
+        lost.push_back({.at = {.d = d, .p = 0, .t = 0}, .reason = *std::move(why)});
       }
     }
     if (!lost.empty() || absl::Now() >= deadline) return lost;
@@ -66,17 +80,14 @@ absl::StatusOr<std::vector<LostMember>> DataParallelTrainer::find_lost(absl::Tim
 }
 
 absl::Status DataParallelTrainer::member_lost(const actors::Coordinate& at) {
-  absl::StatusOr<cluster::ClusterStatus> status = cluster_.status();
-  if (!status.ok()) return absl::OkStatus();  // cannot tell; step_timeout still bounds the wait
-  const std::map<uint64_t, cluster::ActorStatus> actors = by_id(*status);
-  for (ActorId id : rank_actors(at.d)) {
-    auto a = actors.find(id.value);
-    if (a == actors.end()) continue;
-    if (a->second.state != cluster::ActorState::kAlive ||
-        a->second.restarts > known_restarts_[id.value]) {
-      return absl::UnavailableError(absl::StrCat("the actors of ", actors::to_string(at),
-                                                 " were lost: ", a->second.death_reason));
-    }
+  // Once: the head not answering says nothing of the member (step_timeout
+  // still bounds the wait).
+  absl::StatusOr<std::map<uint64_t, cluster::ActorStatus>> actors =
+      actor_table(cluster_, absl::Now());
+  if (!actors.ok()) return absl::OkStatus();
+  if (std::optional<std::string> why = rank_lost(*actors, at.d)) {
+    return absl::UnavailableError(
+        absl::StrCat("the actors of ", actors::to_string(at), " were lost: ", *why));
   }
   return absl::OkStatus();
 }
@@ -84,13 +95,10 @@ absl::Status DataParallelTrainer::member_lost(const actors::Coordinate& at) {
 absl::Status DataParallelTrainer::await_replacements(const std::vector<LostMember>& lost,
                                                      absl::Time deadline) {
   for (;;) {
-    absl::StatusOr<cluster::ClusterStatus> status = cluster_.status();
-    if (!status.ok()) {
-      if (!head_away(status.status()) || absl::Now() >= deadline) return status.status();
-      absl::SleepFor(kHeadPoll);
-      continue;
-    }
-    const std::map<uint64_t, cluster::ActorStatus> actors = by_id(*status);
+    absl::StatusOr<std::map<uint64_t, cluster::ActorStatus>> table =
+        actor_table(cluster_, deadline);
+    if (!table.ok()) return table.status();
+    const std::map<uint64_t, cluster::ActorStatus>& actors = *table;
     std::vector<std::string> missing;
     std::string reason;
     for (const LostMember& m : lost) {
@@ -137,9 +145,10 @@ absl::Status DataParallelTrainer::declare_groups() {
 }
 
 void DataParallelTrainer::mark_whole() {
-  absl::StatusOr<cluster::ClusterStatus> status = cluster_.status();
-  if (!status.ok()) return;  // find_lost compares with the older counts: a later loss still shows
-  const std::map<uint64_t, cluster::ActorStatus> actors = by_id(*status);
+  absl::StatusOr<std::map<uint64_t, cluster::ActorStatus>> table =
+      actor_table(cluster_, absl::Now());
+  if (!table.ok()) return;  // find_lost compares with the older counts: a later loss still shows
+  const std::map<uint64_t, cluster::ActorStatus>& actors = *table;
   for (int d = 0; d < static_cast<int>(replicas_.size()); ++d) {
     for (ActorId id : rank_actors(d)) {
       auto a = actors.find(id.value);

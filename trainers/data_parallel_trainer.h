@@ -75,6 +75,10 @@ class DataParallelTrainer : public Trainer, public MeshRepair {
   absl::Status spawn_replica(int d, cluster::PlacementGroupId group, int threads);
   // ZeRO: every stage gathers the whole parameters (before evaluate, generate).
   absl::Status gather_parameters();
+  // Why rank d's actors, in the head's table `actors`, are gone or were
+  // restarted since the job last stood whole; nullopt while they are not.
+  std::optional<std::string> rank_lost(const std::map<uint64_t, cluster::ActorStatus>& actors,
+                                       int d);
 
   int zero_stage() const { return config_.zero.stage; }
 
