@@ -85,12 +85,7 @@ trainers::TrainConfig train_config(const Shape& s, int stage, int steps, bool fa
   c.gradient_accumulation_steps = 1;
   c.micro_batch_size = s.B;
   c.train_batch_size = static_cast<int64_t>(s.B) * 2;
-  c.model = {.max_seq_len = s.T,
-             .vocab_size = s.V,
-             .padded_vocab_size = s.V,
-             .num_layers = s.L,
-             .num_heads = s.NH,
-             .channels = s.C};
+  c.model = gpt_config(s);
   c.data.synthetic = trainers::SyntheticTaskConfig{
       .task = "addition", .digits = 3, .num_samples = 4096, .seed = 7};
   c.optimizer.type = trainers::OptimizerType::kAdamW;
