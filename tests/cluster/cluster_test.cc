@@ -1,6 +1,7 @@
 // A real cluster: a head and worker processes of the `troupe` executable on
 // loopback (LocalCluster), a driver in this process (Cluster). Workers load
 // the probe actor library. Every wait has a deadline.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -207,6 +208,22 @@ TEST_F(ClusterTest, RestartableActorComesBackOnAnotherNode) {
   EXPECT_NE(after, before);
   EXPECT_EQ(*probe->call(&Probe::restarts).get(kCallTimeout), 1);
   EXPECT_EQ(*probe->call(&Probe::tag).get(kCallTimeout), "survivor");
+}
+
+TEST_F(ClusterTest, AnActorWhoseNodeDiesWhileHostingItIsPlacedOnAnother) {
+  // Nothing of it ran, so the spawn succeeds elsewhere: no restart is spent.
+  std::string armed = ::testing::TempDir() + "/tripwire-armed-" + std::to_string(::getpid());
+  int fd = ::open(armed.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0600);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  auto tripwire = driver_->spawn<troupe::testing::Tripwire>({}, armed);
+  ASSERT_TRUE(tripwire.ok()) << tripwire.status();
+  EXPECT_NE(::access(armed.c_str(), F_OK), 0)
+      << "no node hosted it first (the file is still there)";
+  auto pid = tripwire->call(&troupe::testing::Tripwire::pid).get(kCallTimeout);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  EXPECT_NE(worker_with_pid(*pid), -1);
+  ::unlink(armed.c_str());
 }
 
 TEST_F(ClusterTest, AnIdempotentCallLostWithItsNodeIsSentAgainToTheRestartedActor) {

@@ -1,5 +1,6 @@
 #include "tests/cluster/probe_actors.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +22,14 @@ absl::StatusOr<std::string> Relay::tag_of_named(std::string name) const {
   absl::StatusOr<ActorRef<Probe>> probe = get_actor<Probe>(name);
   if (!probe.ok()) return probe.status();
   return probe->call(&Probe::tag).get(absl::Seconds(20));
+}
+
+Tripwire::Tripwire(std::string armed_file) {
+  if (::unlink(armed_file.c_str()) == 0) ::kill(::getpid(), SIGKILL);  // a machine failure
+}
+
+int64_t Tripwire::pid() const {
+  return ::getpid();
 }
 
 int64_t Relay::pid() const {

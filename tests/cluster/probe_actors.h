@@ -72,4 +72,14 @@ class Reducer {
 };
 TROUPE_ACTOR(Reducer, &Reducer::join, &Reducer::allreduce, &Reducer::pid);
 
+// Kills its own process as it is constructed if it can remove `armed_file`:
+// the first node that hosts it dies while hosting it, the next one keeps it.
+class Tripwire {
+ public:
+  explicit Tripwire(std::string armed_file);
+  int64_t pid() const;
+};
+TROUPE_ACTOR(Tripwire, &Tripwire::pid);
+TROUPE_ACTOR_CONSTRUCTOR(Tripwire, std::string);
+
 }  // namespace troupe::testing

@@ -415,10 +415,12 @@ Future<ActorLocation> HeadService::host(uint64_t id, int32_t restart_count,
         }
         if (!hosted.ok()) {
           scheduler_.release_actor(a.placement, a.resources);
-          // The head cannot reach the node: as when a peer reports it, the
-          // node is declared dead at once (its heartbeats may not have
-          // stopped yet).
-          if (absl::IsUnavailable(hosted.status()) && nodes_[node].state == NodeState::kAlive) {
+          // The head cannot reach the node, or lost it with the call in
+          // flight (the node's agent died with it): as when a peer reports
+          // it, the node is declared dead at once (its heartbeats may not
+          // have stopped yet).
+          bool unreachable = absl::IsUnavailable(hosted.status()) || IsActorDied(hosted.status());
+          if (unreachable && nodes_[node].state == NodeState::kAlive) {
             declare_dead(node,
                          absl::StrCat("the head cannot reach it: ", hosted.status().message()));
           }
