@@ -137,6 +137,40 @@ TEST_P(ConformanceTest, HundredsOfConcurrentConnections) {
   EXPECT_EQ(server_->stats().connections_accepted.load(), static_cast<uint64_t>(kConnections));
 }
 
+// Two peers that connect to each other at the same moment (each one's
+// first connection to the other) both get through, and each connection
+// carries its own frames.
+TEST_P(ConformanceTest, CrossedConnectsBothGetThrough) {
+  constexpr int kRounds = 20;
+  for (int round = 0; round < kRounds; ++round) {
+    auto a = make_transport(GetParam(), options_with(kToken, "a"));
+    auto b = make_transport(GetParam(), options_with(kToken, "b"));
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+    auto listen_a = (*a)->listen(any_address(GetParam()), echo_callbacks);
+    auto listen_b = (*b)->listen(any_address(GetParam()), echo_callbacks);
+    ASSERT_TRUE(listen_a.ok() && listen_b.ok()) << listen_a.status() << " " << listen_b.status();
+    Inbox& from_b = new_inbox();
+    Inbox& from_a = new_inbox();
+    absl::StatusOr<std::shared_ptr<Connection>> a_to_b = absl::UnknownError("not run");
+    absl::StatusOr<std::shared_ptr<Connection>> b_to_a = absl::UnknownError("not run");
+    std::thread other([&] {
+      b_to_a = (*b)->connect((*listen_a)->address(), from_a.callbacks(), absl::Seconds(10));
+    });
+    a_to_b = (*a)->connect((*listen_b)->address(), from_b.callbacks(), absl::Seconds(10));
+    other.join();
+    ASSERT_TRUE(a_to_b.ok()) << "round " << round << ": " << a_to_b.status();
+    ASSERT_TRUE(b_to_a.ok()) << "round " << round << ": " << b_to_a.status();
+    ASSERT_TRUE((*a_to_b)->send(tagged(1, round)).ok());
+    ASSERT_TRUE((*b_to_a)->send(tagged(2, round)).ok());
+    ASSERT_TRUE(from_b.wait_frames(1)) << "round " << round;
+    ASSERT_TRUE(from_a.wait_frames(1)) << "round " << round;
+    EXPECT_EQ(tag_of(from_b.take().front()).first, 1u);
+    EXPECT_EQ(tag_of(from_a.take().front()).first, 2u);
+    (*a_to_b)->close();
+    (*b_to_a)->close();
+  }
+}
+
 TEST_P(ConformanceTest, OrderlyCloseReachesBothSides) {
   Inbox& server_side = new_inbox();
   auto listener = server_->listen(any_address(GetParam()), [&](std::shared_ptr<Connection>) {

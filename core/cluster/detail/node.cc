@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -65,7 +66,10 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>, public detail::A
 
  private:
   struct Peer {
-    std::mutex connect_mu;  // one connection attempt at a time
+    // One connection attempt at a time; held while connecting (seconds, to
+    // a node that does not answer), so nothing else waits on it.
+    std::mutex connect_mu;
+    std::mutex mu;  // guards the fields below; never held while connecting
     std::shared_ptr<Connection> conn;
     std::vector<std::string> endpoints;
     absl::Status lost;  // set once the node is declared gone
@@ -83,7 +87,7 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>, public detail::A
   // Whether `node` was declared gone.
   bool lost(uint32_t node) {
     std::shared_ptr<Peer> p = peer(node);
-    std::lock_guard<std::mutex> lock(p->connect_mu);
+    std::lock_guard<std::mutex> lock(p->mu);
     return !p->lost.ok();
   }
   std::shared_ptr<Peer> peer(uint32_t node);
@@ -192,7 +196,7 @@ void NodeCore::shutdown() {
   for (auto& l : listeners_)
     l->close();
   for (auto& [node, p] : peers) {
-    std::lock_guard<std::mutex> lock(p->connect_mu);
+    std::lock_guard<std::mutex> lock(p->mu);
     if (p->conn) p->conn->close();
   }
   std::vector<Pending> pending;
@@ -216,7 +220,7 @@ std::shared_ptr<NodeCore::Peer> NodeCore::peer(uint32_t node) {
 
 void NodeCore::set_node_endpoints(uint32_t node, std::vector<std::string> endpoints) {
   std::shared_ptr<Peer> p = peer(node);
-  std::lock_guard<std::mutex> lock(p->connect_mu);
+  std::lock_guard<std::mutex> lock(p->mu);
   p->endpoints = std::move(endpoints);
   p->lost = absl::OkStatus();  // a node index is never reused, but a re-announced one is alive
 }
@@ -226,7 +230,8 @@ void NodeCore::fail_node(uint32_t node, const absl::Status& reason) {
   std::shared_ptr<Connection> conn;
   absl::Status lost;
   {
-    std::lock_guard<std::mutex> lock(p->connect_mu);
+    std::lock_guard<std::mutex> lock(
+        p->mu);  // not connect_mu: a connection attempt may be under way
     p->lost = reason.ok() ? absl::UnavailableError("declared dead") : reason;
     lost = p->lost;
     conn = std::exchange(p->conn, nullptr);
@@ -303,18 +308,31 @@ uint32_t NodeCore::route(uint32_t hint, ActorId id) const {
 
 absl::StatusOr<std::shared_ptr<Connection>> NodeCore::connection_to(uint32_t node) {
   std::shared_ptr<Peer> p = peer(node);
-  std::lock_guard<std::mutex> lock(p->connect_mu);
-  if (!p->lost.ok()) return p->lost;
-  if (p->conn) return p->conn;
-  if (p->endpoints.empty()) {
+  auto usable_now = [&]() -> std::optional<absl::StatusOr<std::shared_ptr<Connection>>> {
+    std::lock_guard<std::mutex> lock(p->mu);
+    if (!p->lost.ok()) return p->lost;
+    if (p->conn) return p->conn;
+    return std::nullopt;
+  };
+  if (auto now = usable_now()) return *std::move(now);
+  std::lock_guard<std::mutex> attempt(p->connect_mu);
+  if (auto now = usable_now()) return *std::move(now);  // another thread connected meanwhile
+  std::vector<std::string> endpoints;
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    endpoints = p->endpoints;
+  }
+  if (endpoints.empty()) {
     // A node that joined after our last heartbeat: ask the head.
     if (auto find = hooks().node_endpoints) {
       absl::StatusOr<std::vector<std::string>> found = find(node);
-      if (found.ok()) p->endpoints = *std::move(found);
+      if (found.ok()) endpoints = *std::move(found);
     }
-    if (p->endpoints.empty()) {
+    if (endpoints.empty()) {
       return absl::UnavailableError(absl::StrCat("no endpoints known for node ", node));
     }
+    std::lock_guard<std::mutex> lock(p->mu);
+    if (p->endpoints.empty()) p->endpoints = endpoints;
   }
   std::map<std::string, transport::Transport*, std::less<>> usable;
   for (auto& [kind, t] : transports_)
@@ -329,15 +347,24 @@ absl::StatusOr<std::shared_ptr<Connection>> NodeCore::connection_to(uint32_t nod
                                   auto peer = weak_peer.lock();
                                   if (self && peer) self->on_connection_lost(node, peer, why);
                                 }};
-  auto conn = transport::connect_best(usable, p->endpoints, callbacks, options_.connect_timeout);
+  auto conn = transport::connect_best(usable, endpoints, callbacks, options_.connect_timeout);
   if (!conn.ok()) return conn.status();
-  p->conn = *conn;
-  return p->conn;
+  absl::Status lost;
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    if (p->lost.ok()) {
+      p->conn = *conn;
+      return p->conn;
+    }
+    lost = p->lost;
+  }
+  (*conn)->close();  // declared gone while we connected
+  return lost;
 }
 
 void NodeCore::on_connection_lost(uint32_t node, const std::shared_ptr<Peer>& p, absl::Status why) {
   {
-    std::lock_guard<std::mutex> lock(p->connect_mu);
+    std::lock_guard<std::mutex> lock(p->mu);
     p->conn = nullptr;                 // the next call reconnects, if the node is still alive
     if (!p->lost.ok()) why = p->lost;  // declared gone: that is the reason
   }
