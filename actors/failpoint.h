@@ -12,6 +12,11 @@
 // that runs the step again). Phases: forward, backward, allreduce (the
 // gradient exchange in flight), commit (after the commit point), replicate
 // (sending a buddy its update), checkpoint (a shard's file half written).
+//
+// With TROUPE_FAILPOINT_ACTION=hang the process does not die: the thread
+// that reaches the failpoint stops there (for 10 minutes at most) while the
+// rest of the process - its heartbeats among them - goes on, as a compute
+// thread stuck in a kernel or a lock would.
 // Unset (the default), a failpoint costs a test of a flag.
 #pragma once
 

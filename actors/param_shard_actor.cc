@@ -280,6 +280,7 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
   ShardSaveReport report;
   report.file =
       checkpoint::shard_file_name({.d = options_.at.d, .p = options_.at.p, .t = options_.at.t});
+  report.owner = options_.at;
   report.range = part;
   report.bytes = static_cast<int64_t>(staging_.size() * sizeof(float));
 

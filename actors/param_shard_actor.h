@@ -123,6 +123,11 @@ class ParamShardActor {
   // Restores this shard (a replacement) from `source`, peer to peer: asks it
   // for its state and imports it. Errors: the source's and import_state's.
   Future<ShardRestoreReport> restore_from(ActorRef<ParamShardActor> source);
+  // How far the stage of this coordinate got in the step it is running,
+  // answered while the stage is busy with it: how the controller tells a
+  // hung rank from those waiting for it. FailedPrecondition if the stage is
+  // not in this process.
+  absl::StatusOr<StepProgress> progress();
 
   // Buddy replication (ZeRO; docs/fault_tolerance.md). A shard whose state
   // exists nowhere else keeps a replica of it in its buddy's memory, on
@@ -154,6 +159,13 @@ class ParamShardActor {
   // Restores this shard (a replacement) from the replica its buddy keeps of
   // the lost shard of this coordinate, at committed step `step`.
   Future<ShardRestoreReport> restore_from_buddy(ActorRef<ParamShardActor> buddy, int64_t step);
+  // At the buddy, when the shard it keeps a replica of was lost and nothing
+  // replaces it: writes the replica as it stands after committed step
+  // `request.step` into request.step_dir, as that shard's own file of a
+  // checkpoint (its name, its whole range), and waits for it to be durable.
+  // FailedPrecondition when it holds no replica of that step; the write's
+  // errors.
+  absl::StatusOr<ShardSaveReport> save_replica(SaveRequest request);
 
  private:
   ParamShardActor(ShardOptions options, nn::GPTParamLayout layout, nn::ParamRange range);
@@ -217,10 +229,11 @@ TROUPE_ACTOR(ParamShardActor, &ParamShardActor::init, &ParamShardActor::prepare,
              &ParamShardActor::master_params, &ParamShardActor::load_params,
              &ParamShardActor::applied_updates, &ParamShardActor::save, &ParamShardActor::load,
              &ParamShardActor::export_state, &ParamShardActor::import_state,
-             &ParamShardActor::restore_from, &ParamShardActor::set_buddy,
-             &ParamShardActor::replicate, &ParamShardActor::hold_replica,
-             &ParamShardActor::hold_update, &ParamShardActor::commit_replica,
-             &ParamShardActor::export_replica, &ParamShardActor::restore_from_buddy);
+             &ParamShardActor::restore_from, &ParamShardActor::progress,
+             &ParamShardActor::set_buddy, &ParamShardActor::replicate,
+             &ParamShardActor::hold_replica, &ParamShardActor::hold_update,
+             &ParamShardActor::commit_replica, &ParamShardActor::export_replica,
+             &ParamShardActor::restore_from_buddy, &ParamShardActor::save_replica);
 // Other processes spawn it with its options: spawn<ParamShardActor>(spawn_options, shardOptions).
 TROUPE_ACTOR_CONSTRUCTOR(ParamShardActor, ShardOptions);
 

@@ -3,11 +3,14 @@
 // step behind at most and caught up on demand.
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "actors/failpoint.h"
 #include "actors/param_shard_actor.h"
 #include "actors/step_clock.h"
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/shard_file.h"
 
 namespace troupe::actors {
 
@@ -139,6 +142,36 @@ Future<ShardRestoreReport> ParamShardActor::restore_from_buddy(ActorRef<ParamSha
         if (report.ok()) report->restore_ms = now_ms() - start;
         return report;
       });
+}
+
+absl::StatusOr<ShardSaveReport> ParamShardActor::save_replica(SaveRequest request) {
+  absl::StatusOr<ShardState> state = export_replica(request.step);
+  if (!state.ok()) return state.status();
+  const double start = now_ms();
+  const size_t n = state->range.size();
+  auto* data = reinterpret_cast<float*>(state->data.data());
+  std::vector<checkpoint::StateArray> arrays;
+  for (size_t k = 0; k < state->states.size(); ++k)
+    arrays.push_back({.state = state->states[k], .data = data + k * n, .n = n});
+  ShardSaveReport report;
+  report.file =
+      checkpoint::shard_file_name({.d = state->from.d, .p = state->from.p, .t = state->from.t});
+  report.owner = state->from;
+  report.range = state->range;
+  report.bytes = static_cast<int64_t>(state->data.size());
+  absl::StatusOr<std::vector<checkpoint::ShardEntry>> entries =
+      checkpoint::write_shard_file(checkpoint::Env::posix(), request.step_dir, report.file, arrays);
+  if (!entries.ok()) {
+    return absl::Status(entries.status().code(),
+                        absl::StrCat(name_, ": writing ", report.file,
+                                     " from its replica: ", entries.status().message()));
+  }
+  for (const checkpoint::ShardEntry& e : *entries) {
+    report.entries.push_back(
+        {.state = e.state, .offset = e.offset, .length = e.length, .xxh64 = e.xxh64});
+  }
+  report.write_ms = now_ms() - start;
+  return report;
 }
 
 }  // namespace troupe::actors

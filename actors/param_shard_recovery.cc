@@ -10,6 +10,12 @@
 
 namespace troupe::actors {
 
+absl::StatusOr<StepProgress> ParamShardActor::progress() {
+  absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
+  if (!s.ok()) return s.status();
+  return (*s)->progress();
+}
+
 absl::StatusOr<ShardState> ParamShardActor::export_state() {
   if (!initialised_) {
     return absl::FailedPreconditionError(

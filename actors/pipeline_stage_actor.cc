@@ -137,6 +137,7 @@ void PipelineStageActor::publish_tensors() {
 }
 
 PipelineStageActor::~PipelineStageActor() {
+  if (tensors_ != nullptr) tensors_->set_group(nullptr);
   sync_.reset();  // before the group its reductions run on
   if (tensors_ != nullptr) Handoff::retract(name_, tensors_.get());
 }
@@ -163,6 +164,7 @@ absl::Status PipelineStageActor::setup() {
     if (!sync.ok()) return sync.status();
     group_ = *std::move(group);
     sync_ = *std::move(sync);
+    tensors_->set_group(group_.get());
   }
   return absl::OkStatus();
 }
@@ -175,6 +177,7 @@ absl::Status PipelineStageActor::rejoin() {
   if (options_.mesh.dp > 1) {
     if (sync_ != nullptr) sync_->drain();
     sync_.reset();  // before the group its reductions ran on
+    tensors_->set_group(nullptr);
     group_.reset();
   }
   whole_version_ = -1;
@@ -211,7 +214,9 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
   }
   if (absl::Status s = check_turn(request.step); !s.ok()) return s;
   last_run_ = request.step;
+  tensors_->running_step.store(request.step);
   absl::StatusOr<StepReport> report = run_micro_batches(request);
+  tensors_->running_step.store(0);
   if (!report.ok()) {
     absl::Status failed = Prefixed(name_ + ": ", report.status());
     // The rest of the group may be waiting in this step's reductions for
@@ -243,6 +248,10 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
   const int T = options_.model.max_seq_len;
   double loss_sum = 0;
   for (int j = 0; j < options_.grad_accum; ++j) {
+    // A group that lost a member cannot finish the step: no more compute for it.
+    if (group_ != nullptr) {
+      if (absl::Status s = group_->failed(); !s.ok()) return s;
+    }
     absl::StatusOr<Batch> batch = loader_->next();
     if (!batch.ok()) return batch.status();
     if (batch->inputs.size() != static_cast<size_t>(B) * T) {

@@ -13,7 +13,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 
+#include "actors/training_types.h"
+#include "core/cluster/collective_group.h"
 #include "nn/optim/param_range.h"
 
 namespace troupe::actors {
@@ -43,6 +46,29 @@ struct StageTensors {
   // Set by the shard when it loaded a checkpoint of this step: the stage's
   // next run_step takes it as the last step run (and clears it); -1: none.
   std::atomic<int64_t> restored_step{-1};
+
+  // How far the stage's step got, for a probe while the stage is busy
+  // running it (ParamShardActor::progress): the step run_step is running (0
+  // between steps), and the collectives its group has issued.
+  std::atomic<int64_t> running_step{0};
+  void set_group(const CollectiveGroup* group) {
+    std::lock_guard<std::mutex> lock(group_mu_);
+    group_ = group;
+  }
+  StepProgress progress() const {
+    StepProgress out{.running_step = running_step.load()};
+    std::lock_guard<std::mutex> lock(group_mu_);
+    if (group_ != nullptr) {
+      out.grouped = true;
+      out.generation = group_->generation();
+      out.collectives_issued = group_->collectives_issued();
+    }
+    return out;
+  }
+
+ private:
+  mutable std::mutex group_mu_;
+  const CollectiveGroup* group_ = nullptr;  // the stage's data-parallel group, while it has one
 };
 
 }  // namespace troupe::actors

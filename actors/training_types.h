@@ -150,12 +150,15 @@ struct SavedEntry {
 // buffer) and the time the background write took (write, fsync, rename).
 struct ShardSaveReport {
   std::string file;
+  // The coordinate whose state the file holds: the writer's own, or the one
+  // whose replica it keeps (ParamShardActor::save_replica).
+  Coordinate owner;
   nn::ParamRange range;
   std::vector<SavedEntry> entries;
   int64_t bytes = 0;
   double staging_ms = 0;
   double write_ms = 0;
-  TROUPE_FIELDS(file, range, entries, bytes, staging_ms, write_ms);
+  TROUPE_FIELDS(file, owner, range, entries, bytes, staging_ms, write_ms);
 };
 
 // Asks a shard to load its range of the checkpoint in `step_dir` (any
@@ -198,6 +201,19 @@ struct ReplicaUpdate {
   CommitRequest commit;
   transport::Buffer grads;
   TROUPE_FIELDS(from, commit, grads);
+};
+
+// Where a coordinate's step stands, answered by its shard while the stage is
+// busy running the step (ParamShardActor::progress). Every rank issues the
+// same collectives in the same order, so a rank that issued fewer than
+// another in the same generation has not reached the one the other waits
+// in: how a hung rank is told from those waiting for it.
+struct StepProgress {
+  int64_t running_step = 0;         // the step the stage is running; 0: none
+  bool grouped = false;             // it has a data-parallel group
+  uint64_t generation = 0;          // of that group
+  uint64_t collectives_issued = 0;  // in that generation
+  TROUPE_FIELDS(running_step, grouped, generation, collectives_issued);
 };
 
 struct ShardRestoreReport {

@@ -82,16 +82,21 @@ void Checkpointer::join_pruner() {
   if (pruner_.joinable()) pruner_.join();
 }
 
-absl::Status Checkpointer::start(int64_t step) {
+absl::Status Checkpointer::start(int64_t step, const std::vector<actors::Coordinate>& lost) {
   const std::vector<nn::ParamRange>& owned = controller_.owned();
   const std::vector<MeshMember>& members = controller_.members();
   if (owned.size() != members.size()) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint of step ", step, ": no step has run yet"));
   }
-  if (!controller_.lost_shards().empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint of step ", step, ": the job lost shards; they must be restored first"));
+  auto is_lost = [&](const actors::Coordinate& at) {
+    return std::find(lost.begin(), lost.end(), at) != lost.end();
+  };
+  for (const actors::Coordinate& at : controller_.lost_shards()) {
+    if (!is_lost(at)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint of step ", step, ": the job lost shards; they must be restored first"));
+    }
   }
   Pending p;
   p.step = step;
@@ -100,31 +105,52 @@ absl::Status Checkpointer::start(int64_t step) {
   p.start_ms = actors::now_ms();
   // Each distinct range saved once: the members that hold the same range
   // (DDP's replicas) each save a part of it, split as ZeRO partitions are.
+  // A range only lost members held is saved by a buddy from its replica.
   std::vector<nn::ParamRange> ranges;
-  std::vector<std::vector<int>> holders;
+  std::vector<std::vector<int>> holders;  // the survivors holding each range
+  std::vector<int> keepers;               // else the buddy keeping its replica (-1: none)
   for (size_t i = 0; i < members.size(); ++i) {
     if (owned[i].size() == 0) continue;
     auto it = std::find(ranges.begin(), ranges.end(), owned[i]);
     if (it == ranges.end()) {
       ranges.push_back(owned[i]);
       holders.emplace_back();
+      keepers.push_back(-1);
       it = ranges.end() - 1;
     }
-    holders[static_cast<size_t>(it - ranges.begin())].push_back(static_cast<int>(i));
+    const auto r = static_cast<size_t>(it - ranges.begin());
+    if (!is_lost(members[i].at)) {
+      holders[r].push_back(static_cast<int>(i));
+    } else if (const int buddy = members[i].buddy;
+               buddy >= 0 && !is_lost(members[static_cast<size_t>(buddy)].at)) {
+      keepers[r] = buddy;
+    }
   }
   for (size_t r = 0; r < ranges.size(); ++r) {
     const int k = static_cast<int>(holders[r].size());
+    if (k == 0 && keepers[r] < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint of step ", step, ": no surviving shard holds parameters [",
+                       ranges[r].begin, ", ", ranges[r].end, "), nor a replica of them"));
+    }
+    if (k == 0) {
+      p.writers.push_back(keepers[r]);
+      p.parts.push_back(ranges[r]);
+      p.replicas.push_back(true);
+    }
     for (int j = 0; j < k; ++j) {
       const nn::ParamRange part = actors::ZeroPartition(ranges[r], k, j).own();
       if (part.size() == 0) continue;
       p.writers.push_back(holders[r][static_cast<size_t>(j)]);
       p.parts.push_back(part);
+      p.replicas.push_back(false);
     }
   }
   if (absl::Status s = checkpoint::begin_checkpoint(env(), config_.dir, step); !s.ok()) return s;
   for (size_t w = 0; w < p.writers.size(); ++w) {
-    p.reports.push_back(members[static_cast<size_t>(p.writers[w])].shard->save(
-        {.step_dir = p.step_dir, .step = step, .range = p.parts[w]}));
+    ShardEndpoint& writer = *members[static_cast<size_t>(p.writers[w])].shard;
+    const actors::SaveRequest request{.step_dir = p.step_dir, .step = step, .range = p.parts[w]};
+    p.reports.push_back(p.replicas[w] ? writer.save_replica(request) : writer.save(request));
   }
   pending_ = std::move(p);
   return absl::OkStatus();
@@ -135,7 +161,6 @@ CheckpointEvent Checkpointer::complete() {
   Pending p = *std::move(pending_);
   pending_.reset();
   CheckpointEvent event{.step = p.step, .status = absl::OkStatus(), .step_dir = p.step_dir};
-  const std::vector<MeshMember>& members = controller_.members();
   checkpoint::Manifest m;
   for (size_t k = 0; k < p.reports.size(); ++k) {
     absl::StatusOr<actors::ShardSaveReport> r = std::move(p.reports[k]).get(kIoTimeout);
@@ -146,7 +171,7 @@ CheckpointEvent Checkpointer::complete() {
     event.bytes += r->bytes;
     event.staging_ms = std::max(event.staging_ms, r->staging_ms);
     event.write_ms = std::max(event.write_ms, r->write_ms);
-    const actors::Coordinate& at = members[static_cast<size_t>(p.writers[k])].at;
+    const actors::Coordinate& at = r->owner;
     checkpoint::ShardRecord record{.file = r->file,
                                    .owner = {.d = at.d, .p = at.p, .t = at.t},
                                    .begin = static_cast<int64_t>(r->range.begin),
@@ -202,8 +227,9 @@ CheckpointEvent Checkpointer::complete() {
   return event;
 }
 
-bool Checkpointer::start_or_report(int64_t step, std::vector<CheckpointEvent>& events) {
-  absl::Status s = start(step);
+bool Checkpointer::start_or_report(int64_t step, std::vector<CheckpointEvent>& events,
+                                   const std::vector<actors::Coordinate>& lost) {
+  absl::Status s = start(step, lost);
   if (s.ok()) return true;
   events.push_back(
       {.step = step, .status = s, .step_dir = checkpoint::step_dir(config_.dir, step)});
@@ -222,10 +248,10 @@ std::vector<CheckpointEvent> Checkpointer::after_step(int64_t step) {
   return events;
 }
 
-std::vector<CheckpointEvent> Checkpointer::save_now() {
+std::vector<CheckpointEvent> Checkpointer::save_now(const std::vector<actors::Coordinate>& lost) {
   const int64_t step = controller_.next_step() - 1;
   std::vector<CheckpointEvent> events = finish();
-  if (start_or_report(step, events)) events.push_back(complete());
+  if (start_or_report(step, events, lost)) events.push_back(complete());
   return events;
 }
 

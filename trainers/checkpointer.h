@@ -84,7 +84,13 @@ class Checkpointer {
   // Saves the job as it stands after the controller's last step, now (as
   // after_step does when due), and waits for it: the checkpoint in flight
   // before it, if any, then this one (the last event).
-  std::vector<CheckpointEvent> save_now();
+  //
+  // `lost`: members whose shards are gone and were not replaced (a job that
+  // ends for want of a node). The survivors save in their place: a range
+  // the lost member shared with a survivor (a DDP replica) from that
+  // survivor, a range only it held from the replica its buddy keeps; the
+  // event's status says which when none survives.
+  std::vector<CheckpointEvent> save_now(const std::vector<actors::Coordinate>& lost = {});
   // Waits for the checkpoint in flight, if any, and for the removal of the
   // checkpoints beyond the newest `keep` (done in the background).
   std::vector<CheckpointEvent> finish();
@@ -107,15 +113,17 @@ class Checkpointer {
     ControllerState state;
     std::vector<int> writers;           // member indices
     std::vector<nn::ParamRange> parts;  // what each writer saves
+    std::vector<bool> replicas;         // the writer saves the replica it keeps
     std::vector<Future<actors::ShardSaveReport>> reports;
     double start_ms = 0;
   };
-  absl::Status start(int64_t step);
+  absl::Status start(int64_t step, const std::vector<actors::Coordinate>& lost = {});
   // Waits for the pending save's files and commits its manifest; the
   // event's waited_ms is the time this took.
   CheckpointEvent complete();
   // start(step), or an event of its failure appended to `events`.
-  bool start_or_report(int64_t step, std::vector<CheckpointEvent>& events);
+  bool start_or_report(int64_t step, std::vector<CheckpointEvent>& events,
+                       const std::vector<actors::Coordinate>& lost = {});
   void join_pruner();
   absl::StatusOr<LoadedCheckpoint> load_from(const std::string& step_dir,
                                              const checkpoint::Manifest& manifest);

@@ -25,14 +25,13 @@ bool head_away(const absl::Status& s) {
 
 // The head's actors by id; while the head does not answer, asked again
 // until `deadline`.
-absl::StatusOr<std::map<uint64_t, cluster::ActorStatus>> actor_table(Cluster& cluster,
-                                                                     absl::Time deadline) {
+absl::StatusOr<HeadView> head_view(Cluster& cluster, absl::Time deadline) {
   for (;;) {
     absl::StatusOr<cluster::ClusterStatus> status = cluster.status();
     if (status.ok()) {
-      std::map<uint64_t, cluster::ActorStatus> out;
+      HeadView out{.actors = {}, .rejoining = status->rejoining};
       for (const cluster::ActorStatus& a : status->actors)
-        out[a.id] = a;
+        out.actors[a.id] = a;
       return out;
     }
     if (!head_away(status.status()) || absl::Now() >= deadline) return status.status();
@@ -42,11 +41,15 @@ absl::StatusOr<std::map<uint64_t, cluster::ActorStatus>> actor_table(Cluster& cl
 
 }  // namespace
 
-std::optional<std::string> DataParallelTrainer::rank_lost(
-    const std::map<uint64_t, cluster::ActorStatus>& actors, int d) {
+std::optional<std::string> DataParallelTrainer::rank_lost(const HeadView& head, int d) {
   for (ActorId id : rank_actors(d)) {
-    auto a = actors.find(id.value);
-    if (a == actors.end()) return std::string("unknown to the head");
+    auto a = head.actors.find(id.value);
+    if (a == head.actors.end()) {
+      // A restarted head learns of actors as their nodes rejoin it.
+      if (head.rejoining) continue;
+      return std::string(
+          "unknown to the restarted head: their node was lost while the head was down");
+    }
     if (a->second.state != cluster::ActorState::kAlive ||
         a->second.restarts > known_restarts_[id.value]) {
       return a->second.death_reason;
@@ -65,27 +68,49 @@ absl::StatusOr<std::vector<LostMember>> DataParallelTrainer::find_lost(absl::Tim
   const absl::Time head_deadline =
       std::max(deadline, absl::Now() + absl::Seconds(config_.fault_tolerance.wait_for_node_s));
   for (;;) {
-    absl::StatusOr<std::map<uint64_t, cluster::ActorStatus>> actors =
-        actor_table(cluster_, head_deadline);
-    if (!actors.ok()) return actors.status();
+    absl::StatusOr<HeadView> head = head_view(cluster_, head_deadline);
+    if (!head.ok()) return head.status();
     std::vector<LostMember> lost;
     for (int d = 0; d < static_cast<int>(replicas_.size()); ++d) {
-      if (std::optional<std::string> why = rank_lost(*actors, d)) {
+      if (std::optional<std::string> why = rank_lost(*head, d)) {
         lost.push_back({.at = {.d = d, .p = 0, .t = 0}, .reason = *std::move(why)});
       }
     }
-    if (!lost.empty() || absl::Now() >= deadline) return lost;
+    // (While a restarted head still takes nodes back, what it does not know
+    // yet may be on a node that has not rejoined: asked again.)
+    if (!lost.empty() || (absl::Now() >= deadline && !head->rejoining)) return lost;
     absl::SleepFor(kPoll);
   }
+}
+
+absl::Status DataParallelTrainer::fence(const std::vector<LostMember>& hung) {
+  absl::StatusOr<HeadView> head =
+      head_view(cluster_, absl::Now() + absl::Seconds(config_.fault_tolerance.wait_for_node_s));
+  if (!head.ok()) return head.status();
+  std::set<uint32_t> fenced;
+  for (const LostMember& m : hung) {
+    // The node of the rank's stage: the one that hung (its loader and shard
+    // are in the same process).
+    auto a = head->actors.find(replicas_[m.at.d].stage.id().value);
+    if (a == head->actors.end() || a->second.state != cluster::ActorState::kAlive) continue;
+    const uint32_t node = a->second.node;
+    if (!fenced.insert(node).second) continue;
+    if (absl::Status s =
+            cluster_.fence_node(node, absl::StrCat("it hosts ", actors::to_string(m.at), " of job ",
+                                                   job_, ", which hung: ", m.reason));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status DataParallelTrainer::member_lost(const actors::Coordinate& at) {
   // Once: the head not answering says nothing of the member (step_timeout
   // still bounds the wait).
-  absl::StatusOr<std::map<uint64_t, cluster::ActorStatus>> actors =
-      actor_table(cluster_, absl::Now());
-  if (!actors.ok()) return absl::OkStatus();
-  if (std::optional<std::string> why = rank_lost(*actors, at.d)) {
+  absl::StatusOr<HeadView> head = head_view(cluster_, absl::Now());
+  if (!head.ok()) return absl::OkStatus();
+  if (std::optional<std::string> why = rank_lost(*head, at.d)) {
     return absl::UnavailableError(
         absl::StrCat("the actors of ", actors::to_string(at), " were lost: ", *why));
   }
@@ -95,22 +120,24 @@ absl::Status DataParallelTrainer::member_lost(const actors::Coordinate& at) {
 absl::Status DataParallelTrainer::await_replacements(const std::vector<LostMember>& lost,
                                                      absl::Time deadline) {
   for (;;) {
-    absl::StatusOr<std::map<uint64_t, cluster::ActorStatus>> table =
-        actor_table(cluster_, deadline);
-    if (!table.ok()) return table.status();
-    const std::map<uint64_t, cluster::ActorStatus>& actors = *table;
+    absl::StatusOr<HeadView> head = head_view(cluster_, deadline);
+    if (!head.ok()) return head.status();
     std::vector<std::string> missing;
     std::string reason;
     for (const LostMember& m : lost) {
       for (ActorId id : rank_actors(m.at.d)) {
-        auto a = actors.find(id.value);
-        if (a == actors.end()) {
-          // A head started again knows only the actors of the nodes that
-          // rejoined it: one lost meanwhile is nobody's to restart.
-          return absl::FailedPreconditionError(absl::StrCat(
-              "the actors of ", actors::to_string(m.at),
-              " are unknown to the head (it was restarted after they were lost), so nothing "
-              "restarts them"));
+        auto a = head->actors.find(id.value);
+        if (a == head->actors.end()) {
+          if (head->rejoining) {
+            missing.push_back(actors::to_string(m.at));
+            reason = "the restarted head is still taking its nodes back";
+            break;
+          }
+          // Lost while the head was down: a head started again knows only
+          // the actors of the nodes that rejoined it, and nothing restarts
+          // these. New actors take the rank.
+          if (absl::Status s = respawn_rank(m.at.d, deadline); !s.ok()) return s;
+          break;
         }
         if (a->second.state == cluster::ActorState::kAlive) continue;
         if (a->second.state == cluster::ActorState::kDead) {
@@ -119,21 +146,53 @@ absl::Status DataParallelTrainer::await_replacements(const std::vector<LostMembe
                            a->second.death_reason, ")"));
         }
         missing.push_back(actors::to_string(m.at));
-        if (a != actors.end()) reason = a->second.death_reason;
+        reason = a->second.death_reason;
         break;
       }
     }
     if (missing.empty()) return absl::OkStatus();
-    if (absl::Now() >= deadline) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("no node took the place of ", absl::StrJoin(missing, ", "),
-                       " within fault_tolerance.wait_for_node_s ",
-                       config_.fault_tolerance.wait_for_node_s, " s (", reason,
-                       "); add a worker (troupe worker --head ...), or keep spares "
-                       "(fault_tolerance.spare_nodes)"));
-    }
+    if (absl::Now() >= deadline) return no_node_for(missing, reason);
     absl::SleepFor(kPoll);
   }
+}
+
+absl::Status DataParallelTrainer::no_node_for(const std::vector<std::string>& missing,
+                                              const std::string& reason) const {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("no node took the place of ", absl::StrJoin(missing, ", "),
+                   " within fault_tolerance.wait_for_node_s ",
+                   config_.fault_tolerance.wait_for_node_s, " s (", reason,
+                   "); add a worker (troupe worker --head ...), or keep spares "
+                   "(fault_tolerance.spare_nodes)"));
+}
+
+absl::Status DataParallelTrainer::respawn_rank(int d, absl::Time deadline) {
+  const actors::Coordinate at{.d = d, .p = 0, .t = 0};
+  // The node the rank was on must not rejoin with the old actors.
+  if (auto node = known_nodes_.find(replicas_[d].stage.id().value); node != known_nodes_.end()) {
+    cluster_
+        .fence_node(node->second, absl::StrCat("it hosted ", actors::to_string(at), " of job ",
+                                               job_, ", lost while the head was down"))
+        .IgnoreError();  // best effort: a node that rejoined meanwhile is refused by its actors'
+                         // ids
+  }
+  absl::StatusOr<cluster::PlacementGroupId> pg = cluster_.create_placement_group(
+      {"CPU=1"}, cluster::PlacementStrategy::kPack,
+      absl::StrCat(job_, "/replica-", d, "-", placement_groups_.size()));
+  if (!pg.ok()) return pg.status();
+  placement_groups_.push_back(*pg);
+  absl::Status placed =
+      cluster_.wait_placement_group(*pg, std::max(deadline - absl::Now(), absl::ZeroDuration()));
+  if (!placed.ok()) {
+    return no_node_for(
+        {actors::to_string(at)},
+        absl::StrCat("its actors were lost while the head was down: ", placed.message()));
+  }
+  absl::StatusOr<Replica> replica = spawn_replica(d, *pg, 0);
+  if (!replica.ok()) return replica.status();
+  replicas_[d] = *std::move(replica);
+  return controller_->replace_member(at, stage_endpoint(replicas_[d].stage),
+                                     shard_endpoint(replicas_[d].shard));
 }
 
 absl::Status DataParallelTrainer::declare_groups() {
@@ -145,14 +204,14 @@ absl::Status DataParallelTrainer::declare_groups() {
 }
 
 void DataParallelTrainer::mark_whole() {
-  absl::StatusOr<std::map<uint64_t, cluster::ActorStatus>> table =
-      actor_table(cluster_, absl::Now());
-  if (!table.ok()) return;  // find_lost compares with the older counts: a later loss still shows
-  const std::map<uint64_t, cluster::ActorStatus>& actors = *table;
+  absl::StatusOr<HeadView> head = head_view(cluster_, absl::Now());
+  if (!head.ok()) return;  // find_lost compares with the older counts: a later loss still shows
   for (int d = 0; d < static_cast<int>(replicas_.size()); ++d) {
     for (ActorId id : rank_actors(d)) {
-      auto a = actors.find(id.value);
-      if (a != actors.end()) known_restarts_[id.value] = a->second.restarts;
+      auto a = head->actors.find(id.value);
+      if (a == head->actors.end()) continue;
+      known_restarts_[id.value] = a->second.restarts;
+      known_nodes_[id.value] = a->second.node;
     }
   }
 }

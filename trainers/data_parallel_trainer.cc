@@ -23,11 +23,13 @@ absl::StatusOr<std::unique_ptr<DataParallelTrainer>> DataParallelTrainer::start(
         "stage ",
         config.zero.stage, ", pp ", config.parallel.pp, ", tp ", config.parallel.tp, ")"));
   }
-  std::unique_ptr<DataParallelTrainer> trainer(new DataParallelTrainer(cluster, config, job));
-  if (absl::Status s = trainer->spawn_replicas(threads); !s.ok()) {
+  std::unique_ptr<DataParallelTrainer> trainer(
+      new DataParallelTrainer(cluster, config, job, threads));
+  if (absl::Status s = trainer->spawn_replicas(); !s.ok()) {
     trainer->stop().IgnoreError();
     return s;
   }
+  if (config.fault_tolerance.enabled) trainer->mark_whole();  // where each actor runs
   return trainer;
 }
 
@@ -41,10 +43,10 @@ std::string DataParallelTrainer::describe() const {
   return absl::StrCat("ZeRO-", zero_stage(), " over ", dp, dp == 1 ? " rank" : " ranks");
 }
 
-absl::Status DataParallelTrainer::spawn_replica(int d, cluster::PlacementGroupId group,
-                                                int threads) {
+absl::StatusOr<DataParallelTrainer::Replica> DataParallelTrainer::spawn_replica(
+    int d, cluster::PlacementGroupId group, int bundle) {
   const actors::Coordinate at{.d = d, .p = 0, .t = 0};
-  SpawnOptions where{.resources = "", .placement_group = group.value, .bundle_index = d};
+  SpawnOptions where{.resources = "", .placement_group = group.value, .bundle_index = bundle};
   // With fault tolerance the head restarts a lost rank's actors in its
   // bundle, placed again elsewhere (trainers/recovery.h).
   if (config_.fault_tolerance.enabled) where.max_restarts = config_.fault_tolerance.max_failures;
@@ -76,7 +78,7 @@ absl::Status DataParallelTrainer::spawn_replica(int d, cluster::PlacementGroupId
       .prefetch_elements = config_.zero.stage3_prefetch_bucket_size,
       .persistence_threshold = config_.zero.stage3_param_persistence_threshold,
       .max_live_parameters = config_.zero.stage3_max_live_parameters,
-      .threads = threads,
+      .threads = threads_,
       .group = job_ + "/dp",
       .transport = "",
       .precision = compute_precision(config_)};
@@ -104,24 +106,25 @@ absl::Status DataParallelTrainer::spawn_replica(int d, cluster::PlacementGroupId
   if (!shard.ok()) return shard.status();
   actors_.push_back(shard->id());
   replica.shard = *shard;
-  replicas_.push_back(std::move(replica));
-  return absl::OkStatus();
+  return replica;
 }
 
-absl::Status DataParallelTrainer::spawn_replicas(int threads) {
+absl::Status DataParallelTrainer::spawn_replicas() {
   const int dp = config_.parallel.dp;
   // One bundle per replica, on different nodes where there are enough.
   std::vector<std::string> bundles(dp, "CPU=1");
   absl::StatusOr<cluster::PlacementGroupId> pg = cluster_.create_placement_group(
       bundles, cluster::PlacementStrategy::kSpread, job_ + "/replicas");
   if (!pg.ok()) return pg.status();
-  placement_group_ = *pg;
+  placement_groups_.push_back(*pg);
   if (absl::Status s = cluster_.wait_placement_group(*pg, kSetupTimeout); !s.ok()) {
     return absl::Status(s.code(),
                         absl::StrCat("placing ", dp, " replicas (one CPU each): ", s.message()));
   }
   for (int d = 0; d < dp; ++d) {
-    if (absl::Status s = spawn_replica(d, *pg, threads); !s.ok()) return s;
+    absl::StatusOr<Replica> replica = spawn_replica(d, *pg, d);
+    if (!replica.ok()) return replica.status();
+    replicas_.push_back(*std::move(replica));
   }
   if (dp > 1) {
     std::vector<ActorId> stages;
@@ -237,7 +240,11 @@ absl::Status DataParallelTrainer::stop() {
     absl::Status s = cluster_.kill(*it);
     if (!s.ok() && !absl::IsNotFound(s) && !IsActorDied(s)) first.Update(s);
   }
-  if (placement_group_) first.Update(cluster_.remove_placement_group(*placement_group_));
+  for (cluster::PlacementGroupId pg : placement_groups_) {
+    // (A restarted head knows none of the groups its earlier start placed.)
+    absl::Status s = cluster_.remove_placement_group(pg);
+    if (!s.ok() && !absl::IsNotFound(s)) first.Update(s);
+  }
   return first;
 }
 

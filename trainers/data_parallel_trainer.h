@@ -23,6 +23,12 @@
 
 namespace troupe::trainers {
 
+// The head's directory of actors as recovery reads it.
+struct HeadView {
+  std::map<uint64_t, cluster::ActorStatus> actors;
+  bool rejoining = false;  // a restarted head still taking nodes back (ClusterStatus)
+};
+
 class DataParallelTrainer : public Trainer, public MeshRepair {
  public:
   // Places and spawns the actors of every rank, forms the data-parallel
@@ -50,6 +56,7 @@ class DataParallelTrainer : public Trainer, public MeshRepair {
   // spare node, a node with room, or one that joins.
   MeshRepair* repair() override { return config_.fault_tolerance.enabled ? this : nullptr; }
   absl::StatusOr<std::vector<LostMember>> find_lost(absl::Time deadline) override;
+  absl::Status fence(const std::vector<LostMember>& hung) override;
   absl::Status await_replacements(const std::vector<LostMember>& lost,
                                   absl::Time deadline) override;
   absl::Status declare_groups() override;
@@ -69,30 +76,41 @@ class DataParallelTrainer : public Trainer, public MeshRepair {
     ActorRef<actors::DataLoaderActor> loader;
   };
 
-  DataParallelTrainer(Cluster& cluster, TrainConfig config, std::string job)
-      : cluster_(cluster), config_(std::move(config)), job_(std::move(job)) {}
-  absl::Status spawn_replicas(int threads);
-  absl::Status spawn_replica(int d, cluster::PlacementGroupId group, int threads);
+  DataParallelTrainer(Cluster& cluster, TrainConfig config, std::string job, int threads)
+      : cluster_(cluster), config_(std::move(config)), job_(std::move(job)), threads_(threads) {}
+  absl::Status spawn_replicas();
+  // Rank d's loader, stage and shard, in bundle `bundle` of `group`.
+  absl::StatusOr<Replica> spawn_replica(int d, cluster::PlacementGroupId group, int bundle);
+  // Recovery: rank d's actors are unknown to a restarted head (their node
+  // was lost while it was down, so nothing restarts them): new ones take the
+  // rank, in a placement group of their own, once a node has room for them
+  // (by `deadline`); the mesh's member at d is them from then on.
+  absl::Status respawn_rank(int d, absl::Time deadline);
   // ZeRO: every stage gathers the whole parameters (before evaluate, generate).
   absl::Status gather_parameters();
-  // Why rank d's actors, in the head's table `actors`, are gone or were
-  // restarted since the job last stood whole; nullopt while they are not.
-  std::optional<std::string> rank_lost(const std::map<uint64_t, cluster::ActorStatus>& actors,
-                                       int d);
+  // Why rank d's actors, as `head` sees them, are gone or were restarted
+  // since the job last stood whole; nullopt while they are not.
+  std::optional<std::string> rank_lost(const HeadView& head, int d);
+  // ResourceExhausted: no node took the place of `missing` in time.
+  absl::Status no_node_for(const std::vector<std::string>& missing,
+                           const std::string& reason) const;
 
   int zero_stage() const { return config_.zero.stage; }
 
   Cluster& cluster_;
   TrainConfig config_;
   std::string job_;
-  std::optional<cluster::PlacementGroupId> placement_group_;
+  int threads_ = 0;  // each stage's compute threads
+  // The replicas' group, and one per rank spawned again (respawn_rank).
+  std::vector<cluster::PlacementGroupId> placement_groups_;
   std::vector<ActorId> actors_;  // everything spawned, for stop()
   std::vector<Replica> replicas_;
   std::optional<TrainerController> controller_;
   DataInfo data_info_;
   bool stopped_ = false;
-  // Each actor's restarts when the job last stood whole (recovery).
+  // Each actor's restarts and node when the job last stood whole (recovery).
   std::map<uint64_t, int32_t> known_restarts_;
+  std::map<uint64_t, uint32_t> known_nodes_;
 };
 
 }  // namespace troupe::trainers

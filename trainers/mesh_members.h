@@ -39,6 +39,9 @@ class ShardEndpoint {
   // Recovery: takes the whole state of `source`, a shard of the same range
   // (of the same actor type), peer to peer.
   virtual Future<actors::ShardRestoreReport> restore_from(ShardEndpoint& source) = 0;
+  // How far the stage of its coordinate got in the step it runs (answered
+  // while the stage is busy with it).
+  virtual Future<actors::StepProgress> progress() = 0;
   // Buddy replication (actors/param_shard_actor.h): `buddy` keeps this
   // shard's replica; replicate sends it the prepared step; a replacement is
   // restored from the replica its buddy keeps, at committed step `step`.
@@ -46,6 +49,9 @@ class ShardEndpoint {
   virtual Future<void> replicate(const actors::CommitRequest& commit) = 0;
   virtual Future<actors::ShardRestoreReport> restore_from_buddy(ShardEndpoint& buddy,
                                                                 int64_t step) = 0;
+  // At the buddy of a lost shard nothing replaced: writes its replica into a
+  // checkpoint as that shard's own file.
+  virtual Future<actors::ShardSaveReport> save_replica(const actors::SaveRequest& request) = 0;
 };
 
 struct MeshMember {
@@ -100,6 +106,7 @@ class ActorShardEndpoint : public ShardEndpoint {
     if (peer == nullptr) return not_same_type<actors::ShardRestoreReport>();
     return ref_.call(&Shard::restore_from, *peer);
   }
+  Future<actors::StepProgress> progress() override { return ref_.call(&Shard::progress); }
   Future<void> set_buddy(ShardEndpoint& buddy) override {
     const ActorRef<Shard>* peer = same_type(buddy);
     if (peer == nullptr) return not_same_type<void>();
@@ -113,6 +120,9 @@ class ActorShardEndpoint : public ShardEndpoint {
     const ActorRef<Shard>* peer = same_type(buddy);
     if (peer == nullptr) return not_same_type<actors::ShardRestoreReport>();
     return ref_.call(&Shard::restore_from_buddy, *peer, step);
+  }
+  Future<actors::ShardSaveReport> save_replica(const actors::SaveRequest& request) override {
+    return ref_.call(&Shard::save_replica, request);
   }
 
  private:
@@ -145,9 +155,11 @@ std::shared_ptr<StageEndpoint> stage_endpoint(ActorRef<Stage> ref) {
 // save(SaveRequest) -> Future<ShardSaveReport>,
 // load(LoadRequest) -> StatusOr<ShardLoadReport>,
 // restore_from(ActorRef<Shard>) -> Future<ShardRestoreReport>,
+// progress() -> StatusOr<StepProgress>,
 // set_buddy(ActorRef<Shard>) -> Future<void>, replicate(CommitRequest) ->
-// Future<void> and restore_from_buddy(ActorRef<Shard>, int64_t) ->
-// Future<ShardRestoreReport>.
+// Future<void>, restore_from_buddy(ActorRef<Shard>, int64_t) ->
+// Future<ShardRestoreReport> and save_replica(SaveRequest) ->
+// StatusOr<ShardSaveReport>.
 template <class Shard>
 std::shared_ptr<ShardEndpoint> shard_endpoint(ActorRef<Shard> ref) {
   return std::make_shared<detail::ActorShardEndpoint<Shard>>(std::move(ref));

@@ -127,6 +127,14 @@ absl::StatusOr<RecoveryReport> RecoveringStepper::recover(int64_t step,
   report.failure = std::string(failure.message());
   report.steps_lost = 1;
 
+  // Ranks found hung (step_timeout) are alive to the head until fenced.
+  std::vector<LostMember> hung;
+  for (const HungMember& h : controller.hung())
+    hung.push_back({.at = h.at, .reason = h.reason});
+  if (!hung.empty()) {
+    if (absl::Status s = repair.fence(hung); !s.ok())
+      return Prefixed("fencing the hung ranks: ", s);
+  }
   absl::StatusOr<std::vector<LostMember>> lost = repair.find_lost(absl::Now() + kDetectBudget);
   if (!lost.ok()) return lost.status();
   if (lost->empty()) return absl::NotFoundError("no member of the mesh was lost");
@@ -135,7 +143,10 @@ absl::StatusOr<RecoveryReport> RecoveringStepper::recover(int64_t step,
   report.detect_ms = detected - start;
 
   const absl::Time wait_until = absl::Now() + absl::Seconds(config_.wait_for_node_s);
-  if (absl::Status s = repair.await_replacements(*lost, wait_until); !s.ok()) return s;
+  if (absl::Status s = repair.await_replacements(*lost, wait_until); !s.ok()) {
+    unrecovered_ = *lost;
+    return s;
+  }
   const double replaced = now_ms();
   report.replace_ms = replaced - detected;
 

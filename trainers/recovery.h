@@ -5,8 +5,11 @@
 // flight and nothing else:
 //
 //   detect    the head declares the node dead (missed heartbeats, or a
-//             peer's broken connection); the trainer finds which coordinates
-//             had actors there (MeshRepair::find_lost)
+//             peer's broken connection), or the controller finds a rank hung
+//             (no answer within step_timeout while the others wait for it)
+//             and has the head fence its node (MeshRepair::fence); the
+//             trainer finds which coordinates had actors there
+//             (MeshRepair::find_lost)
 //   replace   the head restarts those actors in their placement bundle,
 //             re-placed on a spare node, a node with room, or one that joins
 //             (MeshRepair::await_replacements)
@@ -58,6 +61,10 @@ class MeshRepair {
   // loss (a failed collective is reported by the survivors before the head
   // has decided). Empty when none was lost: the failure was of another kind.
   virtual absl::StatusOr<std::vector<LostMember>> find_lost(absl::Time deadline) = 0;
+  // Has the head declare the nodes of the `hung` coordinates' actors dead
+  // (Cluster::fence_node), so that they are lost as any dead node's are:
+  // the ranks that wait for them fail their step, and find_lost finds them.
+  virtual absl::Status fence(const std::vector<LostMember>& hung) = 0;
   // Waits until every actor of `lost` runs again (restarted by the head).
   // ResourceExhausted (no node had room for them), naming what is still
   // missing and why, at `deadline`.
@@ -116,6 +123,11 @@ class RecoveringStepper {
   // Recoveries so far, and the time they took together (from each failed
   // step's end until the job stood whole again).
   const std::vector<RecoveryReport>& recoveries() const { return recoveries_; }
+  // After step() failed because a recovery could not be made (no node took
+  // the place of lost members within wait_for_node_s): those members. A last
+  // checkpoint is saved without them (Checkpointer::save_now). Empty
+  // otherwise.
+  const std::vector<LostMember>& unrecovered() const { return unrecovered_; }
   double lost_ms() const;
 
  private:
@@ -131,6 +143,7 @@ class RecoveringStepper {
   FaultToleranceConfig config_;
   int failures_ = 0;
   std::vector<RecoveryReport> recoveries_;
+  std::vector<LostMember> unrecovered_;
 };
 
 }  // namespace troupe::trainers

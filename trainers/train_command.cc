@@ -113,15 +113,21 @@ absl::Status evaluate(Trainer& trainer, const TrainConfig& config, int64_t step,
 // The job cannot go on: a checkpoint of where it stands, if it has a
 // checkpoint directory and its shards can still write one; otherwise which
 // checkpoint a --resume would continue from.
+// Members lost without a replacement are left out: the survivors save their
+// state from a replica (Checkpointer::save_now).
 void save_after_failure(Checkpointer& checkpoints, const TrainConfig& config,
-                        ProgressReporter& progress) {
+                        const std::vector<LostMember>& unrecovered, ProgressReporter& progress) {
   if (config.checkpoint.dir.empty()) {
     progress.message("no checkpoint.dir in the config: nothing was saved of this run");
     return;
   }
-  std::vector<CheckpointEvent> events = checkpoints.save_now();
+  std::vector<actors::Coordinate> lost;
+  for (const LostMember& m : unrecovered)
+    lost.push_back(m.at);
+  std::vector<CheckpointEvent> events = checkpoints.save_now(lost);
   if (!events.empty() && events.back().status.ok()) {
     progress.message(absl::StrCat("saved a last checkpoint, ", events.back().step_dir,
+                                  lost.empty() ? "" : " (by the surviving ranks)",
                                   "; continue with --resume"));
     return;
   }
@@ -317,7 +323,7 @@ int train_command(const std::vector<std::string>& args) {
       progress.message("");
       // A job that cannot go on keeps what it has: a last checkpoint.
       if (stepper.failures() > 0 || config.fault_tolerance.enabled) {
-        save_after_failure(checkpoints, config, progress);
+        save_after_failure(checkpoints, config, stepper.unrecovered(), progress);
       }
       return fail("training", outcome.status());  // the controller names the step
     }

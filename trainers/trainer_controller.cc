@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +26,9 @@ absl::Status with_step(int64_t step, const std::string& what, const absl::Status
   return Prefixed(absl::StrCat("step ", step, ": ", what), s);
 }
 
+// How long a member's process has to say how far its step got.
+constexpr absl::Duration kProgressTimeout = absl::Seconds(5);
+
 // The actor behind a call is gone (its process died, it was killed): what it
 // held is lost, and asking it again is pointless.
 bool is_loss(const absl::Status& s) {
@@ -33,15 +38,72 @@ bool is_loss(const absl::Status& s) {
 }  // namespace
 
 template <class T>
-auto TrainerController::await_member(Future<T>& f, size_t i) const -> Result<T> {
-  if (!options_.member_lost) return std::move(f).get(options_.step_timeout);
-  const absl::Time deadline = absl::Now() + options_.step_timeout;
+auto TrainerController::await_member(Future<T>& f, size_t i, absl::Time deadline) const
+    -> Result<T> {
+  if (!options_.member_lost) return f.get_until(deadline);
   for (;;) {
     const absl::Time until = std::min(deadline, absl::Now() + options_.member_poll);
     auto r = f.get_until(until);
     if (!f.valid() || absl::Now() >= deadline) return r;  // done, or out of time
     if (absl::Status lost = options_.member_lost(members_[i].at); !lost.ok()) return lost;
   }
+}
+
+std::vector<HungMember> TrainerController::find_hung(int64_t step,
+                                                     const std::vector<size_t>& pending) {
+  // Every member's progress, the finished ones' too (they issued all of the
+  // step's collectives).
+  std::vector<Future<actors::StepProgress>> asking;
+  for (MeshMember& m : members_)
+    asking.push_back(m.shard->progress());
+  const absl::Time answer_by = absl::Now() + std::min(options_.step_timeout, kProgressTimeout);
+  std::vector<std::optional<actors::StepProgress>> progress(members_.size());
+  for (size_t i = 0; i < members_.size(); ++i) {
+    absl::StatusOr<actors::StepProgress> p =
+        std::move(asking[i]).get(std::max(answer_by - absl::Now(), absl::ZeroDuration()));
+    if (p.ok()) progress[i] = *p;
+  }
+  // The fewest collectives issued by a member of the group's generation.
+  std::optional<uint64_t> generation;
+  bool one_generation = true;
+  uint64_t fewest = UINT64_MAX;
+  size_t ahead = members_.size();  // a member that issued more than the fewest
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (!progress[i] || !progress[i]->grouped) continue;
+    if (generation && *generation != progress[i]->generation) one_generation = false;
+    generation = progress[i]->generation;
+    fewest = std::min(fewest, progress[i]->collectives_issued);
+  }
+  for (size_t i = 0; i < members_.size() && generation; ++i) {
+    if (progress[i] && progress[i]->grouped && progress[i]->collectives_issued > fewest) {
+      ahead = i;
+    }
+  }
+  const bool all_pending = pending.size() == members_.size();
+  std::vector<HungMember> hung;
+  for (size_t i : pending) {
+    const std::string timeout =
+        absl::StrCat("no answer to run_step of step ", step, " within step_timeout_s ",
+                     absl::FormatDuration(options_.step_timeout));
+    if (!progress[i]) {
+      hung.push_back({members_[i].at, absl::StrCat(timeout, ", and its process does not answer")});
+    } else if (!progress[i]->grouped) {
+      hung.push_back({members_[i].at, absl::StrCat(timeout, ", and it waits for no other rank")});
+    } else if (one_generation && progress[i]->collectives_issued == fewest &&
+               ahead < members_.size()) {
+      hung.push_back({members_[i].at,
+                      absl::StrCat(timeout, ": its stage is stuck before collective ", fewest + 1,
+                                   " of its group, which ", actors::to_string(members_[ahead].at),
+                                   " issued and waits in")});
+    } else if (one_generation && progress[i]->collectives_issued == fewest && !all_pending) {
+      hung.push_back(
+          {members_[i].at, absl::StrCat(timeout, ", after the other ranks finished the step")});
+    }
+  }
+  // Fencing every rank would end the job rather than mend it: a failure that
+  // takes all of them is not one rank's.
+  if (hung.size() == members_.size() && members_.size() > 1) hung.clear();
+  return hung;
 }
 
 absl::StatusOr<TrainerController> TrainerController::create(actors::Mesh mesh,
@@ -123,6 +185,7 @@ absl::Status TrainerController::restore(const ControllerState& state) {
   data_position_ = state.data_position;
   epoch_ = state.epoch;
   lost_shards_.clear();
+  hung_.clear();
   return absl::OkStatus();
 }
 
@@ -146,8 +209,9 @@ absl::Status TrainerController::prepare_all(int64_t step) {
   for (MeshMember& m : members_)
     pending.push_back(m.shard->prepare(step));
   absl::Status first;
+  const absl::Time deadline = absl::Now() + options_.step_timeout;
   for (size_t i = 0; i < pending.size(); ++i) {
-    absl::Status s = await_member(pending[i], i);
+    absl::Status s = await_member(pending[i], i, deadline);
     if (!s.ok() && first.ok()) first = with_step(step, "prepare: ", s);
   }
   return first;
@@ -177,14 +241,29 @@ absl::Status TrainerController::connect_buddies() {
   return first;
 }
 
+absl::Status TrainerController::replace_member(const actors::Coordinate& at,
+                                               std::shared_ptr<StageEndpoint> stage,
+                                               std::shared_ptr<ShardEndpoint> shard) {
+  if (!actors::contains(mesh_, at) || stage == nullptr || shard == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trainer: replacing ", actors::to_string(at), " in a mesh of dp ", mesh_.dp,
+                     " x pp ", mesh_.pp, " x tp ", mesh_.tp, stage && shard ? "" : " with none"));
+  }
+  MeshMember& m = members_[static_cast<size_t>(actors::index_of(mesh_, at))];
+  m.stage = std::move(stage);
+  m.shard = std::move(shard);
+  return absl::OkStatus();
+}
+
 absl::Status TrainerController::commit_all(const actors::CommitRequest& commit) {
   std::vector<Future<int64_t>> pending;
   for (MeshMember& m : members_)
     pending.push_back(m.shard->commit(commit));
   std::vector<std::string> lost, refused;
   absl::Status first;
+  const absl::Time deadline = absl::Now() + options_.step_timeout;
   for (size_t i = 0; i < pending.size(); ++i) {
-    absl::StatusOr<int64_t> applied = await_member(pending[i], i);
+    absl::StatusOr<int64_t> applied = await_member(pending[i], i, deadline);
     if (applied.ok() && *applied == commit.step) continue;
     absl::Status s = applied.ok()
                          ? absl::InternalError(absl::StrCat("commit answered step ", *applied))
@@ -225,6 +304,7 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
                                                       ": the job lost shards in step ", step - 1,
                                                       " and must be restored before it can go on"));
   }
+  hung_.clear();
   const double start = now_ms();
   StepOutcome out;
   out.step = step;
@@ -235,9 +315,12 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
     running.push_back(m.stage->run_step(request));
   std::vector<actors::StepReport> reports;
   absl::Status failed;
+  std::vector<size_t> pending;  // no answer by the deadline
+  const absl::Time deadline = absl::Now() + options_.step_timeout;
   for (size_t i = 0; i < running.size(); ++i) {
-    absl::StatusOr<actors::StepReport> report = await_member(running[i], i);
+    absl::StatusOr<actors::StepReport> report = await_member(running[i], i, deadline);
     if (!report.ok()) {
+      if (running[i].valid() && absl::IsDeadlineExceeded(report.status())) pending.push_back(i);
       failed.Update(report.status());
     } else if (!(report->at == members_[i].at)) {
       failed.Update(
@@ -246,6 +329,22 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
     } else {
       reports.push_back(*std::move(report));
     }
+  }
+  if (!pending.empty()) {
+    // The stages still run the step: discarding would wait for them.
+    hung_ = find_hung(step, pending);
+    std::vector<std::string> who;
+    for (const HungMember& h : hung_)
+      who.push_back(absl::StrCat(actors::to_string(h.at), " (", h.reason, ")"));
+    std::vector<std::string> late;
+    for (size_t i : pending)
+      late.push_back(actors::to_string(members_[i].at));
+    return absl::DeadlineExceededError(absl::StrCat(
+        "step ", step, ": no answer within step_timeout_s ",
+        absl::FormatDuration(options_.step_timeout), " from ", absl::StrJoin(late, ", "), "; ",
+        hung_.empty() ? "none of them can be singled out as hung (they wait in the same "
+                        "collective: the network between them is stuck, or all of them are)"
+                      : absl::StrCat("hung: ", absl::StrJoin(who, "; "))));
   }
   if (!failed.ok()) {
     discard_all(step).IgnoreError();  // the stages may be gone; the step's error is what matters

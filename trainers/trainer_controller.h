@@ -22,6 +22,11 @@
 //   an error, k not applied (a stage failed, a report was inconsistent, a shard
 //                          refused prepare): no shard applied k; next_step() is k
 //                          again, so the step can be re-run
+//   DeadlineExceeded, k not applied: a stage did not answer within
+//                          step_timeout. The members that hung (as opposed to
+//                          those waiting for them) are in hung(); the stages
+//                          are left running (discarding would wait for them):
+//                          recovery fences the hung ones and discards then.
 //   an error from commit   every shard applied k but those in lost_shards():
 //                          the shards lost in the commit, and any that refused
 //                          it although they had prepared it (the protocol
@@ -35,7 +40,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -91,6 +98,13 @@ struct StepOutcome {
   actors::TrafficReport sent;
 };
 
+// A member whose stage did not answer run_step within step_timeout and was
+// found hung rather than waiting for another (TrainerController::hung).
+struct HungMember {
+  actors::Coordinate at;
+  std::string reason;  // "its stage issued 3 collectives of step 5; d0.p0.t0 issued 4 and waits"
+};
+
 // Where the controller stands between steps: what a checkpoint records of
 // it, and what restore() continues from.
 struct ControllerState {
@@ -127,12 +141,21 @@ class TrainerController {
   // The coordinates whose shard did not apply a committed step (lost, or
   // refused; see above); empty while the job is whole.
   const std::vector<actors::Coordinate>& lost_shards() const { return lost_shards_; }
+  // After a step that failed with DeadlineExceeded: the members found hung
+  // (see find_hung); empty otherwise, and once the next step starts.
+  const std::vector<HungMember>& hung() const { return hung_; }
   // The parameter range each member's shard owns, in mesh order, as the
   // stages last reported them; empty before the first step ran.
   const std::vector<nn::ParamRange>& owned() const { return owned_; }
   // The last step that finished (applied, skipped, or committed with lost
   // shards), as step() saw it.
   const std::optional<StepOutcome>& last_outcome() const { return last_outcome_; }
+
+  // Recovery: the actors at `at` were replaced by new ones (not restarted
+  // under their ids): the member's calls go to `stage` and `shard` from now
+  // on. InvalidArgument for a coordinate outside the mesh or a null one.
+  absl::Status replace_member(const actors::Coordinate& at, std::shared_ptr<StageEndpoint> stage,
+                              std::shared_ptr<ShardEndpoint> shard);
 
   // Buddy replication: makes every member's buddy (MeshMember::buddy) the
   // keeper of its replica and sends it the whole state; after init, and after
@@ -153,10 +176,19 @@ class TrainerController {
   absl::Status prepare_all(int64_t step);
   absl::Status replicate_all(const actors::CommitRequest& commit);
   absl::Status commit_all(const actors::CommitRequest& commit);
-  // Waits for member `i`'s call `f` up to step_timeout, asking member_lost
+  // Waits for member `i`'s call `f` until `deadline`, asking member_lost
   // meanwhile.
   template <class T>
-  auto await_member(Future<T>& f, size_t i) const -> Result<T>;
+  auto await_member(Future<T>& f, size_t i, absl::Time deadline) const -> Result<T>;
+  // Which of the members in `pending` (whose run_step of `step` had not
+  // answered by step_timeout) hung, from every member's progress
+  // (ShardEndpoint::progress): one whose process does not answer; one that
+  // issued fewer of the group's collectives than another member (that one
+  // waits in a collective it has not reached); one without a group. When
+  // every member is pending at the same collective, none can be singled
+  // out (the network between them, not a rank, is stuck) and none is; nor
+  // when every member would be.
+  std::vector<HungMember> find_hung(int64_t step, const std::vector<size_t>& pending);
 
   actors::Mesh mesh_;
   std::vector<MeshMember> members_;
@@ -165,6 +197,7 @@ class TrainerController {
   int64_t next_step_ = 1;
   int64_t applied_ = 0;
   std::vector<actors::Coordinate> lost_shards_;
+  std::vector<HungMember> hung_;
   std::vector<nn::ParamRange> owned_;
   int64_t data_position_ = 0;
   int64_t epoch_ = 0;

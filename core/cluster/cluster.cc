@@ -91,6 +91,12 @@ absl::Status Cluster::kill(ActorId id, bool no_restart) {
   return head().call(&HeadService::kill_actor, id.value, no_restart).get(timeout_);
 }
 
+absl::Status Cluster::fence_node(uint32_t node, std::string reason) {
+  return head()
+      .call(&HeadService::fence_node, member_->index(), node, std::move(reason))
+      .get(timeout_);
+}
+
 absl::StatusOr<bool> Cluster::kv_put(std::string key, std::string value, bool overwrite) {
   return head()
       .call(&HeadService::kv_put, std::move(key), std::move(value), overwrite)

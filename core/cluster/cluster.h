@@ -113,6 +113,14 @@ class Cluster {
   // and is restarted if its max_restarts allows. NotFound if unknown.
   absl::Status kill(ActorId id, bool no_restart = true);
 
+  // Declares node `node` dead on this process's word (fencing): for a
+  // worker that still heartbeats but has hung - a training job's rank that
+  // made no progress within its step timeout. Its actors are restarted
+  // elsewhere as for any lost node, and the node, told so, stops (a worker
+  // whose actors do not return then exits). NotFound for an unknown node,
+  // InvalidArgument for the head's; OK for one already dead.
+  absl::Status fence_node(uint32_t node, std::string reason);
+
   // The head's KV store, for rendezvous.
   absl::StatusOr<bool> kv_put(std::string key, std::string value, bool overwrite = true);
   absl::StatusOr<std::optional<std::string>> kv_get(std::string key);

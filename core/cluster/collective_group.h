@@ -140,9 +140,14 @@ class CollectiveGroup {
 
   // What this member has sent to the others, by kind of operation.
   transport::Traffic traffic() const { return group_->traffic(); }
+  // The collective operations this member has issued (transport::Group).
+  uint64_t collectives_issued() const { return group_->collectives_issued(); }
 
   // Fails every pending operation with Aborted on every member.
   void abort(const absl::Status& why) { group_->abort(why); }
+  // OK while operations can still complete; the Aborted status once the
+  // group was aborted or lost a member: work meant for it can stop early.
+  absl::Status failed() const { return group_->failed(); }
 
  private:
   CollectiveGroup() = default;

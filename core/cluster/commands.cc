@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -141,6 +143,35 @@ std::string default_resources() {
     r.set("memory", static_cast<double>(pages) * static_cast<double>(page));
   return r.to_string();
 }
+
+// How long a worker declared dead gives its actors to return before it
+// exits without them: one hung in its work (the reason it was fenced) never
+// returns, and the node must not linger as a process nobody calls.
+constexpr absl::Duration kDeadNodeExitGrace = absl::Seconds(10);
+
+// Exits the process unless dismissed within kDeadNodeExitGrace.
+class ExitUnlessDismissed {
+ public:
+  explicit ExitUnlessDismissed(uint32_t node) {
+    std::thread([node, dismissed = dismissed_] {
+      const absl::Time until = absl::Now() + kDeadNodeExitGrace;
+      while (absl::Now() < until) {
+        if (dismissed->load()) return;
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+      std::printf(
+          "troupe worker: node %u: its actors did not return within %s of the node being "
+          "declared dead (one is hung in its work); exiting\n",
+          node, absl::FormatDuration(kDeadNodeExitGrace).c_str());
+      std::fflush(stdout);
+      ::_exit(1);
+    }).detach();
+  }
+  ~ExitUnlessDismissed() { dismissed_->store(true); }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> dismissed_ = std::make_shared<std::atomic<bool>>(false);
+};
 
 // Waits until `stopped()` says why, or a signal arrives.
 template <class F>
@@ -357,7 +388,11 @@ int worker_command(const std::vector<std::string>& args) {
     std::printf("troupe worker: node %u stopping (%s)%s\n", m.index(), why.c_str(),
                 again ? "; joining again as a new node" : "");
     std::fflush(stdout);
-    member->reset();
+    {
+      std::optional<ExitUnlessDismissed> watchdog;
+      if (m.stop_signal()->declared_dead.load()) watchdog.emplace(m.index());
+      member->reset();
+    }
     if (!again) return 0;
   }
 }

@@ -193,7 +193,12 @@ struct ClusterStatus {
   std::vector<PlacementGroupStatus> placement_groups;
   std::vector<std::string> events;  // the most recent, oldest first
   std::vector<JobStatus> jobs;
-  TROUPE_FIELDS(nodes, actors, placement_groups, events, jobs);
+  // The head started within its rejoin window (3 failure-detection budgets)
+  // ago: nodes of an earlier start of it may still be rejoining, so an actor
+  // it does not know may yet appear. Past it, one it does not know was on a
+  // node lost while the head was down.
+  bool rejoining = false;
+  TROUPE_FIELDS(nodes, actors, placement_groups, events, jobs, rejoining);
 };
 
 }  // namespace troupe::cluster

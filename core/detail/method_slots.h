@@ -23,7 +23,7 @@ template <auto... M>
 struct MethodList {};
 
 // At most this many distinct method types (signatures) per actor class.
-inline constexpr size_t kMaxMethodTypes = 24;
+inline constexpr size_t kMaxMethodTypes = 32;
 
 // The methods TROUPE_ACTOR listed for T (found by argument-dependent lookup).
 template <class T>

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/actor.h"
+#include "core/executor.h"
 #include "trainers/trainer_controller.h"
 
 namespace troupe::trainers {
@@ -40,6 +41,7 @@ struct Script {
     bool found_inf = false;
     int64_t fail_step = 0;     // run_step of this step fails
     int64_t fail_discard = 0;  // discard of this step fails
+    int64_t hang_step = 0;     // run_step of this step hangs (until `release`)
   };
   struct Shard {
     int64_t refuse_prepare = 0;   // prepare of this step is refused
@@ -50,8 +52,20 @@ struct Script {
     int64_t updates = 0;
     float last_lr = 0;
     float last_grad_scale = 0;
+    actors::StepProgress progress;  // what progress() answers
+    bool progress_hangs = false;    // progress() does not answer (until `release`)
   };
   std::mutex mu;
+  std::atomic<bool> release{false};  // ends every hang (at the end of a test)
+
+  // Blocks until `release`, for 30 s at most (letting the actor system run
+  // other actors meanwhile, as a worker process with threads to spare does).
+  void hang() {
+    BlockingRegion region;
+    const absl::Time until = absl::Now() + absl::Seconds(30);
+    while (!release.load() && absl::Now() < until)
+      absl::SleepFor(absl::Milliseconds(5));
+  }
   std::map<std::string, Stage> stages;
   std::map<std::string, Shard> shards;
   std::vector<std::string> calls;  // "run d0.p1.t0 3", "discard ...", "prepare ...", "commit ..."
@@ -74,6 +88,12 @@ class FakeStage {
   FakeStage(Script* script, Coordinate at) : script_(script), at_(at) {}
   absl::StatusOr<StepReport> run_step(StepRequest request) {
     script_->record("run", at_, request.step);
+    bool hang = false;
+    {
+      std::lock_guard lock(script_->mu);
+      hang = request.step == script_->stages[actors::to_string(at_)].hang_step;
+    }
+    if (hang) script_->hang();
     std::lock_guard lock(script_->mu);
     const Script::Stage& s = script_->stages[actors::to_string(at_)];
     if (request.step == s.fail_step) {
@@ -155,6 +175,18 @@ class FakeShard {
   absl::StatusOr<actors::ShardRestoreReport> restore_from(ActorRef<FakeShard>) {
     return absl::UnimplementedError("a fake shard restores nothing");
   }
+  absl::StatusOr<actors::StepProgress> progress() {
+    bool hang = false;
+    actors::StepProgress p;
+    {
+      std::lock_guard lock(script_->mu);
+      const Script::Shard& s = script_->shards[actors::to_string(at_)];
+      hang = s.progress_hangs;
+      p = s.progress;
+    }
+    if (hang) script_->hang();
+    return p;
+  }
   absl::Status set_buddy(ActorRef<FakeShard>) {
     return absl::UnimplementedError("a fake shard has no buddy");
   }
@@ -164,14 +196,18 @@ class FakeShard {
   absl::StatusOr<actors::ShardRestoreReport> restore_from_buddy(ActorRef<FakeShard>, int64_t) {
     return absl::UnimplementedError("a fake shard has no buddy");
   }
+  absl::StatusOr<actors::ShardSaveReport> save_replica(actors::SaveRequest) {
+    return absl::UnimplementedError("a fake shard has no buddy");
+  }
 
  private:
   Script* script_;
   Coordinate at_;
 };
 TROUPE_ACTOR(FakeShard, &FakeShard::prepare, &FakeShard::commit, &FakeShard::applied_step,
-             &FakeShard::save, &FakeShard::load, &FakeShard::restore_from, &FakeShard::set_buddy,
-             &FakeShard::replicate, &FakeShard::restore_from_buddy);
+             &FakeShard::save, &FakeShard::load, &FakeShard::restore_from, &FakeShard::progress,
+             &FakeShard::set_buddy, &FakeShard::replicate, &FakeShard::restore_from_buddy,
+             &FakeShard::save_replica);
 
 class ControllerTest : public ::testing::Test {
  protected:
@@ -189,7 +225,7 @@ class ControllerTest : public ::testing::Test {
           members.push_back(
               {.at = at, .stage = stage_endpoint(*stage), .shard = shard_endpoint(*shard)});
         }
-    options.step_timeout = kWait;
+    options.step_timeout = std::min(options.step_timeout, kWait);
     absl::StatusOr<TrainerController> c = TrainerController::create(mesh, members, options);
     EXPECT_TRUE(c.ok()) << c.status();
     return *std::move(c);
@@ -209,6 +245,8 @@ class ControllerTest : public ::testing::Test {
                           .norm_sq = 16};
     }
   }
+
+  void TearDown() override { script_.release.store(true); }
 
   Script script_;
   ActorSystem system_{{.threads = 2}};
@@ -518,6 +556,89 @@ TEST_F(ControllerTest, MembersMustFillTheMeshOncePerCoordinate) {
   EXPECT_EQ(TrainerController::create({.dp = 1}, {no_shard}, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(TrainerController::create({.dp = 1}, {m}, {}).ok());
+}
+
+// A stage that does not answer within step_timeout: the controller asks every
+// member how far its step got and tells the one that hung from those waiting
+// for it, by the collectives each issued in the group.
+TEST_F(ControllerTest, ARankBehindTheOthersCollectivesIsTheOneThatHung) {
+  stage({0, 0, 0}) = {
+      .owned = {0, 100}, .slice_params = 100, .holds_loss = true, .loss = 1, .hang_step = 2};
+  stage({1, 0, 0}) = {
+      .owned = {0, 100}, .slice_params = 100, .holds_loss = true, .loss = 1, .hang_step = 2};
+  stage({2, 0, 0}) = {
+      .owned = {0, 100}, .slice_params = 100, .holds_loss = true, .loss = 1, .hang_step = 2};
+  // d1 is stuck before the 4th collective; d0 and d2 issued it and wait.
+  shard({0, 0, 0}).progress = {
+      .running_step = 2, .grouped = true, .generation = 1, .collectives_issued = 7};
+  shard({1, 0, 0}).progress = {
+      .running_step = 2, .grouped = true, .generation = 1, .collectives_issued = 6};
+  shard({2, 0, 0}).progress = {
+      .running_step = 2, .grouped = true, .generation = 1, .collectives_issued = 7};
+  TrainerController c =
+      make({.dp = 3, .pp = 1, .tp = 1}, {.step_timeout = absl::Milliseconds(300)});
+  ASSERT_TRUE(c.step(1).ok());
+  EXPECT_TRUE(c.hung().empty());
+  absl::StatusOr<StepOutcome> out = c.step(2);
+  ASSERT_TRUE(absl::IsDeadlineExceeded(out.status())) << out.status();
+  ASSERT_EQ(c.hung().size(), 1u) << out.status();
+  EXPECT_EQ(actors::to_string(c.hung()[0].at), "d1.p0.t0");
+  EXPECT_NE(c.hung()[0].reason.find("stuck before collective 7 of its group, which d"),
+            std::string::npos)
+      << c.hung()[0].reason;
+  EXPECT_NE(out.status().message().find("hung: d1.p0.t0"), std::string::npos) << out.status();
+  // The stages still run the step: the controller does not wait to discard it.
+  EXPECT_EQ(script_.count("discard"), 0);
+  EXPECT_EQ(c.next_step(), 2);
+}
+
+TEST_F(ControllerTest, ARankWhoseProcessDoesNotAnswerOrThatFinishedLastHung) {
+  for (int d : {0, 1})
+    stage({d, 0, 0}) = {.owned = {0, 100}, .slice_params = 100, .holds_loss = true, .loss = 1};
+  // d1 hangs after its collectives (d0 finished the step); then d0 hangs and
+  // its process answers nothing.
+  stage({1, 0, 0}).hang_step = 1;
+  shard({0, 0, 0}).progress = {
+      .running_step = 0, .grouped = true, .generation = 1, .collectives_issued = 5};
+  shard({1, 0, 0}).progress = {
+      .running_step = 1, .grouped = true, .generation = 1, .collectives_issued = 5};
+  TrainerController c =
+      make({.dp = 2, .pp = 1, .tp = 1}, {.step_timeout = absl::Milliseconds(300)});
+  absl::StatusOr<StepOutcome> out = c.step(1);
+  ASSERT_TRUE(absl::IsDeadlineExceeded(out.status())) << out.status();
+  ASSERT_EQ(c.hung().size(), 1u) << out.status();
+  EXPECT_EQ(actors::to_string(c.hung()[0].at), "d1.p0.t0");
+  EXPECT_NE(c.hung()[0].reason.find("after the other ranks finished"), std::string::npos)
+      << c.hung()[0].reason;
+  script_.release.store(true);  // d1 answers now: the step is discarded and run again
+  for (const MeshMember& m : c.members())
+    ASSERT_TRUE(m.stage->discard(1).get(kWait).ok());
+  script_.release.store(false);
+  stage({1, 0, 0}).hang_step = 0;
+  stage({0, 0, 0}).hang_step = 1;
+  shard({0, 0, 0}).progress_hangs = true;
+  out = c.step(1);
+  ASSERT_TRUE(absl::IsDeadlineExceeded(out.status())) << out.status();
+  ASSERT_EQ(c.hung().size(), 1u) << out.status();
+  EXPECT_EQ(actors::to_string(c.hung()[0].at), "d0.p0.t0");
+  EXPECT_NE(c.hung()[0].reason.find("its process does not answer"), std::string::npos)
+      << c.hung()[0].reason;
+}
+
+TEST_F(ControllerTest, RanksWaitingInTheSameCollectiveAreNotSingledOut) {
+  for (int d : {0, 1}) {
+    stage({d, 0, 0}) = {
+        .owned = {0, 100}, .slice_params = 100, .holds_loss = true, .loss = 1, .hang_step = 1};
+    shard({d, 0, 0}).progress = {
+        .running_step = 1, .grouped = true, .generation = 3, .collectives_issued = 9};
+  }
+  TrainerController c =
+      make({.dp = 2, .pp = 1, .tp = 1}, {.step_timeout = absl::Milliseconds(300)});
+  absl::StatusOr<StepOutcome> out = c.step(1);
+  ASSERT_TRUE(absl::IsDeadlineExceeded(out.status())) << out.status();
+  EXPECT_TRUE(c.hung().empty()) << c.hung()[0].reason;
+  EXPECT_NE(out.status().message().find("none of them can be singled out"), std::string::npos)
+      << out.status();
 }
 
 }  // namespace

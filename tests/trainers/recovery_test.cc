@@ -87,11 +87,15 @@ struct Kill {
 };
 
 struct RunLog {
-  std::vector<StepOutcome> outcomes;  // of every step, 1..kSteps
+  std::vector<StepOutcome> outcomes;  // of every step run, first_step..kSteps
+  int64_t first_step = 1;             // after a resume, the checkpoint's step + 1
   std::vector<float> params;
   std::vector<RecoveryReport> recoveries;
   std::vector<CheckpointEvent> checkpoints_failed;
   absl::Status status;  // the first step that failed for good, if any
+  // After such a failure, with a checkpoint directory: the last checkpoint,
+  // saved without the members no node replaced.
+  std::optional<CheckpointEvent> last_checkpoint;
 };
 
 class RecoveryTest : public ::testing::Test {
@@ -141,9 +145,11 @@ class RecoveryTest : public ::testing::Test {
   }
 
   // Runs kSteps steps of `config` through a RecoveringStepper, carrying out
-  // `kills` on the way; `on_recovery` runs after each recovery.
+  // `kills` on the way; `on_recovery` runs after each recovery. `resume`:
+  // from the latest checkpoint of config.checkpoint.dir.
   RunLog run(const TrainConfig& config, std::vector<Kill> kills = {},
-             const std::function<void(const RecoveryReport&)>& on_recovery = nullptr) {
+             const std::function<void(const RecoveryReport&)>& on_recovery = nullptr,
+             bool resume = false) {
     RunLog result;
     auto trainer =
         DataParallelTrainer::start(*driver_, config, "recovery-" + std::to_string(++jobs_), 1);
@@ -160,7 +166,16 @@ class RecoveryTest : public ::testing::Test {
     }
     RecoveringStepper stepper(**trainer, checkpoints ? &*checkpoints : nullptr,
                               config.fault_tolerance);
-    for (int64_t k = 1; k <= kSteps; ++k) {
+    if (resume) {
+      absl::StatusOr<LoadedCheckpoint> loaded = checkpoints->load();
+      EXPECT_TRUE(loaded.ok()) << loaded.status();
+      if (!loaded.ok()) {
+        result.status = loaded.status();
+        return result;
+      }
+      result.first_step = loaded->step + 1;
+    }
+    for (int64_t k = result.first_step; k <= kSteps; ++k) {
       std::vector<std::thread> killers;
       for (const Kill& kill : kills) {
         if (kill.step != k) continue;
@@ -179,6 +194,13 @@ class RecoveryTest : public ::testing::Test {
         t.join();
       if (!outcome.ok()) {
         result.status = outcome.status();
+        if (checkpoints) {
+          std::vector<actors::Coordinate> lost;
+          for (const LostMember& m : stepper.unrecovered())
+            lost.push_back(m.at);
+          std::vector<CheckpointEvent> saved = checkpoints->save_now(lost);
+          if (!saved.empty()) result.last_checkpoint = saved.back();
+        }
         break;
       }
       EXPECT_EQ(outcome->step, k);
@@ -206,12 +228,14 @@ class RecoveryTest : public ::testing::Test {
 
   // The run with failures trained exactly as the one without: the same
   // samples, losses and norms at every step, and bitwise the same weights.
+  // (A resumed run from its first step on.)
   static void expect_same_run(const RunLog& failed, const RunLog& whole) {
     ASSERT_TRUE(failed.status.ok()) << failed.status;
-    ASSERT_EQ(failed.outcomes.size(), whole.outcomes.size());
+    const auto skipped = static_cast<size_t>(failed.first_step - whole.first_step);
+    ASSERT_EQ(failed.outcomes.size() + skipped, whole.outcomes.size());
     std::set<int64_t> seen;
-    for (size_t k = 0; k < whole.outcomes.size(); ++k) {
-      const StepOutcome& a = failed.outcomes[k];
+    for (size_t k = skipped; k < whole.outcomes.size(); ++k) {
+      const StepOutcome& a = failed.outcomes[k - skipped];
       const StepOutcome& b = whole.outcomes[k];
       EXPECT_EQ(a.sample_ids, b.sample_ids) << "step " << k + 1;
       EXPECT_EQ(a.loss, b.loss) << "step " << k + 1;
@@ -291,6 +315,43 @@ TEST_F(RecoveryTest, AHungWorkerIsTreatedAsLost) {
       << failed.recoveries[0].summary();
 }
 
+// The other kind of hang: the stage's compute thread stops (a kernel or a lock
+// that never returns) while the process goes on heartbeating. The controller
+// finds no answer within step_timeout_s, tells the rank that hung from the one
+// waiting for it in the allreduce, and has the head fence its node.
+TEST_F(RecoveryTest, AComputeThreadStuckWhileHeartbeatsGoOnIsFencedAndReplaced) {
+  fs::create_directories(dir_);
+  const std::string armed = dir_ + "/armed";
+  ::setenv("TROUPE_FAILPOINT", absl::StrCat("backward:d1.p0.t0:5:", armed).c_str(), 1);
+  ::setenv("TROUPE_FAILPOINT_ACTION", "hang", 1);
+  start_cluster(3);
+  ::unsetenv("TROUPE_FAILPOINT");
+  ::unsetenv("TROUPE_FAILPOINT_ACTION");
+  TrainConfig config = config_for(0);
+  config.fault_tolerance.step_timeout_s = 3;
+  const RunLog whole = run(config);
+  std::ofstream(armed).put('1');
+  const RunLog failed = run(config);
+  EXPECT_FALSE(fs::exists(armed)) << "the failpoint did not fire";
+  expect_same_run(failed, whole);
+  ASSERT_EQ(failed.recoveries.size(), 1u);
+  const RecoveryReport& r = failed.recoveries[0];
+  ASSERT_EQ(r.lost.size(), 1u) << r.summary();
+  EXPECT_EQ(r.lost[0].at.d, 1) << r.summary();
+  EXPECT_TRUE(absl::StrContains(r.summary(), "fenced by")) << r.summary();
+  EXPECT_TRUE(absl::StrContains(r.summary(), "which d0.p0.t0 issued and waits in")) << r.summary();
+  EXPECT_EQ(r.steps_lost, 1) << r.summary();
+  // The fenced worker's process exits (its stuck thread never returns).
+  int exited = 0;
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (exited == 0 && absl::Now() < give_up) {
+    for (int i = 0; i < local_->num_workers(); ++i)
+      exited += local_->worker_running(i) ? 0 : 1;
+    if (exited == 0) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(exited, 1);
+}
+
 TEST_F(RecoveryTest, TrainingGoesOnWhileTheHeadIsDownAndAfterItRestarts) {
   start_cluster(3);
   const TrainConfig config = config_for(0);
@@ -321,6 +382,65 @@ TEST_F(RecoveryTest, TrainingGoesOnWhileTheHeadIsDownAndAfterItRestarts) {
     failed.params = *std::move(params);
     EXPECT_TRUE(stepper.recoveries().empty());
     (*trainer)->stop().IgnoreError();
+  }
+  expect_same_run(failed, whole);
+}
+
+// A worker lost while the head is down: the step in flight fails, the
+// controller waits for the head, and the restarted head - which knows only
+// the actors of the nodes that rejoin it - has nothing to restart the lost
+// rank's actors from. New actors take the rank on the spare, restored from
+// the surviving replica, and the run ends as the one without failures.
+TEST_F(RecoveryTest, AWorkerLostWhileTheHeadIsDownIsReplacedOnceItIsBack) {
+  start_cluster(3);
+  const TrainConfig config = config_for(0);
+  const RunLog whole = run(config);
+  RunLog failed;
+  {
+    auto trainer = DataParallelTrainer::start(*driver_, config, "lost-while-head-down", 1);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    RecoveringStepper stepper(**trainer, nullptr, config.fault_tolerance);
+    const int victim = worker_of(**trainer, 1);
+    ASSERT_GE(victim, 0);
+    // The head is started again 2 s after the worker's loss, by a thread that
+    // lives on until the end, as the head does (a child of the thread that
+    // started it: LocalCluster).
+    std::atomic<bool> done{false};
+    std::thread restarter;
+    for (int64_t k = 1; k <= kSteps; ++k) {
+      if (k == 3) local_->kill_head(SIGKILL);
+      if (k == 5) {
+        local_->kill_worker(victim, SIGKILL);
+        restarter = std::thread([this, &done] {
+          absl::SleepFor(absl::Seconds(2));
+          EXPECT_TRUE(local_->restart_head().ok());
+          while (!done.load())
+            absl::SleepFor(absl::Milliseconds(20));
+        });
+      }
+      absl::StatusOr<StepOutcome> outcome = stepper.step(k, [](const RecoveryReport& r) {
+        std::printf("[ recovery ] %s\n", r.summary().c_str());
+      });
+      if (!outcome.ok()) {
+        done.store(true);
+        if (restarter.joinable()) restarter.join();
+      }
+      ASSERT_TRUE(outcome.ok()) << "step " << k << ": " << outcome.status();
+      failed.outcomes.push_back(*outcome);
+    }
+    absl::StatusOr<std::vector<float>> params = (*trainer)->master_params();
+    ASSERT_TRUE(params.ok()) << params.status();
+    failed.params = *std::move(params);
+    ASSERT_EQ(stepper.recoveries().size(), 1u);
+    const RecoveryReport& r = stepper.recoveries()[0];
+    EXPECT_EQ(r.step, 5);
+    EXPECT_TRUE(absl::StrContains(r.summary(), "lost while the head was down")) << r.summary();
+    EXPECT_TRUE(absl::StrContains(r.summary(), "d1.p0.t0 restored from d0.p0.t0")) << r.summary();
+    (*trainer)->stop().IgnoreError();
+    driver_.reset();  // before the head goes with its thread
+    local_.reset();
+    done.store(true);
+    restarter.join();
   }
   expect_same_run(failed, whole);
 }
@@ -375,6 +495,31 @@ TEST_F(RecoveryTest, WithoutANodeForTheReplacementTheJobEndsWithAClearError) {
   EXPECT_TRUE(absl::StrContains(failed.status.message(), "no node took the place of d1.p0.t0"))
       << failed.status;
   EXPECT_EQ(failed.outcomes.size(), 2u);
+}
+
+// No node comes for the lost rank: the job ends, and the survivors save a
+// last checkpoint in its place - DDP's from the surviving replica, ZeRO-3's
+// lost partition from the replica its buddy keeps - from which the job,
+// given a node again, resumes and ends as the run without failures.
+TEST_F(RecoveryTest, WithoutANodeTheSurvivorsSaveALastCheckpointThatResumesExactly) {
+  start_cluster(2);
+  for (int stage : {0, 3}) {
+    TrainConfig config = config_for(stage, absl::StrCat(dir_, "/ckpt-zero", stage));
+    config.checkpoint.interval_steps = 0;  // the last checkpoint only
+    config.fault_tolerance.wait_for_node_s = 1;
+    const RunLog whole = run(config);
+    const RunLog failed = run(config, {{.step = 4, .rank = 1}});
+    ASSERT_TRUE(absl::StrContains(failed.status.message(), "no node took the place of d1.p0.t0"))
+        << failed.status;
+    ASSERT_TRUE(failed.last_checkpoint.has_value());
+    ASSERT_TRUE(failed.last_checkpoint->status.ok()) << failed.last_checkpoint->status;
+    EXPECT_EQ(failed.last_checkpoint->step, 3);
+    absl::StatusOr<int> added = local_->add_worker("CPU=1");
+    ASSERT_TRUE(added.ok()) << added.status();
+    const RunLog resumed = run(config, {}, nullptr, /*resume=*/true);
+    EXPECT_EQ(resumed.first_step, 4);
+    expect_same_run(resumed, whole);
+  }
 }
 
 TEST_F(RecoveryTest, AZeroPartitionIsRestoredFromTheReplicaItsBuddyKeeps) {

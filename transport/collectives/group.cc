@@ -39,13 +39,14 @@ Group::~Group() {
   worker_.join();
 }
 
-Work Group::enqueue(Kind kind, std::function<absl::Status(Communicator&)> run) {
+Work Group::enqueue(Kind kind, std::function<absl::Status(Communicator&)> run, bool collective) {
   Op op{std::move(run), Work(), kind};
   Work work = op.work;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(op));
   }
+  if (collective) collectives_issued_.fetch_add(1);
   queued_.notify_one();
   return work;
 }
@@ -158,17 +159,20 @@ Work Group::recv_async(int peer, uint64_t tag, void* data, size_t bytes) {
     return Work::done_with(absl::InvalidArgumentError(
         absl::StrCat("recv from rank ", peer, " of ", size(), " with tag ", tag)));
   }
-  return enqueue(Kind::kOther, [=](Communicator& c) -> absl::Status {
-    absl::StatusOr<Buffer> in = c.recv(peer, kPointToPoint | tag);
-    if (!in.ok()) return in.status();
-    if (in->size() != bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("recv from rank ", peer, " tag ", tag, ": ",
-                                                     in->size(), " bytes arrived, ", bytes,
-                                                     " expected"));
-    }
-    if (bytes > 0) std::memcpy(data, in->data(), bytes);
-    return absl::OkStatus();
-  });
+  return enqueue(
+      Kind::kOther,
+      [=](Communicator& c) -> absl::Status {
+        absl::StatusOr<Buffer> in = c.recv(peer, kPointToPoint | tag);
+        if (!in.ok()) return in.status();
+        if (in->size() != bytes) {
+          return absl::InvalidArgumentError(absl::StrCat("recv from rank ", peer, " tag ", tag,
+                                                         ": ", in->size(), " bytes arrived, ",
+                                                         bytes, " expected"));
+        }
+        if (bytes > 0) std::memcpy(data, in->data(), bytes);
+        return absl::OkStatus();
+      },
+      /*collective=*/false);
 }
 
 Traffic Group::traffic() const {

@@ -109,6 +109,16 @@ class Group {
   // What this rank has sent since the group was formed, counted as each
   // operation finishes.
   Traffic traffic() const;
+  // OK while operations can still complete; the Aborted status they fail
+  // with once the group was aborted or lost a member (Communicator::failed).
+  absl::Status failed() const { return comm_->failed(); }
+
+  // The collective operations this rank has issued since the group was
+  // formed (point-to-point ones aside). Every rank issues the same ones in
+  // the same order, so a rank whose count is behind the others' has not
+  // reached the operation they wait in (PyTorch's collective sequence
+  // number): how a hung rank is told from those waiting for it.
+  uint64_t collectives_issued() const { return collectives_issued_.load(); }
 
  private:
   enum class Kind { kAllreduce, kReduceScatter, kAllgather, kOther };
@@ -117,7 +127,8 @@ class Group {
     Work work;
     Kind kind = Kind::kOther;
   };
-  Work enqueue(Kind kind, std::function<absl::Status(Communicator&)> run);
+  // `collective`: counted in collectives_issued (a recv is not).
+  Work enqueue(Kind kind, std::function<absl::Status(Communicator&)> run, bool collective = true);
   void run_worker();
 
   std::unique_ptr<Communicator> comm_;
@@ -129,6 +140,7 @@ class Group {
   Traffic traffic_;  // under mu_
   // What send_async sent: the worker leaves it out of the operation running meanwhile.
   std::atomic<uint64_t> point_to_point_sent_{0};
+  std::atomic<uint64_t> collectives_issued_{0};
   std::thread worker_;
 };
 

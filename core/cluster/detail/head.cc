@@ -191,6 +191,31 @@ void HeadService::report_lost(uint32_t reporter, uint32_t node, std::string reas
                                   " lost its connection to it: ", reason));
 }
 
+absl::Status HeadService::fence_node(uint32_t reporter, uint32_t node, std::string reason) {
+  if (node == kHeadNode) {
+    return absl::InvalidArgumentError("the head's own node cannot be fenced");
+  }
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) {
+    // Of an earlier start of the head, and not rejoined: it must not come
+    // back (rejoin_node refuses a node recorded dead).
+    if (node > kLastNode) {
+      return absl::InvalidArgumentError(absl::StrCat(node, " is not a node index"));
+    }
+    if (absl::Status s = ids_.saw_node(node); !s.ok()) return s;
+    NodeRecord& n = nodes_[node];
+    n.info.index = node;
+    n.info.kind = NodeKind::kWorker;
+    n.state = NodeState::kDead;
+    n.death_reason = absl::StrCat("fenced by node ", reporter, " (it had not rejoined): ", reason);
+    log(absl::StrCat("node ", node, " is dead: ", n.death_reason));
+    return absl::OkStatus();
+  }
+  if (it->second.state != NodeState::kAlive) return absl::OkStatus();
+  declare_dead(node, absl::StrCat("fenced by node ", reporter, ": ", reason));
+  return absl::OkStatus();
+}
+
 void HeadService::unregister_node(uint32_t node, std::string reason) {
   auto it = nodes_.find(node);
   if (it == nodes_.end() || it->second.state != NodeState::kAlive) return;
@@ -653,6 +678,7 @@ std::vector<std::string> HeadService::kv_keys(std::string prefix) {
 ClusterStatus HeadService::status() {
   ClusterStatus s;
   absl::Time now = absl::Now();
+  s.rejoining = now - started_ < 3 * config_.heartbeat_timeout;
   std::map<uint32_t, int64_t> alive_on;
   std::map<uint32_t, int64_t> owned_by;  // a job -> its actors not dead
   for (const auto& [id, a] : actors_) {

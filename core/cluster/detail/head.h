@@ -71,6 +71,14 @@ class HeadService {
   HeartbeatReply heartbeat(uint32_t node, uint64_t seen_version);
   // `reporter` lost its connection to `node`: the node is declared dead now.
   void report_lost(uint32_t reporter, uint32_t node, std::string reason);
+  // Node `reporter` (a training job's driver) found `node` hung - alive to
+  // the failure detector, but making no progress: the node is declared dead
+  // now, as if lost (fencing). Its actors are restarted elsewhere, and the
+  // node, told so, stops. A node of an earlier start of the head that has
+  // not rejoined this one is recorded dead, so that it cannot rejoin with
+  // actors that were replaced meanwhile. InvalidArgument for the head's own
+  // node or an index no head handed out; OK for one already dead.
+  absl::Status fence_node(uint32_t reporter, uint32_t node, std::string reason);
   // A node leaving in order (a driver that is done, a worker stopped by hand).
   void unregister_node(uint32_t node, std::string reason);
 
@@ -175,6 +183,7 @@ class HeadService {
   Scheduler scheduler_;
   HeadIds ids_;
   const uint64_t incarnation_;
+  const absl::Time started_ = absl::Now();
   uint64_t version_ = 0;
   std::shared_ptr<std::atomic<bool>> stopped_;
   std::map<uint32_t, NodeRecord> nodes_;
@@ -196,7 +205,8 @@ TROUPE_ACTOR(HeadService, &HeadService::register_node, &HeadService::node_ready,
              &HeadService::create_placement_group, &HeadService::placement_group_ready,
              &HeadService::remove_placement_group, &HeadService::claim_collective_group,
              &HeadService::kv_put, &HeadService::kv_get, &HeadService::kv_delete,
-             &HeadService::kv_keys, &HeadService::status, &HeadService::stop, &HeadService::tick);
+             &HeadService::kv_keys, &HeadService::status, &HeadService::stop, &HeadService::tick,
+             &HeadService::fence_node);
 
 // The head process: a node 0 listening on the control port, hosting the
 // HeadService and driving its failure detector.
