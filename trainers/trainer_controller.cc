@@ -50,7 +50,8 @@ auto TrainerController::await_member(Future<T>& f, size_t i, absl::Time deadline
 }
 
 std::vector<HungMember> TrainerController::find_hung(int64_t step,
-                                                     const std::vector<size_t>& pending) {
+                                                     const std::vector<size_t>& pending,
+                                                     bool one_finished) {
   // Every member's progress, the finished ones' too (they issued all of the
   // step's collectives).
   std::vector<Future<actors::StepProgress>> asking;
@@ -79,7 +80,6 @@ std::vector<HungMember> TrainerController::find_hung(int64_t step,
       ahead = i;
     }
   }
-  const bool all_pending = pending.size() == members_.size();
   std::vector<HungMember> hung;
   for (size_t i : pending) {
     const std::string timeout =
@@ -95,7 +95,7 @@ std::vector<HungMember> TrainerController::find_hung(int64_t step,
                       absl::StrCat(timeout, ": its stage is stuck before collective ", fewest + 1,
                                    " of its group, which ", actors::to_string(members_[ahead].at),
                                    " issued and waits in")});
-    } else if (one_generation && progress[i]->collectives_issued == fewest && !all_pending) {
+    } else if (one_generation && progress[i]->collectives_issued == fewest && one_finished) {
       hung.push_back(
           {members_[i].at, absl::StrCat(timeout, ", after the other ranks finished the step")});
     }
@@ -332,7 +332,7 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
   }
   if (!pending.empty()) {
     // The stages still run the step: discarding would wait for them.
-    hung_ = find_hung(step, pending);
+    hung_ = find_hung(step, pending, !reports.empty());
     std::vector<std::string> who;
     for (const HungMember& h : hung_)
       who.push_back(absl::StrCat(actors::to_string(h.at), " (", h.reason, ")"));

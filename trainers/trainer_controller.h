@@ -184,11 +184,14 @@ class TrainerController {
   // answered by step_timeout) hung, from every member's progress
   // (ShardEndpoint::progress): one whose process does not answer; one that
   // issued fewer of the group's collectives than another member (that one
-  // waits in a collective it has not reached); one without a group. When
+  // waits in a collective it has not reached); one that issued as many as
+  // the others when `one_finished` (a member's run_step of `step` returned
+  // its report: the rest is stuck on its own); one without a group. When
   // every member is pending at the same collective, none can be singled
   // out (the network between them, not a rank, is stuck) and none is; nor
   // when every member would be.
-  std::vector<HungMember> find_hung(int64_t step, const std::vector<size_t>& pending);
+  std::vector<HungMember> find_hung(int64_t step, const std::vector<size_t>& pending,
+                                    bool one_finished);
 
   actors::Mesh mesh_;
   std::vector<MeshMember> members_;

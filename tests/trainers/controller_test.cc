@@ -625,6 +625,23 @@ TEST_F(ControllerTest, ARankWhoseProcessDoesNotAnswerOrThatFinishedLastHung) {
       << c.hung()[0].reason;
 }
 
+// d1 was lost (its run_step failed) and a replacement, not yet in the group,
+// answers for it; d0 waits in a collective d1 never joined. d0 did not hang.
+TEST_F(ControllerTest, ARankWaitingForOneThatWasLostIsNotSingledOut) {
+  for (int d : {0, 1})
+    stage({d, 0, 0}) = {.owned = {0, 100}, .slice_params = 100, .holds_loss = true, .loss = 1};
+  stage({0, 0, 0}).hang_step = 1;
+  stage({1, 0, 0}).fail_step = 1;
+  shard({0, 0, 0}).progress = {
+      .running_step = 1, .grouped = true, .generation = 1, .collectives_issued = 5};
+  shard({1, 0, 0}).progress = {.running_step = 0, .grouped = false};
+  TrainerController c =
+      make({.dp = 2, .pp = 1, .tp = 1}, {.step_timeout = absl::Milliseconds(300)});
+  absl::StatusOr<StepOutcome> out = c.step(1);
+  ASSERT_TRUE(absl::IsDeadlineExceeded(out.status())) << out.status();
+  EXPECT_TRUE(c.hung().empty()) << c.hung()[0].reason;
+}
+
 TEST_F(ControllerTest, RanksWaitingInTheSameCollectiveAreNotSingledOut) {
   for (int d : {0, 1}) {
     stage({d, 0, 0}) = {

@@ -230,8 +230,8 @@ void NodeCore::fail_node(uint32_t node, const absl::Status& reason) {
   std::shared_ptr<Connection> conn;
   absl::Status lost;
   {
-    std::lock_guard<std::mutex> lock(
-        p->mu);  // not connect_mu: a connection attempt may be under way
+    // Not connect_mu: a connection attempt may be under way.
+    std::lock_guard<std::mutex> lock(p->mu);
     p->lost = reason.ok() ? absl::UnavailableError("declared dead") : reason;
     lost = p->lost;
     conn = std::exchange(p->conn, nullptr);
