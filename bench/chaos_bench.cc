@@ -127,7 +127,7 @@ class Chaos {
     o.workers = 3;  // two ranks and a spare
     o.default_resources = "CPU=1";
     o.troupe_binary = TROUPE_BINARY;
-    o.echo_output = false;
+    o.echo_output = std::getenv("ECHO") != nullptr;  // the workers' logs, for a stall
     ::setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
     local_ = value_or_die(cluster::LocalCluster::start(o), "starting the local cluster");
     driver_ = value_or_die(Cluster::connect(local_->client_options()), "connecting the driver");

@@ -281,7 +281,14 @@ void Session::fail(absl::Status why, bool warn, bool drop) {
   bool was_handshaking = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (state_ == State::kClosed) return;
+    if (state_ == State::kClosed) {
+      if (drop) {
+        spdlog::debug("transport: {} must end at once ({}), but it was closed already ({})",
+                      peer_name_.empty() ? channel_name_ : peer_name_, std::string(why.message()),
+                      std::string(close_reason_.message()));
+      }
+      return;
+    }
     was_handshaking = state_ == State::kHandshaking;
     report = !was_handshaking && !closed_reported_;
     closed_reported_ = closed_reported_ || report;

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "spdlog/spdlog.h"
 #include "transport/address.h"
 #include "transport/ucx/detail/transport.h"
 
@@ -129,7 +130,16 @@ void UcxTransport::drop(const std::shared_ptr<UcxSession>& s, absl::Status why) 
 }
 
 void UcxTransport::end_session(const std::shared_ptr<UcxSession>& s, absl::Status why, bool flush) {
-  if (s->gone) return;
+  if (s->gone) {
+    // A forced close after a flushing one cannot cancel what that one waits
+    // for: sends to a dead peer then wait for UCX to give up on it.
+    if (!flush && s->flushing) {
+      spdlog::debug("ucx: {} must end at once ({}), but it was already closing with a flush",
+                    s->peer_name(), std::string(why.message()));
+    }
+    return;
+  }
+  s->flushing = flush;
   s->gone = true;
   retired_.push_back(s);  // callbacks further up the stack may still use it
   known_.erase(s->id);

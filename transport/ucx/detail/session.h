@@ -65,6 +65,7 @@ class UcxSession final : public detail::Session, public detail::DirectIo {
   ucp_ep_h ep = nullptr;
   uint64_t peer_id = 0;
   bool gone = false;        // dropped; ignore further traffic
+  bool flushing = false;    // gone by a close that lets queued sends go out first
   std::vector<Frame> held;  // frames sent before the endpoint existed
 
   // Frames whose bytes are still arriving, in the order they were sent: a
