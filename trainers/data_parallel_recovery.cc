@@ -84,25 +84,21 @@ absl::StatusOr<std::vector<LostMember>> DataParallelTrainer::find_lost(absl::Tim
 }
 
 absl::Status DataParallelTrainer::fence(const std::vector<LostMember>& hung) {
-  absl::StatusOr<HeadView> head =
-      head_view(cluster_, absl::Now() + absl::Seconds(config_.fault_tolerance.wait_for_node_s));
-  if (!head.ok()) return head.status();
-  std::set<uint32_t> fenced;
   for (const LostMember& m : hung) {
-    // The node of the rank's stage: the one that hung (its loader and shard
-    // are in the same process).
-    auto a = head->actors.find(replicas_[m.at.d].stage.id().value);
-    if (a == head->actors.end() || a->second.state != cluster::ActorState::kAlive) continue;
-    const uint32_t node = a->second.node;
-    if (!fenced.insert(node).second) continue;
-    if (absl::Status s =
-            cluster_.fence_node(node, absl::StrCat("it hosts ", actors::to_string(m.at), " of job ",
-                                                   job_, ", which hung: ", m.reason));
-        !s.ok()) {
+    if (absl::Status s = fence_rank_node(m.at.d, absl::StrCat("which hung: ", m.reason)); !s.ok()) {
       return s;
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status DataParallelTrainer::fence_rank_node(int d, const std::string& why) {
+  // The node of the rank's stage when the job last stood whole (its loader
+  // and shard are in the same process). Fencing a node twice is harmless.
+  auto node = known_nodes_.find(replicas_[d].stage.id().value);
+  if (node == known_nodes_.end()) return absl::OkStatus();
+  return cluster_.fence_node(node->second,
+                             absl::StrCat("it hosts d", d, ".p0.t0 of job ", job_, ", ", why));
 }
 
 absl::Status DataParallelTrainer::member_lost(const actors::Coordinate& at) {
@@ -168,14 +164,9 @@ absl::Status DataParallelTrainer::no_node_for(const std::vector<std::string>& mi
 
 absl::Status DataParallelTrainer::respawn_rank(int d, absl::Time deadline) {
   const actors::Coordinate at{.d = d, .p = 0, .t = 0};
-  // The node the rank was on must not rejoin with the old actors.
-  if (auto node = known_nodes_.find(replicas_[d].stage.id().value); node != known_nodes_.end()) {
-    cluster_
-        .fence_node(node->second, absl::StrCat("it hosted ", actors::to_string(at), " of job ",
-                                               job_, ", lost while the head was down"))
-        .IgnoreError();  // best effort: a node that rejoined meanwhile is refused by its actors'
-                         // ids
-  }
+  // The node the rank was on must not rejoin with the old actors (best
+  // effort: the new actors' ids differ from the old ones in any case).
+  fence_rank_node(d, "lost while the head was down").IgnoreError();
   absl::StatusOr<cluster::PlacementGroupId> pg = cluster_.create_placement_group(
       {"CPU=1"}, cluster::PlacementStrategy::kPack,
       absl::StrCat(job_, "/replica-", d, "-", placement_groups_.size()));

@@ -91,6 +91,9 @@ class DataParallelTrainer : public Trainer, public MeshRepair {
   // Why rank d's actors, as `head` sees them, are gone or were restarted
   // since the job last stood whole; nullopt while they are not.
   std::optional<std::string> rank_lost(const HeadView& head, int d);
+  // Has the head fence the node rank d's actors were on when the job last
+  // stood whole, saying `why`.
+  absl::Status fence_rank_node(int d, const std::string& why);
   // ResourceExhausted: no node took the place of `missing` in time.
   absl::Status no_node_for(const std::vector<std::string>& missing,
                            const std::string& reason) const;

@@ -128,12 +128,10 @@ absl::StatusOr<RecoveryReport> RecoveringStepper::recover(int64_t step,
   report.steps_lost = 1;
 
   // Ranks found hung (step_timeout) are alive to the head until fenced.
-  std::vector<LostMember> hung;
-  for (const HungMember& h : controller.hung())
-    hung.push_back({.at = h.at, .reason = h.reason});
-  if (!hung.empty()) {
-    if (absl::Status s = repair.fence(hung); !s.ok())
+  if (!controller.hung().empty()) {
+    if (absl::Status s = repair.fence(controller.hung()); !s.ok()) {
       return Prefixed("fencing the hung ranks: ", s);
+    }
   }
   absl::StatusOr<std::vector<LostMember>> lost = repair.find_lost(absl::Now() + kDetectBudget);
   if (!lost.ok()) return lost.status();
@@ -144,7 +142,9 @@ absl::StatusOr<RecoveryReport> RecoveringStepper::recover(int64_t step,
 
   const absl::Time wait_until = absl::Now() + absl::Seconds(config_.wait_for_node_s);
   if (absl::Status s = repair.await_replacements(*lost, wait_until); !s.ok()) {
-    unrecovered_ = *lost;
+    unrecovered_.clear();
+    for (const LostMember& m : *lost)
+      unrecovered_.push_back(m.at);
     return s;
   }
   const double replaced = now_ms();

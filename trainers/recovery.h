@@ -44,13 +44,6 @@ namespace troupe::trainers {
 class Checkpointer;
 class Trainer;
 
-// A coordinate whose actors were lost, and why ("node 3 (worker pid 4242)
-// is dead: no heartbeat for 1.02 s").
-struct LostMember {
-  actors::Coordinate at;
-  std::string reason;
-};
-
 // What a trainer does for recovery on its cluster: the parts of it that
 // know actors, nodes and groups.
 class MeshRepair {
@@ -124,10 +117,10 @@ class RecoveringStepper {
   // step's end until the job stood whole again).
   const std::vector<RecoveryReport>& recoveries() const { return recoveries_; }
   // After step() failed because a recovery could not be made (no node took
-  // the place of lost members within wait_for_node_s): those members. A last
-  // checkpoint is saved without them (Checkpointer::save_now). Empty
+  // the place of lost members within wait_for_node_s): their coordinates. A
+  // last checkpoint is saved without them (Checkpointer::save_now). Empty
   // otherwise.
-  const std::vector<LostMember>& unrecovered() const { return unrecovered_; }
+  const std::vector<actors::Coordinate>& unrecovered() const { return unrecovered_; }
   double lost_ms() const;
 
  private:
@@ -143,7 +136,7 @@ class RecoveringStepper {
   FaultToleranceConfig config_;
   int failures_ = 0;
   std::vector<RecoveryReport> recoveries_;
-  std::vector<LostMember> unrecovered_;
+  std::vector<actors::Coordinate> unrecovered_;
 };
 
 }  // namespace troupe::trainers

@@ -116,14 +116,11 @@ absl::Status evaluate(Trainer& trainer, const TrainConfig& config, int64_t step,
 // Members lost without a replacement are left out: the survivors save their
 // state from a replica (Checkpointer::save_now).
 void save_after_failure(Checkpointer& checkpoints, const TrainConfig& config,
-                        const std::vector<LostMember>& unrecovered, ProgressReporter& progress) {
+                        const std::vector<actors::Coordinate>& lost, ProgressReporter& progress) {
   if (config.checkpoint.dir.empty()) {
     progress.message("no checkpoint.dir in the config: nothing was saved of this run");
     return;
   }
-  std::vector<actors::Coordinate> lost;
-  for (const LostMember& m : unrecovered)
-    lost.push_back(m.at);
   std::vector<CheckpointEvent> events = checkpoints.save_now(lost);
   if (!events.empty() && events.back().status.ok()) {
     progress.message(absl::StrCat("saved a last checkpoint, ", events.back().step_dir,

@@ -49,7 +49,7 @@ auto TrainerController::await_member(Future<T>& f, size_t i, absl::Time deadline
   }
 }
 
-std::vector<HungMember> TrainerController::find_hung(int64_t step,
+std::vector<LostMember> TrainerController::find_hung(int64_t step,
                                                      const std::vector<size_t>& pending,
                                                      bool one_finished) {
   // Every member's progress, the finished ones' too (they issued all of the
@@ -80,25 +80,28 @@ std::vector<HungMember> TrainerController::find_hung(int64_t step,
       ahead = i;
     }
   }
-  std::vector<HungMember> hung;
+  const std::string timeout =
+      absl::StrCat("no answer to run_step of step ", step, " within step_timeout_s ",
+                   absl::FormatDuration(options_.step_timeout));
+  std::vector<LostMember> hung;
   for (size_t i : pending) {
-    const std::string timeout =
-        absl::StrCat("no answer to run_step of step ", step, " within step_timeout_s ",
-                     absl::FormatDuration(options_.step_timeout));
+    std::string why;
     if (!progress[i]) {
-      hung.push_back({members_[i].at, absl::StrCat(timeout, ", and its process does not answer")});
+      why = ", and its process does not answer";
     } else if (!progress[i]->grouped) {
-      hung.push_back({members_[i].at, absl::StrCat(timeout, ", and it waits for no other rank")});
-    } else if (one_generation && progress[i]->collectives_issued == fewest &&
-               ahead < members_.size()) {
-      hung.push_back({members_[i].at,
-                      absl::StrCat(timeout, ": its stage is stuck before collective ", fewest + 1,
-                                   " of its group, which ", actors::to_string(members_[ahead].at),
-                                   " issued and waits in")});
-    } else if (one_generation && progress[i]->collectives_issued == fewest && one_finished) {
-      hung.push_back(
-          {members_[i].at, absl::StrCat(timeout, ", after the other ranks finished the step")});
+      why = ", and it waits for no other rank";
+    } else if (!one_generation || progress[i]->collectives_issued != fewest) {
+      continue;  // it waits for another rank (or which cannot be told)
+    } else if (ahead < members_.size()) {
+      why = absl::StrCat(": its stage is stuck before collective ", fewest + 1,
+                         " of its group, which ", actors::to_string(members_[ahead].at),
+                         " issued and waits in");
+    } else if (one_finished) {
+      why = ", after the other ranks finished the step";
+    } else {
+      continue;
     }
+    hung.push_back({.at = members_[i].at, .reason = timeout + why});
   }
   // Fencing every rank would end the job rather than mend it: a failure that
   // takes all of them is not one rank's.
@@ -334,7 +337,7 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
     // The stages still run the step: discarding would wait for them.
     hung_ = find_hung(step, pending, !reports.empty());
     std::vector<std::string> who;
-    for (const HungMember& h : hung_)
+    for (const LostMember& h : hung_)
       who.push_back(absl::StrCat(actors::to_string(h.at), " (", h.reason, ")"));
     std::vector<std::string> late;
     for (size_t i : pending)

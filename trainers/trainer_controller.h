@@ -98,11 +98,12 @@ struct StepOutcome {
   actors::TrafficReport sent;
 };
 
-// A member whose stage did not answer run_step within step_timeout and was
-// found hung rather than waiting for another (TrainerController::hung).
-struct HungMember {
+// A coordinate whose actors were lost, or hung (found so by the controller,
+// TrainerController::hung), and why ("node 3 (worker pid 4242) is dead: no
+// heartbeat for 1.02 s"). Recovery treats a hung member as a lost one.
+struct LostMember {
   actors::Coordinate at;
-  std::string reason;  // "its stage issued 3 collectives of step 5; d0.p0.t0 issued 4 and waits"
+  std::string reason;
 };
 
 // Where the controller stands between steps: what a checkpoint records of
@@ -143,7 +144,7 @@ class TrainerController {
   const std::vector<actors::Coordinate>& lost_shards() const { return lost_shards_; }
   // After a step that failed with DeadlineExceeded: the members found hung
   // (see find_hung); empty otherwise, and once the next step starts.
-  const std::vector<HungMember>& hung() const { return hung_; }
+  const std::vector<LostMember>& hung() const { return hung_; }
   // The parameter range each member's shard owns, in mesh order, as the
   // stages last reported them; empty before the first step ran.
   const std::vector<nn::ParamRange>& owned() const { return owned_; }
@@ -190,7 +191,7 @@ class TrainerController {
   // every member is pending at the same collective, none can be singled
   // out (the network between them, not a rank, is stuck) and none is; nor
   // when every member would be.
-  std::vector<HungMember> find_hung(int64_t step, const std::vector<size_t>& pending,
+  std::vector<LostMember> find_hung(int64_t step, const std::vector<size_t>& pending,
                                     bool one_finished);
 
   actors::Mesh mesh_;
@@ -200,7 +201,7 @@ class TrainerController {
   int64_t next_step_ = 1;
   int64_t applied_ = 0;
   std::vector<actors::Coordinate> lost_shards_;
-  std::vector<HungMember> hung_;
+  std::vector<LostMember> hung_;
   std::vector<nn::ParamRange> owned_;
   int64_t data_position_ = 0;
   int64_t epoch_ = 0;

@@ -195,10 +195,7 @@ class RecoveryTest : public ::testing::Test {
       if (!outcome.ok()) {
         result.status = outcome.status();
         if (checkpoints) {
-          std::vector<actors::Coordinate> lost;
-          for (const LostMember& m : stepper.unrecovered())
-            lost.push_back(m.at);
-          std::vector<CheckpointEvent> saved = checkpoints->save_now(lost);
+          std::vector<CheckpointEvent> saved = checkpoints->save_now(stepper.unrecovered());
           if (!saved.empty()) result.last_checkpoint = saved.back();
         }
         break;
