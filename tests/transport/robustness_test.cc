@@ -12,12 +12,18 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "tests/transport/transport_test_util.h"
 #include "transport/address.h"
+#include "transport/detail/direct_io.h"
 
 extern char** environ;
 
@@ -293,6 +299,66 @@ TEST_P(PeerKilledTest, ServerKilledMidTransferFailsTheClient) {
   EXPECT_LT(absl::Now() - killed_at, kDetection);
   EXPECT_EQ(doomed.close_status().code(), absl::StatusCode::kUnavailable) << doomed.close_status();
   EXPECT_EQ((*conn)->send(tagged(0, 0)).code(), absl::StatusCode::kUnavailable);
+}
+
+// A frame cut short by its sender's death gives back, once the connection
+// drops, the buffer placement lent for it - even while its owner keeps the
+// connection (a communicator keeps a lost member's until it is re-formed,
+// and a collective waits for the buffers it lent before it returns).
+TEST_P(PeerKilledTest, AFrameCutShortGivesBackThePlacedBuffer) {
+  if (GetParam() != "ucx") GTEST_SKIP() << "only ucx places incoming buffers";
+  struct Lent {
+    std::atomic<int> out{0};
+    std::atomic<pid_t> sender{-1};
+    std::atomic<bool> placed{false};
+    std::vector<std::byte> target;
+  };
+  auto lent = std::make_shared<Lent>();
+  Inbox& doomed = new_inbox();
+  std::mutex mu;
+  std::shared_ptr<Connection> kept;  // held to the end, as a communicator holds a lost member's
+  auto listener =
+      transport_->listen(GetParam() + "://127.0.0.1:0", [&](std::shared_ptr<Connection> c) {
+        std::lock_guard<std::mutex> lock(mu);
+        kept = std::move(c);
+        return doomed.callbacks();
+      });
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  int keepalive = -1;
+  lent->sender =
+      spawn_peer({"send", GetParam(), (*listener)->address(), kToken}, nullptr, &keepalive);
+  absl::Time deadline = absl::Now() + absl::Seconds(30);
+  detail::DirectIo* direct_io = nullptr;
+  while (direct_io == nullptr && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+    std::lock_guard<std::mutex> lock(mu);
+    direct_io = dynamic_cast<detail::DirectIo*>(kept.get());
+  }
+  if (direct_io != nullptr) {
+    direct_io->set_placement([lent](std::span<const Buffer>, size_t bytes) -> Buffer {
+      if (lent->placed.exchange(true)) return Buffer();
+      // The first large buffer is about to be pulled from the sender: it dies first.
+      ::kill(lent->sender.load(), SIGKILL);
+      int status = 0;
+      ::waitpid(lent->sender.load(), &status, 0);
+      lent->target.resize(bytes);
+      lent->out.fetch_add(1);
+      std::shared_ptr<const void> owner(lent->target.data(),
+                                        [lent](const void*) { lent->out.fetch_sub(1); });
+      return Buffer::borrow(std::move(owner), lent->target.data(), bytes);
+    });
+  }
+  bool closed = doomed.wait_closed(absl::Seconds(30));
+  if (!lent->placed) kill_and_reap(lent->sender, keepalive);
+  ::close(keepalive);
+  ASSERT_NE(direct_io, nullptr) << "no connection from the sender";
+  ASSERT_TRUE(lent->placed) << "no buffer of the sender's was placed";
+  ASSERT_TRUE(closed) << "the connection to the killed sender never closed";
+  doomed.take();  // a frame that did arrive whole would give its buffers back here
+  deadline = absl::Now() + kDetection;
+  while (lent->out.load() > 0 && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(lent->out.load(), 0) << "the buffer lent for the cut frame is still held";
 }
 
 INSTANTIATE_TEST_SUITE_P(CrossProcessTransports, PeerKilledTest, ::testing::Values("tcp", "ucx"),

@@ -1,6 +1,7 @@
 // A peer process for the transport tests, so that tests can kill it with
 // SIGKILL. KIND is tcp or ucx. Modes:
-//   transport_peer send KIND ADDRESS TOKEN   connect and send 32 MiB frames until killed
+//   transport_peer send KIND ADDRESS TOKEN   connect and send frames of a 1 MiB and a
+//                                            32 MiB buffer until killed
 //   transport_peer serve KIND TOKEN          listen on KIND://127.0.0.1:0, print the
 //                                            address, echo frames until killed
 // Either mode also ends when its standard input closes (the test went away)
@@ -32,8 +33,10 @@ int main(int argc, char** argv) {
     }
     while (std::chrono::steady_clock::now() < deadline) {
       Frame f;
-      f.buffers.emplace_back(size_t{32} << 20);
-      std::memset(f.buffers.back().data(), 0x42, f.buffers.back().size());
+      for (size_t mib : {1, 32}) {
+        f.buffers.emplace_back(mib << 20);
+        std::memset(f.buffers.back().data(), 0x42, f.buffers.back().size());
+      }
       if (!(*c)->send(std::move(f)).ok()) return 1;
     }
     return 0;

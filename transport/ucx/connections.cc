@@ -158,6 +158,12 @@ void UcxTransport::end_session(const std::shared_ptr<UcxSession>& s, absl::Statu
     ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &param);
     if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);  // completes in the background
   }
+  // What never went out or will never be whole lets go of its buffers now,
+  // not when the last holder of the connection does: a collective's lent
+  // buffers among them (a part still arriving by rendezvous keeps its own
+  // until UCX ends that receive).
+  s->held.clear();
+  s->incoming.clear();
   if (s->side) s->side->close();
   s->hand_up_closed(std::move(why));
 }

@@ -20,7 +20,7 @@ namespace {
 
 struct RecvOp {
   std::shared_ptr<UcxSession> session;
-  UcxSession::Incoming* incoming;
+  std::shared_ptr<UcxSession::Incoming> incoming;
   InFlight in_flight;
 };
 
@@ -90,7 +90,7 @@ ucs_status_t UcxTransport::on_frame_start(void* arg, const void*, size_t, void* 
     }
     return UCS_OK;
   }
-  auto in = std::make_unique<UcxSession::Incoming>();
+  auto in = std::make_shared<UcxSession::Incoming>();
   UcxSession::Incoming* raw = in.get();
   raw->frame.kind = h->kind;
   if (whole) {  // behind a frame still arriving: take it all now
@@ -129,12 +129,13 @@ ucs_status_t UcxTransport::on_frame_part(void* arg, const void* header, size_t h
     s->hand_up_bad_frame(absl::InvalidArgumentError("a frame part with no frame to belong to"));
     return UCS_OK;
   }
-  t->receive_part(std::static_pointer_cast<UcxSession>(s->shared_from_this()),
-                  s->incoming.back().get(), data, length, param);
+  t->receive_part(std::static_pointer_cast<UcxSession>(s->shared_from_this()), s->incoming.back(),
+                  data, length, param);
   return UCS_OK;
 }
 
 void UcxTransport::part_received(const std::shared_ptr<UcxSession>& s, UcxSession::Incoming* in) {
+  if (s->gone) return;  // its frames went with it
   if (++in->parts_done == in->parts.size()) {
     in->complete = true;
     s->deliver_completed();
@@ -143,8 +144,9 @@ void UcxTransport::part_received(const std::shared_ptr<UcxSession>& s, UcxSessio
 
 // Receives the next part of `in`: copied now if it came eagerly, otherwise
 // pulled by rendezvous straight into its buffer.
-void UcxTransport::receive_part(const std::shared_ptr<UcxSession>& s, UcxSession::Incoming* in,
-                                void* data, size_t length, const ucp_am_recv_param_t* param) {
+void UcxTransport::receive_part(const std::shared_ptr<UcxSession>& s,
+                                const std::shared_ptr<UcxSession::Incoming>& in, void* data,
+                                size_t length, const ucp_am_recv_param_t* param) {
   const UcxSession::Incoming::Part part = in->parts[in->next_part++];
   const size_t size = part.bytes;
   if (length != size) {
@@ -155,7 +157,7 @@ void UcxTransport::receive_part(const std::shared_ptr<UcxSession>& s, UcxSession
   std::byte* target = s->land(*in, part);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
     std::memcpy(target, data, size);
-    part_received(s, in);
+    part_received(s, in.get());
     return;
   }
   auto* op = new RecvOp{s, in, InFlight(in_flight_)};
@@ -166,14 +168,14 @@ void UcxTransport::receive_part(const std::shared_ptr<UcxSession>& s, UcxSession
   rp.user_data = op;
   rp.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user) {
     auto* o = static_cast<RecvOp*>(user);
-    if (status == UCS_OK) part_received(o->session, o->incoming);
+    if (status == UCS_OK) part_received(o->session, o->incoming.get());
     delete o;
     ucp_request_free(request);
   };
   ucs_status_ptr_t req = ucp_am_recv_data_nbx(worker_, data, target, size, &rp);
   if (req == nullptr) {
     delete op;
-    part_received(s, in);
+    part_received(s, in.get());
   } else if (UCS_PTR_IS_ERR(req)) {
     delete op;
     drop(s, ucx_error("ucp_am_recv_data_nbx", UCS_PTR_STATUS(req)));

@@ -82,7 +82,11 @@ class UcxSession final : public detail::Session, public detail::DirectIo {
     size_t parts_done = 0;  // parts fully received
     bool complete = false;
   };
-  std::deque<std::unique_ptr<Incoming>> incoming;
+  // Shared with a rendezvous receive in flight, which keeps its part's
+  // buffer alive until UCX lets go of it; emptied when the session ends, so
+  // that buffers lent by placement go back to their owner (a collective
+  // waits for them) even though the frame will never be whole.
+  std::deque<std::shared_ptr<Incoming>> incoming;
   detail::DirectIo::Placement placement;  // set under the worker lock
 
   // Where the part about to arrive lands: the frame's message, or a buffer

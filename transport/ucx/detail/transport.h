@@ -180,8 +180,9 @@ class UcxTransport final : public Transport {
   // Valid until the progress loop next goes round (ended sessions are
   // retired, not destroyed, while callbacks may still be using them).
   UcxSession* session_by_id(uint64_t id);
-  void receive_part(const std::shared_ptr<UcxSession>& s, UcxSession::Incoming* in, void* data,
-                    size_t length, const ucp_am_recv_param_t* param);
+  void receive_part(const std::shared_ptr<UcxSession>& s,
+                    const std::shared_ptr<UcxSession::Incoming>& in, void* data, size_t length,
+                    const ucp_am_recv_param_t* param);
   static void part_received(const std::shared_ptr<UcxSession>& s, UcxSession::Incoming* in);
 
   const TransportOptions options_;
