@@ -18,6 +18,10 @@ AllreduceGradientSync::AllreduceGradientSync(const GradientSyncOptions& options,
                static_cast<size_t>(std::max<int64_t>(options.bucket_elements, 1)),
                gpt.param_layout().wpe()) {}  // wte: its two shares, above
 
+GoOn AllreduceGradientSync::go_on() const {
+  return [this] { return group_.failed(); };
+}
+
 void AllreduceGradientSync::issue_range(float* data, size_t count) {
   const double t0 = now_ms();
   issued_at_.push_back(t0);
@@ -52,11 +56,11 @@ absl::Status AllreduceGradientSync::begin_step() {
 absl::StatusOr<float> AllreduceGradientSync::forward(const int32_t* inputs, const int32_t* targets,
                                                      int B, int T, bool last) {
   if (last) reduce_token_mask({inputs, static_cast<size_t>(B) * T});
-  return forward_stage(gpt_, plan_, inputs, targets, B, T);
+  return forward_stage(gpt_, plan_, inputs, targets, B, T, go_on());
 }
 
 absl::Status AllreduceGradientSync::backward(float dloss, bool last) {
-  if (!last) return backward_stage(gpt_, plan_, dloss);
+  if (!last) return backward_stage(gpt_, plan_, dloss, nullptr, go_on());
   absl::Status s = issue_backward(gpt_, dloss);
   // A failed backward leaves no reduction running on buffers the stage will clear.
   if (!s.ok()) drain();
@@ -88,7 +92,12 @@ absl::Status AllreduceGradientSync::issue_backward(nn::GPT& gpt, float dloss) {
   if (overlap) issue(buckets_.ready(layout.block_begin(L)));
   nn::GPT::GradientsFinal on_final;
   if (overlap) on_final = [&](size_t from) { issue(buckets_.ready(from)); };
-  if (absl::Status s = gpt.backward_blocks(0, L, on_final); !s.ok()) return s;
+  // Block by block: a reduction that failed (the group lost a member) ends
+  // the backward of a step that cannot succeed.
+  for (int l = L - 1; l >= 0; --l) {
+    if (absl::Status s = group_.failed(); !s.ok()) return s;
+    if (absl::Status s = gpt.backward_blocks(l, l + 1, on_final); !s.ok()) return s;
+  }
   // The embedding's share: the rows of the tokens in any replica's micro-batch.
   if (absl::Status s = CollectiveGroup::wait(token_mask_work_); !s.ok()) return s;
   row_of_.assign(token_mask_.size(), -1);

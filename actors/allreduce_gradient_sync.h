@@ -21,6 +21,7 @@
 
 #include "actors/gradient_buckets.h"
 #include "actors/gradient_sync.h"
+#include "actors/stage_plan.h"
 #include "transport/collectives/work.h"
 
 namespace troupe::actors {
@@ -48,6 +49,9 @@ class AllreduceGradientSync : public GradientSync {
   void issue_range(float* data, size_t count);
   // wte's gradient += the reduced rows_ (after every reduction finished).
   void add_embedding_rows();
+  // Whether the step can still succeed: the group's failure once it lost a
+  // member (forward and backward stop there).
+  GoOn go_on() const;
 
   GradientSyncOptions options_;
   StagePlan plan_;

@@ -248,6 +248,10 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
   const int T = options_.model.max_seq_len;
   double loss_sum = 0;
   for (int j = 0; j < options_.grad_accum; ++j) {
+    // A group that lost a member cannot finish the step: no more compute for it.
+    if (group_ != nullptr) {
+      if (absl::Status s = group_->failed(); !s.ok()) return s;
+    }
     absl::StatusOr<Batch> batch = loader_->next();
     if (!batch.ok()) return batch.status();
     if (batch->inputs.size() != static_cast<size_t>(B) * T) {

@@ -30,23 +30,35 @@ absl::StatusOr<StagePlan> plan_stage(const nn::GPTParamLayout& layout, int pp, i
 }
 
 absl::StatusOr<float> forward_stage(nn::GPT& gpt, const StagePlan& plan, const int32_t* inputs,
-                                    const int32_t* targets, int B, int T) {
+                                    const int32_t* targets, int B, int T, const GoOn& go_on) {
   if (absl::Status s = gpt.prepare(B, T); !s.ok()) return s;
   if (plan.first()) {
     if (absl::Status s = gpt.embed_forward(inputs); !s.ok()) return s;
   }
-  if (absl::Status s = gpt.forward_blocks(plan.block_begin, plan.block_end); !s.ok()) return s;
+  if (!go_on) {
+    if (absl::Status s = gpt.forward_blocks(plan.block_begin, plan.block_end); !s.ok()) return s;
+  }
+  for (int l = plan.block_begin; go_on && l < plan.block_end; ++l) {
+    if (absl::Status s = go_on(); !s.ok()) return s;
+    if (absl::Status s = gpt.forward_blocks(l, l + 1); !s.ok()) return s;
+  }
   if (!plan.last()) return NAN;
   return gpt.head_forward(targets);
 }
 
 absl::Status backward_stage(nn::GPT& gpt, const StagePlan& plan, float dloss,
-                            const nn::GPT::GradientsFinal& on_final) {
+                            const nn::GPT::GradientsFinal& on_final, const GoOn& go_on) {
   if (plan.last()) {
     if (absl::Status s = gpt.head_backward(dloss); !s.ok()) return s;
   }
-  if (absl::Status s = gpt.backward_blocks(plan.block_begin, plan.block_end, on_final); !s.ok()) {
-    return s;
+  if (!go_on) {
+    if (absl::Status s = gpt.backward_blocks(plan.block_begin, plan.block_end, on_final); !s.ok()) {
+      return s;
+    }
+  }
+  for (int l = plan.block_end - 1; go_on && l >= plan.block_begin; --l) {
+    if (absl::Status s = go_on(); !s.ok()) return s;
+    if (absl::Status s = gpt.backward_blocks(l, l + 1, on_final); !s.ok()) return s;
   }
   if (!plan.first()) return absl::OkStatus();
   return gpt.embed_backward();

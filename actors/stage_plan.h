@@ -13,6 +13,8 @@
 // the exchange (Megatron's embedding group).
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 
 #include "absl/status/statusor.h"
@@ -43,14 +45,21 @@ absl::StatusOr<StagePlan> plan_stage(const nn::GPTParamLayout& layout, int pp, i
 // its input activation from gpt.residual(block_begin), which its schedule
 // wrote there after prepare(B, T); targets are read only by the last.
 // For a whole model (pp = 1) this is gpt.forward, piece by piece.
+//
+// `go_on`, when given, is asked before each block: a step that cannot
+// succeed any more (its group lost a member) stops there with its error,
+// instead of computing to the end for nothing.
+using GoOn = std::function<absl::Status()>;
 absl::StatusOr<float> forward_stage(nn::GPT& gpt, const StagePlan& plan, const int32_t* inputs,
-                                    const int32_t* targets, int B, int T);
+                                    const int32_t* targets, int B, int T,
+                                    const GoOn& go_on = nullptr);
 // The matching backward, accumulating the stage's parameter gradients: the
 // head on the last stage (else the schedule wrote the gradient for
 // residual(block_end) into gpt.dresidual()), the plan's blocks (reporting
 // each finished layer to on_final, as GPT::backward_blocks does), the
 // embedding on the first stage. For pp = 1 this is gpt.backward(dloss).
 absl::Status backward_stage(nn::GPT& gpt, const StagePlan& plan, float dloss,
-                            const nn::GPT::GradientsFinal& on_final = nullptr);
+                            const nn::GPT::GradientsFinal& on_final = nullptr,
+                            const GoOn& go_on = nullptr);
 
 }  // namespace troupe::actors

@@ -112,6 +112,8 @@ absl::Status ZeroGradientSync::begin_step() {
 }
 
 absl::Status ZeroGradientSync::run_piece(int piece, const std::function<absl::Status()>& body) {
+  // A step whose group lost a member cannot succeed: it stops here.
+  if (absl::Status s = group_.failed(); !s.ok()) return s;
   if (absl::Status s = gather_.acquire(piece); !s.ok()) return s;
   absl::Status s = body();
   gather_.release(piece);

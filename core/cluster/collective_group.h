@@ -145,6 +145,9 @@ class CollectiveGroup {
 
   // Fails every pending operation with Aborted on every member.
   void abort(const absl::Status& why) { group_->abort(why); }
+  // OK while operations can still complete; the Aborted status once the
+  // group was aborted or lost a member: work meant for it can stop early.
+  absl::Status failed() const { return group_->failed(); }
 
  private:
   CollectiveGroup() = default;

@@ -1,8 +1,9 @@
 // The training actors of one coordinate - a stage, its parameter shard and
 // its data loader - on an in-process ActorSystem: the step protocol (every
 // step-changing call refused for a step out of turn), a shard that owns a
-// range of its stage, the stage plans, the factories' errors, and the
-// controller driving the real actors without any process.
+// range of its stage, the stage plans (and a stage that stops computing once
+// its step cannot succeed), the factories' errors, and the controller
+// driving the real actors without any process.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "actors/pipeline_stage_actor.h"
 #include "actors/stage_plan.h"
 #include "core/actor.h"
+#include "nn/gpt.h"
 #include "trainers/config.h"
 #include "trainers/trainer.h"
 #include "trainers/trainer_controller.h"
@@ -307,6 +309,54 @@ TEST(StagePlanTest, StagesSplitTheBlocksEvenlyAndTheirRangesTileTheModel) {
   EXPECT_EQ(whole->params, (nn::ParamRange{0, layout.num_params()}));
   EXPECT_EQ(actors::plan_stage(layout, 6, 0).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(actors::plan_stage(layout, 2, 2).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A step whose group failed stops computing at the next block: go_on is
+// asked before each one, and its error ends the pass there. Asked nothing
+// but OK, the pass is the whole model's.
+TEST(StagePlanTest, AStageStopsAtTheNextBlockOnceItsStepCannotSucceed) {
+  const nn::GPTConfig config{
+      .max_seq_len = 8, .vocab_size = 10, .num_layers = 4, .num_heads = 2, .channels = 8};
+  absl::StatusOr<nn::GPT> gpt = nn::GPT::create(config);
+  ASSERT_TRUE(gpt.ok()) << gpt.status();
+  gpt->init_parameters(7);
+  absl::StatusOr<actors::StagePlan> plan = actors::plan_stage(gpt->param_layout(), 1, 0);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const int B = 2, T = 8;
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    inputs[i] = i % 10;
+    targets[i] = (i * 3 + 1) % 10;
+  }
+  absl::StatusOr<float> whole = gpt->forward(inputs.data(), targets.data(), B, T);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+
+  int asked = 0;
+  actors::GoOn always = [&] {
+    ++asked;
+    return absl::OkStatus();
+  };
+  absl::StatusOr<float> loss =
+      actors::forward_stage(*gpt, *plan, inputs.data(), targets.data(), B, T, always);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_FLOAT_EQ(*loss, *whole);
+  EXPECT_EQ(asked, config.num_layers);
+  asked = 0;
+  ASSERT_TRUE(actors::backward_stage(*gpt, *plan, 1.0f, nullptr, always).ok());
+  EXPECT_EQ(asked, config.num_layers);
+
+  asked = 0;
+  actors::GoOn fails_at_third = [&] {
+    return ++asked == 3 ? absl::AbortedError("rank 1 was lost") : absl::OkStatus();
+  };
+  loss = actors::forward_stage(*gpt, *plan, inputs.data(), targets.data(), B, T, fails_at_third);
+  EXPECT_EQ(loss.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(asked, 3) << "blocks after the failure were still run";
+  ASSERT_TRUE(actors::forward_stage(*gpt, *plan, inputs.data(), targets.data(), B, T).ok());
+  asked = 0;
+  absl::Status back = actors::backward_stage(*gpt, *plan, 1.0f, nullptr, fails_at_third);
+  EXPECT_EQ(back.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(asked, 3);
 }
 
 }  // namespace

@@ -205,15 +205,16 @@ TEST_P(CollectiveGroupTest, AbortFailsRunningAndQueuedOperationsOnEveryMember) {
       absl::Time deadline = absl::Now() + absl::Seconds(10);
       while (queued.load() < n - 1 && absl::Now() < deadline)
         std::this_thread::yield();
+      if (absl::Status s = g.failed(); !s.ok()) return s;
       g.abort(absl::AbortedError("rank 0 gives up"));
-      return absl::OkStatus();
+      return expect(absl::IsAborted(g.failed()), "failed() is Aborted once the group is");
     }
     for (int i = 0; i < 5; ++i)
       works.push_back(g.allreduce_async(DType::kFloat32, ReduceOp::kSum, data.data(), data.size()));
     queued.fetch_add(1);
     for (Work& w : works)
       seen[g.rank()].push_back(w.wait(absl::Seconds(20)));
-    return absl::OkStatus();
+    return expect(absl::IsAborted(g.failed()), "failed() is Aborted once a member aborted");
   });
   for (int r = 0; r < n; ++r)
     EXPECT_TRUE(results[r].ok()) << results[r];

@@ -338,6 +338,11 @@ void Communicator::clear_placements() {
   if (!shared_->placements.empty()) unused.swap(shared_->placements);
 }
 
+absl::Status Communicator::failed() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->failed;
+}
+
 void Communicator::abort(const absl::Status& why, const std::vector<int>& lost) {
   Shared& sh = *shared_;
   std::string reason = why.message().empty() ? "the group was aborted" : std::string(why.message());

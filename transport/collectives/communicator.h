@@ -89,6 +89,10 @@ class Communicator {
   // every other member it can still reach; drops the connections to the
   // `lost` ranks (Connection::abort).
   void abort(const absl::Status& why, const std::vector<int>& lost = {});
+  // OK while operations can still complete; once the group was aborted (here
+  // or by a member) or lost a member, the Aborted status every operation
+  // fails with. A cheap look, for work that would be wasted on a failed group.
+  absl::Status failed() const;
 
   // While one lives, this thread drives the transport's I/O when it waits
   // (see above). Nests; one thread at a time per communicator.

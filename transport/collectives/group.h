@@ -109,6 +109,9 @@ class Group {
   // What this rank has sent since the group was formed, counted as each
   // operation finishes.
   Traffic traffic() const;
+  // OK while operations can still complete; the Aborted status they fail
+  // with once the group was aborted or lost a member (Communicator::failed).
+  absl::Status failed() const { return comm_->failed(); }
 
   // The collective operations this rank has issued since the group was
   // formed (point-to-point ones aside). Every rank issues the same ones in
