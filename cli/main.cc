@@ -2,11 +2,13 @@
 // status, stop) come from core; training commands (train, generate, export, data)
 // from trainers.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "core/cluster/commands.h"
 #include "nn/process_env.h"
+#include "spdlog/spdlog.h"
 #include "trainers/data_command.h"
 #include "trainers/train_command.h"
 
@@ -36,6 +38,11 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     print_usage();
     return 2;
+  }
+  // TROUPE_LOG_LEVEL=trace|debug|info|warn|error|off (default info), inherited
+  // by the workers `troupe train --local` starts.
+  if (const char* level = std::getenv("TROUPE_LOG_LEVEL"); level != nullptr && *level != '\0') {
+    spdlog::set_level(spdlog::level::from_str(level));
   }
   std::string command = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);

@@ -176,6 +176,19 @@ struct FaultToleranceConfig {
   double step_timeout_s = 600;
 };
 
+// `elasticity` (troupe's, with DeepSpeed's keys where they mean the same;
+// docs/elasticity.md): the job's dp may change while it runs, between
+// min_dp and max_dp ("min_gpus", "max_gpus": one rank a GPU), always with
+// the same train_batch_size. At each size a rank's micro-batch is the
+// largest of micro_batch_sizes that splits the global batch evenly
+// (elastic_batch.h); empty: any size up to train_micro_batch_size_per_gpu.
+struct ElasticityConfig {
+  bool enabled = false;
+  int min_dp = 1;
+  int max_dp = kMaxParallel;
+  std::vector<int64_t> micro_batch_sizes;  // ascending, distinct; [] as absent
+};
+
 struct TrainConfig {
   int64_t train_batch_size = 0;
   int64_t micro_batch_size = 0;  // train_micro_batch_size_per_gpu
@@ -194,6 +207,7 @@ struct TrainConfig {
   TrainingConfig training;
   CheckpointConfig checkpoint;
   FaultToleranceConfig fault_tolerance;
+  ElasticityConfig elasticity;
   // For the caller to print, a line each naming the key: DeepSpeed keys that
   // were present but are not implemented ("KEY is not implemented by troupe;
   // ignored"), troupe sections not implemented yet ("checkpoint is not

@@ -131,6 +131,11 @@ std::string to_json(const TrainConfig& c) {
                           {"max_failures", f.max_failures},
                           {"wait_for_node_s", f.wait_for_node_s},
                           {"step_timeout_s", f.step_timeout_s}};
+  const ElasticityConfig& e = c.elasticity;
+  j["elasticity"] = {{"enabled", e.enabled},
+                     {"min_dp", e.min_dp},
+                     {"max_dp", e.max_dp},
+                     {"micro_batch_sizes", e.micro_batch_sizes}};
   return j.dump(2);
 }
 

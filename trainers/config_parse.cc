@@ -18,7 +18,7 @@ namespace config_detail {
 namespace {
 
 // Top-level keys that parse_train_config reads.
-constexpr std::array<absl::string_view, 17> kImplementedKeys = {"train_batch_size",
+constexpr std::array<absl::string_view, 18> kImplementedKeys = {"train_batch_size",
                                                                 "train_micro_batch_size_per_gpu",
                                                                 "gradient_accumulation_steps",
                                                                 "gradient_clipping",
@@ -34,10 +34,8 @@ constexpr std::array<absl::string_view, 17> kImplementedKeys = {"train_batch_siz
                                                                 "parallel",
                                                                 "training",
                                                                 "checkpoint",
-                                                                "fault_tolerance"};
-
-// Sections of troupe's design that are not implemented yet.
-constexpr std::array<absl::string_view, 1> kNotYetSections = {"elasticity"};
+                                                                "fault_tolerance",
+                                                                "elasticity"};
 
 // Top-level keys of DeepSpeed's config (deepspeed.ai/docs/config-json and
 // deepspeed/runtime/config.py) that troupe does not implement: a warning when
@@ -95,9 +93,9 @@ constexpr UnimplementedKey kZeroForceDsCpuOptimizer = {"zero_force_ds_cpu_optimi
 
 // Keys of troupe's sections, for "did you mean 'training.seed'?" when one is
 // written at the top level.
-constexpr std::array<absl::string_view, 6> kSections = {
-    "model", "data", "parallel", "training", "checkpoint", "fault_tolerance"};
-constexpr std::array<std::array<absl::string_view, 8>, 6> kSectionKeys = {{
+constexpr std::array<absl::string_view, 7> kSections = {
+    "model", "data", "parallel", "training", "checkpoint", "fault_tolerance", "elasticity"};
+constexpr std::array<std::array<absl::string_view, 8>, 7> kSectionKeys = {{
     {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "padded_vocab_size",
      "recompute_activations", ""},
     {"path", "synthetic", "shuffle", "prefetch", "", "", "", ""},
@@ -106,6 +104,7 @@ constexpr std::array<std::array<absl::string_view, 8>, 6> kSectionKeys = {{
      "threads"},
     {"dir", "interval_steps", "keep", "async", "", "", "", ""},
     {"enabled", "spare_nodes", "max_failures", "wait_for_node_s", "step_timeout_s", "", "", ""},
+    {"enabled", "min_dp", "max_dp", "micro_batch_sizes", "min_gpus", "max_gpus", "", ""},
 }};
 constexpr std::array<absl::string_view, 4> kOptimizerParams = {"lr", "betas", "eps",
                                                                "weight_decay"};
@@ -129,10 +128,6 @@ absl::Status check_top_level(JsonObject& top, const Json& json,
   std::vector<std::string> known;
   for (absl::string_view k : kImplementedKeys) {
     top.find(k);
-    known.emplace_back(k);
-  }
-  for (absl::string_view k : kNotYetSections) {
-    if (top.has(k)) warnings->push_back(absl::StrCat(k, " is not implemented yet; ignored"));
     known.emplace_back(k);
   }
   auto warn = [&](const UnimplementedKey& u) {
@@ -431,6 +426,7 @@ absl::StatusOr<TrainConfig> parse_train_config(const std::string& json_text) {
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_checkpoint(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_fault_tolerance(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_batch(top, &config));
+  TROUPE_CONFIG_RETURN_IF_ERROR(parse_elasticity(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_optimizer(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_scheduler(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_precision(top, &config));

@@ -20,6 +20,10 @@ namespace troupe::trainers::config_detail {
 [[nodiscard]] absl::Status parse_checkpoint(JsonObject& top, TrainConfig* config);
 // `fault_tolerance`.
 [[nodiscard]] absl::Status parse_fault_tolerance(JsonObject& top, TrainConfig* config);
+// config_elasticity.cc
+// `elasticity`. REQUIRES: parse_batch ran (the sizes are checked against the batch).
+[[nodiscard]] absl::Status parse_elasticity(JsonObject& top, TrainConfig* config);
+
 // The three batch keys. REQUIRES: parse_parallel ran (the rule uses dp).
 [[nodiscard]] absl::Status parse_batch(JsonObject& top, TrainConfig* config);
 

@@ -409,7 +409,8 @@ TEST(TrainConfigTest, UnimplementedDeepSpeedKeysWarn) {
     "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2, "zero_quantized_weights": true,
                           "offload_optimizer": {"device": "cpu"}, "allgather_bucket_size": 5e8},
     "fp16": {"enabled": false, "auto_cast": true},
-    "checkpoint": {"tag_validation": "Fail"}, "fault_tolerance": {}, "elasticity": {"enabled": true}
+    "checkpoint": {"tag_validation": "Fail"}, "fault_tolerance": {},
+    "elasticity": {"enabled": true, "max_train_batch_size": 64}
   })"));
   for (const char* expected : {
            "wall_clock_breakdown is not implemented by troupe; ignored",
@@ -427,11 +428,13 @@ TEST(TrainConfigTest, UnimplementedDeepSpeedKeysWarn) {
            "zero_optimization.allgather_bucket_size is not implemented",
            "fp16.auto_cast is not implemented",
            "checkpoint.tag_validation is not implemented by troupe; ignored",
-           "elasticity is not implemented yet; ignored",
+           "elasticity.max_train_batch_size is DeepSpeed's and means nothing to troupe; ignored "
+           "(troupe keeps train_batch_size as the global batch)",
+           "elasticity.enabled: a running job does not change its dp yet; it keeps dp 2",
        }) {
     EXPECT_TRUE(has_warning(c, expected)) << expected << " not in:" << warnings_of(c);
   }
-  EXPECT_EQ(c.warnings.size(), 15u) << warnings_of(c);
+  EXPECT_EQ(c.warnings.size(), 16u) << warnings_of(c);
 }
 
 TEST(TrainConfigTest, FaultToleranceSection) {
@@ -455,6 +458,54 @@ TEST(TrainConfigTest, FaultToleranceSection) {
   const TrainConfig again = parse_ok(to_json(c));
   EXPECT_EQ(again.fault_tolerance.spare_nodes, 1);
   EXPECT_EQ(again.fault_tolerance.step_timeout_s, 20);
+}
+
+TEST(TrainConfigTest, ElasticitySection) {
+  const TrainConfig c = parse_ok(patched(
+      R"({"elasticity": {"enabled": true, "min_dp": 1, "max_dp": 4, "micro_batch_sizes": [16, 4, 8, 4]}})"));
+  EXPECT_TRUE(c.elasticity.enabled);
+  EXPECT_EQ(c.elasticity.min_dp, 1);
+  EXPECT_EQ(c.elasticity.max_dp, 4);
+  EXPECT_EQ(c.elasticity.micro_batch_sizes, (std::vector<int64_t>{4, 8, 16}));  // sorted, once each
+  const TrainConfig defaults = parse_ok(kBase);
+  EXPECT_FALSE(defaults.elasticity.enabled);
+  EXPECT_EQ(defaults.elasticity.min_dp, 1);
+  EXPECT_EQ(defaults.elasticity.max_dp, kMaxParallel);
+  EXPECT_TRUE(defaults.elasticity.micro_batch_sizes.empty());
+  // DeepSpeed's names for the same bounds, and its keys troupe has no use for.
+  const TrainConfig ds = parse_ok(patched(R"({"elasticity": {"enabled": true, "min_gpus": 2,
+      "max_gpus": 3, "min_time": 20, "version": 0.1, "prefer_larger_batch": true}})"));
+  EXPECT_EQ(ds.elasticity.min_dp, 2);
+  EXPECT_EQ(ds.elasticity.max_dp, 3);
+  EXPECT_TRUE(has_warning(ds, "elasticity.min_time is DeepSpeed's and means nothing to troupe"));
+  EXPECT_TRUE(has_warning(ds, "elasticity.version is DeepSpeed's"));
+  EXPECT_TRUE(has_warning(ds, "elasticity.prefer_larger_batch is DeepSpeed's"));
+  EXPECT_TRUE(has_warning(ds, "elasticity.enabled: a running job does not change its dp yet"));
+  EXPECT_EQ(ds.warnings.size(), 4u) << warnings_of(ds);
+  // Errors name the key.
+  expect_error(R"({"elasticity": {"min_dp": 2, "min_gpus": 2}})", "elasticity.min_dp",
+               "given together with elasticity.min_gpus");
+  expect_error(R"({"elasticity": {"min_dp": 3, "max_dp": 2}})", "elasticity.min_dp",
+               "is above elasticity.max_dp 2");
+  expect_error(R"({"elasticity": {"enabled": true, "min_dp": 3}})", "parallel.dp",
+               "outside elasticity's [min_dp 3");
+  expect_error(R"({"elasticity": {"enabled": true, "micro_batch_sizes": [4, 8]}})",
+               "train_micro_batch_size_per_gpu",
+               "is not one of elasticity.micro_batch_sizes [4, 8]");
+  EXPECT_TRUE(parse_ok(patched(R"({"elasticity": {"micro_batch_sizes": []}})"))
+                  .elasticity.micro_batch_sizes.empty());  // as absent
+  expect_error(R"({"elasticity": {"micro_batch_sizes": 4}})", "elasticity.micro_batch_sizes",
+               "expected an array of positive integers, found number 4");
+  expect_error(R"({"elasticity": {"micro_batch_sizes": [2, 0]}})", "elasticity.micro_batch_sizes",
+               "expected positive integers, found number 0");
+  expect_error(R"({"elasticity": {"micro_batch_sizes": [2.5]}})", "elasticity.micro_batch_sizes",
+               "expected positive integers");
+  expect_error(R"({"elasticity": {"max_dpp": 2}})", "elasticity.max_dpp", "did you mean 'max_dp'");
+  // Written back and read again.
+  const TrainConfig again = parse_ok(to_json(c));
+  EXPECT_TRUE(again.elasticity.enabled);
+  EXPECT_EQ(again.elasticity.max_dp, 4);
+  EXPECT_EQ(again.elasticity.micro_batch_sizes, c.elasticity.micro_batch_sizes);
 }
 
 TEST(TrainConfigTest, CheckpointSection) {

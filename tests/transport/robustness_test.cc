@@ -290,13 +290,25 @@ TEST_P(PeerKilledTest, ServerKilledMidTransferFailsTheClient) {
   big.buffers.push_back(patterned(size_t{64} << 20, 3));
   ASSERT_TRUE((*conn)->send(std::move(big)).ok());
   ASSERT_TRUE(doomed.wait_frames(1, absl::Seconds(30)));  // echoed once: the peer is live
+  // Sent from memory the test lends (as a collective sends from its
+  // gradients): the transport must let go of it once the peer is gone.
+  auto lent = std::make_shared<std::atomic<int>>(0);
+  std::vector<std::byte> memory(size_t{64} << 20, std::byte{4});
   Frame again;
-  again.buffers.push_back(patterned(size_t{64} << 20, 4));
+  for (int i = 0; i < 4; ++i) {
+    lent->fetch_add(1);
+    std::shared_ptr<const void> owner(memory.data(), [lent](const void*) { lent->fetch_sub(1); });
+    again.buffers.push_back(Buffer::borrow(std::move(owner), memory.data() + (i << 24), 1 << 24));
+  }
   ASSERT_TRUE((*conn)->send(std::move(again)).ok());
   absl::Time killed_at = absl::Now();
   kill_and_reap(pid, keepalive);
   ASSERT_TRUE(doomed.wait_closed(kDetection)) << "no error within " << kDetection << " of SIGKILL";
   EXPECT_LT(absl::Now() - killed_at, kDetection);
+  absl::Time deadline = absl::Now() + kDetection;
+  while (lent->load() > 0 && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(lent->load(), 0) << "the transport still holds buffers of a send to the killed peer";
   EXPECT_EQ(doomed.close_status().code(), absl::StatusCode::kUnavailable) << doomed.close_status();
   EXPECT_EQ((*conn)->send(tagged(0, 0)).code(), absl::StatusCode::kUnavailable);
 }

@@ -139,6 +139,11 @@ void UcxTransport::end_session(const std::shared_ptr<UcxSession>& s, absl::Statu
     }
     return;
   }
+  spdlog::debug(
+      "ucx: {} ends ({}){}; {} frames arriving, {} held; {} operations of the transport "
+      "in flight",
+      s->peer_name(), std::string(why.message()), flush ? ", flushing" : "", s->incoming.size(),
+      s->held.size(), in_flight_.load());
   s->flushing = flush;
   s->gone = true;
   retired_.push_back(s);  // callbacks further up the stack may still use it

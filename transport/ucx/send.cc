@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "spdlog/spdlog.h"
 #include "transport/ucx/detail/transport.h"
 
 namespace troupe::transport::ucx {
@@ -105,8 +106,12 @@ void UcxTransport::send_parts(UcxSession* s, const FrameHeader& h, Frame f) {
     param.flags = i == 0 || parts[i - 1].second <= kEagerPartBytes ? UCP_AM_SEND_FLAG_EAGER : 0;
     param.datatype = ucp_dt_make_contig(1);
     param.user_data = op;
-    param.cb.send = [](void* request, ucs_status_t, void* user) {
+    param.cb.send = [](void* request, ucs_status_t status, void* user) {
       auto* o = static_cast<SendOp*>(user);
+      if (status != UCS_OK) {
+        spdlog::debug("ucx: a part of a frame to connection {} ended: {}", o->to,
+                      ucs_status_string(status));
+      }
       if (--o->pending == 0) delete o;
       ucp_request_free(request);
     };
