@@ -132,7 +132,8 @@ void UcxTransport::drop(const std::shared_ptr<UcxSession>& s, absl::Status why) 
 void UcxTransport::end_session(const std::shared_ptr<UcxSession>& s, absl::Status why, bool flush) {
   if (s->gone) {
     // A forced close after a flushing one cannot cancel what that one waits
-    // for: sends to a dead peer then wait for UCX to give up on it.
+    // for: sends to a dead peer then wait for UCX to give up on it (their
+    // buffers stay theirs: a flushing endpoint may still read them).
     if (!flush && s->flushing) {
       spdlog::debug("ucx: {} must end at once ({}), but it was already closing with a flush",
                     s->peer_name(), std::string(why.message()));
@@ -165,12 +166,33 @@ void UcxTransport::end_session(const std::shared_ptr<UcxSession>& s, absl::Statu
   }
   // What never went out or will never be whole lets go of its buffers now,
   // not when the last holder of the connection does: a collective's lent
-  // buffers among them (a part still arriving by rendezvous keeps its own
-  // until UCX ends that receive).
+  // buffers among them. (After a flushing close a part still arriving by
+  // rendezvous keeps its buffer until UCX ends that receive.)
   s->held.clear();
+  if (!flush) {
+    // With the endpoint gone nothing lands in them any more, even where a
+    // receive still waits for UCX to end it.
+    for (auto& in : s->incoming)
+      in->frame = Frame();
+    release_sending(*s);
+  }
   s->incoming.clear();
   if (s->side) s->side->close();
   s->hand_up_closed(std::move(why));
+}
+
+void UcxTransport::release_sending(UcxSession& s) {
+  int released = 0;
+  for (std::weak_ptr<Frame>& f : std::exchange(s.sending, {})) {
+    if (std::shared_ptr<Frame> frame = f.lock()) {
+      *frame = Frame();
+      ++released;
+    }
+  }
+  if (released > 0) {
+    spdlog::debug("ucx: {} ended at once; {} frames it was still sending let go of their buffers",
+                  s.peer_name(), released);
+  }
 }
 
 void UcxTransport::on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {

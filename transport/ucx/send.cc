@@ -17,7 +17,7 @@ namespace {
 
 // A larger frame's sends; freed when the last of its active messages completes.
 struct SendOp {
-  Frame frame;
+  std::shared_ptr<Frame> frame;  // UcxSession::sending has a weak reference
   std::vector<std::byte> start;  // receiver id, header, lengths
   uint64_t to = 0;               // receiver id, the AM header of parts
   int pending = 0;
@@ -91,12 +91,16 @@ void UcxTransport::send_inline(UcxSession* s, const FrameHeader& h, const Frame&
 }
 
 void UcxTransport::send_parts(UcxSession* s, const FrameHeader& h, Frame f) {
-  auto* op = new SendOp{std::move(f), {}, s->peer_id, 1, InFlight(in_flight_)};  // 1: the guard
-  append_start(op->start, op->to, h, op->frame);
+  auto* op = new SendOp{std::make_shared<Frame>(std::move(f)),
+                        {},
+                        s->peer_id,
+                        1,
+                        InFlight(in_flight_)};  // 1: the guard
+  append_start(op->start, op->to, h, *op->frame);
   std::vector<std::pair<void*, size_t>> parts;
-  if (!op->frame.message.empty())
-    parts.emplace_back(op->frame.message.data(), op->frame.message.size());
-  for (Buffer& b : op->frame.buffers) {
+  if (!op->frame->message.empty())
+    parts.emplace_back(op->frame->message.data(), op->frame->message.size());
+  for (Buffer& b : op->frame->buffers) {
     if (!b.empty()) parts.emplace_back(b.data(), b.size());
   }
   for (size_t i = 0; i <= parts.size(); ++i) {
@@ -129,7 +133,14 @@ void UcxTransport::send_parts(UcxSession* s, const FrameHeader& h, Frame f) {
       return;
     }
   }
-  if (--op->pending == 0) delete op;  // the guard
+  if (--op->pending == 0) {  // the guard: every part went out at once
+    delete op;
+    return;
+  }
+  // Expired entries are pruned as new ones come, so the list stays as long
+  // as the frames in flight.
+  std::erase_if(s->sending, [](const std::weak_ptr<Frame>& w) { return w.expired(); });
+  s->sending.push_back(op->frame);
 }
 
 }  // namespace troupe::transport::ucx

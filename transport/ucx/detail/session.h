@@ -67,6 +67,12 @@ class UcxSession final : public detail::Session, public detail::DirectIo {
   bool gone = false;        // dropped; ignore further traffic
   bool flushing = false;    // gone by a close that lets queued sends go out first
   std::vector<Frame> held;  // frames sent before the endpoint existed
+  // Larger frames whose sends UCX has not finished (their SendOps hold them).
+  // A session that ends at once empties them: with the endpoint gone no one
+  // reads them any more, and their buffers may be lent (a collective's, which
+  // it waits for) - even when UCX never completes a request the close
+  // cancelled.
+  std::vector<std::weak_ptr<Frame>> sending;
 
   // Frames whose bytes are still arriving, in the order they were sent: a
   // small frame behind a large rendezvous one waits for it.

@@ -137,6 +137,9 @@ class UcxTransport final : public Transport {
   // Forgets `s`, closes its endpoint (flushing queued sends, or not) and its
   // side channel, and reports `why` to the session.
   void end_session(const std::shared_ptr<UcxSession>& s, absl::Status why, bool flush);
+  // A session ended at once: the frames it was still sending let go of
+  // their buffers (UcxSession::sending).
+  void release_sending(UcxSession& s);
 
  private:
   explicit UcxTransport(TransportOptions options) : options_(std::move(options)) {}
