@@ -91,21 +91,33 @@ absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::create(LoaderOptions opt
 }
 
 DataLoader::DataLoader(LoaderOptions options, TokenDataset dataset, DistributedSampler sampler)
-    : options_(std::move(options)), dataset_(std::move(dataset)), sampler_(std::move(sampler)) {
+    : options_(std::move(options)),
+      dataset_(std::move(dataset)),
+      sampler_(std::make_shared<const DistributedSampler>(std::move(sampler))) {
   const std::string& made_by = dataset_.header().source;
   info_ = {.source = made_by.empty() ? dataset_.name()
                                      : absl::StrCat(dataset_.name(), " (", made_by, ")"),
            .num_tokens = dataset_.num_tokens(),
            .vocab_size = dataset_.vocab_size(),
-           .seq_len = options_.seq_len,
-           .num_samples = sampler_.options().num_samples,
-           .samples_per_micro_step = sampler_.samples_per_micro_step(),
-           .samples_per_replica_step = int64_t{options_.micro_batch} * options_.grad_accum,
-           .global_batch = sampler_.global_batch(),
-           .steps_per_epoch = sampler_.steps_per_epoch(),
-           .samples_per_epoch = sampler_.samples_per_epoch()};
+           .seq_len = options_.seq_len};
+  describe_sampler();
   consumer_position_ = produce_position_ = options_.start_position;
   if (options_.prefetch > 0) producer_ = std::thread([this] { produce(); });
+}
+
+void DataLoader::describe_sampler() {
+  const DistributedSampler& s = *sampler_;
+  info_.num_samples = s.options().num_samples;
+  info_.samples_per_micro_step = s.samples_per_micro_step();
+  info_.samples_per_replica_step = int64_t{s.options().micro_batch} * s.options().grad_accum;
+  info_.global_batch = s.global_batch();
+  info_.steps_per_epoch = s.steps_per_epoch();
+  info_.samples_per_epoch = s.samples_per_epoch();
+}
+
+LoaderInfo DataLoader::info() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return info_;
 }
 
 DataLoader::~DataLoader() {
@@ -117,13 +129,14 @@ DataLoader::~DataLoader() {
   if (producer_.joinable()) producer_.join();
 }
 
-absl::StatusOr<Batch> DataLoader::make_batch(int64_t position) const {
+absl::StatusOr<Batch> DataLoader::make_batch(const DistributedSampler& sampler,
+                                             int64_t position) const {
   const int t = options_.seq_len;
   Batch batch;
   batch.position = position;
-  batch.epoch = sampler_.epoch_of(position);
+  batch.epoch = sampler.epoch_of(position);
   batch.seq_len = t;
-  batch.sample_ids = sampler_.micro_batch_indices(position);
+  batch.sample_ids = sampler.micro_batch_indices(position);
   const size_t b = batch.sample_ids.size();
   batch.inputs.resize(b * static_cast<size_t>(t));
   batch.targets.resize(b * static_cast<size_t>(t));
@@ -137,7 +150,6 @@ absl::StatusOr<Batch> DataLoader::make_batch(int64_t position) const {
 }
 
 void DataLoader::produce() {
-  const int64_t step = sampler_.samples_per_micro_step();
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     room_.wait(lock, [&] {
@@ -146,13 +158,14 @@ void DataLoader::produce() {
     if (stop_) return;
     const int64_t position = produce_position_;
     const uint64_t generation = generation_;
+    std::shared_ptr<const DistributedSampler> sampler = sampler_;
     lock.unlock();
-    absl::StatusOr<Batch> batch = make_batch(position);
+    absl::StatusOr<Batch> batch = make_batch(*sampler, position);
     lock.lock();
-    if (generation != generation_) continue;  // seek() moved the cursor meanwhile
+    if (generation != generation_) continue;  // seek() or reshape() moved the cursor meanwhile
     if (batch.ok()) {
       queue_.push_back(*std::move(batch));
-      produce_position_ += step;
+      produce_position_ += sampler->samples_per_micro_step();
     } else {
       error_ = batch.status();
     }
@@ -163,15 +176,15 @@ void DataLoader::produce() {
 absl::StatusOr<Batch> DataLoader::next() {
   std::unique_lock<std::mutex> lock(mu_);
   if (options_.prefetch == 0) {
-    absl::StatusOr<Batch> batch = make_batch(consumer_position_);
-    if (batch.ok()) consumer_position_ += sampler_.samples_per_micro_step();
+    absl::StatusOr<Batch> batch = make_batch(*sampler_, consumer_position_);
+    if (batch.ok()) consumer_position_ += sampler_->samples_per_micro_step();
     return batch;
   }
   ready_.wait(lock, [&] { return !queue_.empty() || error_.has_value(); });
   if (queue_.empty()) return *error_;
   Batch batch = std::move(queue_.front());
   queue_.pop_front();
-  consumer_position_ += sampler_.samples_per_micro_step();
+  consumer_position_ += sampler_->samples_per_micro_step();
   room_.notify_all();
   return batch;
 }
@@ -203,9 +216,52 @@ absl::StatusOr<int64_t> DataLoader::seek_rebased(int64_t position, int64_t from_
                                                    " of epochs of ", from_samples_per_epoch,
                                                    " samples"));
   }
-  const int64_t rebased = sampler_.rebase_position(position, from_samples_per_epoch);
+  std::shared_ptr<const DistributedSampler> sampler;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sampler = sampler_;
+  }
+  const int64_t rebased = sampler->rebase_position(position, from_samples_per_epoch);
   if (absl::Status s = seek(rebased); !s.ok()) return s;
   return rebased;
+}
+
+absl::Status DataLoader::reshape(int dp, int rank, int micro_batch, int grad_accum,
+                                 int64_t position) {
+  std::shared_ptr<const DistributedSampler> current;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    current = sampler_;
+  }
+  SamplerOptions o = current->options();
+  o.dp = dp;
+  o.rank = rank;
+  o.micro_batch = micro_batch;
+  o.grad_accum = grad_accum;
+  auto fail = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data loader: reshape to rank ", rank, " of dp ", dp, ", micro_batch ", micro_batch,
+        " x grad_accum ", grad_accum, " at position ", position, ": ", why));
+  };
+  if (position < 0) return fail("the position must be >= 0");
+  absl::StatusOr<DistributedSampler> sampler = DistributedSampler::create(o);
+  if (!sampler.ok()) return fail(sampler.status().message());
+  if (sampler->global_batch() != current->global_batch()) {
+    return fail(absl::StrCat("the global batch would change from ", current->global_batch(), " to ",
+                             sampler->global_batch(),
+                             ", and a position would not mean the same data"));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sampler_ = std::make_shared<const DistributedSampler>(*std::move(sampler));
+    describe_sampler();
+    queue_.clear();
+    error_.reset();
+    consumer_position_ = produce_position_ = position;
+    ++generation_;
+  }
+  room_.notify_all();
+  return absl::OkStatus();
 }
 
 }  // namespace troupe::actors

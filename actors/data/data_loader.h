@@ -120,19 +120,31 @@ class DataLoader {
   // from_samples_per_epoch < 1.
   [[nodiscard]] absl::StatusOr<int64_t> seek_rebased(int64_t position,
                                                      int64_t from_samples_per_epoch);
-  const LoaderInfo& info() const { return info_; }
+  // Elasticity (trainers/elastic_batch.h): this replica's share of the data
+  // at a new size - rank `rank` of `dp`, micro-batches of `micro_batch`,
+  // `grad_accum` of them a step - continuing at global `position`. The
+  // global batch must stay m x a x dp, so that a position means the same data
+  // (and an epoch the same samples) before and after. Drops the batches
+  // prepared ahead. InvalidArgument, changing nothing, for options create
+  // would refuse, another global batch, or position < 0.
+  [[nodiscard]] absl::Status reshape(int dp, int rank, int micro_batch, int grad_accum,
+                                     int64_t position);
+  LoaderInfo info() const;
   const TokenDataset& dataset() const { return dataset_; }
 
  private:
   DataLoader(LoaderOptions options, TokenDataset dataset, DistributedSampler sampler);
-  absl::StatusOr<Batch> make_batch(int64_t position) const;
+  absl::StatusOr<Batch> make_batch(const DistributedSampler& sampler, int64_t position) const;
   void produce();
+  // info_'s fields that follow the sampler. REQUIRES: mu_ held, or no other thread yet.
+  void describe_sampler();
 
   const LoaderOptions options_;
   const TokenDataset dataset_;
-  // Used by one thread only: the producer, or next() when prefetch is 0.
-  const DistributedSampler sampler_;
-  LoaderInfo info_;
+  // Replaced by reshape (under mu_); a batch is made from the sampler of its
+  // generation, which its maker holds.
+  std::shared_ptr<const DistributedSampler> sampler_;
+  LoaderInfo info_;  // guarded by mu_
 
   mutable std::mutex mu_;
   std::condition_variable ready_;  // a batch or an error was queued

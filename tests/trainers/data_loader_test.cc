@@ -1,7 +1,8 @@
 // DataLoader and DataLoaderActor: batches are the sampler's samples read
 // from the dataset; prefetching changes no batch; seek and start_position
-// resume exactly; errors name what is wrong; the actor does the same through
-// an in-process ActorSystem.
+// resume exactly; a reshape to another dp keeps each step's samples; errors
+// name what is wrong; the actor does the same through an in-process
+// ActorSystem.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -159,6 +160,76 @@ TEST(DataLoaderTest, ReplicasSplitEachMicroStep) {
     }
   }
   EXPECT_EQ(seen.size(), 48u);  // 50 - 50 mod 12
+}
+
+// Elasticity: dp 2 -> 3 -> 1 at step boundaries, the global batch (12) kept.
+// Each step trains on the same samples as at dp 2 throughout, and the epoch
+// sees every sample once.
+TEST(DataLoaderTest, AReshapeKeepsEachStepsSamples) {
+  // The samples of each step (4 steps: one epoch of 48) at a fixed dp 2.
+  std::vector<std::multiset<int64_t>> fixed(4);
+  for (int rank = 0; rank < 2; ++rank) {
+    LoaderOptions o = addition_options(2);
+    o.rank = rank;
+    auto loader = make_loader(o);
+    ASSERT_NE(loader, nullptr);
+    for (int step = 0; step < 4; ++step) {
+      for (int k = 0; k < 2; ++k) {  // 3 x 2 x 2: two micro-steps of 3 a step
+        absl::StatusOr<Batch> batch = loader->next();
+        ASSERT_TRUE(batch.ok()) << batch.status();
+        fixed[step].insert(batch->sample_ids.begin(), batch->sample_ids.end());
+      }
+    }
+  }
+  // The same epoch, resized after each step: dp 2 (3 x 2), 3 (2 x 2), 1 (6 x 2), 2 (6 x 1).
+  struct Shape {
+    int dp, micro, accumulation;
+  };
+  const Shape shapes[4] = {{2, 3, 2}, {3, 2, 2}, {1, 6, 2}, {2, 6, 1}};
+  std::vector<std::unique_ptr<DataLoader>> loaders;
+  for (int rank = 0; rank < 3; ++rank) {
+    LoaderOptions o = addition_options(rank == 1 ? 0 : 2);  // with and without prefetch
+    o.rank = rank % 2;
+    loaders.push_back(make_loader(o));
+    ASSERT_NE(loaders.back(), nullptr);
+  }
+  std::set<int64_t> epoch;
+  for (int step = 0; step < 4; ++step) {
+    const Shape& shape = shapes[step];
+    std::multiset<int64_t> seen;
+    for (int rank = 0; rank < shape.dp; ++rank) {
+      DataLoader& loader = *loaders[rank];
+      ASSERT_TRUE(loader.reshape(shape.dp, rank, shape.micro, shape.accumulation, 12 * step).ok());
+      EXPECT_EQ(loader.info().global_batch, 12);
+      EXPECT_EQ(loader.info().samples_per_replica_step, shape.micro * shape.accumulation);
+      for (int k = 0; k < shape.accumulation; ++k) {
+        absl::StatusOr<Batch> batch = loader.next();
+        ASSERT_TRUE(batch.ok()) << batch.status();
+        EXPECT_EQ(batch->sample_ids.size(), static_cast<size_t>(shape.micro));
+        seen.insert(batch->sample_ids.begin(), batch->sample_ids.end());
+      }
+      EXPECT_EQ(loader.position(), 12 * (step + 1));
+    }
+    EXPECT_EQ(seen, fixed[step]) << "step " << step + 1 << " at dp " << shape.dp;
+    epoch.insert(seen.begin(), seen.end());
+  }
+  EXPECT_EQ(epoch.size(), 48u);  // every sample of the epoch, once
+}
+
+TEST(DataLoaderTest, AReshapeThatChangesTheGlobalBatchIsRefused) {
+  auto loader = make_loader(addition_options(2));
+  ASSERT_NE(loader, nullptr);
+  absl::Status s = loader->reshape(3, 0, 3, 2, 0);  // 18, not 12
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("the global batch would change from 12 to 18"), std::string::npos)
+      << s;
+  EXPECT_EQ(loader->reshape(3, 3, 2, 2, 0).code(), absl::StatusCode::kInvalidArgument);  // rank
+  EXPECT_EQ(loader->reshape(2, 0, 3, 2, -1).code(), absl::StatusCode::kInvalidArgument);
+  // Nothing changed: still rank 1 of 2 from position 0.
+  absl::StatusOr<Batch> batch = loader->next();
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(batch->position, 0);
+  EXPECT_EQ(loader->info().samples_per_micro_step, 6);
 }
 
 TEST(DataLoaderTest, ReadsADatasetFile) {
