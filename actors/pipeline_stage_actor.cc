@@ -109,6 +109,7 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
 PipelineStageActor::PipelineStageActor(StageOptions options, StagePlan plan, nn::GPT model)
     : options_(std::move(options)),
       name_(actor_name(options_.job, "stage", options_.at)),
+      loader_name_(actor_name(options_.job, "loader", options_.at)),
       plan_(plan),
       model_(std::move(model)),
       partition_(plan_.params, options_.mesh.dp, options_.at.d) {
@@ -143,11 +144,10 @@ PipelineStageActor::~PipelineStageActor() {
 }
 
 absl::Status PipelineStageActor::setup() {
-  std::string loader_name = actor_name(options_.job, "loader", options_.at);
-  loader_ = Handoff::find<DataLoader>(loader_name);
+  loader_ = Handoff::find<DataLoader>(loader_name_);
   if (loader_ == nullptr) {
     return absl::FailedPreconditionError(
-        absl::StrCat(name_, ": its data loader ", loader_name, " is not in this process"));
+        absl::StrCat(name_, ": its data loader ", loader_name_, " is not in this process"));
   }
   if (options_.mesh.dp > 1 && group_ == nullptr) {
     absl::StatusOr<std::unique_ptr<CollectiveGroup>> group = CollectiveGroup::join(options_.group);
@@ -182,6 +182,42 @@ absl::Status PipelineStageActor::rejoin() {
   }
   whole_version_ = -1;
   return setup();
+}
+
+absl::Status PipelineStageActor::resize(StageShape shape) {
+  if (loader_ == nullptr || sync_ == nullptr) {
+    return absl::FailedPreconditionError(name_ + ": resize before setup");
+  }
+  if (const int64_t held = tensors_->held_step.load(); held != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": resize while it holds the gradients of step ", held, " (discard it first)"));
+  }
+  if (zero_stage_of(options_.gradient_sync) > 0) {
+    return absl::UnimplementedError(
+        absl::StrCat(name_, ": resizing a ZeRO job (", options_.gradient_sync,
+                     ") is not implemented yet: its partitions would move"));
+  }
+  if (absl::Status s = loader_->reshape(shape.dp, shape.rank, shape.micro_batch, shape.grad_accum,
+                                        shape.position);
+      !s.ok()) {
+    return Prefixed(name_ + ": ", s);
+  }
+  // Out of the old group first, with the reductions that ran on it.
+  sync_->drain();
+  sync_.reset();
+  tensors_->set_group(nullptr);
+  group_.reset();
+  options_.mesh.dp = shape.dp;
+  options_.at.d = shape.rank;
+  options_.micro_batch = shape.micro_batch;
+  options_.grad_accum = shape.grad_accum;
+  whole_version_ = -1;
+  if (shape.dp > 1) return setup();
+  absl::StatusOr<std::unique_ptr<GradientSync>> sync =
+      make_gradient_sync(sync_options(options_), plan_, model_, nullptr);
+  if (!sync.ok()) return sync.status();
+  sync_ = *std::move(sync);
+  return absl::OkStatus();
 }
 
 absl::Status PipelineStageActor::check_turn(int64_t step) const {

@@ -91,6 +91,17 @@ struct EvalReport {
   TROUPE_FIELDS(correct, total, examples);
 };
 
+// Elasticity (trainers/elastic_batch.h): a stage's place in a job of
+// another size, and where the data continues.
+struct StageShape {
+  int dp = 1;
+  int rank = 0;  // the stage's data-parallel rank in [0, dp)
+  int micro_batch = 1;
+  int grad_accum = 1;
+  int64_t position = 0;  // the global data position the next step starts at
+  TROUPE_FIELDS(dp, rank, micro_batch, grad_accum, position);
+};
+
 class PipelineStageActor {
  public:
   // Builds the stage's model (parameters zero until the shard's init).
@@ -109,6 +120,17 @@ class PipelineStageActor {
   // first call. Every stage of the group must call it at once.
   // FailedPrecondition while it holds a step's gradients.
   absl::Status rejoin();
+  // Elasticity: continues as rank shape.rank of shape.dp, running
+  // shape.grad_accum micro-batches of shape.micro_batch a step, its loader
+  // reshaped to continue at shape.position (DataLoader::reshape): leaves its
+  // group's generation and joins the latest one the controller declared, as
+  // rejoin() does, with every other stage of the new size (a new rank's stage
+  // calls setup() and seek_data() instead). Its actor name, and so its shard
+  // and loader, stay those it was spawned with. FailedPrecondition before
+  // setup or while it holds a step's gradients; InvalidArgument for a shape
+  // its loader refuses (another global batch); Unimplemented under ZeRO,
+  // whose partitions would move.
+  absl::Status resize(StageShape shape);
   // Runs step `request.step` (see above). The synchronised gradients stay
   // until commit or discard. Errors: FailedPrecondition before setup or for a
   // step out of turn; Aborted when a member of the group was lost; the
@@ -141,8 +163,9 @@ class PipelineStageActor {
   absl::Status check_whole_parameters() const;
   absl::StatusOr<StepReport> run_micro_batches(const StepRequest& request);
 
-  StageOptions options_;
+  StageOptions options_;  // mesh, at, micro_batch and grad_accum as resize last set them
   std::string name_;
+  std::string loader_name_;  // of the coordinate it was spawned at
   StagePlan plan_;
   nn::GPT model_;
   std::shared_ptr<StageTensors> tensors_;
@@ -161,9 +184,10 @@ class PipelineStageActor {
   transport::Traffic traffic_at_step_;  // the group's traffic when the step began
 };
 TROUPE_ACTOR(PipelineStageActor, &PipelineStageActor::setup, &PipelineStageActor::rejoin,
-             &PipelineStageActor::run_step, &PipelineStageActor::discard,
-             &PipelineStageActor::seek_data, &PipelineStageActor::gather_parameters,
-             &PipelineStageActor::evaluate, &PipelineStageActor::generate);
+             &PipelineStageActor::resize, &PipelineStageActor::run_step,
+             &PipelineStageActor::discard, &PipelineStageActor::seek_data,
+             &PipelineStageActor::gather_parameters, &PipelineStageActor::evaluate,
+             &PipelineStageActor::generate);
 // Other processes spawn it with its options: spawn<PipelineStageActor>(spawn_options,
 // stageOptions).
 TROUPE_ACTOR_CONSTRUCTOR(PipelineStageActor, StageOptions);

@@ -44,7 +44,7 @@ std::string DataParallelTrainer::describe() const {
 }
 
 absl::StatusOr<DataParallelTrainer::Replica> DataParallelTrainer::spawn_replica(
-    int d, cluster::PlacementGroupId group, int bundle) {
+    int d, cluster::PlacementGroupId group, int bundle, const std::string& names) {
   const actors::Coordinate at{.d = d, .p = 0, .t = 0};
   SpawnOptions where{.resources = "", .placement_group = group.value, .bundle_index = bundle};
   // With fault tolerance the head restarts a lost rank's actors in its
@@ -53,19 +53,19 @@ absl::StatusOr<DataParallelTrainer::Replica> DataParallelTrainer::spawn_replica(
   Replica replica;
 
   SpawnOptions loader_where = where;
-  loader_where.name = actors::actor_name(job_, "loader", at);
+  loader_where.name = actors::actor_name(names, "loader", at);
   absl::StatusOr<ActorRef<actors::DataLoaderActor>> loader =
-      cluster_.spawn<actors::DataLoaderActor>(loader_where, loader_options(config_, job_, d));
+      cluster_.spawn<actors::DataLoaderActor>(loader_where, loader_options(config_, names, d));
   if (!loader.ok()) return loader.status();
   actors_.push_back(loader->id());
   replica.loader = *loader;
 
   SpawnOptions stage_where = where;
-  stage_where.name = actors::actor_name(job_, "stage", at);
+  stage_where.name = actors::actor_name(names, "stage", at);
   stage_where.resources = "CPU=1";
   stage_where.dedicated_thread = true;
   const actors::StageOptions stage_options{
-      .job = job_,
+      .job = names,
       .at = at,
       .mesh = {.dp = config_.parallel.dp, .pp = 1, .tp = 1},
       .model = config_.model,
@@ -89,12 +89,12 @@ absl::StatusOr<DataParallelTrainer::Replica> DataParallelTrainer::spawn_replica(
   replica.stage = *stage;
 
   SpawnOptions shard_where = where;
-  shard_where.name = actors::actor_name(job_, "shard", at);
+  shard_where.name = actors::actor_name(names, "shard", at);
   // DDP: the whole stage; ZeRO: this rank's partition of it.
   const nn::ParamRange whole{0, nn::GPTParamLayout(config_.model).num_params()};
   const nn::ParamRange range =
       zero_stage() == 0 ? whole : actors::ZeroPartition(whole, config_.parallel.dp, d).own();
-  const actors::ShardOptions shard_options{.job = job_,
+  const actors::ShardOptions shard_options{.job = names,
                                            .at = at,
                                            .model = config_.model,
                                            .range = range,
@@ -122,7 +122,7 @@ absl::Status DataParallelTrainer::spawn_replicas() {
                         absl::StrCat("placing ", dp, " replicas (one CPU each): ", s.message()));
   }
   for (int d = 0; d < dp; ++d) {
-    absl::StatusOr<Replica> replica = spawn_replica(d, *pg, d);
+    absl::StatusOr<Replica> replica = spawn_replica(d, *pg, d, job_);
     if (!replica.ok()) return replica.status();
     replicas_.push_back(*std::move(replica));
   }

@@ -62,6 +62,18 @@ class DataParallelTrainer : public Trainer, public MeshRepair {
   absl::Status declare_groups() override;
   void mark_whole() override;
   int64_t samples_per_epoch() const override { return data_info_.samples_per_epoch; }
+  // Elasticity (docs/elasticity.md): between steps, the job goes on over the
+  // ranks `keep` (old ranks, in their new order) followed by `add` new ones,
+  // with the same global batch (plan_batch). The new ranks' actors are
+  // spawned on nodes with room (waiting up to `deadline`), take the
+  // committed state from a surviving replica peer to peer, and every loader
+  // continues at the committed data position; the group is declared again
+  // at the new size; the actors of ranks not kept are killed. DDP only so
+  // far. FailedPrecondition, changing nothing, for a size the batch rule
+  // refuses (its reason) or a rank kept twice or out of range;
+  // ResourceExhausted when no node had room for the new ranks by
+  // `deadline`; Unimplemented under ZeRO.
+  absl::Status resize(const std::vector<int>& keep, int add, absl::Time deadline);
   // The actors of rank d: its loader, stage and shard.
   std::vector<ActorId> rank_actors(int d) const;
   // OK while the actors at `at` run where they ran when the job last stood
@@ -80,7 +92,10 @@ class DataParallelTrainer : public Trainer, public MeshRepair {
       : cluster_(cluster), config_(std::move(config)), job_(std::move(job)), threads_(threads) {}
   absl::Status spawn_replicas();
   // Rank d's loader, stage and shard, in bundle `bundle` of `group`.
-  absl::StatusOr<Replica> spawn_replica(int d, cluster::PlacementGroupId group, int bundle);
+  // `names`: the job name its actors' names are made from (job_, or after a
+  // resize a name of its own, so that they differ from the old ranks').
+  absl::StatusOr<Replica> spawn_replica(int d, cluster::PlacementGroupId group, int bundle,
+                                        const std::string& names);
   // Recovery: rank d's actors are unknown to a restarted head (their node
   // was lost while it was down, so nothing restarts them): new ones take the
   // rank, in a placement group of their own, once a node has room for them
@@ -104,6 +119,7 @@ class DataParallelTrainer : public Trainer, public MeshRepair {
   TrainConfig config_;
   std::string job_;
   int threads_ = 0;  // each stage's compute threads
+  int resizes_ = 0;  // resize() calls that spawned ranks
   // The replicas' group, and one per rank spawned again (respawn_rank).
   std::vector<cluster::PlacementGroupId> placement_groups_;
   std::vector<ActorId> actors_;  // everything spawned, for stop()

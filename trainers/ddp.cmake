@@ -3,6 +3,7 @@
 target_sources(troupe_trainers PRIVATE
   checkpointer.cc
   data_parallel_recovery.cc
+  data_parallel_resize.cc
   data_parallel_trainer.cc
   elastic_batch.cc
   export_command.cc

@@ -109,9 +109,8 @@ std::vector<LostMember> TrainerController::find_hung(int64_t step,
   return hung;
 }
 
-absl::StatusOr<TrainerController> TrainerController::create(actors::Mesh mesh,
-                                                            std::vector<MeshMember> members,
-                                                            ControllerOptions options) {
+absl::StatusOr<std::vector<MeshMember>> TrainerController::in_mesh_order(
+    const actors::Mesh& mesh, std::vector<MeshMember> members) {
   if (mesh.dp < 1 || mesh.pp < 1 || mesh.tp < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("trainer: a mesh of dp ", mesh.dp, " x pp ", mesh.pp, " x tp ", mesh.tp));
@@ -145,7 +144,15 @@ absl::StatusOr<TrainerController> TrainerController::create(actors::Mesh mesh,
     seen[i] = true;
     ordered[i] = std::move(m);
   }
-  TrainerController controller(mesh, std::move(ordered), std::move(options));
+  return ordered;
+}
+
+absl::StatusOr<TrainerController> TrainerController::create(actors::Mesh mesh,
+                                                            std::vector<MeshMember> members,
+                                                            ControllerOptions options) {
+  absl::StatusOr<std::vector<MeshMember>> ordered = in_mesh_order(mesh, std::move(members));
+  if (!ordered.ok()) return ordered.status();
+  TrainerController controller(mesh, *std::move(ordered), std::move(options));
   if (controller.options_.dynamic_loss_scale) {
     absl::StatusOr<nn::DynamicLossScaler> scaler =
         nn::DynamicLossScaler::create(*controller.options_.dynamic_loss_scale);
@@ -242,6 +249,21 @@ absl::Status TrainerController::connect_buddies() {
   for (Future<void>& f : pending)
     first.Update(std::move(f).get(options_.step_timeout));
   return first;
+}
+
+absl::Status TrainerController::resize(actors::Mesh mesh, std::vector<MeshMember> members) {
+  if (!lost_shards_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("trainer: resize while ", lost_shards_.size(),
+                     " shards have not applied the last committed step (restore them first)"));
+  }
+  absl::StatusOr<std::vector<MeshMember>> ordered = in_mesh_order(mesh, std::move(members));
+  if (!ordered.ok()) return ordered.status();
+  mesh_ = mesh;
+  members_ = *std::move(ordered);
+  owned_.clear();  // the stages report their ranges again at the next step
+  hung_.clear();
+  return absl::OkStatus();
 }
 
 absl::Status TrainerController::replace_member(const actors::Coordinate& at,

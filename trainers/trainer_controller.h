@@ -158,6 +158,14 @@ class TrainerController {
   absl::Status replace_member(const actors::Coordinate& at, std::shared_ptr<StageEndpoint> stage,
                               std::shared_ptr<ShardEndpoint> shard);
 
+  // Elasticity: the job goes on over `mesh` with `members` (one per
+  // coordinate, as create requires) from the next step; the step count, the
+  // schedule and the loss scaler go on as they were. The caller has put the
+  // actors in place: every stage at its new rank in the new group, every
+  // shard holding the committed state. InvalidArgument as create's;
+  // FailedPrecondition, changing nothing, while lost_shards() is not empty.
+  absl::Status resize(actors::Mesh mesh, std::vector<MeshMember> members);
+
   // Buddy replication: makes every member's buddy (MeshMember::buddy) the
   // keeper of its replica and sends it the whole state; after init, and after
   // a recovery replaced members. The first error.
@@ -173,6 +181,9 @@ class TrainerController {
  private:
   TrainerController(actors::Mesh mesh, std::vector<MeshMember> members, ControllerOptions options)
       : mesh_(mesh), members_(std::move(members)), options_(std::move(options)) {}
+  // `members` ordered as the mesh is (see create); InvalidArgument as create's.
+  static absl::StatusOr<std::vector<MeshMember>> in_mesh_order(const actors::Mesh& mesh,
+                                                               std::vector<MeshMember> members);
   absl::Status discard_all(int64_t step);
   absl::Status prepare_all(int64_t step);
   absl::Status replicate_all(const actors::CommitRequest& commit);

@@ -214,6 +214,13 @@ class ControllerTest : public ::testing::Test {
   // A stage and a shard at every coordinate of `mesh`; the script's entries
   // are filled by the test before or after.
   TrainerController make(const Mesh& mesh, ControllerOptions options = {}) {
+    options.step_timeout = std::min(options.step_timeout, kWait);
+    absl::StatusOr<TrainerController> c =
+        TrainerController::create(mesh, members_of(mesh), options);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *std::move(c);
+  }
+  std::vector<MeshMember> members_of(const Mesh& mesh) {
     std::vector<MeshMember> members;
     for (int d = 0; d < mesh.dp; ++d)
       for (int p = 0; p < mesh.pp; ++p)
@@ -225,10 +232,7 @@ class ControllerTest : public ::testing::Test {
           members.push_back(
               {.at = at, .stage = stage_endpoint(*stage), .shard = shard_endpoint(*shard)});
         }
-    options.step_timeout = std::min(options.step_timeout, kWait);
-    absl::StatusOr<TrainerController> c = TrainerController::create(mesh, members, options);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return *std::move(c);
+    return members;
   }
   Script::Stage& stage(const Coordinate& at) { return script_.stages[actors::to_string(at)]; }
   Script::Shard& shard(const Coordinate& at) { return script_.shards[actors::to_string(at)]; }
@@ -302,6 +306,32 @@ TEST_F(ControllerTest, ReplicasOfARangeCountOnceAndSharesAreSummed) {
   out = ddp.step(2);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_DOUBLE_EQ(out->grad_norm, 4.0);  // sqrt(1 + 2 + 3 + 10)
+}
+
+// Elasticity: a job resized between steps goes on with the next step over
+// the new members, and its global batch is theirs.
+TEST_F(ControllerTest, AResizedJobGoesOnWithTheNextStepOverTheNewMembers) {
+  two_stages(3);
+  TrainerController c = make({.dp = 2, .pp = 2, .tp = 1});
+  absl::StatusOr<StepOutcome> out = c.step(1);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->samples, 8);
+  EXPECT_DOUBLE_EQ(out->loss, 2.5);  // (2 + 3) / 2
+  ASSERT_TRUE(c.resize({.dp = 3, .pp = 2, .tp = 1}, members_of({.dp = 3, .pp = 2, .tp = 1})).ok());
+  EXPECT_EQ(c.mesh().dp, 3);
+  EXPECT_EQ(c.members().size(), 6u);
+  EXPECT_EQ(c.next_step(), 2);
+  EXPECT_FALSE(c.step(1).ok());  // the count went on
+  out = c.step(2);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->samples, 12);
+  EXPECT_DOUBLE_EQ(out->loss, 3.0);  // (2 + 3 + 4) / 3
+  EXPECT_EQ(c.applied_steps(), 2);
+  // Members that do not fill the new mesh change nothing.
+  EXPECT_EQ(c.resize({.dp = 4, .pp = 2, .tp = 1}, members_of({.dp = 3, .pp = 2, .tp = 1})).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.mesh().dp, 3);
+  EXPECT_TRUE(c.step(3).ok());
 }
 
 TEST_F(ControllerTest, TheNormIsUnscaledAndClippingScalesTheCommit) {

@@ -1,0 +1,134 @@
+// Elasticity on a real local cluster (a head and three worker processes of
+// the troupe executable): a DDP job resized between steps - a rank added,
+// a rank in the middle taken away - trains on the same samples each step as
+// a job that never changed, and its losses and weights match one replica on
+// the same global batch (fp32, relative 1e-6, SGD). A size the batch rule
+// refuses changes nothing, and training goes on.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "tests/trainers/training_cluster.h"
+#include "trainers/config.h"
+#include "trainers/data_parallel_trainer.h"
+
+namespace troupe::trainers {
+namespace {
+
+constexpr int kGlobalBatch = 12;
+constexpr absl::Duration kResizeWait = absl::Seconds(60);
+
+TrainConfig config_for(int dp) {
+  TrainConfig c;
+  c.parallel.dp = dp;
+  c.gradient_accumulation_steps = 1;
+  c.micro_batch_size = kGlobalBatch / dp;
+  c.train_batch_size = kGlobalBatch;
+  c.model = {.max_seq_len = 16,
+             .vocab_size = 256,
+             .padded_vocab_size = 256,
+             .num_layers = 2,
+             .num_heads = 2,
+             .channels = 32};
+  c.data.synthetic =
+      SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 600, .seed = 7};
+  c.optimizer.type = OptimizerType::kSgd;
+  c.optimizer.sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
+  c.schedule = nn::LrSchedule::constant(0.1f);
+  c.gradient_clipping = 1.0;
+  c.zero.reduce_bucket_size = 4096;
+  c.training.seed = 11;
+  c.elasticity.enabled = true;
+  return c;
+}
+
+using testing::RunResult;
+
+class ElasticTest : public testing::TrainingClusterTest {
+ protected:
+  std::unique_ptr<DataParallelTrainer> start(const TrainConfig& config) {
+    auto trainer =
+        DataParallelTrainer::start(*driver_, config, "elastic-test-" + std::to_string(++jobs_), 1);
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    return trainer.ok() ? *std::move(trainer) : nullptr;
+  }
+  // Steps [from, to] into `result`.
+  static void train(DataParallelTrainer& trainer, int from, int to, RunResult& result) {
+    for (int k = from; k <= to; ++k) {
+      absl::StatusOr<StepOutcome> outcome = trainer.step(k);
+      ASSERT_TRUE(outcome.ok()) << "step " << k << ": " << outcome.status();
+      EXPECT_EQ(outcome->samples, kGlobalBatch);
+      result.losses.push_back(outcome->loss);
+      result.norms.push_back(outcome->grad_norm);
+      result.outcomes.push_back(*outcome);
+    }
+  }
+  static void finish(DataParallelTrainer& trainer, RunResult& result) {
+    absl::StatusOr<std::vector<float>> params = trainer.master_params();
+    ASSERT_TRUE(params.ok()) << params.status();
+    result.params = *std::move(params);
+    EXPECT_TRUE(trainer.stop().ok());
+  }
+
+  inline static int jobs_ = 0;
+};
+
+std::vector<int64_t> sorted(std::vector<int64_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+TEST_F(ElasticTest, AJobResizedBetweenStepsTrainsAsOneThatNeverChanged) {
+  RunResult single;
+  {
+    auto trainer = start(config_for(1));
+    ASSERT_NE(trainer, nullptr);
+    train(*trainer, 1, 6, single);
+    finish(*trainer, single);
+  }
+  RunResult elastic;
+  auto trainer = start(config_for(2));
+  ASSERT_NE(trainer, nullptr);
+  train(*trainer, 1, 2, elastic);
+  // dp 2 -> 3: a rank joins (micro-batch 4 now).
+  ASSERT_TRUE(trainer->resize({0, 1}, 1, absl::Now() + kResizeWait).ok());
+  EXPECT_EQ(trainer->controller().mesh().dp, 3);
+  EXPECT_EQ(trainer->describe(), "DDP over 3 replicas");
+  train(*trainer, 3, 4, elastic);
+  // dp 3 -> 2: the rank in the middle leaves; the others close ranks.
+  ASSERT_TRUE(trainer->resize({0, 2}, 0, absl::Now() + kResizeWait).ok());
+  EXPECT_EQ(trainer->controller().mesh().dp, 2);
+  train(*trainer, 5, 6, elastic);
+  finish(*trainer, elastic);
+
+  ASSERT_EQ(elastic.outcomes.size(), single.outcomes.size());
+  for (size_t k = 0; k < single.outcomes.size(); ++k) {
+    EXPECT_EQ(sorted(elastic.outcomes[k].sample_ids), sorted(single.outcomes[k].sample_ids))
+        << "step " << k + 1 << " trained on other samples";
+  }
+  testing::expect_same_training(elastic, single, "sgd, dp 2 -> 3 -> 2", true, "elastic");
+}
+
+TEST_F(ElasticTest, ASizeTheBatchRuleRefusesChangesNothing) {
+  TrainConfig config = config_for(2);
+  config.elasticity.micro_batch_sizes = {6};  // 12 = 2 x 6 only
+  auto trainer = start(config);
+  ASSERT_NE(trainer, nullptr);
+  RunResult run;
+  train(*trainer, 1, 1, run);
+  absl::Status refused = trainer->resize({0, 1}, 1, absl::Now() + kResizeWait);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "the global batch 12 cannot be split over dp 3"))
+      << refused;
+  EXPECT_EQ(trainer->controller().mesh().dp, 2);
+  train(*trainer, 2, 3, run);  // goes on at dp 2
+  EXPECT_EQ(trainer->resize({0, 0}, 0, absl::Now()).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(trainer->stop().ok());
+}
+
+}  // namespace
+}  // namespace troupe::trainers
