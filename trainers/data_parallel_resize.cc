@@ -50,6 +50,13 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep, int add,
                                                  " job is not implemented yet: its partitions "
                                                  "would move (DDP resizes)"));
   }
+  if (config_.fault_tolerance.enabled) {
+    // The head restarts a lost actor with the options it was spawned with,
+    // which after a resize are not its rank's any more.
+    return absl::UnimplementedError(
+        "resizing a job with fault_tolerance enabled is not implemented yet: a restarted actor "
+        "would come back with its old rank");
+  }
   std::set<int> kept;
   for (int d : keep) {
     if (d < 0 || d >= old_dp || !kept.insert(d).second) {
@@ -158,7 +165,6 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep, int add,
   }
   replicas_ = std::move(next);
   config_ = resized;
-  if (config_.fault_tolerance.enabled) mark_whole();
   return absl::OkStatus();
 }
 

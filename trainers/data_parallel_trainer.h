@@ -72,7 +72,7 @@ class DataParallelTrainer : public Trainer, public MeshRepair {
   // far. FailedPrecondition, changing nothing, for a size the batch rule
   // refuses (its reason) or a rank kept twice or out of range;
   // ResourceExhausted when no node had room for the new ranks by
-  // `deadline`; Unimplemented under ZeRO.
+  // `deadline`; Unimplemented under ZeRO or with fault tolerance.
   absl::Status resize(const std::vector<int>& keep, int add, absl::Time deadline);
   // The actors of rank d: its loader, stage and shard.
   std::vector<ActorId> rank_actors(int d) const;

@@ -199,15 +199,23 @@ absl::Status DataLoader::seek(int64_t position) {
     return absl::InvalidArgumentError(
         absl::StrCat("data loader: seek to position ", position, ", expected >= 0"));
   }
+  move_to(position, nullptr);
+  return absl::OkStatus();
+}
+
+void DataLoader::move_to(int64_t position, std::shared_ptr<const DistributedSampler> sampler) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (sampler != nullptr) {
+      sampler_ = std::move(sampler);
+      describe_sampler();
+    }
     queue_.clear();
     error_.reset();
     consumer_position_ = produce_position_ = position;
     ++generation_;
   }
   room_.notify_all();
-  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> DataLoader::seek_rebased(int64_t position, int64_t from_samples_per_epoch) {
@@ -251,16 +259,7 @@ absl::Status DataLoader::reshape(int dp, int rank, int micro_batch, int grad_acc
                              sampler->global_batch(),
                              ", and a position would not mean the same data"));
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    sampler_ = std::make_shared<const DistributedSampler>(*std::move(sampler));
-    describe_sampler();
-    queue_.clear();
-    error_.reset();
-    consumer_position_ = produce_position_ = position;
-    ++generation_;
-  }
-  room_.notify_all();
+  move_to(position, std::make_shared<const DistributedSampler>(*std::move(sampler)));
   return absl::OkStatus();
 }
 

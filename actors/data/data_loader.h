@@ -136,6 +136,9 @@ class DataLoader {
   DataLoader(LoaderOptions options, TokenDataset dataset, DistributedSampler sampler);
   absl::StatusOr<Batch> make_batch(const DistributedSampler& sampler, int64_t position) const;
   void produce();
+  // Drops the batches prepared ahead and continues at `position`, with
+  // `sampler` from now on unless it is null.
+  void move_to(int64_t position, std::shared_ptr<const DistributedSampler> sampler);
   // info_'s fields that follow the sampler. REQUIRES: mu_ held, or no other thread yet.
   void describe_sampler();
 
