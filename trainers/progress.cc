@@ -140,6 +140,7 @@ absl::Status MetricsWriter::write_step(const StepOutcome& s) {
                       {"loss_scale", s.loss_scale},
                       {"applied", s.applied},
                       {"samples", s.samples},
+                      {"dp", s.dp},
                       {"tokens", s.tokens},
                       {"tokens_per_s", s.step_ms > 0 ? s.tokens / (s.step_ms / 1000.0) : 0.0},
                       {"step_ms", s.step_ms},

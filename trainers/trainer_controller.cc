@@ -333,6 +333,7 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
   const double start = now_ms();
   StepOutcome out;
   out.step = step;
+  out.dp = mesh_.dp;
   out.loss_scale = loss_scale();
   actors::StepRequest request{.step = step, .loss_scale = static_cast<float>(out.loss_scale)};
   std::vector<Future<actors::StepReport>> running;

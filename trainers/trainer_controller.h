@@ -81,6 +81,7 @@ struct StepOutcome {
   float lr = 0;           // the rate applied (0 when skipped)
   double loss_scale = 1;  // the scale this step ran with
   int64_t samples = 0;    // in the global batch
+  int dp = 1;             // the data-parallel size the step ran at (elasticity changes it)
   int64_t tokens = 0;
   // The dataset's samples the step trained on (each rank's in mesh order):
   // the data log.

@@ -107,7 +107,9 @@ TEST_F(ElasticTest, AJobResizedBetweenStepsTrainsAsOneThatNeverChanged) {
   finish(*trainer, elastic);
 
   ASSERT_EQ(elastic.outcomes.size(), single.outcomes.size());
+  const int dps[6] = {2, 2, 3, 3, 2, 2};
   for (size_t k = 0; k < single.outcomes.size(); ++k) {
+    EXPECT_EQ(elastic.outcomes[k].dp, dps[k]) << "step " << k + 1;
     EXPECT_EQ(sorted(elastic.outcomes[k].sample_ids), sorted(single.outcomes[k].sample_ids))
         << "step " << k + 1 << " trained on other samples";
   }

@@ -88,6 +88,7 @@ TEST_F(TrainCommandTest, ExampleRunLearnsAdditionAndGenerates) {
   std::string metrics = read("out/metrics.jsonl");
   EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 600 + 6 + 3);  // 3 checkpoints
   EXPECT_NE(metrics.find("\"comm_exposed_ms\""), std::string::npos);
+  EXPECT_NE(metrics.find("\"dp\":2,"), std::string::npos);
 
   Result generated = troupe(dir_, "generate --model out --prompt '07+97='");
   ASSERT_EQ(generated.code, 0) << generated.output;
