@@ -29,12 +29,7 @@ TrainConfig config_for(int dp) {
   c.gradient_accumulation_steps = 1;
   c.micro_batch_size = kGlobalBatch / dp;
   c.train_batch_size = kGlobalBatch;
-  c.model = {.max_seq_len = 16,
-             .vocab_size = 256,
-             .padded_vocab_size = 256,
-             .num_layers = 2,
-             .num_heads = 2,
-             .channels = 32};
+  c.model = testing::kTinyGpt;
   c.data.synthetic =
       SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 600, .seed = 7};
   c.optimizer.type = OptimizerType::kSgd;

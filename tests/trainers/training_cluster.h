@@ -13,9 +13,18 @@
 
 #include "core/cluster/cluster.h"
 #include "core/cluster/local_cluster.h"
+#include "nn/gpt.h"
 #include "trainers/trainer_controller.h"
 
 namespace troupe::trainers::testing {
+
+// The GPT the trainer tests train: two blocks of 32 channels, 16 tokens.
+inline constexpr nn::GPTConfig kTinyGpt = {.max_seq_len = 16,
+                                           .vocab_size = 256,
+                                           .padded_vocab_size = 256,
+                                           .num_layers = 2,
+                                           .num_heads = 2,
+                                           .channels = 32};
 
 class TrainingClusterTest : public ::testing::Test {
  protected:
