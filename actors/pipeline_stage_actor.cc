@@ -149,6 +149,12 @@ absl::Status PipelineStageActor::setup() {
     return absl::FailedPreconditionError(
         absl::StrCat(name_, ": its data loader ", loader_name_, " is not in this process"));
   }
+  if (options_.mesh.dp == 1 && sync_ == nullptr) {  // resized to one rank: no group
+    absl::StatusOr<std::unique_ptr<GradientSync>> sync =
+        make_gradient_sync(sync_options(options_), plan_, model_, nullptr);
+    if (!sync.ok()) return sync.status();
+    sync_ = *std::move(sync);
+  }
   if (options_.mesh.dp > 1 && group_ == nullptr) {
     absl::StatusOr<std::unique_ptr<CollectiveGroup>> group = CollectiveGroup::join(options_.group);
     if (!group.ok()) return group.status();
@@ -174,14 +180,16 @@ absl::Status PipelineStageActor::rejoin() {
     return absl::FailedPreconditionError(absl::StrCat(
         name_, ": rejoin while it holds the gradients of step ", held, " (discard it first)"));
   }
-  if (options_.mesh.dp > 1) {
-    if (sync_ != nullptr) sync_->drain();
-    sync_.reset();  // before the group its reductions ran on
-    tensors_->set_group(nullptr);
-    group_.reset();
-  }
+  if (options_.mesh.dp > 1) leave_group();
   whole_version_ = -1;
   return setup();
+}
+
+void PipelineStageActor::leave_group() {
+  if (sync_ != nullptr) sync_->drain();
+  sync_.reset();  // before the group its reductions ran on
+  tensors_->set_group(nullptr);
+  group_.reset();
 }
 
 absl::Status PipelineStageActor::resize(StageShape shape) {
@@ -202,22 +210,15 @@ absl::Status PipelineStageActor::resize(StageShape shape) {
       !s.ok()) {
     return Prefixed(name_ + ": ", s);
   }
-  // Out of the old group first, with the reductions that ran on it.
-  sync_->drain();
-  sync_.reset();
-  tensors_->set_group(nullptr);
-  group_.reset();
+  // Out of the old group (the sync counts micro-batches: it goes too), then
+  // into the new one as setup() does.
+  leave_group();
   options_.mesh.dp = shape.dp;
   options_.at.d = shape.rank;
   options_.micro_batch = shape.micro_batch;
   options_.grad_accum = shape.grad_accum;
   whole_version_ = -1;
-  if (shape.dp > 1) return setup();
-  absl::StatusOr<std::unique_ptr<GradientSync>> sync =
-      make_gradient_sync(sync_options(options_), plan_, model_, nullptr);
-  if (!sync.ok()) return sync.status();
-  sync_ = *std::move(sync);
-  return absl::OkStatus();
+  return setup();
 }
 
 absl::Status PipelineStageActor::check_turn(int64_t step) const {

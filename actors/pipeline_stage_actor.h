@@ -159,6 +159,9 @@ class PipelineStageActor {
   PipelineStageActor(StageOptions options, StagePlan plan, nn::GPT model);
   // Publishes what the shard reaches (StageTensors), once the buffers exist.
   void publish_tensors();
+  // Drains the gradient sync's reductions and drops it, the group and the
+  // tensors' link to the group (rejoin, resize).
+  void leave_group();
   absl::Status check_turn(int64_t step) const;
   absl::Status check_whole_parameters() const;
   absl::StatusOr<StepReport> run_micro_batches(const StepRequest& request);

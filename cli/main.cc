@@ -42,7 +42,16 @@ int main(int argc, char** argv) {
   // TROUPE_LOG_LEVEL=trace|debug|info|warn|error|off (default info), inherited
   // by the workers `troupe train --local` starts.
   if (const char* level = std::getenv("TROUPE_LOG_LEVEL"); level != nullptr && *level != '\0') {
-    spdlog::set_level(spdlog::level::from_str(level));
+    // spdlog reads a name it does not know as "off": say so instead of going quiet.
+    const spdlog::level::level_enum parsed = spdlog::level::from_str(level);
+    if (parsed == spdlog::level::off && std::string(level) != "off") {
+      std::fprintf(stderr,
+                   "troupe: TROUPE_LOG_LEVEL=%s is not a level (trace, debug, info, warn, error, "
+                   "off); logging at info\n",
+                   level);
+    } else {
+      spdlog::set_level(parsed);
+    }
   }
   std::string command = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);

@@ -3,6 +3,7 @@
 // DeepSpeed key that has no meaning here.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -49,13 +50,12 @@ absl::Status read_micro_batch_sizes(JsonObject& s, std::vector<int64_t>* out) {
         absl::StrCat(path, ": expected an array of positive integers, found ", describe(*sizes)));
   }
   for (const Json& v : *sizes) {
-    const bool whole =
-        v.is_number_integer() ||
-        (v.is_number_float() && v.get<double>() == static_cast<int64_t>(v.get<double>()));
-    if (!whole || v.get<double>() < 1 || v.get<double>() > INT32_MAX) {
+    // In range before it is converted: a double beyond int64 has no conversion.
+    const double x = v.is_number() ? v.get<double>() : 0;
+    if (x < 1 || x > INT32_MAX || x != std::floor(x)) {
       return config_error(absl::StrCat(path, ": expected positive integers, found ", describe(v)));
     }
-    out->push_back(static_cast<int64_t>(v.get<double>()));
+    out->push_back(static_cast<int64_t>(x));
   }
   std::sort(out->begin(), out->end());
   out->erase(std::unique(out->begin(), out->end()), out->end());

@@ -179,7 +179,7 @@ absl::Status DataParallelTrainer::respawn_rank(int d, absl::Time deadline) {
         {actors::to_string(at)},
         absl::StrCat("its actors were lost while the head was down: ", placed.message()));
   }
-  absl::StatusOr<Replica> replica = spawn_replica(d, *pg, 0, job_);
+  absl::StatusOr<Replica> replica = spawn_replica(d, *pg, 0, job_, config_);
   if (!replica.ok()) return replica.status();
   replicas_[d] = *std::move(replica);
   return controller_->replace_member(at, stage_endpoint(replicas_[d].stage),

@@ -5,42 +5,25 @@
 //   2. spawn     the new ranks' actors, in a placement group of their own
 //   3. state     each new shard takes the whole state of a surviving one
 //                (a DDP replica), peer to peer
-//   4. group     the group is declared at the new size; every kept stage
-//                leaves the old generation and joins the new one at its new
-//                rank with its loader reshaped (PipelineStageActor::resize),
-//                every new one joins it (setup) and moves its loader to the
-//                committed position (seek_data)
+//   4. group     the group is declared at the new size (declare_groups);
+//                every kept stage leaves the old generation and joins the
+//                new one at its new rank with its loader reshaped
+//                (PipelineStageActor::resize), every new one joins it
+//                (setup) and moves its loader to the committed position
+//                (seek_data)
 //   5. members   the controller goes on over the new members; the ranks
 //                not kept are killed
+#include <algorithm>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/cluster/collective_group.h"
 #include "trainers/data_parallel_trainer.h"
 #include "trainers/elastic_batch.h"
 
 namespace troupe::trainers {
-namespace {
-
-// Waits for every future, keeping the first error.
-template <class T>
-absl::Status wait_all(std::vector<Future<T>>& futures, absl::Time deadline) {
-  absl::Status first;
-  for (Future<T>& f : futures) {
-    const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
-    if constexpr (std::is_void_v<T>) {
-      first.Update(std::move(f).get(left));
-    } else {
-      first.Update(std::move(f).get(left).status());
-    }
-  }
-  return first;
-}
-
-}  // namespace
 
 absl::Status DataParallelTrainer::resize(const std::vector<int>& keep, int add,
                                          absl::Time deadline) {
@@ -73,6 +56,7 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep, int add,
   absl::StatusOr<BatchSplit> split = plan_batch(config_, new_dp);
   if (!split.ok()) return split.status();
   const ControllerState committed = controller_->state();
+  auto left = [deadline] { return std::max(deadline - absl::Now(), absl::ZeroDuration()); };
 
   // 2. The new ranks, named apart from the old ones.
   const TrainConfig resized = with_split(config_, *split);
@@ -84,48 +68,43 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep, int add,
                                         cluster::PlacementStrategy::kSpread, names + "/replicas");
     if (!pg.ok()) return pg.status();
     placement_groups_.push_back(*pg);
-    if (absl::Status s = cluster_.wait_placement_group(
-            *pg, std::max(deadline - absl::Now(), absl::ZeroDuration()));
-        !s.ok()) {
+    if (absl::Status s = cluster_.wait_placement_group(*pg, left()); !s.ok()) {
       cluster_.remove_placement_group(*pg).IgnoreError();
       placement_groups_.pop_back();
       return absl::ResourceExhaustedError(absl::StrCat("resize to dp ", new_dp, ": no room for ",
                                                        add, add == 1 ? " new rank" : " new ranks",
                                                        " (one CPU each): ", s.message()));
     }
-    const TrainConfig before = std::exchange(config_, resized);  // spawn_replica reads config_
     for (int i = 0; i < add; ++i) {
       absl::StatusOr<Replica> replica =
-          spawn_replica(static_cast<int>(keep.size()) + i, *pg, i, names);
-      if (!replica.ok()) {
-        config_ = before;
-        return replica.status();
-      }
+          spawn_replica(static_cast<int>(keep.size()) + i, *pg, i, names, resized);
+      if (!replica.ok()) return replica.status();
       added.push_back(*std::move(replica));
     }
-    config_ = before;
     // 3. The committed state, from the first rank kept.
     std::vector<Future<actors::ShardRestoreReport>> restoring;
     for (Replica& r : added)
       restoring.push_back(
           r.shard.call(&actors::ParamShardActor::restore_from, replicas_[keep[0]].shard));
-    if (absl::Status s = wait_all(restoring, deadline); !s.ok()) return s;
+    if (absl::Status s = when_all(std::move(restoring)).get(left()).status(); !s.ok()) return s;
   }
 
   // 4. The group at the new size. From here the old group is left: an error
   // leaves the job to be resized again or stopped.
+  std::vector<ActorId> leaving;
+  for (int d = 0; d < old_dp; ++d) {
+    if (kept.contains(d)) continue;
+    for (ActorId id : rank_actors(d))
+      leaving.push_back(id);
+  }
   std::vector<Replica> next;
   for (int d : keep)
     next.push_back(replicas_[d]);
   for (Replica& r : added)
     next.push_back(r);
-  if (new_dp > 1) {
-    std::vector<ActorId> stages;
-    for (const Replica& r : next)
-      stages.push_back(r.stage.id());
-    absl::StatusOr<uint64_t> generation = declare_collective_group(cluster_, job_ + "/dp", stages);
-    if (!generation.ok()) return generation.status();
-  }
+  replicas_ = std::move(next);
+  config_ = resized;
+  if (absl::Status s = declare_groups(); !s.ok()) return s;
   std::vector<Future<void>> joining;
   for (int rank = 0; rank < new_dp; ++rank) {
     const actors::StageShape shape{.dp = new_dp,
@@ -134,37 +113,32 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep, int add,
                                    .grad_accum = static_cast<int>(split->grad_accum),
                                    .position = committed.data_position};
     joining.push_back(rank < static_cast<int>(keep.size())
-                          ? next[rank].stage.call(&actors::PipelineStageActor::resize, shape)
-                          : next[rank].stage.call(&actors::PipelineStageActor::setup));
+                          ? replicas_[rank].stage.call(&actors::PipelineStageActor::resize, shape)
+                          : replicas_[rank].stage.call(&actors::PipelineStageActor::setup));
   }
-  if (absl::Status s = wait_all(joining, deadline); !s.ok()) return s;
+  if (absl::Status s = when_all(std::move(joining)).get(left()); !s.ok()) return s;
   std::vector<Future<int64_t>> seeking;
   for (Replica& r : added) {
     seeking.push_back(r.stage.call(&actors::PipelineStageActor::seek_data, committed.data_position,
                                    data_info_.samples_per_epoch));
   }
-  if (absl::Status s = wait_all(seeking, deadline); !s.ok()) return s;
+  if (absl::Status s = when_all(std::move(seeking)).get(left()).status(); !s.ok()) return s;
 
   // 5. The controller's members, and the ranks that leave.
   std::vector<MeshMember> members;
   const nn::ParamRange whole{0, nn::GPTParamLayout(config_.model).num_params()};
   for (int rank = 0; rank < new_dp; ++rank) {
     members.push_back({.at = {.d = rank, .p = 0, .t = 0},
-                       .stage = stage_endpoint(next[rank].stage),
-                       .shard = shard_endpoint(next[rank].shard),
+                       .stage = stage_endpoint(replicas_[rank].stage),
+                       .shard = shard_endpoint(replicas_[rank].shard),
                        .range = whole});
   }
   if (absl::Status s = controller_->resize({.dp = new_dp, .pp = 1, .tp = 1}, std::move(members));
       !s.ok()) {
     return s;
   }
-  for (int d = 0; d < old_dp; ++d) {
-    if (kept.contains(d)) continue;
-    for (ActorId id : rank_actors(d))
-      cluster_.kill(id).IgnoreError();  // (as stop(): one already gone is fine)
-  }
-  replicas_ = std::move(next);
-  config_ = resized;
+  for (ActorId id : leaving)
+    cluster_.kill(id).IgnoreError();  // (as stop(): one already gone is fine)
   return absl::OkStatus();
 }
 

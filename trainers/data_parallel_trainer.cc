@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "actors/mesh.h"
 #include "actors/zero_partition.h"
-#include "core/cluster/collective_group.h"
 
 namespace troupe::trainers {
 namespace {
@@ -44,18 +43,19 @@ std::string DataParallelTrainer::describe() const {
 }
 
 absl::StatusOr<DataParallelTrainer::Replica> DataParallelTrainer::spawn_replica(
-    int d, cluster::PlacementGroupId group, int bundle, const std::string& names) {
+    int d, cluster::PlacementGroupId group, int bundle, const std::string& names,
+    const TrainConfig& config) {
   const actors::Coordinate at{.d = d, .p = 0, .t = 0};
   SpawnOptions where{.resources = "", .placement_group = group.value, .bundle_index = bundle};
   // With fault tolerance the head restarts a lost rank's actors in its
   // bundle, placed again elsewhere (trainers/recovery.h).
-  if (config_.fault_tolerance.enabled) where.max_restarts = config_.fault_tolerance.max_failures;
+  if (config.fault_tolerance.enabled) where.max_restarts = config.fault_tolerance.max_failures;
   Replica replica;
 
   SpawnOptions loader_where = where;
   loader_where.name = actors::actor_name(names, "loader", at);
   absl::StatusOr<ActorRef<actors::DataLoaderActor>> loader =
-      cluster_.spawn<actors::DataLoaderActor>(loader_where, loader_options(config_, names, d));
+      cluster_.spawn<actors::DataLoaderActor>(loader_where, loader_options(config, names, d));
   if (!loader.ok()) return loader.status();
   actors_.push_back(loader->id());
   replica.loader = *loader;
@@ -67,21 +67,21 @@ absl::StatusOr<DataParallelTrainer::Replica> DataParallelTrainer::spawn_replica(
   const actors::StageOptions stage_options{
       .job = names,
       .at = at,
-      .mesh = {.dp = config_.parallel.dp, .pp = 1, .tp = 1},
-      .model = config_.model,
-      .model_options = config_.model_options,
-      .micro_batch = static_cast<int>(config_.micro_batch_size),
-      .grad_accum = static_cast<int>(config_.gradient_accumulation_steps),
+      .mesh = {.dp = config.parallel.dp, .pp = 1, .tp = 1},
+      .model = config.model,
+      .model_options = config.model_options,
+      .micro_batch = static_cast<int>(config.micro_batch_size),
+      .grad_accum = static_cast<int>(config.gradient_accumulation_steps),
       .gradient_sync = zero_stage() == 0 ? "allreduce" : absl::StrCat("zero", zero_stage()),
-      .bucket_elements = config_.zero.reduce_bucket_size,
-      .overlap_comm = config_.zero.overlap_comm,
-      .prefetch_elements = config_.zero.stage3_prefetch_bucket_size,
-      .persistence_threshold = config_.zero.stage3_param_persistence_threshold,
-      .max_live_parameters = config_.zero.stage3_max_live_parameters,
+      .bucket_elements = config.zero.reduce_bucket_size,
+      .overlap_comm = config.zero.overlap_comm,
+      .prefetch_elements = config.zero.stage3_prefetch_bucket_size,
+      .persistence_threshold = config.zero.stage3_param_persistence_threshold,
+      .max_live_parameters = config.zero.stage3_max_live_parameters,
       .threads = threads_,
       .group = job_ + "/dp",
       .transport = "",
-      .precision = compute_precision(config_)};
+      .precision = compute_precision(config)};
   absl::StatusOr<ActorRef<actors::PipelineStageActor>> stage =
       cluster_.spawn<actors::PipelineStageActor>(stage_where, stage_options);
   if (!stage.ok()) return stage.status();
@@ -91,16 +91,16 @@ absl::StatusOr<DataParallelTrainer::Replica> DataParallelTrainer::spawn_replica(
   SpawnOptions shard_where = where;
   shard_where.name = actors::actor_name(names, "shard", at);
   // DDP: the whole stage; ZeRO: this rank's partition of it.
-  const nn::ParamRange whole{0, nn::GPTParamLayout(config_.model).num_params()};
+  const nn::ParamRange whole{0, nn::GPTParamLayout(config.model).num_params()};
   const nn::ParamRange range =
-      zero_stage() == 0 ? whole : actors::ZeroPartition(whole, config_.parallel.dp, d).own();
+      zero_stage() == 0 ? whole : actors::ZeroPartition(whole, config.parallel.dp, d).own();
   const actors::ShardOptions shard_options{.job = names,
                                            .at = at,
-                                           .model = config_.model,
+                                           .model = config.model,
                                            .range = range,
-                                           .optimizer = optimizer_spec(config_.optimizer),
-                                           .precision = compute_precision(config_),
-                                           .seed = config_.training.seed};
+                                           .optimizer = optimizer_spec(config.optimizer),
+                                           .precision = compute_precision(config),
+                                           .seed = config.training.seed};
   absl::StatusOr<ActorRef<actors::ParamShardActor>> shard =
       cluster_.spawn<actors::ParamShardActor>(shard_where, shard_options);
   if (!shard.ok()) return shard.status();
@@ -122,17 +122,11 @@ absl::Status DataParallelTrainer::spawn_replicas() {
                         absl::StrCat("placing ", dp, " replicas (one CPU each): ", s.message()));
   }
   for (int d = 0; d < dp; ++d) {
-    absl::StatusOr<Replica> replica = spawn_replica(d, *pg, d, job_);
+    absl::StatusOr<Replica> replica = spawn_replica(d, *pg, d, job_, config_);
     if (!replica.ok()) return replica.status();
     replicas_.push_back(*std::move(replica));
   }
-  if (dp > 1) {
-    std::vector<ActorId> stages;
-    for (const Replica& r : replicas_)
-      stages.push_back(r.stage.id());
-    absl::StatusOr<uint64_t> generation = declare_collective_group(cluster_, job_ + "/dp", stages);
-    if (!generation.ok()) return generation.status();
-  }
+  if (absl::Status s = declare_groups(); !s.ok()) return s;
   // setup() joins the group: every stage must be in it at once.
   std::vector<Future<void>> joining;
   for (Replica& r : replicas_)

@@ -93,9 +93,10 @@ class DataParallelTrainer : public Trainer, public MeshRepair {
   absl::Status spawn_replicas();
   // Rank d's loader, stage and shard, in bundle `bundle` of `group`.
   // `names`: the job name its actors' names are made from (job_, or after a
-  // resize a name of its own, so that they differ from the old ranks').
+  // resize a name of its own, so that they differ from the old ranks');
+  // `config`: the job's (or, in a resize, the new size's).
   absl::StatusOr<Replica> spawn_replica(int d, cluster::PlacementGroupId group, int bundle,
-                                        const std::string& names);
+                                        const std::string& names, const TrainConfig& config);
   // Recovery: rank d's actors are unknown to a restarted head (their node
   // was lost while it was down, so nothing restarts them): new ones take the
   // rank, in a placement group of their own, once a node has room for them
