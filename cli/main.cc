@@ -23,7 +23,8 @@ void print_usage() {
       "  status   show nodes, jobs, actors, groups      (ray status)\n"
       "  stop     stop the cluster                      (ray stop)\n"
       "  kill     kill an actor by name or id           (ray.kill)\n"
-      "  pg       list or remove placement groups       (remove_placement_group)\n\n"
+      "  pg       list or remove placement groups       (remove_placement_group)\n"
+      "  drain    move elastic jobs off a worker         (kubectl drain)\n\n"
       "Training commands:\n"
       "  train    train a GPT from a DeepSpeed-style config   (deepspeed train.py)\n"
       "  generate sample text from trained weights or a checkpoint\n"
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
   if (command == "stop") return troupe::cluster::stop_command(args);
   if (command == "kill") return troupe::cluster::kill_command(args);
   if (command == "pg") return troupe::cluster::pg_command(args);
+  if (command == "drain") return troupe::cluster::drain_command(args);
   if (command == "--help" || command == "-h" || command == "help") {
     print_usage();
     return 0;

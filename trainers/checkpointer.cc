@@ -102,6 +102,7 @@ absl::Status Checkpointer::start(int64_t step, const std::vector<actors::Coordin
   p.step = step;
   p.step_dir = checkpoint::step_dir(config_.dir, step);
   p.state = controller_.state();
+  p.mesh = controller_.mesh();
   p.start_ms = actors::now_ms();
   // Each distinct range saved once: the members that hold the same range
   // (DDP's replicas) each save a part of it, split as ZeRO partitions are.
@@ -192,6 +193,9 @@ CheckpointEvent Checkpointer::complete() {
   m.applied_steps = p.state.applied;
   m.model = job_.model;
   m.layout = job_.layout;
+  m.layout.dp = p.mesh.dp;
+  m.layout.pp = p.mesh.pp;
+  m.layout.tp = p.mesh.tp;
   m.tensors = checkpoint::tensor_records(job_.model);
   m.optimizer = {.type = job_.optimizer, .updates = p.state.applied};
   m.data = {.position = p.state.data_position,

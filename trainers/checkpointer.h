@@ -111,6 +111,7 @@ class Checkpointer {
     int64_t step = 0;
     std::string step_dir;
     ControllerState state;
+    actors::Mesh mesh;                  // the job's when the save began (an elastic job resizes)
     std::vector<int> writers;           // member indices
     std::vector<nn::ParamRange> parts;  // what each writer saves
     std::vector<bool> replicas;         // the writer saves the replica it keeps

@@ -99,11 +99,6 @@ absl::Status parse_elasticity(JsonObject& top, TrainConfig* config) {
                                      " is not one of ", s.key_path("micro_batch_sizes"), " [",
                                      absl::StrJoin(sizes, ", "), "]"));
   }
-  if (e.enabled) {
-    // Until the trainers resize a running job (the elasticity issue's runtime part).
-    config->warnings.push_back(absl::StrCat(
-        s.key_path("enabled"), ": a running job does not change its dp yet; it keeps dp ", dp));
-  }
   return absl::OkStatus();
 }
 

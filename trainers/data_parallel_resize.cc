@@ -14,6 +14,7 @@
 //   5. members   the controller goes on over the new members; the ranks
 //                not kept are killed
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -25,9 +26,25 @@
 
 namespace troupe::trainers {
 
-absl::Status DataParallelTrainer::resize(const std::vector<int>& keep, int add,
-                                         absl::Time deadline) {
+std::vector<std::optional<uint32_t>> DataParallelTrainer::rank_nodes(
+    const cluster::ClusterStatus& status) const {
+  std::map<uint64_t, const cluster::ActorStatus*> by_id;
+  for (const cluster::ActorStatus& a : status.actors)
+    by_id[a.id] = &a;
+  std::vector<std::optional<uint32_t>> nodes;
+  for (const Replica& r : replicas_) {
+    auto a = by_id.find(r.stage.id().value);
+    nodes.push_back(a != by_id.end() && a->second->state == cluster::ActorState::kAlive
+                        ? std::optional<uint32_t>(a->second->node)
+                        : std::nullopt);
+  }
+  return nodes;
+}
+
+absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
+                                         std::vector<int32_t> target_nodes, absl::Time deadline) {
   const int old_dp = static_cast<int>(replicas_.size());
+  const int add = static_cast<int>(target_nodes.size());
   if (zero_stage() > 0) {
     return absl::UnimplementedError(absl::StrCat("resizing a ZeRO-", zero_stage(),
                                                  " job is not implemented yet: its partitions "
@@ -47,13 +64,13 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep, int add,
           absl::StrCat("resize: rank ", d, " cannot be kept (dp is ", old_dp, ")"));
     }
   }
-  if (keep.empty() || add < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("resize: at least one rank must be kept, and none taken away by adding (kept ",
-                     keep.size(), ", added ", add, ")"));
+  if (keep.empty()) {
+    return absl::FailedPreconditionError("resize: at least one rank must be kept");
   }
   const int new_dp = static_cast<int>(keep.size()) + add;
-  absl::StatusOr<BatchSplit> split = plan_batch(config_, new_dp);
+  // (Planned from the batch keys the job started with: a micro-batch made
+  // smaller at one size may grow back at another.)
+  absl::StatusOr<BatchSplit> split = plan_batch(configured_, new_dp);
   if (!split.ok()) return split.status();
   const ControllerState committed = controller_->state();
   auto left = [deadline] { return std::max(deadline - absl::Now(), absl::ZeroDuration()); };
@@ -63,9 +80,9 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep, int add,
   std::vector<Replica> added;
   if (add > 0) {
     const std::string names = absl::StrCat(job_, "+", ++resizes_);
-    absl::StatusOr<cluster::PlacementGroupId> pg =
-        cluster_.create_placement_group(std::vector<std::string>(add, "CPU=1"),
-                                        cluster::PlacementStrategy::kSpread, names + "/replicas");
+    absl::StatusOr<cluster::PlacementGroupId> pg = cluster_.create_placement_group(
+        std::vector<std::string>(add, "CPU=1"), cluster::PlacementStrategy::kSpread,
+        names + "/replicas", /*detached=*/false, std::move(target_nodes));
     if (!pg.ok()) return pg.status();
     placement_groups_.push_back(*pg);
     if (absl::Status s = cluster_.wait_placement_group(*pg, left()); !s.ok()) {
@@ -139,6 +156,13 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep, int add,
   }
   for (ActorId id : leaving)
     cluster_.kill(id).IgnoreError();  // (as stop(): one already gone is fine)
+  // A placement group none of whose ranks is left gives its bundles back.
+  std::erase_if(placement_groups_, [&](cluster::PlacementGroupId pg) {
+    const bool used = std::any_of(replicas_.begin(), replicas_.end(),
+                                  [&](const Replica& r) { return r.group == pg; });
+    if (!used) cluster_.remove_placement_group(pg).IgnoreError();
+    return !used;
+  });
   return absl::OkStatus();
 }
 

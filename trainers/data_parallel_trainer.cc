@@ -51,6 +51,7 @@ absl::StatusOr<DataParallelTrainer::Replica> DataParallelTrainer::spawn_replica(
   // bundle, placed again elsewhere (trainers/recovery.h).
   if (config.fault_tolerance.enabled) where.max_restarts = config.fault_tolerance.max_failures;
   Replica replica;
+  replica.group = group;
 
   SpawnOptions loader_where = where;
   loader_where.name = actors::actor_name(names, "loader", at);

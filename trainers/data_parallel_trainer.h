@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "actors/param_shard_actor.h"
+#include "trainers/elastic_scaler.h"
 #include "trainers/trainer.h"
 
 namespace troupe::trainers {
@@ -29,7 +30,7 @@ struct HeadView {
   bool rejoining = false;  // a restarted head still taking nodes back (ClusterStatus)
 };
 
-class DataParallelTrainer : public Trainer, public MeshRepair {
+class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMesh {
  public:
   // Places and spawns the actors of every rank, forms the data-parallel
   // group, initialises the parameters (the same seed on every rank, each
@@ -63,9 +64,10 @@ class DataParallelTrainer : public Trainer, public MeshRepair {
   void mark_whole() override;
   int64_t samples_per_epoch() const override { return data_info_.samples_per_epoch; }
   // Elasticity (docs/elasticity.md): between steps, the job goes on over the
-  // ranks `keep` (old ranks, in their new order) followed by `add` new ones,
-  // with the same global batch (plan_batch). The new ranks' actors are
-  // spawned on nodes with room (waiting up to `deadline`), take the
+  // ranks `keep` (old ranks, in their new order) followed by a new rank per
+  // entry of `target_nodes`, with the same global batch (plan_batch). The
+  // new ranks' actors are spawned on nodes with room, each on its target
+  // node where it has room (-1: any; waiting up to `deadline`), take the
   // committed state from a surviving replica peer to peer, and every loader
   // continues at the committed data position; the group is declared again
   // at the new size; the actors of ranks not kept are killed. DDP only so
@@ -73,7 +75,15 @@ class DataParallelTrainer : public Trainer, public MeshRepair {
   // refuses (its reason) or a rank kept twice or out of range;
   // ResourceExhausted when no node had room for the new ranks by
   // `deadline`; Unimplemented under ZeRO or with fault tolerance.
-  absl::Status resize(const std::vector<int>& keep, int add, absl::Time deadline);
+  absl::Status resize(const std::vector<int>& keep, std::vector<int32_t> target_nodes,
+                      absl::Time deadline) override;
+  int dp() const override { return static_cast<int>(replicas_.size()); }
+  std::vector<std::optional<uint32_t>> rank_nodes(
+      const cluster::ClusterStatus& status) const override;
+  // The scaler when elasticity.enabled (a DDP job), else null.
+  ElasticMesh* elastic() override {
+    return config_.elasticity.enabled && zero_stage() == 0 ? this : nullptr;
+  }
   // The actors of rank d: its loader, stage and shard.
   std::vector<ActorId> rank_actors(int d) const;
   // OK while the actors at `at` run where they ran when the job last stood
@@ -86,10 +96,15 @@ class DataParallelTrainer : public Trainer, public MeshRepair {
     ActorRef<actors::PipelineStageActor> stage;
     ActorRef<actors::ParamShardActor> shard;
     ActorRef<actors::DataLoaderActor> loader;
+    cluster::PlacementGroupId group;  // whose bundle it holds
   };
 
   DataParallelTrainer(Cluster& cluster, TrainConfig config, std::string job, int threads)
-      : cluster_(cluster), config_(std::move(config)), job_(std::move(job)), threads_(threads) {}
+      : cluster_(cluster),
+        config_(config),
+        configured_(std::move(config)),
+        job_(std::move(job)),
+        threads_(threads) {}
   absl::Status spawn_replicas();
   // Rank d's loader, stage and shard, in bundle `bundle` of `group`.
   // `names`: the job name its actors' names are made from (job_, or after a
@@ -117,7 +132,8 @@ class DataParallelTrainer : public Trainer, public MeshRepair {
   int zero_stage() const { return config_.zero.stage; }
 
   Cluster& cluster_;
-  TrainConfig config_;
+  TrainConfig config_;            // at the job's current size (resize changes its batch split)
+  const TrainConfig configured_;  // as the job was started
   std::string job_;
   int threads_ = 0;  // each stage's compute threads
   int resizes_ = 0;  // resize() calls that spawned ranks

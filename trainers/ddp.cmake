@@ -6,6 +6,7 @@ target_sources(troupe_trainers PRIVATE
   data_parallel_resize.cc
   data_parallel_trainer.cc
   elastic_batch.cc
+  elastic_scaler.cc
   export_command.cc
   generate_command.cc
   model_file.cc

@@ -210,4 +210,15 @@ absl::Status MetricsWriter::write_recovery(const RecoveryReport& report) {
   return write_line(nlohmann::json{{"step", report.step}, {"recovery", r}}.dump());
 }
 
+absl::Status MetricsWriter::write_resize(const ResizeReport& report) {
+  nlohmann::json r = {{"from_dp", report.from_dp},
+                      {"to_dp", report.to_dp},
+                      {"cause", report.cause},
+                      {"micro_batch", report.split.micro_batch},
+                      {"grad_accum", report.split.grad_accum},
+                      {"global_batch", report.global_batch},
+                      {"ms", report.ms}};
+  return write_line(nlohmann::json{{"step", report.step}, {"resize", r}}.dump());
+}
+
 }  // namespace troupe::trainers

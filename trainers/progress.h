@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "actors/pipeline_stage_actor.h"
 #include "trainers/checkpointer.h"
+#include "trainers/elastic_scaler.h"
 #include "trainers/recovery.h"
 #include "trainers/trainer_controller.h"
 
@@ -89,6 +90,9 @@ class MetricsWriter {
   //  "restored":[..],"checkpoint_step":..,"steps_lost":..,"detect_ms":..,"replace_ms":..,
   //  "restore_ms":..,"total_ms":..}}
   absl::Status write_recovery(const RecoveryReport& report);
+  // {"step":..,"resize":{"from_dp":..,"to_dp":..,"cause":..,"micro_batch":..,
+  //  "grad_accum":..,"global_batch":..,"ms":..}}
+  absl::Status write_resize(const ResizeReport& report);
   // Closes the file; its errors as write_step's.
   absl::Status close();
 

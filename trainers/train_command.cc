@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "actors/zero_partition.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "core/cluster/cluster.h"
@@ -21,6 +22,7 @@
 #include "nn/memory.h"
 #include "trainers/checkpointer.h"
 #include "trainers/config.h"
+#include "trainers/elastic_scaler.h"
 #include "trainers/model_file.h"
 #include "trainers/progress.h"
 #include "trainers/trainer.h"
@@ -239,6 +241,12 @@ int train_command(const std::vector<std::string>& args) {
   if (!started.ok()) return fail("starting the replicas", started.status());
   Trainer& trainer = **started;
   std::printf("  %s\n", trainer.describe().c_str());
+  if (trainer.elastic() != nullptr) {
+    std::printf(
+        "  elastic: dp %d to %d; grows onto workers that join, leaves drained and lost ones, "
+        "keeping the global batch\n",
+        config.elasticity.min_dp, config.elasticity.max_dp);
+  }
   const int64_t steps =
       config.training.steps > 0 ? config.training.steps : trainer.data_info().steps_per_epoch;
   std::printf("  data: %lld samples, %lld steps an epoch; training %lld steps\n",
@@ -313,9 +321,59 @@ int train_command(const std::vector<std::string>& args) {
     progress.message(cluster::printable(r.summary()));
     recovery_log.Update(metrics->write_recovery(r));
   };
+  // Elasticity: the job grows onto workers that join and leaves drained or
+  // lost ones, between steps (docs/elasticity.md).
+  std::optional<ElasticScaler> scaler;
+  if (ElasticMesh* mesh = trainer.elastic()) scaler.emplace(**cluster, *mesh, config);
+  std::vector<std::string> dp_history = {
+      absl::StrCat(config.parallel.dp, " from step ", first_step)};
+  // What `troupe status` shows of the job: its size, step and dp history.
+  auto publish = [&](int64_t step) {
+    (*cluster)
+        ->kv_put(absl::StrCat("job/", (*cluster)->node_index(), "/training"),
+                 absl::StrCat(trainer.describe(), ", step ", step, " of ", steps,
+                              "; dp history: ", absl::StrJoin(dp_history, ", ")))
+        .IgnoreError();  // (shown for people; training goes on without it)
+  };
+  publish(first_step - 1);
+  auto on_resize = [&](const ResizeReport& r) -> absl::Status {
+    progress.message(cluster::printable(r.summary()));
+    dp_history.push_back(absl::StrCat(r.to_dp, " from step ", r.step));
+    publish(r.step - 1);
+    return metrics->write_resize(r);
+  };
   double first_loss = 0, last_loss = 0;
   for (int64_t k = first_step; k <= steps; ++k) {
+    if (scaler) {
+      absl::StatusOr<std::optional<ResizeReport>> resized = scaler->before_step(k);
+      for (const std::string& n : scaler->take_notes())
+        progress.message(cluster::printable(absl::StrCat("elasticity: ", n)));
+      if (!resized.ok()) {
+        progress.message("");
+        return fail(absl::StrCat("resizing the job before step ", k), resized.status());
+      }
+      if (*resized) {
+        if (absl::Status s = on_resize(**resized); !s.ok()) return fail("writing the metrics", s);
+      }
+    }
     absl::StatusOr<StepOutcome> outcome = stepper.step(k, on_recovery);
+    if (!outcome.ok() && scaler) {
+      // A lost rank without a replacement: the job goes on without it.
+      absl::StatusOr<ResizeReport> shrunk =
+          scaler->shrink_after_loss(k, outcome.status(), trainer.controller());
+      if (shrunk.ok()) {
+        if (absl::Status s = on_resize(*shrunk); !s.ok()) return fail("writing the metrics", s);
+        if (trainer.controller().next_step() == k) {
+          --k;  // the step runs again at the new size
+          continue;
+        }
+        // (Its commit was applied by the survivors: it stands.)
+        outcome = *trainer.controller().last_outcome();
+      } else if (!absl::IsNotFound(shrunk.status())) {
+        progress.message("");
+        return fail("training", shrunk.status());
+      }
+    }
     if (!outcome.ok()) {
       progress.message("");
       // A job that cannot go on keeps what it has: a last checkpoint.
@@ -332,6 +390,7 @@ int train_command(const std::vector<std::string>& args) {
       return fail("writing the metrics", s);
     }
     progress.on_step(*outcome);
+    if (k % config.training.log_interval == 0) publish(k);
     if (absl::Status s = report_checkpoints(checkpoints.after_step(k)); !s.ok()) {
       return fail("writing the metrics", s);
     }
@@ -402,6 +461,14 @@ int train_command(const std::vector<std::string>& args) {
     std::printf("  recoveries: %zu (workers lost and replaced), %lld steps run again, %s lost\n",
                 stepper.recoveries().size(), static_cast<long long>(rerun),
                 format_duration(stepper.lost_ms() / 1000).c_str());
+  }
+  if (scaler && !scaler->history().empty()) {
+    std::vector<std::string> changes;
+    for (const ResizeReport& r : scaler->history())
+      changes.push_back(
+          absl::StrFormat("dp %d -> %d at step %d (%s)", r.from_dp, r.to_dp, r.step, r.cause));
+    std::printf("  resized %zu %s: %s\n", changes.size(), changes.size() == 1 ? "time" : "times",
+                cluster::printable(absl::StrJoin(changes, "; ")).c_str());
   }
   std::printf("  weights: %s/model.%s   metrics: %s\n", output_dir.c_str(),
               partitioned ? absl::StrCat("json and ", saved.partitions.size(),

@@ -24,6 +24,7 @@
 #include "actors/pipeline_stage_actor.h"
 #include "core/cluster/cluster.h"
 #include "trainers/config.h"
+#include "trainers/elastic_scaler.h"
 #include "trainers/recovery.h"
 #include "trainers/trainer_controller.h"
 
@@ -55,6 +56,9 @@ class Trainer {
   // What recovery from a lost worker needs of the trainer (trainers/
   // recovery.h); null when it cannot recover.
   virtual MeshRepair* repair() { return nullptr; }
+  // What elasticity needs of the trainer (trainers/elastic_scaler.h); null
+  // when the job does not change its size.
+  virtual ElasticMesh* elastic() { return nullptr; }
   // How the job is laid out, for people: "DDP over 2 replicas".
   virtual std::string describe() const = 0;
   // Kills the job's actors and removes its placement group. Idempotent.

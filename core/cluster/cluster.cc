@@ -58,11 +58,11 @@ absl::StatusOr<cluster::ActorLocation> Cluster::spawn_actor(const std::string& t
 
 absl::StatusOr<cluster::PlacementGroupId> Cluster::create_placement_group(
     std::vector<std::string> bundles, cluster::PlacementStrategy strategy, std::string name,
-    bool detached) {
+    bool detached, std::vector<int32_t> target_nodes) {
   auto id = head()
                 .call(&HeadService::create_placement_group, std::move(bundles),
                       std::string(cluster::to_string(strategy)), std::move(name), member_->index(),
-                      detached)
+                      detached, std::move(target_nodes))
                 .get(timeout_);
   if (!id.ok()) return id.status();
   return cluster::PlacementGroupId{*id};
@@ -95,6 +95,14 @@ absl::Status Cluster::fence_node(uint32_t node, std::string reason) {
   return head()
       .call(&HeadService::fence_node, member_->index(), node, std::move(reason))
       .get(timeout_);
+}
+
+absl::Status Cluster::drain_node(uint32_t node, bool draining, std::string reason) {
+  return head().call(&HeadService::drain_node, node, draining, std::move(reason)).get(timeout_);
+}
+
+uint64_t Cluster::membership_version() const {
+  return member_->membership_version();
 }
 
 absl::StatusOr<bool> Cluster::kv_put(std::string key, std::string value, bool overwrite) {

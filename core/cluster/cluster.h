@@ -98,10 +98,12 @@ class Cluster {
   // Placement groups (ray.util.placement_group): bundles like "CPU=1,GPU=1".
   // Created at once; pending until every bundle fits. It belongs to this
   // driver's job, and is removed with it, unless `detached`
-  // (lifetime="detached").
+  // (lifetime="detached"). `target_nodes` (SPREAD only; empty, or one per
+  // bundle, -1 for none): the node each bundle should go to where it has
+  // room (Ray's soft target node); the others spread away from them.
   absl::StatusOr<cluster::PlacementGroupId> create_placement_group(
       std::vector<std::string> bundles, cluster::PlacementStrategy strategy, std::string name = "",
-      bool detached = false);
+      bool detached = false, std::vector<int32_t> target_nodes = {});
   // Waits until the group is placed (pg.ready()). DeadlineExceeded if not in
   // time; ResourceExhausted at once, naming the shortfall, if the cluster's
   // nodes could not hold it even were they idle.
@@ -120,6 +122,17 @@ class Cluster {
   // whose actors do not return then exits). NotFound for an unknown node,
   // InvalidArgument for the head's; OK for one already dead.
   absl::Status fence_node(uint32_t node, std::string reason);
+
+  // Drains worker `node` (`troupe drain`): it takes no new actors, and
+  // elastic jobs leave it at their next step boundary (docs/elasticity.md);
+  // with `draining` false it takes new work again. NotFound for an unknown
+  // node, FailedPrecondition for a dead one, InvalidArgument for the head or
+  // a driver.
+  absl::Status drain_node(uint32_t node, bool draining, std::string reason);
+  // Grows with every change of the cluster's nodes this process has heard of
+  // (joined, ready, draining, died), so that a driver can look at the
+  // cluster's status only when it changed. Starts at 0; never goes back.
+  uint64_t membership_version() const;
 
   // The head's KV store, for rendezvous.
   absl::StatusOr<bool> kv_put(std::string key, std::string value, bool overwrite = true);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -530,6 +531,115 @@ int pg_command(const std::vector<std::string>& given) {
   std::printf("troupe pg remove: removed pg-%llu%s\n", static_cast<unsigned long long>(group->id),
               group->name.empty() ? "" : (" '" + group->name + "'").c_str());
   return 0;
+}
+
+namespace {
+
+const NodeStatus* find_node_in(const ClusterStatus& s, uint32_t index) {
+  for (const NodeStatus& n : s.nodes) {
+    if (n.info.index == index) return &n;
+  }
+  return nullptr;
+}
+
+// What still runs on `node`, by job, for people: "3 actors of job 5".
+std::string actors_on(const ClusterStatus& s, uint32_t node) {
+  std::map<uint32_t, int> by_job;
+  for (const ActorStatus& a : s.actors) {
+    if (a.node == node && a.state != ActorState::kDead) ++by_job[a.job];
+  }
+  std::vector<std::string> parts;
+  for (const auto& [job, n] : by_job) {
+    parts.push_back(
+        absl::StrCat(n, n == 1 ? " actor" : " actors", " of ",
+                     job == 0 ? std::string("no job (detached)") : absl::StrCat("job ", job)));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+}  // namespace
+
+int drain_command(const std::vector<std::string>& given) {
+  std::vector<std::string> args = given;
+  std::vector<std::string> positional = take_positional(args);
+  auto flags = Flags::parse("drain", args, {"head", "token-file", "cancel", "timeout", "reason"},
+                            {"cancel"});
+  if (!flags.ok()) return usage(flags.status());
+  uint32_t node = 0;
+  if (flags->help() || positional.size() != 1 || !absl::SimpleAtoi(positional[0], &node)) {
+    std::printf(
+        "usage: troupe drain NODE [--timeout SECONDS] [--reason TEXT] [--cancel]\n"
+        "                    [--head HOST:PORT] [--token-file PATH]\n\n"
+        "Drains worker NODE (its index, as `troupe status` shows it), as kubectl drain does:\n"
+        "it takes no new actors or placement-group bundles, and every job with\n"
+        "elasticity enabled leaves it at its next step boundary, going on at a smaller dp\n"
+        "with the same global batch (docs/elasticity.md). Waits until the node hosts no\n"
+        "actors (up to --timeout, default 300 s; 0: do not wait), naming what is left; the\n"
+        "worker then can be stopped. --cancel lets the node take new work again.\n");
+    return flags->help() ? 0 : 2;
+  }
+  absl::Duration timeout = absl::Seconds(300);
+  if (flags->get("timeout") == "0") {
+    timeout = absl::ZeroDuration();
+  } else if (flags->has("timeout")) {
+    absl::StatusOr<absl::Duration> t = parse_seconds("timeout", flags->get("timeout"));
+    if (!t.ok()) return usage(t.status());
+    timeout = *t;
+  }
+  const bool cancel = flags->has("cancel");
+  auto client = head_client(*flags);
+  if (!client.ok()) return fail(client.status());
+  absl::Status s =
+      client->head
+          .call(&HeadService::drain_node, node, !cancel, flags->get("reason", "troupe drain"))
+          .get(absl::Seconds(10));
+  if (!s.ok()) {
+    const bool refused =
+        absl::IsNotFound(s) || absl::IsFailedPrecondition(s) || absl::IsInvalidArgument(s);
+    return fail(refused ? s : explain_head_error(s, *flags));
+  }
+  if (cancel) {
+    std::printf("troupe drain: node %u takes new work again\n", node);
+    return 0;
+  }
+  std::printf("troupe drain: node %u is draining; elastic jobs leave it at their next step\n",
+              node);
+  std::fflush(stdout);
+  if (timeout == absl::ZeroDuration()) return 0;
+  const absl::Time deadline = absl::Now() + timeout;
+  std::string last;
+  while (true) {
+    absl::StatusOr<ClusterStatus> status = fetch_status(*client, *flags);
+    if (!status.ok()) return fail(status.status());
+    const NodeStatus* n = find_node_in(*status, node);
+    if (n == nullptr || n->state == NodeState::kDead) {
+      std::printf("troupe drain: node %u left the cluster\n", node);
+      return 0;
+    }
+    const std::string left = actors_on(*status, node);
+    if (left.empty()) {
+      std::printf(
+          "troupe drain: node %u is drained: it hosts no actors; its worker can be "
+          "stopped\n",
+          node);
+      return 0;
+    }
+    if (absl::Now() >= deadline) {
+      std::fprintf(stderr,
+                   "troupe drain: node %u still hosts %s after %s: a job without elasticity "
+                   "enabled, or one that cannot shrink, does not leave it (stop that job, or "
+                   "`troupe drain %u --cancel`); the node stays drained\n",
+                   node, left.c_str(), absl::FormatDuration(timeout).c_str(), node);
+      return 1;
+    }
+    if (left != last) {
+      std::printf("  waiting: node %u hosts %s\n", node, left.c_str());
+      std::fflush(stdout);
+      last = left;
+    }
+    if (g_signal.load() != 0) return 130;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
 }
 
 int stop_command(const std::vector<std::string>& args) {

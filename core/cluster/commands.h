@@ -25,5 +25,8 @@ int status_command(const std::vector<std::string>& args);
 int stop_command(const std::vector<std::string>& args);
 int kill_command(const std::vector<std::string>& args);
 int pg_command(const std::vector<std::string>& args);
+// `troupe drain NODE`: the node takes no new actors, elastic jobs leave it at
+// their next step, and the command waits until it hosts none (kubectl drain).
+int drain_command(const std::vector<std::string>& args);
 
 }  // namespace troupe::cluster

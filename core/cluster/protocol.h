@@ -64,11 +64,20 @@ struct NodeInfo {
 // What a node learns at registration and then with each heartbeat: what
 // changed in the cluster since the version it last saw.
 struct ClusterEvent {
-  enum Kind : uint8_t { kNodeJoined = 0, kNodeDied = 1, kActorMoved = 2, kActorDied = 3 };
+  // kNodeReady: a worker that joined can host actors now; kNodeDraining: a
+  // node is being drained (`reason` non-empty) or no longer (empty).
+  enum Kind : uint8_t {
+    kNodeJoined = 0,
+    kNodeDied = 1,
+    kActorMoved = 2,
+    kActorDied = 3,
+    kNodeReady = 4,
+    kNodeDraining = 5,
+  };
   uint64_t version = 0;
   Kind kind = kNodeJoined;
-  NodeInfo node;         // joined: the node; died: its index (and name)
-  std::string reason;    // died: why
+  NodeInfo node;         // joined: the node; died, ready, draining: its index (and name)
+  std::string reason;    // died, draining: why
   uint64_t actor = 0;    // moved / died: the actor
   uint32_t to_node = 0;  // moved: where it lives now
   TROUPE_FIELDS(version, kind, node, reason, actor, to_node);
@@ -147,7 +156,13 @@ struct NodeStatus {
   std::string death_reason;
   int64_t actors = 0;             // alive actors on it
   int64_t last_heartbeat_ms = 0;  // ago
-  TROUPE_FIELDS(info, state, available, death_reason, actors, last_heartbeat_ms);
+  bool ready = false;             // a worker that can host actors (its agent runs)
+  // Being drained (`troupe drain`): it takes no new actors, and elastic jobs
+  // leave it at their next step; why, as given.
+  bool draining = false;
+  std::string drain_reason;
+  TROUPE_FIELDS(info, state, available, death_reason, actors, last_heartbeat_ms, ready, draining,
+                drain_reason);
 };
 
 struct ActorStatus {
@@ -184,7 +199,11 @@ struct JobStatus {
   int64_t actors = 0;  // alive, owned by the job
   std::vector<uint64_t> placement_groups;
   std::vector<std::string> collective_groups;
-  TROUPE_FIELDS(id, driver, pid, state, end_reason, actors, placement_groups, collective_groups);
+  // What the job says of itself, for people: a training job's layout, step
+  // and dp history (the KV key "job/<id>/training"); empty if nothing.
+  std::string training;
+  TROUPE_FIELDS(id, driver, pid, state, end_reason, actors, placement_groups, collective_groups,
+                training);
 };
 
 struct ClusterStatus {

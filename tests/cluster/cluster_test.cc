@@ -472,6 +472,52 @@ TEST_F(ClusterTest, StatusShowsNodesActorsAndGroups) {
   EXPECT_NE(out.find("driver"), std::string::npos) << out;
 }
 
+TEST_F(ClusterTest, ADrainedNodeTakesNoNewActorsAndEveryNodeHearsOfIt) {
+  const uint64_t version = driver_->membership_version();
+  const uint32_t drained = local_->worker_node(0);
+  auto kept = driver_->spawn<Probe>({.resources = "CPU=1", .node = static_cast<int>(drained)});
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_TRUE(driver_->drain_node(drained, true, "maintenance").ok());
+  // The driver hears of it with a heartbeat.
+  const absl::Time until = absl::Now() + kCallTimeout;
+  while (driver_->membership_version() == version && absl::Now() < until)
+    absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_GT(driver_->membership_version(), version);
+  // New actors go elsewhere; the one there stays.
+  for (int i = 0; i < 3; ++i) {
+    auto p = driver_->spawn<Probe>({.resources = "CPU=1"});
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_NE(worker_with_pid(pid_of(*p)), 0) << "placed on the draining node";
+  }
+  EXPECT_EQ(worker_with_pid(pid_of(*kept)), 0);
+  auto [code, out] = local_->run_cli({"status"});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("DRAIN"), std::string::npos) << out;
+  EXPECT_NE(out.find("draining: maintenance"), std::string::npos) << out;
+  // `troupe drain` names what keeps the node busy when it times out.
+  auto [busy, busy_out] = local_->run_cli({"drain", std::to_string(drained), "--timeout", "0.5"});
+  EXPECT_EQ(busy, 1) << busy_out;
+  EXPECT_NE(busy_out.find("still hosts 1 actor of job"), std::string::npos) << busy_out;
+  ASSERT_TRUE(driver_->kill(kept->id()).ok());
+  auto [done, done_out] = local_->run_cli({"drain", std::to_string(drained), "--timeout", "20"});
+  EXPECT_EQ(done, 0) << done_out;
+  EXPECT_NE(done_out.find("is drained"), std::string::npos) << done_out;
+  // Errors: no such node, the head; and back to work.
+  auto [unknown, unknown_out] = local_->run_cli({"drain", "99"});
+  EXPECT_EQ(unknown, 1) << unknown_out;
+  EXPECT_NE(unknown_out.find("no node 99"), std::string::npos) << unknown_out;
+  auto [head, head_out] = local_->run_cli({"drain", "0"});
+  EXPECT_EQ(head, 1) << head_out;
+  EXPECT_NE(head_out.find("not a worker"), std::string::npos) << head_out;
+  auto [cancel, cancel_out] = local_->run_cli({"drain", std::to_string(drained), "--cancel"});
+  EXPECT_EQ(cancel, 0) << cancel_out;
+  auto s = driver_->status();
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (const NodeStatus& n : s->nodes) {
+    EXPECT_FALSE(n.draining) << n.info.index;
+  }
+}
+
 TEST_F(ClusterTest, CollectiveGroupOfActorsAllreducesAndSurvivesALostMember) {
   // One reducer per worker, declared as group "dp" in that order.
   std::vector<ActorRef<Reducer>> reducers;

@@ -851,5 +851,62 @@ TEST_F(SchedulerTest, GivenGroupIdsAreKeptAndNeverReused) {
   EXPECT_GT(create({R("CPU=1")}, PlacementStrategy::kPack).value, 100u);
 }
 
+// --------------------------------------------------------- draining, targets
+
+TEST_F(SchedulerTest, ADrainingNodeTakesNoNewActorsOrBundles) {
+  add_three_nodes();
+  PlacementGroupId before =
+      create({R("CPU=1"), R("CPU=1"), R("CPU=1")}, PlacementStrategy::kSpread);
+  s_.set_draining(2, true);
+  EXPECT_TRUE(s_.draining(2));
+  // New ungrouped actors and new groups go elsewhere.
+  for (int i = 0; i < 2; ++i)
+    EXPECT_NE(place("CPU=1").node, 2u);
+  PlacementGroupId after = create({R("CPU=1"), R("CPU=1")}, PlacementStrategy::kSpread);
+  for (NodeIndex n : info(after).bundle_nodes)
+    EXPECT_NE(n, 2u);
+  // A bundle placed there before still serves its actors, and a pin is kept.
+  std::vector<NodeIndex> nodes = info(before).bundle_nodes;
+  const int on_two = static_cast<int>(std::find(nodes.begin(), nodes.end(), 2u) - nodes.begin());
+  ASSERT_LT(on_two, 3);
+  absl::StatusOr<Placement> in_bundle = place_in(before, on_two, "CPU=1");
+  ASSERT_TRUE(in_bundle.ok()) << in_bundle.status();
+  EXPECT_EQ(in_bundle->node, 2u);
+  EXPECT_EQ(place("CPU=1", NodeIndex{2}).node, 2u);
+  // Once it takes work again, it gets its share.
+  s_.set_draining(2, false);
+  EXPECT_FALSE(s_.draining(2));
+  PlacementGroupId again =
+      create({R("CPU=1"), R("CPU=1"), R("CPU=1")}, PlacementStrategy::kStrictSpread);
+  EXPECT_TRUE(info(again).placed);
+}
+
+TEST_F(SchedulerTest, SoftTargetsPlaceSpreadBundlesOnTheirNodesWhereTheyHaveRoom) {
+  add_three_nodes("CPU=2");
+  // Node 3 would be SPREAD's last choice (all equal, lowest first); targets win.
+  auto targeted = s_.create_placement_group({R("CPU=1"), R("CPU=1")}, PlacementStrategy::kSpread,
+                                            "grow", std::nullopt, {NodeIndex{3}, std::nullopt});
+  ASSERT_TRUE(targeted.ok()) << targeted.status();
+  std::vector<NodeIndex> nodes = info(*targeted).bundle_nodes;
+  EXPECT_EQ(nodes[0], 3u);
+  EXPECT_NE(nodes[1], 3u) << "the untargeted bundle is spread away from the targeted node";
+  // A target without room falls back to the strategy.
+  place("CPU=1", NodeIndex{1});  // (the untargeted bundle holds its other CPU)
+  auto full = s_.create_placement_group({R("CPU=1")}, PlacementStrategy::kSpread, "", std::nullopt,
+                                        {NodeIndex{1}});
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_TRUE(info(*full).placed);
+  EXPECT_NE(info(*full).bundle_nodes[0], 1u);
+  // Targets belong to SPREAD groups, one per bundle.
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(s_.create_placement_group({R("CPU=1")}, PlacementStrategy::kPack, "",
+                                                        std::nullopt, {NodeIndex{2}})
+                                  .status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(s_.create_placement_group({R("CPU=1"), R("CPU=1")},
+                                                                PlacementStrategy::kSpread, "",
+                                                                std::nullopt, {NodeIndex{2}})
+                                          .status()));
+}
+
 }  // namespace
 }  // namespace troupe::cluster

@@ -430,7 +430,7 @@ TEST(TrainConfigTest, UnimplementedDeepSpeedKeysWarn) {
            "checkpoint.tag_validation is not implemented by troupe; ignored",
            "elasticity.max_train_batch_size is DeepSpeed's and means nothing to troupe; ignored "
            "(troupe keeps train_batch_size as the global batch)",
-           "elasticity.enabled: a running job does not change its dp yet; it keeps dp 2",
+           "elasticity.enabled: a ZeRO-3 job does not change its dp yet; it keeps dp 2",
        }) {
     EXPECT_TRUE(has_warning(c, expected)) << expected << " not in:" << warnings_of(c);
   }
@@ -480,8 +480,11 @@ TEST(TrainConfigTest, ElasticitySection) {
   EXPECT_TRUE(has_warning(ds, "elasticity.min_time is DeepSpeed's and means nothing to troupe"));
   EXPECT_TRUE(has_warning(ds, "elasticity.version is DeepSpeed's"));
   EXPECT_TRUE(has_warning(ds, "elasticity.prefer_larger_batch is DeepSpeed's"));
-  EXPECT_TRUE(has_warning(ds, "elasticity.enabled: a running job does not change its dp yet"));
-  EXPECT_EQ(ds.warnings.size(), 4u) << warnings_of(ds);
+  EXPECT_EQ(ds.warnings.size(), 3u) << warnings_of(ds);  // a DDP job resizes: no warning of it
+  const TrainConfig ft = parse_ok(
+      patched(R"({"elasticity": {"enabled": true}, "fault_tolerance": {"enabled": true}})"));
+  EXPECT_TRUE(has_warning(
+      ft, "elasticity.enabled: a job with fault_tolerance enabled does not change its dp yet"));
   // Errors name the key.
   expect_error(R"({"elasticity": {"min_dp": 2, "min_gpus": 2}})", "elasticity.min_dp",
                "given together with elasticity.min_gpus");

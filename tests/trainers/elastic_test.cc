@@ -7,13 +7,17 @@
 // cannot resize yet (ZeRO, fault tolerance).
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "tests/trainers/training_cluster.h"
+#include "trainers/checkpointer.h"
 #include "trainers/config.h"
 #include "trainers/data_parallel_trainer.h"
 
@@ -91,12 +95,24 @@ TEST_F(ElasticTest, AJobResizedBetweenStepsTrainsAsOneThatNeverChanged) {
   ASSERT_NE(trainer, nullptr);
   train(*trainer, 1, 2, elastic);
   // dp 2 -> 3: a rank joins (micro-batch 4 now).
-  ASSERT_TRUE(trainer->resize({0, 1}, 1, absl::Now() + kResizeWait).ok());
+  ASSERT_TRUE(trainer->resize({0, 1}, {-1}, absl::Now() + kResizeWait).ok());
   EXPECT_EQ(trainer->controller().mesh().dp, 3);
   EXPECT_EQ(trainer->describe(), "DDP over 3 replicas");
   train(*trainer, 3, 4, elastic);
+  {
+    // A checkpoint records the size the job has now.
+    char dir[] = "/tmp/troupe-elastic-ckpt-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    Checkpointer checkpoints(trainer->controller(),
+                             job_record(config_for(2), trainer->data_info().samples_per_epoch),
+                             {.dir = dir, .interval_steps = 0, .keep = 1, .async = false});
+    std::vector<CheckpointEvent> saved = checkpoints.save_now();
+    ASSERT_FALSE(saved.empty());
+    EXPECT_TRUE(saved.back().status.ok()) << saved.back().status;
+    std::filesystem::remove_all(dir);
+  }
   // dp 3 -> 2: the rank in the middle leaves; the others close ranks.
-  ASSERT_TRUE(trainer->resize({0, 2}, 0, absl::Now() + kResizeWait).ok());
+  ASSERT_TRUE(trainer->resize({0, 2}, {}, absl::Now() + kResizeWait).ok());
   EXPECT_EQ(trainer->controller().mesh().dp, 2);
   train(*trainer, 5, 6, elastic);
   finish(*trainer, elastic);
@@ -118,13 +134,13 @@ TEST_F(ElasticTest, ASizeTheBatchRuleRefusesChangesNothing) {
   ASSERT_NE(trainer, nullptr);
   RunResult run;
   train(*trainer, 1, 1, run);
-  absl::Status refused = trainer->resize({0, 1}, 1, absl::Now() + kResizeWait);
+  absl::Status refused = trainer->resize({0, 1}, {-1}, absl::Now() + kResizeWait);
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
   EXPECT_TRUE(absl::StrContains(refused.message(), "the global batch 12 cannot be split over dp 3"))
       << refused;
   EXPECT_EQ(trainer->controller().mesh().dp, 2);
   train(*trainer, 2, 3, run);  // goes on at dp 2
-  EXPECT_EQ(trainer->resize({0, 0}, 0, absl::Now()).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(trainer->resize({0, 0}, {}, absl::Now()).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(trainer->stop().ok());
 }
 
@@ -138,7 +154,7 @@ TEST_F(ElasticTest, WhatCannotResizeYetIsRefused) {
     ASSERT_NE(trainer, nullptr);
     RunResult run;
     train(*trainer, 1, 1, run);
-    absl::Status refused = trainer->resize({0, 1}, 1, absl::Now() + kResizeWait);
+    absl::Status refused = trainer->resize({0, 1}, {-1}, absl::Now() + kResizeWait);
     EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented) << refused;
     EXPECT_EQ(trainer->controller().mesh().dp, 2);
     train(*trainer, 2, 2, run);

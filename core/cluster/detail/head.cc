@@ -83,6 +83,7 @@ absl::StatusOr<Registration> HeadService::rejoin_node(RejoinRequest request) {
   if (info.kind == NodeKind::kWorker) {
     absl::StatusOr<Resources> total = Resources::parse(info.resources);
     scheduler_.add_node(info.index, total.ok() ? *total : Resources());
+    nodes_[info.index].ready = true;
     for (const HostRequest& a : request.actors)
       adopt(info.index, a);
   }
@@ -164,8 +165,46 @@ void HeadService::node_ready(uint32_t node) {
   }
   absl::StatusOr<Resources> total = Resources::parse(it->second.info.resources);
   scheduler_.add_node(node, total.ok() ? *total : Resources());
+  it->second.ready = true;
+  ClusterEvent ready;
+  ready.kind = ClusterEvent::kNodeReady;
+  ready.node.index = node;
+  ready.node.name = it->second.info.name;
+  record(ready);
   scheduler_.retry_pending();
   retry_waiting();
+}
+
+absl::Status HeadService::drain_node(uint32_t node, bool draining, std::string reason) {
+  if (node == kHeadNode) return absl::InvalidArgumentError("node 0 is the head, not a worker");
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return absl::NotFoundError(absl::StrCat("no node ", node));
+  NodeRecord& n = it->second;
+  if (n.state != NodeState::kAlive) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", node, " is dead (", n.death_reason, ")"));
+  }
+  if (n.info.kind != NodeKind::kWorker) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node ", node, " is a ", std::string(to_string(n.info.kind)), ", not a worker"));
+  }
+  if (reason.empty()) reason = "drained by hand";
+  n.draining = draining;
+  n.drain_reason = draining ? reason : "";
+  scheduler_.set_draining(node, draining);
+  ClusterEvent e;
+  e.kind = ClusterEvent::kNodeDraining;
+  e.node.index = node;
+  e.node.name = n.info.name;
+  e.reason = n.drain_reason;
+  record(e);
+  log(draining ? absl::StrCat("node ", node, " draining: ", reason)
+               : absl::StrCat("node ", node, " takes new work again"));
+  if (!draining) {
+    scheduler_.retry_pending();
+    retry_waiting();
+  }
+  return absl::OkStatus();
 }
 
 HeartbeatReply HeadService::heartbeat(uint32_t node, uint64_t seen_version) {
@@ -595,7 +634,8 @@ Future<std::string> HeadService::watch_actor(uint64_t id) {
 
 absl::StatusOr<uint64_t> HeadService::create_placement_group(std::vector<std::string> bundles,
                                                              std::string strategy, std::string name,
-                                                             uint32_t owner, bool detached) {
+                                                             uint32_t owner, bool detached,
+                                                             std::vector<int32_t> targets) {
   absl::StatusOr<PlacementStrategy> s = parse_placement_strategy(strategy);
   if (!s.ok()) return s.status();
   std::vector<Resources> parsed;
@@ -606,8 +646,12 @@ absl::StatusOr<uint64_t> HeadService::create_placement_group(std::vector<std::st
   }
   absl::StatusOr<uint64_t> next = ids_.next_group();
   if (!next.ok()) return next.status();
+  std::vector<std::optional<NodeIndex>> soft_targets;
+  for (int32_t t : targets)
+    soft_targets.push_back(t >= 0 ? std::optional<NodeIndex>(static_cast<NodeIndex>(t))
+                                  : std::nullopt);
   absl::StatusOr<PlacementGroupId> id = scheduler_.create_placement_group(
-      std::move(parsed), *s, std::move(name), PlacementGroupId{*next});
+      std::move(parsed), *s, std::move(name), PlacementGroupId{*next}, std::move(soft_targets));
   if (!id.ok()) return id.status();
   if (uint32_t job = job_of(owner, detached); job != 0) group_jobs_[id->value] = job;
   auto info = scheduler_.group(*id);
@@ -705,6 +749,9 @@ ClusterStatus HeadService::status() {
                        : "";
     ns.actors = alive_on[index];
     ns.last_heartbeat_ms = absl::ToInt64Milliseconds(now - n.last_heartbeat);
+    ns.ready = n.state == NodeState::kAlive && n.ready;
+    ns.draining = n.state == NodeState::kAlive && n.draining;
+    ns.drain_reason = n.drain_reason;
     s.nodes.push_back(std::move(ns));
   }
   for (const Scheduler::GroupInfo& g : scheduler_.groups()) {
@@ -728,6 +775,9 @@ ClusterStatus HeadService::status() {
     js.state = record.state;
     js.end_reason = record.end_reason;
     js.actors = owned_by[job];
+    if (auto t = kv_.find(absl::StrCat("job/", job, "/training")); t != kv_.end()) {
+      js.training = t->second;
+    }
     for (const auto& [group, owner] : group_jobs_) {
       if (owner == job) js.placement_groups.push_back(group);
     }

@@ -81,6 +81,13 @@ class HeadService {
   absl::Status fence_node(uint32_t reporter, uint32_t node, std::string reason);
   // A node leaving in order (a driver that is done, a worker stopped by hand).
   void unregister_node(uint32_t node, std::string reason);
+  // Drains worker `node` (`troupe drain`): it takes no new actors or
+  // placement-group bundles from now on, and every node is told (an event),
+  // so that elastic jobs leave it at their next step boundary; `reason` is
+  // shown with it. With `draining` false the node takes new work again.
+  // NotFound for an unknown node, FailedPrecondition for a dead one,
+  // InvalidArgument for one that is not a worker.
+  absl::Status drain_node(uint32_t node, bool draining, std::string reason);
 
   // Actors.
   Future<ActorLocation> spawn_actor(SpawnRequest request);
@@ -101,9 +108,12 @@ class HeadService {
 
   // Placement groups (Ray's semantics; bundles as "CPU=1,GPU=1"), asked
   // for by node `owner`: a driver's job owns the group unless `detached`.
+  // `targets`: empty, or per bundle the node it should go to, -1 for none
+  // (Scheduler::create_placement_group).
   absl::StatusOr<uint64_t> create_placement_group(std::vector<std::string> bundles,
                                                   std::string strategy, std::string name,
-                                                  uint32_t owner, bool detached);
+                                                  uint32_t owner, bool detached,
+                                                  std::vector<int32_t> targets);
   // Whether group `id` is placed. ResourceExhausted, naming the shortfall,
   // if it cannot be placed even on an idle cluster of the nodes there are.
   absl::StatusOr<bool> placement_group_ready(uint64_t id);
@@ -134,6 +144,9 @@ class HeadService {
     NodeState state = NodeState::kAlive;
     std::string death_reason;
     absl::Time last_heartbeat;
+    bool ready = false;
+    bool draining = false;
+    std::string drain_reason;
   };
   struct JobRecord {
     NodeInfo driver;
@@ -206,7 +219,7 @@ TROUPE_ACTOR(HeadService, &HeadService::register_node, &HeadService::node_ready,
              &HeadService::remove_placement_group, &HeadService::claim_collective_group,
              &HeadService::kv_put, &HeadService::kv_get, &HeadService::kv_delete,
              &HeadService::kv_keys, &HeadService::status, &HeadService::stop, &HeadService::tick,
-             &HeadService::fence_node);
+             &HeadService::fence_node, &HeadService::drain_node);
 
 // The head process: a node 0 listening on the control port, hosting the
 // HeadService and driving its failure detector.

@@ -50,10 +50,12 @@ std::string render_status(const ClusterStatus& s) {
                           ? usage_of(n.info.resources, n.available)
                           : "";
     if (n.state == NodeState::kDead) res = "dead: " + n.death_reason;
-    absl::StrAppendFormat(
-        &out, "  %-5u %-7s %-6s %-34s %-9lld %s\n", n.info.index,
-        std::string(to_string(n.info.kind)).c_str(), std::string(to_string(n.state)).c_str(),
-        n.info.name.substr(0, 34).c_str(), static_cast<long long>(n.actors), res.c_str());
+    if (n.draining) res += "; draining: " + n.drain_reason;
+    absl::StrAppendFormat(&out, "  %-5u %-7s %-6s %-34s %-9lld %s\n", n.info.index,
+                          std::string(to_string(n.info.kind)).c_str(),
+                          n.draining ? "DRAIN" : std::string(to_string(n.state)).c_str(),
+                          n.info.name.substr(0, 34).c_str(), static_cast<long long>(n.actors),
+                          res.c_str());
   }
   std::map<ActorState, int> by_state;
   for (const ActorStatus& a : s.actors)
@@ -109,6 +111,7 @@ std::string render_status(const ClusterStatus& s) {
                           std::string(to_string(j->state)).c_str(), j->driver.c_str(),
                           static_cast<long long>(j->pid), absl::StrJoin(owns, ", ").c_str(),
                           j->state == JobState::kRunning ? "" : ("; " + j->end_reason).c_str());
+    if (!j->training.empty()) absl::StrAppendFormat(&out, "    %s\n", j->training.c_str());
   }
   absl::StrAppendFormat(&out, "\nRecent events\n");
   size_t from = s.events.size() > 10 ? s.events.size() - 10 : 0;

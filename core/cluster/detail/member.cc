@@ -222,6 +222,12 @@ void Member::apply(const std::vector<ClusterEvent>& events) {
         break;
       case ClusterEvent::kActorDied:
         break;  // calls to it are refused by its node
+      case ClusterEvent::kNodeReady:
+      case ClusterEvent::kNodeDraining:
+        break;  // (for drivers that watch the membership)
+    }
+    if (e.kind != ClusterEvent::kActorMoved && e.kind != ClusterEvent::kActorDied) {
+      membership_version_.fetch_add(1);
     }
     seen_version_ = std::max(seen_version_, e.version);
   }

@@ -88,6 +88,8 @@ class Member {
   std::shared_ptr<NodeDeathListeners> node_death_listeners() const { return death_listeners_; }
   // How many times this node rejoined a restarted head.
   int rejoins() const { return rejoins_.load(); }
+  // Counts the node events heard of (joined, ready, draining, died).
+  uint64_t membership_version() const { return membership_version_.load(); }
   // Tells the head this worker can host actors (call once its agent runs).
   absl::Status ready();
 
@@ -117,6 +119,7 @@ class Member {
   uint64_t seen_version_ = 0;      // heartbeat thread only (after start)
   uint64_t head_incarnation_ = 0;  // heartbeat thread only (after start)
   std::atomic<int> rejoins_{0};
+  std::atomic<uint64_t> membership_version_{0};
   std::atomic<bool> leaving_{false};
   std::thread heartbeat_;
 };

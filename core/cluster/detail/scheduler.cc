@@ -231,6 +231,40 @@ std::string describe_group(const Scheduler::GroupInfo& info) {
   return absl::StrCat(to_string(info.id), " ('", info.name, "')");
 }
 
+// SPREAD with soft targets: each targeted bundle on its node where it fits,
+// the others spread away from those nodes first, then anywhere.
+std::optional<Assignment> assign_targeted(const std::vector<Resources>& bundles,
+                                          const std::vector<std::optional<NodeIndex>>& targets,
+                                          FreePool free) {
+  Assignment assignment(bundles.size());
+  std::vector<size_t> rest;
+  std::set<NodeIndex> targeted;
+  for (size_t b = 0; b < bundles.size(); ++b) {
+    auto it = targets[b] ? free.find(*targets[b]) : free.end();
+    if (it == free.end() || !it->second.contains(bundles[b])) {
+      rest.push_back(b);
+      continue;
+    }
+    it->second -= bundles[b];
+    assignment[b] = it->first;
+    targeted.insert(it->first);
+  }
+  if (rest.empty()) return assignment;
+  std::vector<Resources> others;
+  for (size_t b : rest)
+    others.push_back(bundles[b]);
+  FreePool away;
+  for (const auto& [node, pool] : free) {
+    if (!targeted.contains(node)) away.emplace(node, pool);
+  }
+  std::optional<Assignment> placed = assign_distinct_nodes(others, away);
+  if (!placed) placed = assign_bundles(others, PlacementStrategy::kSpread, free);
+  if (!placed) return std::nullopt;
+  for (size_t i = 0; i < rest.size(); ++i)
+    assignment[rest[i]] = (*placed)[i];
+  return assignment;
+}
+
 }  // namespace
 
 // --- Nodes -----------------------------------------------------------------
@@ -267,6 +301,24 @@ std::vector<PlacementGroupId> Scheduler::remove_node(NodeIndex node) {
     affected.push_back(id);
   }
   return affected;
+}
+
+void Scheduler::set_draining(NodeIndex node, bool draining) {
+  auto it = nodes_.find(node);
+  if (it != nodes_.end()) it->second.draining = draining;
+}
+
+bool Scheduler::draining(NodeIndex node) const {
+  auto it = nodes_.find(node);
+  return it != nodes_.end() && it->second.draining;
+}
+
+std::map<NodeIndex, Resources> Scheduler::schedulable() const {
+  FreePool free;
+  for (const auto& [index, state] : nodes_) {
+    if (!state.draining) free.emplace(index, state.available);
+  }
+  return free;
 }
 
 std::vector<NodeIndex> Scheduler::nodes() const {
@@ -311,6 +363,7 @@ absl::StatusOr<Placement> Scheduler::place_ungrouped(const PlacementRequest& req
   double best_left = 0;
   for (const auto& [index, state] : nodes_) {
     if (excluded.count(index) != 0 || (request.node && *request.node != index)) continue;
+    if (state.draining && !request.node) continue;
     if (!state.available.contains(request.resources)) continue;
     double left = cpu_left_after(state.available, request.resources);
     if (!best || left > best_left) {
@@ -449,7 +502,7 @@ void Scheduler::release_actor(const Placement& where, const Resources& resources
 
 absl::StatusOr<PlacementGroupId> Scheduler::create_placement_group(
     std::vector<Resources> bundles, PlacementStrategy strategy, std::string name,
-    std::optional<PlacementGroupId> id) {
+    std::optional<PlacementGroupId> id, std::vector<std::optional<NodeIndex>> targets) {
   std::string label =
       name.empty() ? std::string("placement group") : absl::StrCat("placement group '", name, "'");
   if (bundles.empty()) return absl::InvalidArgumentError(absl::StrCat(label, " has no bundles"));
@@ -462,6 +515,12 @@ absl::StatusOr<PlacementGroupId> Scheduler::create_placement_group(
       return absl::InvalidArgumentError(absl::StrCat(
           label, ": bundle ", b, " is empty; a bundle must reserve something, e.g. CPU=1"));
     }
+  }
+  if (!targets.empty() &&
+      (strategy != PlacementStrategy::kSpread || targets.size() != bundles.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, ": target nodes are for SPREAD groups, one per bundle (", targets.size(),
+        " targets for ", bundles.size(), " bundles, ", std::string(to_string(strategy)), ")"));
   }
   if (!name.empty()) {
     if (std::optional<PlacementGroupId> existing = group_by_name(name)) {
@@ -480,6 +539,7 @@ absl::StatusOr<PlacementGroupId> Scheduler::create_placement_group(
   group.info.name = std::move(name);
   group.info.strategy = strategy;
   group.info.bundles = std::move(bundles);
+  group.info.targets = std::move(targets);
   try_place(group);
   return *id;
 }
@@ -508,10 +568,9 @@ bool Scheduler::try_place(GroupState& group) {
   if (info.placed) return true;
   const size_t n = info.bundles.size();
   if (!group.holds()) {
-    FreePool free;
-    for (const auto& [index, state] : nodes_)
-      free.emplace(index, state.available);
-    std::optional<Assignment> assignment = assign_bundles(info.bundles, info.strategy, free);
+    std::optional<Assignment> assignment =
+        info.targets.empty() ? assign_bundles(info.bundles, info.strategy, schedulable())
+                             : assign_targeted(info.bundles, info.targets, schedulable());
     if (!assignment) return false;
     info.bundle_nodes = std::move(*assignment);
     info.bundle_available = info.bundles;
@@ -549,11 +608,9 @@ std::optional<std::vector<NodeIndex>> Scheduler::assign_lost(const GroupState& g
       kept.insert(info.bundle_nodes[b]);
     }
   }
-  FreePool all, on_kept, away;
-  for (const auto& [index, state] : nodes_) {
-    all.emplace(index, state.available);
-    (kept.count(index) != 0 ? on_kept : away).emplace(index, state.available);
-  }
+  FreePool all = schedulable(), on_kept, away;
+  for (const auto& [index, free] : all)
+    (kept.count(index) != 0 ? on_kept : away).emplace(index, free);
   switch (info.strategy) {
     case PlacementStrategy::kStrictPack:
       return assign_one_node(lost, on_kept);

@@ -85,6 +85,11 @@ class Scheduler {
   // bundle on it, in creation order; they are pending again (see the top of
   // this file). Unknown node: no-op, returns {}.
   std::vector<PlacementGroupId> remove_node(NodeIndex node);
+  // A draining node (`troupe drain`) takes no new actors or bundles: actors
+  // drawn from bundles already on it, and actors pinned to it, still go
+  // there. Unknown node: no-op.
+  void set_draining(NodeIndex node, bool draining);
+  bool draining(NodeIndex node) const;
   // Every node, ascending.
   std::vector<NodeIndex> nodes() const;
   // A node's total and unreserved resources; empty for an unknown node.
@@ -119,11 +124,17 @@ class Scheduler {
   // Creates a group and tries to place it at once (even when older groups
   // are pending); returns its id whether placed or pending: `id` if given
   // (the head draws ids that outlive it), else the next after every id seen.
-  // Errors: InvalidArgument (no bundles, an empty bundle, a negative amount),
-  // AlreadyExists (another group has the same non-empty name, or that id).
+  // `targets` (SPREAD only; empty, or one per bundle): the node each bundle
+  // should go to, where it has room when the group is first placed (Ray's
+  // soft target node); the bundles without a target, or whose target has no
+  // room, are spread by the strategy, away from the targeted nodes first.
+  // Errors: InvalidArgument (no bundles, an empty bundle, a negative amount,
+  // targets with another strategy or of another count), AlreadyExists
+  // (another group has the same non-empty name, or that id).
   [[nodiscard]] absl::StatusOr<PlacementGroupId> create_placement_group(
       std::vector<Resources> bundles, PlacementStrategy strategy, std::string name = "",
-      std::optional<PlacementGroupId> id = std::nullopt);
+      std::optional<PlacementGroupId> id = std::nullopt,
+      std::vector<std::optional<NodeIndex>> targets = {});
   // Removes a group, placed or pending. Its whole bundles go back to their
   // nodes, including what its actors still hold (they keep running; the
   // caller stops them; their releases are ignored). NotFound if unknown.
@@ -142,6 +153,7 @@ class Scheduler {
     std::string name;
     PlacementStrategy strategy = PlacementStrategy::kPack;
     std::vector<Resources> bundles;
+    std::vector<std::optional<NodeIndex>> targets;  // empty, or one per bundle
     bool placed = false;
     // The node of each bundle, and what is left in it; empty while no bundle
     // is placed. While a group that lost bundles is pending again, a lost
@@ -161,6 +173,7 @@ class Scheduler {
     Resources available;
     Resources reserved;  // by placed bundles
     uint64_t epoch = 0;
+    bool draining = false;
   };
   struct GroupState {
     GroupInfo info;
@@ -176,6 +189,8 @@ class Scheduler {
                                            const std::set<NodeIndex>& excluded);
   absl::Status exhausted_error(const Resources& request, const std::set<NodeIndex>& excluded,
                                std::optional<NodeIndex> pinned) const;
+  // What is free on each node that takes new placements (not draining).
+  std::map<NodeIndex, Resources> schedulable() const;
   // Reserves the group's bundles (after a loss: its lost bundles) if they
   // all fit now; true when placed.
   bool try_place(GroupState& group);

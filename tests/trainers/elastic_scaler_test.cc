@@ -1,0 +1,255 @@
+// Elasticity driven by the cluster (trainers/elastic_scaler.h), on a real
+// local cluster of troupe processes of its own: a DDP job at dp 2 grows to
+// 3 when a worker joins, shrinks to 2 when a node is drained (`troupe drain`
+// then finds the node empty), and to 1 when a worker is SIGKILLed, running
+// the failed step again. Every step trains on the samples of a run that
+// never changed, and losses and weights match one replica on the same
+// global batch (fp32, relative 1e-6, SGD). A join that cannot keep the
+// global batch is refused with the reason, and training goes on.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tests/trainers/training_cluster.h"
+#include "trainers/config.h"
+#include "trainers/data_parallel_trainer.h"
+#include "trainers/elastic_scaler.h"
+
+namespace troupe::trainers {
+namespace {
+
+constexpr int kGlobalBatch = 12;
+// How long the driver may take to hear of a node that joined or drains.
+constexpr absl::Duration kNoticeWait = absl::Seconds(30);
+
+TrainConfig config_for(int dp) {
+  TrainConfig c;
+  c.parallel.dp = dp;
+  c.gradient_accumulation_steps = 1;
+  c.micro_batch_size = kGlobalBatch / dp;
+  c.train_batch_size = kGlobalBatch;
+  c.model = testing::kTinyGpt;
+  c.data.synthetic =
+      SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 600, .seed = 7};
+  c.optimizer.type = OptimizerType::kSgd;
+  c.optimizer.sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
+  c.schedule = nn::LrSchedule::constant(0.1f);
+  c.gradient_clipping = 1.0;
+  c.zero.reduce_bucket_size = 4096;
+  c.training.seed = 11;
+  c.elasticity.enabled = true;
+  return c;
+}
+
+using testing::RunResult;
+
+class ElasticScalerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto local = cluster::LocalCluster::start({.workers = 2,
+                                               .default_resources = "CPU=2",
+                                               .troupe_binary = TROUPE_BINARY,
+                                               .echo_output = false});
+    ASSERT_TRUE(local.ok()) << local.status();
+    local_ = *std::move(local);
+    auto driver = Cluster::connect(local_->client_options());
+    ASSERT_TRUE(driver.ok()) << driver.status();
+    driver_ = *std::move(driver);
+  }
+
+  std::unique_ptr<DataParallelTrainer> start(const TrainConfig& config, const std::string& job) {
+    auto trainer = DataParallelTrainer::start(*driver_, config, job, 1);
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    return trainer.ok() ? *std::move(trainer) : nullptr;
+  }
+  // Step k into `result`, which must succeed.
+  static void train(DataParallelTrainer& trainer, int k, RunResult& result) {
+    absl::StatusOr<StepOutcome> outcome = trainer.step(k);
+    ASSERT_TRUE(outcome.ok()) << "step " << k << ": " << outcome.status();
+    EXPECT_EQ(outcome->samples, kGlobalBatch);
+    result.losses.push_back(outcome->loss);
+    result.norms.push_back(outcome->grad_norm);
+    result.outcomes.push_back(*outcome);
+  }
+  static void finish(DataParallelTrainer& trainer, RunResult& result) {
+    absl::StatusOr<std::vector<float>> params = trainer.master_params();
+    ASSERT_TRUE(params.ok()) << params.status();
+    result.params = *std::move(params);
+    EXPECT_TRUE(trainer.stop().ok());
+  }
+  // Asks the scaler before step `step` until it resizes (the driver hears
+  // of a change with a heartbeat), for at most kNoticeWait.
+  static std::optional<ResizeReport> resize_before(ElasticScaler& scaler, int64_t step) {
+    const absl::Time until = absl::Now() + kNoticeWait;
+    while (absl::Now() < until) {
+      absl::StatusOr<std::optional<ResizeReport>> r = scaler.before_step(step);
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (!r.ok()) return std::nullopt;
+      if (*r) return *r;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return std::nullopt;
+  }
+  // The worker (LocalCluster's position) whose node is `node`.
+  int worker_of(uint32_t node) const {
+    for (int i = 0; i < local_->num_workers(); ++i) {
+      if (local_->worker_node(i) == node) return i;
+    }
+    return -1;
+  }
+  std::vector<std::optional<uint32_t>> rank_nodes(DataParallelTrainer& trainer) {
+    absl::StatusOr<cluster::ClusterStatus> status = driver_->status();
+    EXPECT_TRUE(status.ok()) << status.status();
+    return status.ok() ? trainer.rank_nodes(*status) : std::vector<std::optional<uint32_t>>{};
+  }
+
+  std::unique_ptr<cluster::LocalCluster> local_;
+  std::unique_ptr<Cluster> driver_;
+};
+
+std::vector<int64_t> sorted(std::vector<int64_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+TEST_F(ElasticScalerTest, AJobGrowsOnAJoinAndShrinksOnADrainAndALoss) {
+  constexpr int kSteps = 8;
+  RunResult single;
+  {
+    auto trainer = start(config_for(1), "scaler-single");
+    ASSERT_NE(trainer, nullptr);
+    for (int k = 1; k <= kSteps; ++k)
+      train(*trainer, k, single);
+    finish(*trainer, single);
+  }
+
+  const TrainConfig config = config_for(2);
+  auto trainer = start(config, "scaler-elastic");
+  ASSERT_NE(trainer, nullptr);
+  ASSERT_NE(trainer->elastic(), nullptr);
+  ElasticScaler scaler(*driver_, *trainer, config);
+  RunResult elastic;
+  for (int k = 1; k <= 2; ++k) {
+    absl::StatusOr<std::optional<ResizeReport>> none = scaler.before_step(k);
+    ASSERT_TRUE(none.ok()) << none.status();
+    EXPECT_FALSE(none->has_value()) << "resized with no node joined";
+    train(*trainer, k, elastic);
+  }
+
+  // A worker joins: the job grows onto it at the next step.
+  absl::StatusOr<int> added = local_->add_worker("CPU=2");
+  ASSERT_TRUE(added.ok()) << added.status();
+  const uint32_t joined = local_->worker_node(*added);
+  std::optional<ResizeReport> grown = resize_before(scaler, 3);
+  ASSERT_TRUE(grown.has_value()) << "the job did not grow onto node " << joined;
+  EXPECT_EQ(grown->from_dp, 2);
+  EXPECT_EQ(grown->to_dp, 3);
+  EXPECT_EQ(grown->cause, absl::StrCat("node ", joined, " joined"));
+  EXPECT_EQ(grown->split.micro_batch, 4);
+  EXPECT_TRUE(absl::StrContains(grown->summary(), "step 3: dp 2 -> 3 (node ")) << grown->summary();
+  std::vector<std::optional<uint32_t>> at = rank_nodes(*trainer);
+  ASSERT_EQ(at.size(), 3u);
+  EXPECT_EQ(at[2], std::optional<uint32_t>(joined))
+      << "the new rank is not on the node that joined";
+  for (int k = 3; k <= 4; ++k)
+    train(*trainer, k, elastic);
+
+  // Rank 1's node is drained: the job leaves it at the next step, and
+  // `troupe drain` then finds it empty.
+  ASSERT_TRUE(at[1].has_value());
+  const uint32_t drained = *at[1];
+  ASSERT_TRUE(driver_->drain_node(drained, true, "maintenance").ok());
+  std::optional<ResizeReport> shrunk = resize_before(scaler, 5);
+  ASSERT_TRUE(shrunk.has_value()) << "the job did not leave drained node " << drained;
+  EXPECT_EQ(shrunk->to_dp, 2);
+  EXPECT_EQ(shrunk->cause, absl::StrCat("node ", drained, " drained"));
+  auto [code, output] = local_->run_cli({"drain", absl::StrCat(drained), "--timeout", "30"});
+  EXPECT_EQ(code, 0) << output;
+  EXPECT_TRUE(absl::StrContains(output, "is drained")) << output;
+  absl::StatusOr<cluster::ClusterStatus> status = driver_->status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  for (const cluster::NodeStatus& n : status->nodes) {
+    if (n.info.index == drained) {
+      EXPECT_TRUE(n.draining);
+    }
+  }
+  for (int k = 5; k <= 6; ++k)
+    train(*trainer, k, elastic);
+
+  // A worker with a rank is SIGKILLed: step 7 fails, the job goes on
+  // without it, and step 7 runs again.
+  at = rank_nodes(*trainer);
+  ASSERT_EQ(at.size(), 2u);
+  ASSERT_TRUE(at[1].has_value());
+  const int victim = worker_of(*at[1]);
+  ASSERT_GE(victim, 0);
+  local_->kill_worker(victim);
+  absl::StatusOr<StepOutcome> failed = trainer->step(7);
+  ASSERT_FALSE(failed.ok()) << "step 7 did not notice the lost rank";
+  absl::StatusOr<ResizeReport> lost =
+      scaler.shrink_after_loss(7, failed.status(), trainer->controller());
+  ASSERT_TRUE(lost.ok()) << lost.status();
+  EXPECT_EQ(lost->to_dp, 1);
+  EXPECT_TRUE(absl::StartsWith(lost->cause, "lost d1.p0.t0")) << lost->cause;
+  EXPECT_EQ(trainer->controller().next_step(), 7);
+  for (int k = 7; k <= kSteps; ++k)
+    train(*trainer, k, elastic);
+  finish(*trainer, elastic);
+  EXPECT_EQ(scaler.history().size(), 3u);
+
+  const int dps[kSteps] = {2, 2, 3, 3, 2, 2, 1, 1};
+  ASSERT_EQ(elastic.outcomes.size(), single.outcomes.size());
+  for (size_t k = 0; k < single.outcomes.size(); ++k) {
+    EXPECT_EQ(elastic.outcomes[k].dp, dps[k]) << "step " << k + 1;
+    EXPECT_EQ(sorted(elastic.outcomes[k].sample_ids), sorted(single.outcomes[k].sample_ids))
+        << "step " << k + 1 << " trained on other samples";
+  }
+  testing::expect_same_training(elastic, single, "sgd, dp 2 -> 3 -> 2 -> 1", true,
+                                "elastic scaler");
+}
+
+TEST_F(ElasticScalerTest, AJoinThatCannotKeepTheGlobalBatchIsRefusedWithTheReason) {
+  TrainConfig config = config_for(2);
+  config.elasticity.micro_batch_sizes = {6};  // 12 = 2 x 6 only
+  auto trainer = start(config, "scaler-refused");
+  ASSERT_NE(trainer, nullptr);
+  ElasticScaler scaler(*driver_, *trainer, config);
+  RunResult run;
+  train(*trainer, 1, run);
+  absl::StatusOr<int> added = local_->add_worker("CPU=2");
+  ASSERT_TRUE(added.ok()) << added.status();
+  const uint32_t joined = local_->worker_node(*added);
+  // The driver hears of the node (joined, then ready); each time the
+  // scaler looks, it stays at dp 2 and says why once.
+  std::vector<std::string> notes;
+  const absl::Time until = absl::Now() + kNoticeWait;
+  while (notes.empty() && absl::Now() < until) {
+    absl::StatusOr<std::optional<ResizeReport>> r = scaler.before_step(2);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->has_value()) << (*r)->summary();
+    notes = scaler.take_notes();
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(notes.size(), 1u) << absl::StrJoin(notes, "\n");
+  EXPECT_EQ(notes[0], absl::StrCat("node ", joined,
+                                   " joined, but the job stays at dp 2: the global batch 12 "
+                                   "cannot be split over dp 3: it is not 3 x a micro-batch of "
+                                   "one of [6] x a whole number of accumulation steps"));
+  EXPECT_EQ(trainer->controller().mesh().dp, 2);
+  for (int k = 2; k <= 3; ++k) {
+    ASSERT_TRUE(scaler.before_step(k).ok());
+    EXPECT_TRUE(scaler.take_notes().empty()) << "said twice";
+    train(*trainer, k, run);
+  }
+  EXPECT_TRUE(trainer->stop().ok());
+}
+
+}  // namespace
+}  // namespace troupe::trainers
