@@ -194,7 +194,14 @@ void PipelineStageActor::leave_group() {
 
 absl::Status PipelineStageActor::resize(StageShape shape) {
   if (loader_ == nullptr || sync_ == nullptr) {
-    return absl::FailedPreconditionError(name_ + ": resize before setup");
+    // A replacement: set up at the shape, its loader reshaped after.
+    options_.mesh.dp = shape.dp;
+    options_.at.d = shape.rank;
+    options_.micro_batch = shape.micro_batch;
+    options_.grad_accum = shape.grad_accum;
+    if (absl::Status s = setup(); !s.ok()) return s;
+    return Prefixed(name_ + ": ", loader_->reshape(shape.dp, shape.rank, shape.micro_batch,
+                                                   shape.grad_accum, shape.position));
   }
   if (const int64_t held = tensors_->held_step.load(); held != 0) {
     return absl::FailedPreconditionError(absl::StrCat(

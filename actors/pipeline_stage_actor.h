@@ -91,17 +91,6 @@ struct EvalReport {
   TROUPE_FIELDS(correct, total, examples);
 };
 
-// Elasticity (trainers/elastic_batch.h): a stage's place in a job of
-// another size, and where the data continues.
-struct StageShape {
-  int dp = 1;
-  int rank = 0;  // the stage's data-parallel rank in [0, dp)
-  int micro_batch = 1;
-  int grad_accum = 1;
-  int64_t position = 0;  // the global data position the next step starts at
-  TROUPE_FIELDS(dp, rank, micro_batch, grad_accum, position);
-};
-
 class PipelineStageActor {
  public:
   // Builds the stage's model (parameters zero until the shard's init).
@@ -126,10 +115,11 @@ class PipelineStageActor {
   // group's generation and joins the latest one the controller declared, as
   // rejoin() does, with every other stage of the new size (a new rank's stage
   // calls setup() and seek_data() instead). Its actor name, and so its shard
-  // and loader, stay those it was spawned with. FailedPrecondition before
-  // setup or while it holds a step's gradients; InvalidArgument for a shape
-  // its loader refuses (another global batch); Unimplemented under ZeRO,
-  // whose partitions would move.
+  // and loader, stay those it was spawned with. A stage not set up yet (a
+  // replacement restarted with the options it was spawned with) is set up
+  // at the shape. FailedPrecondition while it holds a step's gradients;
+  // InvalidArgument for a shape its loader refuses (another global batch);
+  // Unimplemented under ZeRO, whose partitions would move.
   absl::Status resize(StageShape shape);
   // Runs step `request.step` (see above). The synchronised gradients stay
   // until commit or discard. Errors: FailedPrecondition before setup or for a

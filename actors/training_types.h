@@ -203,6 +203,17 @@ struct ReplicaUpdate {
   TROUPE_FIELDS(from, commit, grads);
 };
 
+// Elasticity (trainers/elastic_batch.h): a stage's place in a job of
+// another size, and where the data continues.
+struct StageShape {
+  int dp = 1;
+  int rank = 0;  // the stage's data-parallel rank in [0, dp)
+  int micro_batch = 1;
+  int grad_accum = 1;
+  int64_t position = 0;  // the global data position the next step starts at
+  TROUPE_FIELDS(dp, rank, micro_batch, grad_accum, position);
+};
+
 // Where a coordinate's step stands, answered by its shard while the stage is
 // busy running the step (ParamShardActor::progress). Every rank issues the
 // same collectives in the same order, so a rank that issued fewer than

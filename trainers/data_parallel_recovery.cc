@@ -179,7 +179,9 @@ absl::Status DataParallelTrainer::respawn_rank(int d, absl::Time deadline) {
         {actors::to_string(at)},
         absl::StrCat("its actors were lost while the head was down: ", placed.message()));
   }
-  absl::StatusOr<Replica> replica = spawn_replica(d, *pg, 0, job_, config_);
+  // (After a resize, names made from job_ and d may be a live rank's.)
+  const std::string names = resized_ > 0 ? absl::StrCat(job_, "+", ++resizes_) : job_;
+  absl::StatusOr<Replica> replica = spawn_replica(d, *pg, 0, names, config_);
   if (!replica.ok()) return replica.status();
   replicas_[d] = *std::move(replica);
   return controller_->replace_member(at, stage_endpoint(replicas_[d].stage),

@@ -50,13 +50,6 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
                                                  " job is not implemented yet: its partitions "
                                                  "would move (DDP resizes)"));
   }
-  if (config_.fault_tolerance.enabled) {
-    // The head restarts a lost actor with the options it was spawned with,
-    // which after a resize are not its rank's any more.
-    return absl::UnimplementedError(
-        "resizing a job with fault_tolerance enabled is not implemented yet: a restarted actor "
-        "would come back with its old rank");
-  }
   std::set<int> kept;
   for (int d : keep) {
     if (d < 0 || d >= old_dp || !kept.insert(d).second) {
@@ -163,7 +156,20 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
     if (!used) cluster_.remove_placement_group(pg).IgnoreError();
     return !used;
   });
+  ++resized_;
+  // Recovery compares with where the actors run now.
+  if (config_.fault_tolerance.enabled) mark_whole();
   return absl::OkStatus();
+}
+
+std::optional<actors::StageShape> DataParallelTrainer::shape_of(const actors::Coordinate& at,
+                                                                int64_t position) const {
+  if (resized_ == 0) return std::nullopt;  // every actor runs as it was spawned
+  return actors::StageShape{.dp = config_.parallel.dp,
+                            .rank = at.d,
+                            .micro_batch = static_cast<int>(config_.micro_batch_size),
+                            .grad_accum = static_cast<int>(config_.gradient_accumulation_steps),
+                            .position = position};
 }
 
 }  // namespace troupe::trainers

@@ -63,6 +63,9 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
   absl::Status declare_groups() override;
   void mark_whole() override;
   int64_t samples_per_epoch() const override { return data_info_.samples_per_epoch; }
+  // After a resize, rank at.d's shape at the job's size now.
+  std::optional<actors::StageShape> shape_of(const actors::Coordinate& at,
+                                             int64_t position) const override;
   // Elasticity (docs/elasticity.md): between steps, the job goes on over the
   // ranks `keep` (old ranks, in their new order) followed by a new rank per
   // entry of `target_nodes`, with the same global batch (plan_batch). The
@@ -74,7 +77,8 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
   // far. FailedPrecondition, changing nothing, for a size the batch rule
   // refuses (its reason) or a rank kept twice or out of range;
   // ResourceExhausted when no node had room for the new ranks by
-  // `deadline`; Unimplemented under ZeRO or with fault tolerance.
+  // `deadline`; Unimplemented under ZeRO. With fault tolerance, a rank lost
+  // later is replaced at its shape then (shape_of).
   absl::Status resize(const std::vector<int>& keep, std::vector<int32_t> target_nodes,
                       absl::Time deadline) override;
   int dp() const override { return static_cast<int>(replicas_.size()); }
@@ -84,6 +88,9 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
   ElasticMesh* elastic() override {
     return config_.elasticity.enabled && zero_stage() == 0 ? this : nullptr;
   }
+  // Whether a loss is mended by replacing the lost ranks (fault tolerance)
+  // rather than by going on without them.
+  bool replaces_losses() const { return config_.fault_tolerance.enabled; }
   // The actors of rank d: its loader, stage and shard.
   std::vector<ActorId> rank_actors(int d) const;
   // OK while the actors at `at` run where they ran when the job last stood
@@ -137,6 +144,7 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
   std::string job_;
   int threads_ = 0;  // each stage's compute threads
   int resizes_ = 0;  // resize() calls that spawned ranks
+  int resized_ = 0;  // resize() calls that completed
   // The replicas' group, and one per rank spawned again (respawn_rank).
   std::vector<cluster::PlacementGroupId> placement_groups_;
   std::vector<ActorId> actors_;  // everything spawned, for stop()

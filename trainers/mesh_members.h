@@ -26,6 +26,10 @@ class StageEndpoint {
   virtual Future<int64_t> seek_data(int64_t position, int64_t from_samples_per_epoch) = 0;
   // Recovery: joins the latest generation of its group.
   virtual Future<void> rejoin() = 0;
+  // Recovery of a resized job, and elasticity: joins it at `shape` (its
+  // rank, dp, micro-batch and accumulation now; a restarted actor came back
+  // with those it was spawned with).
+  virtual Future<void> resize(const actors::StageShape& shape) = 0;
 };
 
 class ShardEndpoint {
@@ -81,6 +85,9 @@ class ActorStageEndpoint : public StageEndpoint {
     return ref_.call(&Stage::seek_data, position, from_samples_per_epoch);
   }
   Future<void> rejoin() override { return ref_.call(&Stage::rejoin); }
+  Future<void> resize(const actors::StageShape& shape) override {
+    return ref_.call(&Stage::resize, shape);
+  }
 
  private:
   ActorRef<Stage> ref_;

@@ -159,9 +159,19 @@ absl::StatusOr<RecoveryReport> RecoveringStepper::recover(int64_t step,
   for (Future<void>& f : discarding)
     std::move(f).get(kRejoinTimeout).IgnoreError();
   if (absl::Status s = repair.declare_groups(); !s.ok()) return s;
+  // (A replacement of a resized job joins at the rank and split its
+  // coordinate has now, not those it was spawned with.)
+  std::set<int> replacements;
+  for (const LostMember& l : *lost)
+    replacements.insert(actors::index_of(controller.mesh(), l.at));
+  const int64_t position = controller.state().data_position;
   std::vector<Future<void>> rejoining;
-  for (const MeshMember& m : controller.members())
-    rejoining.push_back(m.stage->rejoin());
+  for (int i = 0; i < static_cast<int>(controller.members().size()); ++i) {
+    const MeshMember& m = controller.members()[i];
+    std::optional<actors::StageShape> shape =
+        replacements.contains(i) ? repair.shape_of(m.at, position) : std::nullopt;
+    rejoining.push_back(shape ? m.stage->resize(*shape) : m.stage->rejoin());
+  }
   for (Future<void>& f : rejoining) {
     if (absl::Status s = std::move(f).get(kRejoinTimeout); !s.ok()) {
       return Prefixed("re-forming the groups: ", s);

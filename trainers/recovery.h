@@ -70,6 +70,16 @@ class MeshRepair {
   virtual void mark_whole() = 0;
   // The loaders' samples per epoch (for putting them back at a cursor).
   virtual int64_t samples_per_epoch() const = 0;
+  // The shape the stage at `at` has now, when it may differ from the one
+  // its actors were spawned with (the job was resized): a replacement -
+  // restarted with its spawn-time options - joins at it. nullopt: it rejoins
+  // as spawned.
+  virtual std::optional<actors::StageShape> shape_of(const actors::Coordinate& at,
+                                                     int64_t position) const {
+    (void)at;
+    (void)position;
+    return std::nullopt;
+  }
 };
 
 // One recovery, as the progress line, the metrics and the summary show it.

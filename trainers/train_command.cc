@@ -358,7 +358,8 @@ int train_command(const std::vector<std::string>& args) {
     }
     absl::StatusOr<StepOutcome> outcome = stepper.step(k, on_recovery);
     if (!outcome.ok() && scaler) {
-      // A lost rank without a replacement: the job goes on without it.
+      // A lost rank without a replacement (no fault tolerance, or none came
+      // in time): the job goes on without it.
       absl::StatusOr<ResizeReport> shrunk =
           scaler->shrink_after_loss(k, outcome.status(), trainer.controller());
       if (shrunk.ok()) {

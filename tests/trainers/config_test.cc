@@ -483,8 +483,7 @@ TEST(TrainConfigTest, ElasticitySection) {
   EXPECT_EQ(ds.warnings.size(), 3u) << warnings_of(ds);  // a DDP job resizes: no warning of it
   const TrainConfig ft = parse_ok(
       patched(R"({"elasticity": {"enabled": true}, "fault_tolerance": {"enabled": true}})"));
-  EXPECT_TRUE(has_warning(
-      ft, "elasticity.enabled: a job with fault_tolerance enabled does not change its dp yet"));
+  EXPECT_TRUE(ft.warnings.empty()) << warnings_of(ft);  // it resizes, and replaces its losses
   // Errors name the key.
   expect_error(R"({"elasticity": {"min_dp": 2, "min_gpus": 2}})", "elasticity.min_dp",
                "given together with elasticity.min_gpus");

@@ -124,13 +124,16 @@ class FakeStage {
   absl::StatusOr<int64_t> seek_data(int64_t position, int64_t) { return position; }
   // Recovery is not this test's either (recovery_test.cc).
   absl::Status rejoin() { return absl::UnimplementedError("a fake stage has no group"); }
+  absl::Status resize(actors::StageShape) {
+    return absl::UnimplementedError("a fake stage has no group");
+  }
 
  private:
   Script* script_;
   Coordinate at_;
 };
 TROUPE_ACTOR(FakeStage, &FakeStage::run_step, &FakeStage::discard, &FakeStage::seek_data,
-             &FakeStage::rejoin);
+             &FakeStage::rejoin, &FakeStage::resize);
 
 class FakeShard {
  public:

@@ -21,6 +21,7 @@
 #include "trainers/config.h"
 #include "trainers/data_parallel_trainer.h"
 #include "trainers/elastic_scaler.h"
+#include "trainers/recovery.h"
 
 namespace troupe::trainers {
 namespace {
@@ -213,6 +214,60 @@ TEST_F(ElasticScalerTest, AJobGrowsOnAJoinAndShrinksOnADrainAndALoss) {
   }
   testing::expect_same_training(elastic, single, "sgd, dp 2 -> 3 -> 2 -> 1", true,
                                 "elastic scaler");
+}
+
+TEST_F(ElasticScalerTest, AResizedJobReplacesALostRankAtItsShapeNow) {
+  constexpr int kSteps = 6;
+  RunResult single;
+  {
+    auto trainer = start(config_for(1), "ft-single");
+    ASSERT_NE(trainer, nullptr);
+    for (int k = 1; k <= kSteps; ++k)
+      train(*trainer, k, single);
+    finish(*trainer, single);
+  }
+  TrainConfig config = config_for(2);
+  config.fault_tolerance = {.enabled = true,
+                            .spare_nodes = 0,
+                            .max_failures = 2,
+                            .wait_for_node_s = 60,
+                            .step_timeout_s = 120};
+  auto trainer = start(config, "ft-elastic");
+  ASSERT_NE(trainer, nullptr);
+  ASSERT_NE(trainer->elastic(), nullptr);
+  ElasticScaler scaler(*driver_, *trainer, config);
+  RecoveringStepper stepper(*trainer, nullptr, config.fault_tolerance);
+  RunResult elastic;
+  train(*trainer, 1, elastic);
+  absl::StatusOr<int> added = local_->add_worker("CPU=2");
+  ASSERT_TRUE(added.ok()) << added.status();
+  ASSERT_TRUE(resize_before(scaler, 2).has_value()) << "the job did not grow";
+  train(*trainer, 2, elastic);
+  // Rank 1's worker dies: the head restarts its actors on a node with room,
+  // with the options they were spawned with (dp 2, micro-batch 6); they
+  // join at rank 1 of dp 3 with micro-batch 4, and step 3 runs again.
+  std::vector<std::optional<uint32_t>> at = rank_nodes(*trainer);
+  ASSERT_EQ(at.size(), 3u);
+  ASSERT_TRUE(at[1].has_value());
+  local_->kill_worker(worker_of(*at[1]));
+  std::vector<RecoveryReport> recoveries;
+  for (int k = 3; k <= kSteps; ++k) {
+    absl::StatusOr<StepOutcome> outcome =
+        stepper.step(k, [&](const RecoveryReport& r) { recoveries.push_back(r); });
+    ASSERT_TRUE(outcome.ok()) << "step " << k << ": " << outcome.status();
+    elastic.losses.push_back(outcome->loss);
+    elastic.norms.push_back(outcome->grad_norm);
+    elastic.outcomes.push_back(*outcome);
+  }
+  EXPECT_EQ(recoveries.size(), 1u);
+  finish(*trainer, elastic);
+  for (size_t k = 0; k < single.outcomes.size(); ++k) {
+    EXPECT_EQ(elastic.outcomes[k].dp, k == 0 ? 2 : 3) << "step " << k + 1;
+    EXPECT_EQ(sorted(elastic.outcomes[k].sample_ids), sorted(single.outcomes[k].sample_ids))
+        << "step " << k + 1 << " trained on other samples";
+  }
+  testing::expect_same_training(elastic, single, "sgd, dp 2 -> 3, a rank replaced", true,
+                                "elastic recovery");
 }
 
 TEST_F(ElasticScalerTest, AJoinThatCannotKeepTheGlobalBatchIsRefusedWithTheReason) {
