@@ -1,20 +1,20 @@
 // Elastic benchmark: how long a running training job takes to use a node that joins.
 //
-//   elastic_bench [--trials 5] [--join-step 4] [--threads 1] [--tiny] [--skip-peers]
-//                 [--json FILE]
+//   elastic_bench [--trials 5] [--join-step 4] [--threads 1] [--seed 1] [--tiny]
+//                 [--skip-peers] [--json FILE]
 //
 // The model is ddp_bench's medium config (a GPT of 6 layers x 384, 6 heads, seq 256, vocab
 // 4096: 12.3M parameters), AdamW, a global batch of 8 sequences; --tiny: CI's smoke size.
 //
 // 1. troupe. Each trial starts a job with elasticity enabled at dp 1 on a local cluster of one
-//    worker (one CPU), trains --join-step steps, then starts a second worker process while the
-//    job goes on training. The job grows to dp 2 at the next step boundary (ElasticScaler, as
-//    `troupe train` does): the new rank's actors are spawned on the new node, take the
-//    committed state from rank 0 peer to peer, and every loader continues at the global cursor
-//    with micro-batch 4 instead of 8. Reported (median over trials): the time from starting the
-//    worker to the first step committed at dp 2, split into join (until the worker has
-//    registered with the head), notice (until the job's driver decided to grow: the head's
-//    event reaches it with a heartbeat, and the step in flight ends), resize (the resize
+//    worker (one CPU), trains --join-step steps, then starts a second worker process at a
+//    random moment of the next step, while the job goes on training. The job grows to dp 2 at the
+//    next step boundary (ElasticScaler, as `troupe train` does): the new rank's actors are spawned
+//    on the new node, take the committed state from rank 0 peer to peer, and every loader continues
+//    at the global cursor with micro-batch 4 instead of 8. Reported (median over trials): the time
+//    from starting the worker to the first step committed at dp 2, split into join (until the
+//    worker has registered with the head), notice (until the job's driver decided to grow: the
+//    head's event reaches it with a heartbeat, and the step in flight ends), resize (the resize
 //    itself) and first step (the step at dp 2); and the steps run again (none: no step is
 //    lost). Goal: at most 2 s from the join to the first step at the new size.
 // 2. torchrun. The same model and global batch under torchrun --nnodes=1:2 with DDP over gloo
@@ -37,6 +37,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -101,12 +102,14 @@ trainers::TrainConfig train_config(const Shape& s) {
 struct Trial {
   double total_ms = 0;  // worker started -> first step committed at dp 2
   double join_ms = 0, notice_ms = 0, resize_ms = 0, first_step_ms = 0;
-  int64_t steps_at_dp1 = 0;  // committed while the worker joined
+  double spawn_ms = 0, state_ms = 0, group_ms = 0;  // the resize's parts
+  double into_step_ms = 0;                          // how far into a step the worker was started
+  int64_t steps_at_dp1 = 0;                         // committed while the worker joined
 };
 
 // One trial: a dp-1 job, a worker joining after `join_step` steps, until the first step at dp 2.
 Trial run_trial(cluster::LocalCluster& local, Cluster& driver, const trainers::TrainConfig& config,
-                int join_step, int threads, int trial) {
+                int join_step, int threads, int trial, std::mt19937& rng) {
   auto trainer = value_or_die(trainers::DataParallelTrainer::start(
                                   driver, config, absl::StrCat("elastic-", trial), threads),
                               "starting the trainer");
@@ -119,10 +122,14 @@ Trial run_trial(cluster::LocalCluster& local, Cluster& driver, const trainers::T
   std::shared_future<void> trial_over = done.get_future().share();
   std::thread joiner;
   int worker = -1;
-  double decided_ms = 0;
+  double decided_ms = 0, last_step_ms = 0;
   for (int64_t k = 1;; ++k) {
     if (k == join_step + 1) {
+      // At a random moment of the step, as a machine joins.
+      t.into_step_ms = std::uniform_real_distribution<double>(0, last_step_ms)(rng);
       joiner = std::thread([&] {
+        std::this_thread::sleep_for(
+            std::chrono::microseconds(static_cast<int64_t>(t.into_step_ms * 1000)));
         started_ms = actors::now_ms();
         absl::StatusOr<int> added = local.add_worker("CPU=1");
         if (!added.ok()) die("adding a worker: " + added.status().ToString());
@@ -136,11 +143,15 @@ Trial run_trial(cluster::LocalCluster& local, Cluster& driver, const trainers::T
     if (*resized) {
       decided_ms = actors::now_ms() - (*resized)->ms;
       t.resize_ms = (*resized)->ms;
+      t.spawn_ms = trainer->last_resize().spawn_ms;
+      t.state_ms = trainer->last_resize().state_ms;
+      t.group_ms = trainer->last_resize().group_ms;
     }
     const double step_start = actors::now_ms();
     absl::StatusOr<trainers::StepOutcome> outcome = trainer->step(k);
     if (!outcome.ok()) die(absl::StrCat("step ", k, ": ", outcome.status().ToString()));
     const double end = actors::now_ms();
+    last_step_ms = end - step_start;
     if (outcome->dp == 2) {
       t.total_ms = end - started_ms;
       t.join_ms = joined_ms - started_ms;
@@ -148,8 +159,8 @@ Trial run_trial(cluster::LocalCluster& local, Cluster& driver, const trainers::T
       t.first_step_ms = end - step_start;
       break;
     }
-    if (k > join_step) ++t.steps_at_dp1;
-    if (started_ms > 0 && end - started_ms > kGrowWaitMs) die("the job did not grow in time");
+    if (started_ms > 0) ++t.steps_at_dp1;
+    if (k > join_step && end - step_start > kGrowWaitMs) die("the job did not grow in time");
   }
   trainer->stop().IgnoreError();
   local.kill_worker(worker, SIGTERM);
@@ -262,6 +273,7 @@ int main(int argc, char** argv) {
   const int trials = static_cast<int>(flags.get_long("--trials", tiny ? 1 : 5));
   const int join_step = static_cast<int>(flags.get_long("--join-step", tiny ? 2 : 4));
   const int threads = static_cast<int>(flags.get_long("--threads", 1));
+  std::mt19937 rng(static_cast<uint32_t>(flags.get_long("--seed", 1)));
   if (trials < 1 || join_step < 1 || threads < 1) die("--trials, --join-step, --threads >= 1");
   ::setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
 
@@ -280,12 +292,13 @@ int main(int argc, char** argv) {
       shape.L, shape.C, shape.T, shape.V, kGlobalBatch, join_step);
   std::vector<Trial> results;
   for (int t = 0; t < trials; ++t) {
-    Trial r = run_trial(*local, *driver, config, join_step, threads, t + 1);
+    Trial r = run_trial(*local, *driver, config, join_step, threads, t + 1, rng);
     std::printf(
-        "trial %d: worker start to first step at dp 2: %.0f ms (join %.0f, notice %.0f, resize "
-        "%.0f, first step %.0f); %lld steps at dp 1 meanwhile, none run again\n",
-        t + 1, r.total_ms, r.join_ms, r.notice_ms, r.resize_ms, r.first_step_ms,
-        static_cast<long long>(r.steps_at_dp1));
+        "trial %d: worker started %.0f ms into a step; to the first step at dp 2: %.0f ms (join "
+        "%.0f, notice %.0f, resize %.0f = spawn %.0f + state %.0f + group %.0f, first step "
+        "%.0f); %lld steps at dp 1 meanwhile, none run again\n",
+        t + 1, r.into_step_ms, r.total_ms, r.join_ms, r.notice_ms, r.resize_ms, r.spawn_ms,
+        r.state_ms, r.group_ms, r.first_step_ms, static_cast<long long>(r.steps_at_dp1));
     std::fflush(stdout);
     results.push_back(r);
   }
@@ -298,8 +311,10 @@ int main(int argc, char** argv) {
   const double total_s = column(&Trial::total_ms) / 1000;
   std::printf(
       "troupe: %.2f s median from a worker starting to the first step at dp 2 (goal 2 s): join "
-      "%.0f ms, notice %.0f ms, resize %.0f ms, first step %.0f ms; 0 steps run again\n",
+      "%.0f ms, notice %.0f ms (the step in flight ends first), resize %.0f ms (spawn %.0f, "
+      "state %.0f, group %.0f), first step %.0f ms; 0 steps run again\n",
       total_s, column(&Trial::join_ms), column(&Trial::notice_ms), column(&Trial::resize_ms),
+      column(&Trial::spawn_ms), column(&Trial::state_ms), column(&Trial::group_ms),
       column(&Trial::first_step_ms));
   std::vector<Row> rows = {
       {.name = "worker start to first step at the new size", .unit = "s", .troupe = total_s},

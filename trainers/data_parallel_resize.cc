@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "actors/step_clock.h"
 #include "trainers/data_parallel_trainer.h"
 #include "trainers/elastic_batch.h"
 
@@ -68,6 +69,12 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
   const ControllerState committed = controller_->state();
   auto left = [deadline] { return std::max(deadline - absl::Now(), absl::ZeroDuration()); };
 
+  ResizeTimes times;
+  double mark = actors::now_ms();
+  auto lap = [&mark] {
+    const double now = actors::now_ms();
+    return now - std::exchange(mark, now);
+  };
   // 2. The new ranks, named apart from the old ones.
   const TrainConfig resized = with_split(config_, *split);
   std::vector<Replica> added;
@@ -91,6 +98,7 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
       if (!replica.ok()) return replica.status();
       added.push_back(*std::move(replica));
     }
+    times.spawn_ms = lap();
     // 3. The committed state, from the first rank kept.
     std::vector<Future<actors::ShardRestoreReport>> restoring;
     for (Replica& r : added)
@@ -99,6 +107,7 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
     if (absl::Status s = when_all(std::move(restoring)).get(left()).status(); !s.ok()) return s;
   }
 
+  times.state_ms = lap();
   // 4. The group at the new size. From here the old group is left: an error
   // leaves the job to be resized again or stopped.
   std::vector<ActorId> leaving;
@@ -134,6 +143,7 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
   }
   if (absl::Status s = when_all(std::move(seeking)).get(left()).status(); !s.ok()) return s;
 
+  times.group_ms = lap();
   // 5. The controller's members, and the ranks that leave.
   std::vector<MeshMember> members;
   const nn::ParamRange whole{0, nn::GPTParamLayout(config_.model).num_params()};
@@ -157,6 +167,7 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
     return !used;
   });
   ++resized_;
+  last_resize_ = times;
   // Recovery compares with where the actors run now.
   if (config_.fault_tolerance.enabled) mark_whole();
   return absl::OkStatus();

@@ -24,6 +24,13 @@
 
 namespace troupe::trainers {
 
+// Where the last resize's time went (DataParallelTrainer::resize).
+struct ResizeTimes {
+  double spawn_ms = 0;  // placing and spawning the new ranks
+  double state_ms = 0;  // their committed state, peer to peer
+  double group_ms = 0;  // the group at the new size, the loaders moved
+};
+
 // The head's directory of actors as recovery reads it.
 struct HeadView {
   std::map<uint64_t, cluster::ActorStatus> actors;
@@ -91,6 +98,7 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
   // Whether a loss is mended by replacing the lost ranks (fault tolerance)
   // rather than by going on without them.
   bool replaces_losses() const { return config_.fault_tolerance.enabled; }
+  const ResizeTimes& last_resize() const { return last_resize_; }
   // The actors of rank d: its loader, stage and shard.
   std::vector<ActorId> rank_actors(int d) const;
   // OK while the actors at `at` run where they ran when the job last stood
@@ -145,6 +153,7 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
   int threads_ = 0;  // each stage's compute threads
   int resizes_ = 0;  // resize() calls that spawned ranks
   int resized_ = 0;  // resize() calls that completed
+  ResizeTimes last_resize_;
   // The replicas' group, and one per rank spawned again (respawn_rank).
   std::vector<cluster::PlacementGroupId> placement_groups_;
   std::vector<ActorId> actors_;  // everything spawned, for stop()
