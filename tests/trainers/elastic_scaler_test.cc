@@ -9,8 +9,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <future>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -304,6 +308,77 @@ TEST_F(ElasticScalerTest, AJoinThatCannotKeepTheGlobalBatchIsRefusedWithTheReaso
     train(*trainer, k, run);
   }
   EXPECT_TRUE(trainer->stop().ok());
+}
+
+// The same through `troupe train` on a running cluster, as a user runs it:
+// the progress lines announce each change, the metrics carry it, `troupe
+// status` shows the job's dp history, and `troupe drain` returns once the
+// job has left the node.
+TEST_F(ElasticScalerTest, TroupeTrainGrowsOnAJoinAndLeavesADrainedNode) {
+  char dir_template[] = "/tmp/troupe-elastic-train-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const std::string config = dir + "/elastic.json";
+  std::ofstream(config) << R"({
+    "train_batch_size": 48, "train_micro_batch_size_per_gpu": 8,
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+    "model": {"n_layer": 2, "n_head": 4, "n_embd": 64, "seq_len": 30, "vocab_size": 256},
+    "data": {"synthetic": {"task": "addition", "digits": 2, "num_samples": 100000, "seed": 1}},
+    "parallel": {"dp": 2},
+    "elasticity": {"enabled": true, "min_dp": 1, "max_dp": 6, "micro_batch_sizes": [4, 6, 8]},
+    "training": {"steps": 1500, "seed": 1234, "log_interval": 100, "eval_interval": 0}
+  })";
+  const std::string metrics = dir + "/metrics.jsonl";
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  auto train = std::async(std::launch::async, [&] {
+    return local_->run_cli({"train", "--config", config, "--output", dir + "/run", "--metrics",
+                            metrics, "--threads", "1"});
+  });
+  // Waits until the metrics file contains `what` (bounded; not past the
+  // end of the run).
+  auto wait_metrics = [&](const std::string& what) {
+    const absl::Time until = absl::Now() + absl::Seconds(120);
+    while (absl::Now() < until) {
+      if (absl::StrContains(read(metrics), what)) return true;
+      if (train.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return false;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  };
+  ASSERT_TRUE(wait_metrics("\"step\":20,")) << "training did not start: " << train.get().second;
+  absl::StatusOr<int> added = local_->add_worker("CPU=2");
+  ASSERT_TRUE(added.ok()) << added.status();
+  const uint32_t joined = local_->worker_node(*added);
+  ASSERT_TRUE(wait_metrics("\"to_dp\":3")) << "the job did not grow";
+  // The first worker's node hosts a rank: drained, the job leaves it.
+  const uint32_t drained = local_->worker_node(0);
+  auto [drain_code, drain_out] =
+      local_->run_cli({"drain", absl::StrCat(drained), "--timeout", "120"});
+  EXPECT_EQ(drain_code, 0) << drain_out;
+  EXPECT_TRUE(absl::StrContains(drain_out, "is drained")) << drain_out;
+  auto [status_code, status_out] = local_->run_cli({"status"});
+  EXPECT_EQ(status_code, 0) << status_out;
+  EXPECT_TRUE(absl::StrContains(status_out, "dp history: 2 from step 1, 3 from step "))
+      << status_out;
+  auto [code, out] = train.get();
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_TRUE(absl::StrContains(
+      out, absl::StrCat(": dp 2 -> 3 (node ", joined, " joined); global batch 48 = 3 x 8 x 2")))
+      << out;
+  EXPECT_TRUE(absl::StrContains(
+      out, absl::StrCat(": dp 3 -> 2 (node ", drained, " drained); global batch 48 = 2 x 8 x 3")))
+      << out;
+  EXPECT_TRUE(absl::StrContains(out, "resized 2 times")) << out;
+  const std::string lines = read(metrics);
+  EXPECT_TRUE(absl::StrContains(lines, "\"resize\":{\"cause\":\"node ")) << lines.substr(0, 400);
+  EXPECT_TRUE(absl::StrContains(lines, "\"dp\":3")) << "no step at dp 3";
+  EXPECT_TRUE(absl::StrContains(lines, "\"step\":1500,")) << "the run did not finish";
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
