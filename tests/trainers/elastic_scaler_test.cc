@@ -35,25 +35,11 @@ constexpr int kGlobalBatch = 12;
 constexpr absl::Duration kNoticeWait = absl::Seconds(30);
 
 TrainConfig config_for(int dp) {
-  TrainConfig c;
-  c.parallel.dp = dp;
-  c.gradient_accumulation_steps = 1;
-  c.micro_batch_size = kGlobalBatch / dp;
-  c.train_batch_size = kGlobalBatch;
-  c.model = testing::kTinyGpt;
-  c.data.synthetic =
-      SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 600, .seed = 7};
-  c.optimizer.type = OptimizerType::kSgd;
-  c.optimizer.sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
-  c.schedule = nn::LrSchedule::constant(0.1f);
-  c.gradient_clipping = 1.0;
-  c.zero.reduce_bucket_size = 4096;
-  c.training.seed = 11;
-  c.elasticity.enabled = true;
-  return c;
+  return testing::elastic_sgd_config(dp, kGlobalBatch);
 }
 
 using testing::RunResult;
+using testing::sorted;
 
 class ElasticScalerTest : public ::testing::Test {
  protected:
@@ -89,6 +75,18 @@ class ElasticScalerTest : public ::testing::Test {
     result.params = *std::move(params);
     EXPECT_TRUE(trainer.stop().ok());
   }
+  // `steps` steps of one replica on the same global batch: what an elastic
+  // run must match.
+  RunResult single_run(int steps, const std::string& job) {
+    RunResult single;
+    auto trainer = start(config_for(1), job);
+    EXPECT_NE(trainer, nullptr);
+    if (trainer == nullptr) return single;
+    for (int k = 1; k <= steps; ++k)
+      train(*trainer, k, single);
+    finish(*trainer, single);
+    return single;
+  }
   // Asks the scaler before step `step` until it resizes (the driver hears
   // of a change with a heartbeat), for at most kNoticeWait.
   static std::optional<ResizeReport> resize_before(ElasticScaler& scaler, int64_t step) {
@@ -119,21 +117,10 @@ class ElasticScalerTest : public ::testing::Test {
   std::unique_ptr<Cluster> driver_;
 };
 
-std::vector<int64_t> sorted(std::vector<int64_t> ids) {
-  std::sort(ids.begin(), ids.end());
-  return ids;
-}
-
 TEST_F(ElasticScalerTest, AJobGrowsOnAJoinAndShrinksOnADrainAndALoss) {
   constexpr int kSteps = 8;
-  RunResult single;
-  {
-    auto trainer = start(config_for(1), "scaler-single");
-    ASSERT_NE(trainer, nullptr);
-    for (int k = 1; k <= kSteps; ++k)
-      train(*trainer, k, single);
-    finish(*trainer, single);
-  }
+  const RunResult single = single_run(kSteps, "scaler-single");
+  ASSERT_EQ(single.outcomes.size(), static_cast<size_t>(kSteps));
 
   const TrainConfig config = config_for(2);
   auto trainer = start(config, "scaler-elastic");
@@ -222,14 +209,8 @@ TEST_F(ElasticScalerTest, AJobGrowsOnAJoinAndShrinksOnADrainAndALoss) {
 
 TEST_F(ElasticScalerTest, AResizedJobReplacesALostRankAtItsShapeNow) {
   constexpr int kSteps = 6;
-  RunResult single;
-  {
-    auto trainer = start(config_for(1), "ft-single");
-    ASSERT_NE(trainer, nullptr);
-    for (int k = 1; k <= kSteps; ++k)
-      train(*trainer, k, single);
-    finish(*trainer, single);
-  }
+  const RunResult single = single_run(kSteps, "ft-single");
+  ASSERT_EQ(single.outcomes.size(), static_cast<size_t>(kSteps));
   TrainConfig config = config_for(2);
   config.fault_tolerance = {.enabled = true,
                             .spare_nodes = 0,

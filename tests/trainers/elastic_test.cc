@@ -28,25 +28,11 @@ constexpr int kGlobalBatch = 12;
 constexpr absl::Duration kResizeWait = absl::Seconds(60);
 
 TrainConfig config_for(int dp) {
-  TrainConfig c;
-  c.parallel.dp = dp;
-  c.gradient_accumulation_steps = 1;
-  c.micro_batch_size = kGlobalBatch / dp;
-  c.train_batch_size = kGlobalBatch;
-  c.model = testing::kTinyGpt;
-  c.data.synthetic =
-      SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 600, .seed = 7};
-  c.optimizer.type = OptimizerType::kSgd;
-  c.optimizer.sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
-  c.schedule = nn::LrSchedule::constant(0.1f);
-  c.gradient_clipping = 1.0;
-  c.zero.reduce_bucket_size = 4096;
-  c.training.seed = 11;
-  c.elasticity.enabled = true;
-  return c;
+  return testing::elastic_sgd_config(dp, kGlobalBatch);
 }
 
 using testing::RunResult;
+using testing::sorted;
 
 class ElasticTest : public testing::TrainingClusterTest {
  protected:
@@ -76,11 +62,6 @@ class ElasticTest : public testing::TrainingClusterTest {
 
   inline static int jobs_ = 0;
 };
-
-std::vector<int64_t> sorted(std::vector<int64_t> ids) {
-  std::sort(ids.begin(), ids.end());
-  return ids;
-}
 
 TEST_F(ElasticTest, AJobResizedBetweenStepsTrainsAsOneThatNeverChanged) {
   RunResult single;

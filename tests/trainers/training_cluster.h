@@ -14,6 +14,7 @@
 #include "core/cluster/cluster.h"
 #include "core/cluster/local_cluster.h"
 #include "nn/gpt.h"
+#include "trainers/config.h"
 #include "trainers/trainer_controller.h"
 
 namespace troupe::trainers::testing {
@@ -25,6 +26,34 @@ inline constexpr nn::GPTConfig kTinyGpt = {.max_seq_len = 16,
                                            .num_layers = 2,
                                            .num_heads = 2,
                                            .channels = 32};
+
+// The elastic tests' job: the tiny GPT on 2-digit addition, SGD with
+// momentum, elasticity enabled, `global_batch` samples a step split evenly
+// over `dp` ranks (one micro-batch each).
+inline TrainConfig elastic_sgd_config(int dp, int global_batch) {
+  TrainConfig c;
+  c.parallel.dp = dp;
+  c.gradient_accumulation_steps = 1;
+  c.micro_batch_size = global_batch / dp;
+  c.train_batch_size = global_batch;
+  c.model = kTinyGpt;
+  c.data.synthetic =
+      SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 600, .seed = 7};
+  c.optimizer.type = OptimizerType::kSgd;
+  c.optimizer.sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
+  c.schedule = nn::LrSchedule::constant(0.1f);
+  c.gradient_clipping = 1.0;
+  c.zero.reduce_bucket_size = 4096;
+  c.training.seed = 11;
+  c.elasticity.enabled = true;
+  return c;
+}
+
+// A step's sample ids in order, to compare the samples of two runs' steps.
+inline std::vector<int64_t> sorted(std::vector<int64_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
 
 class TrainingClusterTest : public ::testing::Test {
  protected:
