@@ -67,6 +67,7 @@ constexpr int kGlobalBatch = 8;
 // The most a trial waits for the job to grow, and the peer's whole run.
 constexpr double kGrowWaitMs = 120'000;
 constexpr int kPeerTimeoutS = 900;
+constexpr int64_t kMaxSteps = 100'000;  // a trial's steps at the most (tiny ones are fast)
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "elastic_bench: %s\n", what.c_str());
@@ -121,7 +122,7 @@ Trial run_trial(cluster::LocalCluster& local, Cluster& driver, const trainers::T
   std::promise<void> done;
   std::shared_future<void> trial_over = done.get_future().share();
   std::thread joiner;
-  int worker = -1;
+  std::atomic<int> worker{-1};
   double decided_ms = 0, last_step_ms = 0;
   for (int64_t k = 1;; ++k) {
     if (k == join_step + 1) {
@@ -160,12 +161,14 @@ Trial run_trial(cluster::LocalCluster& local, Cluster& driver, const trainers::T
       break;
     }
     if (started_ms > 0) ++t.steps_at_dp1;
-    if (k > join_step && end - step_start > kGrowWaitMs) die("the job did not grow in time");
+    if ((started_ms > 0 && end - started_ms > kGrowWaitMs) || k > kMaxSteps) {
+      die("the job did not grow in time");
+    }
   }
   trainer->stop().IgnoreError();
-  local.kill_worker(worker, SIGTERM);
   done.set_value();
-  joiner.join();
+  joiner.join();  // (after which LocalCluster is this thread's alone again)
+  local.kill_worker(worker.load(), SIGTERM);
   return t;
 }
 

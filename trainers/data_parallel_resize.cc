@@ -75,27 +75,45 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
     const double now = actors::now_ms();
     return now - std::exchange(mark, now);
   };
-  // 2. The new ranks, named apart from the old ones.
+  // 2. The new ranks, named apart from the old ones. Until the group is
+  // formed at the new size (4), an error leaves the job as it was: what was
+  // spawned for it is removed again.
   const TrainConfig resized = with_split(config_, *split);
   std::vector<Replica> added;
   if (add > 0) {
     const std::string names = absl::StrCat(job_, "+", ++resizes_);
-    absl::StatusOr<cluster::PlacementGroupId> pg = cluster_.create_placement_group(
-        std::vector<std::string>(add, "CPU=1"), cluster::PlacementStrategy::kSpread,
-        names + "/replicas", /*detached=*/false, std::move(target_nodes));
-    if (!pg.ok()) return pg.status();
-    placement_groups_.push_back(*pg);
-    if (absl::Status s = cluster_.wait_placement_group(*pg, left()); !s.ok()) {
-      cluster_.remove_placement_group(*pg).IgnoreError();
-      placement_groups_.pop_back();
-      return absl::ResourceExhaustedError(absl::StrCat("resize to dp ", new_dp, ": no room for ",
-                                                       add, add == 1 ? " new rank" : " new ranks",
-                                                       " (one CPU each): ", s.message()));
+    // A group per new rank, on its target node where it has room (so that
+    // one leaving later gives its bundle back).
+    std::vector<cluster::PlacementGroupId> groups;
+    // (Removing a group kills the actors spawned in it.)
+    auto undo = [&](const absl::Status& why) {
+      for (cluster::PlacementGroupId pg : groups)
+        cluster_.remove_placement_group(pg).IgnoreError();
+      for (Replica& r : added) {
+        std::erase_if(actors_, [&](ActorId id) {
+          return id == r.loader.id() || id == r.stage.id() || id == r.shard.id();
+        });
+      }
+      return why;
+    };
+    for (int i = 0; i < add; ++i) {
+      absl::StatusOr<cluster::PlacementGroupId> pg = cluster_.create_placement_group(
+          {"CPU=1"}, cluster::PlacementStrategy::kSpread, absl::StrCat(names, "/rank-", i),
+          /*detached=*/false, {target_nodes[i]});
+      if (!pg.ok()) return undo(pg.status());
+      groups.push_back(*pg);
+    }
+    for (cluster::PlacementGroupId pg : groups) {
+      if (absl::Status s = cluster_.wait_placement_group(pg, left()); !s.ok()) {
+        return undo(absl::ResourceExhaustedError(
+            absl::StrCat("resize to dp ", new_dp, ": no room for ", add,
+                         add == 1 ? " new rank" : " new ranks", " (one CPU each): ", s.message())));
+      }
     }
     for (int i = 0; i < add; ++i) {
       absl::StatusOr<Replica> replica =
-          spawn_replica(static_cast<int>(keep.size()) + i, *pg, i, names, resized);
-      if (!replica.ok()) return replica.status();
+          spawn_replica(static_cast<int>(keep.size()) + i, groups[i], 0, names, resized);
+      if (!replica.ok()) return undo(replica.status());
       added.push_back(*std::move(replica));
     }
     times.spawn_ms = lap();
@@ -104,12 +122,19 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
     for (Replica& r : added)
       restoring.push_back(
           r.shard.call(&actors::ParamShardActor::restore_from, replicas_[keep[0]].shard));
-    if (absl::Status s = when_all(std::move(restoring)).get(left()).status(); !s.ok()) return s;
+    if (absl::Status s = when_all(std::move(restoring)).get(left()).status(); !s.ok()) {
+      return undo(s);
+    }
+    placement_groups_.insert(placement_groups_.end(), groups.begin(), groups.end());
   }
 
   times.state_ms = lap();
   // 4. The group at the new size. From here the old group is left: an error
-  // leaves the job to be resized again or stopped.
+  // leaves the job unusable (Internal).
+  auto broken = [new_dp](const absl::Status& s) {
+    return absl::InternalError(
+        absl::StrCat("resize to dp ", new_dp, " failed once the group was left: ", s.message()));
+  };
   std::vector<ActorId> leaving;
   for (int d = 0; d < old_dp; ++d) {
     if (kept.contains(d)) continue;
@@ -123,7 +148,7 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
     next.push_back(r);
   replicas_ = std::move(next);
   config_ = resized;
-  if (absl::Status s = declare_groups(); !s.ok()) return s;
+  if (absl::Status s = declare_groups(); !s.ok()) return broken(s);
   std::vector<Future<void>> joining;
   for (int rank = 0; rank < new_dp; ++rank) {
     const actors::StageShape shape{.dp = new_dp,
@@ -135,13 +160,15 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
                           ? replicas_[rank].stage.call(&actors::PipelineStageActor::resize, shape)
                           : replicas_[rank].stage.call(&actors::PipelineStageActor::setup));
   }
-  if (absl::Status s = when_all(std::move(joining)).get(left()); !s.ok()) return s;
+  if (absl::Status s = when_all(std::move(joining)).get(left()); !s.ok()) return broken(s);
   std::vector<Future<int64_t>> seeking;
   for (Replica& r : added) {
     seeking.push_back(r.stage.call(&actors::PipelineStageActor::seek_data, committed.data_position,
                                    data_info_.samples_per_epoch));
   }
-  if (absl::Status s = when_all(std::move(seeking)).get(left()).status(); !s.ok()) return s;
+  if (absl::Status s = when_all(std::move(seeking)).get(left()).status(); !s.ok()) {
+    return broken(s);
+  }
 
   times.group_ms = lap();
   // 5. The controller's members, and the ranks that leave.
@@ -155,7 +182,7 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
   }
   if (absl::Status s = controller_->resize({.dp = new_dp, .pp = 1, .tp = 1}, std::move(members));
       !s.ok()) {
-    return s;
+    return broken(s);
   }
   for (ActorId id : leaving)
     cluster_.kill(id).IgnoreError();  // (as stop(): one already gone is fine)

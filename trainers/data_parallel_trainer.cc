@@ -110,6 +110,34 @@ absl::StatusOr<DataParallelTrainer::Replica> DataParallelTrainer::spawn_replica(
   return replica;
 }
 
+absl::StatusOr<std::vector<cluster::PlacementGroupId>> DataParallelTrainer::rank_groups(
+    cluster::PlacementGroupId spread) {
+  absl::StatusOr<cluster::ClusterStatus> status = cluster_.status();
+  if (!status.ok()) return status.status();
+  std::vector<int32_t> nodes;
+  for (const cluster::PlacementGroupStatus& g : status->placement_groups) {
+    if (g.id == spread.value) nodes.assign(g.bundle_nodes.begin(), g.bundle_nodes.end());
+  }
+  const int dp = config_.parallel.dp;
+  nodes.resize(dp, -1);
+  // The spread's reservations go back first, for the ranks' own to take.
+  if (absl::Status s = cluster_.remove_placement_group(spread); !s.ok()) return s;
+  placement_groups_.clear();
+  std::vector<cluster::PlacementGroupId> groups;
+  for (int d = 0; d < dp; ++d) {
+    absl::StatusOr<cluster::PlacementGroupId> pg = cluster_.create_placement_group(
+        {"CPU=1"}, cluster::PlacementStrategy::kSpread, absl::StrCat(job_, "/rank-", d),
+        /*detached=*/false, {nodes[d]});
+    if (!pg.ok()) return pg.status();
+    placement_groups_.push_back(*pg);
+    if (absl::Status s = cluster_.wait_placement_group(*pg, kSetupTimeout); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("placing rank ", d, ": ", s.message()));
+    }
+    groups.push_back(*pg);
+  }
+  return groups;
+}
+
 absl::Status DataParallelTrainer::spawn_replicas() {
   const int dp = config_.parallel.dp;
   // One bundle per replica, on different nodes where there are enough.
@@ -122,8 +150,21 @@ absl::Status DataParallelTrainer::spawn_replicas() {
     return absl::Status(s.code(),
                         absl::StrCat("placing ", dp, " replicas (one CPU each): ", s.message()));
   }
+  // An elastic job's ranks come and go one by one: each gets a group of its
+  // own, on the node the spread placed it on, so that one leaving gives its
+  // bundle back (a bundle left in a shared group would be placed again).
+  std::vector<cluster::PlacementGroupId> groups(dp, *pg);
+  std::vector<int> bundles_of(dp);
+  for (int d = 0; d < dp; ++d)
+    bundles_of[d] = d;
+  if (config_.elasticity.enabled) {
+    absl::StatusOr<std::vector<cluster::PlacementGroupId>> own = rank_groups(*pg);
+    if (!own.ok()) return own.status();
+    groups = *std::move(own);
+    std::fill(bundles_of.begin(), bundles_of.end(), 0);
+  }
   for (int d = 0; d < dp; ++d) {
-    absl::StatusOr<Replica> replica = spawn_replica(d, *pg, d, job_, config_);
+    absl::StatusOr<Replica> replica = spawn_replica(d, groups[d], bundles_of[d], job_, config_);
     if (!replica.ok()) return replica.status();
     replicas_.push_back(*std::move(replica));
   }

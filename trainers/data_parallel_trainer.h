@@ -121,6 +121,10 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
         job_(std::move(job)),
         threads_(threads) {}
   absl::Status spawn_replicas();
+  // Elastic jobs: a single-bundle group per rank, each on the node `spread`
+  // (placed, then removed) put that rank's bundle on, where it has room.
+  absl::StatusOr<std::vector<cluster::PlacementGroupId>> rank_groups(
+      cluster::PlacementGroupId spread);
   // Rank d's loader, stage and shard, in bundle `bundle` of `group`.
   // `names`: the job name its actors' names are made from (job_, or after a
   // resize a name of its own, so that they differ from the old ranks');
@@ -151,7 +155,7 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
   const TrainConfig configured_;  // as the job was started
   std::string job_;
   int threads_ = 0;  // each stage's compute threads
-  int resizes_ = 0;  // resize() calls that spawned ranks
+  int resizes_ = 0;  // names made for new ranks (resize, respawn_rank after a resize)
   int resized_ = 0;  // resize() calls that completed
   ResizeTimes last_resize_;
   // The replicas' group, and one per rank spawned again (respawn_rank).

@@ -1,13 +1,13 @@
 #include "trainers/elastic_scaler.h"
 
 #include <algorithm>
-#include <chrono>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "actors/step_clock.h"
 #include "core/cluster/detail/resources.h"
 
 namespace troupe::trainers {
@@ -17,12 +17,6 @@ namespace {
 // head to name the ranks a failed step lost.
 constexpr absl::Duration kResizeTimeout = absl::Seconds(60);
 constexpr absl::Duration kDetectBudget = absl::Seconds(10);
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // A live worker that hosts no rank of the job, takes new work and has room
 // for a rank (one CPU).
@@ -64,6 +58,10 @@ void ElasticScaler::note(std::string text) {
 }
 
 absl::StatusOr<BatchSplit> ElasticScaler::fit(int want, int floor) const {
+  if (want < floor) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("dp ", want, " is below elasticity's min_dp ", floor));
+  }
   absl::Status first;
   for (int dp = want; dp >= std::max(1, floor); --dp) {
     absl::StatusOr<BatchSplit> split = plan_batch(config_, dp);
@@ -73,28 +71,40 @@ absl::StatusOr<BatchSplit> ElasticScaler::fit(int want, int floor) const {
   return first.ok() ? absl::FailedPreconditionError("no size to go to") : first;
 }
 
-absl::StatusOr<std::optional<ResizeReport>> ElasticScaler::before_step(int64_t step) {
-  const uint64_t version = cluster_.membership_version();
-  if (looked_ && version == seen_version_) return std::nullopt;
-  const double start = now_ms();
-  absl::StatusOr<cluster::ClusterStatus> status = cluster_.status();
-  if (!status.ok()) return status.status();
-  looked_ = true;
-  seen_version_ = version;
+bool ElasticScaler::may_resize() const {
+  return !looked_ || cluster_.membership_version() != seen_version_;
+}
 
+absl::StatusOr<std::optional<ResizeReport>> ElasticScaler::before_step(int64_t step) {
+  if (!may_resize()) return std::nullopt;
+  const uint64_t version = cluster_.membership_version();
+  const double start = actors::now_ms();
+  absl::StatusOr<cluster::ClusterStatus> status = cluster_.status();
+  if (!status.ok()) {
+    // (The head may be restarting: the job goes on, and looks again.)
+    note(absl::StrCat("the cluster's status is unavailable (", status.status().message(),
+                      "); the job stays at dp ", mesh_.dp()));
+    return std::nullopt;
+  }
   const int dp = mesh_.dp();
   const std::vector<std::optional<uint32_t>> at = mesh_.rank_nodes(*status);
-  std::set<uint32_t> busy, draining;
-  for (const std::optional<uint32_t>& n : at) {
-    if (n) busy.insert(*n);
+  // A rank that is not alive is recovery's, or the next failed step's: no
+  // resize around it (looked at again at the next step).
+  if (std::any_of(at.begin(), at.end(), [](const auto& n) { return !n.has_value(); })) {
+    return std::nullopt;
   }
+  looked_ = true;
+  seen_version_ = version;
+  std::set<uint32_t> busy, draining;
+  for (const std::optional<uint32_t>& n : at)
+    busy.insert(*n);
   for (const cluster::NodeStatus& n : status->nodes) {
     if (n.state == cluster::NodeState::kAlive && n.draining) draining.insert(n.info.index);
   }
   std::vector<int> keep;
   std::vector<int32_t> drained;
   for (int d = 0; d < dp; ++d) {
-    if (at[d] && draining.contains(*at[d])) {
+    if (draining.contains(*at[d])) {
       if (std::find(drained.begin(), drained.end(), *at[d]) == drained.end()) {
         drained.push_back(static_cast<int32_t>(*at[d]));
       }
@@ -106,15 +116,23 @@ absl::StatusOr<std::optional<ResizeReport>> ElasticScaler::before_step(int64_t s
   for (const cluster::NodeStatus& n : status->nodes) {
     if (has_room(n, busy)) joined.push_back(static_cast<int32_t>(n.info.index));
   }
+  if (keep.empty() && !joined.empty()) {
+    // Every rank is on a draining node: the job grows onto the nodes that
+    // joined first, and leaves the drained ones at the next step.
+    for (int d = 0; d < dp; ++d)
+      keep.push_back(d);
+    drained.clear();
+    looked_ = false;
+  }
   const int kept = static_cast<int>(keep.size());
   const int room = std::max(0, config_.elasticity.max_dp - kept);
   if (static_cast<int>(joined.size()) > room) joined.resize(room);
   if (drained.empty() && joined.empty()) return std::nullopt;
 
   // The largest size the batch rule allows, from every node with room down
-  // to the ranks kept (a drain) or one more than now (a growth).
+  // to min_dp (a drain) or one more than now (a growth).
   const int want = kept + static_cast<int>(joined.size());
-  const int floor = drained.empty() ? dp + 1 : kept;
+  const int floor = drained.empty() ? dp + 1 : config_.elasticity.min_dp;
   std::string cause;
   if (!drained.empty()) cause = nodes_text(drained, "drained");
   if (!joined.empty()) {
@@ -130,9 +148,18 @@ absl::StatusOr<std::optional<ResizeReport>> ElasticScaler::before_step(int64_t s
     note(absl::StrCat(cause, ", but the job stays at dp ", dp, ": ", split.status().message()));
     return std::nullopt;
   }
-  joined.resize(split->dp - kept);
+  if (split->dp >= kept) {
+    joined.resize(split->dp - kept);
+  } else {
+    joined.clear();
+    keep.resize(split->dp);  // the batch rule takes a smaller size than the ranks kept
+  }
   if (absl::Status s = mesh_.resize(keep, joined, absl::Now() + kResizeTimeout); !s.ok()) {
-    return s;
+    // Before the group was formed at the new size the job is as it was: it
+    // goes on, and says why (ElasticMesh::resize).
+    if (absl::IsInternal(s)) return s;
+    note(absl::StrCat(cause, ", but the job stays at dp ", dp, ": ", s.message()));
+    return std::nullopt;
   }
   ResizeReport report{.step = step,
                       .from_dp = dp,
@@ -140,7 +167,7 @@ absl::StatusOr<std::optional<ResizeReport>> ElasticScaler::before_step(int64_t s
                       .cause = std::move(cause),
                       .split = *split,
                       .global_batch = config_.train_batch_size,
-                      .ms = now_ms() - start};
+                      .ms = actors::now_ms() - start};
   history_.push_back(report);
   return report;
 }
@@ -148,7 +175,7 @@ absl::StatusOr<std::optional<ResizeReport>> ElasticScaler::before_step(int64_t s
 absl::StatusOr<ResizeReport> ElasticScaler::shrink_after_loss(int64_t step,
                                                               const absl::Status& failure,
                                                               TrainerController& controller) {
-  const double start = now_ms();
+  const double start = actors::now_ms();
   absl::StatusOr<std::vector<LostMember>> lost = mesh_.find_lost(absl::Now() + kDetectBudget);
   if (!lost.ok()) return lost.status();
   if (lost->empty()) return absl::NotFoundError("no rank of the job was lost");
@@ -194,7 +221,7 @@ absl::StatusOr<ResizeReport> ElasticScaler::shrink_after_loss(int64_t step,
                       .cause = cause,
                       .split = *split,
                       .global_batch = config_.train_batch_size,
-                      .ms = now_ms() - start};
+                      .ms = actors::now_ms() - start};
   history_.push_back(report);
   return report;
 }

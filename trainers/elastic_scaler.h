@@ -39,7 +39,10 @@ class ElasticMesh {
   virtual std::vector<std::optional<uint32_t>> rank_nodes(
       const cluster::ClusterStatus& status) const = 0;
   // Goes on over the ranks `keep` followed by one new rank per entry of
-  // `target_nodes` (placed there where it has room), by `deadline`.
+  // `target_nodes` (placed there where it has room), by `deadline`. An
+  // error before the group is formed at the new size leaves the job as it
+  // was (what was spawned for it is gone again); Internal once it may not
+  // be (the job cannot go on).
   virtual absl::Status resize(const std::vector<int>& keep, std::vector<int32_t> target_nodes,
                               absl::Time deadline) = 0;
   // The ranks lost since the job last stood whole (MeshRepair::find_lost).
@@ -49,7 +52,7 @@ class ElasticMesh {
 // One change of size, as the progress line, the metrics and the summary
 // show it.
 struct ResizeReport {
-  int64_t step = 0;  // the first step run at the new size
+  int64_t step = 0;  // the step run next, at the new size (after a loss: again)
   int from_dp = 0;
   int to_dp = 0;
   std::string cause;  // "node 4 joined", "node 3 drained", "lost d1.p0.t0 (...)"
@@ -67,10 +70,14 @@ class ElasticScaler {
   // micro-batch at every size).
   ElasticScaler(Cluster& cluster, ElasticMesh& mesh, TrainConfig config);
 
+  // Whether the cluster's membership changed since the scaler last looked
+  // (before_step may resize: an async checkpoint should finish first).
+  bool may_resize() const;
   // Before step `step`: resizes the job when nodes joined or are drained
   // since it last looked. nullopt when nothing changed, or the change was
-  // refused (take_notes says why). Errors: those of the resize (the job may
-  // then be unusable) and of asking the head.
+  // refused or failed before the job changed (take_notes says why); a rank
+  // that is not alive defers it to the next step. Errors: Internal from a
+  // resize that failed part way (the job cannot go on).
   absl::StatusOr<std::optional<ResizeReport>> before_step(int64_t step);
   // Step `step` failed with `failure`: when ranks were lost, the job goes on
   // without them at the next size the batch rule allows (the survivors hold

@@ -345,6 +345,12 @@ int train_command(const std::vector<std::string>& args) {
   double first_loss = 0, last_loss = 0;
   for (int64_t k = first_step; k <= steps; ++k) {
     if (scaler) {
+      // A resize may take away ranks that write a checkpoint in flight.
+      if (scaler->may_resize()) {
+        if (absl::Status s = report_checkpoints(checkpoints.finish()); !s.ok()) {
+          return fail("writing the metrics", s);
+        }
+      }
       absl::StatusOr<std::optional<ResizeReport>> resized = scaler->before_step(k);
       for (const std::string& n : scaler->take_notes())
         progress.message(cluster::printable(absl::StrCat("elasticity: ", n)));
@@ -371,14 +377,17 @@ int train_command(const std::vector<std::string>& args) {
         // (Its commit was applied by the survivors: it stands.)
         outcome = *trainer.controller().last_outcome();
       } else if (!absl::IsNotFound(shrunk.status())) {
-        progress.message("");
-        return fail("training", shrunk.status());
+        // (A last checkpoint below, as for any failure that ends the job.)
+        outcome = absl::Status(
+            outcome.status().code(),
+            absl::StrCat(outcome.status().message(),
+                         "; going on without the lost ranks failed: ", shrunk.status().message()));
       }
     }
     if (!outcome.ok()) {
       progress.message("");
       // A job that cannot go on keeps what it has: a last checkpoint.
-      if (stepper.failures() > 0 || config.fault_tolerance.enabled) {
+      if (stepper.failures() > 0 || config.fault_tolerance.enabled || scaler) {
         save_after_failure(checkpoints, config, stepper.unrecovered(), progress);
       }
       return fail("training", outcome.status());  // the controller names the step

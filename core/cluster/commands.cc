@@ -579,7 +579,8 @@ int drain_command(const std::vector<std::string>& given) {
     return flags->help() ? 0 : 2;
   }
   absl::Duration timeout = absl::Seconds(300);
-  if (flags->get("timeout") == "0") {
+  double zero = -1;
+  if (flags->has("timeout") && absl::SimpleAtod(flags->get("timeout"), &zero) && zero == 0) {
     timeout = absl::ZeroDuration();
   } else if (flags->has("timeout")) {
     absl::StatusOr<absl::Duration> t = parse_seconds("timeout", flags->get("timeout"));
@@ -637,7 +638,6 @@ int drain_command(const std::vector<std::string>& given) {
       std::fflush(stdout);
       last = left;
     }
-    if (g_signal.load() != 0) return 130;
     absl::SleepFor(absl::Milliseconds(200));
   }
 }

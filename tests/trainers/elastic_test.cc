@@ -11,11 +11,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/manifest.h"
 #include "tests/trainers/training_cluster.h"
 #include "trainers/checkpointer.h"
 #include "trainers/config.h"
@@ -89,7 +93,14 @@ TEST_F(ElasticTest, AJobResizedBetweenStepsTrainsAsOneThatNeverChanged) {
                              {.dir = dir, .interval_steps = 0, .keep = 1, .async = false});
     std::vector<CheckpointEvent> saved = checkpoints.save_now();
     ASSERT_FALSE(saved.empty());
-    EXPECT_TRUE(saved.back().status.ok()) << saved.back().status;
+    ASSERT_TRUE(saved.back().status.ok()) << saved.back().status;
+    std::ifstream file(saved.back().step_dir + "/" + checkpoint::kManifestFile);
+    std::stringstream text;
+    text << file.rdbuf();
+    absl::StatusOr<checkpoint::Manifest> manifest =
+        checkpoint::decode_manifest(text.str(), saved.back().step_dir);
+    ASSERT_TRUE(manifest.ok()) << manifest.status();
+    EXPECT_EQ(manifest->layout.dp, 3);
     std::filesystem::remove_all(dir);
   }
   // dp 3 -> 2: the rank in the middle leaves; the others close ranks.

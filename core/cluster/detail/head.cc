@@ -165,6 +165,7 @@ void HeadService::node_ready(uint32_t node) {
   }
   absl::StatusOr<Resources> total = Resources::parse(it->second.info.resources);
   scheduler_.add_node(node, total.ok() ? *total : Resources());
+  scheduler_.set_draining(node, it->second.draining);  // (drained before it was ready)
   it->second.ready = true;
   ClusterEvent ready;
   ready.kind = ClusterEvent::kNodeReady;

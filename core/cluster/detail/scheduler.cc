@@ -240,7 +240,8 @@ std::optional<Assignment> assign_targeted(const std::vector<Resources>& bundles,
   std::vector<size_t> rest;
   std::set<NodeIndex> targeted;
   for (size_t b = 0; b < bundles.size(); ++b) {
-    auto it = targets[b] ? free.find(*targets[b]) : free.end();
+    // (A node targeted twice takes the first: SPREAD puts the rest elsewhere.)
+    auto it = targets[b] && !targeted.contains(*targets[b]) ? free.find(*targets[b]) : free.end();
     if (it == free.end() || !it->second.contains(bundles[b])) {
       rest.push_back(b);
       continue;
