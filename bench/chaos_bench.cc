@@ -49,6 +49,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "actors/step_clock.h"
+#include "bench/bench_fail.h"
 #include "bench/bench_shapes.h"
 #include "bench/bench_util.h"
 #include "core/cluster/cluster.h"
@@ -66,17 +67,6 @@
 
 namespace troupe::bench {
 namespace {
-
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "chaos_bench: %s\n", what.c_str());
-  std::exit(1);
-}
-
-template <class T>
-T value_or_die(absl::StatusOr<T> r, const std::string& what) {
-  if (!r.ok()) die(what + ": " + r.status().ToString());
-  return *std::move(r);
-}
 
 trainers::TrainConfig train_config(const Shape& s, int stage, int steps, bool fault_tolerance) {
   trainers::TrainConfig c;

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "bench/bench_fail.h"
 #include "bench/bench_shapes.h"
 #include "bench/bench_util.h"
 #include "checkpoint/env.h"
@@ -65,17 +66,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "checkpoint_bench: %s\n", what.c_str());
-  std::exit(1);
-}
-
-template <class T>
-T value_or_die(absl::StatusOr<T> r, const std::string& what) {
-  if (!r.ok()) die(what + ": " + r.status().ToString());
-  return *std::move(r);
-}
 
 trainers::TrainConfig train_config(const Shape& s, int ranks, int stage, const std::string& dir) {
   trainers::TrainConfig c;

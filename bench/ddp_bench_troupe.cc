@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "actors/param_shard_actor.h"
 #include "actors/pipeline_stage_actor.h"
+#include "bench/bench_fail.h"
 #include "bench/ddp_bench.h"
 #include "core/cluster/cluster.h"
 #include "core/cluster/local_cluster.h"
@@ -29,17 +30,6 @@
 
 namespace troupe::bench::ddp {
 namespace {
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "ddp_bench: %s\n", what.c_str());
-  std::exit(1);
-}
-
-template <class T>
-T value_or_die(absl::StatusOr<T> r, const std::string& what) {
-  if (!r.ok()) die(what + ": " + r.status().ToString());
-  return *std::move(r);
-}
-
 // CPU seconds (user + system) that process `pid` has used, all threads; 0 if unreadable.
 double process_cpu_seconds(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");

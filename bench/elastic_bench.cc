@@ -45,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "actors/step_clock.h"
+#include "bench/bench_fail.h"
 #include "bench/bench_shapes.h"
 #include "bench/bench_util.h"
 #include "core/cluster/cluster.h"
@@ -68,17 +69,6 @@ constexpr int kGlobalBatch = 8;
 constexpr double kGrowWaitMs = 120'000;
 constexpr int kPeerTimeoutS = 900;
 constexpr int64_t kMaxSteps = 100'000;  // a trial's steps at the most (tiny ones are fast)
-
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "elastic_bench: %s\n", what.c_str());
-  std::exit(1);
-}
-
-template <class T>
-T value_or_die(absl::StatusOr<T> r, const std::string& what) {
-  if (!r.ok()) die(what + ": " + r.status().ToString());
-  return *std::move(r);
-}
 
 trainers::TrainConfig train_config(const Shape& s) {
   trainers::TrainConfig c;

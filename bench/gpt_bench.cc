@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_fail.h"
 #include "bench/bench_util.h"
 #include "bench/compute_env.h"
 #include "nn/gemm.h"
@@ -97,17 +98,6 @@ struct TroupeResult {
   float loss_first = 0, loss_last = 0;
   size_t memory_bytes = 0;
 };
-
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "gpt_bench: %s\n", what.c_str());
-  std::exit(1);
-}
-
-template <class T>
-T value_or_die(absl::StatusOr<T> r, const std::string& what) {
-  if (!r.ok()) die(what + ": " + r.status().ToString());
-  return *std::move(r);
-}
 
 void ok_or_die(const absl::Status& s, const std::string& what) {
   if (!s.ok()) die(what + ": " + s.ToString());

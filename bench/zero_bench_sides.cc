@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "bench/bench_fail.h"
 #include "bench/bench_util.h"
 #include "bench/zero_bench.h"
 #include "core/cluster/cluster.h"
@@ -30,17 +31,6 @@ namespace troupe::bench::zero {
 namespace {
 
 constexpr int kPeerTimeoutS = 1800;  // one peer run, start to end (DeepSpeed may build its Adam)
-
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "zero_bench: %s\n", what.c_str());
-  std::exit(1);
-}
-
-template <class T>
-T value_or_die(absl::StatusOr<T> r, const std::string& what) {
-  if (!r.ok()) die(what + ": " + r.status().ToString());
-  return *std::move(r);
-}
 
 }  // namespace
 

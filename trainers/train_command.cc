@@ -325,20 +325,21 @@ int train_command(const std::vector<std::string>& args) {
   // lost ones, between steps (docs/elasticity.md).
   std::optional<ElasticScaler> scaler;
   if (ElasticMesh* mesh = trainer.elastic()) scaler.emplace(**cluster, *mesh, config);
-  std::vector<std::string> dp_history = {
-      absl::StrCat(config.parallel.dp, " from step ", first_step)};
   // What `troupe status` shows of the job: its size, step and dp history.
   auto publish = [&](int64_t step) {
+    std::vector<std::string> history = {
+        absl::StrCat(config.parallel.dp, " from step ", first_step)};
+    for (const ResizeReport& r : scaler ? scaler->history() : std::vector<ResizeReport>{})
+      history.push_back(absl::StrCat(r.to_dp, " from step ", r.step));
     (*cluster)
         ->kv_put(absl::StrCat("job/", (*cluster)->node_index(), "/training"),
                  absl::StrCat(trainer.describe(), ", step ", step, " of ", steps,
-                              "; dp history: ", absl::StrJoin(dp_history, ", ")))
+                              "; dp history: ", absl::StrJoin(history, ", ")))
         .IgnoreError();  // (shown for people; training goes on without it)
   };
   publish(first_step - 1);
   auto on_resize = [&](const ResizeReport& r) -> absl::Status {
     progress.message(cluster::printable(r.summary()));
-    dp_history.push_back(absl::StrCat(r.to_dp, " from step ", r.step));
     publish(r.step - 1);
     return metrics->write_resize(r);
   };
