@@ -38,6 +38,13 @@ uint32_t Writer::add_buffer(transport::Buffer buffer) {
   return static_cast<uint32_t>(buffers_.size() - 1);
 }
 
+void Writer::hold_views(size_t first, const std::shared_ptr<const void>& owner) {
+  for (size_t i = first; i < buffers_.size(); ++i) {
+    transport::Buffer& view = buffers_[i];
+    view = transport::Buffer::borrow(owner, view.data(), view.size());
+  }
+}
+
 bool Writer::write_count(size_t count, std::string (*container_name)()) {
   constexpr size_t kMaxCount = std::numeric_limits<uint32_t>::max();
   if (count > kMaxCount) {

@@ -119,6 +119,23 @@ class Writer {
   // Moves `buffer` out of band: the Writer owns it from here on. (Writing a
   // const Buffer& instead adds a view of it; see Codec<transport::Buffer>.)
   void write(transport::Buffer&& buffer);
+  // Writes `value` and takes it over, so that the Buffers in it stay alive
+  // as long as buffers() however long a send takes: a Buffer moves in, and a
+  // value with Buffers inside (a struct's field) moves into a holder that
+  // its views keep alive (the bytes themselves do not move). What a call's
+  // arguments and results are written with; `value` is left moved-from.
+  template <class T>
+  void consume(T& value) {
+    if constexpr (std::is_same_v<std::decay_t<T>, transport::Buffer>) {
+      write(std::move(value));
+    } else {
+      const size_t first = buffers_.size();
+      write(value);
+      if (buffers_.size() > first) {
+        hold_views(first, std::make_shared<std::decay_t<T>>(std::move(value)));
+      }
+    }
+  }
 
   // Adds an out-of-band buffer (sent beside the message, never copied into
   // it); returns its index.
@@ -154,6 +171,9 @@ class Writer {
   absl::Status status() const;
 
  private:
+  // Makes `owner` keep alive the views buffers_[first..] (consume).
+  void hold_views(size_t first, const std::shared_ptr<const void>& owner);
+
   std::vector<std::byte> bytes_;
   std::vector<transport::Buffer> buffers_;
   std::shared_ptr<const void> view_owner_;

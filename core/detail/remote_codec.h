@@ -30,11 +30,12 @@ std::string arg_type_names() {
   return out + ")";
 }
 
-// Encodes the arguments in order, moving them out (a Buffer moves into `w`).
+// Encodes the arguments in order, consuming them (Writer::consume): the
+// Buffers in them travel with `w`.
 template <class... P>
 absl::Status encode_args_tuple(Writer& w, std::tuple<P...>& args, std::string_view method) {
   if constexpr (kArgsCodable<P...>) {
-    std::apply([&](auto&... a) { (w.write(std::move(a)), ...); }, args);
+    std::apply([&](auto&... a) { (w.consume(a), ...); }, args);
     return w.status();
   } else {
     return absl::UnimplementedError(absl::StrCat(std::string(method),
@@ -43,14 +44,14 @@ absl::Status encode_args_tuple(Writer& w, std::tuple<P...>& args, std::string_vi
   }
 }
 
-// Encodes a call's result, moving the value out (a Buffer moves into `w`).
+// Encodes a call's result, consuming the value (Writer::consume).
 template <class U>
 void encode_result(Writer& w, Result<U>&& r) {
   if constexpr (std::is_void_v<U>) {
     w.write(r);
   } else {
     w.write(r.status());
-    if (r.ok()) w.write(std::move(*r));
+    if (r.ok()) w.consume(*r);
   }
 }
 

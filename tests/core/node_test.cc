@@ -17,20 +17,44 @@ using troupe::testing::SequenceChecker;
 
 constexpr char kToken[] = "node-test-token";
 
+uint64_t byte_sum(const transport::Buffer& b) {
+  uint64_t s = 0;
+  for (size_t i = 0; i < b.size(); ++i)
+    s += static_cast<uint8_t>(b.data()[i]);
+  return s;
+}
+
+transport::Buffer patterned(size_t size, int seed) {
+  transport::Buffer b(size);
+  for (size_t i = 0; i < size; ++i)
+    b.data()[i] = static_cast<std::byte>(i * 31 + seed);
+  return b;
+}
+
+// A value with a buffer inside: its codec writes the buffer as a view.
+struct Tagged {
+  int64_t tag = 0;
+  transport::Buffer data;
+  TROUPE_FIELDS(tag, data);
+};
+
 // Holds buffers and answers with sums and copies of them.
 class BufferEcho {
  public:
   transport::Buffer echo(transport::Buffer b) { return b; }
-  uint64_t sum(const transport::Buffer& b) const {
-    uint64_t s = 0;
-    for (size_t i = 0; i < b.size(); ++i)
-      s += static_cast<uint8_t>(b.data()[i]);
-    return s;
-  }
+  // A fresh buffer inside the result, freed here once the result is sent.
+  Tagged make(int64_t tag, int64_t size) { return {tag, patterned(size, static_cast<int>(tag))}; }
+  void keep(Tagged t) { kept_ += byte_sum(t.data); }
+  uint64_t kept() const { return kept_; }
+  uint64_t sum(const transport::Buffer& b) const { return byte_sum(b); }
   // Cannot cross processes: a std::function has no Codec.
   int apply(std::function<int()> f) const { return f(); }
+
+ private:
+  uint64_t kept_ = 0;
 };
-TROUPE_ACTOR(BufferEcho, &BufferEcho::echo, &BufferEcho::sum, &BufferEcho::apply);
+TROUPE_ACTOR(BufferEcho, &BufferEcho::echo, &BufferEcho::sum, &BufferEcho::apply,
+             &BufferEcho::make, &BufferEcho::keep, &BufferEcho::kept);
 
 class NodeTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -111,6 +135,32 @@ TEST_P(NodeTest, BuffersTravelOutOfBand) {
   ASSERT_TRUE(back.ok()) << back.status();
   ASSERT_EQ(back->size(), size_t{8} << 20);
   EXPECT_EQ(back->data()[12345], static_cast<std::byte>(12345 * 31));
+}
+
+// The buffers inside a result or a tell's arguments outlive the call that
+// made them until they are sent: the sender's copies are freed (and their
+// blocks reused) while the frames may still be queued.
+TEST_P(NodeTest, BuffersInsideValuesStayAliveUntilSent) {
+  auto echo = a_->system().spawn<BufferEcho>({});
+  ActorRef<BufferEcho> remote = b_->ref<BufferEcho>(echo->id(), 1);
+  constexpr int64_t kSize = int64_t{4} << 20;
+  constexpr int kCalls = 6;
+  std::vector<Future<Tagged>> made;
+  for (int k = 0; k < kCalls; ++k)
+    made.push_back(remote.call(&BufferEcho::make, k, kSize));
+  uint64_t want = 0;
+  for (int k = 0; k < kCalls; ++k) {
+    auto got = std::move(made[k]).get(absl::Seconds(60));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->tag, k);
+    const transport::Buffer expected = patterned(kSize, k);
+    ASSERT_EQ(got->data.size(), expected.size());
+    EXPECT_EQ(std::memcmp(got->data.data(), expected.data(), expected.size()), 0) << "call " << k;
+    want += byte_sum(expected);
+  }
+  for (int k = 0; k < kCalls; ++k)
+    remote.tell(&BufferEcho::keep, Tagged{k, patterned(kSize, k)});
+  EXPECT_EQ(*remote.call(&BufferEcho::kept).get(absl::Seconds(60)), want);
 }
 
 TEST_P(NodeTest, AMethodThatCannotCrossSaysSo) {
