@@ -278,9 +278,9 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
   for (size_t k = 0; k < states.size(); ++k)
     arrays.push_back({.state = states[k].first, .data = staging_.data() + k * n, .n = n});
   ShardSaveReport report;
-  report.file =
-      checkpoint::shard_file_name({.d = options_.at.d, .p = options_.at.p, .t = options_.at.t});
-  report.owner = options_.at;
+  const Coordinate& owner = request.owner;
+  report.file = checkpoint::shard_file_name({.d = owner.d, .p = owner.p, .t = owner.t});
+  report.owner = owner;
   report.range = part;
   report.bytes = static_cast<int64_t>(staging_.size() * sizeof(float));
 

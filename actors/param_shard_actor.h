@@ -117,12 +117,37 @@ class ParamShardActor {
   absl::StatusOr<ShardState> export_state();
   // Takes the state of a shard of the same range and goes to its step, as
   // load() does: applied_step() is state.step, the stage runs the step after
-  // it next. InvalidArgument for another range or other kinds of state;
-  // FailedPrecondition while the stage holds a step's gradients.
+  // it next. A shard that holds no weights yet (a replacement) takes the
+  // state's range, as its stage's partition may have moved since it was
+  // spawned (elasticity). InvalidArgument for another range or other kinds
+  // of state; FailedPrecondition while the stage holds a step's gradients.
   absl::StatusOr<ShardRestoreReport> import_state(ShardState state);
   // Restores this shard (a replacement) from `source`, peer to peer: asks it
   // for its state and imports it. Errors: the source's and import_state's.
   Future<ShardRestoreReport> restore_from(ActorRef<ParamShardActor> source);
+
+  // Elasticity under ZeRO (docs/elasticity.md): the partitions move when
+  // the job's dp changes, in two phases over every shard of the new size.
+  // The state of `part` (masters, optimizer state, step): of this shard's
+  // own after its last applied step (a step prepared but not committed is
+  // not in it), or of the replica it keeps, caught up to the committed step
+  // part.replica_step. FailedPrecondition while it holds no weights, or no
+  // replica of that step; InvalidArgument for a range that is not a part of
+  // what it exports from.
+  absl::StatusOr<ShardState> export_range(PartitionPart part);
+  // Phase 1: fetches the state of `range` - the parts `parts` of it from the
+  // shards `sources`, in order, tiling it (an empty range: one empty part,
+  // for the step) - and keeps it aside; nothing of the shard changes.
+  // InvalidArgument for parts that do not tile the range; the sources'
+  // errors, and FailedPrecondition for parts at different steps.
+  Future<void> fetch_partition(nn::ParamRange range, std::vector<ActorRef<ParamShardActor>> sources,
+                               std::vector<PartitionPart> parts);
+  // Phase 2, once every shard fetched and the stage took its new partition
+  // (PipelineStageActor::resize): the fetched range becomes the shard's,
+  // with its state, as import_state does. It has no buddy until one is set
+  // again (set_buddy, for the new mesh). FailedPrecondition without a fetch;
+  // import_state's errors.
+  absl::StatusOr<ShardRestoreReport> adopt_partition();
   // How far the stage of this coordinate got in the step it is running,
   // answered while the stage is busy with it: how the controller tells a
   // hung rank from those waiting for it. FailedPrecondition if the stage is
@@ -223,6 +248,7 @@ class ParamShardActor {
     std::optional<ReplicaUpdate> pending;  // of step state.step + 1
   };
   std::optional<Replica> replica_;
+  std::optional<ShardState> fetched_;  // fetch_partition's, until adopt_partition
 };
 TROUPE_ACTOR(ParamShardActor, &ParamShardActor::init, &ParamShardActor::prepare,
              &ParamShardActor::commit, &ParamShardActor::applied_step,
@@ -233,7 +259,9 @@ TROUPE_ACTOR(ParamShardActor, &ParamShardActor::init, &ParamShardActor::prepare,
              &ParamShardActor::set_buddy, &ParamShardActor::replicate,
              &ParamShardActor::hold_replica, &ParamShardActor::hold_update,
              &ParamShardActor::commit_replica, &ParamShardActor::export_replica,
-             &ParamShardActor::restore_from_buddy, &ParamShardActor::save_replica);
+             &ParamShardActor::restore_from_buddy, &ParamShardActor::save_replica,
+             &ParamShardActor::export_range, &ParamShardActor::fetch_partition,
+             &ParamShardActor::adopt_partition);
 // Other processes spawn it with its options: spawn<ParamShardActor>(spawn_options, shardOptions).
 TROUPE_ACTOR_CONSTRUCTOR(ParamShardActor, ShardOptions);
 

@@ -154,9 +154,9 @@ absl::StatusOr<ShardSaveReport> ParamShardActor::save_replica(SaveRequest reques
   for (size_t k = 0; k < state->states.size(); ++k)
     arrays.push_back({.state = state->states[k], .data = data + k * n, .n = n});
   ShardSaveReport report;
-  report.file =
-      checkpoint::shard_file_name({.d = state->from.d, .p = state->from.p, .t = state->from.t});
-  report.owner = state->from;
+  const Coordinate& owner = request.owner;
+  report.file = checkpoint::shard_file_name({.d = owner.d, .p = owner.p, .t = owner.t});
+  report.owner = owner;
   report.range = state->range;
   report.bytes = static_cast<int64_t>(state->data.size());
   absl::StatusOr<std::vector<checkpoint::ShardEntry>> entries =

@@ -41,6 +41,14 @@ absl::StatusOr<ShardState> ParamShardActor::export_state() {
 
 absl::StatusOr<ShardRestoreReport> ParamShardActor::import_state(ShardState state) {
   const double start = now_ms();
+  if (!initialised_ && (state.range.begin != range_.begin || state.range.end != range_.end)) {
+    // A replacement in a job whose partitions moved since it was spawned
+    // (elasticity): it takes the partition of the state it restores, which
+    // its stage holds now.
+    range_ = state.range;
+    no_decay_ = nn::ranges_in_shard(layout_.no_decay_ranges(), range_.begin, range_.size());
+    if (absl::Status a = allocate_state(); !a.ok()) return a;
+  }
   absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
   if (!s.ok()) return s.status();
   StageTensors& t = **s;

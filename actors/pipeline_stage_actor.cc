@@ -193,12 +193,17 @@ void PipelineStageActor::leave_group() {
 }
 
 absl::Status PipelineStageActor::resize(StageShape shape) {
+  const int zero = zero_stage_of(options_.gradient_sync);
   if (loader_ == nullptr || sync_ == nullptr) {
-    // A replacement: set up at the shape, its loader reshaped after.
+    // A replacement: set up at the shape (under ZeRO with the partition of
+    // its rank now, which its shard restores), its loader reshaped after.
     options_.mesh.dp = shape.dp;
     options_.at.d = shape.rank;
     options_.micro_batch = shape.micro_batch;
     options_.grad_accum = shape.grad_accum;
+    if (zero > 0) {
+      if (absl::Status s = repartition(); !s.ok()) return s;
+    }
     if (absl::Status s = setup(); !s.ok()) return s;
     return Prefixed(name_ + ": ", loader_->reshape(shape.dp, shape.rank, shape.micro_batch,
                                                    shape.grad_accum, shape.position));
@@ -207,10 +212,12 @@ absl::Status PipelineStageActor::resize(StageShape shape) {
     return absl::FailedPreconditionError(absl::StrCat(
         name_, ": resize while it holds the gradients of step ", held, " (discard it first)"));
   }
-  if (zero_stage_of(options_.gradient_sync) > 0) {
-    return absl::UnimplementedError(
-        absl::StrCat(name_, ": resizing a ZeRO job (", options_.gradient_sync,
-                     ") is not implemented yet: its partitions would move"));
+  if (zero >= 2 && (shape.dp == 1) != (options_.mesh.dp == 1)) {
+    // At dp 1 the model holds what ZeRO-2/3 partitions: another model.
+    return absl::UnimplementedError(absl::StrCat(
+        name_, ": resizing a ZeRO-", zero, " job from dp ", options_.mesh.dp, " to dp ", shape.dp,
+        " is not implemented: at dp 1 the model holds its whole gradients",
+        zero == 3 ? " and parameters" : ""));
   }
   if (absl::Status s = loader_->reshape(shape.dp, shape.rank, shape.micro_batch, shape.grad_accum,
                                         shape.position);
@@ -225,7 +232,28 @@ absl::Status PipelineStageActor::resize(StageShape shape) {
   options_.micro_batch = shape.micro_batch;
   options_.grad_accum = shape.grad_accum;
   whole_version_ = -1;
+  if (zero > 0) {
+    // The partition follows the rank and the size; its shard fills it
+    // (ParamShardActor::adopt_partition).
+    if (absl::Status s = repartition(); !s.ok()) return s;
+  }
   return setup();
+}
+
+absl::Status PipelineStageActor::repartition() {
+  partition_ = ZeroPartition(plan_.params, options_.mesh.dp, options_.at.d);
+  const size_t n = partition_.own().size();
+  if (model_.params() == nullptr) {
+    if (absl::Status s = own_params_.reset(nn::MemoryCategory::kParameters, n); !s.ok()) return s;
+    tensors_->params = own_params_.data();
+    tensors_->params_held = partition_.own();
+  }
+  if (model_.grads() == nullptr) {
+    if (absl::Status s = own_grads_.reset(nn::MemoryCategory::kGradients, n); !s.ok()) return s;
+    tensors_->grads = own_grads_.data();
+    tensors_->grads_held = partition_.own();
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PipelineStageActor::check_turn(int64_t step) const {

@@ -118,8 +118,10 @@ class PipelineStageActor {
   // and loader, stay those it was spawned with. A stage not set up yet (a
   // replacement restarted with the options it was spawned with) is set up
   // at the shape. FailedPrecondition while it holds a step's gradients;
-  // InvalidArgument for a shape its loader refuses (another global batch);
-  // Unimplemented under ZeRO, whose partitions would move.
+  // InvalidArgument for a shape its loader refuses (another global batch).
+  // Under ZeRO its partition moves with its rank (its shard then adopts the
+  // new one); Unimplemented for ZeRO-2/3 to or from dp 1, where the model
+  // holds what they partition.
   absl::Status resize(StageShape shape);
   // Runs step `request.step` (see above). The synchronised gradients stay
   // until commit or discard. Errors: FailedPrecondition before setup or for a
@@ -152,6 +154,9 @@ class PipelineStageActor {
   // Drains the gradient sync's reductions and drops it, the group and the
   // tensors' link to the group (rejoin, resize).
   void leave_group();
+  // ZeRO: the partition of (options_.mesh.dp, options_.at.d), its buffers
+  // (empty until the shard fills them) published to the shard.
+  absl::Status repartition();
   absl::Status check_turn(int64_t step) const;
   absl::Status check_whole_parameters() const;
   absl::StatusOr<StepReport> run_micro_batches(const StepRequest& request);

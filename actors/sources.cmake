@@ -10,6 +10,7 @@ target_sources(troupe_actors PRIVATE
   mesh.cc
   param_shard_actor.cc
   param_shard_buddy.cc
+  param_shard_partition.cc
   param_shard_recovery.cc
   pipeline_stage_actor.cc
   stage_plan.cc

@@ -133,7 +133,11 @@ struct SaveRequest {
   std::string step_dir;
   int64_t step = 0;
   nn::ParamRange range;
-  TROUPE_FIELDS(step_dir, step, range);
+  // The coordinate the range's owner has in the mesh now, which names its
+  // file and the manifest's owner: after a resize not the coordinate its
+  // shard was spawned at.
+  Coordinate owner;
+  TROUPE_FIELDS(step_dir, step, range, owner);
 };
 
 // One entry of a shard's file (checkpoint::ShardEntry).
@@ -225,6 +229,15 @@ struct StepProgress {
   uint64_t generation = 0;          // of that group
   uint64_t collectives_issued = 0;  // in that generation
   TROUPE_FIELDS(running_step, grouped, generation, collectives_issued);
+};
+
+// Elasticity under ZeRO: a part of a shard's new partition, and whose
+// state it is taken from - the source shard's own (replica_step 0), or the
+// replica it keeps of its buddy (a lost owner's), at that committed step.
+struct PartitionPart {
+  nn::ParamRange range;
+  int64_t replica_step = 0;
+  TROUPE_FIELDS(range, replica_step);
 };
 
 struct ShardRestoreReport {

@@ -108,8 +108,9 @@ absl::Status Checkpointer::start(int64_t step, const std::vector<actors::Coordin
   // (DDP's replicas) each save a part of it, split as ZeRO partitions are.
   // A range only lost members held is saved by a buddy from its replica.
   std::vector<nn::ParamRange> ranges;
-  std::vector<std::vector<int>> holders;  // the survivors holding each range
-  std::vector<int> keepers;               // else the buddy keeping its replica (-1: none)
+  std::vector<std::vector<int>> holders;        // the survivors holding each range
+  std::vector<int> keepers;                     // else the buddy keeping its replica (-1: none)
+  std::vector<actors::Coordinate> lost_owners;  // whose replica that is
   for (size_t i = 0; i < members.size(); ++i) {
     if (owned[i].size() == 0) continue;
     auto it = std::find(ranges.begin(), ranges.end(), owned[i]);
@@ -117,6 +118,7 @@ absl::Status Checkpointer::start(int64_t step, const std::vector<actors::Coordin
       ranges.push_back(owned[i]);
       holders.emplace_back();
       keepers.push_back(-1);
+      lost_owners.emplace_back();
       it = ranges.end() - 1;
     }
     const auto r = static_cast<size_t>(it - ranges.begin());
@@ -125,6 +127,7 @@ absl::Status Checkpointer::start(int64_t step, const std::vector<actors::Coordin
     } else if (const int buddy = members[i].buddy;
                buddy >= 0 && !is_lost(members[static_cast<size_t>(buddy)].at)) {
       keepers[r] = buddy;
+      lost_owners[r] = members[i].at;
     }
   }
   for (size_t r = 0; r < ranges.size(); ++r) {
@@ -138,6 +141,7 @@ absl::Status Checkpointer::start(int64_t step, const std::vector<actors::Coordin
       p.writers.push_back(keepers[r]);
       p.parts.push_back(ranges[r]);
       p.replicas.push_back(true);
+      p.owners.push_back(lost_owners[r]);
     }
     for (int j = 0; j < k; ++j) {
       const nn::ParamRange part = actors::ZeroPartition(ranges[r], k, j).own();
@@ -145,12 +149,14 @@ absl::Status Checkpointer::start(int64_t step, const std::vector<actors::Coordin
       p.writers.push_back(holders[r][static_cast<size_t>(j)]);
       p.parts.push_back(part);
       p.replicas.push_back(false);
+      p.owners.push_back(members[static_cast<size_t>(holders[r][static_cast<size_t>(j)])].at);
     }
   }
   if (absl::Status s = checkpoint::begin_checkpoint(env(), config_.dir, step); !s.ok()) return s;
   for (size_t w = 0; w < p.writers.size(); ++w) {
     ShardEndpoint& writer = *members[static_cast<size_t>(p.writers[w])].shard;
-    const actors::SaveRequest request{.step_dir = p.step_dir, .step = step, .range = p.parts[w]};
+    const actors::SaveRequest request{
+        .step_dir = p.step_dir, .step = step, .range = p.parts[w], .owner = p.owners[w]};
     p.reports.push_back(p.replicas[w] ? writer.save_replica(request) : writer.save(request));
   }
   pending_ = std::move(p);

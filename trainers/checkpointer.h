@@ -115,6 +115,7 @@ class Checkpointer {
     std::vector<int> writers;           // member indices
     std::vector<nn::ParamRange> parts;  // what each writer saves
     std::vector<bool> replicas;         // the writer saves the replica it keeps
+    std::vector<actors::Coordinate> owners;  // the coordinate each part is saved as
     std::vector<Future<actors::ShardSaveReport>> reports;
     double start_ms = 0;
   };

@@ -431,12 +431,6 @@ absl::StatusOr<TrainConfig> parse_train_config(const std::string& json_text) {
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_scheduler(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_precision(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_zero(top, &config));
-  // What does not resize yet (docs/elasticity.md).
-  if (config.elasticity.enabled && config.zero.stage > 0) {
-    config.warnings.push_back(absl::StrCat("elasticity.enabled: a ZeRO-", config.zero.stage,
-                                           " job does not change its dp yet; it keeps dp ",
-                                           config.parallel.dp));
-  }
   return config;
 }
 

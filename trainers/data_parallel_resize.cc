@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "actors/step_clock.h"
+#include "actors/zero_partition.h"
 #include "trainers/data_parallel_trainer.h"
 #include "trainers/elastic_batch.h"
 
@@ -46,11 +47,6 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
                                          std::vector<int32_t> target_nodes, absl::Time deadline) {
   const int old_dp = static_cast<int>(replicas_.size());
   const int add = static_cast<int>(target_nodes.size());
-  if (zero_stage() > 0) {
-    return absl::UnimplementedError(absl::StrCat("resizing a ZeRO-", zero_stage(),
-                                                 " job is not implemented yet: its partitions "
-                                                 "would move (DDP resizes)"));
-  }
   std::set<int> kept;
   for (int d : keep) {
     if (d < 0 || d >= old_dp || !kept.insert(d).second) {
@@ -62,6 +58,11 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
     return absl::FailedPreconditionError("resize: at least one rank must be kept");
   }
   const int new_dp = static_cast<int>(keep.size()) + add;
+  if (zero_stage() >= 2 && (new_dp == 1) != (old_dp == 1)) {
+    return absl::UnimplementedError(
+        absl::StrCat("resizing a ZeRO-", zero_stage(), " job from dp ", old_dp, " to dp ", new_dp,
+                     " is not implemented: at dp 1 the model holds what ZeRO partitions"));
+  }
   // (Planned from the batch keys the job started with: a micro-batch made
   // smaller at one size may grow back at another.)
   absl::StatusOr<BatchSplit> split = plan_batch(configured_, new_dp);
@@ -80,22 +81,22 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
   // spawned for it is removed again.
   const TrainConfig resized = with_split(config_, *split);
   std::vector<Replica> added;
+  // A group per new rank, on its target node where it has room (so that one
+  // leaving later gives its bundle back).
+  std::vector<cluster::PlacementGroupId> groups;
+  // (Removing a group kills the actors spawned in it.)
+  auto undo = [&](const absl::Status& why) {
+    for (cluster::PlacementGroupId pg : groups)
+      cluster_.remove_placement_group(pg).IgnoreError();
+    for (Replica& r : added) {
+      std::erase_if(actors_, [&](ActorId id) {
+        return id == r.loader.id() || id == r.stage.id() || id == r.shard.id();
+      });
+    }
+    return why;
+  };
   if (add > 0) {
     const std::string names = absl::StrCat(job_, "+", ++resizes_);
-    // A group per new rank, on its target node where it has room (so that
-    // one leaving later gives its bundle back).
-    std::vector<cluster::PlacementGroupId> groups;
-    // (Removing a group kills the actors spawned in it.)
-    auto undo = [&](const absl::Status& why) {
-      for (cluster::PlacementGroupId pg : groups)
-        cluster_.remove_placement_group(pg).IgnoreError();
-      for (Replica& r : added) {
-        std::erase_if(actors_, [&](ActorId id) {
-          return id == r.loader.id() || id == r.stage.id() || id == r.shard.id();
-        });
-      }
-      return why;
-    };
     for (int i = 0; i < add; ++i) {
       absl::StatusOr<cluster::PlacementGroupId> pg = cluster_.create_placement_group(
           {"CPU=1"}, cluster::PlacementStrategy::kSpread, absl::StrCat(names, "/rank-", i),
@@ -116,8 +117,29 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
       if (!replica.ok()) return undo(replica.status());
       added.push_back(*std::move(replica));
     }
-    times.spawn_ms = lap();
-    // 3. The committed state, from the first rank kept.
+  }
+  times.spawn_ms = lap();
+  std::vector<Replica> next;
+  for (int d : keep)
+    next.push_back(replicas_[d]);
+  for (Replica& r : added)
+    next.push_back(r);
+  // 3. The committed state, peer to peer: a DDP replica's whole from the
+  // first rank kept; under ZeRO each new partition's parts from their old
+  // owners (a lost one's from its buddy's replica), set aside until the
+  // group is formed (adopted in 4).
+  if (zero_stage() > 0) {
+    std::set<int> lost;
+    if (static_cast<int>(keep.size()) < old_dp) {
+      absl::StatusOr<cluster::ClusterStatus> status = cluster_.status();
+      if (!status.ok()) return undo(status.status());
+      const std::vector<std::optional<uint32_t>> nodes = rank_nodes(*status);
+      for (int d = 0; d < old_dp; ++d) {
+        if (!kept.contains(d) && !nodes[d].has_value()) lost.insert(d);
+      }
+    }
+    if (absl::Status s = fetch_partitions(next, lost, left()); !s.ok()) return undo(s);
+  } else {
     std::vector<Future<actors::ShardRestoreReport>> restoring;
     for (Replica& r : added)
       restoring.push_back(
@@ -125,8 +147,8 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
     if (absl::Status s = when_all(std::move(restoring)).get(left()).status(); !s.ok()) {
       return undo(s);
     }
-    placement_groups_.insert(placement_groups_.end(), groups.begin(), groups.end());
   }
+  placement_groups_.insert(placement_groups_.end(), groups.begin(), groups.end());
 
   times.state_ms = lap();
   // 4. The group at the new size. From here the old group is left: an error
@@ -141,11 +163,6 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
     for (ActorId id : rank_actors(d))
       leaving.push_back(id);
   }
-  std::vector<Replica> next;
-  for (int d : keep)
-    next.push_back(replicas_[d]);
-  for (Replica& r : added)
-    next.push_back(r);
   replicas_ = std::move(next);
   config_ = resized;
   if (absl::Status s = declare_groups(); !s.ok()) return broken(s);
@@ -169,20 +186,35 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
   if (absl::Status s = when_all(std::move(seeking)).get(left()).status(); !s.ok()) {
     return broken(s);
   }
+  if (zero_stage() > 0) {
+    // Every stage holds its new partition's buffers: the shards fill them.
+    std::vector<Future<actors::ShardRestoreReport>> adopting;
+    for (Replica& r : replicas_)
+      adopting.push_back(r.shard.call(&actors::ParamShardActor::adopt_partition));
+    if (absl::Status s = when_all(std::move(adopting)).get(left()).status(); !s.ok()) {
+      return broken(s);
+    }
+  }
 
   times.group_ms = lap();
   // 5. The controller's members, and the ranks that leave.
   std::vector<MeshMember> members;
   const nn::ParamRange whole{0, nn::GPTParamLayout(config_.model).num_params()};
   for (int rank = 0; rank < new_dp; ++rank) {
-    members.push_back({.at = {.d = rank, .p = 0, .t = 0},
-                       .stage = stage_endpoint(replicas_[rank].stage),
-                       .shard = shard_endpoint(replicas_[rank].shard),
-                       .range = whole});
+    members.push_back(
+        {.at = {.d = rank, .p = 0, .t = 0},
+         .stage = stage_endpoint(replicas_[rank].stage),
+         .shard = shard_endpoint(replicas_[rank].shard),
+         .range = zero_stage() == 0 ? whole : actors::ZeroPartition(whole, new_dp, rank).own(),
+         .buddy = buddy_of(rank, new_dp)});
   }
   if (absl::Status s = controller_->resize({.dp = new_dp, .pp = 1, .tp = 1}, std::move(members));
       !s.ok()) {
     return broken(s);
+  }
+  if (buddy_of(0, new_dp) >= 0) {
+    // Every partition's replica, seeded afresh on the rank after it.
+    if (absl::Status s = controller_->connect_buddies(); !s.ok()) return broken(s);
   }
   for (ActorId id : leaving)
     cluster_.kill(id).IgnoreError();  // (as stop(): one already gone is fine)
@@ -208,6 +240,61 @@ std::optional<actors::StageShape> DataParallelTrainer::shape_of(const actors::Co
                             .micro_batch = static_cast<int>(config_.micro_batch_size),
                             .grad_accum = static_cast<int>(config_.gradient_accumulation_steps),
                             .position = position};
+}
+
+absl::Status DataParallelTrainer::fetch_partitions(const std::vector<Replica>& next,
+                                                   const std::set<int>& lost,
+                                                   absl::Duration timeout) {
+  const nn::ParamRange whole{0, nn::GPTParamLayout(config_.model).num_params()};
+  const int old_dp = static_cast<int>(replicas_.size());
+  const int new_dp = static_cast<int>(next.size());
+  const int64_t committed = controller_->state().next_step - 1;
+  // Where old rank d's state is read: its own shard, or if it was lost the
+  // replica its buddy keeps.
+  struct Source {
+    int shard;
+    int64_t replica_step;
+  };
+  std::vector<Source> from(old_dp);
+  for (int d = 0; d < old_dp; ++d) {
+    from[d] = {d, 0};
+    if (!lost.contains(d)) continue;
+    const int buddy = buddy_of(d, old_dp);
+    if (buddy < 0 || lost.contains(buddy)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", d, " was lost with its partition",
+                       buddy < 0 ? std::string(" (the job keeps no replicas)")
+                                 : absl::StrCat(" and the rank keeping its replica, ", buddy)));
+    }
+    from[d] = {buddy, committed};
+  }
+  std::vector<Future<void>> fetching;
+  for (int rank = 0; rank < new_dp; ++rank) {
+    const nn::ParamRange range = actors::ZeroPartition(whole, new_dp, rank).own();
+    std::vector<ActorRef<actors::ParamShardActor>> sources;
+    std::vector<actors::PartitionPart> parts;
+    for (int d = 0; d < old_dp; ++d) {
+      const nn::ParamRange old = actors::ZeroPartition(whole, old_dp, d).own();
+      const nn::ParamRange part{std::max(old.begin, range.begin), std::min(old.end, range.end)};
+      if (part.begin < part.end) {
+        sources.push_back(replicas_[from[d].shard].shard);
+        parts.push_back({.range = part, .replica_step = from[d].replica_step});
+      }
+    }
+    for (int d = 0; d < old_dp && sources.empty(); ++d) {
+      // An empty partition still takes the step: an empty part, of a shard
+      // whose range reaches its place.
+      const nn::ParamRange old = actors::ZeroPartition(whole, old_dp, d).own();
+      if (old.begin <= range.begin && range.begin <= old.end) {
+        sources.push_back(replicas_[from[d].shard].shard);
+        parts.push_back(
+            {.range = {range.begin, range.begin}, .replica_step = from[d].replica_step});
+      }
+    }
+    fetching.push_back(next[rank].shard.call(&actors::ParamShardActor::fetch_partition, range,
+                                             std::move(sources), std::move(parts)));
+  }
+  return when_all(std::move(fetching)).get(timeout);
 }
 
 }  // namespace troupe::trainers

@@ -192,15 +192,12 @@ absl::Status DataParallelTrainer::spawn_replicas() {
   std::vector<MeshMember> members;
   for (int d = 0; d < dp; ++d) {
     const nn::ParamRange whole{0, nn::GPTParamLayout(config_.model).num_params()};
-    // A ZeRO partition exists once: with fault tolerance, the next rank (on
-    // another node) keeps a replica of it (DDP's replicas are each other's).
-    const bool buddies = config_.fault_tolerance.enabled && zero_stage() > 0 && dp > 1;
     members.push_back(
         {.at = {.d = d, .p = 0, .t = 0},
          .stage = stage_endpoint(replicas_[d].stage),
          .shard = shard_endpoint(replicas_[d].shard),
          .range = zero_stage() == 0 ? whole : actors::ZeroPartition(whole, dp, d).own(),
-         .buddy = buddies ? (d + 1) % dp : -1});
+         .buddy = buddy_of(d, dp)});
   }
   ControllerOptions options = controller_options(config_);
   if (config_.fault_tolerance.enabled) {

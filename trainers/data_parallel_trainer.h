@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -77,24 +78,26 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
   // ranks `keep` (old ranks, in their new order) followed by a new rank per
   // entry of `target_nodes`, with the same global batch (plan_batch). The
   // new ranks' actors are spawned on nodes with room, each on its target
-  // node where it has room (-1: any; waiting up to `deadline`), take the
-  // committed state from a surviving replica peer to peer, and every loader
+  // node where it has room (-1: any; waiting up to `deadline`), and take the
+  // committed state peer to peer: a DDP replica's from a kept rank; under
+  // ZeRO every shard of the new size fetches its new partition from the old
+  // owners before anything changes (a lost owner's part from the replica
+  // its buddy keeps) and adopts it once the group is formed. Every loader
   // continues at the committed data position; the group is declared again
-  // at the new size; the actors of ranks not kept are killed. DDP only so
-  // far. FailedPrecondition, changing nothing, for a size the batch rule
-  // refuses (its reason) or a rank kept twice or out of range;
+  // at the new size; the buddies' replicas are seeded again; the actors of
+  // ranks not kept are killed. A rank lost later is replaced at its shape
+  // then (shape_of). FailedPrecondition, changing nothing, for a size the
+  // batch rule refuses (its reason), a rank kept twice or out of range, or
+  // a lost rank whose partition was lost with its replica;
   // ResourceExhausted when no node had room for the new ranks by
-  // `deadline`; Unimplemented under ZeRO. With fault tolerance, a rank lost
-  // later is replaced at its shape then (shape_of).
+  // `deadline`; Unimplemented for ZeRO-2/3 to or from dp 1.
   absl::Status resize(const std::vector<int>& keep, std::vector<int32_t> target_nodes,
                       absl::Time deadline) override;
   int dp() const override { return static_cast<int>(replicas_.size()); }
   std::vector<std::optional<uint32_t>> rank_nodes(
       const cluster::ClusterStatus& status) const override;
-  // The scaler when elasticity.enabled (a DDP job), else null.
-  ElasticMesh* elastic() override {
-    return config_.elasticity.enabled && zero_stage() == 0 ? this : nullptr;
-  }
+  // The scaler when elasticity.enabled, else null.
+  ElasticMesh* elastic() override { return config_.elasticity.enabled ? this : nullptr; }
   // Whether a loss is mended by replacing the lost ranks (fault tolerance)
   // rather than by going on without them.
   bool replaces_losses() const { return config_.fault_tolerance.enabled; }
@@ -136,6 +139,12 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
   // rank, in a placement group of their own, once a node has room for them
   // (by `deadline`); the mesh's member at d is them from then on.
   absl::Status respawn_rank(int d, absl::Time deadline);
+  // Elasticity under ZeRO: each shard of `next` (the ranks of the new size,
+  // in order) fetches its new partition from the old owners (replicas_),
+  // the parts of the ranks `lost` from the replicas their buddies keep.
+  // FailedPrecondition when a lost rank's buddy is lost too (or none).
+  absl::Status fetch_partitions(const std::vector<Replica>& next, const std::set<int>& lost,
+                                absl::Duration timeout);
   // ZeRO: every stage gathers the whole parameters (before evaluate, generate).
   absl::Status gather_parameters();
   // Why rank d's actors, as `head` sees them, are gone or were restarted
@@ -149,6 +158,15 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
                            const std::string& reason) const;
 
   int zero_stage() const { return config_.zero.stage; }
+  // A ZeRO partition exists once: with fault tolerance or elasticity the
+  // next rank (on another node) keeps a replica of it, so that a rank lost
+  // is replaced, or left behind, without losing its partition. (DDP's
+  // replicas are each other's.)
+  bool keeps_replicas() const {
+    return zero_stage() > 0 && (config_.fault_tolerance.enabled || config_.elasticity.enabled);
+  }
+  // The member that keeps rank d's replica at dp `dp`; -1: none.
+  int buddy_of(int d, int dp) const { return keeps_replicas() && dp > 1 ? (d + 1) % dp : -1; }
 
   Cluster& cluster_;
   TrainConfig config_;            // at the job's current size (resize changes its batch split)

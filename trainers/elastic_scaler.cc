@@ -45,7 +45,12 @@ std::string ResizeReport::summary() const {
 }
 
 ElasticScaler::ElasticScaler(Cluster& cluster, ElasticMesh& mesh, TrainConfig config)
-    : cluster_(cluster), mesh_(mesh), config_(std::move(config)) {}
+    : cluster_(cluster), mesh_(mesh), config_(std::move(config)) {
+  // ZeRO-2/3 at dp 1 would hold what they partition: another model.
+  if (config_.zero.stage >= 2 && config_.parallel.dp > 1) {
+    config_.elasticity.min_dp = std::max(config_.elasticity.min_dp, 2);
+  }
+}
 
 std::vector<std::string> ElasticScaler::take_notes() {
   return std::exchange(notes_, {});

@@ -53,8 +53,8 @@ class BufferEcho {
  private:
   uint64_t kept_ = 0;
 };
-TROUPE_ACTOR(BufferEcho, &BufferEcho::echo, &BufferEcho::sum, &BufferEcho::apply,
-             &BufferEcho::make, &BufferEcho::keep, &BufferEcho::kept);
+TROUPE_ACTOR(BufferEcho, &BufferEcho::echo, &BufferEcho::sum, &BufferEcho::apply, &BufferEcho::make,
+             &BufferEcho::keep, &BufferEcho::kept);
 
 class NodeTest : public ::testing::TestWithParam<std::string> {
  protected:

@@ -430,11 +430,10 @@ TEST(TrainConfigTest, UnimplementedDeepSpeedKeysWarn) {
            "checkpoint.tag_validation is not implemented by troupe; ignored",
            "elasticity.max_train_batch_size is DeepSpeed's and means nothing to troupe; ignored "
            "(troupe keeps train_batch_size as the global batch)",
-           "elasticity.enabled: a ZeRO-3 job does not change its dp yet; it keeps dp 2",
        }) {
     EXPECT_TRUE(has_warning(c, expected)) << expected << " not in:" << warnings_of(c);
   }
-  EXPECT_EQ(c.warnings.size(), 16u) << warnings_of(c);
+  EXPECT_EQ(c.warnings.size(), 15u) << warnings_of(c);
 }
 
 TEST(TrainConfigTest, FaultToleranceSection) {

@@ -1,4 +1,4 @@
-# Elasticity: a DDP job resized between steps on a local cluster of troupe
+# Elasticity: DDP and ZeRO jobs resized between steps on a local cluster of troupe
 # processes (labels elastic and trainers).
 add_executable(trainers_elastic_test elastic_test.cc)
 target_link_libraries(trainers_elastic_test PRIVATE troupe_trainers GTest::gtest GTest::gtest_main

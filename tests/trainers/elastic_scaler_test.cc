@@ -4,7 +4,10 @@
 // then finds the node empty), and to 1 when a worker is SIGKILLed, running
 // the failed step again. Every step trains on the samples of a run that
 // never changed, and losses and weights match one replica on the same
-// global batch (fp32, relative 1e-6, SGD). A join that cannot keep the
+// global batch (fp32, relative 1e-6, SGD). A ZeRO-3 job too, its
+// partitions moving at each change (a lost rank's from the replica the next
+// rank keeps). With fault tolerance, a lost rank of a resized job is
+// replaced at its shape now (DDP and ZeRO-3). A join that cannot keep the
 // global batch is refused with the reason, and training goes on.
 #include <gtest/gtest.h>
 
@@ -113,6 +116,8 @@ class ElasticScalerTest : public ::testing::Test {
     return status.ok() ? trainer.rank_nodes(*status) : std::vector<std::optional<uint32_t>>{};
   }
 
+  void replaces_a_lost_rank_at_its_shape_now(int zero_stage);
+
   std::unique_ptr<cluster::LocalCluster> local_;
   std::unique_ptr<Cluster> driver_;
 };
@@ -212,17 +217,89 @@ TEST_F(ElasticScalerTest, AJobGrowsOnAJoinAndShrinksOnADrainAndALoss) {
                                 "elastic scaler");
 }
 
-TEST_F(ElasticScalerTest, AResizedJobReplacesALostRankAtItsShapeNow) {
-  constexpr int kSteps = 6;
-  const RunResult single = single_run(kSteps, "ft-single");
+// ZeRO-3: the partitions move at each change, a lost rank's from the
+// replica the next rank keeps of it (an elastic ZeRO job keeps one).
+TEST_F(ElasticScalerTest, AZero3JobGrowsShrinksOnALossAndOnADrain) {
+  constexpr int kSteps = 10;
+  const RunResult single = single_run(kSteps, "zero-single");
   ASSERT_EQ(single.outcomes.size(), static_cast<size_t>(kSteps));
   TrainConfig config = config_for(2);
+  config.zero.stage = 3;
+  auto trainer = start(config, "zero-elastic");
+  ASSERT_NE(trainer, nullptr);
+  ASSERT_NE(trainer->elastic(), nullptr);
+  ElasticScaler scaler(*driver_, *trainer, config);
+  RunResult elastic;
+  auto grow = [&](int64_t step) {
+    absl::StatusOr<int> added = local_->add_worker("CPU=2");
+    ASSERT_TRUE(added.ok()) << added.status();
+    std::optional<ResizeReport> grown = resize_before(scaler, step);
+    ASSERT_TRUE(grown.has_value()) << "the job did not grow before step " << step;
+    EXPECT_EQ(grown->to_dp, 3);
+  };
+  for (int k = 1; k <= 2; ++k)
+    train(*trainer, k, elastic);
+  grow(3);
+  for (int k = 3; k <= 4; ++k)
+    train(*trainer, k, elastic);
+
+  // Rank 1's worker is SIGKILLed: its partition comes from rank 2's replica.
+  std::vector<std::optional<uint32_t>> at = rank_nodes(*trainer);
+  ASSERT_EQ(at.size(), 3u);
+  ASSERT_TRUE(at[1].has_value());
+  local_->kill_worker(worker_of(*at[1]));
+  absl::StatusOr<StepOutcome> failed = trainer->step(5);
+  ASSERT_FALSE(failed.ok()) << "step 5 did not notice the lost rank";
+  absl::StatusOr<ResizeReport> lost =
+      scaler.shrink_after_loss(5, failed.status(), trainer->controller());
+  ASSERT_TRUE(lost.ok()) << lost.status();
+  EXPECT_EQ(lost->to_dp, 2);
+  EXPECT_TRUE(absl::StartsWith(lost->cause, "lost d1.p0.t0")) << lost->cause;
+  for (int k = 5; k <= 6; ++k)
+    train(*trainer, k, elastic);
+
+  grow(7);
+  for (int k = 7; k <= 8; ++k)
+    train(*trainer, k, elastic);
+  // Rank 1's node is drained: its partition moves off it.
+  at = rank_nodes(*trainer);
+  ASSERT_EQ(at.size(), 3u);
+  ASSERT_TRUE(at[1].has_value());
+  ASSERT_TRUE(driver_->drain_node(*at[1], true, "maintenance").ok());
+  std::optional<ResizeReport> drained = resize_before(scaler, 9);
+  ASSERT_TRUE(drained.has_value()) << "the job did not leave drained node " << *at[1];
+  EXPECT_EQ(drained->to_dp, 2);
+  for (int k = 9; k <= kSteps; ++k)
+    train(*trainer, k, elastic);
+  finish(*trainer, elastic);
+
+  const int dps[kSteps] = {2, 2, 3, 3, 2, 2, 3, 3, 2, 2};
+  ASSERT_EQ(elastic.outcomes.size(), single.outcomes.size());
+  for (size_t k = 0; k < single.outcomes.size(); ++k) {
+    EXPECT_EQ(elastic.outcomes[k].dp, dps[k]) << "step " << k + 1;
+    EXPECT_EQ(sorted(elastic.outcomes[k].sample_ids), sorted(single.outcomes[k].sample_ids))
+        << "step " << k + 1 << " trained on other samples";
+  }
+  testing::expect_same_training(elastic, single, "sgd, ZeRO-3, dp 2 -> 3 -> 2 -> 3 -> 2", true,
+                                "elastic scaler");
+}
+
+// With fault tolerance, a lost rank of a resized job is replaced at the
+// shape its coordinate has now; under ZeRO its shard restores the partition
+// the rank has now from the replica its buddy keeps.
+void ElasticScalerTest::replaces_a_lost_rank_at_its_shape_now(int zero_stage) {
+  const std::string name = absl::StrCat("ft-zero", zero_stage);
+  constexpr int kSteps = 6;
+  const RunResult single = single_run(kSteps, name + "-single");
+  ASSERT_EQ(single.outcomes.size(), static_cast<size_t>(kSteps));
+  TrainConfig config = config_for(2);
+  config.zero.stage = zero_stage;
   config.fault_tolerance = {.enabled = true,
                             .spare_nodes = 0,
                             .max_failures = 2,
                             .wait_for_node_s = 60,
                             .step_timeout_s = 120};
-  auto trainer = start(config, "ft-elastic");
+  auto trainer = start(config, name + "-elastic");
   ASSERT_NE(trainer, nullptr);
   ASSERT_NE(trainer->elastic(), nullptr);
   ElasticScaler scaler(*driver_, *trainer, config);
@@ -256,8 +333,19 @@ TEST_F(ElasticScalerTest, AResizedJobReplacesALostRankAtItsShapeNow) {
     EXPECT_EQ(sorted(elastic.outcomes[k].sample_ids), sorted(single.outcomes[k].sample_ids))
         << "step " << k + 1 << " trained on other samples";
   }
-  testing::expect_same_training(elastic, single, "sgd, dp 2 -> 3, a rank replaced", true,
-                                "elastic recovery");
+  testing::expect_same_training(
+      elastic, single,
+      absl::StrCat("sgd, ", zero_stage == 0 ? "DDP" : absl::StrCat("ZeRO-", zero_stage),
+                   ", dp 2 -> 3, a rank replaced"),
+      true, "elastic recovery");
+}
+
+TEST_F(ElasticScalerTest, AResizedJobReplacesALostRankAtItsShapeNow) {
+  replaces_a_lost_rank_at_its_shape_now(0);
+}
+
+TEST_F(ElasticScalerTest, AResizedZero3JobReplacesALostRankWithItsPartitionNow) {
+  replaces_a_lost_rank_at_its_shape_now(3);
 }
 
 TEST_F(ElasticScalerTest, AJoinThatCannotKeepTheGlobalBatchIsRefusedWithTheReason) {

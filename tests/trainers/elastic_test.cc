@@ -2,9 +2,10 @@
 // the troupe executable): a DDP job resized between steps - a rank added,
 // a rank in the middle taken away - trains on the same samples each step as
 // a job that never changed, and its losses and weights match one replica on
-// the same global batch (fp32, relative 1e-6, SGD). A size the batch rule
-// refuses changes nothing, and training goes on; so does a resize of what
-// cannot resize yet (ZeRO).
+// the same global batch (fp32, relative 1e-6, SGD). ZeRO-1/2/3 jobs too,
+// their partitions moving peer to peer. A size the batch rule refuses
+// changes nothing, and training goes on; so does a ZeRO-2/3 resize to dp 1,
+// which is not built.
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
@@ -13,11 +14,13 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/manifest.h"
 #include "tests/trainers/training_cluster.h"
@@ -64,6 +67,32 @@ class ElasticTest : public testing::TrainingClusterTest {
     EXPECT_TRUE(trainer.stop().ok());
   }
 
+  // A checkpoint records the mesh the job has now, each part saved as the
+  // coordinate its owner has now (not the one it was spawned at).
+  static void expect_checkpoint_of(DataParallelTrainer& trainer, int dp) {
+    char dir[] = "/tmp/troupe-elastic-ckpt-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    Checkpointer checkpoints(trainer.controller(),
+                             job_record(config_for(2), trainer.data_info().samples_per_epoch),
+                             {.dir = dir, .interval_steps = 0, .keep = 1, .async = false});
+    std::vector<CheckpointEvent> saved = checkpoints.save_now();
+    ASSERT_FALSE(saved.empty());
+    ASSERT_TRUE(saved.back().status.ok()) << saved.back().status;
+    std::ifstream file(saved.back().step_dir + "/" + checkpoint::kManifestFile);
+    std::stringstream text;
+    text << file.rdbuf();
+    absl::StatusOr<checkpoint::Manifest> manifest =
+        checkpoint::decode_manifest(text.str(), saved.back().step_dir);
+    ASSERT_TRUE(manifest.ok()) << manifest.status();
+    EXPECT_EQ(manifest->layout.dp, dp);
+    std::set<int> owners;
+    for (const checkpoint::ShardRecord& shard : manifest->shards)
+      owners.insert(shard.owner.d);
+    EXPECT_EQ(owners.size(), manifest->shards.size()) << "two parts saved as one owner";
+    EXPECT_LT(*owners.rbegin(), dp);
+    std::filesystem::remove_all(dir);
+  }
+
   inline static int jobs_ = 0;
 };
 
@@ -84,29 +113,12 @@ TEST_F(ElasticTest, AJobResizedBetweenStepsTrainsAsOneThatNeverChanged) {
   EXPECT_EQ(trainer->controller().mesh().dp, 3);
   EXPECT_EQ(trainer->describe(), "DDP over 3 replicas");
   train(*trainer, 3, 4, elastic);
-  {
-    // A checkpoint records the size the job has now.
-    char dir[] = "/tmp/troupe-elastic-ckpt-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    Checkpointer checkpoints(trainer->controller(),
-                             job_record(config_for(2), trainer->data_info().samples_per_epoch),
-                             {.dir = dir, .interval_steps = 0, .keep = 1, .async = false});
-    std::vector<CheckpointEvent> saved = checkpoints.save_now();
-    ASSERT_FALSE(saved.empty());
-    ASSERT_TRUE(saved.back().status.ok()) << saved.back().status;
-    std::ifstream file(saved.back().step_dir + "/" + checkpoint::kManifestFile);
-    std::stringstream text;
-    text << file.rdbuf();
-    absl::StatusOr<checkpoint::Manifest> manifest =
-        checkpoint::decode_manifest(text.str(), saved.back().step_dir);
-    ASSERT_TRUE(manifest.ok()) << manifest.status();
-    EXPECT_EQ(manifest->layout.dp, 3);
-    std::filesystem::remove_all(dir);
-  }
+  expect_checkpoint_of(*trainer, 3);
   // dp 3 -> 2: the rank in the middle leaves; the others close ranks.
   ASSERT_TRUE(trainer->resize({0, 2}, {}, absl::Now() + kResizeWait).ok());
   EXPECT_EQ(trainer->controller().mesh().dp, 2);
   train(*trainer, 5, 6, elastic);
+  expect_checkpoint_of(*trainer, 2);  // rank 2 saves as d1 now
   finish(*trainer, elastic);
 
   ASSERT_EQ(elastic.outcomes.size(), single.outcomes.size());
@@ -136,19 +148,50 @@ TEST_F(ElasticTest, ASizeTheBatchRuleRefusesChangesNothing) {
   EXPECT_TRUE(trainer->stop().ok());
 }
 
-TEST_F(ElasticTest, AZeroJobIsNotResizedYet) {
-  TrainConfig config = config_for(2);
-  config.zero.stage = 1;
-  auto trainer = start(config);
-  ASSERT_NE(trainer, nullptr);
-  EXPECT_EQ(trainer->elastic(), nullptr);  // troupe train does not try
-  RunResult run;
-  train(*trainer, 1, 1, run);
-  absl::Status refused = trainer->resize({0, 1}, {-1}, absl::Now() + kResizeWait);
-  EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented) << refused;
-  EXPECT_EQ(trainer->controller().mesh().dp, 2);
-  train(*trainer, 2, 2, run);
-  EXPECT_TRUE(trainer->stop().ok());
+// ZeRO: the partitions move peer to peer with every change of size, and
+// the job trains as one replica would (2 -> 3 -> 2, a middle rank leaving).
+TEST_F(ElasticTest, ZeroJobsMoveTheirPartitionsAndTrainAsOneThatNeverChanged) {
+  RunResult single;
+  {
+    auto trainer = start(config_for(1));
+    ASSERT_NE(trainer, nullptr);
+    train(*trainer, 1, 6, single);
+    finish(*trainer, single);
+  }
+  for (int stage : {1, 2, 3}) {
+    TrainConfig config = config_for(2);
+    config.zero.stage = stage;
+    auto trainer = start(config);
+    ASSERT_NE(trainer, nullptr);
+    ASSERT_NE(trainer->elastic(), nullptr);
+    RunResult elastic;
+    train(*trainer, 1, 2, elastic);
+    absl::StatusOr<std::vector<float>> before = trainer->master_params();
+    ASSERT_TRUE(before.ok()) << before.status();
+    ASSERT_TRUE(trainer->resize({0, 1}, {-1}, absl::Now() + kResizeWait).ok());
+    EXPECT_EQ(trainer->describe(), absl::StrCat("ZeRO-", stage, " over 3 ranks"));
+    // The masters as they were, now in three partitions.
+    absl::StatusOr<std::vector<float>> after = trainer->master_params();
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_TRUE(*before == *after) << "ZeRO-" << stage << ": the masters changed moving";
+    train(*trainer, 3, 4, elastic);
+    ASSERT_TRUE(trainer->resize({0, 2}, {}, absl::Now() + kResizeWait).ok());
+    train(*trainer, 5, 6, elastic);
+    expect_checkpoint_of(*trainer, 2);
+    if (stage >= 2) {
+      // At dp 1 the model holds what ZeRO-2/3 partition: refused, nothing changed.
+      absl::Status refused = trainer->resize({0}, {}, absl::Now() + kResizeWait);
+      EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented) << refused;
+      EXPECT_EQ(trainer->controller().mesh().dp, 2);
+    }
+    finish(*trainer, elastic);
+    for (size_t k = 0; k < single.outcomes.size(); ++k) {
+      EXPECT_EQ(sorted(elastic.outcomes[k].sample_ids), sorted(single.outcomes[k].sample_ids))
+          << "ZeRO-" << stage << ", step " << k + 1;
+    }
+    testing::expect_same_training(
+        elastic, single, absl::StrCat("sgd, ZeRO-", stage, ", dp 2 -> 3 -> 2"), true, "elastic");
+  }
 }
 
 }  // namespace
