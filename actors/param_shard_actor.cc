@@ -60,6 +60,13 @@ absl::Status ParamShardActor::allocate_state() {
   return absl::OkStatus();
 }
 
+absl::Status ParamShardActor::take_range(nn::ParamRange range) {
+  if (range == range_) return absl::OkStatus();
+  range_ = range;
+  no_decay_ = nn::ranges_in_shard(layout_.no_decay_ranges(), range_.begin, range_.size());
+  return allocate_state();
+}
+
 absl::StatusOr<std::shared_ptr<StageTensors>> ParamShardActor::stage() {
   std::string stage_name = actor_name(options_.job, "stage", options_.at);
   std::shared_ptr<StageTensors> tensors = Handoff::find<StageTensors>(stage_name);
@@ -337,6 +344,15 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
 
 absl::StatusOr<ShardLoadReport> ParamShardActor::load(LoadRequest request) {
   const double start = now_ms();
+  if (!(request.range == range_)) {
+    if (initialised_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name_, ": load of parameters [", request.range.begin, ", ",
+                       request.range.end, "), but it owns [", range_.begin, ", ", range_.end, ")"));
+    }
+    // A replacement in a job whose partitions moved since it was spawned.
+    if (absl::Status taken = take_range(request.range); !taken.ok()) return taken;
+  }
   absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
   if (!s.ok()) return s.status();
   StageTensors& t = **s;

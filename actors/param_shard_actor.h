@@ -104,7 +104,8 @@ class ParamShardActor {
   // Loads the range's masters and optimizer state from the checkpoint in
   // request.step_dir and goes to its step: applied_step() is the
   // checkpoint's, the stage runs the step after it next. InvalidArgument for
-  // a checkpoint of another model or optimizer; DataLoss naming the file for
+  // a checkpoint of another model or optimizer, or another request.range
+  // than the one an initialised shard owns; DataLoss naming the file for
   // a missing, short or corrupt one (the shard then holds no weights until
   // a load or init succeeds); FailedPrecondition while the stage holds a
   // step's gradients.
@@ -119,8 +120,8 @@ class ParamShardActor {
   // load() does: applied_step() is state.step, the stage runs the step after
   // it next. A shard that holds no weights yet (a replacement) takes the
   // state's range, as its stage's partition may have moved since it was
-  // spawned (elasticity). InvalidArgument for another range or other kinds
-  // of state; FailedPrecondition while the stage holds a step's gradients.
+  // spawned (elasticity; see also LoadRequest::range). InvalidArgument for another range or other
+  // kinds of state; FailedPrecondition while the stage holds a step's gradients.
   absl::StatusOr<ShardRestoreReport> import_state(ShardState state);
   // Restores this shard (a replacement) from `source`, peer to peer: asks it
   // for its state and imports it. Errors: the source's and import_state's.
@@ -130,8 +131,8 @@ class ParamShardActor {
   // the job's dp changes, in two phases over every shard of the new size.
   // The state of `part` (masters, optimizer state, step): of this shard's
   // own after its last applied step (a step prepared but not committed is
-  // not in it), or of the replica it keeps, caught up to the committed step
-  // part.replica_step. FailedPrecondition while it holds no weights, or no
+  // not in it), or (part.from_replica) of the replica it keeps, caught up
+  // to the committed step part.replica_step. FailedPrecondition while it holds no weights, or no
   // replica of that step; InvalidArgument for a range that is not a part of
   // what it exports from.
   absl::StatusOr<ShardState> export_range(PartitionPart part);
@@ -139,7 +140,8 @@ class ParamShardActor {
   // shards `sources`, in order, tiling it (an empty range: one empty part,
   // for the step) - and keeps it aside; nothing of the shard changes.
   // InvalidArgument for parts that do not tile the range; the sources'
-  // errors, and FailedPrecondition for parts at different steps.
+  // errors, and FailedPrecondition for parts at different steps; Aborted,
+  // keeping nothing, when a later fetch_partition was called meanwhile.
   Future<void> fetch_partition(nn::ParamRange range, std::vector<ActorRef<ParamShardActor>> sources,
                                std::vector<PartitionPart> parts);
   // Phase 2, once every shard fetched and the stage took its new partition
@@ -186,8 +188,9 @@ class ParamShardActor {
   Future<ShardRestoreReport> restore_from_buddy(ActorRef<ParamShardActor> buddy, int64_t step);
   // At the buddy, when the shard it keeps a replica of was lost and nothing
   // replaces it: writes the replica as it stands after committed step
-  // `request.step` into request.step_dir, as that shard's own file of a
-  // checkpoint (its name, its whole range), and waits for it to be durable.
+  // `request.step` into request.step_dir, as that shard's file of a
+  // checkpoint (named for request.owner, its whole range), and waits for it
+  // to be durable.
   // FailedPrecondition when it holds no replica of that step; the write's
   // errors.
   absl::StatusOr<ShardSaveReport> save_replica(SaveRequest request);
@@ -195,6 +198,9 @@ class ParamShardActor {
  private:
   ParamShardActor(ShardOptions options, nn::GPTParamLayout layout, nn::ParamRange range);
   absl::Status allocate_state();
+  // Makes `range` the shard's, its optimizer state allocated anew (its
+  // values then set by the caller), unless it is the shard's already.
+  absl::Status take_range(nn::ParamRange range);
   void clear_state();  // the optimizer's moments to zero
   // The kinds of state a checkpoint holds for this shard, in file order, with
   // where each lives (checkpoint/manifest.h).
@@ -249,6 +255,7 @@ class ParamShardActor {
   };
   std::optional<Replica> replica_;
   std::optional<ShardState> fetched_;  // fetch_partition's, until adopt_partition
+  int64_t fetches_ = 0;                // fetch_partition calls: a late one's parts are dropped
 };
 TROUPE_ACTOR(ParamShardActor, &ParamShardActor::init, &ParamShardActor::prepare,
              &ParamShardActor::commit, &ParamShardActor::applied_step,

@@ -29,7 +29,7 @@ absl::StatusOr<ShardState> ParamShardActor::export_range(PartitionPart part) {
                                                    of.begin, ", ", of.end, ")"));
   };
   const size_t n = range.size();
-  if (part.replica_step > 0) {
+  if (part.from_replica) {
     // A lost owner's part, from the replica this shard keeps of it.
     if (replica_ && replica_->state.step < part.replica_step) commit_replica(part.replica_step);
     if (!replica_ || replica_->state.step != part.replica_step) {
@@ -92,11 +92,16 @@ Future<void> ParamShardActor::fetch_partition(nn::ParamRange range,
                      parts.size(), " parts that do not tile it (", sources.size(), " sources)")));
   }
   fetched_.reset();
+  const int64_t fetch = ++fetches_;
   std::vector<Future<ShardState>> exporting;
   for (size_t i = 0; i < sources.size(); ++i)
     exporting.push_back(sources[i].call(&ParamShardActor::export_range, parts[i]));
   return when_all(std::move(exporting))
-      .then([this, range](std::vector<ShardState> got) -> absl::Status {
+      .then([this, range, fetch](std::vector<ShardState> got) -> absl::Status {
+        if (fetch != fetches_) {
+          return absl::AbortedError(
+              absl::StrCat(name_, ": a fetch_partition overtaken by a later one"));
+        }
         const ShardState& first = got.front();
         const size_t n = range.size();
         ShardState out{.from = first.from,
@@ -137,11 +142,7 @@ absl::StatusOr<ShardRestoreReport> ParamShardActor::adopt_partition() {
   buddy_.reset();
   buddy_seed_ = std::make_shared<SeedState>(SeedState::kNone);
   replica_.reset();
-  if (state.range.begin != range_.begin || state.range.end != range_.end) {
-    range_ = state.range;
-    no_decay_ = nn::ranges_in_shard(layout_.no_decay_ranges(), range_.begin, range_.size());
-    if (absl::Status s = allocate_state(); !s.ok()) return s;
-  }
+  if (absl::Status s = take_range(state.range); !s.ok()) return s;
   return import_state(std::move(state));
 }
 

@@ -45,9 +45,7 @@ absl::StatusOr<ShardRestoreReport> ParamShardActor::import_state(ShardState stat
     // A replacement in a job whose partitions moved since it was spawned
     // (elasticity): it takes the partition of the state it restores, which
     // its stage holds now.
-    range_ = state.range;
-    no_decay_ = nn::ranges_in_shard(layout_.no_decay_ranges(), range_.begin, range_.size());
-    if (absl::Status a = allocate_state(); !a.ok()) return a;
+    if (absl::Status taken = take_range(state.range); !taken.ok()) return taken;
   }
   absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
   if (!s.ok()) return s.status();

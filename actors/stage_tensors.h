@@ -4,7 +4,10 @@
 // and where the step protocol stands between the two.
 //
 // Between run_step and commit the stage does not touch the buffers; the shard
-// writes the parameters only in commit, load and init. The step fields are
+// writes the parameters only in commit, load, init and a restore. The
+// buffers and their ranges change only when a ZeRO stage is resized
+// (PipelineStageActor::resize), which the trainer orders before its shard
+// uses them again (adopt_partition, a restore). The step fields are
 // atomics because the two are different actors (possibly on different
 // threads); the controller's ordering (commit only after run_step returned)
 // is what makes the buffers safe.

@@ -125,8 +125,8 @@ struct CommitRequest {
 
 // Checkpoints (checkpoint/, docs/checkpoint.md). Asks a shard to save its
 // state as it stands after step `step` into `step_dir`, a directory of the
-// checkpoint that every node reaches (a shared file system), as its own
-// file: checkpoint::shard_file_name of its coordinate. `range`: the part of
+// checkpoint that every node reaches (a shared file system), as a file of
+// its own: checkpoint::shard_file_name of `owner`. `range`: the part of
 // its range to save (replicas of a range each save a part of it); empty
 // (0, 0): all of it.
 struct SaveRequest {
@@ -169,7 +169,11 @@ struct ShardSaveReport {
 // layout: it reads what it needs from whichever files hold it).
 struct LoadRequest {
   std::string step_dir;
-  TROUPE_FIELDS(step_dir);
+  // The range the shard owns in the mesh now: a shard that holds no weights
+  // yet (a replacement) takes it, as its stage's partition may have moved
+  // since it was spawned (elasticity); another must own it already.
+  nn::ParamRange range;
+  TROUPE_FIELDS(step_dir, range);
 };
 
 struct ShardLoadReport {
@@ -232,12 +236,13 @@ struct StepProgress {
 };
 
 // Elasticity under ZeRO: a part of a shard's new partition, and whose
-// state it is taken from - the source shard's own (replica_step 0), or the
-// replica it keeps of its buddy (a lost owner's), at that committed step.
+// state it is taken from - the source shard's own, or the replica it keeps
+// of its buddy (a lost owner's), caught up to committed step replica_step.
 struct PartitionPart {
   nn::ParamRange range;
+  bool from_replica = false;
   int64_t replica_step = 0;
-  TROUPE_FIELDS(range, replica_step);
+  TROUPE_FIELDS(range, from_replica, replica_step);
 };
 
 struct ShardRestoreReport {

@@ -1,7 +1,7 @@
 // Elastic benchmark: how long a running training job takes to use a node that joins.
 //
-//   elastic_bench [--trials 5] [--join-step 4] [--threads 1] [--seed 1] [--tiny]
-//                 [--skip-peers] [--json FILE]
+//   elastic_bench [--trials 5] [--join-step 4] [--threads 1] [--seed 1] [--zero 0|1]
+//                 [--tiny] [--skip-peers] [--json FILE]
 //
 // The model is ddp_bench's medium config (a GPT of 6 layers x 384, 6 heads, seq 256, vocab
 // 4096: 12.3M parameters), AdamW, a global batch of 8 sequences; --tiny: CI's smoke size.
@@ -16,7 +16,10 @@
 //    worker has registered with the head), notice (until the job's driver decided to grow: the
 //    head's event reaches it with a heartbeat, and the step in flight ends), resize (the resize
 //    itself) and first step (the step at dp 2); and the steps run again (none: no step is
-//    lost). Goal: at most 2 s from the join to the first step at the new size.
+//    lost). Goal: at most 2 s from the join to the first step at the new size. With --zero 1
+//    the job is ZeRO-1: the new rank fetches its half of the optimizer state from rank 0, and
+//    rank 0 keeps the other half; each then keeps a replica of the other's partition.
+//    (ZeRO-2/3 do not grow from dp 1: docs/elasticity.md.)
 // 2. torchrun. The same model and global batch under torchrun --nnodes=1:2 with DDP over gloo
 //    and a checkpoint every 10 steps (bench/elastic_bench_torchrun.py): node A trains alone,
 //    node B is started after --join-step steps, and torchelastic restarts both workers at world
@@ -70,8 +73,9 @@ constexpr double kGrowWaitMs = 120'000;
 constexpr int kPeerTimeoutS = 900;
 constexpr int64_t kMaxSteps = 100'000;  // a trial's steps at the most (tiny ones are fast)
 
-trainers::TrainConfig train_config(const Shape& s) {
+trainers::TrainConfig train_config(const Shape& s, int zero_stage) {
   trainers::TrainConfig c;
+  c.zero.stage = zero_stage;
   c.parallel.dp = 1;
   c.gradient_accumulation_steps = 1;
   c.micro_batch_size = kGlobalBatch;
@@ -267,7 +271,9 @@ int main(int argc, char** argv) {
   const int join_step = static_cast<int>(flags.get_long("--join-step", tiny ? 2 : 4));
   const int threads = static_cast<int>(flags.get_long("--threads", 1));
   std::mt19937 rng(static_cast<uint32_t>(flags.get_long("--seed", 1)));
+  const int zero = static_cast<int>(flags.get_long("--zero", 0));
   if (trials < 1 || join_step < 1 || threads < 1) die("--trials, --join-step, --threads >= 1");
+  if (zero != 0 && zero != 1) die("--zero 0 or 1: ZeRO-2/3 do not grow from dp 1");
   ::setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
 
   troupe::cluster::LocalClusterOptions o;
@@ -278,11 +284,11 @@ int main(int argc, char** argv) {
   auto local = value_or_die(troupe::cluster::LocalCluster::start(o), "starting the local cluster");
   auto driver =
       value_or_die(troupe::Cluster::connect(local->client_options()), "connecting the driver");
-  const trainers::TrainConfig config = train_config(shape);
+  const trainers::TrainConfig config = train_config(shape, zero);
   std::printf(
-      "elastic_bench: GPT %d layers x %d, seq %d, vocab %d; global batch %d; dp 1 -> 2 when a "
-      "worker joins after step %d\n",
-      shape.L, shape.C, shape.T, shape.V, kGlobalBatch, join_step);
+      "elastic_bench: GPT %d layers x %d, seq %d, vocab %d; global batch %d; %s; dp 1 -> 2 when "
+      "a worker joins after step %d\n",
+      shape.L, shape.C, shape.T, shape.V, kGlobalBatch, zero == 0 ? "DDP" : "ZeRO-1", join_step);
   std::vector<Trial> results;
   for (int t = 0; t < trials; ++t) {
     Trial r = run_trial(*local, *driver, config, join_step, threads, t + 1, rng);

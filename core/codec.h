@@ -123,7 +123,8 @@ class Writer {
   // as long as buffers() however long a send takes: a Buffer moves in, and a
   // value with Buffers inside (a struct's field) moves into a holder that
   // its views keep alive (the bytes themselves do not move). What a call's
-  // arguments and results are written with; `value` is left moved-from.
+  // result and a tell's arguments are written with; `value` is left
+  // moved-from.
   template <class T>
   void consume(T& value) {
     if constexpr (std::is_same_v<std::decay_t<T>, transport::Buffer>) {

@@ -288,7 +288,7 @@ absl::StatusOr<LoadedCheckpoint> Checkpointer::load_from(const std::string& step
   const std::vector<MeshMember>& members = controller_.members();
   std::vector<Future<actors::ShardLoadReport>> loading;
   for (const MeshMember& member : members)
-    loading.push_back(member.shard->load({.step_dir = step_dir}));
+    loading.push_back(member.shard->load({.step_dir = step_dir, .range = member.range}));
   LoadedCheckpoint loaded{.step = m.step, .step_dir = step_dir, .saved_layout = m.layout};
   absl::Status first;
   for (auto& f : loading) {

@@ -3,16 +3,21 @@
 //
 //   1. plan      the new size's split of the global batch (plan_batch)
 //   2. spawn     the new ranks' actors, in a placement group of their own
-//   3. state     each new shard takes the whole state of a surviving one
-//                (a DDP replica), peer to peer
+//   3. state     peer to peer, before anything changes: each new shard
+//                takes the whole state of a kept one (a DDP replica); under
+//                ZeRO every shard of the new size fetches its new
+//                partition's parts from their old owners (a lost one's
+//                from its buddy's replica: fetch_partitions)
 //   4. group     the group is declared at the new size (declare_groups);
 //                every kept stage leaves the old generation and joins the
 //                new one at its new rank with its loader reshaped
 //                (PipelineStageActor::resize), every new one joins it
 //                (setup) and moves its loader to the committed position
-//                (seek_data)
-//   5. members   the controller goes on over the new members; the ranks
-//                not kept are killed
+//                (seek_data); under ZeRO every shard then adopts the
+//                partition it fetched, into its stage's new buffers
+//   5. members   the controller goes on over the new members (under ZeRO
+//                each partition's replica seeded again on the next rank);
+//                the ranks not kept are killed
 #include <algorithm>
 #include <map>
 #include <set>
@@ -253,11 +258,11 @@ absl::Status DataParallelTrainer::fetch_partitions(const std::vector<Replica>& n
   // replica its buddy keeps.
   struct Source {
     int shard;
-    int64_t replica_step;
+    bool replica;
   };
   std::vector<Source> from(old_dp);
   for (int d = 0; d < old_dp; ++d) {
-    from[d] = {d, 0};
+    from[d] = {d, false};
     if (!lost.contains(d)) continue;
     const int buddy = buddy_of(d, old_dp);
     if (buddy < 0 || lost.contains(buddy)) {
@@ -266,7 +271,7 @@ absl::Status DataParallelTrainer::fetch_partitions(const std::vector<Replica>& n
                        buddy < 0 ? std::string(" (the job keeps no replicas)")
                                  : absl::StrCat(" and the rank keeping its replica, ", buddy)));
     }
-    from[d] = {buddy, committed};
+    from[d] = {buddy, true};
   }
   std::vector<Future<void>> fetching;
   for (int rank = 0; rank < new_dp; ++rank) {
@@ -278,7 +283,8 @@ absl::Status DataParallelTrainer::fetch_partitions(const std::vector<Replica>& n
       const nn::ParamRange part{std::max(old.begin, range.begin), std::min(old.end, range.end)};
       if (part.begin < part.end) {
         sources.push_back(replicas_[from[d].shard].shard);
-        parts.push_back({.range = part, .replica_step = from[d].replica_step});
+        parts.push_back(
+            {.range = part, .from_replica = from[d].replica, .replica_step = committed});
       }
     }
     for (int d = 0; d < old_dp && sources.empty(); ++d) {
@@ -287,8 +293,9 @@ absl::Status DataParallelTrainer::fetch_partitions(const std::vector<Replica>& n
       const nn::ParamRange old = actors::ZeroPartition(whole, old_dp, d).own();
       if (old.begin <= range.begin && range.begin <= old.end) {
         sources.push_back(replicas_[from[d].shard].shard);
-        parts.push_back(
-            {.range = {range.begin, range.begin}, .replica_step = from[d].replica_step});
+        parts.push_back({.range = {range.begin, range.begin},
+                         .from_replica = from[d].replica,
+                         .replica_step = committed});
       }
     }
     fetching.push_back(next[rank].shard.call(&actors::ParamShardActor::fetch_partition, range,

@@ -46,10 +46,12 @@ std::string ResizeReport::summary() const {
 
 ElasticScaler::ElasticScaler(Cluster& cluster, ElasticMesh& mesh, TrainConfig config)
     : cluster_(cluster), mesh_(mesh), config_(std::move(config)) {
-  // ZeRO-2/3 at dp 1 would hold what they partition: another model.
-  if (config_.zero.stage >= 2 && config_.parallel.dp > 1) {
-    config_.elasticity.min_dp = std::max(config_.elasticity.min_dp, 2);
-  }
+  config_.elasticity.min_dp = smallest_dp(config_);
+}
+
+int smallest_dp(const TrainConfig& config) {
+  const bool partitioned_model = config.zero.stage >= 2 && config.parallel.dp > 1;
+  return partitioned_model ? std::max(config.elasticity.min_dp, 2) : config.elasticity.min_dp;
 }
 
 std::vector<std::string> ElasticScaler::take_notes() {

@@ -64,6 +64,10 @@ struct ResizeReport {
   std::string summary() const;
 };
 
+// The smallest dp the job goes to: elasticity.min_dp, and 2 for a ZeRO-2/3
+// job (at dp 1 the model holds what they partition: another layout).
+int smallest_dp(const TrainConfig& config);
+
 class ElasticScaler {
  public:
   // `config`: the job's as the user gave it (its batch keys bound the

@@ -245,7 +245,7 @@ int train_command(const std::vector<std::string>& args) {
     std::printf(
         "  elastic: dp %d to %d; grows onto workers that join, leaves drained and lost ones, "
         "keeping the global batch\n",
-        config.elasticity.min_dp, config.elasticity.max_dp);
+        smallest_dp(config), config.elasticity.max_dp);
   }
   const int64_t steps =
       config.training.steps > 0 ? config.training.steps : trainer.data_info().steps_per_epoch;

@@ -63,7 +63,7 @@ class Call final : public FutureState<U>, public Message {
           absl::StrCat(std::string(method_name()),
                        " cannot be called in another process: its result type ", "has no Codec"));
     } else {
-      return encode_args_tuple(out, args_, method_name());
+      return encode_args_tuple(out, args_, method_name(), ArgsLifetime::kUntilReply);
     }
   }
   void complete_remote(Reader& in) override {
@@ -100,7 +100,7 @@ class Tell final : public Message {
   }
   uint64_t method_id() const override { return method_id_at(MethodTable<T>::type, method_index_); }
   absl::Status encode_args(Writer& out) override {
-    return encode_args_tuple(out, args_, method_name());
+    return encode_args_tuple(out, args_, method_name(), ArgsLifetime::kUntilQueued);
   }
 
  private:

@@ -31,8 +31,10 @@ class Message {
   // the method's stable id, whether the caller waits for a reply, the
   // arguments encoded (Unimplemented if one has no Codec), and, for calls,
   // completion from the encoded reply, after which it has disposed of itself.
-  // Encoding consumes the arguments: Buffers among them move into `out`, so
-  // the frame owns them however long the send takes.
+  // A Buffer argument moves into `out`; the Buffers inside other arguments
+  // are views a call's message keeps alive until its reply, and move into
+  // `out` with a tell's (ArgsLifetime), so that the frame can be sent
+  // however long it takes.
   virtual uint64_t method_id() const { return 0; }
   virtual bool wants_reply() const { return false; }
   virtual absl::Status encode_args(Writer& out);

@@ -30,12 +30,27 @@ std::string arg_type_names() {
   return out + ")";
 }
 
-// Encodes the arguments in order, consuming them (Writer::consume): the
-// Buffers in them travel with `w`.
+// How long the arguments a call is encoded from live.
+enum class ArgsLifetime {
+  // A call: its message holds them until the reply, after the send, and a
+  // retry of an idempotent method encodes them again. Values with Buffers
+  // inside are written as views of them; a Buffer argument moves into `w`.
+  kUntilReply,
+  // A tell: its message is gone once the frame is queued. They are consumed
+  // (Writer::consume): the Buffers in them travel with `w`.
+  kUntilQueued,
+};
+
+// Encodes the arguments in order.
 template <class... P>
-absl::Status encode_args_tuple(Writer& w, std::tuple<P...>& args, std::string_view method) {
+absl::Status encode_args_tuple(Writer& w, std::tuple<P...>& args, std::string_view method,
+                               ArgsLifetime lifetime) {
   if constexpr (kArgsCodable<P...>) {
-    std::apply([&](auto&... a) { (w.consume(a), ...); }, args);
+    if (lifetime == ArgsLifetime::kUntilQueued) {
+      std::apply([&](auto&... a) { (w.consume(a), ...); }, args);
+    } else {
+      std::apply([&](auto&... a) { (w.write(std::move(a)), ...); }, args);
+    }
     return w.status();
   } else {
     return absl::UnimplementedError(absl::StrCat(std::string(method),

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/cluster/detail/resources.h"
 
@@ -865,6 +866,12 @@ TEST_F(SchedulerTest, ADrainingNodeTakesNoNewActorsOrBundles) {
   PlacementGroupId after = create({R("CPU=1"), R("CPU=1")}, PlacementStrategy::kSpread);
   for (NodeIndex n : info(after).bundle_nodes)
     EXPECT_NE(n, 2u);
+  // Where nothing has room, the error counts it as draining, not as room.
+  absl::StatusOr<Placement> none = s_.place_actor({.resources = R("CPU=100")}, {});
+  EXPECT_TRUE(absl::IsResourceExhausted(none.status())) << none.status();
+  EXPECT_TRUE(absl::StrContains(none.status().message(),
+                                "any of 2 eligible nodes (0 excluded, 1 draining)"))
+      << none.status();
   // A bundle placed there before still serves its actors, and a pin is kept.
   std::vector<NodeIndex> nodes = info(before).bundle_nodes;
   const int on_two = static_cast<int>(std::find(nodes.begin(), nodes.end(), 2u) - nodes.begin());

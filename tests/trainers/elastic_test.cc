@@ -150,7 +150,10 @@ TEST_F(ElasticTest, ASizeTheBatchRuleRefusesChangesNothing) {
 
 // ZeRO: the partitions move peer to peer with every change of size, and
 // the job trains as one replica would (2 -> 3 -> 2, a middle rank leaving).
-TEST_F(ElasticTest, ZeroJobsMoveTheirPartitionsAndTrainAsOneThatNeverChanged) {
+class ElasticZeroTest : public ElasticTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(ElasticZeroTest, PartitionsMoveAndTheJobTrainsAsOneThatNeverChanged) {
+  const int stage = GetParam();
   RunResult single;
   {
     auto trainer = start(config_for(1));
@@ -158,41 +161,44 @@ TEST_F(ElasticTest, ZeroJobsMoveTheirPartitionsAndTrainAsOneThatNeverChanged) {
     train(*trainer, 1, 6, single);
     finish(*trainer, single);
   }
-  for (int stage : {1, 2, 3}) {
-    TrainConfig config = config_for(2);
-    config.zero.stage = stage;
-    auto trainer = start(config);
-    ASSERT_NE(trainer, nullptr);
-    ASSERT_NE(trainer->elastic(), nullptr);
-    RunResult elastic;
-    train(*trainer, 1, 2, elastic);
-    absl::StatusOr<std::vector<float>> before = trainer->master_params();
-    ASSERT_TRUE(before.ok()) << before.status();
-    ASSERT_TRUE(trainer->resize({0, 1}, {-1}, absl::Now() + kResizeWait).ok());
-    EXPECT_EQ(trainer->describe(), absl::StrCat("ZeRO-", stage, " over 3 ranks"));
-    // The masters as they were, now in three partitions.
-    absl::StatusOr<std::vector<float>> after = trainer->master_params();
-    ASSERT_TRUE(after.ok()) << after.status();
-    EXPECT_TRUE(*before == *after) << "ZeRO-" << stage << ": the masters changed moving";
-    train(*trainer, 3, 4, elastic);
-    ASSERT_TRUE(trainer->resize({0, 2}, {}, absl::Now() + kResizeWait).ok());
-    train(*trainer, 5, 6, elastic);
-    expect_checkpoint_of(*trainer, 2);
-    if (stage >= 2) {
-      // At dp 1 the model holds what ZeRO-2/3 partition: refused, nothing changed.
-      absl::Status refused = trainer->resize({0}, {}, absl::Now() + kResizeWait);
-      EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented) << refused;
-      EXPECT_EQ(trainer->controller().mesh().dp, 2);
-    }
-    finish(*trainer, elastic);
-    for (size_t k = 0; k < single.outcomes.size(); ++k) {
-      EXPECT_EQ(sorted(elastic.outcomes[k].sample_ids), sorted(single.outcomes[k].sample_ids))
-          << "ZeRO-" << stage << ", step " << k + 1;
-    }
-    testing::expect_same_training(
-        elastic, single, absl::StrCat("sgd, ZeRO-", stage, ", dp 2 -> 3 -> 2"), true, "elastic");
+  TrainConfig config = config_for(2);
+  config.zero.stage = stage;
+  auto trainer = start(config);
+  ASSERT_NE(trainer, nullptr);
+  ASSERT_NE(trainer->elastic(), nullptr);
+  RunResult elastic;
+  train(*trainer, 1, 2, elastic);
+  absl::StatusOr<std::vector<float>> before = trainer->master_params();
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_TRUE(trainer->resize({0, 1}, {-1}, absl::Now() + kResizeWait).ok());
+  EXPECT_EQ(trainer->describe(), absl::StrCat("ZeRO-", stage, " over 3 ranks"));
+  // The masters as they were, now in three partitions.
+  absl::StatusOr<std::vector<float>> after = trainer->master_params();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(*before == *after) << "the masters changed moving";
+  train(*trainer, 3, 4, elastic);
+  ASSERT_TRUE(trainer->resize({0, 2}, {}, absl::Now() + kResizeWait).ok());
+  train(*trainer, 5, 6, elastic);
+  expect_checkpoint_of(*trainer, 2);
+  if (stage >= 2) {
+    // At dp 1 the model holds what ZeRO-2/3 partition: refused, nothing changed.
+    absl::Status refused = trainer->resize({0}, {}, absl::Now() + kResizeWait);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented) << refused;
+    EXPECT_EQ(trainer->controller().mesh().dp, 2);
   }
+  finish(*trainer, elastic);
+  for (size_t k = 0; k < single.outcomes.size(); ++k) {
+    EXPECT_EQ(sorted(elastic.outcomes[k].sample_ids), sorted(single.outcomes[k].sample_ids))
+        << "step " << k + 1;
+  }
+  testing::expect_same_training(
+      elastic, single, absl::StrCat("sgd, ZeRO-", stage, ", dp 2 -> 3 -> 2"), true, "elastic");
 }
+
+INSTANTIATE_TEST_SUITE_P(Stages, ElasticZeroTest, ::testing::Values(1, 2, 3),
+                         [](const ::testing::TestParamInfo<int>& stage) {
+                           return absl::StrCat("Zero", stage.param);
+                         });
 
 }  // namespace
 }  // namespace troupe::trainers

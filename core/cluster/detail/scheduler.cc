@@ -384,11 +384,17 @@ absl::Status Scheduler::exhausted_error(const Resources& request,
   std::vector<std::string> largest;
   bool could_ever_fit = false;
   size_t eligible = 0;
+  size_t drained = 0;
+  // (A draining node takes no new actors unless they are pinned there.)
+  auto skipped = [&](NodeIndex index, const NodeState& state) {
+    return excluded.count(index) != 0 || (pinned && *pinned != index) ||
+           (state.draining && !pinned);
+  };
   for (const auto& [name, amount] : request.amounts()) {
     std::optional<NodeIndex> at;
     double most = 0;
     for (const auto& [index, state] : nodes_) {
-      if (excluded.count(index) != 0 || (pinned && *pinned != index)) continue;
+      if (skipped(index, state)) continue;
       double free = state.available.get(name);
       if (!at || free > most) {
         at = index;
@@ -400,13 +406,17 @@ absl::Status Scheduler::exhausted_error(const Resources& request,
     largest.push_back(at ? absl::StrCat(one.to_string(), " (node ", *at, ")") : one.to_string());
   }
   for (const auto& [index, state] : nodes_) {
-    if (excluded.count(index) != 0 || (pinned && *pinned != index)) continue;
+    if (skipped(index, state)) {
+      if (state.draining && excluded.count(index) == 0 && !pinned) ++drained;
+      continue;
+    }
     ++eligible;
     could_ever_fit = could_ever_fit || state.total.contains(request);
   }
-  std::string where = pinned ? absl::StrCat("pinned node ", *pinned)
-                             : absl::StrCat("any of ", eligible, " eligible nodes (",
-                                            excluded.size(), " excluded)");
+  std::string where =
+      pinned ? absl::StrCat("pinned node ", *pinned)
+             : absl::StrCat("any of ", eligible, " eligible nodes (", excluded.size(), " excluded",
+                            drained > 0 ? absl::StrCat(", ", drained, " draining") : "", ")");
   std::string hint = could_ever_fit ? "release actors or add a node"
                                     : "no eligible node has that much in total; add a bigger node";
   return absl::ResourceExhaustedError(absl::StrCat(
