@@ -19,6 +19,17 @@ bool contains(const nn::ParamRange& whole, const nn::ParamRange& part) {
   return part.begin <= part.end && whole.begin <= part.begin && part.end <= whole.end;
 }
 
+// The state of `range` of `like`'s kinds, as it stands after `like`'s step:
+// its values left for the caller to fill.
+ShardState state_like(const ShardState& like, nn::ParamRange range) {
+  return ShardState{.from = like.from,
+                    .step = like.step,
+                    .updates = like.updates,
+                    .range = range,
+                    .states = like.states,
+                    .data = transport::Buffer(like.states.size() * range.size() * sizeof(float))};
+}
+
 }  // namespace
 
 absl::StatusOr<ShardState> ParamShardActor::export_range(PartitionPart part) {
@@ -41,12 +52,7 @@ absl::StatusOr<ShardState> ParamShardActor::export_range(PartitionPart part) {
     const ShardState& r = replica_->state;
     if (!contains(r.range, range)) return outside("the replica it keeps", r.range);
     const size_t rn = r.range.size();
-    ShardState out{.from = r.from,
-                   .step = r.step,
-                   .updates = r.updates,
-                   .range = range,
-                   .states = r.states,
-                   .data = transport::Buffer(r.states.size() * n * sizeof(float))};
+    ShardState out = state_like(r, range);
     auto* data = reinterpret_cast<float*>(out.data.data());
     const auto* from = reinterpret_cast<const float*>(r.data.data());
     for (size_t k = 0; k < r.states.size() && n > 0; ++k)
@@ -104,12 +110,7 @@ Future<void> ParamShardActor::fetch_partition(nn::ParamRange range,
         }
         const ShardState& first = got.front();
         const size_t n = range.size();
-        ShardState out{.from = first.from,
-                       .step = first.step,
-                       .updates = first.updates,
-                       .range = range,
-                       .states = first.states,
-                       .data = transport::Buffer(first.states.size() * n * sizeof(float))};
+        ShardState out = state_like(first, range);
         auto* data = reinterpret_cast<float*>(out.data.data());
         for (const ShardState& part : got) {
           if (part.step != first.step || part.states != first.states) {

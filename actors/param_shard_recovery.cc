@@ -17,26 +17,7 @@ absl::StatusOr<StepProgress> ParamShardActor::progress() {
 }
 
 absl::StatusOr<ShardState> ParamShardActor::export_state() {
-  if (!initialised_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(name_, ": export_state, but it holds no weights (not initialised or loaded)"));
-  }
-  absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
-  if (!s.ok()) return s.status();
-  const std::vector<std::pair<std::string, float*>> states = checkpoint_state(**s);
-  const size_t n = range_.size();
-  ShardState out{.from = options_.at,
-                 .step = applied_step_,
-                 .updates = updates_,
-                 .range = range_,
-                 .states = {},
-                 .data = transport::Buffer(states.size() * n * sizeof(float))};
-  auto* data = reinterpret_cast<float*>(out.data.data());
-  for (size_t k = 0; k < states.size(); ++k) {
-    out.states.push_back(states[k].first);
-    std::memcpy(data + k * n, states[k].second, n * sizeof(float));
-  }
-  return out;
+  return export_range({.range = range_});
 }
 
 absl::StatusOr<ShardRestoreReport> ParamShardActor::import_state(ShardState state) {

@@ -306,6 +306,8 @@ Row against_torchrun(Chaos& chaos, const Shape& shape, int stage, int kill_step,
 
 int main(int argc, char** argv) {
   using namespace troupe::bench;
+  // A line at a time even into a pipe (CI's log): a run stopped by a timeout shows how far it got.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const Flags flags(argc, argv);
   const bool tiny = flags.has("--tiny");
   const Shape shape = tiny ? kTiny : kMedium;

@@ -203,18 +203,7 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
 
   times.group_ms = lap();
   // 5. The controller's members, and the ranks that leave.
-  std::vector<MeshMember> members;
-  const nn::ParamRange whole{0, nn::GPTParamLayout(config_.model).num_params()};
-  for (int rank = 0; rank < new_dp; ++rank) {
-    members.push_back(
-        {.at = {.d = rank, .p = 0, .t = 0},
-         .stage = stage_endpoint(replicas_[rank].stage),
-         .shard = shard_endpoint(replicas_[rank].shard),
-         .range = zero_stage() == 0 ? whole : actors::ZeroPartition(whole, new_dp, rank).own(),
-         .buddy = buddy_of(rank, new_dp)});
-  }
-  if (absl::Status s = controller_->resize({.dp = new_dp, .pp = 1, .tp = 1}, std::move(members));
-      !s.ok()) {
+  if (absl::Status s = controller_->resize({.dp = new_dp, .pp = 1, .tp = 1}, members()); !s.ok()) {
     return broken(s);
   }
   if (buddy_of(0, new_dp) >= 0) {

@@ -189,22 +189,12 @@ absl::Status DataParallelTrainer::spawn_replicas() {
                 .steps_per_epoch = info->steps_per_epoch,
                 .samples_per_epoch = info->samples_per_epoch};
 
-  std::vector<MeshMember> members;
-  for (int d = 0; d < dp; ++d) {
-    const nn::ParamRange whole{0, nn::GPTParamLayout(config_.model).num_params()};
-    members.push_back(
-        {.at = {.d = d, .p = 0, .t = 0},
-         .stage = stage_endpoint(replicas_[d].stage),
-         .shard = shard_endpoint(replicas_[d].shard),
-         .range = zero_stage() == 0 ? whole : actors::ZeroPartition(whole, dp, d).own(),
-         .buddy = buddy_of(d, dp)});
-  }
   ControllerOptions options = controller_options(config_);
   if (config_.fault_tolerance.enabled) {
     options.member_lost = [this](const actors::Coordinate& at) { return member_lost(at); };
   }
-  absl::StatusOr<TrainerController> controller = TrainerController::create(
-      {.dp = dp, .pp = 1, .tp = 1}, std::move(members), std::move(options));
+  absl::StatusOr<TrainerController> controller =
+      TrainerController::create({.dp = dp, .pp = 1, .tp = 1}, members(), std::move(options));
   if (!controller.ok()) return controller.status();
   controller_.emplace(*std::move(controller));
   return controller_->connect_buddies();
@@ -244,6 +234,20 @@ absl::StatusOr<std::vector<int32_t>> DataParallelTrainer::generate(std::vector<i
       .call(&actors::PipelineStageActor::generate, std::move(prompt), max_new_tokens, temperature,
             seed)
       .get(kSetupTimeout);
+}
+
+std::vector<MeshMember> DataParallelTrainer::members() const {
+  const int dp = static_cast<int>(replicas_.size());
+  const nn::ParamRange whole{0, nn::GPTParamLayout(config_.model).num_params()};
+  std::vector<MeshMember> out;
+  for (int d = 0; d < dp; ++d) {
+    out.push_back({.at = {.d = d, .p = 0, .t = 0},
+                   .stage = stage_endpoint(replicas_[d].stage),
+                   .shard = shard_endpoint(replicas_[d].shard),
+                   .range = zero_stage() == 0 ? whole : actors::ZeroPartition(whole, dp, d).own(),
+                   .buddy = buddy_of(d, dp)});
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<float>> DataParallelTrainer::master_params() {

@@ -167,6 +167,9 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
   }
   // The member that keeps rank d's replica at dp `dp`; -1: none.
   int buddy_of(int d, int dp) const { return keeps_replicas() && dp > 1 ? (d + 1) % dp : -1; }
+  // The controller's members: the ranks of replicas_, in order, each with
+  // its range (under ZeRO its partition) and buddy.
+  std::vector<MeshMember> members() const;
 
   Cluster& cluster_;
   TrainConfig config_;            // at the job's current size (resize changes its batch split)
