@@ -117,6 +117,20 @@ class ElasticScalerTest : public ::testing::Test {
   }
 
   void replaces_a_lost_rank_at_its_shape_now(int zero_stage);
+  // Step k of `elastic` ran at dp dps[k], on the samples of the same step of
+  // `single`, and the two trained alike (`what`, `label`).
+  static void expect_same_steps(const RunResult& elastic, const RunResult& single,
+                                const std::vector<int>& dps, const std::string& what,
+                                const char* label) {
+    ASSERT_EQ(elastic.outcomes.size(), single.outcomes.size());
+    ASSERT_EQ(dps.size(), single.outcomes.size());
+    for (size_t k = 0; k < single.outcomes.size(); ++k) {
+      EXPECT_EQ(elastic.outcomes[k].dp, dps[k]) << "step " << k + 1;
+      EXPECT_EQ(sorted(elastic.outcomes[k].sample_ids), sorted(single.outcomes[k].sample_ids))
+          << "step " << k + 1 << " trained on other samples";
+    }
+    testing::expect_same_training(elastic, single, what, true, label);
+  }
 
   std::unique_ptr<cluster::LocalCluster> local_;
   std::unique_ptr<Cluster> driver_;
@@ -206,15 +220,8 @@ TEST_F(ElasticScalerTest, AJobGrowsOnAJoinAndShrinksOnADrainAndALoss) {
   finish(*trainer, elastic);
   EXPECT_EQ(scaler.history().size(), 3u);
 
-  const int dps[kSteps] = {2, 2, 3, 3, 2, 2, 1, 1};
-  ASSERT_EQ(elastic.outcomes.size(), single.outcomes.size());
-  for (size_t k = 0; k < single.outcomes.size(); ++k) {
-    EXPECT_EQ(elastic.outcomes[k].dp, dps[k]) << "step " << k + 1;
-    EXPECT_EQ(sorted(elastic.outcomes[k].sample_ids), sorted(single.outcomes[k].sample_ids))
-        << "step " << k + 1 << " trained on other samples";
-  }
-  testing::expect_same_training(elastic, single, "sgd, dp 2 -> 3 -> 2 -> 1", true,
-                                "elastic scaler");
+  expect_same_steps(elastic, single, {2, 2, 3, 3, 2, 2, 1, 1}, "sgd, dp 2 -> 3 -> 2 -> 1",
+                    "elastic scaler");
 }
 
 // ZeRO-3: the partitions move at each change, a lost rank's from the
@@ -273,15 +280,8 @@ TEST_F(ElasticScalerTest, AZero3JobGrowsShrinksOnALossAndOnADrain) {
     train(*trainer, k, elastic);
   finish(*trainer, elastic);
 
-  const int dps[kSteps] = {2, 2, 3, 3, 2, 2, 3, 3, 2, 2};
-  ASSERT_EQ(elastic.outcomes.size(), single.outcomes.size());
-  for (size_t k = 0; k < single.outcomes.size(); ++k) {
-    EXPECT_EQ(elastic.outcomes[k].dp, dps[k]) << "step " << k + 1;
-    EXPECT_EQ(sorted(elastic.outcomes[k].sample_ids), sorted(single.outcomes[k].sample_ids))
-        << "step " << k + 1 << " trained on other samples";
-  }
-  testing::expect_same_training(elastic, single, "sgd, ZeRO-3, dp 2 -> 3 -> 2 -> 3 -> 2", true,
-                                "elastic scaler");
+  expect_same_steps(elastic, single, {2, 2, 3, 3, 2, 2, 3, 3, 2, 2},
+                    "sgd, ZeRO-3, dp 2 -> 3 -> 2 -> 3 -> 2", "elastic scaler");
 }
 
 // With fault tolerance, a lost rank of a resized job is replaced at the
@@ -328,16 +328,11 @@ void ElasticScalerTest::replaces_a_lost_rank_at_its_shape_now(int zero_stage) {
   }
   EXPECT_EQ(recoveries.size(), 1u);
   finish(*trainer, elastic);
-  for (size_t k = 0; k < single.outcomes.size(); ++k) {
-    EXPECT_EQ(elastic.outcomes[k].dp, k == 0 ? 2 : 3) << "step " << k + 1;
-    EXPECT_EQ(sorted(elastic.outcomes[k].sample_ids), sorted(single.outcomes[k].sample_ids))
-        << "step " << k + 1 << " trained on other samples";
-  }
-  testing::expect_same_training(
-      elastic, single,
+  expect_same_steps(
+      elastic, single, {2, 3, 3, 3, 3, 3},
       absl::StrCat("sgd, ", zero_stage == 0 ? "DDP" : absl::StrCat("ZeRO-", zero_stage),
                    ", dp 2 -> 3, a rank replaced"),
-      true, "elastic recovery");
+      "elastic recovery");
 }
 
 TEST_F(ElasticScalerTest, AResizedJobReplacesALostRankAtItsShapeNow) {
