@@ -92,6 +92,13 @@ struct ParallelConfig {
   int dp = 1;
   int pp = 1;
   int tp = 1;
+  // The pipeline schedule (actors/pipeline/schedule.h): "gpipe", "1f1b" or
+  // "interleaved"; the model chunks a stage holds under "interleaved" (2 or
+  // more; 1 otherwise); the blocks of each stage, pp entries summing to
+  // model.n_layer (empty: balanced by parameter count).
+  std::string schedule = "1f1b";
+  int virtual_stages = 1;
+  std::vector<int64_t> partition;
 };
 
 enum class OptimizerType { kAdamW, kSgd };

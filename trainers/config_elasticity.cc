@@ -42,21 +42,7 @@ absl::Status read_either(JsonObject& s, const char* ours, const char* theirs, in
 }
 
 absl::Status read_micro_batch_sizes(JsonObject& s, std::vector<int64_t>* out) {
-  const Json* sizes = s.find("micro_batch_sizes");
-  if (sizes == nullptr) return absl::OkStatus();
-  const std::string path = s.key_path("micro_batch_sizes");
-  if (!sizes->is_array()) {
-    return config_error(
-        absl::StrCat(path, ": expected an array of positive integers, found ", describe(*sizes)));
-  }
-  for (const Json& v : *sizes) {
-    // In range before it is converted: a double beyond int64 has no conversion.
-    const double x = v.is_number() ? v.get<double>() : 0;
-    if (x < 1 || x > INT32_MAX || x != std::floor(x)) {
-      return config_error(absl::StrCat(path, ": expected positive integers, found ", describe(v)));
-    }
-    out->push_back(static_cast<int64_t>(x));
-  }
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("micro_batch_sizes", out));
   std::sort(out->begin(), out->end());
   out->erase(std::unique(out->begin(), out->end()), out->end());
   return absl::OkStatus();

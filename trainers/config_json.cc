@@ -112,7 +112,12 @@ std::string to_json(const TrainConfig& c) {
   data["shuffle"] = c.data.shuffle;
   data["prefetch"] = c.data.prefetch;
   j["data"] = data;
-  j["parallel"] = {{"dp", c.parallel.dp}, {"pp", c.parallel.pp}, {"tp", c.parallel.tp}};
+  j["parallel"] = {{"dp", c.parallel.dp},
+                   {"pp", c.parallel.pp},
+                   {"tp", c.parallel.tp},
+                   {"schedule", c.parallel.schedule},
+                   {"virtual_stages", c.parallel.virtual_stages},
+                   {"partition", c.parallel.partition}};
   const TrainingConfig& t = c.training;
   j["training"] = {{"steps", t.steps},
                    {"seed", t.seed},

@@ -3,6 +3,7 @@
 // scheduler, precision and ZeRO sections are in config_optim.cc.
 #include <array>
 #include <climits>
+#include <numeric>
 #include <string>
 #include "absl/strings/string_view.h"
 
@@ -99,7 +100,7 @@ constexpr std::array<std::array<absl::string_view, 8>, 7> kSectionKeys = {{
     {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "padded_vocab_size",
      "recompute_activations", ""},
     {"path", "synthetic", "shuffle", "prefetch", "", "", "", ""},
-    {"dp", "pp", "tp", "", "", "", "", ""},
+    {"dp", "pp", "tp", "schedule", "virtual_stages", "partition", "", ""},
     {"steps", "seed", "log_interval", "metrics_file", "output_dir", "eval_interval", "eval_samples",
      "threads"},
     {"dir", "interval_steps", "keep", "async", "", "", "", ""},
@@ -265,7 +266,24 @@ absl::Status parse_parallel(JsonObject& top, TrainConfig* config) {
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("dp", &p.dp, 1, kMaxParallel));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("pp", &p.pp, 1, kMaxParallel));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("tp", &p.tp, 1, kMaxParallel));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("schedule", &p.schedule));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("virtual_stages", &p.virtual_stages, 1, kMaxParallel));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("partition", &p.partition));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
+  if (p.schedule != "gpipe" && p.schedule != "1f1b" && p.schedule != "interleaved") {
+    return config_error(absl::StrCat("parallel.schedule: \"", p.schedule,
+                                     "\" is not a schedule; one of \"gpipe\", \"1f1b\", "
+                                     "\"interleaved\""));
+  }
+  if ((p.schedule == "interleaved") != (p.virtual_stages > 1)) {
+    return config_error(absl::StrCat(
+        "parallel.virtual_stages: ", p.virtual_stages, " with parallel.schedule \"", p.schedule,
+        "\"; \"interleaved\" takes 2 or more model chunks a stage, the others 1"));
+  }
+  if (!p.partition.empty() && static_cast<int>(p.partition.size()) != p.pp) {
+    return config_error(absl::StrCat("parallel.partition: ", p.partition.size(),
+                                     " stages' blocks for parallel.pp ", p.pp));
+  }
   for (auto [key, value] : {std::pair{"pp", p.pp}, std::pair{"tp", p.tp}}) {
     if (value > 1) {
       return config_error(absl::StrCat("parallel.", key, ": ", value,
@@ -431,6 +449,14 @@ absl::StatusOr<TrainConfig> parse_train_config(const std::string& json_text) {
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_scheduler(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_precision(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_zero(top, &config));
+  if (const std::vector<int64_t>& blocks = config.parallel.partition; !blocks.empty()) {
+    const int64_t sum = std::accumulate(blocks.begin(), blocks.end(), int64_t{0});
+    if (sum != config.model.num_layers) {
+      return config_error(absl::StrCat("parallel.partition: its stages hold ", sum,
+                                       " blocks in all; the model has ", config.model.num_layers,
+                                       " (model.n_layer)"));
+    }
+  }
   return config;
 }
 

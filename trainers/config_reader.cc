@@ -341,6 +341,25 @@ absl::Status JsonObject::read(absl::string_view key, std::string* out) {
   return absl::OkStatus();
 }
 
+absl::Status JsonObject::read(absl::string_view key, std::vector<int64_t>* out) {
+  const Json* values = find(key);
+  if (values == nullptr) return absl::OkStatus();
+  const std::string path = key_path(key);
+  if (!values->is_array()) {
+    return config_error(
+        absl::StrCat(path, ": expected an array of positive integers, found ", describe(*values)));
+  }
+  for (const Json& v : *values) {
+    // In range before it is converted: a double beyond int64 has no conversion.
+    const double x = v.is_number() ? v.get<double>() : 0;
+    if (x < 1 || x > INT32_MAX || x != std::floor(x)) {
+      return config_error(absl::StrCat(path, ": expected positive integers, found ", describe(v)));
+    }
+    out->push_back(static_cast<int64_t>(x));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::optional<JsonObject>> JsonObject::section(absl::string_view key) {
   const Json* v = find(key);
   if (v == nullptr) return std::optional<JsonObject>();

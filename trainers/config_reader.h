@@ -86,6 +86,8 @@ class JsonObject {
                                   double max = FLT_MAX);
   [[nodiscard]] absl::Status read(absl::string_view key, bool* out);
   [[nodiscard]] absl::Status read(absl::string_view key, std::string* out);
+  // An array of positive integers (each at most INT32_MAX), in its order.
+  [[nodiscard]] absl::Status read(absl::string_view key, std::vector<int64_t>* out);
   // The sub-object at key; nullopt when absent or null; InvalidArgument when
   // the value is not an object.
   [[nodiscard]] absl::StatusOr<std::optional<JsonObject>> section(absl::string_view key);

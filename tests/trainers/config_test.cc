@@ -373,6 +373,30 @@ TEST(TrainConfigTest, ZeroStagesAndTheirKeysAreRead) {
                "zero_optimization.stage3_max_live_parameters", "must be in [0, ");
 }
 
+TEST(TrainConfigTest, PipelineScheduleKeys) {
+  const TrainConfig defaults = parse_ok(kBase);
+  EXPECT_EQ(defaults.parallel.schedule, "1f1b");
+  EXPECT_EQ(defaults.parallel.virtual_stages, 1);
+  EXPECT_TRUE(defaults.parallel.partition.empty());
+  const TrainConfig c = parse_ok(patched(
+      R"({"parallel": {"schedule": "interleaved", "virtual_stages": 2, "partition": [2]}})"));
+  EXPECT_EQ(c.parallel.schedule, "interleaved");
+  EXPECT_EQ(c.parallel.virtual_stages, 2);
+  EXPECT_EQ(c.parallel.partition, std::vector<int64_t>{2});
+  expect_error(R"({"parallel": {"schedule": "zb-v"}})", "parallel.schedule",
+               "\"zb-v\" is not a schedule; one of \"gpipe\", \"1f1b\", \"interleaved\"");
+  expect_error(R"({"parallel": {"schedule": "interleaved"}})", "parallel.virtual_stages",
+               "\"interleaved\" takes 2 or more model chunks a stage, the others 1");
+  expect_error(R"({"parallel": {"virtual_stages": 2}})", "parallel.virtual_stages",
+               "with parallel.schedule \"1f1b\"");
+  expect_error(R"({"parallel": {"partition": [1, 1]}})", "parallel.partition",
+               "2 stages' blocks for parallel.pp 1");
+  expect_error(R"({"parallel": {"partition": [3]}})", "parallel.partition",
+               "its stages hold 3 blocks in all; the model has 2 (model.n_layer)");
+  expect_error(R"({"parallel": {"partition": [0]}})", "parallel.partition",
+               "expected positive integers, found number 0");
+}
+
 TEST(TrainConfigTest, UnimplementedFeaturesAreErrors) {
   expect_error(R"({"parallel": {"pp": 2}})", "parallel.pp",
                "not implemented yet (only data parallelism)");
@@ -765,6 +789,10 @@ TEST(TrainConfigTest, ToJsonRoundTrips) {
   expect_round_trip(parse_ok(patched(R"({"optimizer": {"type": "SGD", "params": {"lr": 0.1}},
       "data": {"synthetic": null, "path": "data/tinytext"}})")));
   expect_round_trip(parse_ok(patched(R"({"scheduler": {"type": "WarmupCosineLR"}})")));
+  const TrainConfig piped = parse_ok(patched(
+      R"({"parallel": {"schedule": "interleaved", "virtual_stages": 2, "partition": [2]}})"));
+  expect_round_trip(piped);
+  EXPECT_TRUE(absl::StrContains(to_json(piped), "\"schedule\": \"interleaved\"")) << to_json(piped);
   expect_round_trip(parse_ok(patched(R"({"scheduler": {"type": "WarmupLR", "params":
       {"warmup_max_lr": 0.003, "warmup_type": "linear"}}})")));
 }
