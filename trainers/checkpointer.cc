@@ -108,17 +108,15 @@ absl::Status Checkpointer::start(int64_t step, const std::vector<actors::Coordin
   // (DDP's replicas) each save a part of it, split as ZeRO partitions are.
   // A range only lost members held is saved by a buddy from its replica.
   std::vector<nn::ParamRange> ranges;
-  std::vector<std::vector<int>> holders;        // the survivors holding each range
-  std::vector<int> keepers;                     // else the buddy keeping its replica (-1: none)
-  std::vector<actors::Coordinate> lost_owners;  // whose replica that is
+  std::vector<std::vector<int>> holders;  // the survivors holding each range
+  std::vector<int> kept;  // else a lost holder whose buddy, alive, keeps its replica (-1: none)
   for (size_t i = 0; i < members.size(); ++i) {
     if (owned[i].size() == 0) continue;
     auto it = std::find(ranges.begin(), ranges.end(), owned[i]);
     if (it == ranges.end()) {
       ranges.push_back(owned[i]);
       holders.emplace_back();
-      keepers.push_back(-1);
-      lost_owners.emplace_back();
+      kept.push_back(-1);
       it = ranges.end() - 1;
     }
     const auto r = static_cast<size_t>(it - ranges.begin());
@@ -126,22 +124,22 @@ absl::Status Checkpointer::start(int64_t step, const std::vector<actors::Coordin
       holders[r].push_back(static_cast<int>(i));
     } else if (const int buddy = members[i].buddy;
                buddy >= 0 && !is_lost(members[static_cast<size_t>(buddy)].at)) {
-      keepers[r] = buddy;
-      lost_owners[r] = members[i].at;
+      kept[r] = static_cast<int>(i);
     }
   }
   for (size_t r = 0; r < ranges.size(); ++r) {
     const int k = static_cast<int>(holders[r].size());
-    if (k == 0 && keepers[r] < 0) {
+    if (k == 0 && kept[r] < 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("checkpoint of step ", step, ": no surviving shard holds parameters [",
                        ranges[r].begin, ", ", ranges[r].end, "), nor a replica of them"));
     }
     if (k == 0) {
-      p.writers.push_back(keepers[r]);
+      const MeshMember& owner = members[static_cast<size_t>(kept[r])];
+      p.writers.push_back(owner.buddy);
       p.parts.push_back(ranges[r]);
       p.replicas.push_back(true);
-      p.owners.push_back(lost_owners[r]);
+      p.owners.push_back(owner.at);
     }
     for (int j = 0; j < k; ++j) {
       const nn::ParamRange part = actors::ZeroPartition(ranges[r], k, j).own();
