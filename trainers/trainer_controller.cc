@@ -35,6 +35,15 @@ bool is_loss(const absl::Status& s) {
   return IsActorDied(s) || absl::IsUnavailable(s);
 }
 
+const absl::Status& status_of(const absl::Status& s) {
+  return s;
+}
+
+template <class T>
+absl::Status status_of(const absl::StatusOr<T>& r) {
+  return r.status();
+}
+
 }  // namespace
 
 template <class T>
@@ -44,9 +53,21 @@ auto TrainerController::await_member(Future<T>& f, size_t i, absl::Time deadline
   for (;;) {
     const absl::Time until = std::min(deadline, absl::Now() + options_.member_poll);
     auto r = f.get_until(until);
-    if (!f.valid() || absl::Now() >= deadline) return r;  // done, or out of time
+    if (!f.valid() || absl::Now() >= deadline) {  // done, or out of time
+      if (absl::Status lost = loss_behind(i, status_of(r)); !lost.ok()) return lost;
+      return r;
+    }
     if (absl::Status lost = options_.member_lost(members_[i].at); !lost.ok()) return lost;
   }
+}
+
+absl::Status TrainerController::loss_behind(size_t i, const absl::Status& s) const {
+  if (s.ok() || is_loss(s) || !options_.member_lost) return absl::OkStatus();
+  absl::Status lost = options_.member_lost(members_[i].at);
+  if (lost.ok()) return lost;
+  return absl::Status(lost.code(), absl::StrCat(lost.message(), "; its replacement, not yet "
+                                                                "restored, answered: ",
+                                                s.message()));
 }
 
 std::vector<LostMember> TrainerController::find_hung(int64_t step,
@@ -209,8 +230,9 @@ absl::Status TrainerController::discard_all(int64_t step) {
   for (MeshMember& m : members_)
     pending.push_back(m.stage->discard(step));
   absl::Status first;
-  for (auto& f : pending)
-    first.Update(std::move(f).get(options_.step_timeout));
+  const absl::Time deadline = absl::Now() + options_.step_timeout;
+  for (size_t i = 0; i < pending.size(); ++i)
+    first.Update(await_member(pending[i], i, deadline));
   return first;
 }
 
@@ -228,13 +250,14 @@ absl::Status TrainerController::prepare_all(int64_t step) {
 }
 
 absl::Status TrainerController::replicate_all(const actors::CommitRequest& commit) {
-  std::vector<Future<void>> pending;
-  for (MeshMember& m : members_) {
-    if (m.buddy >= 0) pending.push_back(m.shard->replicate(commit));
+  std::vector<std::pair<size_t, Future<void>>> pending;  // (member, its call)
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (members_[i].buddy >= 0) pending.emplace_back(i, members_[i].shard->replicate(commit));
   }
   absl::Status first;
-  for (Future<void>& f : pending) {
-    absl::Status s = std::move(f).get(options_.step_timeout);
+  const absl::Time deadline = absl::Now() + options_.step_timeout;
+  for (auto& [i, f] : pending) {
+    absl::Status s = await_member(f, i, deadline);
     if (!s.ok() && first.ok()) first = with_step(commit.step, "replicating to a buddy: ", s);
   }
   return first;
@@ -302,6 +325,7 @@ absl::Status TrainerController::commit_all(const actors::CommitRequest& commit) 
       absl::StatusOr<int64_t> where = members_[i].shard->applied_step().get(options_.step_timeout);
       if (where.ok() && *where == commit.step) continue;
       if (!again.ok()) s = again.status();
+      if (absl::Status gone = loss_behind(i, s); !gone.ok()) s = gone;
     }
     lost_shards_.push_back(members_[i].at);
     (is_loss(s) ? lost : refused).push_back(actors::to_string(members_[i].at));

@@ -191,8 +191,14 @@ class TrainerController {
   absl::Status commit_all(const actors::CommitRequest& commit);
   // Waits for member `i`'s call `f` until `deadline`, asking member_lost
   // meanwhile.
+  // An error that is no loss in itself (FailedPrecondition: a stage not set
+  // up, a shard holding no step) becomes one when member_lost says that
+  // member `i` was lost: the head restarted its actors, and the call reached
+  // the replacement before it was restored.
   template <class T>
   auto await_member(Future<T>& f, size_t i, absl::Time deadline) const -> Result<T>;
+  // Unavailable when member `i`'s error `s` came of its loss (above), else OK.
+  absl::Status loss_behind(size_t i, const absl::Status& s) const;
   // Which of the members in `pending` (whose run_step of `step` had not
   // answered by step_timeout) hung, from every member's progress
   // (ShardEndpoint::progress): one whose process does not answer; one that

@@ -84,6 +84,9 @@ struct Kill {
   int rank = 1;
   absl::Duration delay = absl::ZeroDuration();
   int signal = SIGKILL;  // SIGSTOP: a hung worker
+  // Before the step, and the step waits until the head has restarted the
+  // rank's actors: its first calls reach replacements not yet restored.
+  bool until_restarted = false;
 };
 
 struct RunLog {
@@ -126,6 +129,24 @@ class RecoveryTest : public ::testing::Test {
     auto driver = Cluster::connect(local_->client_options());
     ASSERT_TRUE(driver.ok()) << driver.status();
     driver_ = *std::move(driver);
+  }
+
+  // Until the head shows each of `actors` alive again after a restart
+  // (bounded: a failure after 60 s).
+  void await_restarted(const std::vector<ActorId>& actors) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    for (; absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(20))) {
+      absl::StatusOr<cluster::ClusterStatus> status = driver_->status();
+      if (!status.ok()) continue;  // the head is busy with the loss: asked again
+      size_t restarted = 0;
+      for (const cluster::ActorStatus& a : status->actors) {
+        const bool ours =
+            std::any_of(actors.begin(), actors.end(), [&](ActorId id) { return id.value == a.id; });
+        if (ours && a.restarts > 0 && a.state == cluster::ActorState::kAlive) ++restarted;
+      }
+      if (restarted == actors.size()) return;
+    }
+    ADD_FAILURE() << "the head did not restart the lost rank's actors within 60 s";
   }
 
   // The worker (by LocalCluster position) that hosts rank `rank`'s stage.
@@ -181,6 +202,11 @@ class RecoveryTest : public ::testing::Test {
         if (kill.step != k) continue;
         const int victim = worker_of(**trainer, kill.rank);
         if (victim < 0) continue;
+        if (kill.until_restarted) {
+          local_->kill_worker(victim, kill.signal);
+          await_restarted((*trainer)->rank_actors(kill.rank));
+          continue;
+        }
         killers.emplace_back([this, victim, kill] {
           absl::SleepFor(kill.delay);
           local_->kill_worker(victim, kill.signal);
@@ -269,6 +295,25 @@ TEST_F(RecoveryTest, DdpLosesAWorkerBetweenStepsAndEndsBitwiseEqual) {
   ASSERT_EQ(r.restored.size(), 1u);
   EXPECT_TRUE(absl::StrContains(r.restored[0], "d1.p0.t0 restored from d0.p0.t0")) << r.restored[0];
   EXPECT_FALSE(r.checkpoint_step.has_value());
+}
+
+// The head restarts a lost rank's actors as soon as it finds the node lost;
+// the next step's calls may reach them before the controller knows of the
+// loss. They answer that they hold nothing (a stage not set up, a shard with
+// no weights): the controller asks the head, which says they were restarted,
+// and the job recovers instead of ending on that answer.
+TEST_F(RecoveryTest, CallsThatReachAReplacementNotYetRestoredAreALoss) {
+  start_cluster(3);
+  const TrainConfig config = config_for(0);
+  const RunLog whole = run(config);
+  const RunLog failed = run(config, {{.step = 4, .rank = 0, .until_restarted = true}});
+  expect_same_run(failed, whole);
+  ASSERT_EQ(failed.recoveries.size(), 1u);
+  const RecoveryReport& r = failed.recoveries[0];
+  EXPECT_EQ(r.step, 4);
+  ASSERT_EQ(r.lost.size(), 1u);
+  EXPECT_EQ(r.lost[0].at.d, 0);
+  EXPECT_TRUE(absl::StrContains(r.failure, "not yet restored")) << r.failure;
 }
 
 TEST_F(RecoveryTest, DdpLosesWorkersAtSeededMomentsTwiceInARow) {
