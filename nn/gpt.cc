@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <string_view>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "nn/layers/attention.h"
@@ -129,7 +130,12 @@ absl::StatusOr<GPT> GPT::create(const GPTConfig& config, const GPTOptions& optio
 }
 
 GPT::GPT(const GPTConfig& config, const GPTOptions& options, const GPTStorage& storage)
-    : config_(config), options_(options), storage_(storage), layout_(config) {}
+    : config_(config),
+      options_(options),
+      storage_(storage),
+      layout_(config),
+      part_end_(config.num_layers),
+      slots_(1) {}
 
 absl::Status GPT::bind_parameters(size_t begin, size_t end, float* base) {
   if (storage_.parameters) {
@@ -195,8 +201,11 @@ void GPT::zero_grad() {
 }
 
 size_t GPT::carve_activations(int B, int T, float* base, Activations* acts) const {
-  const size_t L = config_.num_layers, C = config_.channels, NH = config_.num_heads;
-  const size_t Vp = config_.padded_vocab(), BT = static_cast<size_t>(B) * T, BTC = BT * C;
+  const size_t C = config_.channels, NH = config_.num_heads;
+  const size_t L = static_cast<size_t>(part_end_ - part_begin_);  // the part's blocks
+  const size_t BT = static_cast<size_t>(B) * T, BTC = BT * C;
+  const size_t Vp = part_head_ ? config_.padded_vocab() : 0;
+  const size_t HBT = part_head_ ? BT : 0;                    // the head's per-position values
   const size_t Lr = options_.recompute_activations ? 1 : L;  // blocks of recomputed tensors
   Carver c(base);
   Activations a;
@@ -214,12 +223,12 @@ size_t GPT::carve_activations(int B, int T, float* base, Activations* acts) cons
   a.fch = c.take(L * 4 * BTC);
   a.fch_gelu = c.take(Lr * 4 * BTC);
   a.residual3 = c.take(L * BTC);
-  a.lnf = c.take(BTC);
-  a.lnf_mean = c.take(BT);
-  a.lnf_rstd = c.take(BT);
-  a.logits = c.take(BT * Vp);
-  a.lse = c.take(BT);
-  a.losses = c.take(BT);
+  a.lnf = c.take(HBT * C);
+  a.lnf_mean = c.take(HBT);
+  a.lnf_rstd = c.take(HBT);
+  a.logits = c.take(HBT * Vp);
+  a.lse = c.take(HBT);
+  a.losses = c.take(HBT);
   if (acts != nullptr) *acts = a;
   return c.used();
 }
@@ -235,7 +244,7 @@ size_t GPT::carve_activation_gradients(int B, int T, float* base,
   d.dqkv = c.take(3 * BTC);
   d.dfch = c.take(4 * BTC);
   d.dfch_gelu = c.take(4 * BTC);
-  d.dlogits = c.take(BT * config_.padded_vocab());
+  d.dlogits = c.take(part_head_ ? BT * config_.padded_vocab() : 0);
   if (dacts != nullptr) *dacts = d;
   return c.used();
 }
@@ -257,11 +266,15 @@ absl::Status GPT::prepare(int B, int T) {
   // A smaller batch reuses the buffers; a larger one replaces them.
   B_ = T_ = 0;
   size_t n = carve_activations(B, T, nullptr, nullptr);
-  if (acts_buffer_.size() < n) {
-    if (absl::Status s = reset_zeroed(acts_buffer_, MemoryCategory::kActivations, n); !s.ok())
-      return s;
+  for (Slot& slot : slots_) {
+    if (slot.buffer.size() < n) {
+      if (absl::Status s = reset_zeroed(slot.buffer, MemoryCategory::kActivations, n); !s.ok())
+        return s;
+    }
+    carve_activations(B, T, slot.buffer.data(), &slot.acts);
+    slot.have_inputs = slot.have_targets = false;
   }
-  carve_activations(B, T, acts_buffer_.data(), &acts_);
+  acts_ = slots_[static_cast<size_t>(slot_)].acts;
   n = carve_activation_gradients(B, T, nullptr, nullptr);
   if (dacts_buffer_.size() < n) {
     if (absl::Status s = reset_zeroed(dacts_buffer_, MemoryCategory::kActivations, n); !s.ok())
@@ -275,14 +288,57 @@ absl::Status GPT::prepare(int B, int T) {
   return absl::OkStatus();
 }
 
-float* GPT::residual(int l) {
-  const size_t BTC = static_cast<size_t>(B_) * T_ * config_.channels;
-  return l == 0 ? acts_.encoded : acts_.residual3 + (l - 1) * BTC;
+absl::Status GPT::set_part(int block_begin, int block_end, bool head) {
+  const int L = config_.num_layers;
+  if (block_begin < 0 || block_begin >= block_end || block_end > L || (head && block_end != L)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GPT::set_part: blocks [", block_begin, ", ", block_end, ")", head ? " with the head" : "",
+        " of ", L, ": a part is a non-empty range within [0, ", L, ") and has the head only if it "
+        "ends at the last block"));
+  }
+  part_begin_ = block_begin;
+  part_end_ = block_end;
+  part_head_ = head;
+  B_ = T_ = 0;  // carved again by the next prepare
+  return absl::OkStatus();
 }
 
-GPT::BlockActivations GPT::block_activations(int l) const {
+absl::Status GPT::set_activation_slots(int n) {
+  if (n < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPT::set_activation_slots: ", n, " slots (at least one)"));
+  }
+  use_slot(0);
+  slots_.resize(static_cast<size_t>(n));
+  B_ = T_ = 0;  // carved again by the next prepare
+  return absl::OkStatus();
+}
+
+void GPT::use_slot(int j) {
+  if (j == slot_) return;
+  Slot& from = slots_[static_cast<size_t>(slot_)];
+  std::swap(from.inputs, inputs_);
+  std::swap(from.targets, targets_);
+  from.have_inputs = have_inputs_;
+  from.have_targets = have_targets_;
+  Slot& to = slots_[static_cast<size_t>(j)];
+  acts_ = to.acts;
+  std::swap(to.inputs, inputs_);
+  std::swap(to.targets, targets_);
+  have_inputs_ = to.have_inputs;
+  have_targets_ = to.have_targets;
+  slot_ = j;
+}
+
+float* GPT::residual(int l) {
+  const size_t BTC = static_cast<size_t>(B_) * T_ * config_.channels;
+  return l == part_begin_ ? acts_.encoded : acts_.residual3 + (l - 1 - part_begin_) * BTC;
+}
+
+GPT::BlockActivations GPT::block_activations(int block) const {
   const size_t BT = static_cast<size_t>(B_) * T_, BTC = BT * config_.channels;
   const size_t NH = config_.num_heads;
+  const auto l = static_cast<size_t>(block - part_begin_);   // within the part
   const size_t lr = options_.recompute_activations ? 0 : l;  // recomputed: the one shared block
   const Activations& a = acts_;
   return {a.ln1 + lr * BTC,      a.ln1_mean + l * BT, a.ln1_rstd + l * BT,
@@ -300,6 +356,11 @@ absl::Status GPT::check_blocks(int begin, int end, const char* what) const {
     return absl::InvalidArgumentError(absl::StrCat("GPT::", what, ": blocks [", begin, ", ", end,
                                                    ") are not within [0, ", config_.num_layers,
                                                    ")"));
+  }
+  if (begin < end && (begin < part_begin_ || end > part_end_)) {
+    return absl::FailedPreconditionError(absl::StrCat("GPT::", what, ": blocks [", begin, ", ",
+                                                      end, ") are outside its part [", part_begin_,
+                                                      ", ", part_end_, ")"));
   }
   return absl::OkStatus();
 }
@@ -320,6 +381,10 @@ absl::StatusOr<float> GPT::forward(const int32_t* inputs, const int32_t* targets
 
 absl::Status GPT::embed_forward(const int32_t* inputs) {
   if (B_ == 0) return absl::FailedPreconditionError("GPT::embed_forward: call prepare() first");
+  if (part_begin_ != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("GPT::embed_forward: its part starts at block ", part_begin_));
+  }
   const size_t BT = static_cast<size_t>(B_) * T_;
   if (absl::Status s = check_tokens(inputs, BT, config_.vocab_size, "inputs"); !s.ok()) return s;
   inputs_.assign(inputs, inputs + BT);
@@ -357,6 +422,9 @@ void GPT::block_forward(int l) {
 
 absl::StatusOr<float> GPT::head_forward(const int32_t* targets) {
   if (B_ == 0) return absl::FailedPreconditionError("GPT::head_forward: call prepare() first");
+  if (!part_head_) {
+    return absl::FailedPreconditionError("GPT::head_forward: its part has no head (set_part)");
+  }
   const int B = B_, T = T_, C = config_.channels;
   const size_t BT = static_cast<size_t>(B) * T;
   if (targets != nullptr) {
@@ -496,7 +564,8 @@ GPTMemory GPT::memory() const {
   GPTMemory m;
   m.parameters = params_.size() * sizeof(float);
   m.gradients = grads_.size() * sizeof(float);
-  m.activations = acts_buffer_.size() * sizeof(float);
+  for (const Slot& slot : slots_)
+    m.activations += slot.buffer.size() * sizeof(float);
   m.activation_gradients = dacts_buffer_.size() * sizeof(float);
   return m;
 }

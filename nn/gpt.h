@@ -53,7 +53,7 @@ struct GPTStorage {
 struct GPTMemory {
   size_t parameters = 0;
   size_t gradients = 0;
-  size_t activations = 0;           // what the forward keeps for backward, for the largest (B, T)
+  size_t activations = 0;  // what the forward keeps for backward, for the largest (B, T), all slots
   size_t activation_gradients = 0;  // backward's scratch, for the largest (B, T)
   size_t total() const { return parameters + gradients + activations + activation_gradients; }
 };
@@ -140,6 +140,23 @@ class GPT {
   // (then the gradient for residual(begin)) back. Each piece REQUIRES the pieces before it ran for
   // the current (B, T); the checked errors are as for forward() / backward().
 
+  // Keeps activations only for blocks [block_begin, block_end), and for the head (lnf, logits,
+  // loss) only when `head`: a pipeline stage's part of the model. The whole model by default.
+  // Then residual(l) exists for l in [block_begin, block_end]; embed_forward needs block_begin
+  // = 0, the head block_end = L; every piece outside the part is FailedPrecondition. Takes effect
+  // at the next prepare(). InvalidArgument unless 0 <= block_begin < block_end <= L and, with
+  // `head`, block_end = L.
+  [[nodiscard]] absl::Status set_part(int block_begin, int block_end, bool head);
+  // Holds `n` sets of activations, one for each micro-batch between its forward and its backward
+  // (a pipeline schedule has several in flight); use_slot(j) makes set j the one every piece reads
+  // and writes, with the inputs and targets its forward took. Backward's scratch is shared: a
+  // backward runs start to end on one slot. Takes effect at the next prepare(); set 0 is current.
+  // InvalidArgument unless n >= 1.
+  [[nodiscard]] absl::Status set_activation_slots(int n);
+  int activation_slots() const { return static_cast<int>(slots_.size()); }
+  // REQUIRES: 0 <= j < activation_slots().
+  void use_slot(int j);
+
   // Sizes the activations for (B, T) (growing them if needed) and makes (B, T) current.
   [[nodiscard]] absl::Status prepare(int B, int T);
   // residual(0) = wte[inputs] + wpe. Copies inputs (for embed_backward).
@@ -172,8 +189,8 @@ class GPT {
   [[nodiscard]] absl::Status embed_backward_rows(float* rows, std::span<const int32_t> row_of,
                                                  int num_rows);
 
-  // The residual stream [B, T, C] entering block l, l in [0, L]; residual(L) is the last block's
-  // output. REQUIRES: prepare() ran.
+  // The residual stream [B, T, C] entering block l, l in [0, L] (in the part: set_part);
+  // residual(L) is the last block's output. REQUIRES: prepare() ran.
   float* residual(int l);
   // The gradient of the residual stream [B, T, C] at the block boundary backward last reached.
   float* dresidual() { return dacts_.dresidual; }
@@ -245,7 +262,21 @@ class GPT {
 
   int B_ = 0;
   int T_ = 0;
-  FloatBuffer acts_buffer_;
+  // One micro-batch's activations (use_slot); the current slot's live in the members below it.
+  struct Slot {
+    FloatBuffer buffer;
+    Activations acts = {};
+    std::vector<int32_t> inputs;
+    std::vector<int32_t> targets;
+    bool have_inputs = false;
+    bool have_targets = false;
+  };
+  // The part of the model whose activations it keeps (set_part).
+  int part_begin_ = 0;
+  int part_end_ = 0;
+  bool part_head_ = true;
+  std::vector<Slot> slots_;  // at least one; slots_[slot_]'s state is in the members below
+  int slot_ = 0;
   FloatBuffer dacts_buffer_;
   Activations acts_ = {};
   ActivationGradients dacts_ = {};

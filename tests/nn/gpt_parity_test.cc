@@ -332,6 +332,81 @@ TEST(GPTParityTest, PipelineStagesComputeTheWholeModel) {
                        range(whole, layout.block_begin(split), layout.num_params()));
 }
 
+// The same two stages keeping only their parts' activations (set_part), with two micro-batches in
+// flight at once (activation slots): both forwards, then both backwards, as a pipeline schedule
+// runs them. Against the whole model running the micro-batches one after the other: the same
+// losses, and the same gradients bit for bit apart from the tied wte's; and each stage holds less
+// than the whole model's activations per micro-batch.
+TEST(GPTParityTest, PipelinePartsHoldSeveralMicroBatchesInSlots) {
+  const Fixture& f = fixture();
+  ASSERT_EQ(f.B % 2, 0) << "the fixture's batch splits into two micro-batches";
+  const int L = f.config.num_layers, split = 1, B = f.B / 2, m = 2;
+  const size_t BT = static_cast<size_t>(B) * f.T, BTC = BT * f.config.channels;
+  GPT whole = model_from_fixture();
+  std::vector<float> whole_losses;
+  for (int j = 0; j < m; ++j) {
+    absl::StatusOr<float> loss =
+        whole.forward(f.inputs.data() + j * BT, f.targets.data() + j * BT, B, f.T);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    whole_losses.push_back(*loss);
+    ASSERT_TRUE(whole.backward(0.5f).ok());
+  }
+  GPT first = model_from_fixture(), last = model_from_fixture();
+  ASSERT_TRUE(first.set_part(0, split, /*head=*/false).ok());
+  ASSERT_TRUE(last.set_part(split, L, /*head=*/true).ok());
+  ASSERT_TRUE(first.set_activation_slots(m).ok());
+  ASSERT_TRUE(last.set_activation_slots(m).ok());
+  ASSERT_TRUE(first.prepare(B, f.T).ok());
+  ASSERT_TRUE(last.prepare(B, f.T).ok());
+  for (int j = 0; j < m; ++j) {
+    first.use_slot(j);
+    last.use_slot(j);
+    ASSERT_TRUE(first.embed_forward(f.inputs.data() + j * BT).ok());
+    ASSERT_TRUE(first.forward_blocks(0, split).ok());
+    std::copy_n(first.residual(split), BTC, last.residual(split));
+    ASSERT_TRUE(last.forward_blocks(split, L).ok());
+    absl::StatusOr<float> loss = last.head_forward(f.targets.data() + j * BT);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    EXPECT_EQ(*loss, whole_losses[static_cast<size_t>(j)]) << "micro-batch " << j;
+  }
+  for (int j = 0; j < m; ++j) {
+    first.use_slot(j);
+    last.use_slot(j);
+    ASSERT_TRUE(last.head_backward(0.5f).ok());
+    ASSERT_TRUE(last.backward_blocks(split, L).ok());
+    std::copy_n(last.dresidual(), BTC, first.dresidual());
+    ASSERT_TRUE(first.backward_blocks(0, split).ok());
+    ASSERT_TRUE(first.embed_backward().ok());
+  }
+  const GPTParamLayout& layout = whole.param_layout();
+  const size_t wte_size = layout.wpe();
+  std::vector<float> dwte(wte_size);
+  for (size_t i = 0; i < wte_size; ++i)
+    dwte[i] = first.grads()[i] + last.grads()[i];
+  expect_close("dwte", dwte, grads_of(whole).subspan(0, wte_size), kRtol, kAtol);
+  auto range = [](const GPT& gpt, size_t begin, size_t end) {
+    return grads_of(gpt).subspan(begin, end - begin);
+  };
+  expect_bitwise_equal("dwpe and blocks [0, split)",
+                       range(first, wte_size, layout.block_begin(split)),
+                       range(whole, wte_size, layout.block_begin(split)));
+  expect_bitwise_equal("blocks [split, L) and lnf",
+                       range(last, layout.block_begin(split), layout.num_params()),
+                       range(whole, layout.block_begin(split), layout.num_params()));
+  // Per micro-batch, each part holds less than the whole model (the first no logits at all).
+  EXPECT_LT(first.memory().activations / m, whole.memory().activations);
+  EXPECT_LT(last.memory().activations / m, whole.memory().activations);
+  EXPECT_LT(first.memory().activation_gradients, whole.memory().activation_gradients);
+  // Pieces outside a part are refused, not run on memory it does not have.
+  EXPECT_EQ(first.head_forward(f.targets.data()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(last.embed_forward(f.inputs.data()).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(first.forward_blocks(0, L).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(first.set_part(1, 1, false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(first.set_part(0, split, true).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(first.set_activation_slots(0).code(), absl::StatusCode::kInvalidArgument);
+}
+
 // embed_backward_rows: the token embeddings' gradient into compact rows, one per distinct token
 // of the batch (here numbered from the vocabulary's end, so that the rows' order is not wte's).
 // Added back into wte at their tokens they give wte's gradient (rounded differently: the head's
