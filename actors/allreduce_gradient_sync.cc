@@ -55,12 +55,21 @@ absl::Status AllreduceGradientSync::begin_step() {
 
 absl::StatusOr<float> AllreduceGradientSync::forward(const int32_t* inputs, const int32_t* targets,
                                                      int B, int T, bool last) {
-  if (last) reduce_token_mask({inputs, static_cast<size_t>(B) * T});
+  if (last && whole_model()) reduce_token_mask({inputs, static_cast<size_t>(B) * T});
   return forward_stage(gpt_, plan_, inputs, targets, B, T, go_on());
 }
 
 absl::Status AllreduceGradientSync::backward(float dloss, bool last) {
   if (!last) return backward_stage(gpt_, plan_, dloss, nullptr, go_on());
+  if (!whole_model()) {
+    absl::Status s = backward_stage(gpt_, plan_, dloss, nullptr, go_on());
+    if (!s.ok()) return s;
+    const size_t bucket = static_cast<size_t>(std::max<int64_t>(options_.bucket_elements, 1));
+    for (size_t at = plan_.params.begin; at < plan_.params.end; at += bucket)
+      issue_range(gpt_.grads() + at, std::min(bucket, plan_.params.end - at));
+    backward_done_ms_ = now_ms();
+    return absl::OkStatus();
+  }
   absl::Status s = issue_backward(gpt_, dloss);
   // A failed backward leaves no reduction running on buffers the stage will clear.
   if (!s.ok()) drain();

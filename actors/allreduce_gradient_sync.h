@@ -11,7 +11,10 @@
 // max-reduced during forward), is reduced last (the only reduction nothing is
 // left to hide behind) and added back into wte.
 //
-// REQUIRES: the plan is the whole model (pp = 1).
+// A pipeline stage's plan (pp > 1) is reduced after its last backward, in
+// buckets of bucket_elements over its range: the first stage's wte gradient
+// is whole only once the last stage's share was added to it, which the stage
+// does before that backward (docs/parallelism.md).
 #pragma once
 
 #include <cstdint>
@@ -45,6 +48,7 @@ class AllreduceGradientSync : public GradientSync {
   // The last micro-batch's token mask, reduced while its forward runs.
   void reduce_token_mask(std::span<const int32_t> inputs);
   absl::Status issue_backward(nn::GPT& gpt, float dloss);
+  bool whole_model() const { return plan_.first() && plan_.last(); }
   void issue(const std::vector<size_t>& ready);
   void issue_range(float* data, size_t count);
   // wte's gradient += the reduced rows_ (after every reduction finished).

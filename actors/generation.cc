@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "actors/data/byte_tokenizer.h"
 
 namespace troupe::actors {
 namespace {
@@ -82,6 +84,37 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> generate_tokens(
     if (all_stopped) break;
   }
   return out;
+}
+
+}  // namespace troupe::actors
+
+namespace troupe::actors {
+
+absl::StatusOr<EvalReport> evaluate_task(nn::GPT& model, const EvalRequest& request) {
+  absl::StatusOr<std::vector<AdditionProblem>> problems =
+      held_out_problems(request.task, request.samples);
+  if (!problems.ok()) return problems.status();
+  EvalReport report;
+  if (problems->empty()) return report;
+  std::vector<std::vector<int32_t>> prompts;
+  for (const AdditionProblem& p : *problems)
+    prompts.push_back(addition_prompt_tokens(p));
+  absl::StatusOr<std::vector<std::vector<int32_t>>> generated = generate_tokens(
+      model, prompts, {.max_new_tokens = addition_answer_length(request.task.digits)});
+  if (!generated.ok()) return generated.status();
+  for (size_t i = 0; i < problems->size(); ++i) {
+    const AdditionProblem& problem = (*problems)[i];
+    std::string answer = ByteTokenizer::decode((*generated)[i]);
+    bool right = check_answer(problem, answer);
+    report.correct += right ? 1 : 0;
+    if (report.examples.size() < 4) {
+      report.examples.push_back(
+          absl::StrCat(problem.prompt, absl::CEscape(answer),
+                       right ? std::string("  (right)") : "  (expected " + problem.answer + ")"));
+    }
+  }
+  report.total = static_cast<int>(problems->size());
+  return report;
 }
 
 }  // namespace troupe::actors

@@ -8,7 +8,11 @@
 #include <cstdint>
 #include <vector>
 
+#include <string>
+
 #include "absl/status/statusor.h"
+#include "actors/data/addition_task.h"
+#include "core/codec.h"
 #include "nn/gpt.h"
 
 namespace troupe::actors {
@@ -27,5 +31,23 @@ struct GenerateOptions {
 absl::StatusOr<std::vector<std::vector<int32_t>>> generate_tokens(
     nn::GPT& model, const std::vector<std::vector<int32_t>>& prompts,
     const GenerateOptions& options);
+
+// Greedy decoding of held-out problems of a synthetic task.
+struct EvalRequest {
+  AdditionTaskOptions task;
+  int samples = 100;
+  TROUPE_FIELDS(task, samples);
+};
+
+struct EvalReport {
+  int correct = 0;
+  int total = 0;
+  std::vector<std::string> examples;  // a few "prompt -> generated (expected)" lines
+  TROUPE_FIELDS(correct, total, examples);
+};
+
+// The task accuracy of `model` (a whole one) on `request.samples` held-out
+// problems. Errors: the task's (InvalidArgument) and generate_tokens'.
+absl::StatusOr<EvalReport> evaluate_task(nn::GPT& model, const EvalRequest& request);
 
 }  // namespace troupe::actors

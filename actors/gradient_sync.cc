@@ -64,12 +64,12 @@ absl::StatusOr<std::unique_ptr<GradientSync>> make_gradient_sync(const GradientS
   if (stage < 0 || group != nullptr) {
     if (absl::Status s = check_gradient_sync(options, gpt); !s.ok()) return s;
   }
-  if (!plan.first() || !plan.last()) {
+  if (group == nullptr) return std::make_unique<LocalGradientSync>(plan, gpt);
+  if (stage > 0 && (!plan.first() || !plan.last())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "gradient sync \"", options.kind, "\" serves a whole model; stage ", plan.stage, " of ",
         plan.num_stages, " owns blocks [", plan.block_begin, ", ", plan.block_end, ")"));
   }
-  if (group == nullptr) return std::make_unique<LocalGradientSync>(plan, gpt);
   if (stage == 0) return std::make_unique<AllreduceGradientSync>(options, plan, gpt, *group);
   return ZeroGradientSync::create(options, stage, plan, gpt, *group, buffers);
 }

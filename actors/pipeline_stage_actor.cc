@@ -5,9 +5,7 @@
 #include <cmath>
 #include <utility>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "actors/data/byte_tokenizer.h"
 #include "actors/data/data_loader.h"
 #include "actors/failpoint.h"
 #include "actors/generation.h"
@@ -30,10 +28,27 @@ absl::Status check_options(const StageOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(where, " is not in the mesh dp ", o.mesh.dp,
                                                    " x pp ", o.mesh.pp, " x tp ", o.mesh.tp));
   }
-  if (o.mesh.pp != 1 || o.mesh.tp != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": pipeline and tensor parallelism (pp ", o.mesh.pp, ", tp ", o.mesh.tp,
-                     ") are not implemented yet; only pp = tp = 1 runs"));
+  if (o.mesh.tp != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": tensor parallelism (tp ", o.mesh.tp,
+                                                   ") is not implemented yet; only tp = 1 runs"));
+  }
+  if (o.mesh.pp > 1) {
+    if (const int zero = zero_stage_of(o.gradient_sync); zero > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": ZeRO-", zero, " with pipeline parallelism (pp ", o.mesh.pp,
+          ") is not implemented yet; with pp > 1 the stages' gradients are averaged by allreduce "
+          "(zero_optimization.stage 0)"));
+    }
+    if (o.schedule != "gpipe" && o.schedule != "1f1b") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": pipeline schedule \"", o.schedule, "\" ",
+          o.schedule == "interleaved" ? "is not implemented yet in the stages" : "is not known",
+          " (the stages run \"gpipe\" and \"1f1b\")"));
+    }
+    if (o.pipe_group.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": pp ", o.mesh.pp, " needs the pipe group of its replica's stages"));
+    }
   }
   if (o.precision != nn::DType::kFloat32 && o.precision != nn::DType::kBFloat16 &&
       o.precision != nn::DType::kFloat16) {
@@ -72,10 +87,32 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
   const nn::GPTStorage storage = model_storage(options.gradient_sync, options.mesh.dp);
   absl::StatusOr<nn::GPT> model = nn::GPT::create(options.model, options.model_options, storage);
   if (!model.ok()) return model.status();
-  absl::StatusOr<StagePlan> plan = plan_stage(model->param_layout(), options.mesh.pp, options.at.p);
+  absl::StatusOr<StagePlan> plan =
+      plan_stage(model->param_layout(), options.mesh.pp, options.at.p, options.partition);
   if (!plan.ok()) return plan.status();
+  pipeline::Schedule schedule;
+  if (options.mesh.pp > 1) {
+    // The stage keeps its blocks' activations, one set per micro-batch its
+    // schedule holds at once.
+    absl::StatusOr<pipeline::Schedule> made =
+        pipeline::make_schedule(options.schedule, options.mesh.pp, options.grad_accum, 1);
+    if (!made.ok()) return made.status();
+    pipeline::ScheduleRun run;
+    if (absl::Status s = pipeline::check_schedule(*made, &run); !s.ok()) return s;
+    schedule = *std::move(made);
+    if (absl::Status s = model->set_part(plan->block_begin, plan->block_end, plan->last());
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s =
+            model->set_activation_slots(run.held_max[static_cast<size_t>(plan->stage)]);
+        !s.ok()) {
+      return s;
+    }
+  }
   std::unique_ptr<PipelineStageActor> stage(
       new PipelineStageActor(options, *plan, *std::move(model)));
+  stage->schedule_ = std::move(schedule);
   // ZeRO-2/3: the partition of what the model does not hold whole.
   const ZeroPartition& part = stage->partition_;
   if (!storage.parameters) {
@@ -140,6 +177,7 @@ void PipelineStageActor::publish_tensors() {
 PipelineStageActor::~PipelineStageActor() {
   if (tensors_ != nullptr) tensors_->set_group(nullptr);
   sync_.reset();  // before the group its reductions run on
+  pipe_.reset();
   if (tensors_ != nullptr) Handoff::retract(name_, tensors_.get());
 }
 
@@ -171,6 +209,17 @@ absl::Status PipelineStageActor::setup() {
     group_ = *std::move(group);
     sync_ = *std::move(sync);
     tensors_->set_group(group_.get());
+  }
+  if (options_.mesh.pp > 1 && pipe_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<CollectiveGroup>> pipe =
+        CollectiveGroup::join(options_.pipe_group);
+    if (!pipe.ok()) return pipe.status();
+    if ((*pipe)->rank() != options_.at.p || (*pipe)->world_size() != options_.mesh.pp) {
+      return absl::InternalError(absl::StrCat(name_, ": rank ", (*pipe)->rank(), " of ",
+                                              (*pipe)->world_size(), " in its pipe group, not ",
+                                              options_.at.p, " of ", options_.mesh.pp));
+    }
+    pipe_ = *std::move(pipe);
   }
   return absl::OkStatus();
 }
@@ -287,14 +336,18 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
   if (absl::Status s = check_turn(request.step); !s.ok()) return s;
   last_run_ = request.step;
   tensors_->running_step.store(request.step);
-  absl::StatusOr<StepReport> report = run_micro_batches(request);
+  absl::StatusOr<StepReport> report =
+      options_.mesh.pp > 1 ? run_schedule(request) : run_micro_batches(request);
   tensors_->running_step.store(0);
   if (!report.ok()) {
     absl::Status failed = Prefixed(name_ + ": ", report.status());
     // The rest of the group may be waiting in this step's reductions for
-    // this rank's share: they fail now rather than at their timeout.
+    // this rank's share, its neighbours for its activations or gradients:
+    // they fail now rather than at their timeout.
     if (group_ != nullptr && !absl::IsAborted(failed))
       group_->abort(absl::AbortedError(failed.message()));
+    if (pipe_ != nullptr && !absl::IsAborted(failed))
+      pipe_->abort(absl::AbortedError(failed.message()));
     // Then nothing of the failed step may still read or write the buffers
     // (a shard's load or init may come next).
     sync_->drain();
@@ -304,18 +357,21 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
   return report;
 }
 
-absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepRequest& request) {
-  nn::GPT& gpt = model_;
-  const double start = now_ms();
-  StepReport report;
+absl::Status PipelineStageActor::start_step(const StepRequest& request, StepReport& report) {
   report.step = request.step;
   report.at = options_.at;
   report.holds_loss = plan_.last();
-  report.slice_params = static_cast<int64_t>(gpt.num_params());
+  report.slice_params = static_cast<int64_t>(model_.num_params());
   sync_->drain();  // nothing of a failed step may still write the gradients
   whole_version_ = -1;
   if (group_ != nullptr) traffic_at_step_ = group_->traffic();
-  if (absl::Status s = sync_->begin_step(); !s.ok()) return s;
+  return sync_->begin_step();
+}
+
+absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepRequest& request) {
+  const double start = now_ms();
+  StepReport report;
+  if (absl::Status s = start_step(request, report); !s.ok()) return s;
   const int B = options_.micro_batch;
   const int T = options_.model.max_seq_len;
   double loss_sum = 0;
@@ -355,6 +411,13 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
   if (absl::Status s = sync_->finish(times); !s.ok()) return s;
   report.comm_ms = times.comm_ms;
   report.comm_exposed_ms = times.exposed_ms;
+  report.loss = plan_.last() ? loss_sum / options_.grad_accum : 0;
+  finish_report(report, start);
+  return report;
+}
+
+void PipelineStageActor::finish_report(StepReport& report, double start) {
+  const nn::GPT& gpt = model_;
   report.owned = sync_->owned();
   float* owned_grads = sync_->owned_gradients();
   const auto n = static_cast<int64_t>(report.owned.size());
@@ -364,11 +427,10 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
     nn::convert(owned_grads, nn::DType::kFloat32, half_grads_.data(), nn::DType::kFloat16, n);
     nn::convert(half_grads_.data(), nn::DType::kFloat16, owned_grads, nn::DType::kFloat32, n);
   }
-  report.loss = plan_.last() ? loss_sum / options_.grad_accum : 0;
   report.grad_norm_sq = nn::grad_norm_squared(owned_grads, report.owned.size());
   report.found_inf = !std::isfinite(report.grad_norm_sq);
-  report.samples = static_cast<int64_t>(B) * options_.grad_accum;
-  report.tokens = report.samples * T;
+  report.samples = static_cast<int64_t>(options_.micro_batch) * options_.grad_accum;
+  report.tokens = report.samples * options_.model.max_seq_len;
   report.step_ms = now_ms() - start;
   const nn::GPTMemory held = gpt.memory();
   report.memory = {
@@ -384,7 +446,6 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
                    .reduce_scatter = static_cast<int64_t>(sent.reduce_scatter),
                    .allgather = static_cast<int64_t>(sent.allgather)};
   }
-  return report;
 }
 
 absl::Status PipelineStageActor::discard(int64_t step) {
@@ -422,6 +483,11 @@ absl::Status PipelineStageActor::gather_parameters() {
 }
 
 absl::Status PipelineStageActor::check_whole_parameters() const {
+  if (options_.mesh.pp > 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": with pp ", options_.mesh.pp, " it holds only blocks [", plan_.block_begin, ", ",
+        plan_.block_end, "); evaluate and generate run on a whole model"));
+  }
   if (zero_stage_of(options_.gradient_sync) == 0 || options_.mesh.dp == 1) return absl::OkStatus();
   if (whole_version_ == tensors_->params_version.load()) return absl::OkStatus();
   return absl::FailedPreconditionError(
@@ -432,30 +498,7 @@ absl::Status PipelineStageActor::check_whole_parameters() const {
 
 absl::StatusOr<EvalReport> PipelineStageActor::evaluate(EvalRequest request) {
   if (absl::Status s = check_whole_parameters(); !s.ok()) return s;
-  absl::StatusOr<std::vector<AdditionProblem>> problems =
-      held_out_problems(request.task, request.samples);
-  if (!problems.ok()) return problems.status();
-  EvalReport report;
-  if (problems->empty()) return report;
-  std::vector<std::vector<int32_t>> prompts;
-  for (const AdditionProblem& p : *problems)
-    prompts.push_back(addition_prompt_tokens(p));
-  absl::StatusOr<std::vector<std::vector<int32_t>>> generated = generate_tokens(
-      model_, prompts, {.max_new_tokens = addition_answer_length(request.task.digits)});
-  if (!generated.ok()) return generated.status();
-  for (size_t i = 0; i < problems->size(); ++i) {
-    const AdditionProblem& problem = (*problems)[i];
-    std::string answer = ByteTokenizer::decode((*generated)[i]);
-    bool right = check_answer(problem, answer);
-    report.correct += right ? 1 : 0;
-    if (report.examples.size() < 4) {
-      report.examples.push_back(
-          absl::StrCat(problem.prompt, absl::CEscape(answer),
-                       right ? std::string("  (right)") : "  (expected " + problem.answer + ")"));
-    }
-  }
-  report.total = static_cast<int>(problems->size());
-  return report;
+  return evaluate_task(model_, request);
 }
 
 absl::StatusOr<std::vector<int32_t>> PipelineStageActor::generate(std::vector<int32_t> prompt,

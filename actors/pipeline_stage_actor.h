@@ -2,9 +2,12 @@
 // their activations and gradients (docs/design.md, "Training"). A stage owns
 // the blocks its StagePlan names (actors/stage_plan.h) and the parameter range
 // that goes with them; how its gradients are exchanged with the other
-// data-parallel ranks is its GradientSync (actors/gradient_sync.h). So far
-// one stage holds the whole model (pp = tp = 1): the schedules that move
-// activations between stages come with pipeline parallelism.
+// data-parallel ranks is its GradientSync (actors/gradient_sync.h). With
+// pipeline parallelism (pp > 1) a step runs its schedule (actors/pipeline/):
+// the activations of each micro-batch and their gradients go peer to peer
+// between neighbouring stages of the replica, over its pipe group, and the
+// first stage adds the last stage's share of the tied embedding's gradient
+// to its own (docs/parallelism.md).
 //
 // A step, as the controller drives it:
 //   run_step(k)   for each of its micro-batches: take it from the loader of
@@ -32,8 +35,10 @@
 
 #include "absl/status/statusor.h"
 #include "actors/data/addition_task.h"
+#include "actors/generation.h"
 #include "actors/gradient_sync.h"
 #include "actors/mesh.h"
+#include "actors/pipeline/schedule.h"
 #include "actors/stage_plan.h"
 #include "actors/stage_tensors.h"
 #include "actors/training_types.h"
@@ -72,36 +77,31 @@ struct StageOptions {
   // large for fp16 overflows (to inf) as it would on a GPU and the step is
   // skipped.
   nn::DType precision = nn::DType::kFloat32;
+  // Pipeline parallelism (mesh.pp > 1): the schedule ("gpipe", "1f1b"), each
+  // stage's blocks (parallel.partition; empty: split evenly), and the group
+  // of this replica's stages (rank p) that activations and gradients go
+  // through. grad_accum is the number of micro-batches a step.
+  std::string schedule = "1f1b";
+  std::vector<int64_t> partition;
+  std::string pipe_group;
   TROUPE_FIELDS(job, at, mesh, model, model_options, micro_batch, grad_accum, gradient_sync,
                 bucket_elements, overlap_comm, prefetch_elements, persistence_threshold,
-                max_live_parameters, threads, group, transport, precision);
-};
-
-// Greedy decoding of held-out problems of a synthetic task.
-struct EvalRequest {
-  AdditionTaskOptions task;
-  int samples = 100;
-  TROUPE_FIELDS(task, samples);
-};
-
-struct EvalReport {
-  int correct = 0;
-  int total = 0;
-  std::vector<std::string> examples;  // a few "prompt -> generated (expected)" lines
-  TROUPE_FIELDS(correct, total, examples);
+                max_live_parameters, threads, group, transport, precision, schedule, partition,
+                pipe_group);
 };
 
 class PipelineStageActor {
  public:
   // Builds the stage's model (parameters zero until the shard's init).
-  // InvalidArgument for a model, batch, coordinate or gradient sync that
-  // cannot run (pp or tp > 1 among them, so far); ResourceExhausted without
-  // the memory.
+  // InvalidArgument for a model, batch, coordinate, schedule or gradient sync
+  // that cannot run (tp > 1 among them, and with pp > 1 ZeRO and the
+  // interleaved schedule, so far); ResourceExhausted without the memory.
   static absl::StatusOr<std::unique_ptr<PipelineStageActor>> create(const StageOptions& options);
   ~PipelineStageActor();
 
-  // Joins the data-parallel group (every stage of the group must call it;
-  // it waits for the others) and finds this coordinate's loader.
+  // Joins the data-parallel group, and with pp > 1 its pipe group (every
+  // stage of the groups must call it; it waits for the others), and finds
+  // this coordinate's loader.
   absl::Status setup();
   // Recovery (docs/fault_tolerance.md): leaves its group's generation, which
   // lost a member, and joins the latest one the controller declared (with
@@ -160,6 +160,18 @@ class PipelineStageActor {
   absl::Status check_turn(int64_t step) const;
   absl::Status check_whole_parameters() const;
   absl::StatusOr<StepReport> run_micro_batches(const StepRequest& request);
+  // pp > 1: the step as the stage's schedule program orders it
+  // (pipeline_stage_schedule.cc).
+  absl::StatusOr<StepReport> run_schedule(const StepRequest& request);
+  // The tied embedding (pp > 1): the first stage sends wte to the last
+  // before the step, and the last its gradient back (add_embedding_grad).
+  absl::Status share_embedding(int64_t step);
+  absl::Status send_embedding_grad(int64_t step);
+  absl::Status add_embedding_grad(int64_t step);
+  // What every step does first: the report's header, the sync's begin_step.
+  absl::Status start_step(const StepRequest& request, StepReport& report);
+  // The report's fields every step fills the same way, after the reduction.
+  void finish_report(StepReport& report, double start);
 
   StageOptions options_;  // mesh, at, micro_batch and grad_accum as resize last set them
   std::string name_;
@@ -168,6 +180,8 @@ class PipelineStageActor {
   nn::GPT model_;
   std::shared_ptr<StageTensors> tensors_;
   std::unique_ptr<CollectiveGroup> group_;
+  std::unique_ptr<CollectiveGroup> pipe_;  // pp > 1: this replica's stages, rank p
+  pipeline::Schedule schedule_;            // pp > 1
   std::unique_ptr<GradientSync> sync_;
   std::shared_ptr<DataLoader> loader_;
   int64_t last_run_ = 0;              // the last step run_step was called for (0: none)

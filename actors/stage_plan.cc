@@ -6,7 +6,8 @@
 
 namespace troupe::actors {
 
-absl::StatusOr<StagePlan> plan_stage(const nn::GPTParamLayout& layout, int pp, int p) {
+absl::StatusOr<StagePlan> plan_stage(const nn::GPTParamLayout& layout, int pp, int p,
+                                     std::span<const int64_t> partition) {
   const int L = layout.num_layers();
   if (pp < 1 || pp > L) {
     return absl::InvalidArgumentError(
@@ -20,10 +21,29 @@ absl::StatusOr<StagePlan> plan_stage(const nn::GPTParamLayout& layout, int pp, i
   StagePlan plan;
   plan.stage = p;
   plan.num_stages = pp;
-  const int base = L / pp;
-  const int extra = L % pp;
-  plan.block_begin = p * base + (p < extra ? p : extra);
-  plan.block_end = plan.block_begin + base + (p < extra ? 1 : 0);
+  if (!partition.empty()) {
+    int64_t sum = 0;
+    bool positive = true;
+    for (int64_t blocks : partition) {
+      sum += blocks;
+      positive = positive && blocks > 0;
+    }
+    if (partition.size() != static_cast<size_t>(pp) || sum != L || !positive) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a partition of ", partition.size(), " stages and ", sum, " blocks for ", pp,
+          " stages of a model of ", L, " layers: it needs pp positive counts summing to n_layer"));
+    }
+    int64_t begin = 0;
+    for (int i = 0; i < p; ++i)
+      begin += partition[static_cast<size_t>(i)];
+    plan.block_begin = static_cast<int>(begin);
+    plan.block_end = static_cast<int>(begin + partition[static_cast<size_t>(p)]);
+  } else {
+    const int base = L / pp;
+    const int extra = L % pp;
+    plan.block_begin = p * base + (p < extra ? p : extra);
+    plan.block_end = plan.block_begin + base + (p < extra ? 1 : 0);
+  }
   plan.params.begin = plan.first() ? 0 : layout.block_begin(plan.block_begin);
   plan.params.end = plan.last() ? layout.num_params() : layout.block_begin(plan.block_end);
   return plan;

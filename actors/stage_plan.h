@@ -13,9 +13,9 @@
 // the exchange (Megatron's embedding group).
 #pragma once
 
-#include <functional>
-
 #include <cstdint>
+#include <functional>
+#include <span>
 
 #include "absl/status/statusor.h"
 #include "nn/gpt.h"
@@ -35,9 +35,12 @@ struct StagePlan {
   bool last() const { return stage + 1 == num_stages; }
 };
 
-// The plan of stage p of pp for a model laid out as `layout`.
-// InvalidArgument unless 1 <= pp <= L and 0 <= p < pp.
-absl::StatusOr<StagePlan> plan_stage(const nn::GPTParamLayout& layout, int pp, int p);
+// The plan of stage p of pp for a model laid out as `layout`: the blocks
+// split evenly (above), or `partition[i]` blocks to stage i when given
+// (parallel.partition). InvalidArgument unless 1 <= pp <= L and
+// 0 <= p < pp, and a partition has pp positive counts summing to L.
+absl::StatusOr<StagePlan> plan_stage(const nn::GPTParamLayout& layout, int pp, int p,
+                                     std::span<const int64_t> partition = {});
 
 // The stage's part of the GPT's forward on one micro-batch [B, T]: the
 // embedding on the first stage, the plan's blocks, the head and loss on the

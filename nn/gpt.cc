@@ -293,7 +293,8 @@ absl::Status GPT::set_part(int block_begin, int block_end, bool head) {
   if (block_begin < 0 || block_begin >= block_end || block_end > L || (head && block_end != L)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GPT::set_part: blocks [", block_begin, ", ", block_end, ")", head ? " with the head" : "",
-        " of ", L, ": a part is a non-empty range within [0, ", L, ") and has the head only if it "
+        " of ", L, ": a part is a non-empty range within [0, ", L,
+        ") and has the head only if it "
         "ends at the last block"));
   }
   part_begin_ = block_begin;
@@ -358,9 +359,9 @@ absl::Status GPT::check_blocks(int begin, int end, const char* what) const {
                                                    ")"));
   }
   if (begin < end && (begin < part_begin_ || end > part_end_)) {
-    return absl::FailedPreconditionError(absl::StrCat("GPT::", what, ": blocks [", begin, ", ",
-                                                      end, ") are outside its part [", part_begin_,
-                                                      ", ", part_end_, ")"));
+    return absl::FailedPreconditionError(absl::StrCat("GPT::", what, ": blocks [", begin, ", ", end,
+                                                      ") are outside its part [", part_begin_, ", ",
+                                                      part_end_, ")"));
   }
   return absl::OkStatus();
 }

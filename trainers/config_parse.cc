@@ -5,6 +5,8 @@
 #include <climits>
 #include <numeric>
 #include <string>
+#include <tuple>
+
 #include "absl/strings/string_view.h"
 
 #include "absl/strings/str_cat.h"
@@ -19,7 +21,7 @@ namespace config_detail {
 namespace {
 
 // Top-level keys that parse_train_config reads.
-constexpr std::array<absl::string_view, 18> kImplementedKeys = {"train_batch_size",
+constexpr std::array<absl::string_view, 20> kImplementedKeys = {"train_batch_size",
                                                                 "train_micro_batch_size_per_gpu",
                                                                 "gradient_accumulation_steps",
                                                                 "gradient_clipping",
@@ -36,7 +38,9 @@ constexpr std::array<absl::string_view, 18> kImplementedKeys = {"train_batch_siz
                                                                 "training",
                                                                 "checkpoint",
                                                                 "fault_tolerance",
-                                                                "elasticity"};
+                                                                "elasticity",
+                                                                "tensor_model_parallel_size",
+                                                                "pipeline_model_parallel_size"};
 
 // Top-level keys of DeepSpeed's config (deepspeed.ai/docs/config-json and
 // deepspeed/runtime/config.py) that troupe does not implement: a warning when
@@ -257,11 +261,29 @@ absl::Status parse_data(JsonObject& top, TrainConfig* config) {
   return absl::OkStatus();
 }
 
+// Megatron-LM's names for parallel.tp and parallel.pp, at the top level as
+// DeepSpeed configs carry them: the same setting, given once.
+absl::Status parse_megatron_sizes(JsonObject& top, TrainConfig* config) {
+  ParallelConfig& p = config->parallel;
+  for (auto [megatron, ours, size] : {std::tuple{"tensor_model_parallel_size", "tp", &p.tp},
+                                      std::tuple{"pipeline_model_parallel_size", "pp", &p.pp}}) {
+    if (!top.has(megatron)) continue;
+    int given = 1;
+    TROUPE_CONFIG_RETURN_IF_ERROR(top.read(megatron, &given, 1, kMaxParallel));
+    if (*size != 1 && *size != given) {
+      return config_error(absl::StrCat(megatron, ": ", given, " != parallel.", ours, " ", *size,
+                                       " (the same setting; keep one)"));
+    }
+    *size = given;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status parse_parallel(JsonObject& top, TrainConfig* config) {
   ParallelConfig& p = config->parallel;
   absl::StatusOr<std::optional<JsonObject>> section = top.section("parallel");
   if (!section.ok()) return section.status();
-  if (!section->has_value()) return absl::OkStatus();
+  if (!section->has_value()) return parse_megatron_sizes(top, config);
   JsonObject& s = **section;
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("dp", &p.dp, 1, kMaxParallel));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("pp", &p.pp, 1, kMaxParallel));
@@ -270,6 +292,7 @@ absl::Status parse_parallel(JsonObject& top, TrainConfig* config) {
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("virtual_stages", &p.virtual_stages, 1, kMaxParallel));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("partition", &p.partition));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
+  TROUPE_CONFIG_RETURN_IF_ERROR(parse_megatron_sizes(top, config));
   if (p.schedule != "gpipe" && p.schedule != "1f1b" && p.schedule != "interleaved") {
     return config_error(absl::StrCat("parallel.schedule: \"", p.schedule,
                                      "\" is not a schedule; one of \"gpipe\", \"1f1b\", "
@@ -284,11 +307,33 @@ absl::Status parse_parallel(JsonObject& top, TrainConfig* config) {
     return config_error(absl::StrCat("parallel.partition: ", p.partition.size(),
                                      " stages' blocks for parallel.pp ", p.pp));
   }
-  for (auto [key, value] : {std::pair{"pp", p.pp}, std::pair{"tp", p.tp}}) {
-    if (value > 1) {
-      return config_error(absl::StrCat("parallel.", key, ": ", value,
-                                       " is not implemented yet (only data parallelism); use 1"));
-    }
+  return absl::OkStatus();
+}
+
+// What the pipeline (pp > 1) and tensor parallelism (tp > 1) do not run yet,
+// once every section is read: named, with what does run.
+absl::Status check_model_parallel(const TrainConfig& config) {
+  const ParallelConfig& p = config.parallel;
+  if (p.tp > 1) {
+    return config_error(
+        absl::StrCat("parallel.tp: ", p.tp, " is not implemented yet (tensor parallelism); use 1"));
+  }
+  if (p.pp == 1) return absl::OkStatus();
+  if (p.pp > config.model.num_layers) {
+    return config_error(absl::StrCat("parallel.pp: ", p.pp, " stages for ", config.model.num_layers,
+                                     " layers (model.n_layer); each stage holds a block at least"));
+  }
+  const char* missing = nullptr;
+  if (config.zero.stage > 0) missing = "zero_optimization.stage above 0";
+  if (p.schedule == "interleaved") missing = "parallel.schedule \"interleaved\"";
+  if (config.fault_tolerance.enabled) missing = "fault_tolerance.enabled";
+  if (config.elasticity.enabled) missing = "elasticity.enabled";
+  if (!config.checkpoint.dir.empty()) missing = "checkpoint.dir";
+  if (missing != nullptr) {
+    return config_error(absl::StrCat("parallel.pp: ", p.pp, " with ", missing,
+                                     " is not implemented yet; pipeline parallelism runs with "
+                                     "DDP over dp (zero_optimization.stage 0), the \"gpipe\" and "
+                                     "\"1f1b\" schedules, no checkpoints, recovery or elasticity"));
   }
   return absl::OkStatus();
 }
@@ -449,6 +494,7 @@ absl::StatusOr<TrainConfig> parse_train_config(const std::string& json_text) {
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_scheduler(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_precision(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_zero(top, &config));
+  TROUPE_CONFIG_RETURN_IF_ERROR(check_model_parallel(config));
   if (const std::vector<int64_t>& blocks = config.parallel.partition; !blocks.empty()) {
     const int64_t sum = std::accumulate(blocks.begin(), blocks.end(), int64_t{0});
     if (sum != config.model.num_layers) {

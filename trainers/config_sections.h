@@ -13,7 +13,11 @@ namespace troupe::trainers::config_detail {
 // config_parse.cc
 [[nodiscard]] absl::Status parse_model(JsonObject& top, TrainConfig* config);
 [[nodiscard]] absl::Status parse_data(JsonObject& top, TrainConfig* config);
+// `parallel`, and Megatron's top-level tensor_model_parallel_size and
+// pipeline_model_parallel_size.
 [[nodiscard]] absl::Status parse_parallel(JsonObject& top, TrainConfig* config);
+// What pp > 1 and tp > 1 do not run with yet. REQUIRES: every section read.
+[[nodiscard]] absl::Status check_model_parallel(const TrainConfig& config);
 // `training` and the top-level steps_per_print.
 [[nodiscard]] absl::Status parse_training(JsonObject& top, TrainConfig* config);
 // `checkpoint`.

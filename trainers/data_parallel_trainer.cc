@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "actors/mesh.h"
 #include "actors/zero_partition.h"
+#include "trainers/member_spawn.h"
 
 namespace troupe::trainers {
 namespace {
@@ -45,69 +46,28 @@ std::string DataParallelTrainer::describe() const {
 absl::StatusOr<DataParallelTrainer::Replica> DataParallelTrainer::spawn_replica(
     int d, cluster::PlacementGroupId group, int bundle, const std::string& names,
     const TrainConfig& config) {
-  const actors::Coordinate at{.d = d, .p = 0, .t = 0};
-  SpawnOptions where{.resources = "", .placement_group = group.value, .bundle_index = bundle};
+  SpawnOptions where;
+  where.placement_group = group.value;
+  where.bundle_index = bundle;
   // With fault tolerance the head restarts a lost rank's actors in its
   // bundle, placed again elsewhere (trainers/recovery.h).
   if (config.fault_tolerance.enabled) where.max_restarts = config.fault_tolerance.max_failures;
-  Replica replica;
-  replica.group = group;
-
-  SpawnOptions loader_where = where;
-  loader_where.name = actors::actor_name(names, "loader", at);
-  absl::StatusOr<ActorRef<actors::DataLoaderActor>> loader =
-      cluster_.spawn<actors::DataLoaderActor>(loader_where, loader_options(config, names, d));
-  if (!loader.ok()) return loader.status();
-  actors_.push_back(loader->id());
-  replica.loader = *loader;
-
-  SpawnOptions stage_where = where;
-  stage_where.name = actors::actor_name(names, "stage", at);
-  stage_where.resources = "CPU=1";
-  stage_where.dedicated_thread = true;
-  const actors::StageOptions stage_options{
-      .job = names,
-      .at = at,
-      .mesh = {.dp = config.parallel.dp, .pp = 1, .tp = 1},
-      .model = config.model,
-      .model_options = config.model_options,
-      .micro_batch = static_cast<int>(config.micro_batch_size),
-      .grad_accum = static_cast<int>(config.gradient_accumulation_steps),
-      .gradient_sync = zero_stage() == 0 ? "allreduce" : absl::StrCat("zero", zero_stage()),
-      .bucket_elements = config.zero.reduce_bucket_size,
-      .overlap_comm = config.zero.overlap_comm,
-      .prefetch_elements = config.zero.stage3_prefetch_bucket_size,
-      .persistence_threshold = config.zero.stage3_param_persistence_threshold,
-      .max_live_parameters = config.zero.stage3_max_live_parameters,
-      .threads = threads_,
-      .group = job_ + "/dp",
-      .transport = "",
-      .precision = compute_precision(config)};
-  absl::StatusOr<ActorRef<actors::PipelineStageActor>> stage =
-      cluster_.spawn<actors::PipelineStageActor>(stage_where, stage_options);
-  if (!stage.ok()) return stage.status();
-  actors_.push_back(stage->id());
-  replica.stage = *stage;
-
-  SpawnOptions shard_where = where;
-  shard_where.name = actors::actor_name(names, "shard", at);
   // DDP: the whole stage; ZeRO: this rank's partition of it.
   const nn::ParamRange whole{0, nn::GPTParamLayout(config.model).num_params()};
-  const nn::ParamRange range =
-      zero_stage() == 0 ? whole : actors::ZeroPartition(whole, config.parallel.dp, d).own();
-  const actors::ShardOptions shard_options{.job = names,
-                                           .at = at,
-                                           .model = config.model,
-                                           .range = range,
-                                           .optimizer = optimizer_spec(config.optimizer),
-                                           .precision = compute_precision(config),
-                                           .seed = config.training.seed};
-  absl::StatusOr<ActorRef<actors::ParamShardActor>> shard =
-      cluster_.spawn<actors::ParamShardActor>(shard_where, shard_options);
-  if (!shard.ok()) return shard.status();
-  actors_.push_back(shard->id());
-  replica.shard = *shard;
-  return replica;
+  const MemberPlace place{
+      .at = {.d = d, .p = 0, .t = 0},
+      .mesh = {.dp = config.parallel.dp, .pp = 1, .tp = 1},
+      .names = names,
+      .where = where,
+      .threads = threads_,
+      .dp_group = job_ + "/dp",
+      .pipe_group = "",
+      .shard_range =
+          zero_stage() == 0 ? whole : actors::ZeroPartition(whole, config.parallel.dp, d).own()};
+  absl::StatusOr<MemberActors> actors = spawn_member(cluster_, config, place, &actors_);
+  if (!actors.ok()) return actors.status();
+  return Replica{
+      .stage = actors->stage, .shard = actors->shard, .loader = actors->loader, .group = group};
 }
 
 absl::StatusOr<std::vector<cluster::PlacementGroupId>> DataParallelTrainer::rank_groups(
@@ -212,16 +172,12 @@ absl::Status DataParallelTrainer::gather_parameters() {
 }
 
 absl::StatusOr<actors::EvalReport> DataParallelTrainer::evaluate(int samples) {
-  if (!config_.data.synthetic) {
-    return absl::FailedPreconditionError("task accuracy needs a synthetic task (data.synthetic)");
-  }
+  absl::StatusOr<actors::EvalRequest> request = eval_request(config_, samples);
+  if (!request.ok()) return request.status();
   if (absl::Status s = gather_parameters(); !s.ok()) return s;
-  actors::EvalRequest request{.task = {.digits = config_.data.synthetic->digits,
-                                       .num_samples = config_.data.synthetic->num_samples,
-                                       .seed = config_.data.synthetic->seed,
-                                       .seq_len = config_.model.max_seq_len},
-                              .samples = samples};
-  return replicas_[0].stage.call(&actors::PipelineStageActor::evaluate, request).get(kSetupTimeout);
+  return replicas_[0]
+      .stage.call(&actors::PipelineStageActor::evaluate, *std::move(request))
+      .get(kSetupTimeout);
 }
 
 absl::StatusOr<std::vector<int32_t>> DataParallelTrainer::generate(std::vector<int32_t> prompt,
@@ -270,19 +226,7 @@ absl::StatusOr<std::vector<float>> DataParallelTrainer::master_params() {
 absl::Status DataParallelTrainer::stop() {
   if (stopped_) return absl::OkStatus();
   stopped_ = true;
-  absl::Status first;
-  // In reverse order of spawning: each replica's shard, then stage (which
-  // holds the group), then loader.
-  for (auto it = actors_.rbegin(); it != actors_.rend(); ++it) {
-    absl::Status s = cluster_.kill(*it);
-    if (!s.ok() && !absl::IsNotFound(s) && !IsActorDied(s)) first.Update(s);
-  }
-  for (cluster::PlacementGroupId pg : placement_groups_) {
-    // (A restarted head knows none of the groups its earlier start placed.)
-    absl::Status s = cluster_.remove_placement_group(pg);
-    if (!s.ok() && !absl::IsNotFound(s)) first.Update(s);
-  }
-  return first;
+  return stop_job(cluster_, actors_, placement_groups_);
 }
 
 }  // namespace troupe::trainers

@@ -9,6 +9,8 @@ target_sources(troupe_trainers PRIVATE
   elastic_scaler.cc
   export_command.cc
   generate_command.cc
+  hybrid_trainer.cc
+  member_spawn.cc
   model_file.cc
   progress.cc
   recovery.cc

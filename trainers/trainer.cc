@@ -2,15 +2,33 @@
 
 #include "absl/strings/str_cat.h"
 #include "trainers/data_parallel_trainer.h"
+#include "trainers/hybrid_trainer.h"
 
 namespace troupe::trainers {
 
 absl::StatusOr<std::unique_ptr<Trainer>> start_trainer(Cluster& cluster, const TrainConfig& config,
                                                        const std::string& job, int threads) {
+  if (config.parallel.pp > 1 || config.parallel.tp > 1) {
+    absl::StatusOr<std::unique_ptr<HybridTrainer>> hybrid =
+        HybridTrainer::start(cluster, config, job, threads);
+    if (!hybrid.ok()) return hybrid.status();
+    return std::unique_ptr<Trainer>(*std::move(hybrid));
+  }
   absl::StatusOr<std::unique_ptr<DataParallelTrainer>> ddp =
       DataParallelTrainer::start(cluster, config, job, threads);
   if (!ddp.ok()) return ddp.status();
   return std::unique_ptr<Trainer>(*std::move(ddp));
+}
+
+absl::StatusOr<actors::EvalRequest> eval_request(const TrainConfig& config, int samples) {
+  if (!config.data.synthetic) {
+    return absl::FailedPreconditionError("task accuracy needs a synthetic task (data.synthetic)");
+  }
+  return actors::EvalRequest{.task = {.digits = config.data.synthetic->digits,
+                                      .num_samples = config.data.synthetic->num_samples,
+                                      .seed = config.data.synthetic->seed,
+                                      .seq_len = config.model.max_seq_len},
+                             .samples = samples};
 }
 
 actors::LoaderOptions loader_options(const TrainConfig& config, const std::string& job, int rank) {

@@ -66,7 +66,8 @@ class Trainer {
 };
 
 // Starts the trainer `config` asks for (its `parallel` and
-// `zero_optimization` sections): DDP so far. `threads`: compute threads per
+// `zero_optimization` sections): the data-parallel one (DDP, ZeRO) for
+// pp = tp = 1, the hybrid one (trainers/hybrid_trainer.h) otherwise. `threads`: compute threads per
 // stage (0: the workers' default). Errors: those of the trainer's start (no
 // room, a bad dataset named by the loader, forming the groups); what was
 // spawned is stopped again.
@@ -81,5 +82,8 @@ actors::OptimizerSpec optimizer_spec(const OptimizerConfig& optimizer);
 nn::DType compute_precision(const TrainConfig& config);
 // The schedule, clipping and loss scaling the controller applies.
 ControllerOptions controller_options(const TrainConfig& config);
+// What evaluate(samples) asks of the model: held-out problems of the
+// config's synthetic task. FailedPrecondition without one.
+absl::StatusOr<actors::EvalRequest> eval_request(const TrainConfig& config, int samples);
 
 }  // namespace troupe::trainers

@@ -65,8 +65,9 @@ absl::Status TrainerController::loss_behind(size_t i, const absl::Status& s) con
   if (s.ok() || is_loss(s) || !options_.member_lost) return absl::OkStatus();
   absl::Status lost = options_.member_lost(members_[i].at);
   if (lost.ok()) return lost;
-  return absl::Status(lost.code(), absl::StrCat(lost.message(), "; its replacement, not yet "
-                                                                "restored, answered: ",
+  return absl::Status(lost.code(), absl::StrCat(lost.message(),
+                                                "; its replacement, not yet "
+                                                "restored, answered: ",
                                                 s.message()));
 }
 

@@ -397,11 +397,34 @@ TEST(TrainConfigTest, PipelineScheduleKeys) {
                "expected positive integers, found number 0");
 }
 
+// Pipeline parallelism, as troupe's parallel.pp or Megatron's top-level
+// pipeline_model_parallel_size (and tensor_model_parallel_size for tp).
+TEST(TrainConfigTest, PipelineStagesAndMegatronSizes) {
+  const TrainConfig c = parse_ok(patched(R"({"parallel": {"pp": 2, "schedule": "gpipe"}})"));
+  EXPECT_EQ(c.parallel.pp, 2);
+  EXPECT_EQ(c.parallel.schedule, "gpipe");
+  const TrainConfig m = parse_ok(patched(R"({"pipeline_model_parallel_size": 2})"));
+  EXPECT_EQ(m.parallel.pp, 2);
+  const TrainConfig both =
+      parse_ok(patched(R"({"parallel": {"pp": 2}, "pipeline_model_parallel_size": 2})"));
+  EXPECT_EQ(both.parallel.pp, 2);
+  expect_error(R"({"parallel": {"pp": 2}, "pipeline_model_parallel_size": 1})",
+               "pipeline_model_parallel_size", "1 != parallel.pp 2 (the same setting; keep one)");
+  expect_error(R"({"tensor_model_parallel_size": 2})", "parallel.tp",
+               "2 is not implemented yet (tensor parallelism)");
+  expect_error(R"({"parallel": {"pp": 3}})", "parallel.pp",
+               "3 stages for 2 layers (model.n_layer)");
+}
+
 TEST(TrainConfigTest, UnimplementedFeaturesAreErrors) {
-  expect_error(R"({"parallel": {"pp": 2}})", "parallel.pp",
-               "not implemented yet (only data parallelism)");
   expect_error(R"({"parallel": {"tp": 4}})", "parallel.tp",
-               "not implemented yet (only data parallelism)");
+               "4 is not implemented yet (tensor parallelism)");
+  expect_error(R"({"parallel": {"pp": 2}, "zero_optimization": {"stage": 1}})", "parallel.pp",
+               "with zero_optimization.stage above 0 is not implemented yet");
+  expect_error(R"({"parallel": {"pp": 2, "schedule": "interleaved", "virtual_stages": 2}})",
+               "parallel.pp", "with parallel.schedule \"interleaved\" is not implemented yet");
+  expect_error(R"({"parallel": {"pp": 2}, "fault_tolerance": {"enabled": true}})", "parallel.pp",
+               "with fault_tolerance.enabled is not implemented yet");
   expect_error(R"({"optimizer": {"type": "Lamb"}})", "optimizer.type",
                "\"Lamb\" is not implemented; supported: AdamW, Adam");
   expect_error(R"({"optimizer": {"type": "AdamX"}})", "optimizer.type",

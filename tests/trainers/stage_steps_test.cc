@@ -311,6 +311,28 @@ TEST(StagePlanTest, StagesSplitTheBlocksEvenlyAndTheirRangesTileTheModel) {
   EXPECT_EQ(actors::plan_stage(layout, 2, 2).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(StagePlanTest, AGivenPartitionSetsEachStagesBlocks) {
+  const nn::GPTParamLayout layout(nn::GPTConfig{
+      .max_seq_len = 8, .vocab_size = 10, .num_layers = 5, .num_heads = 2, .channels = 4});
+  const std::vector<int64_t> partition = {1, 3, 1};
+  const int expected[3][2] = {{0, 1}, {1, 4}, {4, 5}};
+  size_t covered = 0;
+  for (int p = 0; p < 3; ++p) {
+    absl::StatusOr<actors::StagePlan> plan = actors::plan_stage(layout, 3, p, partition);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->block_begin, expected[p][0]) << "stage " << p;
+    EXPECT_EQ(plan->block_end, expected[p][1]) << "stage " << p;
+    EXPECT_EQ(plan->params.begin, covered) << "stage " << p;
+    covered = plan->params.end;
+  }
+  EXPECT_EQ(covered, layout.num_params());
+  for (const std::vector<int64_t>& bad :
+       {std::vector<int64_t>{1, 4}, std::vector<int64_t>{2, 2, 2}, std::vector<int64_t>{0, 4, 1}}) {
+    EXPECT_EQ(actors::plan_stage(layout, 3, 0, bad).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
 // A step whose group failed stops computing at the next block: go_on is
 // asked before each one, and its error ends the pass there. Asked nothing
 // but OK, the pass is the whole model's.

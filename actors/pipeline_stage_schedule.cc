@@ -1,0 +1,199 @@
+// PipelineStageActor's step under pipeline parallelism (pp > 1): its
+// schedule's program (actors/pipeline/schedule.h) run op by op. Each
+// micro-batch's forward takes an activation slot of the model
+// (nn::GPT::use_slot) until its backward is done; activations and their
+// gradients go to the neighbouring stages over the pipe group, whose sends
+// copy and return at once and whose receives wait (as check_schedule
+// simulates). The tied embedding: the first stage sends wte to the last
+// before the step, and the last sends back the head's share of its gradient,
+// which the first adds before its last backward, ahead of the reduction.
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "actors/data/data_loader.h"
+#include "actors/failpoint.h"
+#include "actors/pipeline_stage_actor.h"
+#include "actors/step_clock.h"
+
+namespace troupe::actors {
+namespace {
+
+using pipeline::OpKind;
+using pipeline::PipelineOp;
+
+// What travels between two stages, and its tag on the pipe group: the step,
+// what it is, and the micro-batch.
+enum class Wire : uint64_t {
+  kActivation = 1,
+  kGradient = 2,
+  kEmbedding = 3,
+  kEmbeddingGrad = 4,
+};
+
+uint64_t wire_tag(int64_t step, Wire what, int micro) {
+  return (static_cast<uint64_t>(step) << 24) | (static_cast<uint64_t>(what) << 20) |
+         static_cast<uint64_t>(micro);
+}
+
+}  // namespace
+
+absl::Status PipelineStageActor::share_embedding(int64_t step) {
+  const size_t bytes = model_.param_layout().wpe() * sizeof(float);  // wte: the first tensor
+  const int last = options_.mesh.pp - 1;
+  if (plan_.first())
+    return pipe_->send(last, wire_tag(step, Wire::kEmbedding, 0), model_.params(), bytes);
+  if (plan_.last())
+    return pipe_->recv(0, wire_tag(step, Wire::kEmbedding, 0), model_.params(), bytes);
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStageActor::send_embedding_grad(int64_t step) {
+  const size_t bytes = model_.param_layout().wpe() * sizeof(float);
+  return pipe_->send(0, wire_tag(step, Wire::kEmbeddingGrad, 0), model_.grads(), bytes);
+}
+
+absl::Status PipelineStageActor::add_embedding_grad(int64_t step) {
+  const size_t n = model_.param_layout().wpe();
+  std::vector<float> head_share(n);
+  if (absl::Status s = pipe_->recv(options_.mesh.pp - 1, wire_tag(step, Wire::kEmbeddingGrad, 0),
+                                   head_share.data(), n * sizeof(float));
+      !s.ok()) {
+    return s;
+  }
+  float* dwte = model_.grads();
+  for (size_t i = 0; i < n; ++i)
+    dwte[i] += head_share[i];
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& request) {
+  nn::GPT& gpt = model_;
+  const double start = now_ms();
+  StepReport report;
+  if (absl::Status s = start_step(request, report); !s.ok()) return s;
+  const int B = options_.micro_batch;
+  const int T = options_.model.max_seq_len;
+  const int m = options_.grad_accum;
+  const int p = plan_.stage;
+  const size_t bytes = static_cast<size_t>(B) * T * options_.model.channels * sizeof(float);
+  const std::vector<PipelineOp>& program = schedule_.programs[static_cast<size_t>(p)];
+  if (absl::Status s = gpt.prepare(B, T); !s.ok()) return s;
+  if (absl::Status s = share_embedding(request.step); !s.ok()) return s;
+  size_t last_backward = 0;
+  for (size_t i = 0; i < program.size(); ++i) {
+    if (program[i].kind == OpKind::kBackward) last_backward = i;
+  }
+  // Each micro-batch's activation slot, from its forward to its backward.
+  std::vector<int> slot_of(static_cast<size_t>(m), -1);
+  std::vector<int> free_slots;
+  for (int k = gpt.activation_slots() - 1; k >= 0; --k)
+    free_slots.push_back(k);
+  auto use_slot = [&](int micro) -> absl::Status {
+    int& slot = slot_of[static_cast<size_t>(micro)];
+    if (slot < 0) {
+      if (free_slots.empty()) {
+        return absl::InternalError(absl::StrCat(name_, ": micro-batch ", micro,
+                                                " finds no free activation slot of ",
+                                                gpt.activation_slots()));
+      }
+      slot = free_slots.back();
+      free_slots.pop_back();
+    }
+    gpt.use_slot(slot);
+    return absl::OkStatus();
+  };
+  // Each micro-batch's mean loss weighs 1 / m; the loss scale rides on it.
+  const float dloss = request.loss_scale / static_cast<float>(m);
+  double loss_sum = 0;
+  for (size_t i = 0; i < program.size(); ++i) {
+    const PipelineOp& op = program[i];
+    // A group that lost a member cannot finish the step: no more work for it.
+    if (absl::Status s = pipe_->failed(); !s.ok()) return s;
+    if (group_ != nullptr) {
+      if (absl::Status s = group_->failed(); !s.ok()) return s;
+    }
+    // (A gradient sent back is backward's scratch, not the slot's.)
+    if (op.kind != OpKind::kSendGradient) {
+      if (absl::Status s = use_slot(op.micro); !s.ok()) return s;
+    }
+    const double t0 = now_ms();
+    switch (op.kind) {
+      case OpKind::kRecvActivation:
+        if (absl::Status s = pipe_->recv(p - 1, wire_tag(request.step, Wire::kActivation, op.micro),
+                                         gpt.residual(plan_.block_begin), bytes);
+            !s.ok()) {
+          return s;
+        }
+        break;
+      case OpKind::kSendActivation:
+        if (absl::Status s = pipe_->send(p + 1, wire_tag(request.step, Wire::kActivation, op.micro),
+                                         gpt.residual(plan_.block_end), bytes);
+            !s.ok()) {
+          return s;
+        }
+        break;
+      case OpKind::kRecvGradient:
+        if (absl::Status s = pipe_->recv(p + 1, wire_tag(request.step, Wire::kGradient, op.micro),
+                                         gpt.dresidual(), bytes);
+            !s.ok()) {
+          return s;
+        }
+        break;
+      case OpKind::kSendGradient:
+        if (absl::Status s = pipe_->send(p - 1, wire_tag(request.step, Wire::kGradient, op.micro),
+                                         gpt.dresidual(), bytes);
+            !s.ok()) {
+          return s;
+        }
+        break;
+      case OpKind::kForward: {
+        // Every stage's loader gives the replica's micro-batches in order:
+        // the first stage reads their inputs, the last their targets.
+        absl::StatusOr<Batch> batch = loader_->next();
+        if (!batch.ok()) return batch.status();
+        if (batch->inputs.size() != static_cast<size_t>(B) * T) {
+          return absl::InternalError(absl::StrCat(name_, ": the loader gave ", batch->inputs.size(),
+                                                  " tokens for a micro-batch of ", B, " x ", T));
+        }
+        report.data_position = batch->position + static_cast<int64_t>(B) * options_.mesh.dp;
+        report.sample_ids.insert(report.sample_ids.end(), batch->sample_ids.begin(),
+                                 batch->sample_ids.end());
+        report.epoch = batch->epoch;
+        if (op.micro == 0) failpoint("forward", options_.at, request.step);
+        absl::StatusOr<float> loss =
+            sync_->forward(batch->inputs.data(), batch->targets.data(), B, T, op.micro + 1 == m);
+        if (!loss.ok()) return loss.status();
+        if (plan_.last()) loss_sum += *loss;
+        report.forward_ms += now_ms() - t0;
+        break;
+      }
+      case OpKind::kBackward: {
+        const bool last = i == last_backward;
+        if (last) failpoint("backward", options_.at, request.step);
+        if (last && plan_.first()) {
+          if (absl::Status s = add_embedding_grad(request.step); !s.ok()) return s;
+        }
+        if (absl::Status s = sync_->backward(dloss, last); !s.ok()) return s;
+        if (last && plan_.last()) {
+          if (absl::Status s = send_embedding_grad(request.step); !s.ok()) return s;
+        }
+        // Its activations are done with.
+        free_slots.push_back(slot_of[static_cast<size_t>(op.micro)]);
+        slot_of[static_cast<size_t>(op.micro)] = -1;
+        report.backward_ms += now_ms() - t0;
+        break;
+      }
+    }
+  }
+  SyncTimes times;
+  failpoint("allreduce", options_.at, request.step);
+  if (absl::Status s = sync_->finish(times); !s.ok()) return s;
+  report.comm_ms = times.comm_ms;
+  report.comm_exposed_ms = times.exposed_ms;
+  report.loss = plan_.last() ? loss_sum / m : 0;
+  finish_report(report, start);
+  return report;
+}
+
+}  // namespace troupe::actors

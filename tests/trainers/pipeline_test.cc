@@ -1,0 +1,153 @@
+// Pipeline parallelism (HybridTrainer, parallel.pp > 1) on a real local
+// cluster (a head and three worker processes of the troupe executable):
+// splitting the model into stages that pass activations and gradients peer
+// to peer must not change the math. Every layout and schedule gives the
+// losses and weights of one process on the same global batch (fp32,
+// relative 1e-6); identical runs are bitwise identical.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/trainers/training_cluster.h"
+#include "trainers/config.h"
+#include "trainers/data_parallel_trainer.h"
+#include "trainers/hybrid_trainer.h"
+
+namespace troupe::trainers {
+namespace {
+
+constexpr int kSteps = 4;
+constexpr int kMicroBatch = 2;
+constexpr int kGlobalBatch = 16;  // micro-batches of 2: 8 a step over dp
+
+// A small GPT of 4 blocks, so that 4 stages hold one each.
+nn::GPTConfig model() {
+  return {.max_seq_len = 18,
+          .vocab_size = 64,
+          .padded_vocab_size = 64,
+          .num_layers = 4,
+          .num_heads = 2,
+          .channels = 32};
+}
+
+TrainConfig config_for(int dp, int pp, const std::string& schedule = "1f1b",
+                       OptimizerType optimizer = OptimizerType::kSgd) {
+  TrainConfig c;
+  c.parallel.dp = dp;
+  c.parallel.pp = pp;
+  c.parallel.schedule = schedule;
+  c.micro_batch_size = kMicroBatch;
+  c.gradient_accumulation_steps = kGlobalBatch / kMicroBatch / dp;  // micro-batches a step
+  c.train_batch_size = kGlobalBatch;
+  c.model = model();
+  c.data.synthetic =
+      SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 600, .seed = 7};
+  c.optimizer.type = optimizer;
+  c.optimizer.adamw = {
+      .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+  c.optimizer.sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
+  c.schedule = nn::LrSchedule::constant(optimizer == OptimizerType::kAdamW ? 3e-3f : 0.1f);
+  c.gradient_clipping = 1.0;
+  c.zero.reduce_bucket_size = 8000;
+  c.training.seed = 11;
+  return c;
+}
+
+using testing::RunResult;
+
+class PipelineTest : public testing::TrainingClusterTest {
+ protected:
+  static std::string next_job() { return "pipeline-test-" + std::to_string(++jobs_); }
+
+  RunResult run(const TrainConfig& config) {
+    RunResult result;
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+        start_trainer(*driver_, config, next_job(), 1);
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    if (!trainer.ok()) return result;
+    for (int k = 1; k <= kSteps; ++k) {
+      absl::StatusOr<StepOutcome> outcome = (*trainer)->step(k);
+      EXPECT_TRUE(outcome.ok()) << outcome.status();
+      if (!outcome.ok()) return result;
+      EXPECT_TRUE(outcome->applied);
+      EXPECT_EQ(outcome->samples, kGlobalBatch);
+      result.losses.push_back(outcome->loss);
+      result.norms.push_back(outcome->grad_norm);
+      result.outcomes.push_back(*outcome);
+    }
+    absl::StatusOr<std::vector<float>> params = (*trainer)->master_params();
+    EXPECT_TRUE(params.ok()) << params.status();
+    if (params.ok()) result.params = *std::move(params);
+    EXPECT_TRUE((*trainer)->stop().ok());
+    return result;
+  }
+
+  inline static int jobs_ = 0;
+};
+
+TEST_F(PipelineTest, EveryLayoutAndScheduleMatchesOneProcess) {
+  const RunResult single = run(config_for(1, 1));
+  ASSERT_EQ(single.losses.size(), static_cast<size_t>(kSteps));
+  struct Layout {
+    int dp, pp;
+  };
+  for (const Layout& l : {Layout{1, 2}, Layout{2, 2}, Layout{1, 4}}) {
+    for (const std::string schedule : {"gpipe", "1f1b"}) {
+      const std::string what =
+          "dp " + std::to_string(l.dp) + " x pp " + std::to_string(l.pp) + ", " + schedule;
+      const RunResult piped = run(config_for(l.dp, l.pp, schedule));
+      testing::expect_same_training(piped, single, what, true, "pipeline");
+      for (size_t k = 0; k < piped.outcomes.size(); ++k) {
+        EXPECT_EQ(testing::sorted(piped.outcomes[k].sample_ids),
+                  testing::sorted(single.outcomes[k].sample_ids))
+            << what << ", step " << k + 1;
+      }
+    }
+  }
+}
+
+TEST_F(PipelineTest, AGivenPartitionMatchesOneProcess) {
+  const RunResult single = run(config_for(1, 1));
+  TrainConfig c = config_for(1, 2);
+  c.parallel.partition = {1, 3};
+  testing::expect_same_training(run(c), single, "pp 2, partition [1, 3]", true, "pipeline");
+}
+
+TEST_F(PipelineTest, IdenticalRunsAreBitwiseIdentical) {
+  const TrainConfig c = config_for(2, 2, "1f1b", OptimizerType::kAdamW);
+  const RunResult a = run(c);
+  const RunResult b = run(c);
+  ASSERT_FALSE(a.params.empty());
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.params, b.params);
+}
+
+// The trainer evaluates and generates with the whole model it gathers from
+// the stages' shards, as one process would with the same weights.
+TEST_F(PipelineTest, EvaluationAndGenerationUseTheWholeModel) {
+  absl::StatusOr<std::unique_ptr<Trainer>> piped =
+      start_trainer(*driver_, config_for(1, 2), next_job(), 1);
+  ASSERT_TRUE(piped.ok()) << piped.status();
+  absl::StatusOr<std::unique_ptr<Trainer>> single =
+      start_trainer(*driver_, config_for(1, 1), next_job(), 1);
+  ASSERT_TRUE(single.ok()) << single.status();
+  for (int k = 1; k <= 2; ++k) {
+    ASSERT_TRUE((*piped)->step(k).ok());
+    ASSERT_TRUE((*single)->step(k).ok());
+  }
+  absl::StatusOr<actors::EvalReport> a = (*piped)->evaluate(20);
+  absl::StatusOr<actors::EvalReport> b = (*single)->evaluate(20);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->total, 20);
+  EXPECT_EQ(a->total, b->total);
+  absl::StatusOr<std::vector<int32_t>> ga = (*piped)->generate({'1', '+', '2', '='}, 4, 0, 0);
+  ASSERT_TRUE(ga.ok()) << ga.status();
+  EXPECT_EQ(ga->size(), 4u);
+  EXPECT_NE((*piped)->describe().find("pipeline of 2 stages"), std::string::npos)
+      << (*piped)->describe();
+}
+
+}  // namespace
+}  // namespace troupe::trainers
