@@ -106,6 +106,8 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
   // Each micro-batch's mean loss weighs 1 / m; the loss scale rides on it.
   const float dloss = request.loss_scale / static_cast<float>(m);
   double loss_sum = 0;
+  const double began = now_ms();
+  report.timeline.reserve(program.size());
   for (size_t i = 0; i < program.size(); ++i) {
     const PipelineOp& op = program[i];
     // A group that lost a member cannot finish the step: no more work for it.
@@ -117,7 +119,7 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
     if (op.kind != OpKind::kSendGradient) {
       if (absl::Status s = use_slot(op.micro); !s.ok()) return s;
     }
-    const double t0 = now_ms();
+    double t0 = now_ms();
     switch (op.kind) {
       case OpKind::kRecvActivation:
         if (absl::Status s = pipe_->recv(p - 1, wire_tag(request.step, Wire::kActivation, op.micro),
@@ -161,6 +163,7 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
                                  batch->sample_ids.end());
         report.epoch = batch->epoch;
         if (op.micro == 0) failpoint("forward", options_.at, request.step);
+        t0 = now_ms();  // the loader's wait is not compute
         absl::StatusOr<float> loss =
             sync_->forward(batch->inputs.data(), batch->targets.data(), B, T, op.micro + 1 == m);
         if (!loss.ok()) return loss.status();
@@ -173,19 +176,25 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
         if (last) failpoint("backward", options_.at, request.step);
         if (last && plan_.first()) {
           if (absl::Status s = add_embedding_grad(request.step); !s.ok()) return s;
+          t0 = now_ms();  // the wait for the last stage's share is not compute
         }
         if (absl::Status s = sync_->backward(dloss, last); !s.ok()) return s;
+        report.backward_ms += now_ms() - t0;
         if (last && plan_.last()) {
           if (absl::Status s = send_embedding_grad(request.step); !s.ok()) return s;
         }
         // Its activations are done with.
         free_slots.push_back(slot_of[static_cast<size_t>(op.micro)]);
         slot_of[static_cast<size_t>(op.micro)] = -1;
-        report.backward_ms += now_ms() - t0;
         break;
       }
     }
+    report.timeline.push_back({.kind = static_cast<int32_t>(op.kind),
+                               .micro = op.micro,
+                               .begin_ms = t0 - began,
+                               .end_ms = now_ms() - began});
   }
+  report.schedule_ms = now_ms() - began;
   SyncTimes times;
   failpoint("allreduce", options_.at, request.step);
   if (absl::Status s = sync_->finish(times); !s.ok()) return s;

@@ -88,6 +88,18 @@ struct TrafficReport {
 // replicas own the same range (DDP: the stage's whole range, so their norms
 // must agree bit for bit) or disjoint shares of it (ZeRO). The controller
 // sums the norms of the distinct ranges, which must tile [0, slice_params).
+// One op of a pipeline stage's schedule as it ran (pp > 1): its kind
+// (pipeline::OpKind), micro-batch, and when it began and ended, in
+// milliseconds since the stage began its schedule. A receive's time is the
+// wait for its sender.
+struct TimelineEvent {
+  int32_t kind = 0;
+  int32_t micro = 0;
+  double begin_ms = 0;
+  double end_ms = 0;
+  TROUPE_FIELDS(kind, micro, begin_ms, end_ms);
+};
+
 struct StepReport {
   int64_t step = 0;
   Coordinate at;
@@ -109,9 +121,13 @@ struct StepReport {
   double step_ms = 0;
   MemoryReport memory;
   TrafficReport sent;
+  // pp > 1: the schedule's ops as they ran, and how long the schedule took
+  // (from its first op to the end of its last).
+  std::vector<TimelineEvent> timeline;
+  double schedule_ms = 0;
   TROUPE_FIELDS(step, at, owned, slice_params, holds_loss, loss, grad_norm_sq, found_inf, samples,
                 tokens, sample_ids, data_position, epoch, forward_ms, backward_ms, comm_ms,
-                comm_exposed_ms, step_ms, memory, sent);
+                comm_exposed_ms, step_ms, memory, sent, timeline, schedule_ms);
 };
 
 // Applies step `step`: params -= update(lr, grads * grad_scale). grad_scale

@@ -24,6 +24,10 @@ void RunTotals::add(const StepOutcome& step) {
   comm_exposed_ms += step.comm_exposed_ms;
   overhead_ms += step.overhead_ms;
   sent_bytes += step.sent.total();
+  if (!step.timelines.empty()) {
+    bubble_sum += step.bubble;
+    ++pipelined;
+  }
   memory = memory.max_with(step.memory);
 }
 
@@ -75,6 +79,9 @@ void ProgressReporter::on_step(const StepOutcome& step) {
                                      rate(tokens / seconds), rate(samples / seconds));
   if (totals_.comm_ms > 0) {
     absl::StrAppend(&line, absl::StrFormat("  comm hidden %.0f%%", 100 * totals_.comm_hidden()));
+  }
+  if (!step.timelines.empty()) {
+    absl::StrAppend(&line, absl::StrFormat("  bubble %.0f%%", 100 * step.bubble));
   }
   if (!step.applied) absl::StrAppend(&line, "  (skipped: overflow)");
   absl::StrAppend(&line, "  ETA ", format_duration(remaining));
@@ -148,6 +155,7 @@ absl::Status MetricsWriter::write_step(const StepOutcome& s) {
                       {"comm_ms", s.comm_ms},
                       {"comm_exposed_ms", s.comm_exposed_ms},
                       {"overhead_ms", s.overhead_ms},
+                      {"bubble", s.bubble},
                       {"epoch", s.epoch},
                       {"data_position", s.data_position}};
   // Per rank (the largest over the ranks).

@@ -30,10 +30,14 @@ struct RunTotals {
   double comm_exposed_ms = 0;
   double overhead_ms = 0;
   int64_t sent_bytes = 0;  // per rank (the largest), summed over steps
+  double bubble_sum = 0;   // pp > 1: the steps' pipeline bubbles, summed
+  int64_t pipelined = 0;   // the steps that had one
   // Per rank, the largest over the run of each: model state, buffers, peak RSS.
   actors::MemoryReport memory;
   // The fraction of communication time hidden behind compute (1 without communication).
   double comm_hidden() const { return comm_ms > 0 ? 1.0 - comm_exposed_ms / comm_ms : 1.0; }
+  // The mean pipeline bubble over the steps (0 without a pipeline).
+  double bubble() const { return pipelined > 0 ? bubble_sum / static_cast<double>(pipelined) : 0; }
   void add(const StepOutcome& step);
 };
 

@@ -78,6 +78,17 @@ absl::StatusOr<double> sum_owned_norms(int64_t step, std::span<const actors::Ste
 
 }  // namespace
 
+double pipeline_bubble(std::span<const actors::StepReport> stages) {
+  if (stages.size() < 2) return 0;
+  double busy = 0, makespan = 0;
+  for (const actors::StepReport& r : stages) {
+    busy += r.forward_ms + r.backward_ms;
+    makespan = std::max(makespan, r.schedule_ms);
+  }
+  if (makespan <= 0) return 0;
+  return std::max(0.0, 1 - busy / (static_cast<double>(stages.size()) * makespan));
+}
+
 absl::StatusOr<StepTotals> combine_reports(int64_t step,
                                            std::span<const actors::StepReport> reports) {
   StepTotals out;
@@ -108,6 +119,13 @@ absl::StatusOr<StepTotals> combine_reports(int64_t step,
         absl::StrCat("step ", step, ": no stage reported the loss of any sample"));
   }
   out.loss = weighted_loss / static_cast<double>(out.samples);
+  // Each replica's (tensor slice 0's) pipeline, its stages together.
+  std::map<int, std::vector<actors::StepReport>> pipelines;
+  for (const actors::StepReport& r : reports) {
+    if (r.at.t == 0 && !r.timeline.empty()) pipelines[r.at.d].push_back(r);
+  }
+  for (const auto& [d, stages] : pipelines)
+    out.bubble += pipeline_bubble(stages) / static_cast<double>(pipelines.size());
   absl::StatusOr<double> norm = sum_owned_norms(step, reports, out.found_inf);
   if (!norm.ok()) return norm.status();
   out.grad_norm_sq = *norm;

@@ -42,7 +42,15 @@ struct StepTotals {
   // bytes sent in the step.
   actors::MemoryReport memory;
   actors::TrafficReport sent;
+  // pp > 1: the pipeline's bubble, the stages' idle share of the schedule
+  // (pipeline_bubble), averaged over the replicas; 0 otherwise.
+  double bubble = 0;
 };
+
+// The idle share of one replica's pipeline in a step: 1 - (the stages'
+// forward and backward time) / (stages x the longest schedule_ms), from the
+// reports of its stages (pp > 1). 0 for fewer than two stages.
+double pipeline_bubble(std::span<const actors::StepReport> stages);
 
 // The totals of step `step` from every stage's report. Internal, naming the
 // stages, when the reports contradict each other: a report of another step, no

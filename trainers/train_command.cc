@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "actors/pipeline/schedule.h"
 #include "actors/zero_partition.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "core/cluster/cluster.h"
@@ -463,6 +464,15 @@ int train_command(const std::vector<std::string>& args) {
       nn::format_bytes(m.buffers).c_str(), nn::format_bytes(m.activations).c_str(),
       nn::format_bytes(m.peak_rss).c_str(),
       nn::format_bytes(t.sent_bytes / std::max<int64_t>(1, t.steps)).c_str());
+  if (t.pipelined > 0) {
+    std::printf(
+        "  pipeline bubble %.1f%% of the schedule (%s over %d stages and %lld "
+        "micro-batches: %.1f%% in theory)\n",
+        100 * t.bubble(), config.parallel.schedule.c_str(), config.parallel.pp,
+        static_cast<long long>(config.gradient_accumulation_steps),
+        100 * actors::pipeline::theoretical_bubble(
+                  config.parallel.pp, static_cast<int>(config.gradient_accumulation_steps)));
+  }
   if (accuracy)
     std::printf("  task accuracy (held-out addition problems): %.1f%%\n", 100 * *accuracy);
   if (!stepper.recoveries().empty()) {

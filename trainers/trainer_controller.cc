@@ -420,6 +420,10 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
   out.comm_exposed_ms = totals->comm_exposed_ms;
   out.memory = totals->memory;
   out.sent = totals->sent;
+  out.bubble = totals->bubble;
+  for (const actors::StepReport& r : reports) {
+    if (!r.timeline.empty()) out.timelines.push_back({r.at, r.timeline, r.schedule_ms});
+  }
   const double scale = out.loss_scale;
   if (totals->found_inf) {
     if (!scaler_) {

@@ -71,6 +71,13 @@ struct ControllerOptions {
   absl::Duration member_poll = absl::Milliseconds(200);
 };
 
+// One pipeline stage's schedule in a step (actors::TimelineEvent).
+struct StageTimeline {
+  actors::Coordinate at;
+  std::vector<actors::TimelineEvent> events;
+  double schedule_ms = 0;
+};
+
 // One step, as the controller saw it.
 struct StepOutcome {
   int64_t step = 0;
@@ -97,6 +104,10 @@ struct StepOutcome {
   // state, buffers, activations, peak RSS) and sent to its group this step.
   actors::MemoryReport memory;
   actors::TrafficReport sent;
+  // pp > 1: the pipeline's idle share of the step's schedule (StepTotals).
+  double bubble = 0;
+  // pp > 1: each stage's schedule as it ran, in mesh order.
+  std::vector<StageTimeline> timelines;
 };
 
 // A coordinate whose actors were lost, or hung (found so by the controller,

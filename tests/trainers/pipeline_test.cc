@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/pipeline/schedule.h"
 #include "tests/trainers/training_cluster.h"
 #include "trainers/config.h"
 #include "trainers/data_parallel_trainer.h"
@@ -56,6 +57,30 @@ TrainConfig config_for(int dp, int pp, const std::string& schedule = "1f1b",
 
 using testing::RunResult;
 
+// Each stage's timeline is its schedule's program as it ran, op by op, in
+// time order; the step's bubble is an idle share.
+void expect_timelines(const StepOutcome& o, int dp, int pp, const std::string& schedule) {
+  ASSERT_EQ(o.timelines.size(), static_cast<size_t>(dp * pp)) << "step " << o.step;
+  absl::StatusOr<actors::pipeline::Schedule> s =
+      actors::pipeline::make_schedule(schedule, pp, kGlobalBatch / kMicroBatch / dp, 1);
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (const StageTimeline& t : o.timelines) {
+    const auto& program = s->programs[static_cast<size_t>(t.at.p)];
+    ASSERT_EQ(t.events.size(), program.size()) << actors::to_string(t.at);
+    double before = 0;
+    for (size_t i = 0; i < program.size(); ++i) {
+      EXPECT_EQ(t.events[i].kind, static_cast<int32_t>(program[i].kind));
+      EXPECT_EQ(t.events[i].micro, program[i].micro);
+      EXPECT_LE(before, t.events[i].begin_ms);
+      EXPECT_LE(t.events[i].begin_ms, t.events[i].end_ms);
+      before = t.events[i].end_ms;
+    }
+    EXPECT_LE(before, t.schedule_ms);
+  }
+  EXPECT_GT(o.bubble, 0) << "step " << o.step;
+  EXPECT_LT(o.bubble, 1) << "step " << o.step;
+}
+
 class PipelineTest : public testing::TrainingClusterTest {
  protected:
   static std::string next_job() { return "pipeline-test-" + std::to_string(++jobs_); }
@@ -99,9 +124,10 @@ TEST_F(PipelineTest, EveryLayoutAndScheduleMatchesOneProcess) {
       const RunResult piped = run(config_for(l.dp, l.pp, schedule));
       testing::expect_same_training(piped, single, what, true, "pipeline");
       for (size_t k = 0; k < piped.outcomes.size(); ++k) {
-        EXPECT_EQ(testing::sorted(piped.outcomes[k].sample_ids),
-                  testing::sorted(single.outcomes[k].sample_ids))
+        const StepOutcome& o = piped.outcomes[k];
+        EXPECT_EQ(testing::sorted(o.sample_ids), testing::sorted(single.outcomes[k].sample_ids))
             << what << ", step " << k + 1;
+        expect_timelines(o, l.dp, l.pp, schedule);
       }
     }
   }
