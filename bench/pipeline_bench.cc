@@ -1,0 +1,192 @@
+// pipeline_bench: pipeline parallelism's bubble and throughput (docs/parallelism.md).
+//
+//   pipeline_bench [--stages 2,4] [--micro-batches 4,8,16] [--schedules gpipe,1f1b]
+//                  [--steps 4] [--warmup 1] [--repeat 3] [--threads 1] [--tiny]
+//
+// For each schedule, p stages and m micro-batches a step: troupe's HybridTrainer (dp 1, pp p)
+// on a local cluster of p workers (one stage each, --threads compute threads), --warmup steps,
+// then --steps timed steps, --repeat times. Printed per row, medians over the repeats of each
+// run's median step: the measured bubble (the stages' idle share of the schedule, from their
+// timelines: trainers/step_reports.h) beside the theory, (p - 1) / (m + p - 1), and the
+// difference in points; samples/s; and the activations the busiest stage holds, with the
+// micro-batches its schedule keeps in flight (1F1B: p on the first stage, GPipe: m).
+//
+// The model: 8 blocks of 256 channels, 4 heads, sequence 128, a vocabulary of 256 (so that the
+// head on the last stage costs about what a block does and the stages balance), micro-batch 4;
+// --tiny: 4 blocks of 32 channels, for CI's smoke run.
+//
+// Not yet here: the peer, torch.distributed.pipelining's ScheduleGPipe and Schedule1F1B over
+// gloo on the same model and split; this bench says so when it runs.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "actors/pipeline/schedule.h"
+#include "bench/bench_fail.h"
+#include "bench/bench_util.h"
+#include "bench/compute_env.h"
+#include "core/cluster/cluster.h"
+#include "core/cluster/local_cluster.h"
+#include "nn/memory.h"
+#include "trainers/config.h"
+#include "trainers/trainer.h"
+
+#ifndef TROUPE_BINARY
+#define TROUPE_BINARY "troupe"
+#endif
+
+namespace troupe::bench {
+namespace {
+
+struct Shape {
+  int L, C, NH, T, V, B;
+};
+constexpr Shape kPipelineShape = {8, 256, 4, 128, 256, 4};
+constexpr Shape kTinyShape = {4, 32, 2, 16, 64, 2};
+
+std::vector<int> parse_ints(const std::string& s) {
+  std::vector<int> out;
+  std::istringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(std::atoi(item.c_str()));
+  }
+  return out;
+}
+
+std::vector<std::string> parse_names(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+trainers::TrainConfig config_for(const Shape& s, const std::string& schedule, int p, int m) {
+  trainers::TrainConfig c;
+  c.parallel.dp = 1;
+  c.parallel.pp = p;
+  c.parallel.schedule = schedule;
+  c.micro_batch_size = s.B;
+  c.gradient_accumulation_steps = m;
+  c.train_batch_size = static_cast<int64_t>(s.B) * m;
+  c.model = {.max_seq_len = s.T,
+             .vocab_size = s.V,
+             .padded_vocab_size = s.V,
+             .num_layers = s.L,
+             .num_heads = s.NH,
+             .channels = s.C};
+  c.data.synthetic = trainers::SyntheticTaskConfig{
+      .task = "addition", .digits = 2, .num_samples = 4096, .seed = 7};
+  c.optimizer.type = trainers::OptimizerType::kAdamW;
+  c.schedule = nn::LrSchedule::constant(1e-4f);
+  c.gradient_clipping = 1.0;
+  c.training.seed = 1337;
+  return c;
+}
+
+struct Measured {
+  double bubble = 0;
+  double samples_per_s = 0;
+  double activations = 0;  // bytes, the busiest stage's
+};
+
+Measured run_once(Cluster& driver, const trainers::TrainConfig& config, int threads, int steps,
+                  int warmup, const std::string& job) {
+  const std::string what = job + ": ";
+  std::unique_ptr<trainers::Trainer> trainer = value_or_die(
+      trainers::start_trainer(driver, config, job, threads), what + "starting the trainer");
+  std::vector<double> bubbles, step_ms;
+  Measured out;
+  for (int k = 1; k <= warmup + steps; ++k) {
+    trainers::StepOutcome o = value_or_die(trainer->step(k), what + "step " + std::to_string(k));
+    out.activations = std::max(out.activations, static_cast<double>(o.memory.activations));
+    if (k <= warmup) continue;
+    bubbles.push_back(o.bubble);
+    step_ms.push_back(o.step_ms);
+  }
+  if (absl::Status s = trainer->stop(); !s.ok()) die(what + "stop: " + s.ToString());
+  out.bubble = median(bubbles);
+  out.samples_per_s = static_cast<double>(config.train_batch_size) / (median(step_ms) / 1e3);
+  return out;
+}
+
+}  // namespace
+}  // namespace troupe::bench
+
+using namespace troupe;
+using namespace troupe::bench;
+
+int main(int argc, char** argv) {
+  Flags flags(argc, argv);
+  if (flags.has("--help")) {
+    std::printf(
+        "pipeline_bench [--stages 2,4] [--micro-batches 4,8,16] [--schedules gpipe,1f1b]\n"
+        "               [--steps 4] [--warmup 1] [--repeat 3] [--threads 1] [--tiny]\n");
+    return 0;
+  }
+  reexec_keeping_peer_wait_policy(argv);  // bench/compute_env.h
+  const bool tiny = flags.has("--tiny");
+  const std::vector<int> stages = parse_ints(flags.get("--stages", tiny ? "2" : "2,4"));
+  const std::vector<int> micro = parse_ints(flags.get("--micro-batches", tiny ? "4" : "4,8,16"));
+  const std::vector<std::string> schedules = parse_names(flags.get("--schedules", "gpipe,1f1b"));
+  const int steps = static_cast<int>(flags.get_long("--steps", tiny ? 1 : 4));
+  const int warmup = static_cast<int>(flags.get_long("--warmup", 1));
+  const int repeat = static_cast<int>(flags.get_long("--repeat", tiny ? 1 : 3));
+  const int threads = static_cast<int>(flags.get_long("--threads", 1));
+  const Shape shape = tiny ? kTinyShape : kPipelineShape;
+  auto bad = [&](int v, int lo, int hi) { return v < lo || v > hi; };
+  if (stages.empty() || micro.empty() || schedules.empty() || bad(steps, 1, 1000) ||
+      bad(warmup, 0, 100) || bad(repeat, 1, 100) || bad(threads, 1, 64) ||
+      std::any_of(stages.begin(), stages.end(), [&](int p) { return bad(p, 2, shape.L); }) ||
+      std::any_of(micro.begin(), micro.end(), [&](int m) { return bad(m, 1, 256); })) {
+    std::fprintf(stderr, "pipeline_bench: bad arguments (see --help)\n");
+    return 2;
+  }
+  const int workers = *std::max_element(stages.begin(), stages.end());
+  std::unique_ptr<cluster::LocalCluster> local =
+      value_or_die(cluster::LocalCluster::start({.workers = workers,
+                                                 .default_resources = "CPU=1",
+                                                 .troupe_binary = TROUPE_BINARY,
+                                                 .echo_output = false}),
+                   "starting the local cluster");
+  std::unique_ptr<Cluster> driver =
+      value_or_die(Cluster::connect(local->client_options()), "connecting the driver");
+  std::printf(
+      "pipeline_bench: GPT of %d blocks x %d channels, seq %d, vocab %d, micro-batch %d; dp 1, "
+      "one stage a worker, %d thread(s) each; %d timed step(s) after %d warm-up, median of %d\n",
+      shape.L, shape.C, shape.T, shape.V, shape.B, threads, steps, warmup, repeat);
+  std::printf("%-9s %2s %3s  %9s %8s %7s  %10s  %12s %5s\n", "schedule", "p", "m", "bubble",
+              "theory", "diff", "samples/s", "activations", "held");
+  int jobs = 0;
+  for (const std::string& schedule : schedules) {
+    for (int p : stages) {
+      for (int m : micro) {
+        const trainers::TrainConfig config = config_for(shape, schedule, p, m);
+        std::vector<double> bubble, rate;
+        double activations = 0;
+        for (int r = 0; r < repeat; ++r) {
+          const Measured one = run_once(*driver, config, threads, steps, warmup,
+                                        "pipeline-bench-" + std::to_string(++jobs));
+          bubble.push_back(one.bubble);
+          rate.push_back(one.samples_per_s);
+          activations = std::max(activations, one.activations);
+        }
+        const double theory = actors::pipeline::theoretical_bubble(p, m);
+        const int held = schedule == "gpipe" ? m : std::min(p, m);
+        std::printf("%-9s %2d %3d  %8.1f%% %7.1f%% %+6.1f  %10.1f  %12s %5d\n", schedule.c_str(), p,
+                    m, 100 * median(bubble), 100 * theory, 100 * (median(bubble) - theory),
+                    median(rate), nn::format_bytes(static_cast<int64_t>(activations)).c_str(), held);
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::printf(
+      "peer: torch.distributed.pipelining (ScheduleGPipe, Schedule1F1B) is not part of this "
+      "bench yet: no ratio\n");
+  driver.reset();  // before the cluster it is connected to
+  return 0;
+}
