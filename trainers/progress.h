@@ -34,8 +34,13 @@ struct RunTotals {
   int64_t pipelined = 0;   // the steps that had one
   // Per rank, the largest over the run of each: model state, buffers, peak RSS.
   actors::MemoryReport memory;
-  // The fraction of communication time hidden behind compute (1 without communication).
-  double comm_hidden() const { return comm_ms > 0 ? 1.0 - comm_exposed_ms / comm_ms : 1.0; }
+  // The fraction of communication time hidden behind compute (1 without communication; 0
+  // when none is, though the exposed time, counted from the calls, may exceed the reductions').
+  double comm_hidden() const {
+    if (comm_ms <= 0) return 1.0;
+    const double hidden = 1.0 - comm_exposed_ms / comm_ms;
+    return hidden > 0 ? hidden : 0;
+  }
   // The mean pipeline bubble over the steps (0 without a pipeline).
   double bubble() const { return pipelined > 0 ? bubble_sum / static_cast<double>(pipelined) : 0; }
   void add(const StepOutcome& step);
