@@ -1,7 +1,7 @@
 // pipeline_bench: pipeline parallelism's bubble and throughput (docs/parallelism.md).
 //
 //   pipeline_bench [--stages 2,4] [--micro-batches 4,8,16] [--schedules gpipe,1f1b]
-//                  [--steps 4] [--warmup 1] [--repeat 3] [--threads 1] [--tiny]
+//                  [--steps 4] [--warmup 1] [--repeat 3] [--threads 1] [--tiny] [--skip-peer]
 //
 // For each schedule, p stages and m micro-batches a step: troupe's HybridTrainer (dp 1, pp p)
 // on a local cluster of p workers (one stage each, --threads compute threads), --warmup steps,
@@ -15,15 +15,22 @@
 // head on the last stage costs about what a block does and the stages balance), micro-batch 4;
 // --tiny: 4 blocks of 32 channels, for CI's smoke run.
 //
-// Not yet here: the peer, torch.distributed.pipelining's ScheduleGPipe and Schedule1F1B over
-// gloo on the same model and split; this bench says so when it runs.
+// The peer, in the same invocation: torch.distributed.pipelining's ScheduleGPipe and
+// Schedule1F1B over gloo, on the same model split the same way, the same micro-batches and
+// threads (bench/pipeline_bench_torch.py, with the python bench_util.h's find_torch_python
+// finds; bench/setup_torch_peers.sh installs torch). Its samples/s, median of --repeat runs, and
+// troupe's ratio to it. Skipped, saying so, when no python here imports torch.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "actors/pipeline/schedule.h"
 #include "bench/bench_fail.h"
 #include "bench/bench_util.h"
@@ -36,6 +43,9 @@
 
 #ifndef TROUPE_BINARY
 #define TROUPE_BINARY "troupe"
+#endif
+#ifndef TROUPE_PIPELINE_BENCH_PEER_SCRIPT
+#define TROUPE_PIPELINE_BENCH_PEER_SCRIPT "bench/pipeline_bench_torch.py"
 #endif
 
 namespace troupe::bench {
@@ -114,6 +124,39 @@ Measured run_once(Cluster& driver, const trainers::TrainConfig& config, int thre
   return out;
 }
 
+// The peer's samples/s for one row, or a reason it has none.
+struct PeerRun {
+  double samples_per_s = 0;
+  std::string why;
+};
+
+PeerRun run_peer(const std::string& python, const Shape& s, const std::string& schedule, int p,
+                 int m, int threads, int steps, int warmup) {
+  constexpr int kTimeoutS = 900;
+  const std::string cmd =
+      "timeout -k 10 " + std::to_string(kTimeoutS + 60) + " " + shell_quote(python) + " " +
+      shell_quote(TROUPE_PIPELINE_BENCH_PEER_SCRIPT) + " --schedule " + schedule + " --stages " +
+      std::to_string(p) + " --micro-batches " + std::to_string(m) + " --config " +
+      std::to_string(s.L) + ":" + std::to_string(s.C) + ":" + std::to_string(s.NH) + ":" +
+      std::to_string(s.V) + ":" + std::to_string(s.T) + ":" + std::to_string(s.B) + " --threads " +
+      std::to_string(threads) + " --steps " + std::to_string(steps) + " --warmup " +
+      std::to_string(warmup) + " --timeout " + std::to_string(kTimeoutS) + " --parent-pid " +
+      std::to_string(::getpid()) + " 2>&1";
+  std::fflush(stdout);
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return {.samples_per_s = 0, .why = "cannot start " + python};
+  const std::string out = read_all(pipe);
+  ::pclose(pipe);
+  const std::string marker = "PIPELINE_PEER_RESULT ";
+  const size_t at = out.rfind(marker);
+  if (at == std::string::npos) {
+    return {.samples_per_s = 0, .why = out.substr(out.size() > 400 ? out.size() - 400 : 0)};
+  }
+  const std::optional<double> rate = json_number(out.substr(at + marker.size()), "samples_per_s");
+  if (!rate) return {.samples_per_s = 0, .why = "no samples_per_s in its result"};
+  return {.samples_per_s = *rate, .why = ""};
+}
+
 }  // namespace
 }  // namespace troupe::bench
 
@@ -125,7 +168,8 @@ int main(int argc, char** argv) {
   if (flags.has("--help")) {
     std::printf(
         "pipeline_bench [--stages 2,4] [--micro-batches 4,8,16] [--schedules gpipe,1f1b]\n"
-        "               [--steps 4] [--warmup 1] [--repeat 3] [--threads 1] [--tiny]\n");
+        "               [--steps 4] [--warmup 1] [--repeat 3] [--threads 1] [--tiny]\n"
+        "               [--skip-peer]\n");
     return 0;
   }
   reexec_keeping_peer_wait_policy(argv);  // bench/compute_env.h
@@ -138,6 +182,7 @@ int main(int argc, char** argv) {
   const int repeat = static_cast<int>(flags.get_long("--repeat", tiny ? 1 : 3));
   const int threads = static_cast<int>(flags.get_long("--threads", 1));
   const Shape shape = tiny ? kTinyShape : kPipelineShape;
+  const bool skip_peer = flags.has("--skip-peer");
   auto bad = [&](int v, int lo, int hi) { return v < lo || v > hi; };
   if (stages.empty() || micro.empty() || schedules.empty() || bad(steps, 1, 1000) ||
       bad(warmup, 0, 100) || bad(repeat, 1, 100) || bad(threads, 1, 64) ||
@@ -159,14 +204,22 @@ int main(int argc, char** argv) {
       "pipeline_bench: GPT of %d blocks x %d channels, seq %d, vocab %d, micro-batch %d; dp 1, "
       "one stage a worker, %d thread(s) each; %d timed step(s) after %d warm-up, median of %d\n",
       shape.L, shape.C, shape.T, shape.V, shape.B, threads, steps, warmup, repeat);
-  std::printf("%-9s %2s %3s  %9s %8s %7s  %10s  %12s %5s\n", "schedule", "p", "m", "bubble",
-              "theory", "diff", "samples/s", "activations", "held");
+  std::optional<std::string> python;
+  if (skip_peer) {
+    std::printf("peer (torch.distributed.pipelining): skipped (--skip-peer)\n");
+  } else if (python = find_torch_python(); !python) {
+    std::printf(
+        "peer (torch.distributed.pipelining): skipped, no python here imports torch "
+        "(bench/setup_torch_peers.sh installs it)\n");
+  }
+  std::printf("%-9s %2s %3s  %9s %8s %7s  %10s %10s %6s  %12s %5s\n", "schedule", "p", "m",
+              "bubble", "theory", "diff", "samples/s", "torch", "ratio", "activations", "held");
   int jobs = 0;
   for (const std::string& schedule : schedules) {
     for (int p : stages) {
       for (int m : micro) {
         const trainers::TrainConfig config = config_for(shape, schedule, p, m);
-        std::vector<double> bubble, rate;
+        std::vector<double> bubble, rate, peer_rate;
         double activations = 0;
         for (int r = 0; r < repeat; ++r) {
           const Measured one = run_once(*driver, config, threads, steps, warmup,
@@ -174,19 +227,29 @@ int main(int argc, char** argv) {
           bubble.push_back(one.bubble);
           rate.push_back(one.samples_per_s);
           activations = std::max(activations, one.activations);
+          if (!python) continue;
+          const PeerRun peer = run_peer(*python, shape, schedule, p, m, threads, steps, warmup);
+          if (peer.samples_per_s > 0) {
+            peer_rate.push_back(peer.samples_per_s);
+          } else {
+            std::printf("  peer failed: %s\n", peer.why.c_str());
+          }
         }
+        const double peer = peer_rate.empty() ? 0 : median(peer_rate);
         const double theory = actors::pipeline::theoretical_bubble(p, m);
         const int held = schedule == "gpipe" ? m : std::min(p, m);
-        std::printf("%-9s %2d %3d  %8.1f%% %7.1f%% %+6.1f  %10.1f  %12s %5d\n", schedule.c_str(), p,
-                    m, 100 * median(bubble), 100 * theory, 100 * (median(bubble) - theory),
-                    median(rate), nn::format_bytes(static_cast<int64_t>(activations)).c_str(), held);
+        const std::string peer_text = peer > 0 ? absl::StrFormat("%10.1f", peer) : "         -";
+        const std::string ratio_text =
+            peer > 0 ? absl::StrFormat("%5.2fx", median(rate) / peer) : "     -";
+        std::printf("%-9s %2d %3d  %8.1f%% %7.1f%% %+6.1f  %10.1f %s %s  %12s %5d\n",
+                    schedule.c_str(), p, m, 100 * median(bubble), 100 * theory,
+                    100 * (median(bubble) - theory), median(rate), peer_text.c_str(),
+                    ratio_text.c_str(), nn::format_bytes(static_cast<int64_t>(activations)).c_str(),
+                    held);
         std::fflush(stdout);
       }
     }
   }
-  std::printf(
-      "peer: torch.distributed.pipelining (ScheduleGPipe, Schedule1F1B) is not part of this "
-      "bench yet: no ratio\n");
   driver.reset();  // before the cluster it is connected to
   return 0;
 }
