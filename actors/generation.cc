@@ -86,10 +86,6 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> generate_tokens(
   return out;
 }
 
-}  // namespace troupe::actors
-
-namespace troupe::actors {
-
 absl::StatusOr<EvalReport> evaluate_task(nn::GPT& model, const EvalRequest& request) {
   absl::StatusOr<std::vector<AdditionProblem>> problems =
       held_out_problems(request.task, request.samples);

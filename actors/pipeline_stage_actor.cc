@@ -18,6 +18,12 @@
 namespace troupe::actors {
 namespace {
 
+// How long a pipe group's receive may wait for its sender.
+constexpr absl::Duration kPipeTimeout = absl::Minutes(10);
+// The micro-batches a pipelined step may have: their number is a field of
+// the messages' tags (pipeline_stage_schedule.cc).
+constexpr int kMaxMicroBatches = 1 << 20;
+
 absl::Status check_options(const StageOptions& o) {
   const std::string where = absl::StrCat("stage ", to_string(o.at));
   if (o.micro_batch < 1 || o.grad_accum < 1) {
@@ -44,6 +50,11 @@ absl::Status check_options(const StageOptions& o) {
           where, ": pipeline schedule \"", o.schedule, "\" ",
           o.schedule == "interleaved" ? "is not implemented yet in the stages" : "is not known",
           " (the stages run \"gpipe\" and \"1f1b\")"));
+    }
+    if (o.grad_accum > kMaxMicroBatches) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", o.grad_accum,
+                                                     " micro-batches a step; at most ",
+                                                     kMaxMicroBatches, " with pp > 1"));
     }
     if (o.pipe_group.empty()) {
       return absl::InvalidArgumentError(
@@ -211,8 +222,10 @@ absl::Status PipelineStageActor::setup() {
     tensors_->set_group(group_.get());
   }
   if (options_.mesh.pp > 1 && pipe_ == nullptr) {
+    // A receive waits out its schedule's bubble, which on a CPU can last
+    // long; a failed stage aborts the group, so the others do not wait that long.
     absl::StatusOr<std::unique_ptr<CollectiveGroup>> pipe =
-        CollectiveGroup::join(options_.pipe_group);
+        CollectiveGroup::join(options_.pipe_group, kPipeTimeout);
     if (!pipe.ok()) return pipe.status();
     if ((*pipe)->rank() != options_.at.p || (*pipe)->world_size() != options_.mesh.pp) {
       return absl::InternalError(absl::StrCat(name_, ": rank ", (*pipe)->rank(), " of ",
@@ -225,6 +238,10 @@ absl::Status PipelineStageActor::setup() {
 }
 
 absl::Status PipelineStageActor::rejoin() {
+  if (options_.mesh.pp > 1) {
+    return absl::UnimplementedError(absl::StrCat(name_, ": rejoining a pipeline (pp ",
+                                                 options_.mesh.pp, ") is not implemented"));
+  }
   if (const int64_t held = tensors_->held_step.load(); held != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         name_, ": rejoin while it holds the gradients of step ", held, " (discard it first)"));
@@ -242,6 +259,10 @@ void PipelineStageActor::leave_group() {
 }
 
 absl::Status PipelineStageActor::resize(StageShape shape) {
+  if (options_.mesh.pp > 1) {
+    return absl::UnimplementedError(absl::StrCat(name_, ": resizing a pipeline (pp ",
+                                                 options_.mesh.pp, ") is not implemented"));
+  }
   const int zero = zero_stage_of(options_.gradient_sync);
   if (loader_ == nullptr || sync_ == nullptr) {
     // A replacement: set up at the shape (under ZeRO with the partition of
@@ -344,9 +365,11 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
     // The rest of the group may be waiting in this step's reductions for
     // this rank's share, its neighbours for its activations or gradients:
     // they fail now rather than at their timeout.
-    if (group_ != nullptr && !absl::IsAborted(failed))
+    // Each group that has not failed yet learns of it (an abort of one is
+    // the other's news).
+    if (group_ != nullptr && group_->failed().ok())
       group_->abort(absl::AbortedError(failed.message()));
-    if (pipe_ != nullptr && !absl::IsAborted(failed))
+    if (pipe_ != nullptr && pipe_->failed().ok())
       pipe_->abort(absl::AbortedError(failed.message()));
     // Then nothing of the failed step may still read or write the buffers
     // (a shard's load or init may come next).

@@ -11,9 +11,11 @@
 //
 // A step, as the controller drives it:
 //   run_step(k)   for each of its micro-batches: take it from the loader of
-//                 this coordinate, forward, backward; the gradient sync
-//                 reduces the last micro-batch's gradients as backward
-//                 finishes them; reports loss, the owned range and its norm.
+//                 this coordinate, forward, backward (with pp > 1 in the
+//                 order of its schedule, exchanging activations with its
+//                 neighbours); the gradient sync reduces the gradients (as
+//                 backward finishes them, pp = 1; after the last backward,
+//                 pp > 1); reports loss, the owned range and its norm.
 //   commit        by the parameter shard of this coordinate (in this process),
 //                 only once every stage's run_step succeeded; or
 //   discard(k)    drops the step's gradients (a failed or overflowed step).
@@ -34,7 +36,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "actors/data/addition_task.h"
 #include "actors/generation.h"
 #include "actors/gradient_sync.h"
 #include "actors/mesh.h"
@@ -107,7 +108,8 @@ class PipelineStageActor {
   // lost a member, and joins the latest one the controller declared (with
   // the survivors and the replacements), as setup() does; a replacement's
   // first call. Every stage of the group must call it at once.
-  // FailedPrecondition while it holds a step's gradients.
+  // FailedPrecondition while it holds a step's gradients; Unimplemented
+  // for pp > 1.
   absl::Status rejoin();
   // Elasticity: continues as rank shape.rank of shape.dp, running
   // shape.grad_accum micro-batches of shape.micro_batch a step, its loader
@@ -121,12 +123,12 @@ class PipelineStageActor {
   // InvalidArgument for a shape its loader refuses (another global batch).
   // Under ZeRO its partition moves with its rank (its shard then adopts the
   // new one); Unimplemented for ZeRO-2/3 to or from dp 1, where the model
-  // holds what they partition.
+  // holds what they partition, and for pp > 1.
   absl::Status resize(StageShape shape);
   // Runs step `request.step` (see above). The synchronised gradients stay
   // until commit or discard. Errors: FailedPrecondition before setup or for a
-  // step out of turn; Aborted when a member of the group was lost; the
-  // loader's errors.
+  // step out of turn; Aborted when a member of the group (or, pp > 1, of its
+  // pipe group) was lost or failed; the loader's errors.
   absl::StatusOr<StepReport> run_step(StepRequest request);
   // Drops the gradients of step `step`, which was not committed.
   absl::Status discard(int64_t step);
@@ -141,7 +143,9 @@ class PipelineStageActor {
   absl::Status gather_parameters();
   absl::StatusOr<EvalReport> evaluate(EvalRequest request);
   // evaluate and generate: FailedPrecondition under ZeRO unless
-  // gather_parameters ran since the shards last wrote the parameters.
+  // gather_parameters ran since the shards last wrote the parameters, and
+  // with pp > 1 (a stage holds only its blocks; the trainer evaluates the
+  // gathered weights).
   // Greedy (temperature 0) or sampled continuation of `prompt`.
   absl::StatusOr<std::vector<int32_t>> generate(std::vector<int32_t> prompt, int max_new_tokens,
                                                 float temperature, uint64_t seed);
@@ -186,6 +190,7 @@ class PipelineStageActor {
   std::shared_ptr<DataLoader> loader_;
   int64_t last_run_ = 0;              // the last step run_step was called for (0: none)
   std::vector<uint16_t> half_grads_;  // fp16: the gradients' rounding scratch
+  std::vector<float> head_share_;     // pp > 1, first stage: the head's share of wte's gradient
   // ZeRO: this rank's partition of what the model does not hold whole.
   ZeroPartition partition_;
   nn::FloatBuffer own_params_;  // ZeRO-3

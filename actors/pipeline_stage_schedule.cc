@@ -7,7 +7,6 @@
 // simulates). The tied embedding: the first stage sends wte to the last
 // before the step, and the last sends back the head's share of its gradient,
 // which the first adds before its last backward, ahead of the reduction.
-#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -55,15 +54,15 @@ absl::Status PipelineStageActor::send_embedding_grad(int64_t step) {
 
 absl::Status PipelineStageActor::add_embedding_grad(int64_t step) {
   const size_t n = model_.param_layout().wpe();
-  std::vector<float> head_share(n);
+  head_share_.resize(n);
   if (absl::Status s = pipe_->recv(options_.mesh.pp - 1, wire_tag(step, Wire::kEmbeddingGrad, 0),
-                                   head_share.data(), n * sizeof(float));
+                                   head_share_.data(), n * sizeof(float));
       !s.ok()) {
     return s;
   }
   float* dwte = model_.grads();
   for (size_t i = 0; i < n; ++i)
-    dwte[i] += head_share[i];
+    dwte[i] += head_share_[i];
   return absl::OkStatus();
 }
 
@@ -77,6 +76,10 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
   const int m = options_.grad_accum;
   const int p = plan_.stage;
   const size_t bytes = static_cast<size_t>(B) * T * options_.model.channels * sizeof(float);
+  if (schedule_.micro_batches != m) {
+    return absl::InternalError(absl::StrCat(name_, ": its schedule has ", schedule_.micro_batches,
+                                            " micro-batches, its step ", m));
+  }
   const std::vector<PipelineOp>& program = schedule_.programs[static_cast<size_t>(p)];
   if (absl::Status s = gpt.prepare(B, T); !s.ok()) return s;
   if (absl::Status s = share_embedding(request.step); !s.ok()) return s;

@@ -78,16 +78,6 @@ struct TrafficReport {
   TROUPE_FIELDS(allreduce, reduce_scatter, allgather);
 };
 
-// What a stage did in a step. Timings in milliseconds.
-//
-// Ownership: after the gradient exchange a stage holds final, reduced
-// gradients for `owned`, a range of the flat parameter buffer of tensor
-// slice `at.t` (for tp = 1, the model's buffer, nn/gpt_param_layout.h), whose
-// whole size is `slice_params`. `grad_norm_sq` covers exactly that range.
-// Stages of different pipeline ranks own disjoint ranges; data-parallel
-// replicas own the same range (DDP: the stage's whole range, so their norms
-// must agree bit for bit) or disjoint shares of it (ZeRO). The controller
-// sums the norms of the distinct ranges, which must tile [0, slice_params).
 // One op of a pipeline stage's schedule as it ran (pp > 1): its kind
 // (pipeline::OpKind), micro-batch, and when it began and ended, in
 // milliseconds since the stage began its schedule. A receive's time is the
@@ -100,6 +90,16 @@ struct TimelineEvent {
   TROUPE_FIELDS(kind, micro, begin_ms, end_ms);
 };
 
+// What a stage did in a step. Timings in milliseconds.
+//
+// Ownership: after the gradient exchange a stage holds final, reduced
+// gradients for `owned`, a range of the flat parameter buffer of tensor
+// slice `at.t` (for tp = 1, the model's buffer, nn/gpt_param_layout.h), whose
+// whole size is `slice_params`. `grad_norm_sq` covers exactly that range.
+// Stages of different pipeline ranks own disjoint ranges; data-parallel
+// replicas own the same range (DDP: the stage's whole range, so their norms
+// must agree bit for bit) or disjoint shares of it (ZeRO). The controller
+// sums the norms of the distinct ranges, which must tile [0, slice_params).
 struct StepReport {
   int64_t step = 0;
   Coordinate at;

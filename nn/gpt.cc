@@ -300,7 +300,7 @@ absl::Status GPT::set_part(int block_begin, int block_end, bool head) {
   part_begin_ = block_begin;
   part_end_ = block_end;
   part_head_ = head;
-  B_ = T_ = 0;  // carved again by the next prepare
+  forget_activations();
   return absl::OkStatus();
 }
 
@@ -311,8 +311,15 @@ absl::Status GPT::set_activation_slots(int n) {
   }
   use_slot(0);
   slots_.resize(static_cast<size_t>(n));
-  B_ = T_ = 0;  // carved again by the next prepare
+  forget_activations();
   return absl::OkStatus();
+}
+
+void GPT::forget_activations() {
+  B_ = T_ = 0;  // carved again by the next prepare
+  have_inputs_ = have_targets_ = false;
+  for (Slot& slot : slots_)
+    slot.have_inputs = slot.have_targets = false;
 }
 
 void GPT::use_slot(int j) {

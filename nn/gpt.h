@@ -201,8 +201,8 @@ class GPT {
  private:
   GPT(const GPTConfig& config, const GPTOptions& options, const GPTStorage& storage);
 
-  // Pointers into acts_buffer_ for (B_, T_). Per-block tensors are [L, ...] when stored for every
-  // block and a single block's worth when recomputed (see GPTOptions).
+  // Pointers into the current slot's buffer for (B_, T_). Per-block tensors are [L, ...] when
+  // stored for every block and a single block's worth when recomputed (see GPTOptions).
   struct Activations {
     float* encoded;    // [B, T, C]
     float* ln1;        // [L, B, T, C] or [B, T, C]
@@ -250,6 +250,8 @@ class GPT {
   void block_recompute(int l);
   void block_backward(int l, const GradientsFinal& on_final);
   absl::Status check_blocks(int begin, int end, const char* what) const;
+  // Until the next prepare, no piece runs on what the activations held.
+  void forget_activations();
 
   GPTConfig config_;
   GPTOptions options_;

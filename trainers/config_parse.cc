@@ -263,14 +263,17 @@ absl::Status parse_data(JsonObject& top, TrainConfig* config) {
 
 // Megatron-LM's names for parallel.tp and parallel.pp, at the top level as
 // DeepSpeed configs carry them: the same setting, given once.
-absl::Status parse_megatron_sizes(JsonObject& top, TrainConfig* config) {
+// `ours_given`: whether parallel.tp and parallel.pp were in the config.
+absl::Status parse_megatron_sizes(JsonObject& top, TrainConfig* config,
+                                  std::pair<bool, bool> ours_given = {false, false}) {
   ParallelConfig& p = config->parallel;
-  for (auto [megatron, ours, size] : {std::tuple{"tensor_model_parallel_size", "tp", &p.tp},
-                                      std::tuple{"pipeline_model_parallel_size", "pp", &p.pp}}) {
+  for (auto [megatron, ours, size, given_too] :
+       {std::tuple{"tensor_model_parallel_size", "tp", &p.tp, ours_given.first},
+        std::tuple{"pipeline_model_parallel_size", "pp", &p.pp, ours_given.second}}) {
     if (!top.has(megatron)) continue;
     int given = 1;
     TROUPE_CONFIG_RETURN_IF_ERROR(top.read(megatron, &given, 1, kMaxParallel));
-    if (*size != 1 && *size != given) {
+    if (given_too && *size != given) {
       return config_error(absl::StrCat(megatron, ": ", given, " != parallel.", ours, " ", *size,
                                        " (the same setting; keep one)"));
     }
@@ -292,7 +295,7 @@ absl::Status parse_parallel(JsonObject& top, TrainConfig* config) {
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("virtual_stages", &p.virtual_stages, 1, kMaxParallel));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("partition", &p.partition));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
-  TROUPE_CONFIG_RETURN_IF_ERROR(parse_megatron_sizes(top, config));
+  TROUPE_CONFIG_RETURN_IF_ERROR(parse_megatron_sizes(top, config, {s.has("tp"), s.has("pp")}));
   if (p.schedule != "gpipe" && p.schedule != "1f1b" && p.schedule != "interleaved") {
     return config_error(absl::StrCat("parallel.schedule: \"", p.schedule,
                                      "\" is not a schedule; one of \"gpipe\", \"1f1b\", "

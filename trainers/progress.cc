@@ -155,9 +155,9 @@ absl::Status MetricsWriter::write_step(const StepOutcome& s) {
                       {"comm_ms", s.comm_ms},
                       {"comm_exposed_ms", s.comm_exposed_ms},
                       {"overhead_ms", s.overhead_ms},
-                      {"bubble", s.bubble},
                       {"epoch", s.epoch},
                       {"data_position", s.data_position}};
+  if (!s.timelines.empty()) j["bubble"] = s.bubble;  // a pipeline's
   // Per rank (the largest over the ranks).
   const actors::MemoryReport& m = s.memory;
   j["memory"] = {{"model_state", m.model_state()}, {"parameters", m.parameters},

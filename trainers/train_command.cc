@@ -62,7 +62,7 @@ void print_train_help() {
       "  --steps N         override training.steps\n"
       "  --output DIR      override training.output_dir (default runs/<job>)\n"
       "  --metrics FILE    override training.metrics_file (default DIR/metrics.jsonl)\n"
-      "  --threads N       compute threads per replica (default: cores / replicas with\n"
+      "  --threads N       compute threads per stage (default: cores / stages with\n"
       "                    --local, else each worker's default)\n"
       "  --resume          continue from the newest checkpoint in checkpoint.dir (its\n"
       "                    `latest`), in this run's layout: dp and ZeRO stage may differ\n"
@@ -220,7 +220,9 @@ int train_command(const std::vector<std::string>& args) {
     local = *std::move(started);
     options = local->client_options();
     options.name = "troupe train " + job;
-    if (threads == 0) threads = std::max(1, static_cast<int>(cores) / config.parallel.dp);
+    if (threads == 0) {
+      threads = std::max(1, static_cast<int>(cores) / (config.parallel.dp * config.parallel.pp));
+    }
   } else if (const char* env = std::getenv("TROUPE_HEAD");
              options.head.empty() && (env == nullptr || *env == '\0')) {
     return usage_error("give --local N to start a local cluster, or --head HOST:PORT");

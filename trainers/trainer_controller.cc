@@ -383,7 +383,9 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
   }
   if (!pending.empty()) {
     // The stages still run the step: discarding would wait for them.
-    hung_ = find_hung(step, pending, !reports.empty());
+    // (Pipeline stages issue different collectives, and wait on their pipe
+    // group, not only on their data-parallel one: none is singled out yet.)
+    if (mesh_.pp == 1) hung_ = find_hung(step, pending, !reports.empty());
     std::vector<std::string> who;
     for (const LostMember& h : hung_)
       who.push_back(absl::StrCat(actors::to_string(h.at), " (", h.reason, ")"));

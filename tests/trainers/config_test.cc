@@ -410,6 +410,8 @@ TEST(TrainConfigTest, PipelineStagesAndMegatronSizes) {
   EXPECT_EQ(both.parallel.pp, 2);
   expect_error(R"({"parallel": {"pp": 2}, "pipeline_model_parallel_size": 1})",
                "pipeline_model_parallel_size", "1 != parallel.pp 2 (the same setting; keep one)");
+  expect_error(R"({"parallel": {"pp": 1}, "pipeline_model_parallel_size": 2})",
+               "pipeline_model_parallel_size", "2 != parallel.pp 1 (the same setting; keep one)");
   expect_error(R"({"tensor_model_parallel_size": 2})", "parallel.tp",
                "2 is not implemented yet (tensor parallelism)");
   expect_error(R"({"parallel": {"pp": 3}})", "parallel.pp",

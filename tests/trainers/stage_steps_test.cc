@@ -268,8 +268,19 @@ TEST(StageFactoryTest, BadOptionsFailTheSpawnWithTheReason) {
   pipeline.mesh.pp = 2;
   auto stage = system.spawn<PipelineStageActor>({}, pipeline);
   EXPECT_EQ(stage.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(contains(stage.status().message(), "pipeline and tensor parallelism"))
-      << stage.status();
+  EXPECT_TRUE(contains(stage.status().message(), "pp 2 needs the pipe group")) << stage.status();
+  pipeline.pipe_group = "bad/pipe";
+  pipeline.schedule = "interleaved";
+  EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, pipeline).status().message(),
+                       "\"interleaved\" is not implemented yet in the stages"));
+  pipeline.schedule = "1f1b";
+  pipeline.gradient_sync = "zero1";
+  EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, pipeline).status().message(),
+                       "ZeRO-1 with pipeline parallelism (pp 2) is not implemented yet"));
+  actors::StageOptions sliced = stage_options(c, "bad");
+  sliced.mesh.tp = 2;
+  EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, sliced).status().message(),
+                       "tensor parallelism (tp 2) is not implemented yet"));
   actors::StageOptions outside = stage_options(c, "bad");
   outside.at.d = 3;
   EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, outside).status().message(),
