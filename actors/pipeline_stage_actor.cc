@@ -391,6 +391,22 @@ absl::Status PipelineStageActor::start_step(const StepRequest& request, StepRepo
   return sync_->begin_step();
 }
 
+absl::StatusOr<Batch> PipelineStageActor::next_batch(StepReport& report) {
+  const int B = options_.micro_batch;
+  const int T = options_.model.max_seq_len;
+  absl::StatusOr<Batch> batch = loader_->next();
+  if (!batch.ok()) return batch.status();
+  if (batch->inputs.size() != static_cast<size_t>(B) * T) {
+    return absl::InternalError(absl::StrCat(name_, ": the loader gave ", batch->inputs.size(),
+                                            " tokens for a micro-batch of ", B, " x ", T));
+  }
+  report.data_position = batch->position + static_cast<int64_t>(B) * options_.mesh.dp;
+  report.sample_ids.insert(report.sample_ids.end(), batch->sample_ids.begin(),
+                           batch->sample_ids.end());
+  report.epoch = batch->epoch;
+  return batch;
+}
+
 absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepRequest& request) {
   const double start = now_ms();
   StepReport report;
@@ -403,16 +419,8 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
     if (group_ != nullptr) {
       if (absl::Status s = group_->failed(); !s.ok()) return s;
     }
-    absl::StatusOr<Batch> batch = loader_->next();
+    absl::StatusOr<Batch> batch = next_batch(report);
     if (!batch.ok()) return batch.status();
-    if (batch->inputs.size() != static_cast<size_t>(B) * T) {
-      return absl::InternalError(absl::StrCat(name_, ": the loader gave ", batch->inputs.size(),
-                                              " tokens for a micro-batch of ", B, " x ", T));
-    }
-    report.data_position = batch->position + static_cast<int64_t>(B) * options_.mesh.dp;
-    report.sample_ids.insert(report.sample_ids.end(), batch->sample_ids.begin(),
-                             batch->sample_ids.end());
-    report.epoch = batch->epoch;
     const bool last = j + 1 == options_.grad_accum;
     if (j == 0) failpoint("forward", options_.at, request.step);
     const double t0 = now_ms();

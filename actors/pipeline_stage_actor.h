@@ -53,6 +53,7 @@
 namespace troupe::actors {
 
 class DataLoader;
+struct Batch;
 
 struct StageOptions {
   std::string job;
@@ -172,6 +173,9 @@ class PipelineStageActor {
   absl::Status share_embedding(int64_t step);
   absl::Status send_embedding_grad(int64_t step);
   absl::Status add_embedding_grad(int64_t step);
+  // The loader's next micro-batch, checked, with its samples and position
+  // recorded in `report`.
+  absl::StatusOr<Batch> next_batch(StepReport& report);
   // What every step does first: the report's header, the sync's begin_step.
   absl::Status start_step(const StepRequest& request, StepReport& report);
   // The report's fields every step fills the same way, after the reduction.

@@ -155,16 +155,8 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
       case OpKind::kForward: {
         // Every stage's loader gives the replica's micro-batches in order:
         // the first stage reads their inputs, the last their targets.
-        absl::StatusOr<Batch> batch = loader_->next();
+        absl::StatusOr<Batch> batch = next_batch(report);
         if (!batch.ok()) return batch.status();
-        if (batch->inputs.size() != static_cast<size_t>(B) * T) {
-          return absl::InternalError(absl::StrCat(name_, ": the loader gave ", batch->inputs.size(),
-                                                  " tokens for a micro-batch of ", B, " x ", T));
-        }
-        report.data_position = batch->position + static_cast<int64_t>(B) * options_.mesh.dp;
-        report.sample_ids.insert(report.sample_ids.end(), batch->sample_ids.begin(),
-                                 batch->sample_ids.end());
-        report.epoch = batch->epoch;
         if (op.micro == 0) failpoint("forward", options_.at, request.step);
         t0 = now_ms();  // the loader's wait is not compute
         absl::StatusOr<float> loss =

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,23 @@ inline bool write_json(const std::string& path, const std::string& bench, const 
 }
 
 // Minimal flag parsing: --name value.
+// "a,b,c" as its items (empty ones skipped), and as integers.
+inline std::vector<std::string> parse_name_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+inline std::vector<int> parse_int_list(const std::string& s) {
+  std::vector<int> out;
+  for (const std::string& item : parse_name_list(s))
+    out.push_back(std::atoi(item.c_str()));
+  return out;
+}
+
 class Flags {
  public:
   Flags(int argc, char** argv) : argc_(argc), argv_(argv) {}

@@ -26,7 +26,6 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -56,24 +55,6 @@ struct Shape {
 };
 constexpr Shape kPipelineShape = {8, 256, 4, 128, 256, 4};
 constexpr Shape kTinyShape = {4, 32, 2, 16, 64, 2};
-
-std::vector<int> parse_ints(const std::string& s) {
-  std::vector<int> out;
-  std::istringstream in(s);
-  for (std::string item; std::getline(in, item, ',');) {
-    if (!item.empty()) out.push_back(std::atoi(item.c_str()));
-  }
-  return out;
-}
-
-std::vector<std::string> parse_names(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream in(s);
-  for (std::string item; std::getline(in, item, ',');) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
 
 trainers::TrainConfig config_for(const Shape& s, const std::string& schedule, int p, int m) {
   trainers::TrainConfig c;
@@ -174,9 +155,11 @@ int main(int argc, char** argv) {
   }
   reexec_keeping_peer_wait_policy(argv);  // bench/compute_env.h
   const bool tiny = flags.has("--tiny");
-  const std::vector<int> stages = parse_ints(flags.get("--stages", tiny ? "2" : "2,4"));
-  const std::vector<int> micro = parse_ints(flags.get("--micro-batches", tiny ? "4" : "4,8,16"));
-  const std::vector<std::string> schedules = parse_names(flags.get("--schedules", "gpipe,1f1b"));
+  const std::vector<int> stages = parse_int_list(flags.get("--stages", tiny ? "2" : "2,4"));
+  const std::vector<int> micro =
+      parse_int_list(flags.get("--micro-batches", tiny ? "4" : "4,8,16"));
+  const std::vector<std::string> schedules =
+      parse_name_list(flags.get("--schedules", "gpipe,1f1b"));
   const int steps = static_cast<int>(flags.get_long("--steps", tiny ? 1 : 4));
   const int warmup = static_cast<int>(flags.get_long("--warmup", 1));
   const int repeat = static_cast<int>(flags.get_long("--repeat", tiny ? 1 : 3));

@@ -65,15 +65,6 @@ std::string config_json(const Shape& s, int ranks) {
   return o.str();
 }
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  std::istringstream in(s);
-  for (std::string item; std::getline(in, item, ',');) {
-    if (!item.empty()) out.push_back(std::atoi(item.c_str()));
-  }
-  return out;
-}
-
 double med(const std::vector<Run>& runs, double Run::*field) {
   std::vector<double> v;
   for (const Run& r : runs)
@@ -116,7 +107,7 @@ int main(int argc, char** argv) {
   const int steps = static_cast<int>(flags.get_long("--steps", tiny ? 2 : 8));
   const int warmup = static_cast<int>(flags.get_long("--warmup", tiny ? 1 : 2));
   const int repeat = static_cast<int>(flags.get_long("--repeat", tiny ? 1 : 3));
-  const std::vector<int> stages = parse_list(flags.get("--stages", "0,1,2,3"));
+  const std::vector<int> stages = parse_int_list(flags.get("--stages", "0,1,2,3"));
   const bool skip_peers = flags.has("--skip-peers");
   const std::string json_path = flags.get("--json", "");
   if (ranks < 1 || ranks > 16 || threads < 1 || steps < 1 || warmup < 0 || repeat < 1 ||

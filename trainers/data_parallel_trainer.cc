@@ -211,16 +211,10 @@ absl::StatusOr<std::vector<float>> DataParallelTrainer::master_params() {
     return replicas_[0].shard.call(&actors::ParamShardActor::master_params).get(kSetupTimeout);
   }
   // The partitions, in rank order, tile the model.
-  std::vector<Future<std::vector<float>>> parts;
-  for (Replica& r : replicas_)
-    parts.push_back(r.shard.call(&actors::ParamShardActor::master_params));
-  std::vector<float> whole;
-  for (auto& f : parts) {
-    absl::StatusOr<std::vector<float>> part = std::move(f).get(kSetupTimeout);
-    if (!part.ok()) return part.status();
-    whole.insert(whole.end(), part->begin(), part->end());
-  }
-  return whole;
+  std::vector<ActorRef<actors::ParamShardActor>> shards;
+  for (const Replica& r : replicas_)
+    shards.push_back(r.shard);
+  return gather_masters(shards, kSetupTimeout);
 }
 
 absl::Status DataParallelTrainer::stop() {

@@ -153,16 +153,10 @@ absl::Status HybridTrainer::spawn_mesh() {
 
 absl::StatusOr<std::vector<float>> HybridTrainer::master_params() {
   // Replica 0's stages, in order, tile the model.
-  std::vector<Future<std::vector<float>>> parts;
+  std::vector<ActorRef<actors::ParamShardActor>> shards;
   for (int p = 0; p < config_.parallel.pp; ++p)
-    parts.push_back(members_[index(0, p)].shard.call(&actors::ParamShardActor::master_params));
-  std::vector<float> whole;
-  for (auto& f : parts) {
-    absl::StatusOr<std::vector<float>> part = std::move(f).get(kSetupTimeout);
-    if (!part.ok()) return part.status();
-    whole.insert(whole.end(), part->begin(), part->end());
-  }
-  return whole;
+    shards.push_back(members_[index(0, p)].shard);
+  return gather_masters(shards, kSetupTimeout);
 }
 
 absl::StatusOr<nn::GPT> HybridTrainer::whole_model() {

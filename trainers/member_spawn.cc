@@ -71,6 +71,20 @@ absl::StatusOr<MemberActors> spawn_member(Cluster& cluster, const TrainConfig& c
   return out;
 }
 
+absl::StatusOr<std::vector<float>> gather_masters(
+    const std::vector<ActorRef<actors::ParamShardActor>>& shards, absl::Duration timeout) {
+  std::vector<Future<std::vector<float>>> parts;
+  for (const ActorRef<actors::ParamShardActor>& shard : shards)
+    parts.push_back(shard.call(&actors::ParamShardActor::master_params));
+  std::vector<float> whole;
+  for (auto& f : parts) {
+    absl::StatusOr<std::vector<float>> part = std::move(f).get(timeout);
+    if (!part.ok()) return part.status();
+    whole.insert(whole.end(), part->begin(), part->end());
+  }
+  return whole;
+}
+
 absl::Status stop_job(Cluster& cluster, const std::vector<ActorId>& actors,
                       const std::vector<cluster::PlacementGroupId>& placement_groups) {
   absl::Status first;

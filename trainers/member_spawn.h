@@ -46,6 +46,11 @@ actors::StageOptions stage_options(const TrainConfig& config, const MemberPlace&
 absl::StatusOr<MemberActors> spawn_member(Cluster& cluster, const TrainConfig& config,
                                           const MemberPlace& place, std::vector<ActorId>* spawned);
 
+// The master weights of `shards`, whose ranges tile the model in this
+// order, concatenated: the whole model's. The first error.
+absl::StatusOr<std::vector<float>> gather_masters(
+    const std::vector<ActorRef<actors::ParamShardActor>>& shards, absl::Duration timeout);
+
 // Kills `actors` in reverse order of spawning (each coordinate's shard, then
 // its stage, which holds the groups, then its loader) and removes the
 // placement groups; actors already gone are no error. The first error.
