@@ -30,6 +30,11 @@ absl::Status wait_all(std::vector<Future<T>>& pending) {
 
 }  // namespace
 
+size_t HybridTrainer::index(int d, int p) const {
+  const actors::Mesh mesh{.dp = config_.parallel.dp, .pp = config_.parallel.pp, .tp = 1};
+  return static_cast<size_t>(actors::index_of(mesh, {.d = d, .p = p, .t = 0}));
+}
+
 absl::StatusOr<std::unique_ptr<HybridTrainer>> HybridTrainer::start(Cluster& cluster,
                                                                     const TrainConfig& config,
                                                                     const std::string& job,

@@ -48,7 +48,7 @@ class HybridTrainer : public Trainer {
       : cluster_(cluster), config_(std::move(config)), job_(std::move(job)), threads_(threads) {}
   absl::Status spawn_mesh();
   // The index of coordinate (d, p) in mesh order.
-  size_t index(int d, int p) const { return static_cast<size_t>(d * config_.parallel.pp + p); }
+  size_t index(int d, int p) const;
   // A whole model on the driver holding the trained weights (evaluate, generate).
   absl::StatusOr<nn::GPT> whole_model();
 

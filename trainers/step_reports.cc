@@ -78,15 +78,26 @@ absl::StatusOr<double> sum_owned_norms(int64_t step, std::span<const actors::Ste
 
 }  // namespace
 
-double pipeline_bubble(std::span<const actors::StepReport> stages) {
-  if (stages.size() < 2) return 0;
-  double busy = 0, makespan = 0;
-  for (const actors::StepReport& r : stages) {
-    busy += r.forward_ms + r.backward_ms;
-    makespan = std::max(makespan, r.schedule_ms);
+double pipeline_bubble(std::span<const actors::StepReport> reports) {
+  struct Pipeline {
+    double busy = 0, makespan = 0;
+    int stages = 0;
+  };
+  std::map<int, Pipeline> pipelines;  // by replica
+  for (const actors::StepReport& r : reports) {
+    if (r.at.t != 0 || r.timeline.empty()) continue;
+    Pipeline& p = pipelines[r.at.d];
+    p.busy += r.forward_ms + r.backward_ms;
+    p.makespan = std::max(p.makespan, r.schedule_ms);
+    ++p.stages;
   }
-  if (makespan <= 0) return 0;
-  return std::max(0.0, 1 - busy / (static_cast<double>(stages.size()) * makespan));
+  double sum = 0;
+  for (const auto& [d, p] : pipelines) {
+    if (p.stages >= 2 && p.makespan > 0) {
+      sum += std::max(0.0, 1 - p.busy / (static_cast<double>(p.stages) * p.makespan));
+    }
+  }
+  return pipelines.empty() ? 0 : sum / static_cast<double>(pipelines.size());
 }
 
 absl::StatusOr<StepTotals> combine_reports(int64_t step,
@@ -119,13 +130,7 @@ absl::StatusOr<StepTotals> combine_reports(int64_t step,
         absl::StrCat("step ", step, ": no stage reported the loss of any sample"));
   }
   out.loss = weighted_loss / static_cast<double>(out.samples);
-  // Each replica's (tensor slice 0's) pipeline, its stages together.
-  std::map<int, std::vector<actors::StepReport>> pipelines;
-  for (const actors::StepReport& r : reports) {
-    if (r.at.t == 0 && !r.timeline.empty()) pipelines[r.at.d].push_back(r);
-  }
-  for (const auto& [d, stages] : pipelines)
-    out.bubble += pipeline_bubble(stages) / static_cast<double>(pipelines.size());
+  out.bubble = pipeline_bubble(reports);
   absl::StatusOr<double> norm = sum_owned_norms(step, reports, out.found_inf);
   if (!norm.ok()) return norm.status();
   out.grad_norm_sq = *norm;

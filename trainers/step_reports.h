@@ -47,10 +47,11 @@ struct StepTotals {
   double bubble = 0;
 };
 
-// The idle share of one replica's pipeline in a step: 1 - (the stages'
-// forward and backward time) / (stages x the longest schedule_ms), from the
-// reports of its stages (pp > 1). 0 for fewer than two stages.
-double pipeline_bubble(std::span<const actors::StepReport> stages);
+// The pipelines' idle share in a step: for each replica (tensor slice 0,
+// the stages that report a timeline), 1 - (its stages' forward and backward
+// time) / (stages x the longest schedule_ms), averaged over the replicas.
+// 0 without a pipeline of two stages or more.
+double pipeline_bubble(std::span<const actors::StepReport> reports);
 
 // The totals of step `step` from every stage's report. Internal, naming the
 // stages, when the reports contradict each other: a report of another step, no

@@ -42,14 +42,7 @@ TrainConfig config_for(int dp, int pp, const std::string& schedule = "1f1b",
   c.gradient_accumulation_steps = kGlobalBatch / kMicroBatch / dp;  // micro-batches a step
   c.train_batch_size = kGlobalBatch;
   c.model = model();
-  c.data.synthetic =
-      SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 600, .seed = 7};
-  c.optimizer.type = optimizer;
-  c.optimizer.adamw = {
-      .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-  c.optimizer.sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
-  c.schedule = nn::LrSchedule::constant(optimizer == OptimizerType::kAdamW ? 3e-3f : 0.1f);
-  c.gradient_clipping = 1.0;
+  testing::train_addition(c, optimizer);
   c.zero.reduce_bucket_size = 8000;
   c.training.seed = 11;
   return c;

@@ -49,6 +49,19 @@ inline TrainConfig elastic_sgd_config(int dp, int global_batch) {
   return c;
 }
 
+// What the ZeRO and pipeline tests train with: 2-digit addition, `optimizer`
+// (SGD with momentum, or AdamW) at a constant rate, clipping at 1.
+inline void train_addition(TrainConfig& c, OptimizerType optimizer) {
+  c.data.synthetic =
+      SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 600, .seed = 7};
+  c.optimizer.type = optimizer;
+  c.optimizer.adamw = {
+      .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+  c.optimizer.sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
+  c.schedule = nn::LrSchedule::constant(optimizer == OptimizerType::kAdamW ? 3e-3f : 0.1f);
+  c.gradient_clipping = 1.0;
+}
+
 // A step's sample ids in order, to compare the samples of two runs' steps.
 inline std::vector<int64_t> sorted(std::vector<int64_t> ids) {
   std::sort(ids.begin(), ids.end());

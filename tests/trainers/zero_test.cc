@@ -52,14 +52,7 @@ TrainConfig config_for(int stage, int dp, int accumulation = 1,
   c.micro_batch_size = kGlobalBatch / dp / accumulation;
   c.train_batch_size = kGlobalBatch;
   c.model = model();
-  c.data.synthetic =
-      SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 600, .seed = 7};
-  c.optimizer.type = optimizer;
-  c.optimizer.adamw = {
-      .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-  c.optimizer.sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
-  c.schedule = nn::LrSchedule::constant(optimizer == OptimizerType::kAdamW ? 3e-3f : 0.1f);
-  c.gradient_clipping = 1.0;
+  testing::train_addition(c, optimizer);
   // A bucket per block or so, so that reductions overlap backward; stage 3
   // keeps the final LayerNorm whole, prefetches about a block and holds at
   // most three at once.
