@@ -110,9 +110,10 @@ absl::Status reset_zeroed(FloatBuffer& buffer, MemoryCategory category, size_t n
 }  // namespace
 
 absl::StatusOr<GPT> GPT::create(const GPTConfig& config, const GPTOptions& options,
-                                const GPTStorage& storage) {
+                                const GPTStorage& storage, const TensorSlice& slice) {
   if (absl::Status s = config.validate(); !s.ok()) return s;
-  GPT gpt(config, options, storage);
+  if (absl::Status s = validate_slice(config, slice); !s.ok()) return s;
+  GPT gpt(config, options, storage, slice);
   const size_t n = gpt.layout_.num_params();
   // Unbound tensors are null until the caller binds them.
   gpt.param_tensors_.blocks.assign(static_cast<size_t>(config.num_layers), GPTBlockTensors{});
@@ -129,13 +130,28 @@ absl::StatusOr<GPT> GPT::create(const GPTConfig& config, const GPTOptions& optio
   return gpt;
 }
 
-GPT::GPT(const GPTConfig& config, const GPTOptions& options, const GPTStorage& storage)
+GPT::GPT(const GPTConfig& config, const GPTOptions& options, const GPTStorage& storage,
+         const TensorSlice& slice)
     : config_(config),
       options_(options),
       storage_(storage),
-      layout_(config),
+      layout_(config, slice),
+      local_channels_(config.channels / slice.size),
+      local_heads_(config.num_heads / slice.size),
+      local_vocab_(config.padded_vocab() / slice.size),
+      vocab_begin_(slice.rank * (config.padded_vocab() / slice.size)),
       part_end_(config.num_layers),
       slots_(1) {}
+
+void GPT::set_tensor_parallel(AllReduceFn allreduce_sum, AllReduceFn allreduce_max) {
+  tp_sum_ = std::move(allreduce_sum);
+  tp_max_ = std::move(allreduce_max);
+}
+
+absl::Status GPT::sum_over_slices(float* data, size_t count) const {
+  if (!sliced()) return absl::OkStatus();
+  return tp_sum_(data, count);
+}
 
 absl::Status GPT::bind_parameters(size_t begin, size_t end, float* base) {
   if (storage_.parameters) {
@@ -152,7 +168,21 @@ absl::Status GPT::bind_gradients(size_t begin, size_t end, float* base) {
 }
 
 void GPT::init_parameters(uint64_t seed) {
-  init_parameters(config_, seed, 0, num_params(), params_.data());
+  init_parameters(config_, layout_.slice(), seed, 0, num_params(), params_.data());
+}
+
+void GPT::init_parameters(const GPTConfig& config, const TensorSlice& slice, uint64_t seed,
+                          size_t begin, size_t end, float* out) {
+  if (slice.size == 1) {
+    init_parameters(config, seed, begin, end, out);
+    return;
+  }
+  const GPTParamLayout whole(config), sliced(config, slice);
+  std::vector<float> all(whole.num_params()), mine(sliced.num_params());
+  init_parameters(config, seed, 0, all.size(), all.data());
+  copy_to_slice(whole, sliced, all.data(), mine.data());
+  std::copy(mine.begin() + static_cast<std::ptrdiff_t>(begin),
+            mine.begin() + static_cast<std::ptrdiff_t>(end), out);
 }
 
 void GPT::init_parameters(const GPTConfig& config, uint64_t seed, size_t begin, size_t end,
@@ -201,10 +231,13 @@ void GPT::zero_grad() {
 }
 
 size_t GPT::carve_activations(int B, int T, float* base, Activations* acts) const {
-  const size_t C = config_.channels, NH = config_.num_heads;
+  // The attention's and the MLP's tensors are a tensor-parallel rank's slice (Cl, NHl), the
+  // residual stream and the LayerNorms whole on every rank.
+  const size_t C = config_.channels, NH = local_heads_;
   const size_t L = static_cast<size_t>(part_end_ - part_begin_);  // the part's blocks
   const size_t BT = static_cast<size_t>(B) * T, BTC = BT * C;
-  const size_t Vp = part_head_ ? config_.padded_vocab() : 0;
+  const size_t BTCl = BT * static_cast<size_t>(local_channels_);
+  const size_t Vp = part_head_ ? static_cast<size_t>(local_vocab_) : 0;
   const size_t HBT = part_head_ ? BT : 0;                    // the head's per-position values
   const size_t Lr = options_.recompute_activations ? 1 : L;  // blocks of recomputed tensors
   Carver c(base);
@@ -213,15 +246,15 @@ size_t GPT::carve_activations(int B, int T, float* base, Activations* acts) cons
   a.ln1 = c.take(Lr * BTC);
   a.ln1_mean = c.take(L * BT);
   a.ln1_rstd = c.take(L * BT);
-  a.qkv = c.take(L * 3 * BTC);
-  a.atty = c.take(Lr * BTC);
+  a.qkv = c.take(L * 3 * BTCl);
+  a.atty = c.take(Lr * BTCl);
   a.att = c.take(Lr * BT * NH);  // attention's log-sum-exp per row and head
   a.residual2 = c.take(L * BTC);
   a.ln2 = c.take(Lr * BTC);
   a.ln2_mean = c.take(L * BT);
   a.ln2_rstd = c.take(L * BT);
-  a.fch = c.take(L * 4 * BTC);
-  a.fch_gelu = c.take(Lr * 4 * BTC);
+  a.fch = c.take(L * 4 * BTCl);
+  a.fch_gelu = c.take(Lr * 4 * BTCl);
   a.residual3 = c.take(L * BTC);
   a.lnf = c.take(HBT * C);
   a.lnf_mean = c.take(HBT);
@@ -236,15 +269,16 @@ size_t GPT::carve_activations(int B, int T, float* base, Activations* acts) cons
 size_t GPT::carve_activation_gradients(int B, int T, float* base,
                                        ActivationGradients* dacts) const {
   const size_t BT = static_cast<size_t>(B) * T, BTC = BT * config_.channels;
+  const size_t BTCl = BT * static_cast<size_t>(local_channels_);
   Carver c(base);
   ActivationGradients d;
   d.dresidual = c.take(BTC);
   d.dln = c.take(BTC);
-  d.datty = c.take(BTC);
-  d.dqkv = c.take(3 * BTC);
-  d.dfch = c.take(4 * BTC);
-  d.dfch_gelu = c.take(4 * BTC);
-  d.dlogits = c.take(part_head_ ? BT * config_.padded_vocab() : 0);
+  d.datty = c.take(BTCl);
+  d.dqkv = c.take(3 * BTCl);
+  d.dfch = c.take(4 * BTCl);
+  d.dfch_gelu = c.take(4 * BTCl);
+  d.dlogits = c.take(part_head_ ? BT * static_cast<size_t>(local_vocab_) : 0);
   if (dacts != nullptr) *dacts = d;
   return c.used();
 }
@@ -261,6 +295,11 @@ absl::Status GPT::prepare(int B, int T) {
   if (BT * widest > INT_MAX || BT * config_.num_heads * T > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("GPT: batch B = ", B, ", T = ", T,
                                                    " makes an activation over INT_MAX elements"));
+  }
+  if (sliced() && (!tp_sum_ || !tp_max_)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("GPT: tensor-parallel rank ", layout_.slice().rank, " of ",
+                     layout_.slice().size, " has no group to reduce over (set_tensor_parallel)"));
   }
   if (B == B_ && T == T_) return absl::OkStatus();
   // A smaller batch reuses the buffers; a larger one replaces them.
@@ -345,14 +384,15 @@ float* GPT::residual(int l) {
 
 GPT::BlockActivations GPT::block_activations(int block) const {
   const size_t BT = static_cast<size_t>(B_) * T_, BTC = BT * config_.channels;
-  const size_t NH = config_.num_heads;
+  const size_t BTCl = BT * static_cast<size_t>(local_channels_);
+  const size_t NH = local_heads_;
   const auto l = static_cast<size_t>(block - part_begin_);   // within the part
   const size_t lr = options_.recompute_activations ? 0 : l;  // recomputed: the one shared block
   const Activations& a = acts_;
-  return {a.ln1 + lr * BTC,      a.ln1_mean + l * BT, a.ln1_rstd + l * BT,
-          a.qkv + l * 3 * BTC,   a.atty + lr * BTC,   a.att + lr * BT * NH,
-          a.residual2 + l * BTC, a.ln2 + lr * BTC,    a.ln2_mean + l * BT,
-          a.ln2_rstd + l * BT,   a.fch + l * 4 * BTC, a.fch_gelu + lr * 4 * BTC,
+  return {a.ln1 + lr * BTC,      a.ln1_mean + l * BT,  a.ln1_rstd + l * BT,
+          a.qkv + l * 3 * BTCl,  a.atty + lr * BTCl,   a.att + lr * BT * NH,
+          a.residual2 + l * BTC, a.ln2 + lr * BTC,     a.ln2_mean + l * BT,
+          a.ln2_rstd + l * BT,   a.fch + l * 4 * BTCl, a.fch_gelu + lr * 4 * BTCl,
           a.residual3 + l * BTC};
 }
 
@@ -397,6 +437,11 @@ absl::Status GPT::embed_forward(const int32_t* inputs) {
   if (absl::Status s = check_tokens(inputs, BT, config_.vocab_size, "inputs"); !s.ok()) return s;
   inputs_.assign(inputs, inputs + BT);
   have_inputs_ = true;
+  if (sliced()) {
+    return vocab_parallel_embedding_forward(
+        acts_.encoded, inputs_.data(), param_tensors_.wte, param_tensors_.wpe, vocab_begin_,
+        vocab_begin_ + local_vocab_, B_, T_, config_.channels, tp_sum_);
+  }
   encoder_forward(acts_.encoded, inputs_.data(), param_tensors_.wte, param_tensors_.wpe, B_, T_,
                   config_.channels);
   return absl::OkStatus();
@@ -404,28 +449,43 @@ absl::Status GPT::embed_forward(const int32_t* inputs) {
 
 absl::Status GPT::forward_blocks(int begin, int end) {
   if (absl::Status s = check_blocks(begin, end, "forward_blocks"); !s.ok()) return s;
-  for (int l = begin; l < end; ++l)
-    block_forward(l);
+  for (int l = begin; l < end; ++l) {
+    if (absl::Status s = block_forward(l); !s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 
-void GPT::block_forward(int l) {
-  const int B = B_, T = T_, C = config_.channels, NH = config_.num_heads;
+absl::Status GPT::block_forward(int l) {
+  const int B = B_, T = T_, C = config_.channels;
+  const int Cl = local_channels_, NHl = local_heads_;  // the whole C and NH for one rank
   const size_t BTC = static_cast<size_t>(B) * T * C;
   const GPTBlockTensors& w = param_tensors_.blocks[l];
   const BlockActivations a = block_activations(l);
   const float* inp = residual(l);
+  // With tensor parallelism qkv and fc are column-parallel (this rank's heads, its quarter of
+  // the MLP), attproj and fcproj row-parallel: their outputs are summed over the group.
+  auto projection = [&](float* out, const float* in, const float* weight, const float* bias,
+                        int in_channels) -> absl::Status {
+    if (!sliced()) {
+      linear_forward(out, in, weight, bias, B, T, in_channels, C);
+      return absl::OkStatus();
+    }
+    return row_parallel_linear_forward(out, in, weight, bias, B, T, in_channels, C, tp_sum_);
+  };
   layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, inp, w.ln1w, w.ln1b, B, T, C);
-  linear_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);
-  flash_attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+  linear_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * Cl);
+  flash_attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
   // The projections are written straight into the residual sums: residual2 = inp + attproj.
-  linear_forward(a.residual2, a.atty, w.attprojw, w.attprojb, B, T, C, C);
+  if (absl::Status s = projection(a.residual2, a.atty, w.attprojw, w.attprojb, Cl); !s.ok())
+    return s;
   residual_forward(a.residual2, inp, a.residual2, BTC);
   layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, B, T, C);
-  linear_forward(a.fch, a.ln2, w.fcw, w.fcb, B, T, C, 4 * C);
-  gelu_forward(a.fch_gelu, a.fch, 4 * BTC);
-  linear_forward(a.residual3, a.fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C);
+  linear_forward(a.fch, a.ln2, w.fcw, w.fcb, B, T, C, 4 * Cl);
+  gelu_forward(a.fch_gelu, a.fch, 4 * static_cast<size_t>(B) * T * Cl);
+  if (absl::Status s = projection(a.residual3, a.fch_gelu, w.fcprojw, w.fcprojb, 4 * Cl); !s.ok())
+    return s;
   residual_forward(a.residual3, a.residual2, a.residual3, BTC);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<float> GPT::head_forward(const int32_t* targets) {
@@ -442,11 +502,18 @@ absl::StatusOr<float> GPT::head_forward(const int32_t* targets) {
   }
   layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual(config_.num_layers),
                     param_tensors_.lnfw, param_tensors_.lnfb, B, T, C);
-  linear_forward(acts_.logits, acts_.lnf, param_tensors_.wte, nullptr, B, T, C,
-                 config_.padded_vocab());
+  // The head is column-parallel over the vocabulary: this rank's logits are its rows of wte's.
+  linear_forward(acts_.logits, acts_.lnf, param_tensors_.wte, nullptr, B, T, C, local_vocab_);
   have_targets_ = targets != nullptr;
   if (!have_targets_) return std::numeric_limits<float>::quiet_NaN();
   targets_.assign(targets, targets + BT);
+  if (sliced()) {
+    absl::StatusOr<float> loss = vocab_parallel_crossentropy_forward(
+        acts_.losses, acts_.lse, acts_.logits, targets_.data(), vocab_begin_, local_vocab_,
+        config_.vocab_size, B, T, tp_max_, tp_sum_);
+    if (!loss.ok()) have_targets_ = false;
+    return loss;
+  }
   return crossentropy_forward(acts_.losses, acts_.lse, acts_.logits, targets_.data(), B, T,
                               config_.vocab_size, config_.padded_vocab());
 }
@@ -464,10 +531,20 @@ absl::Status GPT::head_backward(float dloss) {
   }
   const int B = B_, T = T_, C = config_.channels, V = config_.vocab_size;
   const int Vp = config_.padded_vocab();
-  crossentropy_backward(dacts_.dlogits, dloss, acts_.logits, acts_.lse, targets_.data(), B, T, V,
-                        Vp, /*accumulate=*/false);
+  if (sliced()) {
+    // Its columns of the vocabulary, padding included (which the loss leaves at zero).
+    const size_t n = static_cast<size_t>(B) * T * local_vocab_;
+    std::fill(dacts_.dlogits, dacts_.dlogits + n, 0.0f);
+    vocab_parallel_crossentropy_backward(dacts_.dlogits, dloss, acts_.logits, acts_.lse,
+                                         targets_.data(), vocab_begin_, local_vocab_, V, B, T);
+  } else {
+    crossentropy_backward(dacts_.dlogits, dloss, acts_.logits, acts_.lse, targets_.data(), B, T, V,
+                          Vp, /*accumulate=*/false);
+  }
   linear_backward(dacts_.dln, grad_tensors_.wte, nullptr, dacts_.dlogits, acts_.lnf,
-                  param_tensors_.wte, B, T, C, Vp, /*accumulate_dinp=*/false);
+                  param_tensors_.wte, B, T, C, local_vocab_, /*accumulate_dinp=*/false);
+  if (absl::Status s = sum_over_slices(dacts_.dln, static_cast<size_t>(B) * T * C); !s.ok())
+    return s;
   layernorm_backward(dacts_.dresidual, grad_tensors_.lnfw, grad_tensors_.lnfb, dacts_.dln,
                      residual(config_.num_layers), param_tensors_.lnfw, acts_.lnf_mean,
                      acts_.lnf_rstd, B, T, C, /*accumulate_dinp=*/false);
@@ -478,26 +555,29 @@ absl::Status GPT::backward_blocks(int begin, int end, const GradientsFinal& on_f
   if (absl::Status s = check_blocks(begin, end, "backward_blocks"); !s.ok()) return s;
   for (int l = end - 1; l >= begin; --l) {
     if (options_.recompute_activations) block_recompute(l);
-    block_backward(l, on_final);
+    if (absl::Status s = block_backward(l, on_final); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
 void GPT::block_recompute(int l) {
-  const int B = B_, T = T_, C = config_.channels, NH = config_.num_heads;
+  const int B = B_, T = T_, C = config_.channels;
+  const int Cl = local_channels_, NHl = local_heads_;
   const GPTBlockTensors& w = param_tensors_.blocks[l];
   const BlockActivations a = block_activations(l);
   // The same kernels on the same inputs as block_forward: bitwise the same values (mean and rstd
   // are rewritten with what they already hold).
   layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual(l), w.ln1w, w.ln1b, B, T, C);
-  flash_attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+  flash_attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
   layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, B, T, C);
-  gelu_forward(a.fch_gelu, a.fch, 4 * static_cast<size_t>(B) * T * C);
+  gelu_forward(a.fch_gelu, a.fch, 4 * static_cast<size_t>(B) * T * Cl);
 }
 
-void GPT::block_backward(int l, const GradientsFinal& on_final) {
-  const int B = B_, T = T_, C = config_.channels, NH = config_.num_heads;
+absl::Status GPT::block_backward(int l, const GradientsFinal& on_final) {
+  const int B = B_, T = T_, C = config_.channels;
+  const int Cl = local_channels_, NHl = local_heads_;
   const size_t BTC = static_cast<size_t>(B) * T * C;
+  const size_t BTCl = static_cast<size_t>(B) * T * Cl;
   const GPTBlockTensors& w = param_tensors_.blocks[l];
   const GPTBlockTensors& dw = grad_tensors_.blocks[l];
   const BlockActivations a = block_activations(l);
@@ -508,27 +588,33 @@ void GPT::block_backward(int l, const GradientsFinal& on_final) {
   // d.dresidual holds d residual3. As residual3 = residual2 + fcproj, it is also d fcproj and
   // the first term of d residual2, which the ln2 branch then adds to in place; likewise through
   // residual2 = residual(l) + attproj down to d residual(l).
+  // With tensor parallelism the row-parallel projections' backward is local (each rank computes
+  // the replicated biases' whole gradient); the column-parallel layers' input gradients dln are
+  // partial sums, summed over the group.
   linear_backward(d.dfch_gelu, dw.fcprojw, dw.fcprojb, d.dresidual, a.fch_gelu, w.fcprojw, B, T,
-                  4 * C, C, /*accumulate_dinp=*/false);
+                  4 * Cl, C, /*accumulate_dinp=*/false);
   finished(BlockTensor::kFcprojw);
-  gelu_backward(d.dfch, d.dfch_gelu, a.fch, 4 * BTC, /*accumulate=*/false);
-  linear_backward(d.dln, dw.fcw, dw.fcb, d.dfch, a.ln2, w.fcw, B, T, C, 4 * C,
+  gelu_backward(d.dfch, d.dfch_gelu, a.fch, 4 * BTCl, /*accumulate=*/false);
+  linear_backward(d.dln, dw.fcw, dw.fcb, d.dfch, a.ln2, w.fcw, B, T, C, 4 * Cl,
                   /*accumulate_dinp=*/false);
+  if (absl::Status s = sum_over_slices(d.dln, BTC); !s.ok()) return s;
   finished(BlockTensor::kFcw);
   layernorm_backward(d.dresidual, dw.ln2w, dw.ln2b, d.dln, a.residual2, w.ln2w, a.ln2_mean,
                      a.ln2_rstd, B, T, C);
   finished(BlockTensor::kLn2w);
-  linear_backward(d.datty, dw.attprojw, dw.attprojb, d.dresidual, a.atty, w.attprojw, B, T, C, C,
+  linear_backward(d.datty, dw.attprojw, dw.attprojb, d.dresidual, a.atty, w.attprojw, B, T, Cl, C,
                   /*accumulate_dinp=*/false);
   finished(BlockTensor::kAttprojw);
-  flash_attention_backward(d.dqkv, d.datty, a.qkv, a.atty, a.att, B, T, C, NH,
+  flash_attention_backward(d.dqkv, d.datty, a.qkv, a.atty, a.att, B, T, Cl, NHl,
                            /*accumulate=*/false);
-  linear_backward(d.dln, dw.qkvw, dw.qkvb, d.dqkv, a.ln1, w.qkvw, B, T, C, 3 * C,
+  linear_backward(d.dln, dw.qkvw, dw.qkvb, d.dqkv, a.ln1, w.qkvw, B, T, C, 3 * Cl,
                   /*accumulate_dinp=*/false);
+  if (absl::Status s = sum_over_slices(d.dln, BTC); !s.ok()) return s;
   finished(BlockTensor::kQkvw);
   layernorm_backward(d.dresidual, dw.ln1w, dw.ln1b, d.dln, residual(l), w.ln1w, a.ln1_mean,
                      a.ln1_rstd, B, T, C);
   finished(BlockTensor::kLn1w);
+  return absl::OkStatus();
 }
 
 absl::Status GPT::embed_backward() {
@@ -536,12 +622,23 @@ absl::Status GPT::embed_backward() {
     return absl::FailedPreconditionError(
         "GPT::embed_backward: no embed_forward for the current batch shape");
   }
+  if (sliced()) {
+    vocab_parallel_embedding_backward(grad_tensors_.wte, grad_tensors_.wpe, dacts_.dresidual,
+                                      inputs_.data(), vocab_begin_, vocab_begin_ + local_vocab_, B_,
+                                      T_, config_.channels);
+    return absl::OkStatus();
+  }
   encoder_backward(grad_tensors_.wte, grad_tensors_.wpe, dacts_.dresidual, inputs_.data(), B_, T_,
                    config_.channels);
   return absl::OkStatus();
 }
 
 absl::Status GPT::embed_backward_rows(float* rows, std::span<const int32_t> row_of, int num_rows) {
+  if (sliced()) {
+    return absl::FailedPreconditionError(
+        "GPT::embed_backward_rows: a tensor-parallel rank holds only its rows of wte; use "
+        "embed_backward");
+  }
   if (!have_inputs_) {
     return absl::FailedPreconditionError(
         "GPT::embed_backward_rows: no embed_forward for the current batch shape");

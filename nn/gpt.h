@@ -13,6 +13,12 @@
 //   gpt->backward();                          // grads() += d loss / d params
 //   adamw_update(gpt->params(), gpt->grads(), m, v, gpt->num_params(), adamw, lr, step,
 //                gpt->param_layout().no_decay_ranges());
+//
+// Tensor parallelism (Megatron-LM): a model created with a TensorSlice holds rank r's slice of
+// the parameters (gpt_param_layout.h) and computes its heads, its part of the MLP and its rows of
+// the vocabulary (nn/layers/parallel.h), calling the group's all-reduces (set_tensor_parallel)
+// where the math needs the whole: twice per block in forward and twice in backward, once in the
+// embedding, and in the loss. Every rank of the group runs the same pieces on the same inputs.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "nn/gpt_param_layout.h"
+#include "nn/layers/parallel.h"
 #include "nn/memory.h"
 
 namespace troupe::nn {
@@ -63,28 +70,39 @@ struct GPTMemory {
 // the same logits, loss and gradients for a fixed thread count.
 class GPT {
  public:
-  // InvalidArgument when the config is not a valid model (see GPTConfig::validate),
-  // ResourceExhausted without the memory. Parameters and gradients are zero; activations are
-  // allocated by the first forward (or prepare).
+  // InvalidArgument when the config is not a valid model (see GPTConfig::validate) or does not
+  // split into the slice (validate_slice), ResourceExhausted without the memory. Parameters and
+  // gradients are zero; activations are allocated by the first forward (or prepare).
   [[nodiscard]] static absl::StatusOr<GPT> create(const GPTConfig& config,
                                                   const GPTOptions& options = {},
-                                                  const GPTStorage& storage = {});
+                                                  const GPTStorage& storage = {},
+                                                  const TensorSlice& slice = {});
 
   GPT(GPT&&) = default;
   GPT& operator=(GPT&&) = default;
 
   const GPTConfig& config() const { return config_; }
   const GPTOptions& options() const { return options_; }
+  const TensorSlice& tensor_slice() const { return layout_.slice(); }
+
+  // The tensor-parallel group's element-wise sum and max all-reduces (nn/layers/parallel.h gives
+  // their contract). REQUIRED before the first piece runs when tensor_slice().size > 1; a
+  // collective's error ends the piece that called it with that error.
+  void set_tensor_parallel(AllReduceFn allreduce_sum, AllReduceFn allreduce_max);
 
   // The range [begin, end) of what init_parameters(seed) gives a model of `config`, into `out`
   // (end - begin floats), without the memory for the rest: a parameter shard initialises its
   // partition. REQUIRES: config.validate() is OK; begin <= end <= the number of parameters.
   static void init_parameters(const GPTConfig& config, uint64_t seed, size_t begin, size_t end,
                               float* out);
+  // The same for tensor-parallel rank `slice`: the range [begin, end) of its layout of the slice
+  // of what init_parameters(seed) gives the whole model. (It draws the whole model's values.)
+  static void init_parameters(const GPTConfig& config, const TensorSlice& slice, uint64_t seed,
+                              size_t begin, size_t end, float* out);
 
   // GPT-2's initialisation, reproducible from seed: wte (rows < V), wpe, qkvw and fcw normal(0,
   // 0.02); attprojw and fcprojw normal(0, 0.02 / sqrt(2L)); LayerNorm weights 1; biases and the
-  // padding rows of wte 0.
+  // padding rows of wte 0. A tensor-parallel rank gets its slice of the whole model's values.
   void init_parameters(uint64_t seed);
 
   // The flat buffers: num_params() floats each, laid out as param_layout() says. The caller may
@@ -128,7 +146,8 @@ class GPT {
   [[nodiscard]] absl::Status bind_gradients(size_t begin, size_t end, float* base);
 
   // logits [B, T, Vp] of the last forward (columns [V, Vp) are the padding's, not part of the
-  // softmax). Valid until the next forward.
+  // softmax); a tensor-parallel rank's [B, T, Vp/tp], its columns of the vocabulary. Valid until
+  // the next forward.
   const float* logits() const { return acts_.logits; }
 
   // --- Pieces of forward() and backward(), for pipeline stages that own blocks [begin, end). ---
@@ -185,7 +204,8 @@ class GPT {
   // embed_backward(). Data parallelism reduces the few rows a batch touches this way, apart
   // from the LM head's dense share of wte's gradient, which head_backward() finished long before.
   // REQUIRES: row_of.size() >= vocab_size; row_of[v] in [0, num_rows) for every token v of the
-  // current batch (checked: InvalidArgument naming the token, and nothing accumulated).
+  // current batch (checked: InvalidArgument naming the token, and nothing accumulated);
+  // FailedPrecondition on a tensor-parallel rank (tp > 1).
   [[nodiscard]] absl::Status embed_backward_rows(float* rows, std::span<const int32_t> row_of,
                                                  int num_rows);
 
@@ -199,7 +219,8 @@ class GPT {
   GPTMemory memory() const;
 
  private:
-  GPT(const GPTConfig& config, const GPTOptions& options, const GPTStorage& storage);
+  GPT(const GPTConfig& config, const GPTOptions& options, const GPTStorage& storage,
+      const TensorSlice& slice);
 
   // Pointers into the current slot's buffer for (B_, T_). Per-block tensors are [L, ...] when
   // stored for every block and a single block's worth when recomputed (see GPTOptions).
@@ -246,9 +267,13 @@ class GPT {
   size_t carve_activations(int B, int T, float* base, Activations* acts) const;
   size_t carve_activation_gradients(int B, int T, float* base, ActivationGradients* dacts) const;
   BlockActivations block_activations(int l) const;
-  void block_forward(int l);
+  absl::Status block_forward(int l);
   void block_recompute(int l);
-  void block_backward(int l, const GradientsFinal& on_final);
+  absl::Status block_backward(int l, const GradientsFinal& on_final);
+  // The input gradient of a column-parallel layer (qkv, fc, the head), a partial sum on each
+  // tensor-parallel rank, summed over the group in place; nothing to do for one rank.
+  absl::Status sum_over_slices(float* data, size_t count) const;
+  bool sliced() const { return layout_.slice().size > 1; }
   absl::Status check_blocks(int begin, int end, const char* what) const;
   // Until the next prepare, no piece runs on what the activations held.
   void forget_activations();
@@ -261,6 +286,13 @@ class GPT {
   FloatBuffer grads_;
   GPTTensors param_tensors_;
   GPTTensors grad_tensors_;
+  // Tensor parallelism: this rank's widths (the whole model's for one rank) and the collectives.
+  int local_channels_ = 0;  // C / tp: the attention's and projections' width
+  int local_heads_ = 0;     // NH / tp
+  int local_vocab_ = 0;     // Vp / tp
+  int vocab_begin_ = 0;     // the first token of its rows of wte
+  AllReduceFn tp_sum_;
+  AllReduceFn tp_max_;
 
   int B_ = 0;
   int T_ = 0;

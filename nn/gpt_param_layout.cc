@@ -1,5 +1,6 @@
 #include "nn/gpt_param_layout.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
@@ -13,10 +14,20 @@ constexpr const char* kBlockTensorNames[kNumBlockTensors] = {
     "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw",  "fcprojb",
 };
 
-// Shapes of a block's tensors, in buffer order.
-std::vector<std::vector<int>> block_shapes(int C) {
-  return {{C}, {C}, {3 * C, C}, {3 * C}, {C, C},     {C},
-          {C}, {C}, {4 * C, C}, {4 * C}, {C, 4 * C}, {C}};
+// How each of a block's tensors is cut among tensor-parallel ranks, in buffer order: q, k, v and
+// fc by output rows (column-parallel), attproj and fcproj by input columns (row-parallel).
+constexpr TensorSplit kBlockSplits[kNumBlockTensors] = {
+    TensorSplit::kReplicated, TensorSplit::kReplicated, TensorSplit::kQkvRows,
+    TensorSplit::kQkvRows,    TensorSplit::kColumns,    TensorSplit::kReplicated,
+    TensorSplit::kReplicated, TensorSplit::kReplicated, TensorSplit::kRows,
+    TensorSplit::kRows,       TensorSplit::kColumns,    TensorSplit::kReplicated,
+};
+
+// Shapes of a block's tensors, in buffer order, for tensor-parallel ranks of tp.
+std::vector<std::vector<int>> block_shapes(int C, int tp) {
+  const int Cl = C / tp;
+  return {{C}, {C}, {3 * Cl, C}, {3 * Cl}, {C, Cl},     {C},
+          {C}, {C}, {4 * Cl, C}, {4 * Cl}, {C, 4 * Cl}, {C}};
 }
 
 size_t numel(const std::vector<int>& shape) {
@@ -59,29 +70,100 @@ absl::Status GPTConfig::validate() const {
   return absl::OkStatus();
 }
 
-GPTParamLayout::GPTParamLayout(const GPTConfig& config)
-    : num_layers_(config.num_layers), channels_(config.channels) {
-  const int C = config.channels;
-  auto add = [this](std::string name, std::vector<int> shape) {
+absl::Status validate_slice(const GPTConfig& config, const TensorSlice& slice) {
+  if (slice.size < 1 || slice.rank < 0 || slice.rank >= slice.size) {
+    return absl::InvalidArgumentError(absl::StrCat("GPT: tensor-parallel rank ", slice.rank, " of ",
+                                                   slice.size, " is not a rank"));
+  }
+  if (config.num_heads % slice.size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("GPT: num_heads = ", config.num_heads,
+                                                   " does not split over tensor-parallel size ",
+                                                   slice.size));
+  }
+  if (config.padded_vocab() % slice.size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GPT: the padded vocabulary ", config.padded_vocab(),
+        " does not split over tensor-parallel size ", slice.size,
+        " (pad it to a multiple: padded_vocab_size, as Megatron's make-vocab-size-divisible-by)"));
+  }
+  return absl::OkStatus();
+}
+
+GPTParamLayout::GPTParamLayout(const GPTConfig& config, const TensorSlice& slice)
+    : slice_(slice), num_layers_(config.num_layers), channels_(config.channels) {
+  const int C = config.channels, tp = slice.size;
+  auto add = [this](std::string name, std::vector<int> shape, TensorSplit split) {
     size_t offset = num_params_;
     num_params_ += numel(shape);
-    tensors_.push_back({std::move(name), offset, numel(shape), std::move(shape)});
+    tensors_.push_back({std::move(name), offset, numel(shape), std::move(shape), split});
   };
-  add("wte", {config.padded_vocab(), C});
+  add("wte", {config.padded_vocab() / tp, C}, TensorSplit::kRows);
   wpe_ = num_params_;
-  add("wpe", {config.max_seq_len, C});
+  add("wpe", {config.max_seq_len, C}, TensorSplit::kReplicated);
   block0_ = num_params_;
-  std::vector<std::vector<int>> shapes = block_shapes(C);
+  std::vector<std::vector<int>> shapes = block_shapes(C, tp);
   for (int l = 0; l < config.num_layers; ++l) {
     for (int t = 0; t < kNumBlockTensors; ++t) {
       if (l == 0) block_offsets_[t] = num_params_ - block0_;
-      add(absl::StrCat("h", l, ".", kBlockTensorNames[t]), shapes[t]);
+      add(absl::StrCat("h", l, ".", kBlockTensorNames[t]), shapes[t], kBlockSplits[t]);
     }
     if (l == 0) block_size_ = num_params_ - block0_;
   }
   lnfw_ = num_params_;
-  add("lnfw", {C});
-  add("lnfb", {C});
+  add("lnfw", {C}, TensorSplit::kReplicated);
+  add("lnfb", {C}, TensorSplit::kReplicated);
+}
+
+void for_each_slice_run(const GPTParamLayout& whole, const GPTParamLayout& slice,
+                        const std::function<void(size_t, size_t, size_t)>& copy) {
+  const int tp = slice.slice().size;
+  const auto rank = static_cast<size_t>(slice.slice().rank);
+  if (tp == 1) {
+    copy(0, 0, whole.num_params());
+    return;
+  }
+  const std::vector<GPTParamTensor>& from = whole.tensors();
+  const std::vector<GPTParamTensor>& to = slice.tensors();
+  for (size_t i = 0; i < to.size(); ++i) {
+    const GPTParamTensor& w = from[i];
+    const GPTParamTensor& s = to[i];
+    switch (s.split) {
+      case TensorSplit::kReplicated:
+        copy(w.offset, s.offset, s.size);
+        break;
+      case TensorSplit::kRows:  // the rank's s.size floats are one run
+        copy(w.offset + rank * s.size, s.offset, s.size);
+        break;
+      case TensorSplit::kQkvRows: {  // a third of the slice from each of q, k, v
+        const size_t part = s.size / 3;
+        for (size_t k = 0; k < 3; ++k)
+          copy(w.offset + k * (w.size / 3) + rank * part, s.offset + k * part, part);
+        break;
+      }
+      case TensorSplit::kColumns: {  // each row's columns of the rank
+        const auto rows = static_cast<size_t>(s.shape[0]);
+        const auto cols = static_cast<size_t>(s.shape[1]);
+        const size_t whole_cols = cols * static_cast<size_t>(tp);
+        for (size_t r = 0; r < rows; ++r)
+          copy(w.offset + r * whole_cols + rank * cols, s.offset + r * cols, cols);
+        break;
+      }
+    }
+  }
+}
+
+void copy_to_slice(const GPTParamLayout& whole, const GPTParamLayout& slice,
+                   const float* whole_buffer, float* slice_buffer) {
+  for_each_slice_run(whole, slice, [&](size_t w, size_t s, size_t n) {
+    std::copy(whole_buffer + w, whole_buffer + w + n, slice_buffer + s);
+  });
+}
+
+void copy_from_slice(const GPTParamLayout& whole, const GPTParamLayout& slice,
+                     const float* slice_buffer, float* whole_buffer) {
+  for_each_slice_run(whole, slice, [&](size_t w, size_t s, size_t n) {
+    std::copy(slice_buffer + s, slice_buffer + s + n, whole_buffer + w);
+  });
 }
 
 std::vector<ParamRange> GPTParamLayout::segments() const {

@@ -11,9 +11,16 @@
 // Unlike llm.c, which stacks each block tensor over the layers, a block's tensors are
 // contiguous: the parameters of blocks [a, b) are the one range [block_begin(a), block_begin(b)).
 // The LM head has no tensor of its own: it is wte (tied).
+//
+// Tensor parallelism (Megatron-LM) gives each of tp ranks a layout of the same tensors in the same
+// order, the split ones cut to the rank's slice (TensorSplit): wte [Vp/tp, C] (rows of the
+// vocabulary), qkvw [3C/tp, C] and qkvb (the rank's heads' rows of each of q, k and v), attprojw
+// [C, C/tp] (its heads' columns), fcw [4C/tp, C] and fcb (rows), fcprojw [C, 4C/tp] (columns);
+// every other tensor is replicated whole on every rank.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +44,24 @@ struct GPTConfig {
   [[nodiscard]] absl::Status validate() const;
 };
 
+// Rank `rank` of a tensor-parallel group of `size`: the slice of the model it holds.
+struct TensorSlice {
+  int rank = 0;
+  int size = 1;
+};
+
+// OK, or InvalidArgument naming what does not divide: the heads and the padded vocabulary must
+// split evenly over slice.size ranks, and 0 <= rank < size.
+[[nodiscard]] absl::Status validate_slice(const GPTConfig& config, const TensorSlice& slice);
+
+// How a tensor is cut among tensor-parallel ranks.
+enum class TensorSplit : int {
+  kReplicated,  // whole on every rank
+  kRows,        // dim 0 cut in tp contiguous pieces (wte, fcw, fcb)
+  kQkvRows,     // dim 0 is q, k, v; each of the three cut in tp pieces (qkvw, qkvb)
+  kColumns,     // dim 1 cut in tp contiguous pieces (attprojw, fcprojw)
+};
+
 // A block's tensors, in buffer order.
 enum class BlockTensor : int {
   kLn1w,
@@ -58,17 +83,20 @@ inline constexpr int kNumBlockTensors = 12;
 // lower case: "h0.qkvw"), "lnfw", "lnfb".
 struct GPTParamTensor {
   std::string name;
-  size_t offset = 0;  // in floats from the start of the buffer
-  size_t size = 0;    // in floats
-  std::vector<int> shape;
+  size_t offset = 0;       // in floats from the start of the buffer
+  size_t size = 0;         // in floats
+  std::vector<int> shape;  // this layout's (a tensor-parallel rank's: its slice's)
+  TensorSplit split = TensorSplit::kReplicated;
 };
 
 class GPTParamLayout {
  public:
   GPTParamLayout() = default;
-  // REQUIRES: config.validate() is OK.
-  explicit GPTParamLayout(const GPTConfig& config);
+  // The layout of tensor-parallel rank slice.rank of slice.size (the whole model by default).
+  // REQUIRES: config.validate() and validate_slice(config, slice) are OK.
+  explicit GPTParamLayout(const GPTConfig& config, const TensorSlice& slice = {});
 
+  const TensorSlice& slice() const { return slice_; }
   int num_layers() const { return num_layers_; }
   size_t num_params() const { return num_params_; }
   size_t wte() const { return 0; }
@@ -93,6 +121,7 @@ class GPTParamLayout {
   std::vector<ParamRange> no_decay_ranges() const;
 
  private:
+  TensorSlice slice_;
   int num_layers_ = 0;
   size_t channels_ = 0;
   size_t wpe_ = 0;
@@ -117,6 +146,19 @@ struct GPTTensors {
   float* lnfw = nullptr;
   float* lnfb = nullptr;
 };
+
+// Calls copy(whole_offset, slice_offset, n) for each run of n floats that the tensor-parallel
+// layout `slice` holds of the whole model's layout `whole` (both of one config), in the slice's
+// buffer order: the runs tile the slice's buffer. With slice.slice().size = 1 one run, the whole.
+void for_each_slice_run(
+    const GPTParamLayout& whole, const GPTParamLayout& slice,
+    const std::function<void(size_t whole_offset, size_t slice_offset, size_t n)>& copy);
+// The slice of `whole_buffer` (laid out as `whole`) into `slice_buffer` (laid out as `slice`),
+// and back: what tensor-parallel ranks hold of a whole model, and a whole model made of them.
+void copy_to_slice(const GPTParamLayout& whole, const GPTParamLayout& slice,
+                   const float* whole_buffer, float* slice_buffer);
+void copy_from_slice(const GPTParamLayout& whole, const GPTParamLayout& slice,
+                     const float* slice_buffer, float* whole_buffer);
 
 // REQUIRES: base holds layout.num_params() floats; they stay owned by the caller.
 GPTTensors point_gpt_tensors(const GPTParamLayout& layout, float* base);
