@@ -48,7 +48,12 @@ class AllreduceGradientSync : public GradientSync {
   // The last micro-batch's token mask, reduced while its forward runs.
   void reduce_token_mask(std::span<const int32_t> inputs);
   absl::Status issue_backward(nn::GPT& gpt, float dloss);
-  bool whole_model() const { return plan_.first() && plan_.last(); }
+  // The stage is the whole model, wte's rows whole too: the embedding's
+  // gradient can be reduced as the rows a batch touched, and the rest as
+  // backward finishes it. Else everything is reduced after the last backward.
+  bool whole_model() const {
+    return plan_.first() && plan_.last() && gpt_.tensor_slice().size == 1;
+  }
   void issue(const std::vector<size_t>& ready);
   void issue_range(float* data, size_t count);
   // wte's gradient += the reduced rows_ (after every reduction finished).

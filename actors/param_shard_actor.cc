@@ -10,6 +10,7 @@
 #include "actors/step_clock.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/shard_file.h"
+#include "core/status.h"
 #include "nn/gpt.h"
 #include "nn/optim/clip.h"
 
@@ -18,7 +19,11 @@ namespace troupe::actors {
 absl::StatusOr<std::unique_ptr<ParamShardActor>> ParamShardActor::create(
     const ShardOptions& options) {
   if (absl::Status s = options.model.validate(); !s.ok()) return s;
-  nn::GPTParamLayout layout(options.model);
+  const nn::TensorSlice slice{.rank = options.at.t, .size = options.tp};
+  if (absl::Status s = nn::validate_slice(options.model, slice); !s.ok()) {
+    return Prefixed(absl::StrCat("parameter shard ", to_string(options.at), ": "), s);
+  }
+  nn::GPTParamLayout layout(options.model, slice);
   nn::ParamRange range = options.range;
   if (range.begin == 0 && range.end == 0) range.end = layout.num_params();
   if (range.begin > range.end || range.end > layout.num_params()) {
@@ -119,7 +124,8 @@ absl::StatusOr<int64_t> ParamShardActor::init() {
   absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
   if (!s.ok()) return s.status();
   // Only the range, without the memory of a whole model.
-  nn::GPT::init_parameters(options_.model, options_.seed, range_.begin, range_.end, masters(**s));
+  nn::GPT::init_parameters(options_.model, layout_.slice(), options_.seed, range_.begin, range_.end,
+                           masters(**s));
   refresh_compute_copy(**s);
   clear_state();
   prepared_ = 0;
@@ -257,6 +263,11 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
     return Future<ShardSaveReport>::ready_with(absl::FailedPreconditionError(
         absl::StrCat(name_, ": save of step ", request.step, ": ", why)));
   };
+  if (options_.tp > 1) {
+    return Future<ShardSaveReport>::ready_with(absl::UnimplementedError(
+        absl::StrCat(name_, ": checkpoints of tensor-parallel slices (tp ", options_.tp,
+                     ") are not implemented yet")));
+  }
   if (writing_.load()) return refuse("the previous save is still being written");
   if (!initialised_) return refuse("it holds no weights (not initialised or loaded)");
   if (prepared_ != 0)
@@ -344,6 +355,11 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
 
 absl::StatusOr<ShardLoadReport> ParamShardActor::load(LoadRequest request) {
   const double start = now_ms();
+  if (options_.tp > 1) {
+    return absl::UnimplementedError(
+        absl::StrCat(name_, ": checkpoints of tensor-parallel slices (tp ", options_.tp,
+                     ") are not implemented yet"));
+  }
   if (!(request.range == range_)) {
     if (initialised_) {
       return absl::InvalidArgumentError(

@@ -59,13 +59,17 @@ struct ShardOptions {
   OptimizerSpec optimizer;
   nn::DType precision = nn::DType::kFloat32;  // of the stage's compute copy
   uint64_t seed = 0;                          // the initialisation's
-  TROUPE_FIELDS(job, at, model, range, optimizer, precision, seed);
+  // Tensor parallelism: the shard's parameters are of slice at.t of tp
+  // (nn/gpt_param_layout.h), its range one of that slice's layout.
+  int tp = 1;
+  TROUPE_FIELDS(job, at, model, range, optimizer, precision, seed, tp);
 };
 
 class ParamShardActor {
  public:
-  // InvalidArgument when the model is not valid or the range does not lie
-  // inside it; ResourceExhausted without the memory for the optimizer state.
+  // InvalidArgument when the model is not valid, does not split into tp
+  // slices, or the range does not lie inside its slice; ResourceExhausted
+  // without the memory for the optimizer state.
   static absl::StatusOr<std::unique_ptr<ParamShardActor>> create(const ShardOptions& options);
   // Waits for a save in flight.
   ~ParamShardActor();
@@ -108,7 +112,8 @@ class ParamShardActor {
   // than the one an initialised shard owns; DataLoss naming the file for
   // a missing, short or corrupt one (the shard then holds no weights until
   // a load or init succeeds); FailedPrecondition while the stage holds a
-  // step's gradients.
+  // step's gradients. Saves and loads of a tensor-parallel slice (tp > 1)
+  // are Unimplemented so far.
   absl::StatusOr<ShardLoadReport> load(LoadRequest request);
   const nn::ParamRange& range() const { return range_; }
 

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -34,9 +35,17 @@ absl::Status check_options(const StageOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(where, " is not in the mesh dp ", o.mesh.dp,
                                                    " x pp ", o.mesh.pp, " x tp ", o.mesh.tp));
   }
-  if (o.mesh.tp != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": tensor parallelism (tp ", o.mesh.tp,
-                                                   ") is not implemented yet; only tp = 1 runs"));
+  if (o.mesh.tp > 1) {
+    if (const int zero = zero_stage_of(o.gradient_sync); zero > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": ZeRO-", zero, " with tensor parallelism (tp ", o.mesh.tp,
+          ") is not implemented yet; with tp > 1 the slices' gradients are averaged by allreduce "
+          "(zero_optimization.stage 0)"));
+    }
+    if (o.tp_group.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": tp ", o.mesh.tp, " needs the group of its stage's slices"));
+    }
   }
   if (o.mesh.pp > 1) {
     if (const int zero = zero_stage_of(o.gradient_sync); zero > 0) {
@@ -96,8 +105,12 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
     const StageOptions& options) {
   if (absl::Status s = check_options(options); !s.ok()) return s;
   const nn::GPTStorage storage = model_storage(options.gradient_sync, options.mesh.dp);
-  absl::StatusOr<nn::GPT> model = nn::GPT::create(options.model, options.model_options, storage);
-  if (!model.ok()) return model.status();
+  absl::StatusOr<nn::GPT> model =
+      nn::GPT::create(options.model, options.model_options, storage,
+                      {.rank = options.at.t, .size = options.mesh.tp});
+  if (!model.ok()) {
+    return Prefixed(absl::StrCat("stage ", to_string(options.at), ": "), model.status());
+  }
   absl::StatusOr<StagePlan> plan =
       plan_stage(model->param_layout(), options.mesh.pp, options.at.p, options.partition);
   if (!plan.ok()) return plan.status();
@@ -189,6 +202,7 @@ PipelineStageActor::~PipelineStageActor() {
   if (tensors_ != nullptr) tensors_->set_group(nullptr);
   sync_.reset();  // before the group its reductions run on
   pipe_.reset();
+  tp_.reset();
   if (tensors_ != nullptr) Handoff::retract(name_, tensors_.get());
 }
 
@@ -234,13 +248,32 @@ absl::Status PipelineStageActor::setup() {
     }
     pipe_ = *std::move(pipe);
   }
+  if (options_.mesh.tp > 1 && tp_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<CollectiveGroup>> tp =
+        CollectiveGroup::join(options_.tp_group, kPipeTimeout);
+    if (!tp.ok()) return tp.status();
+    if ((*tp)->rank() != options_.at.t || (*tp)->world_size() != options_.mesh.tp) {
+      return absl::InternalError(absl::StrCat(name_, ": rank ", (*tp)->rank(), " of ",
+                                              (*tp)->world_size(), " in its tp group, not ",
+                                              options_.at.t, " of ", options_.mesh.tp));
+    }
+    tp_ = *std::move(tp);
+    CollectiveGroup* group = tp_.get();
+    auto reduce = [group](ReduceOp op) {
+      return [group, op](float* data, size_t count) {
+        return group->allreduce(DType::kFloat32, op, data, count);
+      };
+    };
+    model_.set_tensor_parallel(reduce(ReduceOp::kSum), reduce(ReduceOp::kMax));
+  }
   return absl::OkStatus();
 }
 
 absl::Status PipelineStageActor::rejoin() {
-  if (options_.mesh.pp > 1) {
-    return absl::UnimplementedError(absl::StrCat(name_, ": rejoining a pipeline (pp ",
-                                                 options_.mesh.pp, ") is not implemented"));
+  if (options_.mesh.pp > 1 || options_.mesh.tp > 1) {
+    return absl::UnimplementedError(absl::StrCat(name_, ": rejoining a model-parallel mesh (pp ",
+                                                 options_.mesh.pp, ", tp ", options_.mesh.tp,
+                                                 ") is not implemented"));
   }
   if (const int64_t held = tensors_->held_step.load(); held != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -259,9 +292,10 @@ void PipelineStageActor::leave_group() {
 }
 
 absl::Status PipelineStageActor::resize(StageShape shape) {
-  if (options_.mesh.pp > 1) {
-    return absl::UnimplementedError(absl::StrCat(name_, ": resizing a pipeline (pp ",
-                                                 options_.mesh.pp, ") is not implemented"));
+  if (options_.mesh.pp > 1 || options_.mesh.tp > 1) {
+    return absl::UnimplementedError(absl::StrCat(name_, ": resizing a model-parallel mesh (pp ",
+                                                 options_.mesh.pp, ", tp ", options_.mesh.tp,
+                                                 ") is not implemented"));
   }
   const int zero = zero_stage_of(options_.gradient_sync);
   if (loader_ == nullptr || sync_ == nullptr) {
@@ -371,6 +405,7 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
       group_->abort(absl::AbortedError(failed.message()));
     if (pipe_ != nullptr && pipe_->failed().ok())
       pipe_->abort(absl::AbortedError(failed.message()));
+    if (tp_ != nullptr && tp_->failed().ok()) tp_->abort(absl::AbortedError(failed.message()));
     // Then nothing of the failed step may still read or write the buffers
     // (a shard's load or init may come next).
     sync_->drain();
@@ -458,7 +493,7 @@ void PipelineStageActor::finish_report(StepReport& report, double start) {
     nn::convert(owned_grads, nn::DType::kFloat32, half_grads_.data(), nn::DType::kFloat16, n);
     nn::convert(half_grads_.data(), nn::DType::kFloat16, owned_grads, nn::DType::kFloat32, n);
   }
-  report.grad_norm_sq = nn::grad_norm_squared(owned_grads, report.owned.size());
+  report.grad_norm_sq = owned_norm_squared(report.owned, owned_grads);
   report.found_inf = !std::isfinite(report.grad_norm_sq);
   report.samples = static_cast<int64_t>(options_.micro_batch) * options_.grad_accum;
   report.tokens = report.samples * options_.model.max_seq_len;
@@ -477,6 +512,19 @@ void PipelineStageActor::finish_report(StepReport& report, double start) {
                    .reduce_scatter = static_cast<int64_t>(sent.reduce_scatter),
                    .allgather = static_cast<int64_t>(sent.allgather)};
   }
+}
+
+double PipelineStageActor::owned_norm_squared(const nn::ParamRange& owned,
+                                              const float* grads) const {
+  if (options_.at.t == 0) return nn::grad_norm_squared(grads, owned.size());
+  double sum = 0;
+  for (const nn::GPTParamTensor& t : model_.param_layout().tensors()) {
+    if (t.split == nn::TensorSplit::kReplicated) continue;
+    const size_t begin = std::max(t.offset, owned.begin);
+    const size_t end = std::min(t.offset + t.size, owned.end);
+    if (begin < end) sum += nn::grad_norm_squared(grads + (begin - owned.begin), end - begin);
+  }
+  return sum;
 }
 
 absl::Status PipelineStageActor::discard(int64_t step) {
@@ -518,6 +566,11 @@ absl::Status PipelineStageActor::check_whole_parameters() const {
     return absl::FailedPreconditionError(absl::StrCat(
         name_, ": with pp ", options_.mesh.pp, " it holds only blocks [", plan_.block_begin, ", ",
         plan_.block_end, "); evaluate and generate run on a whole model"));
+  }
+  if (options_.mesh.tp > 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, ": with tp ", options_.mesh.tp,
+                     " it holds only its slice; evaluate and generate run on a whole model"));
   }
   if (zero_stage_of(options_.gradient_sync) == 0 || options_.mesh.dp == 1) return absl::OkStatus();
   if (whole_version_ == tensors_->params_version.load()) return absl::OkStatus();

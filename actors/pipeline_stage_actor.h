@@ -7,7 +7,9 @@
 // the activations of each micro-batch and their gradients go peer to peer
 // between neighbouring stages of the replica, over its pipe group, and the
 // first stage adds the last stage's share of the tied embedding's gradient
-// to its own (docs/parallelism.md).
+// to its own (docs/parallelism.md). With tensor parallelism (tp > 1) the
+// stage's model is slice t of tp (nn/gpt.h): the tp ranks of a stage run the
+// same micro-batches in step, summing over their tp group inside each block.
 //
 // A step, as the controller drives it:
 //   run_step(k)   for each of its micro-batches: take it from the loader of
@@ -86,31 +88,35 @@ struct StageOptions {
   std::string schedule = "1f1b";
   std::vector<int64_t> partition;
   std::string pipe_group;
+  // Tensor parallelism (mesh.tp > 1): the group of the stage's tp ranks
+  // (rank t), over which its model sums what its slices computed.
+  std::string tp_group;
   TROUPE_FIELDS(job, at, mesh, model, model_options, micro_batch, grad_accum, gradient_sync,
                 bucket_elements, overlap_comm, prefetch_elements, persistence_threshold,
                 max_live_parameters, threads, group, transport, precision, schedule, partition,
-                pipe_group);
+                pipe_group, tp_group);
 };
 
 class PipelineStageActor {
  public:
   // Builds the stage's model (parameters zero until the shard's init).
   // InvalidArgument for a model, batch, coordinate, schedule or gradient sync
-  // that cannot run (tp > 1 among them, and with pp > 1 ZeRO and the
-  // interleaved schedule, so far); ResourceExhausted without the memory.
+  // that cannot run (a model that does not split into tp slices; so far ZeRO
+  // with pp > 1 or tp > 1, and the interleaved schedule); ResourceExhausted
+  // without the memory.
   static absl::StatusOr<std::unique_ptr<PipelineStageActor>> create(const StageOptions& options);
   ~PipelineStageActor();
 
-  // Joins the data-parallel group, and with pp > 1 its pipe group (every
-  // stage of the groups must call it; it waits for the others), and finds
-  // this coordinate's loader.
+  // Joins the data-parallel group, with pp > 1 its pipe group and with
+  // tp > 1 its tp group (every stage of the groups must call it; it waits
+  // for the others), and finds this coordinate's loader.
   absl::Status setup();
   // Recovery (docs/fault_tolerance.md): leaves its group's generation, which
   // lost a member, and joins the latest one the controller declared (with
   // the survivors and the replacements), as setup() does; a replacement's
   // first call. Every stage of the group must call it at once.
   // FailedPrecondition while it holds a step's gradients; Unimplemented
-  // for pp > 1.
+  // for pp > 1 or tp > 1.
   absl::Status rejoin();
   // Elasticity: continues as rank shape.rank of shape.dp, running
   // shape.grad_accum micro-batches of shape.micro_batch a step, its loader
@@ -124,7 +130,7 @@ class PipelineStageActor {
   // InvalidArgument for a shape its loader refuses (another global batch).
   // Under ZeRO its partition moves with its rank (its shard then adopts the
   // new one); Unimplemented for ZeRO-2/3 to or from dp 1, where the model
-  // holds what they partition, and for pp > 1.
+  // holds what they partition, and for pp > 1 or tp > 1.
   absl::Status resize(StageShape shape);
   // Runs step `request.step` (see above). The synchronised gradients stay
   // until commit or discard. Errors: FailedPrecondition before setup or for a
@@ -145,8 +151,8 @@ class PipelineStageActor {
   absl::StatusOr<EvalReport> evaluate(EvalRequest request);
   // evaluate and generate: FailedPrecondition under ZeRO unless
   // gather_parameters ran since the shards last wrote the parameters, and
-  // with pp > 1 (a stage holds only its blocks; the trainer evaluates the
-  // gathered weights).
+  // with pp > 1 or tp > 1 (a stage holds only its blocks or its slice; the
+  // trainer evaluates the gathered weights).
   // Greedy (temperature 0) or sampled continuation of `prompt`.
   absl::StatusOr<std::vector<int32_t>> generate(std::vector<int32_t> prompt, int max_new_tokens,
                                                 float temperature, uint64_t seed);
@@ -180,6 +186,10 @@ class PipelineStageActor {
   absl::Status start_step(const StepRequest& request, StepReport& report);
   // The report's fields every step fills the same way, after the reduction.
   void finish_report(StepReport& report, double start);
+  // The squared norm of the owned gradients that this rank counts: on a
+  // tensor-parallel rank t > 0 without the tensors every rank holds whole
+  // (rank 0 counts them), so that the controller's sum counts each once.
+  double owned_norm_squared(const nn::ParamRange& owned, const float* grads) const;
 
   StageOptions options_;  // mesh, at, micro_batch and grad_accum as resize last set them
   std::string name_;
@@ -189,6 +199,7 @@ class PipelineStageActor {
   std::shared_ptr<StageTensors> tensors_;
   std::unique_ptr<CollectiveGroup> group_;
   std::unique_ptr<CollectiveGroup> pipe_;  // pp > 1: this replica's stages, rank p
+  std::unique_ptr<CollectiveGroup> tp_;    // tp > 1: this stage's slices, rank t
   pipeline::Schedule schedule_;            // pp > 1
   std::unique_ptr<GradientSync> sync_;
   std::shared_ptr<DataLoader> loader_;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "actors/data/addition_task.h"
+#include "nn/gpt_param_layout.h"
 #include "trainers/config.h"
 #include "trainers/config_reader.h"
 #include "trainers/config_sections.h"
@@ -317,26 +318,30 @@ absl::Status parse_parallel(JsonObject& top, TrainConfig* config) {
 // once every section is read: named, with what does run.
 absl::Status check_model_parallel(const TrainConfig& config) {
   const ParallelConfig& p = config.parallel;
-  if (p.tp > 1) {
-    return config_error(
-        absl::StrCat("parallel.tp: ", p.tp, " is not implemented yet (tensor parallelism); use 1"));
-  }
-  if (p.pp == 1) return absl::OkStatus();
   if (p.pp > config.model.num_layers) {
     return config_error(absl::StrCat("parallel.pp: ", p.pp, " stages for ", config.model.num_layers,
                                      " layers (model.n_layer); each stage holds a block at least"));
   }
+  if (p.tp > 1) {
+    if (absl::Status s = nn::validate_slice(config.model, {.rank = 0, .size = p.tp}); !s.ok()) {
+      return config_error(absl::StrCat("parallel.tp: ", p.tp, ": ", s.message()));
+    }
+  }
+  if (p.pp == 1 && p.tp == 1) return absl::OkStatus();
   const char* missing = nullptr;
   if (config.zero.stage > 0) missing = "zero_optimization.stage above 0";
-  if (p.schedule == "interleaved") missing = "parallel.schedule \"interleaved\"";
+  if (p.pp > 1 && p.schedule == "interleaved") missing = "parallel.schedule \"interleaved\"";
   if (config.fault_tolerance.enabled) missing = "fault_tolerance.enabled";
   if (config.elasticity.enabled) missing = "elasticity.enabled";
   if (!config.checkpoint.dir.empty()) missing = "checkpoint.dir";
   if (missing != nullptr) {
-    return config_error(absl::StrCat("parallel.pp: ", p.pp, " with ", missing,
-                                     " is not implemented yet; pipeline parallelism runs with "
-                                     "DDP over dp (zero_optimization.stage 0), the \"gpipe\" and "
-                                     "\"1f1b\" schedules, no checkpoints, recovery or elasticity"));
+    const std::string what = p.pp > 1 ? absl::StrCat("parallel.pp: ", p.pp)
+                                      : absl::StrCat("parallel.tp: ", p.tp);
+    return config_error(absl::StrCat(what, " with ", missing,
+                                     " is not implemented yet; pipeline and tensor parallelism run "
+                                     "with DDP over dp (zero_optimization.stage 0), the \"gpipe\" "
+                                     "and \"1f1b\" schedules, no checkpoints, recovery or "
+                                     "elasticity"));
   }
   return absl::OkStatus();
 }

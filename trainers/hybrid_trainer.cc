@@ -14,35 +14,43 @@ namespace {
 
 constexpr absl::Duration kSetupTimeout = absl::Seconds(120);
 
-// Waits for every future, returning the first error.
+// Waits for every future, returning the first error - the first that is not
+// a timeout if there is one: a member that failed leaves the others of its
+// groups waiting for it, and its error is the cause.
 template <class T>
 absl::Status wait_all(std::vector<Future<T>>& pending) {
-  absl::Status first;
+  absl::Status first, cause;
   for (Future<T>& f : pending) {
+    absl::Status s;
     if constexpr (std::is_void_v<T>) {
-      first.Update(std::move(f).get(kSetupTimeout));
+      s = std::move(f).get(kSetupTimeout);
     } else {
-      first.Update(std::move(f).get(kSetupTimeout).status());
+      s = std::move(f).get(kSetupTimeout).status();
     }
+    first.Update(s);
+    if (!absl::IsDeadlineExceeded(s)) cause.Update(s);
   }
-  return first;
+  return cause.ok() ? first : cause;
 }
 
 }  // namespace
 
-size_t HybridTrainer::index(int d, int p) const {
-  const actors::Mesh mesh{.dp = config_.parallel.dp, .pp = config_.parallel.pp, .tp = 1};
-  return static_cast<size_t>(actors::index_of(mesh, {.d = d, .p = p, .t = 0}));
+actors::Mesh HybridTrainer::mesh() const {
+  return {.dp = config_.parallel.dp, .pp = config_.parallel.pp, .tp = config_.parallel.tp};
+}
+
+size_t HybridTrainer::index(int d, int p, int t) const {
+  return static_cast<size_t>(actors::index_of(mesh(), {.d = d, .p = p, .t = t}));
 }
 
 absl::StatusOr<std::unique_ptr<HybridTrainer>> HybridTrainer::start(Cluster& cluster,
                                                                     const TrainConfig& config,
                                                                     const std::string& job,
                                                                     int threads) {
-  if (config.zero.stage != 0 || config.parallel.tp != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the hybrid trainer runs DDP over pipelines of pp stages with tp = 1 (asked: ZeRO stage ",
-        config.zero.stage, ", tp ", config.parallel.tp, ")"));
+  if (config.zero.stage != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the hybrid trainer runs DDP over dp (asked: ZeRO stage ", config.zero.stage,
+                     ")"));
   }
   std::unique_ptr<HybridTrainer> trainer(new HybridTrainer(cluster, config, job, threads));
   if (absl::Status s = trainer->spawn_mesh(); !s.ok()) {
@@ -58,70 +66,63 @@ HybridTrainer::~HybridTrainer() {
 
 std::string HybridTrainer::describe() const {
   const ParallelConfig& p = config_.parallel;
-  return absl::StrCat("pipeline of ", p.pp, " stages (", p.schedule, ", ",
-                      config_.gradient_accumulation_steps, " micro-batches a step) x DDP over ",
-                      p.dp, p.dp == 1 ? " replica" : " replicas");
+  std::string out;
+  if (p.pp > 1) {
+    absl::StrAppend(&out, "pipeline of ", p.pp, " stages (", p.schedule, ", ",
+                    config_.gradient_accumulation_steps, " micro-batches a step) x ");
+  }
+  if (p.tp > 1) absl::StrAppend(&out, "tensor parallelism over ", p.tp, " slices x ");
+  absl::StrAppend(&out, "DDP over ", p.dp, p.dp == 1 ? " replica" : " replicas");
+  return out;
 }
 
 absl::Status HybridTrainer::spawn_mesh() {
-  const int dp = config_.parallel.dp, pp = config_.parallel.pp;
-  const actors::Mesh mesh{.dp = dp, .pp = pp, .tp = 1};
-  const nn::GPTParamLayout layout(config_.model);
+  const actors::Mesh mesh = this->mesh();
+  const int dp = mesh.dp, pp = mesh.pp, tp = mesh.tp;
+  // Every slice's layout has the same offsets: the ranges are any slice's.
+  const nn::GPTParamLayout layout(config_.model, {.rank = 0, .size = tp});
   for (int p = 0; p < pp; ++p) {
     absl::StatusOr<actors::StagePlan> plan =
         actors::plan_stage(layout, pp, p, config_.parallel.partition);
     if (!plan.ok()) return plan.status();
     ranges_.push_back(plan->params);
   }
-  // One bundle a coordinate, spread over the nodes where there are enough:
-  // the pipeline's stages apart, the replicas apart.
-  std::vector<std::string> bundles(static_cast<size_t>(dp * pp), "CPU=1");
+  // One bundle a pipeline stage of a replica, with a CPU for each of its tp
+  // slices: a bundle lies on one node, so a tp group is packed in one (as
+  // STRICT_PACK would); the bundles spread over the nodes where there are
+  // enough: the pipeline's stages apart, the replicas apart.
+  std::vector<std::string> bundles(static_cast<size_t>(dp * pp), absl::StrCat("CPU=", tp));
   absl::StatusOr<cluster::PlacementGroupId> pg =
       cluster_.create_placement_group(bundles, cluster::PlacementStrategy::kSpread, job_ + "/mesh");
   if (!pg.ok()) return pg.status();
   placement_groups_.push_back(*pg);
   if (absl::Status s = cluster_.wait_placement_group(*pg, kSetupTimeout); !s.ok()) {
-    return absl::Status(
-        s.code(), absl::StrCat("placing ", dp, " x ", pp, " stages (one CPU each): ", s.message()));
+    return absl::Status(s.code(), absl::StrCat("placing ", dp, " x ", pp, " stages (", tp,
+                                               tp == 1 ? " CPU" : " CPUs on one node",
+                                               " each): ", s.message()));
   }
   for (int d = 0; d < dp; ++d) {
     for (int p = 0; p < pp; ++p) {
-      SpawnOptions where;
-      where.placement_group = pg->value;
-      where.bundle_index = static_cast<int>(index(d, p));
-      const MemberPlace place{.at = {.d = d, .p = p, .t = 0},
-                              .mesh = mesh,
-                              .names = job_,
-                              .where = where,
-                              .threads = threads_,
-                              .dp_group = absl::StrCat(job_, "/dp/p", p),
-                              .pipe_group = absl::StrCat(job_, "/pipe/d", d),
-                              .shard_range = ranges_[static_cast<size_t>(p)]};
-      absl::StatusOr<MemberActors> actors = spawn_member(cluster_, config_, place, &actors_);
-      if (!actors.ok()) return actors.status();
-      members_.push_back(*std::move(actors));
+      for (int t = 0; t < tp; ++t) {
+        SpawnOptions where;
+        where.placement_group = pg->value;
+        where.bundle_index = static_cast<int>(index(d, p)) / tp;
+        const MemberPlace place{.at = {.d = d, .p = p, .t = t},
+                                .mesh = mesh,
+                                .names = job_,
+                                .where = where,
+                                .threads = threads_,
+                                .dp_group = dp_group(p, t),
+                                .pipe_group = pipe_group(d, t),
+                                .tp_group = tp_group(d, p),
+                                .shard_range = ranges_[static_cast<size_t>(p)]};
+        absl::StatusOr<MemberActors> actors = spawn_member(cluster_, config_, place, &actors_);
+        if (!actors.ok()) return actors.status();
+        members_.push_back(*std::move(actors));
+      }
     }
   }
-  // The groups: each pipeline stage's across the replicas, each replica's
-  // along its pipeline.
-  if (dp > 1) {
-    for (int p = 0; p < pp; ++p) {
-      std::vector<ActorId> stages;
-      for (int d = 0; d < dp; ++d)
-        stages.push_back(members_[index(d, p)].stage.id());
-      absl::StatusOr<uint64_t> declared =
-          declare_collective_group(cluster_, absl::StrCat(job_, "/dp/p", p), stages);
-      if (!declared.ok()) return declared.status();
-    }
-  }
-  for (int d = 0; d < dp; ++d) {
-    std::vector<ActorId> stages;
-    for (int p = 0; p < pp; ++p)
-      stages.push_back(members_[index(d, p)].stage.id());
-    absl::StatusOr<uint64_t> declared =
-        declare_collective_group(cluster_, absl::StrCat(job_, "/pipe/d", d), stages);
-    if (!declared.ok()) return declared.status();
-  }
+  if (absl::Status s = declare_groups(); !s.ok()) return s;
   // setup() joins them: every stage at once.
   std::vector<Future<void>> joining;
   for (MemberActors& m : members_)
@@ -141,12 +142,14 @@ absl::Status HybridTrainer::spawn_mesh() {
   std::vector<MeshMember> controlled;
   for (int d = 0; d < dp; ++d) {
     for (int p = 0; p < pp; ++p) {
-      const MemberActors& m = members_[index(d, p)];
-      controlled.push_back({.at = {.d = d, .p = p, .t = 0},
-                            .stage = stage_endpoint(m.stage),
-                            .shard = shard_endpoint(m.shard),
-                            .range = ranges_[static_cast<size_t>(p)],
-                            .buddy = -1});
+      for (int t = 0; t < tp; ++t) {
+        const MemberActors& m = members_[index(d, p, t)];
+        controlled.push_back({.at = {.d = d, .p = p, .t = t},
+                              .stage = stage_endpoint(m.stage),
+                              .shard = shard_endpoint(m.shard),
+                              .range = ranges_[static_cast<size_t>(p)],
+                              .buddy = -1});
+      }
     }
   }
   absl::StatusOr<TrainerController> controller =
@@ -156,12 +159,74 @@ absl::Status HybridTrainer::spawn_mesh() {
   return absl::OkStatus();
 }
 
+std::string HybridTrainer::dp_group(int p, int t) const {
+  return absl::StrCat(job_, "/dp/p", p, "t", t);
+}
+std::string HybridTrainer::pipe_group(int d, int t) const {
+  return absl::StrCat(job_, "/pipe/d", d, "t", t);
+}
+std::string HybridTrainer::tp_group(int d, int p) const {
+  return absl::StrCat(job_, "/tp/d", d, "p", p);
+}
+
+absl::Status HybridTrainer::declare_groups() {
+  const actors::Mesh mesh = this->mesh();
+  auto declare = [&](const std::string& name, auto&& coordinate_of, int n) -> absl::Status {
+    if (n == 1) return absl::OkStatus();  // a stage alone needs no group
+    std::vector<ActorId> stages;
+    for (int i = 0; i < n; ++i) {
+      const actors::Coordinate at = coordinate_of(i);
+      stages.push_back(members_[index(at.d, at.p, at.t)].stage.id());
+    }
+    return declare_collective_group(cluster_, name, stages).status();
+  };
+  for (int d = 0; d < mesh.dp; ++d) {
+    for (int p = 0; p < mesh.pp; ++p) {
+      for (int t = 0; t < mesh.tp; ++t) {
+        // Each group once, from its rank-0 member's coordinate.
+        absl::Status s;
+        if (d == 0) {
+          s.Update(declare(
+              dp_group(p, t), [&](int i) { return actors::Coordinate{.d = i, .p = p, .t = t}; },
+              mesh.dp));
+        }
+        if (p == 0) {
+          s.Update(declare(
+              pipe_group(d, t), [&](int i) { return actors::Coordinate{.d = d, .p = i, .t = t}; },
+              mesh.pp));
+        }
+        if (t == 0) {
+          s.Update(declare(
+              tp_group(d, p), [&](int i) { return actors::Coordinate{.d = d, .p = p, .t = i}; },
+              mesh.tp));
+        }
+        if (!s.ok()) return s;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<float>> HybridTrainer::master_params() {
-  // Replica 0's stages, in order, tile the model.
-  std::vector<ActorRef<actors::ParamShardActor>> shards;
-  for (int p = 0; p < config_.parallel.pp; ++p)
-    shards.push_back(members_[index(0, p)].shard);
-  return gather_masters(shards, kSetupTimeout);
+  // Replica 0's stages of each slice, in order, tile that slice; the slices
+  // make up the whole model.
+  const int tp = config_.parallel.tp;
+  const nn::GPTParamLayout whole(config_.model);
+  std::vector<float> out(whole.num_params());
+  for (int t = 0; t < tp; ++t) {
+    std::vector<ActorRef<actors::ParamShardActor>> shards;
+    for (int p = 0; p < config_.parallel.pp; ++p)
+      shards.push_back(members_[index(0, p, t)].shard);
+    absl::StatusOr<std::vector<float>> slice = gather_masters(shards, kSetupTimeout);
+    if (!slice.ok()) return slice.status();
+    const nn::GPTParamLayout layout(config_.model, {.rank = t, .size = tp});
+    if (slice->size() != layout.num_params()) {
+      return absl::InternalError(absl::StrCat("the shards of slice ", t, " hold ", slice->size(),
+                                              " parameters of its ", layout.num_params()));
+    }
+    nn::copy_from_slice(whole, layout, slice->data(), out.data());
+  }
+  return out;
 }
 
 absl::StatusOr<nn::GPT> HybridTrainer::whole_model() {

@@ -26,7 +26,8 @@ actors::StageOptions stage_options(const TrainConfig& config, const MemberPlace&
           .precision = compute_precision(config),
           .schedule = config.parallel.schedule,
           .partition = config.parallel.partition,
-          .pipe_group = place.pipe_group};
+          .pipe_group = place.pipe_group,
+          .tp_group = place.tp_group};
 }
 
 absl::StatusOr<MemberActors> spawn_member(Cluster& cluster, const TrainConfig& config,
@@ -37,6 +38,7 @@ absl::StatusOr<MemberActors> spawn_member(Cluster& cluster, const TrainConfig& c
   loader_where.name = actors::actor_name(place.names, "loader", place.at);
   actors::LoaderOptions loader_options_at = loader_options(config, place.names, place.at.d);
   loader_options_at.stage = place.at.p;
+  loader_options_at.slice = place.at.t;
   absl::StatusOr<ActorRef<actors::DataLoaderActor>> loader =
       cluster.spawn<actors::DataLoaderActor>(loader_where, loader_options_at);
   if (!loader.ok()) return loader.status();
@@ -62,7 +64,8 @@ absl::StatusOr<MemberActors> spawn_member(Cluster& cluster, const TrainConfig& c
                                            .range = place.shard_range,
                                            .optimizer = optimizer_spec(config.optimizer),
                                            .precision = compute_precision(config),
-                                           .seed = config.training.seed};
+                                           .seed = config.training.seed,
+                                           .tp = place.mesh.tp};
   absl::StatusOr<ActorRef<actors::ParamShardActor>> shard =
       cluster.spawn<actors::ParamShardActor>(shard_where, shard_options);
   if (!shard.ok()) return shard.status();

@@ -33,6 +33,7 @@ struct MemberPlace {
   int threads = 0;             // the stage's compute threads; 0: the worker's default
   std::string dp_group;        // the stage's data-parallel group
   std::string pipe_group;      // pp > 1: its replica's stages'
+  std::string tp_group;        // tp > 1: its stage's slices'
   nn::ParamRange shard_range;  // what the shard owns
 };
 

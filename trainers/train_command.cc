@@ -207,13 +207,16 @@ int train_command(const std::vector<std::string>& args) {
                          .name = "troupe train " + job};
   if (local_workers > 0) {
     unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    // A stage's tp slices share a bundle of tp CPUs on one node: each worker
+    // offers at least that many.
+    const unsigned worker_cpus = std::max(cores, static_cast<unsigned>(config.parallel.tp));
     const int spares = config.fault_tolerance.enabled ? config.fault_tolerance.spare_nodes : 0;
     std::printf("starting a local cluster: a head and %d workers%s\n", local_workers,
                 spares > 0
                     ? absl::StrCat(" and ", spares, spares == 1 ? " spare" : " spares").c_str()
                     : "");
     auto started = cluster::LocalCluster::start({.workers = local_workers + spares,
-                                                 .default_resources = absl::StrCat("CPU=", cores),
+                                                 .default_resources = absl::StrCat("CPU=", worker_cpus),
                                                  .troupe_binary = self_executable(),
                                                  .echo_output = false});
     if (!started.ok()) return fail("starting a local cluster", started.status());
@@ -221,7 +224,8 @@ int train_command(const std::vector<std::string>& args) {
     options = local->client_options();
     options.name = "troupe train " + job;
     if (threads == 0) {
-      threads = std::max(1, static_cast<int>(cores) / (config.parallel.dp * config.parallel.pp));
+      threads = std::max(1, static_cast<int>(cores) / (config.parallel.dp * config.parallel.pp *
+                                                       config.parallel.tp));
     }
   } else if (const char* env = std::getenv("TROUPE_HEAD");
              options.head.empty() && (env == nullptr || *env == '\0')) {

@@ -51,12 +51,13 @@ struct LoaderOptions {
   // The training job (actors/mesh.h): when set, DataLoaderActor hands its
   // loader to the stage of its coordinate (actors/handoff.h).
   std::string job;
-  // The pipeline stage it feeds (its coordinate's p): every stage of a
-  // replica has a loader of the same batches (the first reads the inputs,
-  // the last the targets).
+  // The pipeline stage and tensor slice it feeds (its coordinate's p and
+  // t): every stage and slice of a replica has a loader of the same batches
+  // (the first stage reads the inputs, the last the targets).
   int stage = 0;
+  int slice = 0;
   TROUPE_FIELDS(path, task, addition, seq_len, micro_batch, grad_accum, dp, rank, seed, shuffle,
-                prefetch, start_position, job, stage);
+                prefetch, start_position, job, stage, slice);
 };
 
 // One replica's share of one micro-step. B = sample_ids.size() (= micro_batch),

@@ -12,8 +12,8 @@ absl::StatusOr<std::unique_ptr<DataLoaderActor>> DataLoaderActor::create(
     const LoaderOptions& options) {
   std::string handoff_name;
   if (!options.job.empty()) {
-    handoff_name =
-        actor_name(options.job, "loader", {.d = options.rank, .p = options.stage, .t = 0});
+    handoff_name = actor_name(options.job, "loader",
+                              {.d = options.rank, .p = options.stage, .t = options.slice});
   }
   absl::StatusOr<std::unique_ptr<DataLoader>> loader = DataLoader::create(options);
   if (!loader.ok()) return loader.status();

@@ -25,7 +25,7 @@ namespace troupe::actors {
 class DataLoaderActor {
  public:
   // The errors of DataLoader::create. With options.job set, publishes the
-  // loader for the stage of coordinate (rank, 0, 0) in this process:
+  // loader for the stage of coordinate (rank, stage, slice) in this process:
   // actor_name(job, "loader", ...) in actors/handoff.h; the stage then takes
   // batches by pointer.
   static absl::StatusOr<std::unique_ptr<DataLoaderActor>> create(const LoaderOptions& options);

@@ -412,15 +412,21 @@ TEST(TrainConfigTest, PipelineStagesAndMegatronSizes) {
                "pipeline_model_parallel_size", "1 != parallel.pp 2 (the same setting; keep one)");
   expect_error(R"({"parallel": {"pp": 1}, "pipeline_model_parallel_size": 2})",
                "pipeline_model_parallel_size", "2 != parallel.pp 1 (the same setting; keep one)");
-  expect_error(R"({"tensor_model_parallel_size": 2})", "parallel.tp",
-               "2 is not implemented yet (tensor parallelism)");
+  const TrainConfig t = parse_ok(patched(R"({"tensor_model_parallel_size": 2})"));
+  EXPECT_EQ(t.parallel.tp, 2);
+  expect_error(R"({"tensor_model_parallel_size": 2, "parallel": {"tp": 4}})",
+               "tensor_model_parallel_size", "2 != parallel.tp 4 (the same setting; keep one)");
   expect_error(R"({"parallel": {"pp": 3}})", "parallel.pp",
                "3 stages for 2 layers (model.n_layer)");
+  expect_error(R"({"parallel": {"tp": 8}})", "parallel.tp",
+               "num_heads = 4 does not split over tensor-parallel size 8");
 }
 
 TEST(TrainConfigTest, UnimplementedFeaturesAreErrors) {
-  expect_error(R"({"parallel": {"tp": 4}})", "parallel.tp",
-               "4 is not implemented yet (tensor parallelism)");
+  expect_error(R"({"parallel": {"tp": 2}, "zero_optimization": {"stage": 2}})", "parallel.tp",
+               "2 with zero_optimization.stage above 0 is not implemented yet");
+  expect_error(R"({"parallel": {"tp": 2}, "checkpoint": {"dir": "ckpt"}})", "parallel.tp",
+               "2 with checkpoint.dir is not implemented yet");
   expect_error(R"({"parallel": {"pp": 2}, "zero_optimization": {"stage": 1}})", "parallel.pp",
                "with zero_optimization.stage above 0 is not implemented yet");
   expect_error(R"({"parallel": {"pp": 2, "schedule": "interleaved", "virtual_stages": 2}})",

@@ -1,9 +1,10 @@
-// Pipeline parallelism (HybridTrainer, parallel.pp > 1) on a real local
-// cluster (a head and three worker processes of the troupe executable):
-// splitting the model into stages that pass activations and gradients peer
-// to peer must not change the math. Every layout and schedule gives the
-// losses and weights of one process on the same global batch (fp32,
-// relative 1e-6); identical runs are bitwise identical.
+// Pipeline and tensor parallelism (HybridTrainer, parallel.pp or tp > 1) on
+// a real local cluster (a head and three worker processes of the troupe
+// executable): splitting the model into stages that pass activations and
+// gradients peer to peer, and into tensor-parallel slices that sum over
+// their group, must not change the math. Every layout dp x pp x tp and
+// schedule gives the losses and weights of one process on the same global
+// batch (fp32, relative 1e-6); identical runs are bitwise identical.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -22,21 +23,23 @@ constexpr int kSteps = 4;
 constexpr int kMicroBatch = 2;
 constexpr int kGlobalBatch = 16;  // micro-batches of 2: 8 a step over dp
 
-// A small GPT of 4 blocks, so that 4 stages hold one each.
+// A small GPT of 4 blocks, so that 4 stages hold one each, and of 4 heads,
+// so that 4 tensor-parallel slices hold one each.
 nn::GPTConfig model() {
   return {.max_seq_len = 18,
           .vocab_size = 64,
           .padded_vocab_size = 64,
           .num_layers = 4,
-          .num_heads = 2,
+          .num_heads = 4,
           .channels = 32};
 }
 
 TrainConfig config_for(int dp, int pp, const std::string& schedule = "1f1b",
-                       OptimizerType optimizer = OptimizerType::kSgd) {
+                       OptimizerType optimizer = OptimizerType::kSgd, int tp = 1) {
   TrainConfig c;
   c.parallel.dp = dp;
   c.parallel.pp = pp;
+  c.parallel.tp = tp;
   c.parallel.schedule = schedule;
   c.micro_batch_size = kMicroBatch;
   c.gradient_accumulation_steps = kGlobalBatch / kMicroBatch / dp;  // micro-batches a step
@@ -52,8 +55,8 @@ using testing::RunResult;
 
 // Each stage's timeline is its schedule's program as it ran, op by op, in
 // time order; the step's bubble is an idle share.
-void expect_timelines(const StepOutcome& o, int dp, int pp, const std::string& schedule) {
-  ASSERT_EQ(o.timelines.size(), static_cast<size_t>(dp * pp)) << "step " << o.step;
+void expect_timelines(const StepOutcome& o, int dp, int pp, int tp, const std::string& schedule) {
+  ASSERT_EQ(o.timelines.size(), static_cast<size_t>(dp * pp * tp)) << "step " << o.step;
   absl::StatusOr<actors::pipeline::Schedule> s =
       actors::pipeline::make_schedule(schedule, pp, kGlobalBatch / kMicroBatch / dp, 1);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -76,6 +79,9 @@ void expect_timelines(const StepOutcome& o, int dp, int pp, const std::string& s
 
 class PipelineTest : public testing::TrainingClusterTest {
  protected:
+  // A stage's tp slices share a bundle of tp CPUs on one worker: up to 4.
+  static void SetUpTestSuite() { start_cluster("CPU=4"); }
+
   static std::string next_job() { return "pipeline-test-" + std::to_string(++jobs_); }
 
   RunResult run(const TrainConfig& config) {
@@ -108,19 +114,25 @@ TEST_F(PipelineTest, EveryLayoutAndScheduleMatchesOneProcess) {
   const RunResult single = run(config_for(1, 1));
   ASSERT_EQ(single.losses.size(), static_cast<size_t>(kSteps));
   struct Layout {
-    int dp, pp;
+    int dp, pp, tp;
   };
-  for (const Layout& l : {Layout{1, 2}, Layout{2, 2}, Layout{1, 4}}) {
-    for (const std::string schedule : {"gpipe", "1f1b"}) {
-      const std::string what =
-          "dp " + std::to_string(l.dp) + " x pp " + std::to_string(l.pp) + ", " + schedule;
-      const RunResult piped = run(config_for(l.dp, l.pp, schedule));
+  // Every layout of {1, 2}^3 but (1, 1, 1), and (1, 4, 1), (1, 1, 4).
+  for (const Layout& l : {Layout{1, 2, 1}, Layout{2, 2, 1}, Layout{1, 4, 1}, Layout{1, 1, 2},
+                          Layout{2, 1, 2}, Layout{1, 2, 2}, Layout{2, 2, 2}, Layout{1, 1, 4},
+                          Layout{2, 1, 1}}) {
+    // Without a pipeline there is no schedule to vary.
+    const std::vector<std::string> schedules =
+        l.pp > 1 ? std::vector<std::string>{"gpipe", "1f1b"} : std::vector<std::string>{"1f1b"};
+    for (const std::string& schedule : schedules) {
+      const std::string what = "dp " + std::to_string(l.dp) + " x pp " + std::to_string(l.pp) +
+                               " x tp " + std::to_string(l.tp) + ", " + schedule;
+      const RunResult piped = run(config_for(l.dp, l.pp, schedule, OptimizerType::kSgd, l.tp));
       testing::expect_same_training(piped, single, what, true, "pipeline");
       for (size_t k = 0; k < piped.outcomes.size(); ++k) {
         const StepOutcome& o = piped.outcomes[k];
         EXPECT_EQ(testing::sorted(o.sample_ids), testing::sorted(single.outcomes[k].sample_ids))
             << what << ", step " << k + 1;
-        expect_timelines(o, l.dp, l.pp, schedule);
+        if (l.pp > 1) expect_timelines(o, l.dp, l.pp, l.tp, schedule);
       }
     }
   }
@@ -134,19 +146,21 @@ TEST_F(PipelineTest, AGivenPartitionMatchesOneProcess) {
 }
 
 TEST_F(PipelineTest, IdenticalRunsAreBitwiseIdentical) {
-  const TrainConfig c = config_for(2, 2, "1f1b", OptimizerType::kAdamW);
-  const RunResult a = run(c);
-  const RunResult b = run(c);
-  ASSERT_FALSE(a.params.empty());
-  EXPECT_EQ(a.losses, b.losses);
-  EXPECT_EQ(a.params, b.params);
+  for (int tp : {1, 2}) {
+    const TrainConfig c = config_for(2, 2, "1f1b", OptimizerType::kAdamW, tp);
+    const RunResult a = run(c);
+    const RunResult b = run(c);
+    ASSERT_FALSE(a.params.empty()) << "tp " << tp;
+    EXPECT_EQ(a.losses, b.losses) << "tp " << tp;
+    EXPECT_EQ(a.params, b.params) << "tp " << tp;
+  }
 }
 
 // The trainer evaluates and generates with the whole model it gathers from
 // the stages' shards, as one process would with the same weights.
 TEST_F(PipelineTest, EvaluationAndGenerationUseTheWholeModel) {
   absl::StatusOr<std::unique_ptr<Trainer>> piped =
-      start_trainer(*driver_, config_for(1, 2), next_job(), 1);
+      start_trainer(*driver_, config_for(1, 2, "1f1b", OptimizerType::kSgd, 2), next_job(), 1);
   ASSERT_TRUE(piped.ok()) << piped.status();
   absl::StatusOr<std::unique_ptr<Trainer>> single =
       start_trainer(*driver_, config_for(1, 1), next_job(), 1);
@@ -165,6 +179,8 @@ TEST_F(PipelineTest, EvaluationAndGenerationUseTheWholeModel) {
   ASSERT_TRUE(ga.ok()) << ga.status();
   EXPECT_EQ(ga->size(), 4u);
   EXPECT_NE((*piped)->describe().find("pipeline of 2 stages"), std::string::npos)
+      << (*piped)->describe();
+  EXPECT_NE((*piped)->describe().find("tensor parallelism over 2 slices"), std::string::npos)
       << (*piped)->describe();
 }
 

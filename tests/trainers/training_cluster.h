@@ -70,9 +70,12 @@ inline std::vector<int64_t> sorted(std::vector<int64_t> ids) {
 
 class TrainingClusterTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  static void SetUpTestSuite() { start_cluster("CPU=2"); }
+  // Three workers, each offering `resources` (a suite whose bundles need
+  // more hides SetUpTestSuite with its own).
+  static void start_cluster(const std::string& resources) {
     auto local = cluster::LocalCluster::start({.workers = 3,
-                                               .default_resources = "CPU=2",
+                                               .default_resources = resources,
                                                .troupe_binary = TROUPE_BINARY,
                                                .echo_output = false});
     ASSERT_TRUE(local.ok()) << local.status();
