@@ -264,9 +264,9 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
         absl::StrCat(name_, ": save of step ", request.step, ": ", why)));
   };
   if (options_.tp > 1) {
-    return Future<ShardSaveReport>::ready_with(absl::UnimplementedError(
-        absl::StrCat(name_, ": checkpoints of tensor-parallel slices (tp ", options_.tp,
-                     ") are not implemented yet")));
+    return Future<ShardSaveReport>::ready_with(
+        absl::UnimplementedError(absl::StrCat(name_, ": checkpoints of tensor-parallel slices (tp ",
+                                              options_.tp, ") are not implemented yet")));
   }
   if (writing_.load()) return refuse("the previous save is still being written");
   if (!initialised_) return refuse("it holds no weights (not initialised or loaded)");
@@ -356,9 +356,9 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
 absl::StatusOr<ShardLoadReport> ParamShardActor::load(LoadRequest request) {
   const double start = now_ms();
   if (options_.tp > 1) {
-    return absl::UnimplementedError(
-        absl::StrCat(name_, ": checkpoints of tensor-parallel slices (tp ", options_.tp,
-                     ") are not implemented yet"));
+    return absl::UnimplementedError(absl::StrCat(name_,
+                                                 ": checkpoints of tensor-parallel slices (tp ",
+                                                 options_.tp, ") are not implemented yet"));
   }
   if (!(request.range == range_)) {
     if (initialised_) {

@@ -105,9 +105,8 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
     const StageOptions& options) {
   if (absl::Status s = check_options(options); !s.ok()) return s;
   const nn::GPTStorage storage = model_storage(options.gradient_sync, options.mesh.dp);
-  absl::StatusOr<nn::GPT> model =
-      nn::GPT::create(options.model, options.model_options, storage,
-                      {.rank = options.at.t, .size = options.mesh.tp});
+  absl::StatusOr<nn::GPT> model = nn::GPT::create(options.model, options.model_options, storage,
+                                                  {.rank = options.at.t, .size = options.mesh.tp});
   if (!model.ok()) {
     return Prefixed(absl::StrCat("stage ", to_string(options.at), ": "), model.status());
   }

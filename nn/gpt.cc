@@ -462,8 +462,8 @@ absl::Status GPT::block_forward(int l) {
   const GPTBlockTensors& w = param_tensors_.blocks[l];
   const BlockActivations a = block_activations(l);
   const float* inp = residual(l);
-  // With tensor parallelism qkv and fc are column-parallel (this rank's heads, its quarter of
-  // the MLP), attproj and fcproj row-parallel: their outputs are summed over the group.
+  // With tensor parallelism qkv and fc are column-parallel (this rank's heads, its tp-th of the
+  // MLP), attproj and fcproj row-parallel: their outputs are summed over the group.
   auto projection = [&](float* out, const float* in, const float* weight, const float* bias,
                         int in_channels) -> absl::Status {
     if (!sliced()) {

@@ -335,8 +335,8 @@ absl::Status check_model_parallel(const TrainConfig& config) {
   if (config.elasticity.enabled) missing = "elasticity.enabled";
   if (!config.checkpoint.dir.empty()) missing = "checkpoint.dir";
   if (missing != nullptr) {
-    const std::string what = p.pp > 1 ? absl::StrCat("parallel.pp: ", p.pp)
-                                      : absl::StrCat("parallel.tp: ", p.tp);
+    const std::string what =
+        p.pp > 1 ? absl::StrCat("parallel.pp: ", p.pp) : absl::StrCat("parallel.tp: ", p.tp);
     return config_error(absl::StrCat(what, " with ", missing,
                                      " is not implemented yet; pipeline and tensor parallelism run "
                                      "with DDP over dp (zero_optimization.stage 0), the \"gpipe\" "

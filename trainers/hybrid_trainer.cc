@@ -48,9 +48,8 @@ absl::StatusOr<std::unique_ptr<HybridTrainer>> HybridTrainer::start(Cluster& clu
                                                                     const std::string& job,
                                                                     int threads) {
   if (config.zero.stage != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the hybrid trainer runs DDP over dp (asked: ZeRO stage ", config.zero.stage,
-                     ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the hybrid trainer runs DDP over dp (asked: ZeRO stage ", config.zero.stage, ")"));
   }
   std::unique_ptr<HybridTrainer> trainer(new HybridTrainer(cluster, config, job, threads));
   if (absl::Status s = trainer->spawn_mesh(); !s.ok()) {
@@ -97,9 +96,9 @@ absl::Status HybridTrainer::spawn_mesh() {
   if (!pg.ok()) return pg.status();
   placement_groups_.push_back(*pg);
   if (absl::Status s = cluster_.wait_placement_group(*pg, kSetupTimeout); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("placing ", dp, " x ", pp, " stages (", tp,
-                                               tp == 1 ? " CPU" : " CPUs on one node",
-                                               " each): ", s.message()));
+    return absl::Status(
+        s.code(), absl::StrCat("placing ", dp, " x ", pp, " stages (", tp,
+                               tp == 1 ? " CPU" : " CPUs on one node", " each): ", s.message()));
   }
   for (int d = 0; d < dp; ++d) {
     for (int p = 0; p < pp; ++p) {

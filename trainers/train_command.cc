@@ -215,17 +215,18 @@ int train_command(const std::vector<std::string>& args) {
                 spares > 0
                     ? absl::StrCat(" and ", spares, spares == 1 ? " spare" : " spares").c_str()
                     : "");
-    auto started = cluster::LocalCluster::start({.workers = local_workers + spares,
-                                                 .default_resources = absl::StrCat("CPU=", worker_cpus),
-                                                 .troupe_binary = self_executable(),
-                                                 .echo_output = false});
+    auto started =
+        cluster::LocalCluster::start({.workers = local_workers + spares,
+                                      .default_resources = absl::StrCat("CPU=", worker_cpus),
+                                      .troupe_binary = self_executable(),
+                                      .echo_output = false});
     if (!started.ok()) return fail("starting a local cluster", started.status());
     local = *std::move(started);
     options = local->client_options();
     options.name = "troupe train " + job;
     if (threads == 0) {
-      threads = std::max(1, static_cast<int>(cores) / (config.parallel.dp * config.parallel.pp *
-                                                       config.parallel.tp));
+      threads = std::max(1, static_cast<int>(cores) /
+                                (config.parallel.dp * config.parallel.pp * config.parallel.tp));
     }
   } else if (const char* env = std::getenv("TROUPE_HEAD");
              options.head.empty() && (env == nullptr || *env == '\0')) {

@@ -117,9 +117,9 @@ TEST_F(PipelineTest, EveryLayoutAndScheduleMatchesOneProcess) {
     int dp, pp, tp;
   };
   // Every layout of {1, 2}^3 but (1, 1, 1), and (1, 4, 1), (1, 1, 4).
-  for (const Layout& l : {Layout{1, 2, 1}, Layout{2, 2, 1}, Layout{1, 4, 1}, Layout{1, 1, 2},
-                          Layout{2, 1, 2}, Layout{1, 2, 2}, Layout{2, 2, 2}, Layout{1, 1, 4},
-                          Layout{2, 1, 1}}) {
+  for (const Layout& l :
+       {Layout{1, 2, 1}, Layout{2, 2, 1}, Layout{1, 4, 1}, Layout{1, 1, 2}, Layout{2, 1, 2},
+        Layout{1, 2, 2}, Layout{2, 2, 2}, Layout{1, 1, 4}, Layout{2, 1, 1}}) {
     // Without a pipeline there is no schedule to vary.
     const std::vector<std::string> schedules =
         l.pp > 1 ? std::vector<std::string>{"gpipe", "1f1b"} : std::vector<std::string>{"1f1b"};

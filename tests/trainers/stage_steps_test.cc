@@ -280,7 +280,19 @@ TEST(StageFactoryTest, BadOptionsFailTheSpawnWithTheReason) {
   actors::StageOptions sliced = stage_options(c, "bad");
   sliced.mesh.tp = 2;
   EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, sliced).status().message(),
-                       "tensor parallelism (tp 2) is not implemented yet"));
+                       "tp 2 needs the group of its stage's slices"));
+  sliced.tp_group = "bad/tp";
+  sliced.gradient_sync = "zero2";
+  EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, sliced).status().message(),
+                       "ZeRO-2 with tensor parallelism (tp 2) is not implemented yet"));
+  sliced.gradient_sync = "allreduce";
+  sliced.mesh.tp = 3;  // the heads do not split in three
+  EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, sliced).status().message(),
+                       "does not split over tensor-parallel size 3"));
+  actors::ShardOptions sliced_shard = shard_options(c, "bad", {});
+  sliced_shard.tp = 3;
+  EXPECT_TRUE(contains(system.spawn<ParamShardActor>({}, sliced_shard).status().message(),
+                       "does not split over tensor-parallel size 3"));
   actors::StageOptions outside = stage_options(c, "bad");
   outside.at.d = 3;
   EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, outside).status().message(),
