@@ -54,6 +54,37 @@ class InitRng {
   uint64_t state_;
 };
 
+// "h0.qkvw" -> "qkvw"; a name without '.' unchanged.
+std::string_view base_name(const GPTParamTensor& t) {
+  std::string_view name = t.name;
+  return name.substr(name.find('.') + 1);
+}
+
+bool is_random(const GPTParamTensor& t) {
+  const std::string_view name = base_name(t);
+  return name == "wte" || name == "wpe" || name == "qkvw" || name == "fcw" || name == "attprojw" ||
+         name == "fcprojw";
+}
+
+// GPT-2's initial values of whole-model tensor t into p (t.size floats), the random ones drawn
+// from rng.
+void fill_initial(const GPTConfig& config, InitRng& rng, const GPTParamTensor& t, float* p) {
+  const std::string_view name = base_name(t);
+  const size_t C = config.channels;
+  if (name == "wte") {
+    rng.fill_normal(p, config.vocab_size * C, 0.02);
+    std::fill(p + config.vocab_size * C, p + t.size, 0.0f);
+  } else if (name == "wpe" || name == "qkvw" || name == "fcw") {
+    rng.fill_normal(p, t.size, 0.02);
+  } else if (name == "attprojw" || name == "fcprojw") {
+    rng.fill_normal(p, t.size, 0.02 / std::sqrt(2.0 * config.num_layers));
+  } else if (name == "ln1w" || name == "ln2w" || name == "lnfw") {
+    std::fill(p, p + t.size, 1.0f);
+  } else {  // biases
+    std::fill(p, p + t.size, 0.0f);
+  }
+}
+
 absl::Status check_tokens(const int32_t* tokens, size_t n, int V, const char* what) {
   if (tokens == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("GPT: ", what, " is null"));
@@ -177,30 +208,43 @@ void GPT::init_parameters(const GPTConfig& config, const TensorSlice& slice, uin
     init_parameters(config, seed, begin, end, out);
     return;
   }
+  // The whole model's values a tensor at a time (the generator runs through them all in buffer
+  // order), each tensor's runs of the slice that fall in [begin, end) copied out: the memory of
+  // one tensor, not of the whole model.
   const GPTParamLayout whole(config), sliced(config, slice);
-  std::vector<float> all(whole.num_params()), mine(sliced.num_params());
-  init_parameters(config, seed, 0, all.size(), all.data());
-  copy_to_slice(whole, sliced, all.data(), mine.data());
-  std::copy(mine.begin() + static_cast<std::ptrdiff_t>(begin),
-            mine.begin() + static_cast<std::ptrdiff_t>(end), out);
+  struct Run {
+    size_t whole, slice, n;
+  };
+  std::vector<Run> runs;  // in the slice's order, which is the tensors' order
+  for_each_slice_run(whole, sliced, [&](size_t w, size_t s, size_t n) {
+    runs.push_back({w, s, n});
+  });
+  InitRng rng(seed);
+  std::vector<float> values;
+  size_t next = 0;
+  for (const GPTParamTensor& t : whole.tensors()) {
+    values.resize(t.size);
+    fill_initial(config, rng, t, values.data());
+    for (; next < runs.size() && runs[next].whole < t.offset + t.size; ++next) {
+      const Run& r = runs[next];
+      const size_t from = std::max(begin, r.slice), to = std::min(end, r.slice + r.n);
+      if (from >= to) continue;
+      const float* src = values.data() + (r.whole - t.offset) + (from - r.slice);
+      std::copy(src, src + (to - from), out + (from - begin));
+    }
+  }
 }
 
 void GPT::init_parameters(const GPTConfig& config, uint64_t seed, size_t begin, size_t end,
                           float* out) {
   const GPTParamLayout layout(config);
   InitRng rng(seed);
-  const double residual_std = 0.02 / std::sqrt(2.0 * config.num_layers);
-  const size_t C = config.channels;
   std::vector<float> scratch;  // a tensor that [begin, end) holds only part of
   for (const GPTParamTensor& t : layout.tensors()) {
     const size_t t_end = t.offset + t.size;
     const size_t from = std::max(begin, t.offset), to = std::min(end, t_end);
-    std::string_view name = t.name;
-    name = name.substr(name.find('.') + 1);  // "h0.qkvw" -> "qkvw"; no '.': unchanged
-    const bool random = name == "wte" || name == "wpe" || name == "qkvw" || name == "fcw" ||
-                        name == "attprojw" || name == "fcprojw";
     // Every random tensor draws from the one generator in buffer order, wanted or not.
-    if (from >= to && !random) continue;
+    if (from >= to && !is_random(t)) continue;
     float* p = nullptr;
     if (from == t.offset && to == t_end) {
       p = out + (t.offset - begin);
@@ -208,18 +252,7 @@ void GPT::init_parameters(const GPTConfig& config, uint64_t seed, size_t begin, 
       scratch.resize(t.size);
       p = scratch.data();
     }
-    if (name == "wte") {
-      rng.fill_normal(p, config.vocab_size * C, 0.02);
-      std::fill(p + config.vocab_size * C, p + t.size, 0.0f);
-    } else if (name == "wpe" || name == "qkvw" || name == "fcw") {
-      rng.fill_normal(p, t.size, 0.02);
-    } else if (name == "attprojw" || name == "fcprojw") {
-      rng.fill_normal(p, t.size, residual_std);
-    } else if (name == "ln1w" || name == "ln2w" || name == "lnfw") {
-      std::fill(p, p + t.size, 1.0f);
-    } else {  // biases
-      std::fill(p, p + t.size, 0.0f);
-    }
+    fill_initial(config, rng, t, p);
     if (p == scratch.data() && from < to) {
       std::copy(p + (from - t.offset), p + (to - t.offset), out + (from - begin));
     }

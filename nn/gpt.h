@@ -18,7 +18,8 @@
 // the parameters (gpt_param_layout.h) and computes its heads, its part of the MLP and its rows of
 // the vocabulary (nn/layers/parallel.h), calling the group's all-reduces (set_tensor_parallel)
 // where the math needs the whole: twice per block in forward and twice in backward, once in the
-// embedding, and in the loss. Every rank of the group runs the same pieces on the same inputs.
+// embedding, and in the head (the loss's max and sums, and the gradient of its input). Every rank
+// of the group runs the same pieces on the same inputs.
 #pragma once
 
 #include <cstddef>

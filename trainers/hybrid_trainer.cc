@@ -17,15 +17,17 @@ constexpr absl::Duration kSetupTimeout = absl::Seconds(120);
 // Waits for every future, returning the first error - the first that is not
 // a timeout if there is one: a member that failed leaves the others of its
 // groups waiting for it, and its error is the cause.
+// All within one kSetupTimeout.
 template <class T>
 absl::Status wait_all(std::vector<Future<T>>& pending) {
+  const absl::Time deadline = absl::Now() + kSetupTimeout;
   absl::Status first, cause;
   for (Future<T>& f : pending) {
     absl::Status s;
     if constexpr (std::is_void_v<T>) {
-      s = std::move(f).get(kSetupTimeout);
+      s = std::move(f).get_until(deadline);
     } else {
-      s = std::move(f).get(kSetupTimeout).status();
+      s = std::move(f).get_until(deadline).status();
     }
     first.Update(s);
     if (!absl::IsDeadlineExceeded(s)) cause.Update(s);

@@ -238,9 +238,12 @@ int train_command(const std::vector<std::string>& args) {
   const nn::GPTConfig& gpt = config.model;
   std::printf(
       "job %s: GPT %d layers, %d heads, d_model %d, seq_len %d, vocab %d: %zu parameters\n"
-      "  dp %d, global batch %lld = micro %lld x accumulation %lld x dp %d%s\n",
+      "  dp %d%s, global batch %lld = micro %lld x accumulation %lld x dp %d%s\n",
       job.c_str(), gpt.num_layers, gpt.num_heads, gpt.channels, gpt.max_seq_len, gpt.vocab_size,
       nn::GPTParamLayout(gpt).num_params(), config.parallel.dp,
+      config.parallel.pp > 1 || config.parallel.tp > 1
+          ? absl::StrCat(" x pp ", config.parallel.pp, " x tp ", config.parallel.tp).c_str()
+          : "",
       static_cast<long long>(config.train_batch_size),
       static_cast<long long>(config.micro_batch_size),
       static_cast<long long>(config.gradient_accumulation_steps), config.parallel.dp,

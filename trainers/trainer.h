@@ -1,8 +1,8 @@
 // Trainer: a training job's actors on a cluster, built for one kind of
 // parallelism, and driven step by step through its TrainerController. This
 // is what `troupe train` uses; each parallelism is an implementation in its
-// own files: DataParallelTrainer (DDP, ZeRO-1/2/3) and HybridTrainer (dp x pp
-// pipelines; tensor parallelism next).
+// own files: DataParallelTrainer (DDP, ZeRO-1/2/3) and HybridTrainer
+// (dp x pp x tp: pipelines and tensor-parallel slices).
 //
 //   auto trainer = start_trainer(*cluster, config, "run-1", threads);
 //   for (int64_t k = 1; k <= steps; ++k) auto outcome = (*trainer)->step(k);

@@ -116,7 +116,8 @@ TEST_F(PipelineTest, EveryLayoutAndScheduleMatchesOneProcess) {
   struct Layout {
     int dp, pp, tp;
   };
-  // Every layout of {1, 2}^3 but (1, 1, 1), and (1, 4, 1), (1, 1, 4).
+  // Every layout of {1, 2}^3 but (1, 1, 1), and (1, 4, 1), (1, 1, 4); (2, 1, 1) runs on the
+  // data-parallel trainer, the others on the hybrid one.
   for (const Layout& l :
        {Layout{1, 2, 1}, Layout{2, 2, 1}, Layout{1, 4, 1}, Layout{1, 1, 2}, Layout{2, 1, 2},
         Layout{1, 2, 2}, Layout{2, 2, 2}, Layout{1, 1, 4}, Layout{2, 1, 1}}) {
