@@ -235,27 +235,15 @@ absl::Status PipelineStageActor::setup() {
     tensors_->set_group(group_.get());
   }
   if (options_.mesh.pp > 1 && pipe_ == nullptr) {
-    // A receive waits out its schedule's bubble, which on a CPU can last
-    // long; a failed stage aborts the group, so the others do not wait that long.
     absl::StatusOr<std::unique_ptr<CollectiveGroup>> pipe =
-        CollectiveGroup::join(options_.pipe_group, kPipeTimeout);
+        join_model_parallel("pipe", options_.pipe_group, options_.at.p, options_.mesh.pp);
     if (!pipe.ok()) return pipe.status();
-    if ((*pipe)->rank() != options_.at.p || (*pipe)->world_size() != options_.mesh.pp) {
-      return absl::InternalError(absl::StrCat(name_, ": rank ", (*pipe)->rank(), " of ",
-                                              (*pipe)->world_size(), " in its pipe group, not ",
-                                              options_.at.p, " of ", options_.mesh.pp));
-    }
     pipe_ = *std::move(pipe);
   }
   if (options_.mesh.tp > 1 && tp_ == nullptr) {
     absl::StatusOr<std::unique_ptr<CollectiveGroup>> tp =
-        CollectiveGroup::join(options_.tp_group, kPipeTimeout);
+        join_model_parallel("tp", options_.tp_group, options_.at.t, options_.mesh.tp);
     if (!tp.ok()) return tp.status();
-    if ((*tp)->rank() != options_.at.t || (*tp)->world_size() != options_.mesh.tp) {
-      return absl::InternalError(absl::StrCat(name_, ": rank ", (*tp)->rank(), " of ",
-                                              (*tp)->world_size(), " in its tp group, not ",
-                                              options_.at.t, " of ", options_.mesh.tp));
-    }
     tp_ = *std::move(tp);
     CollectiveGroup* group = tp_.get();
     auto reduce = [group](ReduceOp op) {
@@ -266,6 +254,21 @@ absl::Status PipelineStageActor::setup() {
     model_.set_tensor_parallel(reduce(ReduceOp::kSum), reduce(ReduceOp::kMax));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CollectiveGroup>> PipelineStageActor::join_model_parallel(
+    const char* kind, const std::string& name, int rank, int size) const {
+  // A pipe receive waits out its schedule's bubble, which on a CPU can last
+  // long; a failed stage aborts its groups, so the others do not wait that long.
+  absl::StatusOr<std::unique_ptr<CollectiveGroup>> group =
+      CollectiveGroup::join(name, kPipeTimeout);
+  if (!group.ok()) return group.status();
+  if ((*group)->rank() != rank || (*group)->world_size() != size) {
+    return absl::InternalError(absl::StrCat(name_, ": rank ", (*group)->rank(), " of ",
+                                            (*group)->world_size(), " in its ", kind,
+                                            " group, not ", rank, " of ", size));
+  }
+  return group;
 }
 
 absl::Status PipelineStageActor::rejoin() {

@@ -162,6 +162,11 @@ class PipelineStageActor {
   PipelineStageActor(StageOptions options, StagePlan plan, nn::GPT model);
   // Publishes what the shard reaches (StageTensors), once the buffers exist.
   void publish_tensors();
+  // Joins group `name` of a pipeline ("pipe") or a stage's slices ("tp"),
+  // checking it is rank `rank` of `size` there.
+  absl::StatusOr<std::unique_ptr<CollectiveGroup>> join_model_parallel(const char* kind,
+                                                                       const std::string& name,
+                                                                       int rank, int size) const;
   // Drains the gradient sync's reductions and drops it, the group and the
   // tensors' link to the group (rejoin, resize).
   void leave_group();
