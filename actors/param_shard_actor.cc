@@ -258,15 +258,20 @@ std::vector<std::pair<std::string, float*>> ParamShardActor::checkpoint_state(St
   return states;
 }
 
+absl::Status ParamShardActor::check_checkpointable() const {
+  if (options_.tp == 1) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(name_,
+                                               ": checkpoints of tensor-parallel slices (tp ",
+                                               options_.tp, ") are not implemented yet"));
+}
+
 Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
   auto refuse = [&](const std::string& why) {
     return Future<ShardSaveReport>::ready_with(absl::FailedPreconditionError(
         absl::StrCat(name_, ": save of step ", request.step, ": ", why)));
   };
-  if (options_.tp > 1) {
-    return Future<ShardSaveReport>::ready_with(
-        absl::UnimplementedError(absl::StrCat(name_, ": checkpoints of tensor-parallel slices (tp ",
-                                              options_.tp, ") are not implemented yet")));
+  if (absl::Status s = check_checkpointable(); !s.ok()) {
+    return Future<ShardSaveReport>::ready_with(s);
   }
   if (writing_.load()) return refuse("the previous save is still being written");
   if (!initialised_) return refuse("it holds no weights (not initialised or loaded)");
@@ -355,11 +360,7 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
 
 absl::StatusOr<ShardLoadReport> ParamShardActor::load(LoadRequest request) {
   const double start = now_ms();
-  if (options_.tp > 1) {
-    return absl::UnimplementedError(absl::StrCat(name_,
-                                                 ": checkpoints of tensor-parallel slices (tp ",
-                                                 options_.tp, ") are not implemented yet"));
-  }
+  if (absl::Status s = check_checkpointable(); !s.ok()) return s;
   if (!(request.range == range_)) {
     if (initialised_) {
       return absl::InvalidArgumentError(

@@ -202,6 +202,9 @@ class ParamShardActor {
 
  private:
   ParamShardActor(ShardOptions options, nn::GPTParamLayout layout, nn::ParamRange range);
+  // OK, or Unimplemented for a tensor-parallel slice (tp > 1): save and load
+  // do not map slices to the checkpoint's global tensors yet.
+  absl::Status check_checkpointable() const;
   absl::Status allocate_state();
   // Makes `range` the shard's, its optimizer state allocated anew (its
   // values then set by the caller), unless it is the shard's already.

@@ -35,25 +35,21 @@ absl::Status check_options(const StageOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(where, " is not in the mesh dp ", o.mesh.dp,
                                                    " x pp ", o.mesh.pp, " x tp ", o.mesh.tp));
   }
-  if (o.mesh.tp > 1) {
-    if (const int zero = zero_stage_of(o.gradient_sync); zero > 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": ZeRO-", zero, " with tensor parallelism (tp ", o.mesh.tp,
-          ") is not implemented yet; with tp > 1 the slices' gradients are averaged by allreduce "
-          "(zero_optimization.stage 0)"));
-    }
-    if (o.tp_group.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": tp ", o.mesh.tp, " needs the group of its stage's slices"));
-    }
+  if (const int zero = zero_stage_of(o.gradient_sync);
+      zero > 0 && (o.mesh.tp > 1 || o.mesh.pp > 1)) {
+    const std::string model_parallel =
+        o.mesh.tp > 1 ? absl::StrCat("tensor parallelism (tp ", o.mesh.tp, ")")
+                      : absl::StrCat("pipeline parallelism (pp ", o.mesh.pp, ")");
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ZeRO-", zero, " with ", model_parallel,
+                     " is not implemented yet; with model parallelism the gradients are averaged "
+                     "by allreduce (zero_optimization.stage 0)"));
+  }
+  if (o.mesh.tp > 1 && o.tp_group.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": tp ", o.mesh.tp, " needs the group of its stage's slices"));
   }
   if (o.mesh.pp > 1) {
-    if (const int zero = zero_stage_of(o.gradient_sync); zero > 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": ZeRO-", zero, " with pipeline parallelism (pp ", o.mesh.pp,
-          ") is not implemented yet; with pp > 1 the stages' gradients are averaged by allreduce "
-          "(zero_optimization.stage 0)"));
-    }
     if (o.schedule != "gpipe" && o.schedule != "1f1b") {
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": pipeline schedule \"", o.schedule, "\" ",

@@ -181,31 +181,24 @@ absl::Status HybridTrainer::declare_groups() {
     }
     return declare_collective_group(cluster_, name, stages).status();
   };
-  for (int d = 0; d < mesh.dp; ++d) {
-    for (int p = 0; p < mesh.pp; ++p) {
-      for (int t = 0; t < mesh.tp; ++t) {
-        // Each group once, from its rank-0 member's coordinate.
-        absl::Status s;
-        if (d == 0) {
-          s.Update(declare(
-              dp_group(p, t), [&](int i) { return actors::Coordinate{.d = i, .p = p, .t = t}; },
-              mesh.dp));
-        }
-        if (p == 0) {
-          s.Update(declare(
-              pipe_group(d, t), [&](int i) { return actors::Coordinate{.d = d, .p = i, .t = t}; },
-              mesh.pp));
-        }
-        if (t == 0) {
-          s.Update(declare(
-              tp_group(d, p), [&](int i) { return actors::Coordinate{.d = d, .p = p, .t = i}; },
-              mesh.tp));
-        }
-        if (!s.ok()) return s;
-      }
-    }
+  absl::Status s;
+  for (int p = 0; p < mesh.pp; ++p) {
+    for (int t = 0; t < mesh.tp; ++t)
+      s.Update(declare(
+          dp_group(p, t), [&](int i) { return actors::Coordinate{.d = i, .p = p, .t = t}; },
+          mesh.dp));
   }
-  return absl::OkStatus();
+  for (int d = 0; d < mesh.dp; ++d) {
+    for (int t = 0; t < mesh.tp; ++t)
+      s.Update(declare(
+          pipe_group(d, t), [&](int i) { return actors::Coordinate{.d = d, .p = i, .t = t}; },
+          mesh.pp));
+    for (int p = 0; p < mesh.pp; ++p)
+      s.Update(declare(
+          tp_group(d, p), [&](int i) { return actors::Coordinate{.d = d, .p = p, .t = i}; },
+          mesh.tp));
+  }
+  return s;
 }
 
 absl::StatusOr<std::vector<float>> HybridTrainer::master_params() {
