@@ -258,21 +258,11 @@ std::vector<std::pair<std::string, float*>> ParamShardActor::checkpoint_state(St
   return states;
 }
 
-absl::Status ParamShardActor::check_checkpointable() const {
-  if (options_.tp == 1) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat(name_,
-                                               ": checkpoints of tensor-parallel slices (tp ",
-                                               options_.tp, ") are not implemented yet"));
-}
-
 Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
   auto refuse = [&](const std::string& why) {
     return Future<ShardSaveReport>::ready_with(absl::FailedPreconditionError(
         absl::StrCat(name_, ": save of step ", request.step, ": ", why)));
   };
-  if (absl::Status s = check_checkpointable(); !s.ok()) {
-    return Future<ShardSaveReport>::ready_with(s);
-  }
   if (writing_.load()) return refuse("the previous save is still being written");
   if (!initialised_) return refuse("it holds no weights (not initialised or loaded)");
   if (prepared_ != 0)
@@ -360,7 +350,6 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
 
 absl::StatusOr<ShardLoadReport> ParamShardActor::load(LoadRequest request) {
   const double start = now_ms();
-  if (absl::Status s = check_checkpointable(); !s.ok()) return s;
   if (!(request.range == range_)) {
     if (initialised_) {
       return absl::InvalidArgumentError(
@@ -405,10 +394,9 @@ absl::StatusOr<ShardLoadReport> ParamShardActor::load(LoadRequest request) {
                                                    m->optimizer.type, ", the run's ", optimizer));
   }
   initialised_ = false;  // until every state is read
-  const std::vector<checkpoint::TensorRecord> tensors = checkpoint::tensor_records(want);
   for (const auto& [state, where] : checkpoint_state(t)) {
-    absl::Status read = checkpoint::read_state(env, request.step_dir, *m, state, tensors,
-                                               static_cast<int64_t>(range_.begin),
+    absl::Status read = checkpoint::read_state(env, request.step_dir, *m, state, want,
+                                               layout_.slice(), static_cast<int64_t>(range_.begin),
                                                static_cast<int64_t>(range_.end), where);
     if (!read.ok()) return read;
   }

@@ -112,8 +112,8 @@ class ParamShardActor {
   // than the one an initialised shard owns; DataLoss naming the file for
   // a missing, short or corrupt one (the shard then holds no weights until
   // a load or init succeeds); FailedPrecondition while the stage holds a
-  // step's gradients. Saves and loads of a tensor-parallel slice (tp > 1)
-  // are Unimplemented so far.
+  // step's gradients. A tensor-parallel slice's shard reads its slice of the
+  // checkpoint's tensors, whatever the tp that saved them.
   absl::StatusOr<ShardLoadReport> load(LoadRequest request);
   const nn::ParamRange& range() const { return range_; }
 
@@ -202,9 +202,6 @@ class ParamShardActor {
 
  private:
   ParamShardActor(ShardOptions options, nn::GPTParamLayout layout, nn::ParamRange range);
-  // OK, or Unimplemented for a tensor-parallel slice (tp > 1): save and load
-  // do not map slices to the checkpoint's global tensors yet.
-  absl::Status check_checkpointable() const;
   absl::Status allocate_state();
   // Makes `range` the shard's, its optimizer state allocated anew (its
   // values then set by the caller), unless it is the shard's already.

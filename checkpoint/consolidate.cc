@@ -23,8 +23,8 @@ absl::StatusOr<ConsolidatedWeights> consolidate(Env* env, const std::string& dir
     w.params.resize(static_cast<size_t>(n));
     absl::Status read = verify_checksums(env, w.step_dir, w.manifest);
     if (read.ok()) {
-      read = read_state(env, w.step_dir, w.manifest, kParamState, tensor_records(w.manifest.model),
-                        0, n, w.params.data());
+      read = read_state(env, w.step_dir, w.manifest, kParamState, w.manifest.model, {}, 0, n,
+                        w.params.data());
     }
     if (read.ok()) {
       for (std::string& line : skipped)

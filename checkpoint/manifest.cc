@@ -4,7 +4,6 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
@@ -54,14 +53,15 @@ std::vector<std::string> states_of(const std::string& optimizer, bool momentum) 
   return {kParamState};
 }
 
+// `slice_sizes`: the elements of each slice's buffer.
 absl::Status check_shards(const Manifest& m, const std::string& where,
-                          const std::map<std::pair<int, int>, int64_t>& slice_sizes) {
+                          const std::vector<int64_t>& slice_sizes) {
   if (m.shards.empty()) return data_loss(where, "shards: none");
   if (m.shards.size() > kMaxShards) {
     return data_loss(where, absl::StrCat("shards: ", m.shards.size(), ", more than ", kMaxShards));
   }
   std::set<std::string> files;
-  std::map<std::pair<int, int>, std::vector<std::pair<int64_t, int64_t>>> ranges;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges(slice_sizes.size());
   const bool momentum = !m.shards[0].entries.empty() &&
                         std::any_of(m.shards[0].entries.begin(), m.shards[0].entries.end(),
                                     [](const ShardEntry& e) { return e.state == kMomentumState; });
@@ -81,12 +81,12 @@ absl::Status check_shards(const Manifest& m, const std::string& where,
         o.t >= m.layout.tp) {
       return data_loss(where, absl::StrCat(at, ".owner ", to_string(o), " lies outside the mesh"));
     }
-    const int64_t n = slice_sizes.at({o.p, o.t});
+    const int64_t n = slice_sizes[static_cast<size_t>(o.t)];
     if (s.begin < 0 || s.begin > s.end || s.end > n) {
       return data_loss(where, absl::StrCat(at, ": range [", s.begin, ", ", s.end,
                                            ") does not lie in the buffer's ", n, " elements"));
     }
-    ranges[{o.p, o.t}].emplace_back(s.begin, s.end);
+    ranges[static_cast<size_t>(o.t)].emplace_back(s.begin, s.end);
     if (s.entries.size() != states.size()) {
       return data_loss(where, absl::StrCat(at, ": ", s.entries.size(), " entries; a ",
                                            m.optimizer.type, " checkpoint has ", states.size()));
@@ -115,30 +115,61 @@ absl::Status check_shards(const Manifest& m, const std::string& where,
     }
   }
   // Each buffer's owners tile it: every element saved exactly once.
-  for (const auto& [slice, size] : slice_sizes) {
-    std::vector<std::pair<int64_t, int64_t>>& r = ranges[slice];
+  for (size_t t = 0; t < slice_sizes.size(); ++t) {
+    const int64_t size = slice_sizes[t];
+    std::vector<std::pair<int64_t, int64_t>>& r = ranges[t];
     std::sort(r.begin(), r.end());
     int64_t covered = 0;
     for (const auto& [b, e] : r) {
       if (b == e) continue;
       if (b != covered) {
-        return data_loss(
-            where, absl::StrCat("shards: the buffer of p", slice.first, ".t", slice.second, " has ",
-                                b < covered ? "overlapping ranges" : "a gap", " at element ",
-                                std::min(b, covered)));
+        return data_loss(where, absl::StrCat("shards: the buffer of slice ", t, " has ",
+                                             b < covered ? "overlapping ranges" : "a gap",
+                                             " at element ", std::min(b, covered)));
       }
       covered = e;
     }
     if (covered != size) {
-      return data_loss(where,
-                       absl::StrCat("shards: the buffer of p", slice.first, ".t", slice.second,
-                                    " is saved up to element ", covered, " of ", size));
+      return data_loss(where, absl::StrCat("shards: the buffer of slice ", t,
+                                           " is saved up to element ", covered, " of ", size));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status check_manifest(const Manifest& m, const std::string& where) {
+// The tensors are the model's over layout.tp slices, each owned by a stage
+// in [0, pp), the stages in buffer order. A record without a split (written
+// before there was one, with tp = 1) takes the model's.
+absl::Status check_tensors(Manifest& m, const std::string& where) {
+  const nn::GPTConfig& g = m.model;
+  // The count first: tensor_records of a model claiming 2^24 layers would be huge.
+  const size_t per_slice = 4 + 12 * static_cast<size_t>(g.num_layers);
+  if (m.tensors.size() != per_slice * static_cast<size_t>(m.layout.tp)) {
+    return data_loss(
+        where, absl::StrCat("tensors: ", m.tensors.size(), " records; the model has ", per_slice,
+                            " tensors in each of ", m.layout.tp, " slices"));
+  }
+  const std::vector<TensorRecord> want = tensor_records(g, m.layout.tp);
+  for (size_t i = 0; i < want.size(); ++i) {
+    TensorRecord& r = m.tensors[i];
+    if (r.split.empty() && m.layout.tp == 1) r.split = want[i].split;
+    const int p_before = i % per_slice == 0 ? 0 : m.tensors[i - 1].p;
+    if (r.p < p_before || r.p >= m.layout.pp) {
+      return data_loss(where, absl::StrCat("tensors[", i, "] (", r.name.substr(0, 32), "): stage ",
+                                           r.p, " out of order or outside the mesh"));
+    }
+    TensorRecord expected = want[i];
+    expected.p = r.p;
+    if (r != expected) {
+      return data_loss(where, absl::StrCat("tensors[", i, "] (", r.name.substr(0, 32),
+                                           "): not the model's (name, shape, split or offset "
+                                           "differs)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status check_manifest(Manifest& m, const std::string& where) {
   const nn::GPTConfig& g = m.model;
   for (auto [key, value] : {std::pair{"n_layer", g.num_layers},
                             {"n_head", g.num_heads},
@@ -162,9 +193,11 @@ absl::Status check_manifest(const Manifest& m, const std::string& where) {
   if (l.zero_stage < 0 || l.zero_stage > 3) {
     return data_loss(where, absl::StrCat("layout.zero_stage ", l.zero_stage, " is not 0-3"));
   }
-  if (l.pp != 1 || l.tp != 1) {
-    return data_loss(where, absl::StrCat("layout pp ", l.pp, " x tp ", l.tp,
-                                         ": this version loads pp = tp = 1 checkpoints"));
+  if (l.pp > g.num_layers) {
+    return data_loss(where, absl::StrCat("layout.pp ", l.pp, " for ", g.num_layers, " layers"));
+  }
+  if (absl::Status s = nn::validate_slice(g, {.rank = 0, .size = l.tp}); !s.ok()) {
+    return data_loss(where, absl::StrCat("layout.tp ", l.tp, ": ", s.message()));
   }
   if (m.step < 0 || m.applied_steps < 0 || m.applied_steps > m.step) {
     return data_loss(where,
@@ -187,14 +220,13 @@ absl::Status check_manifest(const Manifest& m, const std::string& where) {
                          m.loss_scaler->iteration >= 0 && m.loss_scaler->hysteresis_left >= 0)) {
     return data_loss(where, "loss_scaler: a scale <= 0 or a negative iteration");
   }
-  // The count first: tensor_records of a model claiming 2^24 layers would be huge.
-  if (m.tensors.size() != 4 + 12 * static_cast<size_t>(g.num_layers) ||
-      m.tensors != tensor_records(g)) {
-    return data_loss(where, "tensors: not those of the model (names, shapes or offsets differ)");
+  if (absl::Status s = check_tensors(m, where); !s.ok()) return s;
+  std::vector<int64_t> slice_sizes;
+  for (int t = 0; t < l.tp; ++t) {
+    slice_sizes.push_back(
+        static_cast<int64_t>(nn::GPTParamLayout(g, {.rank = t, .size = l.tp}).num_params()));
   }
-  const std::map<std::pair<int, int>, int64_t> slices = {
-      {{0, 0}, static_cast<int64_t>(nn::GPTParamLayout(g).num_params())}};
-  return check_shards(m, where, slices);
+  return check_shards(m, where, slice_sizes);
 }
 
 }  // namespace
@@ -209,20 +241,45 @@ std::string hex64(uint64_t value) {
   return text;
 }
 
-std::vector<TensorRecord> tensor_records(const nn::GPTConfig& model) {
+std::string split_name(nn::TensorSplit split) {
+  switch (split) {
+    case nn::TensorSplit::kReplicated:
+      return "replicated";
+    case nn::TensorSplit::kRows:
+      return "rows";
+    case nn::TensorSplit::kQkvRows:
+      return "qkv_rows";
+    case nn::TensorSplit::kColumns:
+      return "columns";
+  }
+  return "";
+}
+
+std::vector<TensorRecord> tensor_records(const nn::GPTConfig& model, int tp,
+                                         const std::vector<nn::ParamRange>& stages) {
   std::vector<TensorRecord> out;
-  const nn::GPTParamLayout layout(model);
-  for (const nn::GPTParamTensor& t : layout.tensors()) {
-    TensorRecord r{.name = t.name,
-                   .shape = {},
-                   .dtype = "float32",
-                   .p = 0,
-                   .t = 0,
-                   .offset = static_cast<int64_t>(t.offset),
-                   .size = static_cast<int64_t>(t.size)};
-    for (int d : t.shape)
-      r.shape.push_back(d);
-    out.push_back(std::move(r));
+  const nn::GPTParamLayout whole(model);
+  for (int t = 0; t < tp; ++t) {
+    const nn::GPTParamLayout layout(model, {.rank = t, .size = tp});
+    int p = 0;
+    for (size_t i = 0; i < layout.tensors().size(); ++i) {
+      const nn::GPTParamTensor& s = layout.tensors()[i];
+      while (static_cast<size_t>(p) + 1 < stages.size() &&
+             s.offset >= stages[static_cast<size_t>(p)].end) {
+        ++p;
+      }
+      TensorRecord r{.name = s.name,
+                     .shape = {},
+                     .dtype = "float32",
+                     .split = split_name(s.split),
+                     .p = p,
+                     .t = t,
+                     .offset = static_cast<int64_t>(s.offset),
+                     .size = static_cast<int64_t>(s.size)};
+      for (int d : whole.tensors()[i].shape)
+        r.shape.push_back(d);
+      out.push_back(std::move(r));
+    }
   }
   return out;
 }
@@ -233,6 +290,7 @@ std::string encode_manifest(const Manifest& m) {
     tensors.push_back({{"name", t.name},
                        {"shape", t.shape},
                        {"dtype", t.dtype},
+                       {"split", t.split},
                        {"p", t.p},
                        {"t", t.t},
                        {"offset", t.offset},
@@ -355,6 +413,7 @@ absl::StatusOr<Manifest> decode_manifest(const std::string& text, const std::str
       m.tensors.push_back({.name = t.at("name").get<std::string>(),
                            .shape = t.at("shape").get<std::vector<int64_t>>(),
                            .dtype = t.at("dtype").get<std::string>(),
+                           .split = t.value("split", std::string()),
                            .p = t.at("p").get<int>(),
                            .t = t.at("t").get<int>(),
                            .offset = t.at("offset").get<int64_t>(),

@@ -3,17 +3,21 @@
 // (docs/checkpoint.md has the format with an example).
 //
 // State is addressed by global names and ranges, as PyTorch DCP and
-// DeepSpeed's universal checkpoints do. `tensors` names every parameter
-// tensor with its global shape and where it lies in the flat buffer of its
-// pipeline stage p and tensor slice t (nn/gpt_param_layout.h; tp = 1: the
-// model's buffer). Each owner (a parameter shard at mesh coordinate d.p.t)
-// wrote one file holding, for the range [begin, end) of that flat buffer it
-// owns, one entry per kind of state: "param" (the fp32 masters), and the
-// optimizer's "exp_avg" and "exp_avg_sq" (AdamW) or "momentum_buffer" (SGD),
-// each with its byte offset and length in the file and its xxh64.
+// DeepSpeed's universal checkpoints do. Each tensor slice t of tp has a flat
+// buffer (nn/gpt_param_layout.h: the layout of slice t; tp = 1: the model's
+// buffer), which the pipeline stages' ranges tile. `tensors` names every
+// parameter tensor of every slice: its global shape, how tensor parallelism
+// splits it, the stage p that owns it and where slice t holds its part. Each
+// owner (a parameter shard at mesh coordinate d.p.t) wrote one file holding,
+// for the range [begin, end) of slice t's buffer it owns, one entry per kind
+// of state: "param" (the fp32 masters), and the optimizer's "exp_avg" and
+// "exp_avg_sq" (AdamW) or "momentum_buffer" (SGD), each with its byte offset
+// and length in the file and its xxh64.
 //
-// A loader of any layout maps each range it needs through the names to the
-// owners that hold it; replicas of a range (DDP) saved it once (owner d = 0).
+// A loader of any layout maps each range it needs, through the model's
+// global tensors, to the owners that hold it; replicas of a range (DDP)
+// saved it once, and a tensor every slice holds whole (a LayerNorm's) is
+// read from slice 0.
 #pragma once
 
 #include <cstdint>
@@ -61,10 +65,13 @@ struct TensorRecord {
   std::string name;            // "wte", "h0.qkvw", ... (nn::GPTParamLayout)
   std::vector<int64_t> shape;  // global
   std::string dtype = "float32";
-  int p = 0;  // the pipeline stage and tensor slice whose buffer holds it
-  int t = 0;
+  // How tp slices split it (nn::TensorSplit): "replicated" (whole in every
+  // slice), "rows", "qkv_rows" or "columns"; with tp = 1 the slice is whole.
+  std::string split;
+  int p = 0;           // the pipeline stage that owns it
+  int t = 0;           // the slice whose buffer holds this part of it
   int64_t offset = 0;  // in elements, in that buffer
-  int64_t size = 0;    // elements: the product of `shape` while tp = 1
+  int64_t size = 0;    // elements: the product of `shape` over tp when split
   friend bool operator==(const TensorRecord&, const TensorRecord&) = default;
 };
 
@@ -124,8 +131,15 @@ struct Manifest {
   int64_t created_ms = 0;                          // wall clock, ms since the epoch
 };
 
-// The tensor records of `model` at stage 0, slice 0 (tp = pp = 1).
-std::vector<TensorRecord> tensor_records(const nn::GPTConfig& model);
+// The tensor records of `model` split over `tp` slices: slice 0's tensors in
+// buffer order, then slice 1's, ... Each is owned by the stage whose range
+// of `stages` (the pipeline stages' parameter ranges, tiling a slice's
+// buffer in order; empty: one stage) holds its offset.
+// REQUIRES: nn::validate_slice(model, {0, tp}) is OK.
+std::vector<TensorRecord> tensor_records(const nn::GPTConfig& model, int tp = 1,
+                                         const std::vector<nn::ParamRange>& stages = {});
+// The name of a split in the manifest ("qkv_rows").
+std::string split_name(nn::TensorSplit split);
 
 // Indented JSON, with "manifest_xxh64": the xxh64 of the same JSON without
 // that key, so that any change to the file is detected.
@@ -134,10 +148,13 @@ std::string encode_manifest(const Manifest& manifest);
 // that is not JSON, not ours, of another version, whose manifest_xxh64 does
 // not match (unless !verify_checksum: the fuzz target's way past it), a
 // missing or mistyped key,
-// a model GPTConfig::validate refuses, tensors that are not the model's, or
+// a model GPTConfig::validate refuses or that does not split over tp,
+// tensors that are not the model's (the stages owning them out of order), or
 // shards whose ranges or entries do not fit (an entry's length is not 4 x its
-// range, entries overlap in their file, a range outside its buffer, two
-// owners of one file). At most kMaxManifestBytes.
+// range, entries overlap in their file, a range outside its slice's buffer,
+// two owners of one file, a slice's buffer not tiled). At most
+// kMaxManifestBytes. A manifest written before tensors had "split" (tp = 1)
+// reads as if it had it.
 absl::StatusOr<Manifest> decode_manifest(const std::string& text, const std::string& where,
                                          bool verify_checksum = true);
 

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <map>
 #include <memory>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checksum.h"
@@ -65,13 +65,92 @@ absl::Status read_entry(Env* env, const std::string& step_dir, const ShardRecord
   return absl::OkStatus();
 }
 
-// One contiguous copy: reader elements [dst, dst + n) from checkpoint buffer
-// elements [src, src + n).
+// One contiguous copy: reader elements [dst, dst + n) from elements
+// [src, src + n) of the checkpoint's slice t.
 struct Piece {
   int64_t dst = 0;
+  int t = 0;
   int64_t src = 0;
   int64_t n = 0;
 };
+
+// A run of the whole model's buffer, [whole, whole + n), that the
+// checkpoint's slice t holds at [at, at + n) of its buffer.
+struct SavedRun {
+  int64_t whole = 0;
+  int t = 0;
+  int64_t at = 0;
+  int64_t n = 0;
+};
+
+// Where a checkpoint of `tp` slices holds each element of the whole model,
+// in whole-buffer order: the runs tile it once (a tensor every slice holds
+// whole is taken from slice 0).
+std::vector<SavedRun> saved_runs(const nn::GPTConfig& model, int tp) {
+  const nn::GPTParamLayout whole(model);
+  std::set<size_t> replicated;  // where such tensors start in the whole buffer
+  for (const nn::GPTParamTensor& t : whole.tensors()) {
+    if (t.split == nn::TensorSplit::kReplicated) replicated.insert(t.offset);
+  }
+  std::vector<SavedRun> runs;
+  for (int t = 0; t < tp; ++t) {
+    const nn::GPTParamLayout slice(model, {.rank = t, .size = tp});
+    nn::for_each_slice_run(whole, slice, [&](size_t w, size_t at, size_t n) {
+      if (t > 0 && replicated.contains(w)) return;
+      runs.push_back({.whole = static_cast<int64_t>(w),
+                      .t = t,
+                      .at = static_cast<int64_t>(at),
+                      .n = static_cast<int64_t>(n)});
+    });
+  }
+  std::sort(runs.begin(), runs.end(),
+            [](const SavedRun& a, const SavedRun& b) { return a.whole < b.whole; });
+  return runs;
+}
+
+// The copies that fill elements [begin, end) of the reader's slice from the
+// checkpoint's runs, in the reader's order, touching ones merged.
+std::vector<Piece> pieces_of(const nn::GPTParamLayout& whole, const nn::GPTParamLayout& reader,
+                             const std::vector<SavedRun>& saved, int64_t begin, int64_t end) {
+  std::vector<Piece> pieces;
+  auto add = [&](const Piece& piece) {
+    if (!pieces.empty()) {
+      Piece& last = pieces.back();
+      if (last.t == piece.t && last.dst + last.n == piece.dst && last.src + last.n == piece.src) {
+        last.n += piece.n;
+        return;
+      }
+    }
+    pieces.push_back(piece);
+  };
+  nn::for_each_slice_run(whole, reader, [&](size_t w, size_t at, size_t n) {
+    const auto run_at = static_cast<int64_t>(at);
+    const int64_t lo = std::max(begin, run_at);
+    const int64_t hi = std::min(end, run_at + static_cast<int64_t>(n));
+    if (lo >= hi) return;
+    const int64_t whole_lo = static_cast<int64_t>(w) + (lo - run_at);
+    const int64_t whole_hi = whole_lo + (hi - lo);
+    // The saved run holding whole_lo, then those after it up to whole_hi.
+    auto it = std::upper_bound(saved.begin(), saved.end(), whole_lo,
+                               [](int64_t x, const SavedRun& r) { return x < r.whole; });
+    for (--it; it != saved.end() && it->whole < whole_hi; ++it) {
+      const int64_t from = std::max(whole_lo, it->whole);
+      const int64_t to = std::min(whole_hi, it->whole + it->n);
+      if (from >= to) continue;
+      add({.dst = lo - begin + (from - whole_lo),
+           .t = it->t,
+           .src = it->at + (from - it->whole),
+           .n = to - from});
+    }
+  });
+  return pieces;
+}
+
+bool same_model(const nn::GPTConfig& a, const nn::GPTConfig& b) {
+  return a.num_layers == b.num_layers && a.num_heads == b.num_heads && a.channels == b.channels &&
+         a.max_seq_len == b.max_seq_len && a.vocab_size == b.vocab_size &&
+         a.padded_vocab() == b.padded_vocab();
+}
 
 }  // namespace
 
@@ -111,36 +190,23 @@ absl::StatusOr<std::vector<ShardEntry>> write_shard_file(
 }
 
 absl::Status read_state(Env* env, const std::string& step_dir, const Manifest& manifest,
-                        const std::string& state, const std::vector<TensorRecord>& tensors,
-                        int64_t begin, int64_t end, float* out) {
-  if (begin >= end) return absl::OkStatus();
-  // The reader's range, tensor by tensor, mapped through the names to the
-  // checkpoint's buffer; touching pieces merged.
-  std::map<std::string, const TensorRecord*> saved;
-  for (const TensorRecord& t : manifest.tensors)
-    saved[t.name] = &t;
-  std::vector<Piece> pieces;
-  for (const TensorRecord& t : tensors) {
-    const int64_t lo = std::max(begin, t.offset);
-    const int64_t hi = std::min(end, t.offset + t.size);
-    if (lo >= hi) continue;
-    auto it = saved.find(t.name);
-    if (it == saved.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(step_name(step_dir), ": the checkpoint has no tensor ", t.name));
-    }
-    if (it->second->shape != t.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(step_name(step_dir), ": tensor ", t.name,
-                                                     " has another shape in the checkpoint"));
-    }
-    Piece piece{.dst = lo - begin, .src = it->second->offset + (lo - t.offset), .n = hi - lo};
-    if (!pieces.empty() && pieces.back().dst + pieces.back().n == piece.dst &&
-        pieces.back().src + pieces.back().n == piece.src) {
-      pieces.back().n += piece.n;
-    } else {
-      pieces.push_back(piece);
-    }
+                        const std::string& state, const nn::GPTConfig& model,
+                        const nn::TensorSlice& slice, int64_t begin, int64_t end, float* out) {
+  if (!same_model(model, manifest.model)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(step_name(step_dir), ": the checkpoint is of another model"));
   }
+  if (absl::Status s = nn::validate_slice(model, slice); !s.ok()) return s;
+  const nn::GPTParamLayout whole(model);
+  const nn::GPTParamLayout reader(model, slice);
+  if (begin < 0 || begin > end || end > static_cast<int64_t>(reader.num_params())) {
+    return absl::InvalidArgumentError(absl::StrCat("read_state: range [", begin, ", ", end,
+                                                   ") is not within the slice's ",
+                                                   reader.num_params(), " elements"));
+  }
+  if (begin == end) return absl::OkStatus();
+  const std::vector<Piece> pieces =
+      pieces_of(whole, reader, saved_runs(model, manifest.layout.tp), begin, end);
   std::vector<float> scratch;
   int64_t copied = 0;
   for (const ShardRecord& shard : manifest.shards) {
@@ -150,31 +216,32 @@ absl::Status read_state(Env* env, const std::string& step_dir, const Manifest& m
       return absl::InvalidArgumentError(
           absl::StrCat(step_name(step_dir), ": the checkpoint holds no ", state, " state"));
     }
-    bool needed = false;
-    for (const Piece& p : pieces)
-      needed = needed || (p.src < shard.end && shard.begin < p.src + p.n);
-    if (!needed) continue;
+    auto overlaps = [&](const Piece& p) {
+      return p.t == shard.owner.t && p.src < shard.end && shard.begin < p.src + p.n;
+    };
+    if (std::none_of(pieces.begin(), pieces.end(), overlaps)) continue;
     // The common case, a range saved by one owner and read back whole:
     // straight into the reader's buffer.
     const Piece* exact = nullptr;
     for (const Piece& p : pieces) {
-      if (p.src <= shard.begin && shard.end <= p.src + p.n) exact = &p;
+      if (p.t == shard.owner.t && p.src <= shard.begin && shard.end <= p.src + p.n) exact = &p;
     }
-    float* whole;
+    float* entry_data;
     if (exact != nullptr) {
-      whole = out + exact->dst + (shard.begin - exact->src);
+      entry_data = out + exact->dst + (shard.begin - exact->src);
     } else {
       scratch.resize(static_cast<size_t>(shard.end - shard.begin));
-      whole = scratch.data();
+      entry_data = scratch.data();
     }
-    if (absl::Status s = read_entry(env, step_dir, shard, *entry, whole); !s.ok()) return s;
+    if (absl::Status s = read_entry(env, step_dir, shard, *entry, entry_data); !s.ok()) return s;
     for (const Piece& p : pieces) {
+      if (p.t != shard.owner.t) continue;
       const int64_t lo = std::max(p.src, shard.begin);
       const int64_t hi = std::min(p.src + p.n, shard.end);
       if (lo >= hi) continue;
       copied += hi - lo;
       if (exact != nullptr) continue;
-      std::memcpy(out + p.dst + (lo - p.src), whole + (lo - shard.begin),
+      std::memcpy(out + p.dst + (lo - p.src), entry_data + (lo - shard.begin),
                   static_cast<size_t>(hi - lo) * sizeof(float));
     }
   }

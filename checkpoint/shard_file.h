@@ -6,10 +6,10 @@
 // the directory fsynced. It returns the manifest entries of the file.
 //
 // read_state assembles any range of a state from the owners that saved it,
-// by tensor names (the checkpoint's and the reader's tensor records), so a
-// range of another layout - another dp, another ZeRO stage - reads what it
-// needs from whichever files hold it. Every entry it reads from is read whole
-// and checked against its xxh64.
+// through the model's whole tensors, so a range of another layout - another
+// dp, ZeRO stage, pipeline split or tensor slicing - reads what it needs from
+// whichever files hold it. Every entry it reads from is read whole and
+// checked against its xxh64.
 #pragma once
 
 #include <cstddef>
@@ -41,16 +41,17 @@ absl::StatusOr<std::vector<ShardEntry>> write_shard_file(
     Env* env, const std::string& dir, const std::string& name,
     const std::vector<StateArray>& arrays, const std::function<void(uint64_t)>& await_bytes = {});
 
-// Elements [begin, end) of `state` in the buffer described by `tensors` (the
-// reader's layout; tensor_records(model) for tp = pp = 1), into
-// out[0, end - begin), from the checkpoint `manifest` in `step_dir`.
-// InvalidArgument if a tensor of the range is missing from the checkpoint or
-// has another shape, or the checkpoint holds no such state; an I/O error
-// other than a missing or short file as it is (not the data's fault); DataLoss
-// "STEP: FILE: ..." for a missing or short file or a checksum mismatch.
+// Elements [begin, end) of `state` in the buffer of tensor slice `slice` of
+// `model` (nn/gpt_param_layout.h; TensorSlice{}: the whole model's buffer), into
+// out[0, end - begin), from the checkpoint `manifest` in `step_dir`, whatever
+// its dp, pp, tp and ZeRO stage. InvalidArgument if the checkpoint is of
+// another model, holds no such state, or the slice or range is not one of
+// the model; an I/O error other than a missing or short file as it is (not
+// the data's fault); DataLoss "STEP: FILE: ..." for a missing or short file
+// or a checksum mismatch.
 absl::Status read_state(Env* env, const std::string& step_dir, const Manifest& manifest,
-                        const std::string& state, const std::vector<TensorRecord>& tensors,
-                        int64_t begin, int64_t end, float* out);
+                        const std::string& state, const nn::GPTConfig& model,
+                        const nn::TensorSlice& slice, int64_t begin, int64_t end, float* out);
 
 // Checks that every file the manifest names is there and long enough
 // (stat-cheap; checksums are checked as state is read). DataLoss as above.

@@ -104,17 +104,27 @@ absl::Status Checkpointer::start(int64_t step, const std::vector<actors::Coordin
   p.state = controller_.state();
   p.mesh = controller_.mesh();
   p.start_ms = actors::now_ms();
-  // Each distinct range saved once: the members that hold the same range
-  // (DDP's replicas) each save a part of it, split as ZeRO partitions are.
-  // A range only lost members held is saved by a buddy from its replica.
-  std::vector<nn::ParamRange> ranges;
-  std::vector<std::vector<int>> holders;  // the survivors holding each range
+  // The pipeline stages' ranges of a slice's buffer, in order (one stage:
+  // the whole buffer).
+  if (p.mesh.pp > 1) {
+    for (int stage = 0; stage < p.mesh.pp; ++stage) {
+      const auto at = static_cast<size_t>(actors::index_of(p.mesh, {.d = 0, .p = stage, .t = 0}));
+      p.stages.push_back(members[at].range);
+    }
+  }
+  // Each distinct range of a slice saved once: the members that hold the
+  // same range (DDP's replicas) each save a part of it, split as ZeRO
+  // partitions are. A range only lost members held is saved by a buddy from
+  // its replica.
+  std::vector<std::pair<int, nn::ParamRange>> ranges;  // (slice, range)
+  std::vector<std::vector<int>> holders;               // the survivors holding each range
   std::vector<int> kept;  // else a lost holder whose buddy, alive, keeps its replica (-1: none)
   for (size_t i = 0; i < members.size(); ++i) {
     if (owned[i].size() == 0) continue;
-    auto it = std::find(ranges.begin(), ranges.end(), owned[i]);
+    const std::pair<int, nn::ParamRange> key(members[i].at.t, owned[i]);
+    auto it = std::find(ranges.begin(), ranges.end(), key);
     if (it == ranges.end()) {
-      ranges.push_back(owned[i]);
+      ranges.push_back(key);
       holders.emplace_back();
       kept.push_back(-1);
       it = ranges.end() - 1;
@@ -132,17 +142,18 @@ absl::Status Checkpointer::start(int64_t step, const std::vector<actors::Coordin
     if (k == 0 && kept[r] < 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("checkpoint of step ", step, ": no surviving shard holds parameters [",
-                       ranges[r].begin, ", ", ranges[r].end, "), nor a replica of them"));
+                       ranges[r].second.begin, ", ", ranges[r].second.end, ") of slice ",
+                       ranges[r].first, ", nor a replica of them"));
     }
     if (k == 0) {
       const MeshMember& owner = members[static_cast<size_t>(kept[r])];
       p.writers.push_back(owner.buddy);
-      p.parts.push_back(ranges[r]);
+      p.parts.push_back(ranges[r].second);
       p.replicas.push_back(true);
       p.owners.push_back(owner.at);
     }
     for (int j = 0; j < k; ++j) {
-      const nn::ParamRange part = actors::ZeroPartition(ranges[r], k, j).own();
+      const nn::ParamRange part = actors::ZeroPartition(ranges[r].second, k, j).own();
       if (part.size() == 0) continue;
       p.writers.push_back(holders[r][static_cast<size_t>(j)]);
       p.parts.push_back(part);
@@ -200,7 +211,7 @@ CheckpointEvent Checkpointer::complete() {
   m.layout.dp = p.mesh.dp;
   m.layout.pp = p.mesh.pp;
   m.layout.tp = p.mesh.tp;
-  m.tensors = checkpoint::tensor_records(job_.model);
+  m.tensors = checkpoint::tensor_records(job_.model, p.mesh.tp, p.stages);
   m.optimizer = {.type = job_.optimizer, .updates = p.state.applied};
   m.data = {.position = p.state.data_position,
             .epoch = p.state.epoch,

@@ -111,10 +111,11 @@ class Checkpointer {
     int64_t step = 0;
     std::string step_dir;
     ControllerState state;
-    actors::Mesh mesh;                  // the job's when the save began (an elastic job resizes)
-    std::vector<int> writers;           // member indices
-    std::vector<nn::ParamRange> parts;  // what each writer saves
-    std::vector<bool> replicas;         // the writer saves the replica it keeps
+    actors::Mesh mesh;                   // the job's when the save began (an elastic job resizes)
+    std::vector<nn::ParamRange> stages;  // the pipeline stages' ranges (pp > 1)
+    std::vector<int> writers;            // member indices
+    std::vector<nn::ParamRange> parts;   // what each writer saves
+    std::vector<bool> replicas;          // the writer saves the replica it keeps
     std::vector<actors::Coordinate> owners;  // the coordinate each part is saved as
     std::vector<Future<actors::ShardSaveReport>> reports;
     double start_ms = 0;

@@ -333,15 +333,13 @@ absl::Status check_model_parallel(const TrainConfig& config) {
   if (p.pp > 1 && p.schedule == "interleaved") missing = "parallel.schedule \"interleaved\"";
   if (config.fault_tolerance.enabled) missing = "fault_tolerance.enabled";
   if (config.elasticity.enabled) missing = "elasticity.enabled";
-  if (!config.checkpoint.dir.empty()) missing = "checkpoint.dir";
   if (missing != nullptr) {
     const std::string what =
         p.pp > 1 ? absl::StrCat("parallel.pp: ", p.pp) : absl::StrCat("parallel.tp: ", p.tp);
     return config_error(absl::StrCat(what, " with ", missing,
                                      " is not implemented yet; pipeline and tensor parallelism run "
                                      "with DDP over dp (zero_optimization.stage 0), the \"gpipe\" "
-                                     "and \"1f1b\" schedules, no checkpoints, recovery or "
-                                     "elasticity"));
+                                     "and \"1f1b\" schedules, without recovery or elasticity"));
   }
   return absl::OkStatus();
 }

@@ -8,8 +8,8 @@
 // layout; the last stage computes the tied LM head with a copy of the first
 // stage's wte.
 //
-// Not yet: ZeRO, the interleaved schedule, checkpoints, recovery and
-// elasticity (the config refuses them with pp > 1 or tp > 1).
+// Not yet: ZeRO, the interleaved schedule, recovery and elasticity (the
+// config refuses them with pp > 1 or tp > 1).
 #pragma once
 
 #include <memory>

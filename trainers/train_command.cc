@@ -286,10 +286,11 @@ int train_command(const std::vector<std::string>& args) {
         std::printf("  checkpoint: %s\n", cluster::printable(line).c_str());
       const checkpoint::MeshLayout& l = restored->saved_layout;
       std::printf(
-          "  resumed from %s (saved over dp %d, ZeRO stage %d): %s read in %.0f ms; data "
-          "at sample %lld%s\n",
-          restored->step_dir.c_str(), l.dp, l.zero_stage, nn::format_bytes(restored->bytes).c_str(),
-          restored->load_ms, static_cast<long long>(restored->data_position),
+          "  resumed from %s (saved over dp %d x pp %d x tp %d, ZeRO stage %d): %s read in "
+          "%.0f ms; data at sample %lld%s\n",
+          restored->step_dir.c_str(), l.dp, l.pp, l.tp, l.zero_stage,
+          nn::format_bytes(restored->bytes).c_str(), restored->load_ms,
+          static_cast<long long>(restored->data_position),
           restored->config_changed ? "; the config differs from the saved run's" : "");
       resumed = *std::move(restored);
     }

@@ -59,8 +59,8 @@ void expect_loads(const std::string& dir, int64_t want, int64_t begin, int64_t e
   ASSERT_EQ(found->manifest.step, want);
   for (int k = 0; k < 3; ++k) {
     std::vector<float> out(static_cast<size_t>(end - begin), -1.0f);
-    absl::Status s = read_state(Env::posix(), found->step_dir, found->manifest, kStates[k],
-                                tensor_records(kModel), begin, end, out.data());
+    absl::Status s = read_state(Env::posix(), found->step_dir, found->manifest, kStates[k], kModel,
+                                {}, begin, end, out.data());
     ASSERT_TRUE(s.ok()) << s;
     for (int64_t i = begin; i < end; ++i)
       ASSERT_EQ(out[static_cast<size_t>(i - begin)], value(want, k, i)) << kStates[k] << " " << i;
@@ -109,17 +109,85 @@ TEST_F(CheckpointTest, SameLayoutAndEveryOtherDpReadTheSameValues) {
   }
 }
 
-TEST_F(CheckpointTest, ATensorMissingFromTheCheckpointIsNamed) {
+TEST_F(CheckpointTest, ACheckpointOfAnotherModelOrARangeOutsideTheSliceIsRefused) {
   ASSERT_TRUE(save(Env::posix(), dir_, 5, 1).ok());
   absl::StatusOr<FoundCheckpoint> found = find_checkpoint(Env::posix(), dir_);
   ASSERT_TRUE(found.ok());
-  std::vector<TensorRecord> tensors = tensor_records(kModel);
-  tensors[1].name = "wpe2";
+  nn::GPTConfig other = kModel;
+  other.channels = 16;
   std::vector<float> out(static_cast<size_t>(num_params()));
-  absl::Status s = read_state(Env::posix(), found->step_dir, found->manifest, kParamState, tensors,
-                              0, num_params(), out.data());
+  absl::Status s = read_state(Env::posix(), found->step_dir, found->manifest, kParamState, other,
+                              {}, 0, 8, out.data());
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
-  EXPECT_NE(s.message().find("no tensor wpe2"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("another model"), std::string::npos) << s;
+  s = read_state(Env::posix(), found->step_dir, found->manifest, kParamState, kModel,
+                 {.rank = 0, .size = 2}, 0, num_params(), out.data());
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("not within the slice"), std::string::npos) << s;
+}
+
+// A model of 4 heads and 4 blocks: 1, 2 and 4 slices, 1, 2 and 4 stages.
+constexpr nn::GPTConfig kSliced = {.max_seq_len = 8,
+                                   .vocab_size = 32,
+                                   .padded_vocab_size = 32,
+                                   .num_layers = 4,
+                                   .num_heads = 4,
+                                   .channels = 16};
+
+// What slice `slice` holds of state k of the whole model whose element i
+// is value(step, k, i).
+std::vector<float> slice_values(int64_t step, int k, const nn::TensorSlice& slice) {
+  const nn::GPTParamLayout whole(kSliced);
+  const nn::GPTParamLayout layout(kSliced, slice);
+  std::vector<float> all(whole.num_params());
+  for (size_t i = 0; i < all.size(); ++i)
+    all[i] = value(step, k, static_cast<int64_t>(i));
+  std::vector<float> out(layout.num_params());
+  nn::copy_to_slice(whole, layout, all.data(), out.data());
+  return out;
+}
+
+// Saved at any mesh dp x pp x tp, any slice of any tp reads back exactly
+// what tensor parallelism puts in it, in any ranges: Megatron's resharding
+// of pipeline and tensor-parallel checkpoints, by the global tensors.
+TEST_F(CheckpointTest, EveryMeshReadsBackIntoEverySlicing) {
+  struct Mesh {
+    int dp, pp, tp;
+  };
+  int64_t step = 1;
+  for (const Mesh& saved : {Mesh{2, 2, 2}, Mesh{1, 1, 4}, Mesh{3, 4, 1}, Mesh{1, 2, 2}}) {
+    const std::string dir = dir_ + "/" + std::to_string(step);
+    ASSERT_TRUE(testing::save_sliced(Env::posix(), dir, step, kSliced, saved.dp, saved.pp, saved.tp,
+                                     [step](int k, int64_t i) { return value(step, k, i); })
+                    .ok());
+    absl::StatusOr<FoundCheckpoint> found = find_checkpoint(Env::posix(), dir);
+    ASSERT_TRUE(found.ok()) << found.status();
+    EXPECT_EQ(found->manifest.tensors.size(), static_cast<size_t>(saved.tp) * (4 + 12 * 4));
+    EXPECT_EQ(found->manifest.tensors.back().p, saved.pp - 1);
+    for (int tp : {1, 2, 4}) {
+      for (int t = 0; t < tp; ++t) {
+        const nn::TensorSlice slice{.rank = t, .size = tp};
+        const auto n = static_cast<int64_t>(nn::GPTParamLayout(kSliced, slice).num_params());
+        for (int k = 0; k < 3; ++k) {
+          const std::vector<float> want = slice_values(step, k, slice);
+          for (int parts : {1, 3}) {
+            for (int r = 0; r < parts; ++r) {
+              auto [b, e] = partition(n, parts, r);
+              std::vector<float> out(static_cast<size_t>(e - b), -1.0f);
+              absl::Status s = read_state(Env::posix(), found->step_dir, found->manifest,
+                                          kStates[k], kSliced, slice, b, e, out.data());
+              ASSERT_TRUE(s.ok()) << s;
+              ASSERT_TRUE(std::equal(out.begin(), out.end(), want.begin() + b))
+                  << "saved at " << saved.dp << "x" << saved.pp << "x" << saved.tp
+                  << ", read slice " << t << " of " << tp << ", " << kStates[k] << " [" << b << ", "
+                  << e << ")";
+            }
+          }
+        }
+      }
+    }
+    ++step;
+  }
 }
 
 TEST_F(CheckpointTest, KeepsTheNewestAndPointsLatestAtTheLast) {
@@ -177,8 +245,8 @@ TEST_F(CheckpointTest, AFlippedByteInAnyFileIsDetected) {
         absl::Status any;
         for (const char* state : kStates) {
           std::vector<float> out(static_cast<size_t>(num_params()));
-          any.Update(read_state(Env::posix(), found->step_dir, found->manifest, state,
-                                tensor_records(kModel), 0, num_params(), out.data()));
+          any.Update(read_state(Env::posix(), found->step_dir, found->manifest, state, kModel, {},
+                                0, num_params(), out.data()));
         }
         ASSERT_TRUE(absl::IsDataLoss(any)) << name << " byte " << at;
         EXPECT_NE(any.message().find("step-00000120: " + name + " checksum mismatch"),
@@ -317,7 +385,19 @@ TEST_F(CheckpointTest, DecodingRefusesWhatDoesNotFit) {
   refused(m, "lies outside the mesh");
   m = *good;
   m.tensors[3].shape = {1};
-  refused(m, "tensors: not those of the model");
+  refused(m, "tensors[3] (h0.ln1b): not the model's");
+  m = *good;
+  m.tensors[3].split = "columns";
+  refused(m, "tensors[3] (h0.ln1b): not the model's");
+  m = *good;
+  m.tensors[5].p = 1;
+  refused(m, "tensors[5] (h0.qkvb): stage 1 out of order or outside the mesh");
+  m = *good;
+  m.layout.tp = 2;
+  refused(m, "tensors: 28 records; the model has 28 tensors in each of 2 slices");
+  m = *good;
+  m.layout.tp = 4;
+  refused(m, "layout.tp 4: GPT: num_heads = 2 does not split");
   m = *good;
   m.model.num_heads = 3;
   refused(m, "");
@@ -331,6 +411,14 @@ TEST_F(CheckpointTest, DecodingRefusesWhatDoesNotFit) {
   absl::StatusOr<Manifest> changed = decode_manifest(edited, "m");
   ASSERT_TRUE(absl::IsDataLoss(changed.status()));
   EXPECT_NE(changed.status().message().find("checksum mismatch"), std::string::npos);
+  // A manifest of before tensors had "split" (tp = 1) reads as if it had it.
+  std::string old = text;
+  for (size_t at = old.find("\"split\": "); at != std::string::npos; at = old.find("\"split\": ")) {
+    old.erase(at, old.find('\n', at) + 1 - at);
+  }
+  absl::StatusOr<Manifest> before = decode_manifest(old, "m", /*verify_checksum=*/false);
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->tensors, good->tensors);
 }
 
 TEST_F(CheckpointTest, StepDirectoryNames) {

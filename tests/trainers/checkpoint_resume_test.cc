@@ -71,45 +71,11 @@ class CheckpointResumeTest : public testing::TrainingClusterTest {
 
   static std::string next_job() { return "ckpt-test-" + std::to_string(++jobs_); }
 
-  // Runs steps [from, to] of `config`, first loading the checkpoint of step
-  // `load` (0: none) and saving one after every step in `save_at`.
+  // Runs steps [from, to] of `config` (testing::run_checkpointed).
   RunResult run(const TrainConfig& config, int from, int to, std::vector<int64_t> save_at = {},
                 bool load = false, std::vector<std::string>* skipped = nullptr) {
-    RunResult result;
-    auto trainer = DataParallelTrainer::start(*driver_, config, next_job(), 1);
-    EXPECT_TRUE(trainer.ok()) << trainer.status();
-    if (!trainer.ok()) return result;
-    Checkpointer checkpoints((*trainer)->controller(),
-                             job_record(config, (*trainer)->data_info().samples_per_epoch),
-                             config.checkpoint);
-    if (load) {
-      absl::StatusOr<LoadedCheckpoint> loaded = checkpoints.load();
-      EXPECT_TRUE(loaded.ok()) << loaded.status();
-      if (!loaded.ok()) return result;
-      EXPECT_EQ(loaded->step, from - 1);
-      if (skipped != nullptr) *skipped = loaded->skipped;
-    }
-    EXPECT_EQ((*trainer)->controller().next_step(), from);
-    for (int k = from; k <= to; ++k) {
-      auto outcome = (*trainer)->step(k);
-      EXPECT_TRUE(outcome.ok()) << outcome.status();
-      if (!outcome.ok()) return result;
-      result.losses.push_back(outcome->loss);
-      result.norms.push_back(outcome->grad_norm);
-      result.outcomes.push_back(*outcome);
-      if (std::find(save_at.begin(), save_at.end(), k) != save_at.end()) {
-        const CheckpointEvent saved = checkpoints.save_now().back();
-        EXPECT_TRUE(saved.status.ok()) << saved.status;
-        EXPECT_EQ(saved.step, k);
-      }
-    }
-    for (const CheckpointEvent& e : checkpoints.finish())
-      EXPECT_TRUE(e.status.ok()) << e.status;
-    auto params = (*trainer)->master_params();
-    EXPECT_TRUE(params.ok()) << params.status();
-    if (params.ok()) result.params = *std::move(params);
-    EXPECT_TRUE((*trainer)->stop().ok());
-    return result;
+    return testing::run_checkpointed(*driver_, config, next_job(), from, to, save_at, load,
+                                     skipped);
   }
 
   // The resumed run's steps N+1..2N are the whole run's, bit for bit.

@@ -425,8 +425,6 @@ TEST(TrainConfigTest, PipelineStagesAndMegatronSizes) {
 TEST(TrainConfigTest, UnimplementedFeaturesAreErrors) {
   expect_error(R"({"parallel": {"tp": 2}, "zero_optimization": {"stage": 2}})", "parallel.tp",
                "2 with zero_optimization.stage above 0 is not implemented yet");
-  expect_error(R"({"parallel": {"tp": 2}, "checkpoint": {"dir": "ckpt"}})", "parallel.tp",
-               "2 with checkpoint.dir is not implemented yet");
   expect_error(R"({"parallel": {"pp": 2}, "zero_optimization": {"stage": 1}})", "parallel.pp",
                "with zero_optimization.stage above 0 is not implemented yet");
   expect_error(R"({"parallel": {"pp": 2, "schedule": "interleaved", "virtual_stages": 2}})",

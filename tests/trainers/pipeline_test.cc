@@ -4,10 +4,13 @@
 // gradients peer to peer, and into tensor-parallel slices that sum over
 // their group, must not change the math. Every layout dp x pp x tp and
 // schedule gives the losses and weights of one process on the same global
-// batch (fp32, relative 1e-6); identical runs are bitwise identical.
+// batch (fp32, relative 1e-6); identical runs are bitwise identical; a
+// checkpoint of one mesh resumes it bitwise and loads into another.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "actors/pipeline/schedule.h"
@@ -155,6 +158,42 @@ TEST_F(PipelineTest, IdenticalRunsAreBitwiseIdentical) {
     EXPECT_EQ(a.losses, b.losses) << "tp " << tp;
     EXPECT_EQ(a.params, b.params) << "tp " << tp;
   }
+}
+
+// A checkpoint of a mesh (2, 2, 2) - every owner's range of its slice -
+// resumes that mesh bit for bit, and loads into (1, 1, 1) and (2, 1, 2)
+// with the next step's loss of the run that saved it (fp32: the reductions'
+// order differs, so 1e-6).
+TEST_F(PipelineTest, ACheckpointOf222ResumesBitwiseAndLoadsInto111And212) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("troupe-pipeline-ckpt-" + std::to_string(::getpid())))
+                              .string();
+  std::filesystem::remove_all(dir);
+  auto with_checkpoints = [&](int dp, int pp, int tp) {
+    TrainConfig c = config_for(dp, pp, "1f1b", OptimizerType::kAdamW, tp);
+    c.checkpoint = {.dir = dir, .interval_steps = 0, .keep = 3, .async = true};
+    return c;
+  };
+  const TrainConfig mesh = with_checkpoints(2, 2, 2);
+  const RunResult whole = testing::run_checkpointed(*driver_, mesh, next_job(), 1, 4);
+  const RunResult first = testing::run_checkpointed(*driver_, mesh, next_job(), 1, 2, {2});
+  const RunResult second = testing::run_checkpointed(*driver_, mesh, next_job(), 3, 4, {}, true);
+  ASSERT_EQ(whole.losses.size(), 4u);
+  ASSERT_EQ(first.losses.size(), 2u);
+  ASSERT_EQ(second.losses.size(), 2u);
+  EXPECT_EQ(first.losses[1], whole.losses[1]);
+  EXPECT_EQ(second.losses[0], whole.losses[2]);
+  EXPECT_EQ(second.losses[1], whole.losses[3]);
+  EXPECT_EQ(second.norms[1], whole.norms[3]);
+  EXPECT_EQ(second.params, whole.params) << "the weights after step 4 differ";
+  for (auto [dp, pp, tp] : {std::tuple{1, 1, 1}, std::tuple{2, 1, 2}}) {
+    const RunResult resharded = testing::run_checkpointed(*driver_, with_checkpoints(dp, pp, tp),
+                                                          next_job(), 3, 3, {}, true);
+    ASSERT_EQ(resharded.losses.size(), 1u) << dp << " x " << pp << " x " << tp;
+    EXPECT_NEAR(resharded.losses[0], whole.losses[2], 1e-6 * whole.losses[2])
+        << "(2, 2, 2) loaded at (" << dp << ", " << pp << ", " << tp << ")";
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // The trainer evaluates and generates with the whole model it gathers from

@@ -154,9 +154,9 @@ TEST_F(TrainCommandTest, ResumeContinuesToTheWeightsOfAnUninterruptedRun) {
   ASSERT_EQ(first.code, 0) << first.output;
   Result resumed = troupe(dir_, "train --config b.json --local 2 --steps 12 --output b --resume");
   ASSERT_EQ(resumed.code, 0) << resumed.output;
-  EXPECT_NE(
-      resumed.output.find("resumed from ckpt-b/step-00000006 (saved over dp 2, ZeRO stage 3)"),
-      std::string::npos)
+  EXPECT_NE(resumed.output.find(
+                "resumed from ckpt-b/step-00000006 (saved over dp 2 x pp 1 x tp 1, ZeRO stage 3)"),
+            std::string::npos)
       << resumed.output;
   const std::string a = read("a/model.bin");
   ASSERT_FALSE(a.empty());

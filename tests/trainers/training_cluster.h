@@ -14,7 +14,9 @@
 #include "core/cluster/cluster.h"
 #include "core/cluster/local_cluster.h"
 #include "nn/gpt.h"
+#include "trainers/checkpointer.h"
 #include "trainers/config.h"
+#include "trainers/trainer.h"
 #include "trainers/trainer_controller.h"
 
 namespace troupe::trainers::testing {
@@ -100,6 +102,52 @@ struct RunResult {
   std::vector<float> params;
   std::vector<StepOutcome> outcomes;
 };
+
+// Runs steps [from, to] of `config` on a trainer of its own (start_trainer:
+// the data-parallel or the hybrid one), first loading the newest checkpoint
+// in config.checkpoint.dir when `load` (it must be of step from - 1), and
+// saving one after every step in `save_at`. The newer checkpoints a load
+// passed over go to `skipped`.
+inline RunResult run_checkpointed(Cluster& driver, const TrainConfig& config,
+                                  const std::string& job, int from, int to,
+                                  const std::vector<int64_t>& save_at = {}, bool load = false,
+                                  std::vector<std::string>* skipped = nullptr) {
+  RunResult result;
+  auto trainer = start_trainer(driver, config, job, 1);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (!trainer.ok()) return result;
+  Checkpointer checkpoints((*trainer)->controller(),
+                           job_record(config, (*trainer)->data_info().samples_per_epoch),
+                           config.checkpoint);
+  if (load) {
+    absl::StatusOr<LoadedCheckpoint> loaded = checkpoints.load();
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    if (!loaded.ok()) return result;
+    EXPECT_EQ(loaded->step, from - 1);
+    if (skipped != nullptr) *skipped = loaded->skipped;
+  }
+  EXPECT_EQ((*trainer)->controller().next_step(), from);
+  for (int k = from; k <= to; ++k) {
+    auto outcome = (*trainer)->step(k);
+    EXPECT_TRUE(outcome.ok()) << outcome.status();
+    if (!outcome.ok()) return result;
+    result.losses.push_back(outcome->loss);
+    result.norms.push_back(outcome->grad_norm);
+    result.outcomes.push_back(*outcome);
+    if (std::find(save_at.begin(), save_at.end(), k) != save_at.end()) {
+      const CheckpointEvent saved = checkpoints.save_now().back();
+      EXPECT_TRUE(saved.status.ok()) << saved.status;
+      EXPECT_EQ(saved.step, k);
+    }
+  }
+  for (const CheckpointEvent& e : checkpoints.finish())
+    EXPECT_TRUE(e.status.ok()) << e.status;
+  auto params = (*trainer)->master_params();
+  EXPECT_TRUE(params.ok()) << params.status();
+  if (params.ok()) result.params = *std::move(params);
+  EXPECT_TRUE((*trainer)->stop().ok());
+  return result;
+}
 
 // max |a - b| / max |b| over the vector.
 inline double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
