@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "actors/allreduce_gradient_sync.h"
+#include "actors/distributed_optimizer_sync.h"
 #include "actors/zero_gradient_sync.h"
 
 namespace troupe::actors {
@@ -65,12 +66,16 @@ absl::StatusOr<std::unique_ptr<GradientSync>> make_gradient_sync(const GradientS
     if (absl::Status s = check_gradient_sync(options, gpt); !s.ok()) return s;
   }
   if (group == nullptr) return std::make_unique<LocalGradientSync>(plan, gpt);
-  if (stage > 0 && (!plan.first() || !plan.last())) {
+  if (stage == 0) return std::make_unique<AllreduceGradientSync>(options, plan, gpt, *group);
+  if (!plan.first() || !plan.last() || gpt.tensor_slice().size > 1) {
+    // A pipeline stage or a tensor slice: ZeRO-1 as Megatron's distributed optimizer.
+    if (stage == 1) return std::make_unique<DistributedOptimizerSync>(options, plan, gpt, *group);
     return absl::InvalidArgumentError(absl::StrCat(
         "gradient sync \"", options.kind, "\" serves a whole model; stage ", plan.stage, " of ",
-        plan.num_stages, " owns blocks [", plan.block_begin, ", ", plan.block_end, ")"));
+        plan.num_stages, " owns blocks [", plan.block_begin, ", ", plan.block_end,
+        ") of tensor slice ", gpt.tensor_slice().rank, " of ", gpt.tensor_slice().size,
+        " (with model parallelism: \"allreduce\" or \"zero1\")"));
   }
-  if (stage == 0) return std::make_unique<AllreduceGradientSync>(options, plan, gpt, *group);
   return ZeroGradientSync::create(options, stage, plan, gpt, *group, buffers);
 }
 

@@ -36,14 +36,15 @@ absl::Status check_options(const StageOptions& o) {
                                                    " x pp ", o.mesh.pp, " x tp ", o.mesh.tp));
   }
   if (const int zero = zero_stage_of(o.gradient_sync);
-      zero > 0 && (o.mesh.tp > 1 || o.mesh.pp > 1)) {
+      zero > 1 && (o.mesh.tp > 1 || o.mesh.pp > 1)) {
     const std::string model_parallel =
         o.mesh.tp > 1 ? absl::StrCat("tensor parallelism (tp ", o.mesh.tp, ")")
                       : absl::StrCat("pipeline parallelism (pp ", o.mesh.pp, ")");
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": ZeRO-", zero, " with ", model_parallel,
                      " is not implemented yet; with model parallelism the gradients are averaged "
-                     "by allreduce (zero_optimization.stage 0)"));
+                     "by allreduce (zero_optimization.stage 0) or reduce-scattered to the "
+                     "optimizer's partitions (stage 1)"));
   }
   if (o.mesh.tp > 1 && o.tp_group.empty()) {
     return absl::InvalidArgumentError(
@@ -241,10 +242,11 @@ absl::Status PipelineStageActor::setup() {
         join_model_parallel("tp", options_.tp_group, options_.at.t, options_.mesh.tp);
     if (!tp.ok()) return tp.status();
     tp_ = *std::move(tp);
-    CollectiveGroup* group = tp_.get();
-    auto reduce = [group](ReduceOp op) {
-      return [group, op](float* data, size_t count) {
-        return group->allreduce(DType::kFloat32, op, data, count);
+    // Through tp_, whichever generation of the group it holds (rejoin).
+    auto reduce = [this](ReduceOp op) {
+      return [this, op](float* data, size_t count) -> absl::Status {
+        if (tp_ == nullptr) return absl::FailedPreconditionError(name_ + ": not in a tp group");
+        return tp_->allreduce(DType::kFloat32, op, data, count);
       };
     };
     model_.set_tensor_parallel(reduce(ReduceOp::kSum), reduce(ReduceOp::kMax));
@@ -268,16 +270,13 @@ absl::StatusOr<std::unique_ptr<CollectiveGroup>> PipelineStageActor::join_model_
 }
 
 absl::Status PipelineStageActor::rejoin() {
-  if (options_.mesh.pp > 1 || options_.mesh.tp > 1) {
-    return absl::UnimplementedError(absl::StrCat(name_, ": rejoining a model-parallel mesh (pp ",
-                                                 options_.mesh.pp, ", tp ", options_.mesh.tp,
-                                                 ") is not implemented"));
-  }
   if (const int64_t held = tensors_->held_step.load(); held != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         name_, ": rejoin while it holds the gradients of step ", held, " (discard it first)"));
   }
   if (options_.mesh.dp > 1) leave_group();
+  pipe_.reset();
+  tp_.reset();
   whole_version_ = -1;
   return setup();
 }

@@ -111,12 +111,12 @@ class PipelineStageActor {
   // tp > 1 its tp group (every stage of the groups must call it; it waits
   // for the others), and finds this coordinate's loader.
   absl::Status setup();
-  // Recovery (docs/fault_tolerance.md): leaves its group's generation, which
-  // lost a member, and joins the latest one the controller declared (with
-  // the survivors and the replacements), as setup() does; a replacement's
-  // first call. Every stage of the group must call it at once.
-  // FailedPrecondition while it holds a step's gradients; Unimplemented
-  // for pp > 1 or tp > 1.
+  // Recovery (docs/fault_tolerance.md): leaves its groups' generations
+  // (data-parallel, pipe and tp), one of which lost a member, and joins the
+  // latest ones the controller declared (with the survivors and the
+  // replacements), as setup() does; a replacement's first call. Every stage
+  // of the groups must call it at once. FailedPrecondition while it holds a
+  // step's gradients.
   absl::Status rejoin();
   // Elasticity: continues as rank shape.rank of shape.dp, running
   // shape.grad_accum micro-batches of shape.micro_batch a step, its loader

@@ -2,6 +2,7 @@
 target_sources(troupe_actors PRIVATE
   allreduce_gradient_sync.cc
   buffer_pool.cc
+  distributed_optimizer_sync.cc
   failpoint.cc
   generation.cc
   gradient_buckets.cc

@@ -329,17 +329,17 @@ absl::Status check_model_parallel(const TrainConfig& config) {
   }
   if (p.pp == 1 && p.tp == 1) return absl::OkStatus();
   const char* missing = nullptr;
-  if (config.zero.stage > 0) missing = "zero_optimization.stage above 0";
+  if (config.zero.stage > 1) missing = "zero_optimization.stage above 1";
   if (p.pp > 1 && p.schedule == "interleaved") missing = "parallel.schedule \"interleaved\"";
-  if (config.fault_tolerance.enabled) missing = "fault_tolerance.enabled";
   if (config.elasticity.enabled) missing = "elasticity.enabled";
   if (missing != nullptr) {
     const std::string what =
         p.pp > 1 ? absl::StrCat("parallel.pp: ", p.pp) : absl::StrCat("parallel.tp: ", p.tp);
-    return config_error(absl::StrCat(what, " with ", missing,
-                                     " is not implemented yet; pipeline and tensor parallelism run "
-                                     "with DDP over dp (zero_optimization.stage 0), the \"gpipe\" "
-                                     "and \"1f1b\" schedules, without recovery or elasticity"));
+    return config_error(
+        absl::StrCat(what, " with ", missing,
+                     " is not implemented yet; pipeline and tensor parallelism run "
+                     "with DDP or ZeRO-1 over dp (zero_optimization.stage 0 or 1), the \"gpipe\" "
+                     "and \"1f1b\" schedules, without elasticity"));
   }
   return absl::OkStatus();
 }

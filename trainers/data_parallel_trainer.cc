@@ -151,7 +151,7 @@ absl::Status DataParallelTrainer::spawn_replicas() {
 
   ControllerOptions options = controller_options(config_);
   if (config_.fault_tolerance.enabled) {
-    options.member_lost = [this](const actors::Coordinate& at) { return member_lost(at); };
+    options.member_lost = [this](const actors::Coordinate& at) { return watch_.member_lost(at); };
   }
   absl::StatusOr<TrainerController> controller =
       TrainerController::create({.dp = dp, .pp = 1, .tp = 1}, members(), std::move(options));

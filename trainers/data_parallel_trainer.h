@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "actors/param_shard_actor.h"
 #include "trainers/elastic_scaler.h"
+#include "trainers/mesh_watch.h"
 #include "trainers/trainer.h"
 
 namespace troupe::trainers {
@@ -30,12 +31,6 @@ struct ResizeTimes {
   double spawn_ms = 0;  // placing and spawning the new ranks
   double state_ms = 0;  // their committed state, peer to peer
   double group_ms = 0;  // the group at the new size, the loaders moved
-};
-
-// The head's directory of actors as recovery reads it.
-struct HeadView {
-  std::map<uint64_t, cluster::ActorStatus> actors;
-  bool rejoining = false;  // a restarted head still taking nodes back (ClusterStatus)
 };
 
 class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMesh {
@@ -104,10 +99,9 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
   const ResizeTimes& last_resize() const { return last_resize_; }
   // The actors of rank d: its loader, stage and shard.
   std::vector<ActorId> rank_actors(int d) const;
-  // OK while the actors at `at` run where they ran when the job last stood
-  // whole; Unavailable, with the head's reason, once they were lost. OK too
-  // when the head cannot be asked (it may be restarting).
-  absl::Status member_lost(const actors::Coordinate& at);
+  std::vector<ActorId> actors_at(const actors::Coordinate& at) const override {
+    return rank_actors(at.d);
+  }
 
  private:
   struct Replica {
@@ -147,15 +141,8 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
                                 absl::Duration timeout);
   // ZeRO: every stage gathers the whole parameters (before evaluate, generate).
   absl::Status gather_parameters();
-  // Why rank d's actors, as `head` sees them, are gone or were restarted
-  // since the job last stood whole; nullopt while they are not.
-  std::optional<std::string> rank_lost(const HeadView& head, int d);
-  // Has the head fence the node rank d's actors were on when the job last
-  // stood whole, saying `why`.
-  absl::Status fence_rank_node(int d, const std::string& why);
-  // ResourceExhausted: no node took the place of `missing` in time.
-  absl::Status no_node_for(const std::vector<std::string>& missing,
-                           const std::string& reason) const;
+  // Every rank's coordinate, in order.
+  std::vector<actors::Coordinate> coordinates() const;
 
   int zero_stage() const { return config_.zero.stage; }
   // A ZeRO partition exists once: with fault tolerance or elasticity the
@@ -186,9 +173,8 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
   std::optional<TrainerController> controller_;
   DataInfo data_info_;
   bool stopped_ = false;
-  // Each actor's restarts and node when the job last stood whole (recovery).
-  std::map<uint64_t, int32_t> known_restarts_;
-  std::map<uint64_t, uint32_t> known_nodes_;
+  // The ranks' actors as the head sees them (recovery).
+  MeshWatch watch_{cluster_, job_, [this](const actors::Coordinate& at) { return actors_at(at); }};
 };
 
 }  // namespace troupe::trainers

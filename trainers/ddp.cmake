@@ -11,6 +11,7 @@ target_sources(troupe_trainers PRIVATE
   generate_command.cc
   hybrid_trainer.cc
   member_spawn.cc
+  mesh_watch.cc
   model_file.cc
   progress.cc
   recovery.cc

@@ -1,10 +1,12 @@
 #include "trainers/hybrid_trainer.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "actors/generation.h"
 #include "actors/stage_plan.h"
+#include "actors/zero_partition.h"
 #include "core/cluster/collective_group.h"
 #include "core/status.h"
 #include "nn/dtype.h"
@@ -49,9 +51,10 @@ absl::StatusOr<std::unique_ptr<HybridTrainer>> HybridTrainer::start(Cluster& clu
                                                                     const TrainConfig& config,
                                                                     const std::string& job,
                                                                     int threads) {
-  if (config.zero.stage != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the hybrid trainer runs DDP over dp (asked: ZeRO stage ", config.zero.stage, ")"));
+  if (config.zero.stage > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the hybrid trainer runs DDP or ZeRO-1 over dp (asked: ZeRO stage ",
+                     config.zero.stage, ")"));
   }
   std::unique_ptr<HybridTrainer> trainer(new HybridTrainer(cluster, config, job, threads));
   if (absl::Status s = trainer->spawn_mesh(); !s.ok()) {
@@ -102,26 +105,11 @@ absl::Status HybridTrainer::spawn_mesh() {
         s.code(), absl::StrCat("placing ", dp, " x ", pp, " stages (", tp,
                                tp == 1 ? " CPU" : " CPUs on one node", " each): ", s.message()));
   }
-  for (int d = 0; d < dp; ++d) {
-    for (int p = 0; p < pp; ++p) {
-      for (int t = 0; t < tp; ++t) {
-        SpawnOptions where;
-        where.placement_group = pg->value;
-        where.bundle_index = static_cast<int>(index(d, p)) / tp;
-        const MemberPlace place{.at = {.d = d, .p = p, .t = t},
-                                .mesh = mesh,
-                                .names = job_,
-                                .where = where,
-                                .threads = threads_,
-                                .dp_group = dp_group(p, t),
-                                .pipe_group = pipe_group(d, t),
-                                .tp_group = tp_group(d, p),
-                                .shard_range = ranges_[static_cast<size_t>(p)]};
-        absl::StatusOr<MemberActors> actors = spawn_member(cluster_, config_, place, &actors_);
-        if (!actors.ok()) return actors.status();
-        members_.push_back(*std::move(actors));
-      }
-    }
+  for (const actors::Coordinate& at : coordinates()) {
+    absl::StatusOr<MemberActors> actors =
+        spawn_at(at, pg->value, static_cast<int>(index(at.d, at.p)) / tp);
+    if (!actors.ok()) return actors.status();
+    members_.push_back(*std::move(actors));
   }
   if (absl::Status s = declare_groups(); !s.ok()) return s;
   // setup() joins them: every stage at once.
@@ -148,16 +136,116 @@ absl::Status HybridTrainer::spawn_mesh() {
         controlled.push_back({.at = {.d = d, .p = p, .t = t},
                               .stage = stage_endpoint(m.stage),
                               .shard = shard_endpoint(m.shard),
-                              .range = ranges_[static_cast<size_t>(p)],
+                              .range = owned(actors::Coordinate{.d = d, .p = p, .t = t}),
                               .buddy = -1});
       }
     }
   }
+  ControllerOptions options = controller_options(config_);
+  if (config_.fault_tolerance.enabled) {
+    options.member_lost = [this](const actors::Coordinate& at) { return watch_.member_lost(at); };
+  }
   absl::StatusOr<TrainerController> controller =
-      TrainerController::create(mesh, std::move(controlled), controller_options(config_));
+      TrainerController::create(mesh, std::move(controlled), std::move(options));
   if (!controller.ok()) return controller.status();
   controller_.emplace(*std::move(controller));
+  if (config_.fault_tolerance.enabled) mark_whole();  // where each actor runs
   return absl::OkStatus();
+}
+
+absl::StatusOr<MemberActors> HybridTrainer::spawn_at(const actors::Coordinate& at, uint64_t pg,
+                                                     int bundle) {
+  SpawnOptions where;
+  where.placement_group = pg;
+  where.bundle_index = bundle;
+  // With fault tolerance the head restarts a lost coordinate's actors in
+  // their bundle, placed again elsewhere (trainers/recovery.h).
+  if (config_.fault_tolerance.enabled) where.max_restarts = config_.fault_tolerance.max_failures;
+  const MemberPlace place{.at = at,
+                          .mesh = mesh(),
+                          .names = job_,
+                          .where = where,
+                          .threads = threads_,
+                          .dp_group = dp_group(at.p, at.t),
+                          .pipe_group = pipe_group(at.d, at.t),
+                          .tp_group = tp_group(at.d, at.p),
+                          .shard_range = owned(at)};
+  return spawn_member(cluster_, config_, place, &actors_);
+}
+
+nn::ParamRange HybridTrainer::owned(const actors::Coordinate& at) const {
+  const nn::ParamRange& stage = ranges_[static_cast<size_t>(at.p)];
+  if (config_.zero.stage == 0) return stage;
+  return actors::ZeroPartition(stage, config_.parallel.dp, at.d).own();
+}
+
+std::vector<actors::Coordinate> HybridTrainer::coordinates() const {
+  std::vector<actors::Coordinate> out;
+  const actors::Mesh m = mesh();
+  for (int d = 0; d < m.dp; ++d) {
+    for (int p = 0; p < m.pp; ++p) {
+      for (int t = 0; t < m.tp; ++t)
+        out.push_back({.d = d, .p = p, .t = t});
+    }
+  }
+  return out;
+}
+
+std::vector<ActorId> HybridTrainer::actors_at(const actors::Coordinate& at) const {
+  const MemberActors& m = members_[index(at.d, at.p, at.t)];
+  return {m.loader.id(), m.stage.id(), m.shard.id()};
+}
+
+absl::StatusOr<std::vector<LostMember>> HybridTrainer::find_lost(absl::Time deadline) {
+  // The head may be away (restarting): it is waited for as a node would be.
+  const absl::Time head_deadline =
+      std::max(deadline, absl::Now() + absl::Seconds(config_.fault_tolerance.wait_for_node_s));
+  return watch_.find_lost(coordinates(), deadline, head_deadline);
+}
+
+absl::Status HybridTrainer::fence(const std::vector<LostMember>& hung) {
+  for (const LostMember& m : hung) {
+    if (absl::Status s = watch_.fence(m.at, absl::StrCat("which hung: ", m.reason)); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HybridTrainer::await_replacements(const std::vector<LostMember>& lost,
+                                               absl::Time deadline) {
+  return watch_.await_replacements(
+      lost, deadline,
+      [this](const actors::Coordinate& at, absl::Time until) { return respawn(at, until); },
+      config_.fault_tolerance.wait_for_node_s);
+}
+
+absl::Status HybridTrainer::respawn(const actors::Coordinate& at, absl::Time deadline) {
+  // The node it was on must not rejoin with the old actors (best effort:
+  // the new actors' ids differ from the old ones in any case).
+  watch_.fence(at, "lost while the head was down").IgnoreError();
+  absl::StatusOr<cluster::PlacementGroupId> pg = cluster_.create_placement_group(
+      {"CPU=1"}, cluster::PlacementStrategy::kPack,
+      absl::StrCat(job_, "/", actors::to_string(at), "-", placement_groups_.size()));
+  if (!pg.ok()) return pg.status();
+  placement_groups_.push_back(*pg);
+  absl::Status placed =
+      cluster_.wait_placement_group(*pg, std::max(deadline - absl::Now(), absl::ZeroDuration()));
+  if (!placed.ok()) {
+    return no_node_for(
+        {actors::to_string(at)},
+        absl::StrCat("its actors were lost while the head was down: ", placed.message()),
+        config_.fault_tolerance.wait_for_node_s);
+  }
+  absl::StatusOr<MemberActors> actors = spawn_at(at, pg->value, 0);
+  if (!actors.ok()) return actors.status();
+  MemberActors& m = members_[index(at.d, at.p, at.t)];
+  m = *std::move(actors);
+  return controller_->replace_member(at, stage_endpoint(m.stage), shard_endpoint(m.shard));
+}
+
+void HybridTrainer::mark_whole() {
+  watch_.mark_whole(coordinates());
 }
 
 std::string HybridTrainer::dp_group(int p, int t) const {
@@ -202,15 +290,19 @@ absl::Status HybridTrainer::declare_groups() {
 }
 
 absl::StatusOr<std::vector<float>> HybridTrainer::master_params() {
-  // Replica 0's stages of each slice, in order, tile that slice; the slices
+  // Replica 0's stages of each slice, in order, tile that slice (under
+  // ZeRO-1 every replica's partition of each stage, in order); the slices
   // make up the whole model.
   const int tp = config_.parallel.tp;
+  const int replicas = config_.zero.stage == 0 ? 1 : config_.parallel.dp;
   const nn::GPTParamLayout whole(config_.model);
   std::vector<float> out(whole.num_params());
   for (int t = 0; t < tp; ++t) {
     std::vector<ActorRef<actors::ParamShardActor>> shards;
-    for (int p = 0; p < config_.parallel.pp; ++p)
-      shards.push_back(members_[index(0, p, t)].shard);
+    for (int p = 0; p < config_.parallel.pp; ++p) {
+      for (int d = 0; d < replicas; ++d)
+        shards.push_back(members_[index(d, p, t)].shard);
+    }
     absl::StatusOr<std::vector<float>> slice = gather_masters(shards, kSetupTimeout);
     if (!slice.ok()) return slice.status();
     const nn::GPTParamLayout layout(config_.model, {.rank = t, .size = tp});

@@ -4,12 +4,20 @@
 // tp group inside each block; replica d's stages of slice t pass activations
 // and gradients along their pipe group by their schedule (actors/pipeline/);
 // the stages of (p, t) average their gradients over their data-parallel
-// group (DDP). Each shard owns its stage's parameter range of its slice's
-// layout; the last stage computes the tied LM head with a copy of the first
-// stage's wte.
+// group: DDP, each shard owning its stage's parameter range of its slice's
+// layout, or ZeRO-1 (Megatron's distributed optimizer), shard d owning
+// partition d of that range (actors/distributed_optimizer_sync.h). The last
+// stage computes the tied LM head with a copy of the first stage's wte.
 //
-// Not yet: ZeRO, the interleaved schedule, recovery and elasticity (the
-// config refuses them with pp > 1 or tp > 1).
+// With fault tolerance a lost coordinate's actors are restarted by the head
+// in their bundle, placed again, and recovered as a lost DDP replica is
+// (trainers/recovery.h): the survivors' groups - data-parallel, pipe and tp -
+// formed again, the lost shards restored from the replica (d', p, t) of
+// another data-parallel rank, or (no replica: dp 1, or ZeRO-1's partitions)
+// the job back at its latest checkpoint.
+//
+// Not yet: ZeRO-2/3, the interleaved schedule and elasticity (the config
+// refuses them with pp > 1 or tp > 1).
 #pragma once
 
 #include <memory>
@@ -18,11 +26,13 @@
 
 #include "absl/status/statusor.h"
 #include "trainers/member_spawn.h"
+#include "trainers/mesh_watch.h"
+#include "trainers/recovery.h"
 #include "trainers/trainer.h"
 
 namespace troupe::trainers {
 
-class HybridTrainer : public Trainer {
+class HybridTrainer : public Trainer, public MeshRepair {
  public:
   // Places and spawns the actors of every coordinate, forms the groups,
   // initialises the parameters (the same seed everywhere, each shard its
@@ -44,18 +54,38 @@ class HybridTrainer : public Trainer {
   TrainerController& controller() override { return *controller_; }
   std::string describe() const override;
   absl::Status stop() override;
+  // Recovery (trainers/recovery.h), with fault_tolerance.enabled.
+  MeshRepair* repair() override { return config_.fault_tolerance.enabled ? this : nullptr; }
+  absl::StatusOr<std::vector<LostMember>> find_lost(absl::Time deadline) override;
+  absl::Status fence(const std::vector<LostMember>& hung) override;
+  absl::Status await_replacements(const std::vector<LostMember>& lost,
+                                  absl::Time deadline) override;
+  // The collective groups of the mesh's stages: (p, t)'s data-parallel one,
+  // (d, t)'s pipe group, (d, p)'s tp group; declares each of more than one
+  // (again in recovery: the next generation).
+  absl::Status declare_groups() override;
+  void mark_whole() override;
+  int64_t samples_per_epoch() const override { return data_info_.samples_per_epoch; }
+  std::vector<ActorId> actors_at(const actors::Coordinate& at) const override;
 
  private:
   HybridTrainer(Cluster& cluster, TrainConfig config, std::string job, int threads)
       : cluster_(cluster), config_(std::move(config)), job_(std::move(job)), threads_(threads) {}
   absl::Status spawn_mesh();
-  // The collective groups of the mesh's stages: (p, t)'s data-parallel one,
-  // (d, t)'s pipe group, (d, p)'s tp group; declares each of more than one.
+  // The actors of coordinate `at`, in bundle `bundle` of placement group `pg`.
+  absl::StatusOr<MemberActors> spawn_at(const actors::Coordinate& at, uint64_t pg, int bundle);
+  // Recovery: the actors of `at` are unknown to a restarted head (their
+  // node was lost while it was down): new ones take the coordinate, in a
+  // placement group of their own, once a node has room (by `deadline`).
+  absl::Status respawn(const actors::Coordinate& at, absl::Time deadline);
   std::string dp_group(int p, int t) const;
   std::string pipe_group(int d, int t) const;
   std::string tp_group(int d, int p) const;
-  absl::Status declare_groups();
   actors::Mesh mesh() const;
+  std::vector<actors::Coordinate> coordinates() const;  // in mesh order
+  // What the shard at `at` owns: its stage's range, under ZeRO-1 partition d
+  // of it.
+  nn::ParamRange owned(const actors::Coordinate& at) const;
   // The index of coordinate (d, p, t) in mesh order.
   size_t index(int d, int p, int t = 0) const;
   // A whole model on the driver holding the trained weights (evaluate, generate).
@@ -72,6 +102,7 @@ class HybridTrainer : public Trainer {
   std::optional<TrainerController> controller_;
   DataInfo data_info_;
   bool stopped_ = false;
+  MeshWatch watch_{cluster_, job_, [this](const actors::Coordinate& at) { return actors_at(at); }};
 };
 
 }  // namespace troupe::trainers

@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "actors/mesh.h"
+#include "core/ids.h"
 #include "trainers/config.h"
 #include "trainers/trainer_controller.h"
 
@@ -70,6 +71,8 @@ class MeshRepair {
   virtual void mark_whole() = 0;
   // The loaders' samples per epoch (for putting them back at a cursor).
   virtual int64_t samples_per_epoch() const = 0;
+  // The actors of coordinate `at` now: its loader, stage and shard.
+  virtual std::vector<ActorId> actors_at(const actors::Coordinate& at) const = 0;
   // The shape the stage at `at` has now, when it may differ from the one
   // its actors were spawned with (the job was resized): a replacement -
   // restarted with its spawn-time options - joins at it. nullopt: it rejoins

@@ -424,13 +424,13 @@ TEST(TrainConfigTest, PipelineStagesAndMegatronSizes) {
 
 TEST(TrainConfigTest, UnimplementedFeaturesAreErrors) {
   expect_error(R"({"parallel": {"tp": 2}, "zero_optimization": {"stage": 2}})", "parallel.tp",
-               "2 with zero_optimization.stage above 0 is not implemented yet");
-  expect_error(R"({"parallel": {"pp": 2}, "zero_optimization": {"stage": 1}})", "parallel.pp",
-               "with zero_optimization.stage above 0 is not implemented yet");
+               "2 with zero_optimization.stage above 1 is not implemented yet");
+  expect_error(R"({"parallel": {"pp": 2}, "zero_optimization": {"stage": 3}})", "parallel.pp",
+               "with zero_optimization.stage above 1 is not implemented yet");
   expect_error(R"({"parallel": {"pp": 2, "schedule": "interleaved", "virtual_stages": 2}})",
                "parallel.pp", "with parallel.schedule \"interleaved\" is not implemented yet");
-  expect_error(R"({"parallel": {"pp": 2}, "fault_tolerance": {"enabled": true}})", "parallel.pp",
-               "with fault_tolerance.enabled is not implemented yet");
+  expect_error(R"({"parallel": {"pp": 2}, "elasticity": {"enabled": true}})", "parallel.pp",
+               "with elasticity.enabled is not implemented yet");
   expect_error(R"({"optimizer": {"type": "Lamb"}})", "optimizer.type",
                "\"Lamb\" is not implemented; supported: AdamW, Adam");
   expect_error(R"({"optimizer": {"type": "AdamX"}})", "optimizer.type",

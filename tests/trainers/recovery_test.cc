@@ -7,7 +7,8 @@
 // runs again. The final weights are bitwise those of the same run without
 // failures, and every committed step trained on the same samples. Without a
 // node to replace the lost one the job ends with a clear error; a ZeRO
-// partition, which no survivor holds, comes back from the checkpoint.
+// partition, which no survivor holds, comes back from the checkpoint. A mesh
+// dp x pp x tp recovers a lost pipeline stage and its tp slices the same way.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -77,11 +78,13 @@ TrainConfig config_for(int zero_stage, const std::string& checkpoint_dir = "") {
   return c;
 }
 
-// A kill: before step `step` runs, worker of rank `rank` is sent SIGKILL
-// after `delay`.
+// A kill: before step `step` runs, the worker of coordinate (rank, p, t) is
+// sent SIGKILL after `delay`.
 struct Kill {
   int64_t step = 0;
-  int rank = 1;
+  int rank = 1;  // d
+  int p = 0;
+  int t = 0;
   absl::Duration delay = absl::ZeroDuration();
   int signal = SIGKILL;  // SIGSTOP: a hung worker
   // Before the step, and the step waits until the head has restarted the
@@ -149,19 +152,19 @@ class RecoveryTest : public ::testing::Test {
     ADD_FAILURE() << "the head did not restart the lost rank's actors within 60 s";
   }
 
-  // The worker (by LocalCluster position) that hosts rank `rank`'s stage.
-  int worker_of(DataParallelTrainer& trainer, int rank) {
+  // The worker (by LocalCluster position) that hosts the stage at `at`.
+  int worker_of(Trainer& trainer, const actors::Coordinate& at) {
     absl::StatusOr<cluster::ClusterStatus> status = driver_->status();
     EXPECT_TRUE(status.ok()) << status.status();
     if (!status.ok()) return -1;
-    const uint64_t stage = trainer.rank_actors(rank)[1].value;
+    const uint64_t stage = trainer.repair()->actors_at(at)[1].value;
     for (const cluster::ActorStatus& a : status->actors) {
       if (a.id != stage) continue;
       for (int i = 0; i < local_->num_workers(); ++i) {
         if (local_->worker_node(i) == a.node) return i;
       }
     }
-    ADD_FAILURE() << "no worker hosts rank " << rank;
+    ADD_FAILURE() << "no worker hosts " << actors::to_string(at);
     return -1;
   }
 
@@ -172,8 +175,7 @@ class RecoveryTest : public ::testing::Test {
              const std::function<void(const RecoveryReport&)>& on_recovery = nullptr,
              bool resume = false) {
     RunLog result;
-    auto trainer =
-        DataParallelTrainer::start(*driver_, config, "recovery-" + std::to_string(++jobs_), 1);
+    auto trainer = start_trainer(*driver_, config, "recovery-" + std::to_string(++jobs_), 1);
     EXPECT_TRUE(trainer.ok()) << trainer.status();
     if (!trainer.ok()) {
       result.status = trainer.status();
@@ -200,11 +202,12 @@ class RecoveryTest : public ::testing::Test {
       std::vector<std::thread> killers;
       for (const Kill& kill : kills) {
         if (kill.step != k) continue;
-        const int victim = worker_of(**trainer, kill.rank);
+        const actors::Coordinate at{.d = kill.rank, .p = kill.p, .t = kill.t};
+        const int victim = worker_of(**trainer, at);
         if (victim < 0) continue;
         if (kill.until_restarted) {
           local_->kill_worker(victim, kill.signal);
-          await_restarted((*trainer)->rank_actors(kill.rank));
+          await_restarted((*trainer)->repair()->actors_at(at));
           continue;
         }
         killers.emplace_back([this, victim, kill] {
@@ -442,7 +445,7 @@ TEST_F(RecoveryTest, AWorkerLostWhileTheHeadIsDownIsReplacedOnceItIsBack) {
     auto trainer = DataParallelTrainer::start(*driver_, config, "lost-while-head-down", 1);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     RecoveringStepper stepper(**trainer, nullptr, config.fault_tolerance);
-    const int victim = worker_of(**trainer, 1);
+    const int victim = worker_of(**trainer, {.d = 1});
     ASSERT_GE(victim, 0);
     // The head is started again 2 s after the worker's loss, by a thread that
     // lives on until the end, as the head does (a child of the thread that
@@ -606,6 +609,76 @@ TEST_F(RecoveryTest, PrimaryAndBuddyBothLostComeBackFromTheCheckpoint) {
   EXPECT_EQ(r.steps_lost, 2);
   EXPECT_EQ(r.lost.size(), 2u) << r.summary();
   EXPECT_TRUE(absl::StrContains(r.summary(), "back to the checkpoint of step 4")) << r.summary();
+}
+
+// The mesh dp x pp x tp = 2 x 2 x 2 of the same model and batch: each
+// stage of a replica two slices of 2 CPUs' bundle, 2 micro-batches a step.
+TrainConfig hybrid_config(const std::string& checkpoint_dir = "") {
+  TrainConfig c = config_for(0, checkpoint_dir);
+  c.parallel.pp = 2;
+  c.parallel.tp = 2;
+  c.parallel.schedule = "1f1b";
+  return c;
+}
+
+// A worker hosting a pipeline stage's bundle (both its tp slices) is lost
+// between steps, then another at a seeded moment inside a step: the head
+// restarts their actors on a spare, every kind of group (data-parallel, pipe,
+// tp) is formed again, the lost shards take the state of the other replica's
+// shards of the same stage and slice, and the run ends bitwise as the one
+// without failures.
+TEST_F(RecoveryTest, AHybridMeshLosesStagesAndEndsBitwiseEqual) {
+  start_cluster(5, "CPU=2");  // a bundle of 2 CPUs for each of 2 x 2 stages, and a spare
+  const TrainConfig config = hybrid_config();
+  const RunLog whole = run(config);
+  ASSERT_TRUE(whole.status.ok()) << whole.status;
+  double step_ms = 0;
+  for (const StepOutcome& o : whole.outcomes)
+    step_ms += o.step_ms / static_cast<double>(whole.outcomes.size());
+  std::mt19937 rng(20261204);
+  std::uniform_real_distribution<double> within(0, 1.5 * step_ms);
+  const std::vector<Kill> kills = {
+      {.step = 3, .rank = 1, .p = 1},
+      {.step = 6, .rank = 0, .p = 0, .delay = absl::Milliseconds(within(rng))}};
+  // Each recovery takes the spare: a new one joins for the next.
+  const RunLog failed = run(config, kills, [&](const RecoveryReport&) {
+    absl::StatusOr<int> added = local_->add_worker("CPU=2");
+    EXPECT_TRUE(added.ok()) << added.status();
+  });
+  expect_same_run(failed, whole);
+  ASSERT_EQ(failed.recoveries.size(), 2u);
+  const RecoveryReport& r = failed.recoveries[0];
+  EXPECT_EQ(r.step, 3);
+  EXPECT_EQ(r.steps_lost, 1);
+  ASSERT_EQ(r.lost.size(), 2u) << r.summary();  // both slices of stage d1.p1
+  ASSERT_EQ(r.restored.size(), 2u) << r.summary();
+  EXPECT_TRUE(absl::StrContains(r.summary(), "d1.p1.t0 restored from d0.p1.t0")) << r.summary();
+  EXPECT_TRUE(absl::StrContains(r.summary(), "d1.p1.t1 restored from d0.p1.t1")) << r.summary();
+  for (const RecoveryReport& each : failed.recoveries) {
+    EXPECT_LE(each.steps_lost, 1) << each.summary();
+    EXPECT_FALSE(each.checkpoint_step.has_value()) << each.summary();
+  }
+}
+
+// With dp 1 no other replica holds a lost stage's state: the job goes back
+// to its latest checkpoint, of every stage and slice, and runs the steps
+// since again, ending as the run without failures.
+TEST_F(RecoveryTest, AStageWithoutAReplicaComesBackFromTheCheckpoint) {
+  start_cluster(3, "CPU=2");  // a bundle for each of 2 stages, and a spare
+  TrainConfig config = hybrid_config(dir_ + "/whole");
+  config.parallel.dp = 1;
+  config.gradient_accumulation_steps = 4;
+  const RunLog whole = run(config);
+  ASSERT_TRUE(whole.checkpoints_failed.empty());
+  config.checkpoint.dir = dir_ + "/failed";
+  const RunLog failed = run(config, {{.step = 5, .rank = 0, .p = 1}});
+  expect_same_run(failed, whole);
+  ASSERT_EQ(failed.recoveries.size(), 1u);
+  const RecoveryReport& r = failed.recoveries[0];
+  ASSERT_TRUE(r.checkpoint_step.has_value()) << r.summary();
+  EXPECT_EQ(*r.checkpoint_step, 4);
+  EXPECT_EQ(r.steps_lost, 1);
+  EXPECT_EQ(r.lost.size(), 2u) << r.summary();
 }
 
 // A worker that dies at a chosen phase of a step (actors/failpoint.h): the

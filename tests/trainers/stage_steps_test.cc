@@ -274,9 +274,9 @@ TEST(StageFactoryTest, BadOptionsFailTheSpawnWithTheReason) {
   EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, pipeline).status().message(),
                        "\"interleaved\" is not implemented yet in the stages"));
   pipeline.schedule = "1f1b";
-  pipeline.gradient_sync = "zero1";
+  pipeline.gradient_sync = "zero3";
   EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, pipeline).status().message(),
-                       "ZeRO-1 with pipeline parallelism (pp 2) is not implemented yet"));
+                       "ZeRO-3 with pipeline parallelism (pp 2) is not implemented yet"));
   actors::StageOptions sliced = stage_options(c, "bad");
   sliced.mesh.tp = 2;
   EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, sliced).status().message(),
