@@ -9,11 +9,12 @@ namespace troupe::actors {
 
 AllreduceGradientSync::AllreduceGradientSync(const GradientSyncOptions& options,
                                              const StagePlan& plan, nn::GPT& gpt,
-                                             CollectiveGroup& group)
+                                             CollectiveGroup& group, StageBuffers& buffers)
     : options_(options),
       plan_(plan),
       gpt_(gpt),
       group_(group),
+      buffers_(buffers),
       buckets_(gpt.param_layout(),
                static_cast<size_t>(std::max<int64_t>(options.bucket_elements, 1)),
                gpt.param_layout().wpe()) {}  // wte: its two shares, above
@@ -48,7 +49,7 @@ void AllreduceGradientSync::drain() {
 
 absl::Status AllreduceGradientSync::begin_step() {
   // Nothing is pending: the stage drained before it began the step.
-  gpt_.zero_grad();
+  buffers_.zero_grads();
   issue_ms_ = 0;
   return absl::OkStatus();
 }
@@ -66,7 +67,7 @@ absl::Status AllreduceGradientSync::backward(float dloss, bool last) {
     if (!s.ok()) return s;
     const size_t bucket = static_cast<size_t>(std::max<int64_t>(options_.bucket_elements, 1));
     for (size_t at = plan_.params.begin; at < plan_.params.end; at += bucket)
-      issue_range(gpt_.grads() + at, std::min(bucket, plan_.params.end - at));
+      issue_range(buffers_.grads(at), std::min(bucket, plan_.params.end - at));
     backward_done_ms_ = now_ms();
     return absl::OkStatus();
   }

@@ -32,11 +32,11 @@ namespace troupe::actors {
 class AllreduceGradientSync : public GradientSync {
  public:
   AllreduceGradientSync(const GradientSyncOptions& options, const StagePlan& plan, nn::GPT& gpt,
-                        CollectiveGroup& group);
+                        CollectiveGroup& group, StageBuffers& buffers);
   ~AllreduceGradientSync() override { drain(); }
 
   nn::ParamRange owned() const override { return plan_.params; }
-  float* owned_gradients() override { return gpt_.grads() + plan_.params.begin; }
+  float* owned_gradients() override { return buffers_.grads(plan_.params.begin); }
   absl::Status begin_step() override;
   absl::StatusOr<float> forward(const int32_t* inputs, const int32_t* targets, int B, int T,
                                 bool last) override;
@@ -66,6 +66,7 @@ class AllreduceGradientSync : public GradientSync {
   StagePlan plan_;
   nn::GPT& gpt_;
   CollectiveGroup& group_;
+  StageBuffers& buffers_;
   GradientBuckets buckets_;
   // This step's reductions, their issue times, and the time spent issuing.
   std::vector<transport::Work> pending_;

@@ -8,11 +8,12 @@ namespace troupe::actors {
 
 DistributedOptimizerSync::DistributedOptimizerSync(const GradientSyncOptions& options,
                                                    const StagePlan& plan, nn::GPT& gpt,
-                                                   CollectiveGroup& group)
+                                                   CollectiveGroup& group, StageBuffers& buffers)
     : options_(options),
       plan_(plan),
       gpt_(gpt),
       group_(group),
+      buffers_(buffers),
       partition_(plan.params, group.world_size(), group.rank()) {}
 
 GoOn DistributedOptimizerSync::go_on() const {
@@ -35,7 +36,7 @@ absl::Status DistributedOptimizerSync::gather() {
     for (size_t& c : counts)
       c *= sizeof(float);
     const nn::ParamRange mine = partition_.own_in(b.begin, b.end);
-    float* data = gpt_.params() + b.begin;
+    float* data = buffers_.params(b.begin);
     gathering.push_back(
         group_.allgather_v_async(data + (mine.begin - b.begin), data, std::span(counts)));
   }
@@ -56,7 +57,7 @@ void DistributedOptimizerSync::drain() {
 
 absl::Status DistributedOptimizerSync::begin_step() {
   // Nothing is pending: the stage drained before it began the step.
-  gpt_.zero_grad();
+  buffers_.zero_grads();
   issue_ms_ = gather_ms_ = 0;
   return gather();
 }
@@ -74,7 +75,7 @@ absl::Status DistributedOptimizerSync::backward(float dloss, bool last) {
   for (const nn::ParamRange& b : buckets()) {
     const double t0 = now_ms();
     const nn::ParamRange mine = partition_.own_in(b.begin, b.end);
-    float* data = gpt_.grads() + b.begin;
+    float* data = buffers_.grads(b.begin);
     // In place: this rank's block of the bucket receives its reduced part.
     issued_at_.push_back(t0);
     pending_.push_back(group_.reduce_scatter_v_async(DType::kFloat32, ReduceOp::kAvg, data,

@@ -31,13 +31,13 @@ namespace troupe::actors {
 
 class DistributedOptimizerSync : public GradientSync {
  public:
-  // REQUIRES: the model holds its whole parameters and gradients.
+  // REQUIRES: `buffers` hold the plan's whole range.
   DistributedOptimizerSync(const GradientSyncOptions& options, const StagePlan& plan, nn::GPT& gpt,
-                           CollectiveGroup& group);
+                           CollectiveGroup& group, StageBuffers& buffers);
   ~DistributedOptimizerSync() override { drain(); }
 
   nn::ParamRange owned() const override { return partition_.own(); }
-  float* owned_gradients() override { return gpt_.grads() + partition_.own().begin; }
+  float* owned_gradients() override { return buffers_.grads(partition_.own().begin); }
   absl::Status begin_step() override;
   absl::StatusOr<float> forward(const int32_t* inputs, const int32_t* targets, int B, int T,
                                 bool last) override;
@@ -57,6 +57,7 @@ class DistributedOptimizerSync : public GradientSync {
   StagePlan plan_;
   nn::GPT& gpt_;
   CollectiveGroup& group_;
+  StageBuffers& buffers_;
   ZeroPartition partition_;
   // This step's reductions, their issue times, and the time spent issuing.
   std::vector<transport::Work> pending_;

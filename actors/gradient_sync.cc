@@ -11,11 +11,12 @@ namespace {
 // dp = 1: the accumulated gradients are final as they are.
 class LocalGradientSync : public GradientSync {
  public:
-  LocalGradientSync(const StagePlan& plan, nn::GPT& gpt) : plan_(plan), gpt_(gpt) {}
+  LocalGradientSync(const StagePlan& plan, nn::GPT& gpt, StageBuffers& buffers)
+      : plan_(plan), gpt_(gpt), buffers_(buffers) {}
   nn::ParamRange owned() const override { return plan_.params; }
-  float* owned_gradients() override { return gpt_.grads() + plan_.params.begin; }
+  float* owned_gradients() override { return buffers_.grads(plan_.params.begin); }
   absl::Status begin_step() override {
-    gpt_.zero_grad();
+    buffers_.zero_grads();
     return absl::OkStatus();
   }
   absl::StatusOr<float> forward(const int32_t* inputs, const int32_t* targets, int B, int T,
@@ -28,6 +29,7 @@ class LocalGradientSync : public GradientSync {
  private:
   StagePlan plan_;
   nn::GPT& gpt_;
+  StageBuffers& buffers_;
 };
 
 }  // namespace
@@ -56,27 +58,29 @@ absl::Status check_gradient_sync(const GradientSyncOptions& options, const nn::G
   return ZeroGradientSync::check(options, stage, gpt.param_layout());
 }
 
-absl::StatusOr<std::unique_ptr<GradientSync>> make_gradient_sync(const GradientSyncOptions& options,
-                                                                 const StagePlan& plan,
-                                                                 nn::GPT& gpt,
-                                                                 CollectiveGroup* group,
-                                                                 const ZeroBuffers& buffers) {
+absl::StatusOr<std::unique_ptr<GradientSync>> make_gradient_sync(
+    const GradientSyncOptions& options, const StagePlan& plan, nn::GPT& gpt, CollectiveGroup* group,
+    StageBuffers& buffers, const ZeroBuffers& zero) {
   const int stage = zero_stage_of(options.kind);
   if (stage < 0 || group != nullptr) {
     if (absl::Status s = check_gradient_sync(options, gpt); !s.ok()) return s;
   }
-  if (group == nullptr) return std::make_unique<LocalGradientSync>(plan, gpt);
-  if (stage == 0) return std::make_unique<AllreduceGradientSync>(options, plan, gpt, *group);
+  if (group == nullptr) return std::make_unique<LocalGradientSync>(plan, gpt, buffers);
+  if (stage == 0) {
+    return std::make_unique<AllreduceGradientSync>(options, plan, gpt, *group, buffers);
+  }
   if (!plan.first() || !plan.last() || gpt.tensor_slice().size > 1) {
     // A pipeline stage or a tensor slice: ZeRO-1 as Megatron's distributed optimizer.
-    if (stage == 1) return std::make_unique<DistributedOptimizerSync>(options, plan, gpt, *group);
+    if (stage == 1) {
+      return std::make_unique<DistributedOptimizerSync>(options, plan, gpt, *group, buffers);
+    }
     return absl::InvalidArgumentError(absl::StrCat(
         "gradient sync \"", options.kind, "\" serves a whole model; stage ", plan.stage, " of ",
         plan.num_stages, " owns blocks [", plan.block_begin, ", ", plan.block_end,
         ") of tensor slice ", gpt.tensor_slice().rank, " of ", gpt.tensor_slice().size,
         " (with model parallelism: \"allreduce\" or \"zero1\")"));
   }
-  return ZeroGradientSync::create(options, stage, plan, gpt, *group, buffers);
+  return ZeroGradientSync::create(options, stage, plan, gpt, *group, zero);
 }
 
 }  // namespace troupe::actors

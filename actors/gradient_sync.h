@@ -27,6 +27,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "actors/stage_buffers.h"
 #include "actors/stage_plan.h"
 #include "nn/gpt.h"
 #include "nn/optim/param_range.h"
@@ -107,14 +108,14 @@ absl::Status check_gradient_sync(const GradientSyncOptions& options, const nn::G
 
 // The strategy `options.kind` for a stage planned as `plan` over `gpt`, with
 // `group` its data-parallel group (null when dp = 1: then nothing is
-// exchanged, whatever the kind) and, for ZeRO, the stage's buffers of its
-// partition (model_storage says which). All must outlive the result.
+// exchanged, whatever the kind), `buffers` the stage's flat buffers
+// (actors/stage_buffers.h; ZeRO-2/3, which holds partitions, does not use
+// them) and, for ZeRO, the stage's buffers of its partition (model_storage
+// says which). All must outlive the result.
 // InvalidArgument for an unknown kind, or a plan or setting the strategy
 // cannot serve.
-absl::StatusOr<std::unique_ptr<GradientSync>> make_gradient_sync(const GradientSyncOptions& options,
-                                                                 const StagePlan& plan,
-                                                                 nn::GPT& gpt,
-                                                                 CollectiveGroup* group,
-                                                                 const ZeroBuffers& buffers = {});
+absl::StatusOr<std::unique_ptr<GradientSync>> make_gradient_sync(
+    const GradientSyncOptions& options, const StagePlan& plan, nn::GPT& gpt, CollectiveGroup* group,
+    StageBuffers& buffers, const ZeroBuffers& zero = {});
 
 }  // namespace troupe::actors

@@ -101,7 +101,11 @@ int64_t peak_rss_bytes() {
 absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
     const StageOptions& options) {
   if (absl::Status s = check_options(options); !s.ok()) return s;
-  const nn::GPTStorage storage = model_storage(options.gradient_sync, options.mesh.dp);
+  // A pipeline stage binds buffers of its own range into the model
+  // (actors/stage_buffers.h).
+  const nn::GPTStorage storage = options.mesh.pp > 1
+                                     ? nn::GPTStorage{.parameters = false, .gradients = false}
+                                     : model_storage(options.gradient_sync, options.mesh.dp);
   absl::StatusOr<nn::GPT> model = nn::GPT::create(options.model, options.model_options, storage,
                                                   {.rank = options.at.t, .size = options.mesh.tp});
   if (!model.ok()) {
@@ -133,16 +137,24 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
   std::unique_ptr<PipelineStageActor> stage(
       new PipelineStageActor(options, *plan, *std::move(model)));
   stage->schedule_ = std::move(schedule);
+  if (options.mesh.pp > 1) {
+    absl::StatusOr<std::unique_ptr<StageBuffers>> buffers = StageBuffers::stage(
+        stage->model_, stage->plan_.params, stage->plan_.last() && !stage->plan_.first());
+    if (!buffers.ok()) return buffers.status();
+    stage->buffers_ = *std::move(buffers);
+  } else {
+    stage->buffers_ = StageBuffers::whole(stage->model_);
+  }
   // ZeRO-2/3: the partition of what the model does not hold whole.
   const ZeroPartition& part = stage->partition_;
-  if (!storage.parameters) {
+  if (!storage.parameters && options.mesh.pp == 1) {
     if (absl::Status s =
             stage->own_params_.reset(nn::MemoryCategory::kParameters, part.own().size());
         !s.ok()) {
       return s;
     }
   }
-  if (!storage.gradients) {
+  if (!storage.gradients && options.mesh.pp == 1) {
     if (absl::Status s = stage->own_grads_.reset(nn::MemoryCategory::kGradients, part.own().size());
         !s.ok()) {
       return s;
@@ -153,8 +165,8 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
   // plan or setting it cannot serve fails the spawn rather than the first
   // step; with dp > 1 a trial one, since the group comes in setup.
   if (options.mesh.dp == 1) {
-    absl::StatusOr<std::unique_ptr<GradientSync>> sync =
-        make_gradient_sync(sync_options(options), stage->plan_, stage->model_, nullptr);
+    absl::StatusOr<std::unique_ptr<GradientSync>> sync = make_gradient_sync(
+        sync_options(options), stage->plan_, stage->model_, nullptr, *stage->buffers_);
     if (!sync.ok()) return sync.status();
     stage->sync_ = *std::move(sync);
   } else if (absl::Status s = check_gradient_sync(sync_options(options), stage->model_); !s.ok()) {
@@ -175,21 +187,15 @@ PipelineStageActor::PipelineStageActor(StageOptions options, StagePlan plan, nn:
 
 void PipelineStageActor::publish_tensors() {
   tensors_ = std::make_shared<StageTensors>();
-  const nn::ParamRange whole{0, model_.num_params()};
-  if (model_.params() != nullptr) {
-    tensors_->params = model_.params();
-    tensors_->params_held = whole;
-  } else {
-    tensors_->params = own_params_.data();
-    tensors_->params_held = partition_.own();
-  }
-  if (model_.grads() != nullptr) {
-    tensors_->grads = model_.grads();
-    tensors_->grads_held = whole;
-  } else {
-    tensors_->grads = own_grads_.data();
-    tensors_->grads_held = partition_.own();
-  }
+  // What the stage's buffers hold (a pipeline stage's copy of wte aside: not
+  // its to update), or under ZeRO-2/3 its partition.
+  const nn::ParamRange held = buffers_->range();
+  const bool partitioned_params = options_.mesh.pp == 1 && model_.params() == nullptr;
+  const bool partitioned_grads = options_.mesh.pp == 1 && model_.grads() == nullptr;
+  tensors_->params = partitioned_params ? own_params_.data() : buffers_->params(held.begin);
+  tensors_->params_held = partitioned_params ? partition_.own() : held;
+  tensors_->grads = partitioned_grads ? own_grads_.data() : buffers_->grads(held.begin);
+  tensors_->grads_held = partitioned_grads ? partition_.own() : held;
   tensors_->n = model_.num_params();
   Handoff::publish(name_, tensors_);
 }
@@ -210,7 +216,7 @@ absl::Status PipelineStageActor::setup() {
   }
   if (options_.mesh.dp == 1 && sync_ == nullptr) {  // resized to one rank: no group
     absl::StatusOr<std::unique_ptr<GradientSync>> sync =
-        make_gradient_sync(sync_options(options_), plan_, model_, nullptr);
+        make_gradient_sync(sync_options(options_), plan_, model_, nullptr, *buffers_);
     if (!sync.ok()) return sync.status();
     sync_ = *std::move(sync);
   }
@@ -224,7 +230,7 @@ absl::Status PipelineStageActor::setup() {
                                               options_.at.d, " of ", options_.mesh.dp));
     }
     absl::StatusOr<std::unique_ptr<GradientSync>> sync =
-        make_gradient_sync(sync_options(options_), plan_, model_, group->get(),
+        make_gradient_sync(sync_options(options_), plan_, model_, group->get(), *buffers_,
                            {.own_params = own_params_.data(), .own_grads = own_grads_.data()});
     if (!sync.ok()) return sync.status();
     group_ = *std::move(group);
@@ -497,8 +503,10 @@ void PipelineStageActor::finish_report(StepReport& report, double start) {
   report.step_ms = now_ms() - start;
   const nn::GPTMemory held = gpt.memory();
   report.memory = {
-      .parameters = static_cast<int64_t>(held.parameters + own_params_.bytes()),
-      .gradients = static_cast<int64_t>(held.gradients + own_grads_.bytes()),
+      .parameters =
+          static_cast<int64_t>(held.parameters + own_params_.bytes() + buffers_->param_bytes()),
+      .gradients =
+          static_cast<int64_t>(held.gradients + own_grads_.bytes() + buffers_->grad_bytes()),
       .optimizer_state = tensors_->optimizer_bytes.load(),
       .buffers = static_cast<int64_t>(sync_->peak_buffer_bytes()),
       .activations = static_cast<int64_t>(held.activations + held.activation_gradients),

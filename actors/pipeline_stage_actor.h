@@ -42,6 +42,7 @@
 #include "actors/gradient_sync.h"
 #include "actors/mesh.h"
 #include "actors/pipeline/schedule.h"
+#include "actors/stage_buffers.h"
 #include "actors/stage_plan.h"
 #include "actors/stage_tensors.h"
 #include "actors/training_types.h"
@@ -213,6 +214,9 @@ class PipelineStageActor {
   std::vector<float> head_share_;     // pp > 1, first stage: the head's share of wte's gradient
   // ZeRO: this rank's partition of what the model does not hold whole.
   ZeroPartition partition_;
+  // The flat buffers it computes with: the model's, or a pipeline stage's
+  // range alone (actors/stage_buffers.h).
+  std::unique_ptr<StageBuffers> buffers_;
   nn::FloatBuffer own_params_;  // ZeRO-3
   nn::FloatBuffer own_grads_;   // ZeRO-2, -3
   // The parameters' version (StageTensors::params_version) the model holds

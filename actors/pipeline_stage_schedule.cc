@@ -41,15 +41,15 @@ absl::Status PipelineStageActor::share_embedding(int64_t step) {
   const size_t bytes = model_.param_layout().wpe() * sizeof(float);  // wte: the first tensor
   const int last = options_.mesh.pp - 1;
   if (plan_.first())
-    return pipe_->send(last, wire_tag(step, Wire::kEmbedding, 0), model_.params(), bytes);
+    return pipe_->send(last, wire_tag(step, Wire::kEmbedding, 0), buffers_->params(0), bytes);
   if (plan_.last())
-    return pipe_->recv(0, wire_tag(step, Wire::kEmbedding, 0), model_.params(), bytes);
+    return pipe_->recv(0, wire_tag(step, Wire::kEmbedding, 0), buffers_->params(0), bytes);
   return absl::OkStatus();
 }
 
 absl::Status PipelineStageActor::send_embedding_grad(int64_t step) {
   const size_t bytes = model_.param_layout().wpe() * sizeof(float);
-  return pipe_->send(0, wire_tag(step, Wire::kEmbeddingGrad, 0), model_.grads(), bytes);
+  return pipe_->send(0, wire_tag(step, Wire::kEmbeddingGrad, 0), buffers_->grads(0), bytes);
 }
 
 absl::Status PipelineStageActor::add_embedding_grad(int64_t step) {
@@ -60,7 +60,7 @@ absl::Status PipelineStageActor::add_embedding_grad(int64_t step) {
       !s.ok()) {
     return s;
   }
-  float* dwte = model_.grads();
+  float* dwte = buffers_->grads(0);
   for (size_t i = 0; i < n; ++i)
     dwte[i] += head_share_[i];
   return absl::OkStatus();

@@ -137,7 +137,7 @@ absl::Status HybridTrainer::spawn_mesh() {
                               .stage = stage_endpoint(m.stage),
                               .shard = shard_endpoint(m.shard),
                               .range = owned(actors::Coordinate{.d = d, .p = p, .t = t}),
-                              .buddy = -1});
+                              .buddy = buddy_of({.d = d, .p = p, .t = t})});
       }
     }
   }
@@ -150,7 +150,7 @@ absl::Status HybridTrainer::spawn_mesh() {
   if (!controller.ok()) return controller.status();
   controller_.emplace(*std::move(controller));
   if (config_.fault_tolerance.enabled) mark_whole();  // where each actor runs
-  return absl::OkStatus();
+  return controller_->connect_buddies();
 }
 
 absl::StatusOr<MemberActors> HybridTrainer::spawn_at(const actors::Coordinate& at, uint64_t pg,
@@ -171,6 +171,12 @@ absl::StatusOr<MemberActors> HybridTrainer::spawn_at(const actors::Coordinate& a
                           .tp_group = tp_group(at.d, at.p),
                           .shard_range = owned(at)};
   return spawn_member(cluster_, config_, place, &actors_);
+}
+
+int HybridTrainer::buddy_of(const actors::Coordinate& at) const {
+  const int dp = config_.parallel.dp;
+  if (config_.zero.stage == 0 || !config_.fault_tolerance.enabled || dp == 1) return -1;
+  return static_cast<int>(index((at.d + 1) % dp, at.p, at.t));
 }
 
 nn::ParamRange HybridTrainer::owned(const actors::Coordinate& at) const {

@@ -13,8 +13,9 @@
 // in their bundle, placed again, and recovered as a lost DDP replica is
 // (trainers/recovery.h): the survivors' groups - data-parallel, pipe and tp -
 // formed again, the lost shards restored from the replica (d', p, t) of
-// another data-parallel rank, or (no replica: dp 1, or ZeRO-1's partitions)
-// the job back at its latest checkpoint.
+// another data-parallel rank, under ZeRO-1 from the replica of its
+// partition its buddy keeps, or (no copy survived, or dp 1) the job back at
+// its latest checkpoint.
 //
 // Not yet: ZeRO-2/3, the interleaved schedule and elasticity (the config
 // refuses them with pp > 1 or tp > 1).
@@ -86,6 +87,10 @@ class HybridTrainer : public Trainer, public MeshRepair {
   // What the shard at `at` owns: its stage's range, under ZeRO-1 partition d
   // of it.
   nn::ParamRange owned(const actors::Coordinate& at) const;
+  // ZeRO-1 with fault tolerance: a partition exists once, so the shard of
+  // the next replica (d + 1 mod dp, on another node) keeps a replica of it
+  // (docs/fault_tolerance.md); -1: none.
+  int buddy_of(const actors::Coordinate& at) const;
   // The index of coordinate (d, p, t) in mesh order.
   size_t index(int d, int p, int t = 0) const;
   // A whole model on the driver holding the trained weights (evaluate, generate).

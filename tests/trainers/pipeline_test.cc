@@ -8,12 +8,14 @@
 // checkpoint of one mesh resumes it bitwise and loads into another.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "actors/pipeline/schedule.h"
+#include "actors/stage_plan.h"
 #include "tests/trainers/training_cluster.h"
 #include "trainers/config.h"
 #include "trainers/data_parallel_trainer.h"
@@ -166,6 +168,37 @@ TEST_F(PipelineTest, Zero1OverDpWithModelParallelismMatchesOneProcess) {
     ASSERT_FALSE(a.params.empty()) << what;
     EXPECT_EQ(a.losses, b.losses) << what;
     EXPECT_EQ(a.params, b.params) << what;
+  }
+}
+
+// A pipeline stage holds the parameters and gradients of its range alone
+// (the last one a copy of wte besides, for the tied head), and under ZeRO-1
+// its shard the optimizer state of a dp-th of that: the largest stage's, not
+// the whole model's.
+TEST_F(PipelineTest, AStageHoldsItsShareOfTheModel) {
+  for (auto [dp, pp, tp, zero] : {std::tuple{1, 4, 1, 0}, std::tuple{2, 2, 2, 1}}) {
+    TrainConfig c = config_for(dp, pp, "1f1b", OptimizerType::kAdamW, tp);
+    c.zero.stage = zero;
+    const RunResult r = run(c);
+    ASSERT_FALSE(r.outcomes.empty());
+    const nn::GPTParamLayout layout(model(), {.rank = 0, .size = tp});
+    int64_t largest = 0, largest_owned = 0;
+    for (int p = 0; p < pp; ++p) {
+      absl::StatusOr<actors::StagePlan> plan = actors::plan_stage(layout, pp, p);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      const auto range = static_cast<int64_t>(plan->params.size());
+      const int64_t wte = plan->last() && !plan->first() ? static_cast<int64_t>(layout.wpe()) : 0;
+      largest = std::max(largest, range + wte);
+      largest_owned = std::max(largest_owned, (range + dp - 1) / dp);
+    }
+    const std::string what = "dp " + std::to_string(dp) + " x pp " + std::to_string(pp) + " x tp " +
+                             std::to_string(tp) + ", ZeRO-" + std::to_string(zero);
+    const actors::MemoryReport& m = r.outcomes.back().memory;
+    EXPECT_EQ(m.parameters, largest * 4) << what;
+    EXPECT_EQ(m.gradients, largest * 4) << what;
+    // AdamW: two moments of what the shard owns (ZeRO-1: a partition).
+    EXPECT_LE(m.optimizer_state, 2 * largest_owned * 4) << what;
+    EXPECT_LT(m.parameters, static_cast<int64_t>(layout.num_params()) * 4) << what;
   }
 }
 

@@ -660,6 +660,25 @@ TEST_F(RecoveryTest, AHybridMeshLosesStagesAndEndsBitwiseEqual) {
   }
 }
 
+// ZeRO-1 over dp with pp and tp: a lost stage's partitions come back from
+// the replicas their buddies (the same stage and slice of the next replica)
+// keep, and the run ends bitwise as the one without failures.
+TEST_F(RecoveryTest, AHybridMeshUnderZero1RestoresPartitionsFromBuddies) {
+  start_cluster(5, "CPU=2");
+  TrainConfig config = hybrid_config();
+  config.zero.stage = 1;
+  const RunLog whole = run(config);
+  const RunLog failed = run(config, {{.step = 4, .rank = 1, .p = 0}});
+  expect_same_run(failed, whole);
+  ASSERT_EQ(failed.recoveries.size(), 1u);
+  const RecoveryReport& r = failed.recoveries[0];
+  EXPECT_FALSE(r.checkpoint_step.has_value()) << r.summary();
+  EXPECT_TRUE(absl::StrContains(r.summary(), "d1.p0.t0 restored from its replica on d0.p0.t0"))
+      << r.summary();
+  EXPECT_TRUE(absl::StrContains(r.summary(), "d1.p0.t1 restored from its replica on d0.p0.t1"))
+      << r.summary();
+}
+
 // With dp 1 no other replica holds a lost stage's state: the job goes back
 // to its latest checkpoint, of every stage and slice, and runs the steps
 // since again, ending as the run without failures.
