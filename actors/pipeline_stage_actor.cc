@@ -426,6 +426,8 @@ absl::Status PipelineStageActor::start_step(const StepRequest& request, StepRepo
   sync_->drain();  // nothing of a failed step may still write the gradients
   whole_version_ = -1;
   if (group_ != nullptr) traffic_at_step_ = group_->traffic();
+  if (pipe_ != nullptr) pipe_traffic_at_step_ = pipe_->traffic();
+  if (tp_ != nullptr) tp_traffic_at_step_ = tp_->traffic();
   return sync_->begin_step();
 }
 
@@ -513,9 +515,16 @@ void PipelineStageActor::finish_report(StepReport& report, double start) {
       .peak_rss = peak_rss_bytes()};
   if (group_ != nullptr) {
     const transport::Traffic sent = group_->traffic() - traffic_at_step_;
-    report.sent = {.allreduce = static_cast<int64_t>(sent.allreduce),
-                   .reduce_scatter = static_cast<int64_t>(sent.reduce_scatter),
-                   .allgather = static_cast<int64_t>(sent.allgather)};
+    report.sent.allreduce = static_cast<int64_t>(sent.allreduce);
+    report.sent.reduce_scatter = static_cast<int64_t>(sent.reduce_scatter);
+    report.sent.allgather = static_cast<int64_t>(sent.allgather);
+  }
+  if (pipe_ != nullptr) {
+    report.sent.pipeline = static_cast<int64_t>((pipe_->traffic() - pipe_traffic_at_step_).total());
+  }
+  if (tp_ != nullptr) {
+    report.sent.tensor_parallel =
+        static_cast<int64_t>((tp_->traffic() - tp_traffic_at_step_).total());
   }
 }
 

@@ -222,7 +222,8 @@ class PipelineStageActor {
   // The parameters' version (StageTensors::params_version) the model holds
   // whole, after gather_parameters; -1: not whole.
   int64_t whole_version_ = -1;
-  transport::Traffic traffic_at_step_;  // the group's traffic when the step began
+  // The groups' traffic when the step began: data-parallel, pipe, tp.
+  transport::Traffic traffic_at_step_, pipe_traffic_at_step_, tp_traffic_at_step_;
 };
 TROUPE_ACTOR(PipelineStageActor, &PipelineStageActor::setup, &PipelineStageActor::rejoin,
              &PipelineStageActor::resize, &PipelineStageActor::run_step,

@@ -28,7 +28,9 @@ MemoryReport MemoryReport::max_with(const MemoryReport& o) const {
 TrafficReport TrafficReport::max_with(const TrafficReport& o) const {
   return {.allreduce = std::max(allreduce, o.allreduce),
           .reduce_scatter = std::max(reduce_scatter, o.reduce_scatter),
-          .allgather = std::max(allgather, o.allgather)};
+          .allgather = std::max(allgather, o.allgather),
+          .pipeline = std::max(pipeline, o.pipeline),
+          .tensor_parallel = std::max(tensor_parallel, o.tensor_parallel)};
 }
 
 }  // namespace troupe::actors

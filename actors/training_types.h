@@ -70,12 +70,19 @@ struct MemoryReport {
 // The bytes one rank sent to its data-parallel group in a step, by
 // collective.
 struct TrafficReport {
+  // Over the data-parallel group, by collective.
   int64_t allreduce = 0;
   int64_t reduce_scatter = 0;
   int64_t allgather = 0;
-  int64_t total() const { return allreduce + reduce_scatter + allgather; }
+  // pp > 1: over the pipe group (activations, their gradients, the tied
+  // embedding and its gradient); tp > 1: over the tp group (its all-reduces).
+  int64_t pipeline = 0;
+  int64_t tensor_parallel = 0;
+  int64_t total() const {
+    return allreduce + reduce_scatter + allgather + pipeline + tensor_parallel;
+  }
   TrafficReport max_with(const TrafficReport& o) const;
-  TROUPE_FIELDS(allreduce, reduce_scatter, allgather);
+  TROUPE_FIELDS(allreduce, reduce_scatter, allgather, pipeline, tensor_parallel);
 };
 
 // One op of a pipeline stage's schedule as it ran (pp > 1): its kind

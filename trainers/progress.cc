@@ -167,6 +167,8 @@ absl::Status MetricsWriter::write_step(const StepOutcome& s) {
   j["sent_bytes"] = {{"allreduce", s.sent.allreduce},
                      {"reduce_scatter", s.sent.reduce_scatter},
                      {"allgather", s.sent.allgather},
+                     {"pipeline", s.sent.pipeline},
+                     {"tensor_parallel", s.sent.tensor_parallel},
                      {"total", s.sent.total()}};
   return write_line(j.dump());
 }

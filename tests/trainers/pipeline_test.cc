@@ -139,6 +139,11 @@ TEST_F(PipelineTest, EveryLayoutAndScheduleMatchesOneProcess) {
         EXPECT_EQ(testing::sorted(o.sample_ids), testing::sorted(single.outcomes[k].sample_ids))
             << what << ", step " << k + 1;
         if (l.pp > 1) expect_timelines(o, l.dp, l.pp, l.tp, schedule);
+        // Each kind of group's traffic is counted: the activations and their
+        // gradients, the slices' all-reduces, the gradients' average.
+        EXPECT_EQ(o.sent.pipeline > 0, l.pp > 1) << what;
+        EXPECT_EQ(o.sent.tensor_parallel > 0, l.tp > 1) << what;
+        EXPECT_EQ(o.sent.allreduce > 0, l.dp > 1) << what;
       }
     }
   }
