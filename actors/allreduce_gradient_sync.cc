@@ -25,8 +25,7 @@ GoOn AllreduceGradientSync::go_on() const {
 
 void AllreduceGradientSync::issue_range(float* data, size_t count) {
   const double t0 = now_ms();
-  issued_at_.push_back(t0);
-  pending_.push_back(group_.allreduce_async(DType::kFloat32, ReduceOp::kAvg, data, count));
+  pending_.add(group_.allreduce_async(DType::kFloat32, ReduceOp::kAvg, data, count), t0);
   // Whatever issuing does on this thread holds up backward: it is exposed.
   issue_ms_ += now_ms() - t0;
 }
@@ -39,12 +38,8 @@ void AllreduceGradientSync::issue(const std::vector<size_t>& ready) {
 }
 
 void AllreduceGradientSync::drain() {
-  // Their statuses were (or will be) reported by the step that issued them.
-  for (const transport::Work& w : pending_)
-    CollectiveGroup::wait(w).IgnoreError();
+  pending_.drain();
   CollectiveGroup::wait(token_mask_work_).IgnoreError();
-  pending_.clear();
-  issued_at_.clear();
 }
 
 absl::Status AllreduceGradientSync::begin_step() {
@@ -144,17 +139,7 @@ void AllreduceGradientSync::add_embedding_rows() {
 }
 
 absl::Status AllreduceGradientSync::finish(SyncTimes& times) {
-  absl::Status first;
-  for (size_t i = 0; i < pending_.size(); ++i) {
-    absl::Status s = CollectiveGroup::wait(pending_[i]);
-    first.Update(s);
-    // To its completion, not to this wait: a bucket issued early in backward
-    // is seen here only after backward.
-    if (s.ok()) times.comm_ms += ms_since_epoch(pending_[i].finished_at()) - issued_at_[i];
-  }
-  pending_.clear();
-  issued_at_.clear();
-  if (!first.ok()) return first;
+  if (absl::Status s = pending_.wait_all(times); !s.ok()) return s;
   times.exposed_ms = issue_ms_ + now_ms() - backward_done_ms_;
   add_embedding_rows();
   return absl::OkStatus();

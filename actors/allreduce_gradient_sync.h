@@ -24,6 +24,7 @@
 
 #include "actors/gradient_buckets.h"
 #include "actors/gradient_sync.h"
+#include "actors/pending_reductions.h"
 #include "actors/stage_plan.h"
 #include "transport/collectives/work.h"
 
@@ -68,9 +69,8 @@ class AllreduceGradientSync : public GradientSync {
   CollectiveGroup& group_;
   StageBuffers& buffers_;
   GradientBuckets buckets_;
-  // This step's reductions, their issue times, and the time spent issuing.
-  std::vector<transport::Work> pending_;
-  std::vector<double> issued_at_;
+  // This step's reductions, and the time spent issuing them.
+  PendingReductions pending_;
   double issue_ms_ = 0;
   double backward_done_ms_ = 0;
   transport::Work token_mask_work_ = transport::Work::done_with(absl::OkStatus());

@@ -48,11 +48,7 @@ absl::Status DistributedOptimizerSync::gather() {
 }
 
 void DistributedOptimizerSync::drain() {
-  // Their statuses were (or will be) reported by the step that issued them.
-  for (const transport::Work& w : pending_)
-    CollectiveGroup::wait(w).IgnoreError();
-  pending_.clear();
-  issued_at_.clear();
+  pending_.drain();
 }
 
 absl::Status DistributedOptimizerSync::begin_step() {
@@ -77,10 +73,10 @@ absl::Status DistributedOptimizerSync::backward(float dloss, bool last) {
     const nn::ParamRange mine = partition_.own_in(b.begin, b.end);
     float* data = buffers_.grads(b.begin);
     // In place: this rank's block of the bucket receives its reduced part.
-    issued_at_.push_back(t0);
-    pending_.push_back(group_.reduce_scatter_v_async(DType::kFloat32, ReduceOp::kAvg, data,
-                                                     data + (mine.begin - b.begin),
-                                                     partition_.counts(b.begin, b.end)));
+    pending_.add(group_.reduce_scatter_v_async(DType::kFloat32, ReduceOp::kAvg, data,
+                                               data + (mine.begin - b.begin),
+                                               partition_.counts(b.begin, b.end)),
+                 t0);
     issue_ms_ += now_ms() - t0;
   }
   backward_done_ms_ = now_ms();
@@ -88,15 +84,7 @@ absl::Status DistributedOptimizerSync::backward(float dloss, bool last) {
 }
 
 absl::Status DistributedOptimizerSync::finish(SyncTimes& times) {
-  absl::Status first;
-  for (size_t i = 0; i < pending_.size(); ++i) {
-    absl::Status s = CollectiveGroup::wait(pending_[i]);
-    first.Update(s);
-    if (s.ok()) times.comm_ms += ms_since_epoch(pending_[i].finished_at()) - issued_at_[i];
-  }
-  pending_.clear();
-  issued_at_.clear();
-  if (!first.ok()) return first;
+  if (absl::Status s = pending_.wait_all(times); !s.ok()) return s;
   // The gathering at the step's start held up the forward: it is exposed.
   times.comm_ms += gather_ms_;
   times.exposed_ms = gather_ms_ + issue_ms_ + now_ms() - backward_done_ms_;

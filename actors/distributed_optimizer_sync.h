@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "actors/gradient_sync.h"
+#include "actors/pending_reductions.h"
 #include "actors/stage_plan.h"
 #include "actors/zero_partition.h"
 #include "core/cluster/collective_group.h"
@@ -59,9 +60,8 @@ class DistributedOptimizerSync : public GradientSync {
   CollectiveGroup& group_;
   StageBuffers& buffers_;
   ZeroPartition partition_;
-  // This step's reductions, their issue times, and the time spent issuing.
-  std::vector<transport::Work> pending_;
-  std::vector<double> issued_at_;
+  // This step's reductions, and the time spent issuing them.
+  PendingReductions pending_;
   double issue_ms_ = 0;
   double gather_ms_ = 0;
   double backward_done_ms_ = 0;

@@ -203,19 +203,11 @@ std::vector<ActorId> HybridTrainer::actors_at(const actors::Coordinate& at) cons
 }
 
 absl::StatusOr<std::vector<LostMember>> HybridTrainer::find_lost(absl::Time deadline) {
-  // The head may be away (restarting): it is waited for as a node would be.
-  const absl::Time head_deadline =
-      std::max(deadline, absl::Now() + absl::Seconds(config_.fault_tolerance.wait_for_node_s));
-  return watch_.find_lost(coordinates(), deadline, head_deadline);
+  return watch_.find_lost(coordinates(), deadline, config_.fault_tolerance.wait_for_node_s);
 }
 
 absl::Status HybridTrainer::fence(const std::vector<LostMember>& hung) {
-  for (const LostMember& m : hung) {
-    if (absl::Status s = watch_.fence(m.at, absl::StrCat("which hung: ", m.reason)); !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
+  return watch_.fence_hung(hung);
 }
 
 absl::Status HybridTrainer::await_replacements(const std::vector<LostMember>& lost,

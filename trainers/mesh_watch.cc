@@ -61,7 +61,8 @@ std::optional<std::string> MeshWatch::lost(const HeadView& head,
 }
 
 absl::StatusOr<std::vector<LostMember>> MeshWatch::find_lost(
-    const std::vector<actors::Coordinate>& mesh, absl::Time deadline, absl::Time head_deadline) {
+    const std::vector<actors::Coordinate>& mesh, absl::Time deadline, int wait_for_node_s) {
+  const absl::Time head_deadline = std::max(deadline, absl::Now() + absl::Seconds(wait_for_node_s));
   for (;;) {
     absl::StatusOr<HeadView> head = head_view(cluster_, head_deadline);
     if (!head.ok()) return head.status();
@@ -99,6 +100,13 @@ absl::Status MeshWatch::fence(const actors::Coordinate& at, const std::string& w
   if (node == known_nodes_.end()) return absl::OkStatus();
   return cluster_.fence_node(
       node->second, absl::StrCat("it hosts ", actors::to_string(at), " of job ", job_, ", ", why));
+}
+
+absl::Status MeshWatch::fence_hung(const std::vector<LostMember>& hung) {
+  for (const LostMember& m : hung) {
+    if (absl::Status s = fence(m.at, absl::StrCat("which hung: ", m.reason)); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status MeshWatch::await_replacements(const std::vector<LostMember>& lost, absl::Time deadline,

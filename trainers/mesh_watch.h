@@ -52,9 +52,10 @@ class MeshWatch {
   // The coordinates of `mesh` whose actors were lost, waiting until
   // `deadline` for the head to declare a loss (a failed collective is
   // reported by the survivors before the head has decided), and while the
-  // head is away until `head_deadline`. Empty when none was lost.
+  // head is away (restarting) as long as for a node: wait_for_node_s. Empty
+  // when none was lost.
   absl::StatusOr<std::vector<LostMember>> find_lost(const std::vector<actors::Coordinate>& mesh,
-                                                    absl::Time deadline, absl::Time head_deadline);
+                                                    absl::Time deadline, int wait_for_node_s);
   // TrainerController's member_lost: Unavailable, with the head's reason,
   // once the actors at `at` were lost; OK while they run where they ran when
   // the job last stood whole, and when the head cannot be asked.
@@ -62,6 +63,8 @@ class MeshWatch {
   // Has the head declare dead the node the actors at `at` ran on when the
   // job last stood whole, saying `why`. Fencing a node twice is harmless.
   absl::Status fence(const actors::Coordinate& at, const std::string& why);
+  // MeshRepair::fence: the nodes of the members found hung.
+  absl::Status fence_hung(const std::vector<LostMember>& hung);
   // Waits until every actor of `lost` runs again (restarted by the head in
   // its bundle). A coordinate whose actors a restarted head does not know is
   // given new ones by `respawn`. FailedPrecondition for actors that cannot be
