@@ -6,6 +6,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "actors/data/data_loader.h"
 #include "actors/failpoint.h"
@@ -19,8 +20,6 @@
 namespace troupe::actors {
 namespace {
 
-// How long a pipe group's receive may wait for its sender.
-constexpr absl::Duration kPipeTimeout = absl::Minutes(10);
 // The micro-batches a pipelined step may have: their number is a field of
 // the messages' tags (pipeline_stage_schedule.cc).
 constexpr int kMaxMicroBatches = 1 << 20;
@@ -50,12 +49,22 @@ absl::Status check_options(const StageOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": tp ", o.mesh.tp, " needs the group of its stage's slices"));
   }
+  const int v = o.virtual_stages;
+  if ((o.schedule == "interleaved") != (v > 1) || v < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ", v, " model chunks a stage (virtual_stages) with schedule \"",
+                     o.schedule, "\"; \"interleaved\" takes 2 or more, the others 1"));
+  }
+  if (v > 1 && (o.mesh.pp % v != 0 || o.mesh.pp / v < 2)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": interleaved 1F1B of ", v, " chunks a stage over ", o.mesh.pp,
+                     " virtual stages: they must be at least 2 stages of ", v, " chunks each"));
+  }
   if (o.mesh.pp > 1) {
-    if (o.schedule != "gpipe" && o.schedule != "1f1b") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": pipeline schedule \"", o.schedule, "\" ",
-          o.schedule == "interleaved" ? "is not implemented yet in the stages" : "is not known",
-          " (the stages run \"gpipe\" and \"1f1b\")"));
+    if (o.schedule != "gpipe" && o.schedule != "1f1b" && o.schedule != "interleaved") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": pipeline schedule \"", o.schedule,
+                       "\" is not known (\"gpipe\", \"1f1b\", \"interleaved\")"));
     }
     if (o.grad_accum > kMaxMicroBatches) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": ", o.grad_accum,
@@ -115,28 +124,38 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
       plan_stage(model->param_layout(), options.mesh.pp, options.at.p, options.partition);
   if (!plan.ok()) return plan.status();
   pipeline::Schedule schedule;
+  pipeline::ChunkProgram program;
+  // Interleaved: this actor is chunk `chunk` of stage `physical` of `stages`.
+  const int stages = options.mesh.pp / options.virtual_stages;
+  const int physical = options.at.p % stages, chunk = options.at.p / stages;
   if (options.mesh.pp > 1) {
-    // The stage keeps its blocks' activations, one set per micro-batch its
-    // schedule holds at once.
-    absl::StatusOr<pipeline::Schedule> made =
-        pipeline::make_schedule(options.schedule, options.mesh.pp, options.grad_accum, 1);
+    absl::StatusOr<pipeline::Schedule> made = pipeline::make_schedule(
+        options.schedule, stages, options.grad_accum, options.virtual_stages);
     if (!made.ok()) return made.status();
-    pipeline::ScheduleRun run;
-    if (absl::Status s = pipeline::check_schedule(*made, &run); !s.ok()) return s;
+    if (absl::Status s = pipeline::check_schedule(*made); !s.ok()) return s;
     schedule = *std::move(made);
+    program = pipeline::chunk_program(schedule, physical, chunk);
+    // It keeps its blocks' activations, one set per micro-batch its program
+    // holds at once.
     if (absl::Status s = model->set_part(plan->block_begin, plan->block_end, plan->last());
         !s.ok()) {
       return s;
     }
-    if (absl::Status s =
-            model->set_activation_slots(run.held_max[static_cast<size_t>(plan->stage)]);
-        !s.ok()) {
+    if (absl::Status s = model->set_activation_slots(pipeline::most_held(program.ops)); !s.ok()) {
       return s;
     }
   }
   std::unique_ptr<PipelineStageActor> stage(
       new PipelineStageActor(options, *plan, *std::move(model)));
+  if (options.virtual_stages > 1) {
+    stage->chunk_ = chunk;
+    stage->turns_ = StageTurns::of(
+        actor_name(options.job, "turns", {.d = options.at.d, .p = physical, .t = options.at.t}),
+        schedule.programs[static_cast<size_t>(physical)]);
+    stage->turns_->join(chunk);
+  }
   stage->schedule_ = std::move(schedule);
+  stage->program_ = std::move(program);
   if (options.mesh.pp > 1) {
     absl::StatusOr<std::unique_ptr<StageBuffers>> buffers = StageBuffers::stage(
         stage->model_, stage->plan_.params, stage->plan_.last() && !stage->plan_.first());
@@ -201,6 +220,7 @@ void PipelineStageActor::publish_tensors() {
 }
 
 PipelineStageActor::~PipelineStageActor() {
+  if (turns_ != nullptr) turns_->leave(chunk_);
   if (tensors_ != nullptr) tensors_->set_group(nullptr);
   sync_.reset();  // before the group its reductions run on
   pipe_.reset();
@@ -383,6 +403,12 @@ absl::Status PipelineStageActor::check_turn(int64_t step) const {
 }
 
 absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
+  // Interleaved: its stage's other chunks wait for this one's ops of the step
+  // from now on, until it is done with it (finished, failed or refused).
+  if (turns_ != nullptr) turns_->begin(chunk_, request.step);
+  absl::Cleanup done = [this] {
+    if (turns_ != nullptr) turns_->end(chunk_);
+  };
   if (loader_ == nullptr || sync_ == nullptr) {
     return absl::FailedPreconditionError(name_ + ": run_step before setup");
   }
@@ -422,6 +448,7 @@ absl::Status PipelineStageActor::start_step(const StepRequest& request, StepRepo
   report.step = request.step;
   report.at = options_.at;
   report.holds_loss = plan_.last();
+  report.chunks = options_.virtual_stages;
   report.slice_params = static_cast<int64_t>(model_.num_params());
   sync_->drain();  // nothing of a failed step may still write the gradients
   whole_version_ = -1;

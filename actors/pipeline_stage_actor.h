@@ -7,9 +7,12 @@
 // the activations of each micro-batch and their gradients go peer to peer
 // between neighbouring stages of the replica, over its pipe group, and the
 // first stage adds the last stage's share of the tied embedding's gradient
-// to its own (docs/parallelism.md). With tensor parallelism (tp > 1) the
-// stage's model is slice t of tp (nn/gpt.h): the tp ranks of a stage run the
-// same micro-batches in step, summing over their tp group inside each block.
+// to its own (docs/parallelism.md). Under interleaved 1F1B a stage actor is
+// one model chunk of a stage (a virtual stage), taking turns with the
+// stage's other chunks in its process (actors/stage_turns.h). With tensor
+// parallelism (tp > 1) the stage's model is slice t of tp (nn/gpt.h): the tp
+// ranks of a stage run the same micro-batches in step, summing over their tp
+// group inside each block.
 //
 // A step, as the controller drives it:
 //   run_step(k)   for each of its micro-batches: take it from the loader of
@@ -45,6 +48,7 @@
 #include "actors/stage_buffers.h"
 #include "actors/stage_plan.h"
 #include "actors/stage_tensors.h"
+#include "actors/stage_turns.h"
 #include "actors/training_types.h"
 #include "actors/zero_partition.h"
 #include "core/actor.h"
@@ -82,11 +86,17 @@ struct StageOptions {
   // large for fp16 overflows (to inf) as it would on a GPU and the step is
   // skipped.
   nn::DType precision = nn::DType::kFloat32;
-  // Pipeline parallelism (mesh.pp > 1): the schedule ("gpipe", "1f1b"), each
-  // stage's blocks (parallel.partition; empty: split evenly), and the group
-  // of this replica's stages (rank p) that activations and gradients go
-  // through. grad_accum is the number of micro-batches a step.
+  // Pipeline parallelism (mesh.pp > 1): the schedule ("gpipe", "1f1b",
+  // "interleaved"), each stage's blocks (parallel.partition; empty: split
+  // evenly), and the group of this replica's stages (rank p) that
+  // activations and gradients go through. grad_accum is the number of
+  // micro-batches a step. Interleaved 1F1B: each of mesh.pp / virtual_stages
+  // stages holds virtual_stages chunks of the model, and this actor is one
+  // chunk - virtual stage at.p, chunk at.p / stages of stage at.p % stages
+  // (the mesh's p and partition count virtual stages); the chunks of a stage
+  // are spawned into one process and take turns there (actors/stage_turns.h).
   std::string schedule = "1f1b";
+  int virtual_stages = 1;
   std::vector<int64_t> partition;
   std::string pipe_group;
   // Tensor parallelism (mesh.tp > 1): the group of the stage's tp ranks
@@ -94,17 +104,16 @@ struct StageOptions {
   std::string tp_group;
   TROUPE_FIELDS(job, at, mesh, model, model_options, micro_batch, grad_accum, gradient_sync,
                 bucket_elements, overlap_comm, prefetch_elements, persistence_threshold,
-                max_live_parameters, threads, group, transport, precision, schedule, partition,
-                pipe_group, tp_group);
+                max_live_parameters, threads, group, transport, precision, schedule, virtual_stages,
+                partition, pipe_group, tp_group);
 };
 
 class PipelineStageActor {
  public:
   // Builds the stage's model (parameters zero until the shard's init).
   // InvalidArgument for a model, batch, coordinate, schedule or gradient sync
-  // that cannot run (a model that does not split into tp slices; so far ZeRO
-  // with pp > 1 or tp > 1, and the interleaved schedule); ResourceExhausted
-  // without the memory.
+  // that cannot run (a model that does not split into tp slices; so far
+  // ZeRO-2/3 with pp > 1 or tp > 1); ResourceExhausted without the memory.
   static absl::StatusOr<std::unique_ptr<PipelineStageActor>> create(const StageOptions& options);
   ~PipelineStageActor();
 
@@ -160,6 +169,9 @@ class PipelineStageActor {
   const StagePlan& plan() const { return plan_; }
 
  private:
+  // How long a pipe group's receive, or a chunk's turn, may wait.
+  static constexpr absl::Duration kPipeTimeout = absl::Minutes(10);
+
   PipelineStageActor(StageOptions options, StagePlan plan, nn::GPT model);
   // Publishes what the shard reaches (StageTensors), once the buffers exist.
   void publish_tensors();
@@ -206,7 +218,10 @@ class PipelineStageActor {
   std::unique_ptr<CollectiveGroup> group_;
   std::unique_ptr<CollectiveGroup> pipe_;  // pp > 1: this replica's stages, rank p
   std::unique_ptr<CollectiveGroup> tp_;    // tp > 1: this stage's slices, rank t
-  pipeline::Schedule schedule_;            // pp > 1
+  pipeline::Schedule schedule_;            // pp > 1: its stage's (of all its chunks)
+  pipeline::ChunkProgram program_;         // pp > 1: what this actor runs of it
+  int chunk_ = 0;                          // interleaved: its chunk of the stage
+  std::shared_ptr<StageTurns> turns_;      // interleaved: its stage's turns
   std::unique_ptr<GradientSync> sync_;
   std::shared_ptr<DataLoader> loader_;
   int64_t last_run_ = 0;              // the last step run_step was called for (0: none)

@@ -74,13 +74,14 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
   const int B = options_.micro_batch;
   const int T = options_.model.max_seq_len;
   const int m = options_.grad_accum;
-  const int p = plan_.stage;
+  const int p = plan_.stage;  // its (virtual) stage: its rank in the pipe group
   const size_t bytes = static_cast<size_t>(B) * T * options_.model.channels * sizeof(float);
   if (schedule_.micro_batches != m) {
     return absl::InternalError(absl::StrCat(name_, ": its schedule has ", schedule_.micro_batches,
                                             " micro-batches, its step ", m));
   }
-  const std::vector<PipelineOp>& program = schedule_.programs[static_cast<size_t>(p)];
+  // This actor's ops: its stage's program, or under interleaved 1F1B its chunk's ops of it.
+  const std::vector<PipelineOp>& program = program_.ops;
   if (absl::Status s = gpt.prepare(B, T); !s.ok()) return s;
   if (absl::Status s = share_embedding(request.step); !s.ok()) return s;
   size_t last_backward = 0;
@@ -109,14 +110,23 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
   // Each micro-batch's mean loss weighs 1 / m; the loss scale rides on it.
   const float dloss = request.loss_scale / static_cast<float>(m);
   double loss_sum = 0;
+  // A group that lost a member cannot finish the step: no more work for it.
+  const GoOn go_on = [this]() -> absl::Status {
+    if (absl::Status s = pipe_->failed(); !s.ok()) return s;
+    return group_ != nullptr ? group_->failed() : absl::OkStatus();
+  };
+  const absl::Time deadline = absl::Now() + kPipeTimeout;
   const double began = now_ms();
   report.timeline.reserve(program.size());
   for (size_t i = 0; i < program.size(); ++i) {
     const PipelineOp& op = program[i];
-    // A group that lost a member cannot finish the step: no more work for it.
-    if (absl::Status s = pipe_->failed(); !s.ok()) return s;
-    if (group_ != nullptr) {
-      if (absl::Status s = group_->failed(); !s.ok()) return s;
+    if (absl::Status s = go_on(); !s.ok()) return s;
+    // Interleaved: the op waits for the turn its stage's program gives it.
+    if (turns_ != nullptr) {
+      if (absl::Status s = turns_->await(chunk_, request.step, program_.turns[i], go_on, deadline);
+          !s.ok()) {
+        return s;
+      }
     }
     // (A gradient sent back is backward's scratch, not the slot's.)
     if (op.kind != OpKind::kSendGradient) {
@@ -188,8 +198,10 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
                                .micro = op.micro,
                                .begin_ms = t0 - began,
                                .end_ms = now_ms() - began});
+    if (turns_ != nullptr) turns_->ran(chunk_, program_.turns[i]);
   }
   report.schedule_ms = now_ms() - began;
+  report.began_ms = began;
   SyncTimes times;
   failpoint("allreduce", options_.at, request.step);
   if (absl::Status s = sync_->finish(times); !s.ok()) return s;

@@ -25,6 +25,23 @@ MemoryReport MemoryReport::max_with(const MemoryReport& o) const {
           .peak_rss = std::max(peak_rss, o.peak_rss)};
 }
 
+MemoryReport MemoryReport::plus(const MemoryReport& o) const {
+  return {.parameters = parameters + o.parameters,
+          .gradients = gradients + o.gradients,
+          .optimizer_state = optimizer_state + o.optimizer_state,
+          .buffers = buffers + o.buffers,
+          .activations = activations + o.activations,
+          .peak_rss = std::max(peak_rss, o.peak_rss)};
+}
+
+TrafficReport TrafficReport::plus(const TrafficReport& o) const {
+  return {.allreduce = allreduce + o.allreduce,
+          .reduce_scatter = reduce_scatter + o.reduce_scatter,
+          .allgather = allgather + o.allgather,
+          .pipeline = pipeline + o.pipeline,
+          .tensor_parallel = tensor_parallel + o.tensor_parallel};
+}
+
 TrafficReport TrafficReport::max_with(const TrafficReport& o) const {
   return {.allreduce = std::max(allreduce, o.allreduce),
           .reduce_scatter = std::max(reduce_scatter, o.reduce_scatter),

@@ -64,6 +64,9 @@ struct MemoryReport {
   int64_t model_state() const { return parameters + gradients + optimizer_state; }
   // Each field the larger of the two (the largest rank's, the run's peak).
   MemoryReport max_with(const MemoryReport& o) const;
+  // Both together, in one process (the chunks of an interleaved stage): the
+  // sum of each, the larger peak RSS (the process's).
+  MemoryReport plus(const MemoryReport& o) const;
   TROUPE_FIELDS(parameters, gradients, optimizer_state, buffers, activations, peak_rss);
 };
 
@@ -82,6 +85,7 @@ struct TrafficReport {
     return allreduce + reduce_scatter + allgather + pipeline + tensor_parallel;
   }
   TrafficReport max_with(const TrafficReport& o) const;
+  TrafficReport plus(const TrafficReport& o) const;  // both together
   TROUPE_FIELDS(allreduce, reduce_scatter, allgather, pipeline, tensor_parallel);
 };
 
@@ -129,12 +133,18 @@ struct StepReport {
   MemoryReport memory;
   TrafficReport sent;
   // pp > 1: the schedule's ops as they ran, and how long the schedule took
-  // (from its first op to the end of its last).
+  // (from its first op to the end of its last); `chunks`: the model chunks
+  // its stage holds (interleaved 1F1B: this rank is one of them).
+  // `began_ms`: when the schedule began, on the steady clock (the timeline's
+  // times are from then), so that the chunks of an interleaved stage, in one
+  // process, can be put in one order.
   std::vector<TimelineEvent> timeline;
   double schedule_ms = 0;
+  double began_ms = 0;
+  int32_t chunks = 1;
   TROUPE_FIELDS(step, at, owned, slice_params, holds_loss, loss, grad_norm_sq, found_inf, samples,
                 tokens, sample_ids, data_position, epoch, forward_ms, backward_ms, comm_ms,
-                comm_exposed_ms, step_ms, memory, sent, timeline, schedule_ms);
+                comm_exposed_ms, step_ms, memory, sent, timeline, schedule_ms, began_ms, chunks);
 };
 
 // Applies step `step`: params -= update(lr, grads * grad_scale). grad_scale

@@ -1,25 +1,26 @@
 // pipeline_bench: pipeline parallelism's bubble and throughput (docs/parallelism.md).
 //
-//   pipeline_bench [--stages 2,4] [--micro-batches 4,8,16] [--schedules gpipe,1f1b]
+//   pipeline_bench [--stages 2,4] [--micro-batches 4,8,16] [--schedules gpipe,1f1b,interleaved]
 //                  [--steps 4] [--warmup 1] [--repeat 3] [--threads 1] [--tiny] [--skip-peer]
 //
 // For each schedule, p stages and m micro-batches a step: troupe's HybridTrainer (dp 1, pp p)
 // on a local cluster of p workers (one stage each, --threads compute threads), --warmup steps,
 // then --steps timed steps, --repeat times. Printed per row, medians over the repeats of each
 // run's median step: the measured bubble (the stages' idle share of the schedule, from their
-// timelines: trainers/step_reports.h) beside the theory, (p - 1) / (m + p - 1), and the
-// difference in points; samples/s; and the activations the busiest stage holds, with the
-// micro-batches its schedule keeps in flight (1F1B: p on the first stage, GPipe: m).
+// timelines: trainers/step_reports.h) beside the theory, (p - 1) / (m + p - 1) (interleaved
+// 1F1B with v = 2 chunks a stage: (p - 1) / (v m + p - 1)), and the difference in points;
+// samples/s; and the activations the busiest stage holds, with the micro-batch chunks its
+// schedule keeps in flight on the first stage (1F1B: p, GPipe: m).
 //
 // The model: 8 blocks of 256 channels, 4 heads, sequence 128, a vocabulary of 256 (so that the
 // head on the last stage costs about what a block does and the stages balance), micro-batch 4;
 // --tiny: 4 blocks of 32 channels, for CI's smoke run.
 //
-// The peer, in the same invocation: torch.distributed.pipelining's ScheduleGPipe and
-// Schedule1F1B over gloo, on the same model split the same way, the same micro-batches and
-// threads (bench/pipeline_bench_torch.py, with the python bench_util.h's find_torch_python
-// finds; bench/setup_torch_peers.sh installs torch). Its samples/s, median of --repeat runs, and
-// troupe's ratio to it. Skipped, saying so, when no python here imports torch.
+// The peer, in the same invocation: torch.distributed.pipelining's ScheduleGPipe,
+// Schedule1F1B and ScheduleInterleaved1F1B over gloo, on the same model split the same way, the
+// same micro-batches and threads (bench/pipeline_bench_torch.py, with the python bench_util.h's
+// find_torch_python finds; bench/setup_torch_peers.sh installs torch). Its samples/s, median of
+// --repeat runs, and troupe's ratio to it. Skipped, saying so, when no python here imports torch.
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,12 +56,16 @@ struct Shape {
 };
 constexpr Shape kPipelineShape = {8, 256, 4, 128, 256, 4};
 constexpr Shape kTinyShape = {4, 32, 2, 16, 64, 2};
+// Interleaved 1F1B: the model chunks a stage holds (Megatron's virtual
+// pipeline size).
+constexpr int kChunks = 2;
 
 trainers::TrainConfig config_for(const Shape& s, const std::string& schedule, int p, int m) {
   trainers::TrainConfig c;
   c.parallel.dp = 1;
   c.parallel.pp = p;
   c.parallel.schedule = schedule;
+  c.parallel.virtual_stages = schedule == "interleaved" ? kChunks : 1;
   c.micro_batch_size = s.B;
   c.gradient_accumulation_steps = m;
   c.train_batch_size = static_cast<int64_t>(s.B) * m;
@@ -148,7 +153,8 @@ int main(int argc, char** argv) {
   Flags flags(argc, argv);
   if (flags.has("--help")) {
     std::printf(
-        "pipeline_bench [--stages 2,4] [--micro-batches 4,8,16] [--schedules gpipe,1f1b]\n"
+        "pipeline_bench [--stages 2,4] [--micro-batches 4,8,16]\n"
+        "               [--schedules gpipe,1f1b,interleaved]\n"
         "               [--steps 4] [--warmup 1] [--repeat 3] [--threads 1] [--tiny]\n"
         "               [--skip-peer]\n");
     return 0;
@@ -159,7 +165,7 @@ int main(int argc, char** argv) {
   const std::vector<int> micro =
       parse_int_list(flags.get("--micro-batches", tiny ? "4" : "4,8,16"));
   const std::vector<std::string> schedules =
-      parse_name_list(flags.get("--schedules", "gpipe,1f1b"));
+      parse_name_list(flags.get("--schedules", "gpipe,1f1b,interleaved"));
   const int steps = static_cast<int>(flags.get_long("--steps", tiny ? 1 : 4));
   const int warmup = static_cast<int>(flags.get_long("--warmup", 1));
   const int repeat = static_cast<int>(flags.get_long("--repeat", tiny ? 1 : 3));
@@ -219,8 +225,15 @@ int main(int argc, char** argv) {
           }
         }
         const double peer = peer_rate.empty() ? 0 : median(peer_rate);
-        const double theory = actors::pipeline::theoretical_bubble(p, m);
-        const int held = schedule == "gpipe" ? m : std::min(p, m);
+        const int chunks = config.parallel.virtual_stages;
+        const double theory = actors::pipeline::theoretical_bubble(p, m, chunks);
+        // The micro-batch chunks its first stage holds at most (its chunks' activations).
+        actors::pipeline::ScheduleRun simulated;
+        const actors::pipeline::Schedule made =
+            value_or_die(actors::pipeline::make_schedule(schedule, p, m, chunks), "the schedule");
+        if (absl::Status s = actors::pipeline::check_schedule(made, &simulated); !s.ok())
+          die(s.ToString());
+        const int held = simulated.held_max[0];
         const std::string peer_text = peer > 0 ? absl::StrFormat("%10.1f", peer) : "         -";
         const std::string ratio_text =
             peer > 0 ? absl::StrFormat("%5.2fx", median(rate) / peer) : "     -";

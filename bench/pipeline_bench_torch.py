@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's side of pipeline_bench: the GPT trained with torch.distributed.pipelining over gloo.
 
-    pipeline_bench_torch.py --schedule gpipe|1f1b --stages P --micro-batches M
+    pipeline_bench_torch.py --schedule gpipe|1f1b|interleaved --stages P --micro-batches M
                             --config L:C:NH:V:T:B [--threads K] [--steps S] [--warmup W]
                             [--timeout SECONDS] [--parent-pid PID]
 
@@ -14,7 +14,8 @@ spares this side the exchange troupe makes).
 
 P processes (torch.multiprocessing, spawn), torch.distributed over gloo on 127.0.0.1 (a free
 port), torch.set_num_threads(K) in each; PipelineStage per rank, ScheduleGPipe or Schedule1F1B
-with M micro-batches of B samples of T random tokens (a batch of M x B a step), cross-entropy
+(interleaved: 2 PipelineStages a rank, chunk c of rank r being stage c P + r of 2 P, split as
+troupe splits its virtual stages, and ScheduleInterleaved1F1B) with M micro-batches of B samples of T random tokens (a batch of M x B a step), cross-entropy
 as the schedule's loss, torch.optim.AdamW (lr 1e-4, betas (0.9, 0.95), weight decay 0.1 on 2-D
 tensors). W warm-up steps, a barrier, S timed steps of
 
@@ -53,7 +54,8 @@ try:
     import torch.multiprocessing as mp
     import torch.nn as nn
     import torch.nn.functional as F
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
+                                              ScheduleInterleaved1F1B)
 except Exception as e:  # ImportError, or a broken install
     skip(f"cannot import torch.distributed.pipelining with {sys.executable}: "
          f"{type(e).__name__}: {e}")
@@ -106,15 +108,21 @@ def run_rank(rank, args, dims, port, queue):
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=P, timeout=datetime.timedelta(seconds=args.timeout))
         torch.manual_seed(1337)
-        stage_module = Stage(GPT(L, C, NH, V, T), rank, P)
-        stage = PipelineStage(stage_module, rank, P, torch.device("cpu"))
+        model = GPT(L, C, NH, V, T)
+        chunks = 2 if args.schedule == "interleaved" else 1
+        modules = [Stage(model, c * P + rank, chunks * P) for c in range(chunks)]
+        stages = [PipelineStage(m, c * P + rank, chunks * P, torch.device("cpu"))
+                  for c, m in enumerate(modules)]
 
         def loss_fn(logits, targets):
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
-        kind = ScheduleGPipe if args.schedule == "gpipe" else Schedule1F1B
-        schedule = kind(stage, n_microbatches=M, loss_fn=loss_fn)
-        params = list(stage_module.parameters())
+        if args.schedule == "interleaved":
+            schedule = ScheduleInterleaved1F1B(stages, n_microbatches=M, loss_fn=loss_fn)
+        else:
+            kind = ScheduleGPipe if args.schedule == "gpipe" else Schedule1F1B
+            schedule = kind(stages[0], n_microbatches=M, loss_fn=loss_fn)
+        params = [p for m in modules for p in m.parameters()]
         groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
         optimizer = torch.optim.AdamW(groups, lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
@@ -125,9 +133,9 @@ def run_rank(rank, args, dims, port, queue):
         def step():
             start = time.perf_counter()
             optimizer.zero_grad()
-            if stage_module.first:
+            if rank == 0:  # the first (virtual) stage
                 schedule.step(x)
-            elif stage_module.last:
+            elif rank == P - 1:  # the last
                 schedule.step(target=y, losses=[])
             else:
                 schedule.step()
@@ -152,7 +160,7 @@ def run_rank(rank, args, dims, port, queue):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--schedule", choices=["gpipe", "1f1b"], required=True)
+    p.add_argument("--schedule", choices=["gpipe", "1f1b", "interleaved"], required=True)
     p.add_argument("--stages", type=int, required=True)
     p.add_argument("--micro-batches", type=int, required=True)
     p.add_argument("--config", required=True, help="L:C:NH:V:T:B")

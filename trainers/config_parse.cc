@@ -307,9 +307,13 @@ absl::Status parse_parallel(JsonObject& top, TrainConfig* config) {
         "parallel.virtual_stages: ", p.virtual_stages, " with parallel.schedule \"", p.schedule,
         "\"; \"interleaved\" takes 2 or more model chunks a stage, the others 1"));
   }
-  if (!p.partition.empty() && static_cast<int>(p.partition.size()) != p.pp) {
-    return config_error(absl::StrCat("parallel.partition: ", p.partition.size(),
-                                     " stages' blocks for parallel.pp ", p.pp));
+  // Interleaved: a count for each model chunk, in the order of the virtual
+  // stages (chunk c of stage s is virtual stage c x pp + s).
+  if (const int stages = p.pp * p.virtual_stages;
+      !p.partition.empty() && static_cast<int>(p.partition.size()) != stages) {
+    return config_error(absl::StrCat(
+        "parallel.partition: ", p.partition.size(), " stages' blocks for parallel.pp ", p.pp,
+        p.virtual_stages > 1 ? absl::StrCat(" x ", p.virtual_stages, " virtual_stages") : ""));
   }
   return absl::OkStatus();
 }
@@ -322,6 +326,23 @@ absl::Status check_model_parallel(const TrainConfig& config) {
     return config_error(absl::StrCat("parallel.pp: ", p.pp, " stages for ", config.model.num_layers,
                                      " layers (model.n_layer); each stage holds a block at least"));
   }
+  if (p.schedule == "interleaved") {
+    if (p.pp < 2) {
+      return config_error(absl::StrCat("parallel.schedule \"interleaved\" with parallel.pp ", p.pp,
+                                       ": it interleaves the chunks of 2 stages or more"));
+    }
+    if (p.pp * p.virtual_stages > config.model.num_layers) {
+      return config_error(absl::StrCat(
+          "parallel.virtual_stages: ", p.pp, " stages of ", p.virtual_stages, " model chunks for ",
+          config.model.num_layers, " layers (model.n_layer); each chunk holds a block at least"));
+    }
+    if (config.gradient_accumulation_steps % p.pp != 0) {
+      return config_error(absl::StrCat(
+          "parallel.schedule \"interleaved\": gradient_accumulation_steps (",
+          config.gradient_accumulation_steps, ", the micro-batches a step) must be a multiple of ",
+          "parallel.pp (", p.pp, "), as Megatron's interleaved schedule requires"));
+    }
+  }
   if (p.tp > 1) {
     if (absl::Status s = nn::validate_slice(config.model, {.rank = 0, .size = p.tp}); !s.ok()) {
       return config_error(absl::StrCat("parallel.tp: ", p.tp, ": ", s.message()));
@@ -330,7 +351,6 @@ absl::Status check_model_parallel(const TrainConfig& config) {
   if (p.pp == 1 && p.tp == 1) return absl::OkStatus();
   const char* missing = nullptr;
   if (config.zero.stage > 1) missing = "zero_optimization.stage above 1";
-  if (p.pp > 1 && p.schedule == "interleaved") missing = "parallel.schedule \"interleaved\"";
   if (config.elasticity.enabled) missing = "elasticity.enabled";
   if (missing != nullptr) {
     const std::string what =
@@ -338,8 +358,8 @@ absl::Status check_model_parallel(const TrainConfig& config) {
     return config_error(
         absl::StrCat(what, " with ", missing,
                      " is not implemented yet; pipeline and tensor parallelism run "
-                     "with DDP or ZeRO-1 over dp (zero_optimization.stage 0 or 1), the \"gpipe\" "
-                     "and \"1f1b\" schedules, without elasticity"));
+                     "with DDP or ZeRO-1 over dp (zero_optimization.stage 0 or 1), without "
+                     "elasticity"));
   }
   return absl::OkStatus();
 }

@@ -40,7 +40,10 @@ absl::Status wait_all(std::vector<Future<T>>& pending) {
 }  // namespace
 
 actors::Mesh HybridTrainer::mesh() const {
-  return {.dp = config_.parallel.dp, .pp = config_.parallel.pp, .tp = config_.parallel.tp};
+  // Interleaved 1F1B: each stage's chunks are virtual stages of their own.
+  return {.dp = config_.parallel.dp,
+          .pp = config_.parallel.pp * config_.parallel.virtual_stages,
+          .tp = config_.parallel.tp};
 }
 
 size_t HybridTrainer::index(int d, int p, int t) const {
@@ -72,8 +75,11 @@ std::string HybridTrainer::describe() const {
   const ParallelConfig& p = config_.parallel;
   std::string out;
   if (p.pp > 1) {
-    absl::StrAppend(&out, "pipeline of ", p.pp, " stages (", p.schedule, ", ",
-                    config_.gradient_accumulation_steps, " micro-batches a step) x ");
+    absl::StrAppend(&out, "pipeline of ", p.pp, " stages (", p.schedule,
+                    p.virtual_stages > 1
+                        ? absl::StrCat(", ", p.virtual_stages, " model chunks each")
+                        : std::string(),
+                    ", ", config_.gradient_accumulation_steps, " micro-batches a step) x ");
   }
   if (p.tp > 1) absl::StrAppend(&out, "tensor parallelism over ", p.tp, " slices x ");
   absl::StrAppend(&out, "DDP over ", p.dp, p.dp == 1 ? " replica" : " replicas");
@@ -94,8 +100,10 @@ absl::Status HybridTrainer::spawn_mesh() {
   // One bundle a pipeline stage of a replica, with a CPU for each of its tp
   // slices: a bundle lies on one node, so a tp group is packed in one (as
   // STRICT_PACK would); the bundles spread over the nodes where there are
-  // enough: the pipeline's stages apart, the replicas apart.
-  std::vector<std::string> bundles(static_cast<size_t>(dp * pp), absl::StrCat("CPU=", tp));
+  // enough: the pipeline's stages apart, the replicas apart. An interleaved
+  // stage's chunks share its bundle: one process, taking turns on its CPUs.
+  const int stages = config_.parallel.pp;
+  std::vector<std::string> bundles(static_cast<size_t>(dp * stages), absl::StrCat("CPU=", tp));
   absl::StatusOr<cluster::PlacementGroupId> pg =
       cluster_.create_placement_group(bundles, cluster::PlacementStrategy::kSpread, job_ + "/mesh");
   if (!pg.ok()) return pg.status();
@@ -106,8 +114,7 @@ absl::Status HybridTrainer::spawn_mesh() {
                                tp == 1 ? " CPU" : " CPUs on one node", " each): ", s.message()));
   }
   for (const actors::Coordinate& at : coordinates()) {
-    absl::StatusOr<MemberActors> actors =
-        spawn_at(at, pg->value, static_cast<int>(index(at.d, at.p)) / tp);
+    absl::StatusOr<MemberActors> actors = spawn_at(at, pg->value, at.d * stages + at.p % stages);
     if (!actors.ok()) return actors.status();
     members_.push_back(*std::move(actors));
   }
@@ -161,8 +168,11 @@ absl::StatusOr<MemberActors> HybridTrainer::spawn_at(const actors::Coordinate& a
   // With fault tolerance the head restarts a lost coordinate's actors in
   // their bundle, placed again elsewhere (trainers/recovery.h).
   if (config_.fault_tolerance.enabled) where.max_restarts = config_.fault_tolerance.max_failures;
+  // An interleaved stage's chunks after the first take turns on its CPU.
+  const bool first_chunk = at.p < config_.parallel.pp;
   const MemberPlace place{.at = at,
                           .mesh = mesh(),
+                          .stage_resources = first_chunk ? "CPU=1" : "",
                           .names = job_,
                           .where = where,
                           .threads = threads_,
@@ -297,7 +307,7 @@ absl::StatusOr<std::vector<float>> HybridTrainer::master_params() {
   std::vector<float> out(whole.num_params());
   for (int t = 0; t < tp; ++t) {
     std::vector<ActorRef<actors::ParamShardActor>> shards;
-    for (int p = 0; p < config_.parallel.pp; ++p) {
+    for (int p = 0; p < mesh().pp; ++p) {
       for (int d = 0; d < replicas; ++d)
         shards.push_back(members_[index(d, p, t)].shard);
     }

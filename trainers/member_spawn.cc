@@ -25,6 +25,7 @@ actors::StageOptions stage_options(const TrainConfig& config, const MemberPlace&
           .transport = "",
           .precision = compute_precision(config),
           .schedule = config.parallel.schedule,
+          .virtual_stages = config.parallel.virtual_stages,
           .partition = config.parallel.partition,
           .pipe_group = place.pipe_group,
           .tp_group = place.tp_group};
@@ -47,7 +48,7 @@ absl::StatusOr<MemberActors> spawn_member(Cluster& cluster, const TrainConfig& c
 
   SpawnOptions stage_where = place.where;
   stage_where.name = actors::actor_name(place.names, "stage", place.at);
-  stage_where.resources = "CPU=1";
+  stage_where.resources = place.stage_resources;
   stage_where.dedicated_thread = true;
   absl::StatusOr<ActorRef<actors::PipelineStageActor>> stage =
       cluster.spawn<actors::PipelineStageActor>(stage_where, stage_options(config, place));

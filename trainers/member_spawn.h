@@ -25,6 +25,9 @@ struct MemberActors {
 struct MemberPlace {
   actors::Coordinate at;
   actors::Mesh mesh;
+  // What its stage holds of the bundle: a CPU, or nothing (a chunk of an
+  // interleaved stage taking turns on the first chunk's CPU).
+  std::string stage_resources = "CPU=1";
   // The job name its actors' names are made from.
   std::string names;
   // Where: the placement group and bundle, and max_restarts (its resources

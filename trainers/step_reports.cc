@@ -81,7 +81,7 @@ absl::StatusOr<double> sum_owned_norms(int64_t step, std::span<const actors::Ste
 double pipeline_bubble(std::span<const actors::StepReport> reports) {
   struct Pipeline {
     double busy = 0, makespan = 0;
-    int stages = 0;
+    double stages = 0;  // a model chunk of an interleaved stage counts 1 / chunks
   };
   std::map<int, Pipeline> pipelines;  // by replica
   for (const actors::StepReport& r : reports) {
@@ -89,12 +89,12 @@ double pipeline_bubble(std::span<const actors::StepReport> reports) {
     Pipeline& p = pipelines[r.at.d];
     p.busy += r.forward_ms + r.backward_ms;
     p.makespan = std::max(p.makespan, r.schedule_ms);
-    ++p.stages;
+    p.stages += 1.0 / std::max(r.chunks, 1);
   }
   double sum = 0;
   for (const auto& [d, p] : pipelines) {
-    if (p.stages >= 2 && p.makespan > 0) {
-      sum += std::max(0.0, 1 - p.busy / (static_cast<double>(p.stages) * p.makespan));
+    if (p.stages >= 1.5 && p.makespan > 0) {
+      sum += std::max(0.0, 1 - p.busy / (p.stages * p.makespan));
     }
   }
   return pipelines.empty() ? 0 : sum / static_cast<double>(pipelines.size());
@@ -121,9 +121,22 @@ absl::StatusOr<StepTotals> combine_reports(int64_t step,
     out.comm_ms = std::max(out.comm_ms, r.comm_ms);
     out.comm_exposed_ms = std::max(out.comm_exposed_ms, r.comm_exposed_ms);
     out.stage_ms = std::max(out.stage_ms, r.step_ms);
-    out.memory = out.memory.max_with(r.memory);
-    out.sent = out.sent.max_with(r.sent);
     out.found_inf = out.found_inf || r.found_inf;
+  }
+  // Per rank: an interleaved stage's chunks are one rank's.
+  int virtual_stages = 1;
+  for (const actors::StepReport& r : reports)
+    virtual_stages = std::max(virtual_stages, r.at.p + 1);
+  std::map<std::tuple<int, int, int>, std::pair<actors::MemoryReport, actors::TrafficReport>> ranks;
+  for (const actors::StepReport& r : reports) {
+    const int stages = std::max(virtual_stages / std::max(r.chunks, 1), 1);
+    auto& [memory, sent] = ranks[{r.at.d, r.at.p % stages, r.at.t}];
+    memory = memory.plus(r.memory);
+    sent = sent.plus(r.sent);
+  }
+  for (const auto& [at, rank] : ranks) {
+    out.memory = out.memory.max_with(rank.first);
+    out.sent = out.sent.max_with(rank.second);
   }
   if (out.samples == 0) {
     return absl::InternalError(

@@ -38,8 +38,8 @@ struct StepTotals {
   double comm_ms = 0;
   double comm_exposed_ms = 0;
   double stage_ms = 0;
-  // Per rank, the largest of every field over the stages: memory held and
-  // bytes sent in the step.
+  // Per rank, the largest of every field over the ranks: memory held and
+  // bytes sent in the step (an interleaved stage's chunks summed: one rank).
   actors::MemoryReport memory;
   actors::TrafficReport sent;
   // pp > 1: the pipeline's bubble, the stages' idle share of the schedule
@@ -49,8 +49,9 @@ struct StepTotals {
 
 // The pipelines' idle share in a step: for each replica (tensor slice 0,
 // the stages that report a timeline), 1 - (its stages' forward and backward
-// time) / (stages x the longest schedule_ms), averaged over the replicas.
-// 0 without a pipeline of two stages or more.
+// time) / (stages x the longest schedule_ms), averaged over the replicas,
+// the chunks of an interleaved stage (StepReport::chunks) counting as one
+// stage. 0 without a pipeline of two stages or more.
 double pipeline_bubble(std::span<const actors::StepReport> reports);
 
 // The totals of step `step` from every stage's report. Internal, naming the

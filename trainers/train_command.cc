@@ -477,13 +477,15 @@ int train_command(const std::vector<std::string>& args) {
       nn::format_bytes(m.peak_rss).c_str(),
       nn::format_bytes(t.sent_bytes / std::max<int64_t>(1, t.steps)).c_str());
   if (t.pipelined > 0) {
+    const ParallelConfig& p = config.parallel;
     std::printf(
-        "  pipeline bubble %.1f%% of the schedule (%s over %d stages and %lld "
+        "  pipeline bubble %.1f%% of the schedule (%s over %d stages%s and %lld "
         "micro-batches: %.1f%% in theory)\n",
-        100 * t.bubble(), config.parallel.schedule.c_str(), config.parallel.pp,
+        100 * t.bubble(), p.schedule.c_str(), p.pp,
+        p.virtual_stages > 1 ? absl::StrCat(" of ", p.virtual_stages, " chunks").c_str() : "",
         static_cast<long long>(config.gradient_accumulation_steps),
         100 * actors::pipeline::theoretical_bubble(
-                  config.parallel.pp, static_cast<int>(config.gradient_accumulation_steps)));
+                  p.pp, static_cast<int>(config.gradient_accumulation_steps), p.virtual_stages));
   }
   if (accuracy)
     std::printf("  task accuracy (held-out addition problems): %.1f%%\n", 100 * *accuracy);

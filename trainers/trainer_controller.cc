@@ -424,7 +424,10 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
   out.sent = totals->sent;
   out.bubble = totals->bubble;
   for (const actors::StepReport& r : reports) {
-    if (!r.timeline.empty()) out.timelines.push_back({r.at, r.timeline, r.schedule_ms});
+    if (!r.timeline.empty()) {
+      out.timelines.push_back(
+          {.at = r.at, .events = r.timeline, .schedule_ms = r.schedule_ms, .began_ms = r.began_ms});
+    }
   }
   const double scale = out.loss_scale;
   if (totals->found_inf) {

@@ -76,6 +76,7 @@ struct StageTimeline {
   actors::Coordinate at;
   std::vector<actors::TimelineEvent> events;
   double schedule_ms = 0;
+  double began_ms = 0;  // when it began, on its process's steady clock
 };
 
 // One step, as the controller saw it.

@@ -2,6 +2,8 @@
 // and the choice by name.
 #include "actors/pipeline/schedule.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace troupe::actors::pipeline {
@@ -90,6 +92,26 @@ std::string describe(const Schedule& schedule) {
 
 std::string describe_compute(const Schedule& schedule) {
   return describe_ops(schedule, true);
+}
+
+ChunkProgram chunk_program(const Schedule& schedule, int stage, int chunk) {
+  ChunkProgram out;
+  const std::vector<PipelineOp>& program = schedule.programs[static_cast<size_t>(stage)];
+  for (size_t i = 0; i < program.size(); ++i) {
+    if (program[i].chunk != chunk) continue;
+    out.ops.push_back(program[i]);
+    out.turns.push_back(i);
+  }
+  return out;
+}
+
+int most_held(const std::vector<PipelineOp>& ops) {
+  int held = 0, most = 0;
+  for (const PipelineOp& op : ops) {
+    if (op.kind == OpKind::kForward) most = std::max(most, ++held);
+    if (op.kind == OpKind::kBackward) --held;
+  }
+  return most;
 }
 
 double theoretical_bubble(int stages, int micro_batches, int chunks) {

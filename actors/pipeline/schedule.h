@@ -105,4 +105,19 @@ void add_backward(const Schedule& schedule, int stage, int micro, int chunk,
 // InvalidArgument unless stages and micro_batches are at least 1.
 absl::Status check_shape(int stages, int micro_batches);
 
+// What the actor of one chunk of a stage runs (interleaved 1F1B in the
+// stages: each chunk is a stage actor of its own, virtual stage
+// chunk x stages + stage): the ops of chunk `chunk` in the order of the
+// stage's program, each with its position there - its turn among the
+// chunks of the stage (actors/stage_turns.h). For a stage of one chunk, its
+// whole program.
+struct ChunkProgram {
+  std::vector<PipelineOp> ops;
+  std::vector<size_t> turns;  // ops[i] is op turns[i] of the stage's program
+};
+// REQUIRES: 0 <= stage < schedule.stages, 0 <= chunk < schedule.chunks.
+ChunkProgram chunk_program(const Schedule& schedule, int stage, int chunk);
+// The most micro-batches that `ops` hold at once: forwarded, not yet back.
+int most_held(const std::vector<PipelineOp>& ops);
+
 }  // namespace troupe::actors::pipeline

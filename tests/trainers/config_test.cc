@@ -378,19 +378,41 @@ TEST(TrainConfigTest, PipelineScheduleKeys) {
   EXPECT_EQ(defaults.parallel.schedule, "1f1b");
   EXPECT_EQ(defaults.parallel.virtual_stages, 1);
   EXPECT_TRUE(defaults.parallel.partition.empty());
-  const TrainConfig c = parse_ok(patched(
-      R"({"parallel": {"schedule": "interleaved", "virtual_stages": 2, "partition": [2]}})"));
+  const TrainConfig c = parse_ok(patched(R"({"model": {"n_layer": 4},
+      "gradient_accumulation_steps": 2, "train_batch_size": 64, "parallel": {"pp": 2,
+      "schedule": "interleaved", "virtual_stages": 2, "partition": [1, 1, 1, 1]}})"));
   EXPECT_EQ(c.parallel.schedule, "interleaved");
   EXPECT_EQ(c.parallel.virtual_stages, 2);
-  EXPECT_EQ(c.parallel.partition, std::vector<int64_t>{2});
+  EXPECT_EQ(c.parallel.partition, (std::vector<int64_t>{1, 1, 1, 1}));
   expect_error(R"({"parallel": {"schedule": "zb-v"}})", "parallel.schedule",
                "\"zb-v\" is not a schedule; one of \"gpipe\", \"1f1b\", \"interleaved\"");
+  expect_error(R"({"parallel": {"schedule": "interleaved", "virtual_stages": 2},
+      "model": {"n_layer": 4}})",
+               "parallel.schedule", "\"interleaved\" with parallel.pp 1");
   expect_error(R"({"parallel": {"schedule": "interleaved"}})", "parallel.virtual_stages",
                "\"interleaved\" takes 2 or more model chunks a stage, the others 1");
   expect_error(R"({"parallel": {"virtual_stages": 2}})", "parallel.virtual_stages",
                "with parallel.schedule \"1f1b\"");
   expect_error(R"({"parallel": {"partition": [1, 1]}})", "parallel.partition",
                "2 stages' blocks for parallel.pp 1");
+  // Interleaved: a count a model chunk; micro-batches a multiple of the stages.
+  const TrainConfig interleaved = parse_ok(patched(R"({"model": {"n_layer": 4},
+      "gradient_accumulation_steps": 2, "train_batch_size": 64, "parallel": {"pp": 2,
+      "schedule": "interleaved", "virtual_stages": 2, "partition": [1, 1, 1, 1]}})"));
+  EXPECT_EQ(interleaved.parallel.partition.size(), 4u);
+  expect_error(R"({"model": {"n_layer": 4}, "gradient_accumulation_steps": 2,
+      "train_batch_size": 64, "parallel": {"pp": 2, "schedule": "interleaved",
+      "virtual_stages": 2, "partition": [2, 2]}})",
+               "parallel.partition", "2 stages' blocks for parallel.pp 2 x 2 virtual_stages");
+  expect_error(R"({"parallel": {"pp": 2, "schedule": "interleaved", "virtual_stages": 2}})",
+               "parallel.virtual_stages",
+               "2 stages of 2 model chunks for 2 layers (model.n_layer); each chunk holds a block");
+  expect_error(R"({"model": {"n_layer": 4}, "gradient_accumulation_steps": 3,
+      "train_batch_size": 96, "parallel": {"pp": 2, "schedule": "interleaved",
+      "virtual_stages": 2}})",
+               "parallel.schedule",
+               "gradient_accumulation_steps (3, the micro-batches a step) "
+               "must be a multiple of parallel.pp (2)");
   expect_error(R"({"parallel": {"partition": [3]}})", "parallel.partition",
                "its stages hold 3 blocks in all; the model has 2 (model.n_layer)");
   expect_error(R"({"parallel": {"partition": [0]}})", "parallel.partition",
@@ -427,8 +449,6 @@ TEST(TrainConfigTest, UnimplementedFeaturesAreErrors) {
                "2 with zero_optimization.stage above 1 is not implemented yet");
   expect_error(R"({"parallel": {"pp": 2}, "zero_optimization": {"stage": 3}})", "parallel.pp",
                "with zero_optimization.stage above 1 is not implemented yet");
-  expect_error(R"({"parallel": {"pp": 2, "schedule": "interleaved", "virtual_stages": 2}})",
-               "parallel.pp", "with parallel.schedule \"interleaved\" is not implemented yet");
   expect_error(R"({"parallel": {"pp": 2}, "elasticity": {"enabled": true}})", "parallel.pp",
                "with elasticity.enabled is not implemented yet");
   expect_error(R"({"optimizer": {"type": "Lamb"}})", "optimizer.type",
@@ -818,8 +838,9 @@ TEST(TrainConfigTest, ToJsonRoundTrips) {
   expect_round_trip(parse_ok(patched(R"({"optimizer": {"type": "SGD", "params": {"lr": 0.1}},
       "data": {"synthetic": null, "path": "data/tinytext"}})")));
   expect_round_trip(parse_ok(patched(R"({"scheduler": {"type": "WarmupCosineLR"}})")));
-  const TrainConfig piped = parse_ok(patched(
-      R"({"parallel": {"schedule": "interleaved", "virtual_stages": 2, "partition": [2]}})"));
+  const TrainConfig piped = parse_ok(patched(R"({"model": {"n_layer": 4},
+      "gradient_accumulation_steps": 2, "train_batch_size": 64, "parallel": {"pp": 2,
+      "schedule": "interleaved", "virtual_stages": 2, "partition": [1, 1, 1, 1]}})"));
   expect_round_trip(piped);
   EXPECT_TRUE(absl::StrContains(to_json(piped), "\"schedule\": \"interleaved\"")) << to_json(piped);
   expect_round_trip(parse_ok(patched(R"({"scheduler": {"type": "WarmupLR", "params":

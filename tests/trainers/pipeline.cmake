@@ -15,3 +15,11 @@ target_compile_definitions(trainers_pipeline_test PRIVATE TROUPE_BINARY="$<TARGE
 add_dependencies(trainers_pipeline_test troupe)
 gtest_discover_tests(trainers_pipeline_test PROPERTIES LABELS "pipeline;trainers" TIMEOUT 600
                      RUN_SERIAL TRUE DISCOVERY_TIMEOUT 60)
+
+# The turns the chunks of an interleaved stage take (labels pipeline and
+# trainers).
+add_executable(trainers_stage_turns_test stage_turns_test.cc)
+target_link_libraries(trainers_stage_turns_test PRIVATE troupe_actors GTest::gtest
+                      GTest::gtest_main troupe_warnings)
+gtest_discover_tests(trainers_stage_turns_test PROPERTIES LABELS "pipeline;trainers"
+                     DISCOVERY_TIMEOUT 60)

@@ -90,6 +90,50 @@ TEST(PipelineScheduleTest, EveryScheduleRunsThroughHoldsWhatItShouldAndHasItsBub
   }
 }
 
+// Under interleaved 1F1B each chunk of a stage is an actor of its own: it
+// runs its chunk's ops of the stage's program, in order, each at its turn
+// (its position in the program), holding the micro-batches its own ops do.
+TEST(PipelineScheduleTest, AChunkRunsItsOpsOfItsStagesProgramAtTheirTurns) {
+  const Schedule s = made(interleaved_one_f_one_b(2, 4, 2));
+  for (int stage = 0; stage < 2; ++stage) {
+    std::vector<bool> covered(s.programs[stage].size(), false);
+    for (int chunk = 0; chunk < 2; ++chunk) {
+      const ChunkProgram c = chunk_program(s, stage, chunk);
+      ASSERT_EQ(c.ops.size(), c.turns.size());
+      for (size_t i = 0; i < c.ops.size(); ++i) {
+        EXPECT_EQ(c.ops[i], s.programs[stage][c.turns[i]]);
+        EXPECT_EQ(c.ops[i].chunk, chunk);
+        if (i > 0) {
+          EXPECT_LT(c.turns[i - 1], c.turns[i]);
+        }
+        covered[c.turns[i]] = true;
+      }
+    }
+    EXPECT_TRUE(std::all_of(covered.begin(), covered.end(), [](bool b) { return b; }))
+        << "stage " << stage << ": an op of no chunk";
+  }
+  // Stage 0, chunk 1 (virtual stage 2).
+  const ChunkProgram one = chunk_program(s, 0, 1);
+  std::string compute;
+  for (const PipelineOp& op : one.ops) {
+    if (op.kind == OpKind::kForward || op.kind == OpKind::kBackward) {
+      absl::StrAppend(&compute, compute.empty() ? "" : " ", to_string(op, true));
+    }
+  }
+  EXPECT_EQ(compute, "F0.1 F1.1 B0.1 B1.1 F2.1 F3.1 B2.1 B3.1");
+  EXPECT_EQ(most_held(one.ops), 2);
+  EXPECT_EQ(most_held(chunk_program(s, 0, 0).ops), 4);  // F0.0 .. F3.0 before B0.0
+  // A stage of one chunk runs its whole program, and holds what check_schedule says.
+  const Schedule flat = made(one_f_one_b(4, 8));
+  ScheduleRun run;
+  ASSERT_TRUE(check_schedule(flat, &run).ok());
+  for (int stage = 0; stage < 4; ++stage) {
+    const ChunkProgram whole = chunk_program(flat, stage, 0);
+    EXPECT_EQ(whole.ops, flat.programs[stage]);
+    EXPECT_EQ(most_held(whole.ops), run.held_max[stage]);
+  }
+}
+
 TEST(PipelineScheduleTest, ShapesASchedulesCannotRunAreRefused) {
   EXPECT_TRUE(absl::IsInvalidArgument(gpipe(0, 4).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(one_f_one_b(2, 0).status()));

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -46,6 +47,7 @@ TrainConfig config_for(int dp, int pp, const std::string& schedule = "1f1b",
   c.parallel.pp = pp;
   c.parallel.tp = tp;
   c.parallel.schedule = schedule;
+  c.parallel.virtual_stages = schedule == "interleaved" ? 2 : 1;
   c.micro_batch_size = kMicroBatch;
   c.gradient_accumulation_steps = kGlobalBatch / kMicroBatch / dp;  // micro-batches a step
   c.train_batch_size = kGlobalBatch;
@@ -60,13 +62,17 @@ using testing::RunResult;
 
 // Each stage's timeline is its schedule's program as it ran, op by op, in
 // time order; the step's bubble is an idle share.
+// Under interleaved 1F1B each of a stage's 2 chunks is a virtual stage with a
+// timeline of its own: its ops of the stage's program.
 void expect_timelines(const StepOutcome& o, int dp, int pp, int tp, const std::string& schedule) {
-  ASSERT_EQ(o.timelines.size(), static_cast<size_t>(dp * pp * tp)) << "step " << o.step;
+  const int v = schedule == "interleaved" ? 2 : 1;
+  ASSERT_EQ(o.timelines.size(), static_cast<size_t>(dp * pp * v * tp)) << "step " << o.step;
   absl::StatusOr<actors::pipeline::Schedule> s =
-      actors::pipeline::make_schedule(schedule, pp, kGlobalBatch / kMicroBatch / dp, 1);
+      actors::pipeline::make_schedule(schedule, pp, kGlobalBatch / kMicroBatch / dp, v);
   ASSERT_TRUE(s.ok()) << s.status();
   for (const StageTimeline& t : o.timelines) {
-    const auto& program = s->programs[static_cast<size_t>(t.at.p)];
+    const std::vector<actors::pipeline::PipelineOp> program =
+        actors::pipeline::chunk_program(*s, t.at.p % pp, t.at.p / pp).ops;
     ASSERT_EQ(t.events.size(), program.size()) << actors::to_string(t.at);
     double before = 0;
     for (size_t i = 0; i < program.size(); ++i) {
@@ -80,6 +86,35 @@ void expect_timelines(const StepOutcome& o, int dp, int pp, int tp, const std::s
   }
   EXPECT_GT(o.bubble, 0) << "step " << o.step;
   EXPECT_LT(o.bubble, 1) << "step " << o.step;
+}
+
+// An interleaved stage's chunks took turns: on their process's clock, each op
+// of the stage's program began after the op before it ended, whichever chunk
+// ran each.
+void expect_turns_taken(const StepOutcome& o, int pp, int v, int m) {
+  absl::StatusOr<actors::pipeline::Schedule> s =
+      actors::pipeline::make_schedule("interleaved", pp, m, v);
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::map<std::tuple<int, int, int>, const StageTimeline*> by_coordinate;
+  for (const StageTimeline& t : o.timelines)
+    by_coordinate[{t.at.d, t.at.p, t.at.t}] = &t;
+  for (const StageTimeline& first : o.timelines) {
+    if (first.at.p >= pp) continue;  // one pass a stage: from its chunk 0
+    const int stage = first.at.p;
+    std::vector<size_t> next(static_cast<size_t>(v), 0);  // each chunk's next event
+    double ended = -1e300;
+    std::string where;
+    for (const actors::pipeline::PipelineOp& op : s->programs[static_cast<size_t>(stage)]) {
+      const StageTimeline* t = by_coordinate[{first.at.d, op.chunk * pp + stage, first.at.t}];
+      ASSERT_NE(t, nullptr);
+      const actors::TimelineEvent& e = t->events[next[static_cast<size_t>(op.chunk)]++];
+      EXPECT_GE(t->began_ms + e.begin_ms, ended - 1e-3)
+          << "step " << o.step << ", stage " << stage << ": "
+          << actors::pipeline::to_string(op, true) << " began before " << where << " ended";
+      ended = t->began_ms + e.end_ms;
+      where = actors::pipeline::to_string(op, true);
+    }
+  }
 }
 
 class PipelineTest : public testing::TrainingClusterTest {
@@ -145,6 +180,32 @@ TEST_F(PipelineTest, EveryLayoutAndScheduleMatchesOneProcess) {
         EXPECT_EQ(o.sent.tensor_parallel > 0, l.tp > 1) << what;
         EXPECT_EQ(o.sent.allreduce > 0, l.dp > 1) << what;
       }
+    }
+  }
+}
+
+// Interleaved 1F1B: each stage holds 2 chunks of one block (virtual stages
+// 0 .. 3, chunk c of stage s being virtual stage 2 c + s), which take turns
+// in the order of their stage's program. The same math as one process, and
+// bitwise repeatable.
+TEST_F(PipelineTest, InterleavedOneFOneBMatchesOneProcess) {
+  const RunResult single = run(config_for(1, 1));
+  ASSERT_EQ(single.losses.size(), static_cast<size_t>(kSteps));
+  for (auto [dp, tp] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
+    const std::string what =
+        "dp " + std::to_string(dp) + " x pp 2 (2 chunks each) x tp " + std::to_string(tp);
+    const RunResult piped = run(config_for(dp, 2, "interleaved", OptimizerType::kSgd, tp));
+    testing::expect_same_training(piped, single, what, true, "pipeline");
+    for (const StepOutcome& o : piped.outcomes) {
+      expect_timelines(o, dp, 2, tp, "interleaved");
+      expect_turns_taken(o, 2, 2, kGlobalBatch / kMicroBatch / dp);
+      EXPECT_GT(o.sent.pipeline, 0) << what;
+    }
+    if (dp == 2 && tp == 2) {
+      const RunResult again = run(config_for(dp, 2, "interleaved", OptimizerType::kSgd, tp));
+      ASSERT_FALSE(again.params.empty()) << what;
+      EXPECT_EQ(again.losses, piped.losses) << what << ": run again";
+      EXPECT_EQ(again.params, piped.params) << what << ": run again";
     }
   }
 }

@@ -660,6 +660,32 @@ TEST_F(RecoveryTest, AHybridMeshLosesStagesAndEndsBitwiseEqual) {
   }
 }
 
+// Interleaved 1F1B: a stage's two model chunks (virtual stages p and p + 2)
+// share its bundle, so one worker hosts both. Losing it loses both; the head
+// restarts them together on the spare, they take turns again there, and the
+// run ends bitwise as the one without failures.
+TEST_F(RecoveryTest, AnInterleavedStageLosesBothChunksAndEndsBitwiseEqual) {
+  start_cluster(5, "CPU=1");  // a bundle for each of 2 x 2 stages, and a spare
+  TrainConfig config = config_for(0);
+  config.model.num_layers = 4;  // a block a chunk
+  config.parallel.pp = 2;
+  config.parallel.schedule = "interleaved";
+  config.parallel.virtual_stages = 2;
+  const RunLog whole = run(config);
+  ASSERT_TRUE(whole.status.ok()) << whole.status;
+  const RunLog failed = run(config, {{.step = 4, .rank = 1, .p = 1}}, [&](const RecoveryReport&) {
+    absl::StatusOr<int> added = local_->add_worker("CPU=1");
+    EXPECT_TRUE(added.ok()) << added.status();
+  });
+  expect_same_run(failed, whole);
+  ASSERT_EQ(failed.recoveries.size(), 1u);
+  const RecoveryReport& r = failed.recoveries[0];
+  EXPECT_EQ(r.steps_lost, 1);
+  EXPECT_EQ(r.lost.size(), 2u) << r.summary();  // chunks 0 and 1 of stage 1: d1.p1 and d1.p3
+  EXPECT_TRUE(absl::StrContains(r.summary(), "d1.p1.t0 restored from d0.p1.t0")) << r.summary();
+  EXPECT_TRUE(absl::StrContains(r.summary(), "d1.p3.t0 restored from d0.p3.t0")) << r.summary();
+}
+
 // ZeRO-1 over dp with pp and tp: a lost stage's partitions come back from
 // the replicas their buddies (the same stage and slice of the next replica)
 // keep, and the run ends bitwise as the one without failures.

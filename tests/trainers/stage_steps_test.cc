@@ -272,8 +272,12 @@ TEST(StageFactoryTest, BadOptionsFailTheSpawnWithTheReason) {
   pipeline.pipe_group = "bad/pipe";
   pipeline.schedule = "interleaved";
   EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, pipeline).status().message(),
-                       "\"interleaved\" is not implemented yet in the stages"));
+                       "1 model chunks a stage (virtual_stages) with schedule \"interleaved\""));
+  pipeline.virtual_stages = 2;  // of 2 virtual stages: one stage
+  EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, pipeline).status().message(),
+                       "they must be at least 2 stages of 2 chunks each"));
   pipeline.schedule = "1f1b";
+  pipeline.virtual_stages = 1;
   pipeline.gradient_sync = "zero3";
   EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, pipeline).status().message(),
                        "ZeRO-3 with pipeline parallelism (pp 2) is not implemented yet"));
