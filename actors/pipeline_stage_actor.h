@@ -87,14 +87,15 @@ struct StageOptions {
   // skipped.
   nn::DType precision = nn::DType::kFloat32;
   // Pipeline parallelism (mesh.pp > 1): the schedule ("gpipe", "1f1b",
-  // "interleaved"), each stage's blocks (parallel.partition; empty: split
-  // evenly), and the group of this replica's stages (rank p) that
-  // activations and gradients go through. grad_accum is the number of
-  // micro-batches a step. Interleaved 1F1B: each of mesh.pp / virtual_stages
-  // stages holds virtual_stages chunks of the model, and this actor is one
-  // chunk - virtual stage at.p, chunk at.p / stages of stage at.p % stages
-  // (the mesh's p and partition count virtual stages); the chunks of a stage
-  // are spawned into one process and take turns there (actors/stage_turns.h).
+  // "interleaved"), each stage's blocks (parallel.partition; empty: balanced
+  // by parameter count, actors/stage_plan.h), and the group of this
+  // replica's stages (rank p) that activations and gradients go through.
+  // grad_accum is the number of micro-batches a step. Interleaved 1F1B:
+  // each of mesh.pp / virtual_stages stages holds virtual_stages chunks of
+  // the model, and this actor is one chunk - virtual stage at.p, chunk
+  // at.p / stages of stage at.p % stages (the mesh's p and partition count
+  // virtual stages); the chunks of a stage are spawned into one process and
+  // take turns there (actors/stage_turns.h).
   std::string schedule = "1f1b";
   int virtual_stages = 1;
   std::vector<int64_t> partition;

@@ -1,6 +1,8 @@
 #include "actors/stage_plan.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -39,14 +41,80 @@ absl::StatusOr<StagePlan> plan_stage(const nn::GPTParamLayout& layout, int pp, i
     plan.block_begin = static_cast<int>(begin);
     plan.block_end = static_cast<int>(begin + partition[static_cast<size_t>(p)]);
   } else {
-    const int base = L / pp;
-    const int extra = L % pp;
-    plan.block_begin = p * base + (p < extra ? p : extra);
-    plan.block_end = plan.block_begin + base + (p < extra ? 1 : 0);
+    const std::vector<int64_t> balanced = balanced_partition(layout, pp);
+    for (int i = 0; i < p; ++i)
+      plan.block_begin += static_cast<int>(balanced[static_cast<size_t>(i)]);
+    plan.block_end = plan.block_begin + static_cast<int>(balanced[static_cast<size_t>(p)]);
   }
   plan.params.begin = plan.first() ? 0 : layout.block_begin(plan.block_begin);
   plan.params.end = plan.last() ? layout.num_params() : layout.block_begin(plan.block_end);
   return plan;
+}
+
+std::vector<int64_t> uniform_partition(int blocks, int stages) {
+  std::vector<int64_t> out(static_cast<size_t>(stages), blocks / stages);
+  for (int i = 0; i < blocks % stages; ++i)
+    ++out[static_cast<size_t>(i)];
+  return out;
+}
+
+namespace {
+
+// The parameters a stage of blocks [begin, end) owns.
+size_t stage_params(const nn::GPTParamLayout& layout, int begin, int end) {
+  const size_t from = begin == 0 ? 0 : layout.block_begin(begin);
+  const size_t to = end == layout.num_layers() ? layout.num_params() : layout.block_begin(end);
+  return to - from;
+}
+
+size_t largest_stage(const nn::GPTParamLayout& layout, const std::vector<int64_t>& partition) {
+  size_t largest = 0;
+  int begin = 0;
+  for (int64_t blocks : partition) {
+    const int end = begin + static_cast<int>(blocks);
+    largest = std::max(largest, stage_params(layout, begin, end));
+    begin = end;
+  }
+  return largest;
+}
+
+// The partition whose stages each own at most `bound` parameters, giving the
+// earlier stages the most blocks (and each a block at least), if there is one.
+std::optional<std::vector<int64_t>> fill_up_to(const nn::GPTParamLayout& layout, int stages,
+                                               size_t bound) {
+  const int L = layout.num_layers();
+  std::vector<int64_t> out;
+  int begin = 0;
+  for (int s = 0; s < stages; ++s) {
+    const int reserve = stages - s - 1;  // blocks the stages after it need
+    int end = s + 1 == stages ? L : begin + 1;
+    if (stage_params(layout, begin, end) > bound) return std::nullopt;
+    while (s + 1 < stages && end < L - reserve && stage_params(layout, begin, end + 1) <= bound)
+      ++end;
+    out.push_back(end - begin);
+    begin = end;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> balanced_partition(const nn::GPTParamLayout& layout, int stages) {
+  const int L = layout.num_layers();
+  std::vector<int64_t> even = uniform_partition(L, stages);
+  // The smallest bound on a stage's parameters that a partition meets: the
+  // filling above meets every bound some partition meets.
+  size_t low = 0, high = largest_stage(layout, even);  // high is met
+  while (low < high) {
+    const size_t mid = low + (high - low) / 2;
+    if (fill_up_to(layout, stages, mid)) {
+      high = mid;
+    } else {
+      low = mid + 1;
+    }
+  }
+  if (largest_stage(layout, even) == high) return even;
+  return *fill_up_to(layout, stages, high);
 }
 
 absl::StatusOr<float> forward_stage(nn::GPT& gpt, const StagePlan& plan, const int32_t* inputs,

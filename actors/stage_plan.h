@@ -1,9 +1,11 @@
 // What one pipeline stage owns of the GPT: a range of its blocks, and with
 // them a range of the flat parameter buffer (nn/gpt_param_layout.h).
 //
-// The blocks are split as Megatron splits them without a custom layout:
-// evenly, the first L mod pp stages taking one more. The parameter ranges of
-// the stages tile the buffer, so that each parameter has one owner:
+// The blocks are split to balance the parameters the stages own (DeepSpeed's
+// partition_method "parameters"; balanced_partition), or as the user gives
+// them (parallel.partition; Megatron's even split is uniform_partition). The
+// parameter ranges of the stages tile the buffer, so that each parameter has
+// one owner:
 //   first stage   [0, block_begin(end))            wte, wpe and its blocks
 //   middle stage  [block_begin(begin), block_begin(end))
 //   last stage    [block_begin(begin), num_params) its blocks and lnf
@@ -16,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "nn/gpt.h"
@@ -36,11 +39,24 @@ struct StagePlan {
 };
 
 // The plan of stage p of pp for a model laid out as `layout`: the blocks
-// split evenly (above), or `partition[i]` blocks to stage i when given
-// (parallel.partition). InvalidArgument unless 1 <= pp <= L and
-// 0 <= p < pp, and a partition has pp positive counts summing to L.
+// balanced by parameter count (balanced_partition), or `partition[i]` blocks
+// to stage i when given (parallel.partition). InvalidArgument unless
+// 1 <= pp <= L and 0 <= p < pp, and a partition has pp positive counts
+// summing to L.
 absl::StatusOr<StagePlan> plan_stage(const nn::GPTParamLayout& layout, int pp, int p,
                                      std::span<const int64_t> partition = {});
+
+// The blocks of each of `stages` stages, contiguous and at least one each,
+// that balance the parameters the stages own: the first stage's count holds
+// the embeddings, the last's the final LayerNorm, and the largest stage's is
+// as small as it can be. Of the partitions that reach it, the even split
+// when it is one (so that a model whose embeddings are small splits as
+// Megatron splits it), else the one giving the earlier stages the most
+// blocks. REQUIRES: 1 <= stages <= L.
+std::vector<int64_t> balanced_partition(const nn::GPTParamLayout& layout, int stages);
+// Megatron's even split of `blocks` over `stages`: the first blocks mod
+// stages stages take one more. REQUIRES: 1 <= stages <= blocks.
+std::vector<int64_t> uniform_partition(int blocks, int stages);
 
 // The stage's part of the GPT's forward on one micro-batch [B, T]: the
 // embedding on the first stage, the plan's blocks, the head and loss on the

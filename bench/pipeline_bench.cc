@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
         "peer (torch.distributed.pipelining): skipped, no python here imports torch "
         "(bench/setup_torch_peers.sh installs it)\n");
   }
-  std::printf("%-9s %2s %3s  %9s %8s %7s  %10s %10s %6s  %12s %5s\n", "schedule", "p", "m",
+  std::printf("%-11s %2s %3s  %9s %8s %7s  %10s %10s %6s  %12s %5s\n", "schedule", "p", "m",
               "bubble", "theory", "diff", "samples/s", "torch", "ratio", "activations", "held");
   int jobs = 0;
   for (const std::string& schedule : schedules) {
@@ -237,7 +237,7 @@ int main(int argc, char** argv) {
         const std::string peer_text = peer > 0 ? absl::StrFormat("%10.1f", peer) : "         -";
         const std::string ratio_text =
             peer > 0 ? absl::StrFormat("%5.2fx", median(rate) / peer) : "     -";
-        std::printf("%-9s %2d %3d  %8.1f%% %7.1f%% %+6.1f  %10.1f %s %s  %12s %5d\n",
+        std::printf("%-11s %2d %3d  %8.1f%% %7.1f%% %+6.1f  %10.1f %s %s  %12s %5d\n",
                     schedule.c_str(), p, m, 100 * median(bubble), 100 * theory,
                     100 * (median(bubble) - theory), median(rate), peer_text.c_str(),
                     ratio_text.c_str(), nn::format_bytes(static_cast<int64_t>(activations)).c_str(),

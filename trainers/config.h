@@ -95,10 +95,13 @@ struct ParallelConfig {
   // The pipeline schedule (actors/pipeline/schedule.h): "gpipe", "1f1b" or
   // "interleaved"; the model chunks a stage holds under "interleaved" (2 or
   // more; 1 otherwise); the blocks of each stage, pp entries summing to
-  // model.n_layer (empty: balanced by parameter count).
+  // model.n_layer (pp x virtual_stages under "interleaved"); without them,
+  // how the blocks are split (DeepSpeed's partition_method): "parameters"
+  // (balanced by parameter count) or "uniform" (evenly, as Megatron does).
   std::string schedule = "1f1b";
   int virtual_stages = 1;
   std::vector<int64_t> partition;
+  std::string partition_method = "parameters";
 };
 
 enum class OptimizerType { kAdamW, kSgd };

@@ -117,7 +117,8 @@ std::string to_json(const TrainConfig& c) {
                    {"tp", c.parallel.tp},
                    {"schedule", c.parallel.schedule},
                    {"virtual_stages", c.parallel.virtual_stages},
-                   {"partition", c.parallel.partition}};
+                   {"partition", c.parallel.partition},
+                   {"partition_method", c.parallel.partition_method}};
   const TrainingConfig& t = c.training;
   j["training"] = {{"steps", t.steps},
                    {"seed", t.seed},

@@ -105,7 +105,7 @@ constexpr std::array<std::array<absl::string_view, 8>, 7> kSectionKeys = {{
     {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "padded_vocab_size",
      "recompute_activations", ""},
     {"path", "synthetic", "shuffle", "prefetch", "", "", "", ""},
-    {"dp", "pp", "tp", "schedule", "virtual_stages", "partition", "", ""},
+    {"dp", "pp", "tp", "schedule", "virtual_stages", "partition", "partition_method", ""},
     {"steps", "seed", "log_interval", "metrics_file", "output_dir", "eval_interval", "eval_samples",
      "threads"},
     {"dir", "interval_steps", "keep", "async", "", "", "", ""},
@@ -295,12 +295,18 @@ absl::Status parse_parallel(JsonObject& top, TrainConfig* config) {
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("schedule", &p.schedule));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("virtual_stages", &p.virtual_stages, 1, kMaxParallel));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("partition", &p.partition));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("partition_method", &p.partition_method));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_megatron_sizes(top, config, {s.has("tp"), s.has("pp")}));
   if (p.schedule != "gpipe" && p.schedule != "1f1b" && p.schedule != "interleaved") {
     return config_error(absl::StrCat("parallel.schedule: \"", p.schedule,
                                      "\" is not a schedule; one of \"gpipe\", \"1f1b\", "
                                      "\"interleaved\""));
+  }
+  if (p.partition_method != "parameters" && p.partition_method != "uniform") {
+    return config_error(absl::StrCat("parallel.partition_method: \"", p.partition_method,
+                                     "\" is not a method; one of \"parameters\" (balanced by "
+                                     "parameter count), \"uniform\""));
   }
   if ((p.schedule == "interleaved") != (p.virtual_stages > 1)) {
     return config_error(absl::StrCat(

@@ -91,6 +91,11 @@ absl::Status HybridTrainer::spawn_mesh() {
   const int dp = mesh.dp, pp = mesh.pp, tp = mesh.tp;
   // Every slice's layout has the same offsets: the ranges are any slice's.
   const nn::GPTParamLayout layout(config_.model, {.rank = 0, .size = tp});
+  // Without a partition the stages balance their parameters (plan_stage);
+  // "uniform" asks for Megatron's even split, given to them as a partition.
+  if (config_.parallel.partition.empty() && config_.parallel.partition_method == "uniform") {
+    config_.parallel.partition = actors::uniform_partition(config_.model.num_layers, pp);
+  }
   for (int p = 0; p < pp; ++p) {
     absl::StatusOr<actors::StagePlan> plan =
         actors::plan_stage(layout, pp, p, config_.parallel.partition);

@@ -384,6 +384,12 @@ TEST(TrainConfigTest, PipelineScheduleKeys) {
   EXPECT_EQ(c.parallel.schedule, "interleaved");
   EXPECT_EQ(c.parallel.virtual_stages, 2);
   EXPECT_EQ(c.parallel.partition, (std::vector<int64_t>{1, 1, 1, 1}));
+  EXPECT_EQ(defaults.parallel.partition_method, "parameters");
+  EXPECT_EQ(parse_ok(patched(R"({"parallel": {"partition_method": "uniform"}})"))
+                .parallel.partition_method,
+            "uniform");
+  expect_error(R"({"parallel": {"partition_method": "type:transformer"}})",
+               "parallel.partition_method", "\"type:transformer\" is not a method");
   expect_error(R"({"parallel": {"schedule": "zb-v"}})", "parallel.schedule",
                "\"zb-v\" is not a schedule; one of \"gpipe\", \"1f1b\", \"interleaved\"");
   expect_error(R"({"parallel": {"schedule": "interleaved", "virtual_stages": 2},

@@ -6,7 +6,9 @@
 // driving the real actors without any process.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -316,10 +318,13 @@ TEST(StageFactoryTest, BadOptionsFailTheSpawnWithTheReason) {
   EXPECT_EQ(system.num_actors(), 0u);
 }
 
-TEST(StagePlanTest, StagesSplitTheBlocksEvenlyAndTheirRangesTileTheModel) {
+// Without a partition the stages balance the parameters they own: the
+// first stage holds the embeddings, so of 5 blocks over 3 stages it takes 1
+// and the others 2 (the even split's 2, 2, 1 would load the first most).
+TEST(StagePlanTest, StagesBalanceTheirParametersAndTheirRangesTileTheModel) {
   const nn::GPTParamLayout layout(nn::GPTConfig{
       .max_seq_len = 8, .vocab_size = 10, .num_layers = 5, .num_heads = 2, .channels = 4});
-  const int expected[3][2] = {{0, 2}, {2, 4}, {4, 5}};
+  const int expected[3][2] = {{0, 1}, {1, 3}, {3, 5}};
   size_t covered = 0;
   for (int p = 0; p < 3; ++p) {
     absl::StatusOr<actors::StagePlan> plan = actors::plan_stage(layout, 3, p);
@@ -336,6 +341,57 @@ TEST(StagePlanTest, StagesSplitTheBlocksEvenlyAndTheirRangesTileTheModel) {
   EXPECT_EQ(whole->params, (nn::ParamRange{0, layout.num_params()}));
   EXPECT_EQ(actors::plan_stage(layout, 6, 0).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(actors::plan_stage(layout, 2, 2).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+size_t largest_stage(const nn::GPTParamLayout& layout, const std::vector<int64_t>& partition) {
+  size_t largest = 0;
+  for (int p = 0; p < static_cast<int>(partition.size()); ++p) {
+    absl::StatusOr<actors::StagePlan> plan =
+        actors::plan_stage(layout, static_cast<int>(partition.size()), p, partition);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    if (plan.ok()) largest = std::max(largest, plan->params.size());
+  }
+  return largest;
+}
+
+// balanced_partition's largest stage is the smallest any partition has
+// (checked against every partition of a few shapes); it is the even split
+// where that is as good, and with a large vocabulary the first stage, which
+// holds the embeddings, gets a block alone.
+TEST(StagePlanTest, TheBalancedPartitionHasTheSmallestLargestStage) {
+  for (int vocab : {10, 40, 1000}) {
+    const nn::GPTParamLayout layout(nn::GPTConfig{
+        .max_seq_len = 8, .vocab_size = vocab, .num_layers = 6, .num_heads = 2, .channels = 4});
+    for (int stages = 1; stages <= 6; ++stages) {
+      const std::vector<int64_t> balanced = actors::balanced_partition(layout, stages);
+      ASSERT_EQ(balanced.size(), static_cast<size_t>(stages));
+      size_t best = SIZE_MAX;
+      // Every partition of 6 blocks into `stages` positive parts.
+      std::vector<int64_t> parts(static_cast<size_t>(stages), 1);
+      std::function<void(int, int)> each = [&](int i, int left) {
+        if (i + 1 == stages) {
+          parts[static_cast<size_t>(i)] = left;
+          best = std::min(best, largest_stage(layout, parts));
+          return;
+        }
+        for (int k = 1; k <= left - (stages - i - 1); ++k) {
+          parts[static_cast<size_t>(i)] = k;
+          each(i + 1, left - k);
+        }
+      };
+      each(0, 6);
+      const std::string what = "vocab " + std::to_string(vocab) + ", " + std::to_string(stages);
+      EXPECT_EQ(largest_stage(layout, balanced), best) << what;
+      const std::vector<int64_t> even = actors::uniform_partition(6, stages);
+      if (largest_stage(layout, even) == best) {
+        EXPECT_EQ(balanced, even) << what;
+      }
+    }
+  }
+  const nn::GPTParamLayout wide(nn::GPTConfig{
+      .max_seq_len = 8, .vocab_size = 1000, .num_layers = 5, .num_heads = 2, .channels = 4});
+  EXPECT_EQ(actors::balanced_partition(wide, 2), (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(actors::uniform_partition(5, 3), (std::vector<int64_t>{2, 2, 1}));
 }
 
 TEST(StagePlanTest, AGivenPartitionSetsEachStagesBlocks) {
