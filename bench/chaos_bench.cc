@@ -225,9 +225,11 @@ std::vector<LoggedStep> read_steps(const std::string& path) {
 
 // Runs troupe and torchrun (--max-restarts 1, a checkpoint every `every` steps) through a kill
 // of rank 1 at step `kill_step`, prints both, and returns the kill-to-next-step row (seconds;
-// the peer's column is torchrun's). Adds the steps-run-again row to `rows`.
+// the peer's column is torchrun's). Adds the steps-run-again row to `rows`. A torchrun that
+// has not finished within `peer_timeout_s` is killed and reported as failed (a restarted
+// rendezvous has been seen to hang), so that the bench ends within its own budget.
 Row against_torchrun(Chaos& chaos, const Shape& shape, int stage, int kill_step, int every,
-                     int threads, std::vector<Row>* rows) {
+                     int threads, int peer_timeout_s, std::vector<Row>* rows) {
   Row row{.name = "kill to next completed step", .unit = "s, lower is better"};
   const int steps = kill_step + 2;
   double killed_ms = 0;
@@ -261,8 +263,8 @@ Row against_torchrun(Chaos& chaos, const Shape& shape, int stage, int kill_step,
   const std::string config_arg =
       absl::StrCat(shape.L, ":", shape.C, ":", shape.NH, ":", shape.V, ":", shape.T, ":", shape.B);
   const std::string command = absl::StrCat(
-      "cd ", shell_quote(dir), " && OMP_NUM_THREADS=", threads, " timeout 900 ",
-      shell_quote(*python), " -m torch.distributed.run --nproc-per-node 2 --max-restarts 1",
+      "cd ", shell_quote(dir), " && OMP_NUM_THREADS=", threads, " timeout -k 10 ", peer_timeout_s,
+      " ", shell_quote(*python), " -m torch.distributed.run --nproc-per-node 2 --max-restarts 1",
       " --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:", 20000 + ::getpid() % 20000, " ",
       shell_quote(TROUPE_CHAOS_BENCH_TORCHRUN_SCRIPT), " --config ", config_arg, " --steps ", steps,
       " --kill-step ", kill_step, " --checkpoint-every ", every, " --dir ", shell_quote(dir),
@@ -437,7 +439,10 @@ int main(int argc, char** argv) {
     // Side by side with torchelastic: the same model, a rank SIGKILLed at the same step.
     const int kill_step = tiny ? 5 : 30;
     const int every = tiny ? 2 : 20;
-    rows.push_back(against_torchrun(chaos, shape, stage, kill_step, every, threads, &rows));
+    // CI's smoke run has 600 s in all.
+    const int peer_timeout_s = tiny ? 180 : 900;
+    rows.push_back(
+        against_torchrun(chaos, shape, stage, kill_step, every, threads, peer_timeout_s, &rows));
   }
   if (const std::string json = flags.get("--json", ""); !json.empty()) {
     if (!write_json(json, "chaos_bench", "", rows)) die("cannot write " + json);
