@@ -210,6 +210,30 @@ TEST_F(PipelineTest, InterleavedOneFOneBMatchesOneProcess) {
   }
 }
 
+// Interleaved 1F1B over 4 stages of 2 chunks (a model of 8 blocks: 8
+// virtual stages of one), and under ZeRO-1 over dp 2 (each virtual stage's
+// range partitioned over its replicas): the same math as one process.
+TEST_F(PipelineTest, InterleavedOverFourStagesAndUnderZero1MatchesOneProcess) {
+  TrainConfig single_config = config_for(1, 1);
+  single_config.model.num_layers = 8;
+  const RunResult single = run(single_config);
+  ASSERT_EQ(single.losses.size(), static_cast<size_t>(kSteps));
+  TrainConfig four = config_for(1, 4, "interleaved");
+  four.model.num_layers = 8;
+  const RunResult piped = run(four);
+  testing::expect_same_training(piped, single, "dp 1 x pp 4 (2 chunks each)", true, "pipeline");
+  for (const StepOutcome& o : piped.outcomes) {
+    expect_timelines(o, 1, 4, 1, "interleaved");
+    expect_turns_taken(o, 4, 2, kGlobalBatch / kMicroBatch);
+  }
+  const RunResult single4 = run(config_for(1, 1));
+  TrainConfig zero1 = config_for(2, 2, "interleaved");
+  zero1.zero.stage = 1;
+  const RunResult partitioned = run(zero1);
+  testing::expect_same_training(partitioned, single4, "dp 2 x pp 2 (2 chunks each), ZeRO-1", true,
+                                "pipeline");
+}
+
 // ZeRO-1 over dp with pipeline and tensor parallelism (Megatron's
 // distributed optimizer): each replica's shard owns a partition of its
 // stage's range; the gradients are reduce-scattered to them and the
