@@ -22,26 +22,28 @@ namespace config_detail {
 namespace {
 
 // Top-level keys that parse_train_config reads.
-constexpr std::array<absl::string_view, 20> kImplementedKeys = {"train_batch_size",
-                                                                "train_micro_batch_size_per_gpu",
-                                                                "gradient_accumulation_steps",
-                                                                "gradient_clipping",
-                                                                "steps_per_print",
-                                                                "optimizer",
-                                                                "scheduler",
-                                                                "fp16",
-                                                                "bf16",
-                                                                "bfloat16",
-                                                                "zero_optimization",
-                                                                "model",
-                                                                "data",
-                                                                "parallel",
-                                                                "training",
-                                                                "checkpoint",
-                                                                "fault_tolerance",
-                                                                "elasticity",
-                                                                "tensor_model_parallel_size",
-                                                                "pipeline_model_parallel_size"};
+constexpr std::array<absl::string_view, 21> kImplementedKeys = {
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "gradient_clipping",
+    "steps_per_print",
+    "optimizer",
+    "scheduler",
+    "fp16",
+    "bf16",
+    "bfloat16",
+    "zero_optimization",
+    "model",
+    "data",
+    "parallel",
+    "training",
+    "checkpoint",
+    "fault_tolerance",
+    "elasticity",
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "virtual_pipeline_model_parallel_size"};
 
 // Top-level keys of DeepSpeed's config (deepspeed.ai/docs/config-json and
 // deepspeed/runtime/config.py) that troupe does not implement: a warning when
@@ -262,15 +264,23 @@ absl::Status parse_data(JsonObject& top, TrainConfig* config) {
   return absl::OkStatus();
 }
 
-// Megatron-LM's names for parallel.tp and parallel.pp, at the top level as
-// DeepSpeed configs carry them: the same setting, given once.
-// `ours_given`: whether parallel.tp and parallel.pp were in the config.
-absl::Status parse_megatron_sizes(JsonObject& top, TrainConfig* config,
-                                  std::pair<bool, bool> ours_given = {false, false}) {
+// Which of parallel's keys the config has (where Megatron's names say the
+// same).
+struct OursGiven {
+  bool tp = false, pp = false, virtual_stages = false, schedule = false;
+};
+
+// Megatron-LM's names for parallel.tp, parallel.pp and parallel.virtual_stages,
+// at the top level as DeepSpeed configs carry them: the same setting, given
+// once. A virtual pipeline of 2 or more chunks is Megatron's interleaved
+// schedule, which it then is unless parallel.schedule says otherwise.
+absl::Status parse_megatron_sizes(JsonObject& top, TrainConfig* config, OursGiven ours_given = {}) {
   ParallelConfig& p = config->parallel;
   for (auto [megatron, ours, size, given_too] :
-       {std::tuple{"tensor_model_parallel_size", "tp", &p.tp, ours_given.first},
-        std::tuple{"pipeline_model_parallel_size", "pp", &p.pp, ours_given.second}}) {
+       {std::tuple{"tensor_model_parallel_size", "tp", &p.tp, ours_given.tp},
+        std::tuple{"pipeline_model_parallel_size", "pp", &p.pp, ours_given.pp},
+        std::tuple{"virtual_pipeline_model_parallel_size", "virtual_stages", &p.virtual_stages,
+                   ours_given.virtual_stages}}) {
     if (!top.has(megatron)) continue;
     int given = 1;
     TROUPE_CONFIG_RETURN_IF_ERROR(top.read(megatron, &given, 1, kMaxParallel));
@@ -279,6 +289,10 @@ absl::Status parse_megatron_sizes(JsonObject& top, TrainConfig* config,
                                        " (the same setting; keep one)"));
     }
     *size = given;
+  }
+  if (top.has("virtual_pipeline_model_parallel_size") && p.virtual_stages > 1 &&
+      !ours_given.schedule) {
+    p.schedule = "interleaved";
   }
   return absl::OkStatus();
 }
@@ -297,7 +311,11 @@ absl::Status parse_parallel(JsonObject& top, TrainConfig* config) {
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("partition", &p.partition));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("partition_method", &p.partition_method));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
-  TROUPE_CONFIG_RETURN_IF_ERROR(parse_megatron_sizes(top, config, {s.has("tp"), s.has("pp")}));
+  TROUPE_CONFIG_RETURN_IF_ERROR(parse_megatron_sizes(top, config,
+                                                     {.tp = s.has("tp"),
+                                                      .pp = s.has("pp"),
+                                                      .virtual_stages = s.has("virtual_stages"),
+                                                      .schedule = s.has("schedule")}));
   if (p.schedule != "gpipe" && p.schedule != "1f1b" && p.schedule != "interleaved") {
     return config_error(absl::StrCat("parallel.schedule: \"", p.schedule,
                                      "\" is not a schedule; one of \"gpipe\", \"1f1b\", "

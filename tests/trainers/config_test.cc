@@ -440,6 +440,19 @@ TEST(TrainConfigTest, PipelineStagesAndMegatronSizes) {
                "pipeline_model_parallel_size", "1 != parallel.pp 2 (the same setting; keep one)");
   expect_error(R"({"parallel": {"pp": 1}, "pipeline_model_parallel_size": 2})",
                "pipeline_model_parallel_size", "2 != parallel.pp 1 (the same setting; keep one)");
+  // Megatron's virtual pipeline: its interleaved schedule, unless parallel.schedule says.
+  const TrainConfig v = parse_ok(patched(R"({"pipeline_model_parallel_size": 2,
+      "virtual_pipeline_model_parallel_size": 2, "model": {"n_layer": 4},
+      "gradient_accumulation_steps": 2, "train_batch_size": 64})"));
+  EXPECT_EQ(v.parallel.virtual_stages, 2);
+  EXPECT_EQ(v.parallel.schedule, "interleaved");
+  expect_error(R"({"parallel": {"pp": 2, "virtual_stages": 2, "schedule": "interleaved"},
+      "virtual_pipeline_model_parallel_size": 3, "model": {"n_layer": 6}})",
+               "virtual_pipeline_model_parallel_size",
+               "3 != parallel.virtual_stages 2 (the same setting; keep one)");
+  expect_error(R"({"parallel": {"pp": 2, "schedule": "1f1b"},
+      "virtual_pipeline_model_parallel_size": 2, "model": {"n_layer": 4}})",
+               "parallel.virtual_stages", "2 with parallel.schedule \"1f1b\"");
   const TrainConfig t = parse_ok(patched(R"({"tensor_model_parallel_size": 2})"));
   EXPECT_EQ(t.parallel.tp, 2);
   expect_error(R"({"tensor_model_parallel_size": 2, "parallel": {"tp": 4}})",
