@@ -42,9 +42,18 @@ std::string seconds(double ms) {
 }  // namespace
 
 std::string RecoveryReport::summary() const {
+  // The members lost for one reason (a node's loss takes all it hosted) are
+  // named together, before it.
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_reason;
+  for (const LostMember& m : lost) {
+    auto it = std::find_if(by_reason.begin(), by_reason.end(),
+                           [&](const auto& group) { return group.first == m.reason; });
+    if (it == by_reason.end()) it = by_reason.insert(by_reason.end(), {m.reason, {}});
+    it->second.push_back(actors::to_string(m.at));
+  }
   std::vector<std::string> who;
-  for (const LostMember& m : lost)
-    who.push_back(absl::StrCat(actors::to_string(m.at), " (", m.reason, ")"));
+  for (const auto& [reason, members] : by_reason)
+    who.push_back(absl::StrCat(absl::StrJoin(members, ", "), " (", reason, ")"));
   std::string out = absl::StrCat("step ", step, ": lost ", absl::StrJoin(who, ", "), "; ");
   if (checkpoint_step) {
     absl::StrAppend(&out, "no surviving copy of its state, so back to the checkpoint of step ",

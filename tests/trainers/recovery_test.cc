@@ -682,6 +682,8 @@ TEST_F(RecoveryTest, AnInterleavedStageLosesBothChunksAndEndsBitwiseEqual) {
   const RecoveryReport& r = failed.recoveries[0];
   EXPECT_EQ(r.steps_lost, 1);
   EXPECT_EQ(r.lost.size(), 2u) << r.summary();  // chunks 0 and 1 of stage 1: d1.p1 and d1.p3
+  // Lost with their node: named together, before its reason.
+  EXPECT_TRUE(absl::StrContains(r.summary(), "lost d1.p1.t0, d1.p3.t0 (its node")) << r.summary();
   EXPECT_TRUE(absl::StrContains(r.summary(), "d1.p1.t0 restored from d0.p1.t0")) << r.summary();
   EXPECT_TRUE(absl::StrContains(r.summary(), "d1.p3.t0 restored from d0.p3.t0")) << r.summary();
 }
