@@ -102,9 +102,10 @@ std::optional<std::vector<int64_t>> fill_up_to(const nn::GPTParamLayout& layout,
 std::vector<int64_t> balanced_partition(const nn::GPTParamLayout& layout, int stages) {
   const int L = layout.num_layers();
   std::vector<int64_t> even = uniform_partition(L, stages);
+  const size_t even_largest = largest_stage(layout, even);
   // The smallest bound on a stage's parameters that a partition meets: the
   // filling above meets every bound some partition meets.
-  size_t low = 0, high = largest_stage(layout, even);  // high is met
+  size_t low = 0, high = even_largest;  // high is met
   while (low < high) {
     const size_t mid = low + (high - low) / 2;
     if (fill_up_to(layout, stages, mid)) {
@@ -113,7 +114,7 @@ std::vector<int64_t> balanced_partition(const nn::GPTParamLayout& layout, int st
       low = mid + 1;
     }
   }
-  if (largest_stage(layout, even) == high) return even;
+  if (even_largest == high) return even;
   return *fill_up_to(layout, stages, high);
 }
 

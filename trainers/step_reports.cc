@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -76,25 +77,42 @@ absl::StatusOr<double> sum_owned_norms(int64_t step, std::span<const actors::Ste
   return total;
 }
 
+// The pipeline stage a report's rank belongs to: its p, or under interleaved
+// 1F1B (chunk c of stage s is virtual stage c x stages + s) its s.
+int stage_of(const actors::StepReport& r, int virtual_stages) {
+  const int stages = std::max(virtual_stages / std::max(r.chunks, 1), 1);
+  return r.at.p % stages;
+}
+
+// The virtual stages the reports come from: one more than the largest p.
+int virtual_stages_of(std::span<const actors::StepReport> reports) {
+  int out = 1;
+  for (const actors::StepReport& r : reports)
+    out = std::max(out, r.at.p + 1);
+  return out;
+}
+
 }  // namespace
 
 double pipeline_bubble(std::span<const actors::StepReport> reports) {
   struct Pipeline {
     double busy = 0, makespan = 0;
-    double stages = 0;  // a model chunk of an interleaved stage counts 1 / chunks
+    std::set<int> stages;  // an interleaved stage's chunks are one stage
   };
+  const int virtual_stages = virtual_stages_of(reports);
   std::map<int, Pipeline> pipelines;  // by replica
   for (const actors::StepReport& r : reports) {
     if (r.at.t != 0 || r.timeline.empty()) continue;
     Pipeline& p = pipelines[r.at.d];
     p.busy += r.forward_ms + r.backward_ms;
     p.makespan = std::max(p.makespan, r.schedule_ms);
-    p.stages += 1.0 / std::max(r.chunks, 1);
+    p.stages.insert(stage_of(r, virtual_stages));
   }
   double sum = 0;
   for (const auto& [d, p] : pipelines) {
-    if (p.stages >= 1.5 && p.makespan > 0) {
-      sum += std::max(0.0, 1 - p.busy / (p.stages * p.makespan));
+    if (p.stages.size() >= 2 && p.makespan > 0) {
+      const auto stages = static_cast<double>(p.stages.size());
+      sum += std::max(0.0, 1 - p.busy / (stages * p.makespan));
     }
   }
   return pipelines.empty() ? 0 : sum / static_cast<double>(pipelines.size());
@@ -124,13 +142,10 @@ absl::StatusOr<StepTotals> combine_reports(int64_t step,
     out.found_inf = out.found_inf || r.found_inf;
   }
   // Per rank: an interleaved stage's chunks are one rank's.
-  int virtual_stages = 1;
-  for (const actors::StepReport& r : reports)
-    virtual_stages = std::max(virtual_stages, r.at.p + 1);
+  const int virtual_stages = virtual_stages_of(reports);
   std::map<std::tuple<int, int, int>, std::pair<actors::MemoryReport, actors::TrafficReport>> ranks;
   for (const actors::StepReport& r : reports) {
-    const int stages = std::max(virtual_stages / std::max(r.chunks, 1), 1);
-    auto& [memory, sent] = ranks[{r.at.d, r.at.p % stages, r.at.t}];
+    auto& [memory, sent] = ranks[{r.at.d, stage_of(r, virtual_stages), r.at.t}];
     memory = memory.plus(r.memory);
     sent = sent.plus(r.sent);
   }
