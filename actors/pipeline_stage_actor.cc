@@ -453,7 +453,10 @@ absl::Status PipelineStageActor::start_step(const StepRequest& request, StepRepo
   sync_->drain();  // nothing of a failed step may still write the gradients
   whole_version_ = -1;
   if (group_ != nullptr) traffic_at_step_ = group_->traffic();
-  if (pipe_ != nullptr) pipe_traffic_at_step_ = pipe_->traffic();
+  if (pipe_ != nullptr) {
+    pipe_traffic_at_step_ = pipe_->traffic();
+    pipe_in_place_at_step_ = pipe_->received_in_place();
+  }
   if (tp_ != nullptr) tp_traffic_at_step_ = tp_->traffic();
   return sync_->begin_step();
 }
@@ -548,6 +551,8 @@ void PipelineStageActor::finish_report(StepReport& report, double start) {
   }
   if (pipe_ != nullptr) {
     report.sent.pipeline = static_cast<int64_t>((pipe_->traffic() - pipe_traffic_at_step_).total());
+    report.sent.pipeline_received_in_place =
+        static_cast<int64_t>(pipe_->received_in_place() - pipe_in_place_at_step_);
   }
   if (tp_ != nullptr) {
     report.sent.tensor_parallel =

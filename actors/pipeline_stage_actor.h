@@ -60,6 +60,7 @@
 namespace troupe::actors {
 
 class DataLoader;
+class StageSends;
 struct Batch;
 
 struct StageOptions {
@@ -195,8 +196,8 @@ class PipelineStageActor {
   absl::StatusOr<StepReport> run_schedule(const StepRequest& request);
   // The tied embedding (pp > 1): the first stage sends wte to the last
   // before the step, and the last its gradient back (add_embedding_grad).
-  absl::Status share_embedding(int64_t step);
-  absl::Status send_embedding_grad(int64_t step);
+  absl::Status share_embedding(int64_t step, StageSends& sends);
+  void send_embedding_grad(int64_t step, StageSends& sends);
   absl::Status add_embedding_grad(int64_t step);
   // The loader's next micro-batch, checked, with its samples and position
   // recorded in `report`.
@@ -240,6 +241,7 @@ class PipelineStageActor {
   int64_t whole_version_ = -1;
   // The groups' traffic when the step began: data-parallel, pipe, tp.
   transport::Traffic traffic_at_step_, pipe_traffic_at_step_, tp_traffic_at_step_;
+  uint64_t pipe_in_place_at_step_ = 0;  // the pipe group's received_in_place then
 };
 TROUPE_ACTOR(PipelineStageActor, &PipelineStageActor::setup, &PipelineStageActor::rejoin,
              &PipelineStageActor::resize, &PipelineStageActor::run_step,

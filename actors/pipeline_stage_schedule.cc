@@ -3,8 +3,11 @@
 // micro-batch's forward takes an activation slot of the model
 // (nn::GPT::use_slot) until its backward is done; activations and their
 // gradients go to the neighbouring stages over the pipe group, whose sends
-// copy and return at once and whose receives wait (as check_schedule
-// simulates). The tied embedding: the first stage sends wte to the last
+// return at once and whose receives wait (as check_schedule simulates).
+// Nothing is copied where the transport allows: a send lends the transport
+// the memory the stage computed in (waited for before that memory is written
+// again: StageSends), and a receive posted before its message arrives has it
+// land where the stage computes next. The tied embedding: the first stage sends wte to the last
 // before the step, and the last sends back the head's share of its gradient,
 // which the first adds before its last backward, ahead of the reduction.
 #include <vector>
@@ -13,6 +16,7 @@
 #include "actors/data/data_loader.h"
 #include "actors/failpoint.h"
 #include "actors/pipeline_stage_actor.h"
+#include "actors/stage_sends.h"
 #include "actors/step_clock.h"
 
 namespace troupe::actors {
@@ -37,19 +41,25 @@ uint64_t wire_tag(int64_t step, Wire what, int micro) {
 
 }  // namespace
 
-absl::Status PipelineStageActor::share_embedding(int64_t step) {
+absl::Status PipelineStageActor::share_embedding(int64_t step, StageSends& sends) {
   const size_t bytes = model_.param_layout().wpe() * sizeof(float);  // wte: the first tensor
   const int last = options_.mesh.pp - 1;
-  if (plan_.first())
-    return pipe_->send(last, wire_tag(step, Wire::kEmbedding, 0), buffers_->params(0), bytes);
+  if (plan_.first()) {
+    const float* wte = buffers_->params(0);
+    sends.add(wte,
+              pipe_->send_borrowed_async(last, wire_tag(step, Wire::kEmbedding, 0), wte, bytes));
+    return absl::OkStatus();
+  }
   if (plan_.last())
     return pipe_->recv(0, wire_tag(step, Wire::kEmbedding, 0), buffers_->params(0), bytes);
   return absl::OkStatus();
 }
 
-absl::Status PipelineStageActor::send_embedding_grad(int64_t step) {
+void PipelineStageActor::send_embedding_grad(int64_t step, StageSends& sends) {
   const size_t bytes = model_.param_layout().wpe() * sizeof(float);
-  return pipe_->send(0, wire_tag(step, Wire::kEmbeddingGrad, 0), buffers_->grads(0), bytes);
+  const float* dwte = buffers_->grads(0);
+  sends.add(dwte,
+            pipe_->send_borrowed_async(0, wire_tag(step, Wire::kEmbeddingGrad, 0), dwte, bytes));
 }
 
 absl::Status PipelineStageActor::add_embedding_grad(int64_t step) {
@@ -83,7 +93,14 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
   // This actor's ops: its stage's program, or under interleaved 1F1B its chunk's ops of it.
   const std::vector<PipelineOp>& program = program_.ops;
   if (absl::Status s = gpt.prepare(B, T); !s.ok()) return s;
-  if (absl::Status s = share_embedding(request.step); !s.ok()) return s;
+  // A group that lost a member cannot finish the step: no more work for it.
+  const GoOn go_on = [this]() -> absl::Status {
+    if (absl::Status s = pipe_->failed(); !s.ok()) return s;
+    return group_ != nullptr ? group_->failed() : absl::OkStatus();
+  };
+  const absl::Time deadline = absl::Now() + kPipeTimeout;
+  StageSends sends;
+  if (absl::Status s = share_embedding(request.step, sends); !s.ok()) return s;
   size_t last_backward = 0;
   for (size_t i = 0; i < program.size(); ++i) {
     if (program[i].kind == OpKind::kBackward) last_backward = i;
@@ -103,6 +120,9 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
       }
       slot = free_slots.back();
       free_slots.pop_back();
+      gpt.use_slot(slot);
+      // The slot's last activation may still be on its way to the next stage.
+      return sends.await(gpt.residual(plan_.block_end), go_on, deadline);
     }
     gpt.use_slot(slot);
     return absl::OkStatus();
@@ -110,12 +130,6 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
   // Each micro-batch's mean loss weighs 1 / m; the loss scale rides on it.
   const float dloss = request.loss_scale / static_cast<float>(m);
   double loss_sum = 0;
-  // A group that lost a member cannot finish the step: no more work for it.
-  const GoOn go_on = [this]() -> absl::Status {
-    if (absl::Status s = pipe_->failed(); !s.ok()) return s;
-    return group_ != nullptr ? group_->failed() : absl::OkStatus();
-  };
-  const absl::Time deadline = absl::Now() + kPipeTimeout;
   const double began = now_ms();
   report.timeline.reserve(program.size());
   for (size_t i = 0; i < program.size(); ++i) {
@@ -141,27 +155,27 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
           return s;
         }
         break;
-      case OpKind::kSendActivation:
-        if (absl::Status s = pipe_->send(p + 1, wire_tag(request.step, Wire::kActivation, op.micro),
-                                         gpt.residual(plan_.block_end), bytes);
-            !s.ok()) {
-          return s;
-        }
+      case OpKind::kSendActivation: {
+        const float* out = gpt.residual(plan_.block_end);
+        sends.add(out, pipe_->send_borrowed_async(
+                           p + 1, wire_tag(request.step, Wire::kActivation, op.micro), out, bytes));
         break;
+      }
       case OpKind::kRecvGradient:
+        // Into the scratch the last gradient sent back may still be read from.
+        if (absl::Status s = sends.await(gpt.dresidual(), go_on, deadline); !s.ok()) return s;
         if (absl::Status s = pipe_->recv(p + 1, wire_tag(request.step, Wire::kGradient, op.micro),
                                          gpt.dresidual(), bytes);
             !s.ok()) {
           return s;
         }
         break;
-      case OpKind::kSendGradient:
-        if (absl::Status s = pipe_->send(p - 1, wire_tag(request.step, Wire::kGradient, op.micro),
-                                         gpt.dresidual(), bytes);
-            !s.ok()) {
-          return s;
-        }
+      case OpKind::kSendGradient: {
+        const float* din = gpt.dresidual();
+        sends.add(din, pipe_->send_borrowed_async(
+                           p - 1, wire_tag(request.step, Wire::kGradient, op.micro), din, bytes));
         break;
+      }
       case OpKind::kForward: {
         // Every stage's loader gives the replica's micro-batches in order:
         // the first stage reads their inputs, the last their targets.
@@ -183,11 +197,11 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
           if (absl::Status s = add_embedding_grad(request.step); !s.ok()) return s;
           t0 = now_ms();  // the wait for the last stage's share is not compute
         }
+        // The backward writes the scratch a gradient sent back is read from.
+        if (absl::Status s = sends.await(gpt.dresidual(), go_on, deadline); !s.ok()) return s;
         if (absl::Status s = sync_->backward(dloss, last); !s.ok()) return s;
         report.backward_ms += now_ms() - t0;
-        if (last && plan_.last()) {
-          if (absl::Status s = send_embedding_grad(request.step); !s.ok()) return s;
-        }
+        if (last && plan_.last()) send_embedding_grad(request.step, sends);
         // Its activations are done with.
         free_slots.push_back(slot_of[static_cast<size_t>(op.micro)]);
         slot_of[static_cast<size_t>(op.micro)] = -1;
@@ -202,6 +216,8 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
   }
   report.schedule_ms = now_ms() - began;
   report.began_ms = began;
+  // What was sent is read no more before the reduction and the update write it.
+  if (absl::Status s = sends.await_all(go_on, deadline); !s.ok()) return s;
   SyncTimes times;
   failpoint("allreduce", options_.at, request.step);
   if (absl::Status s = sync_->finish(times); !s.ok()) return s;

@@ -17,6 +17,7 @@ target_sources(troupe_actors PRIVATE
   pipeline_stage_schedule.cc
   stage_buffers.cc
   stage_plan.cc
+  stage_sends.cc
   stage_turns.cc
   training_types.cc
   zero_gradient_sync.cc

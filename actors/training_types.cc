@@ -39,7 +39,8 @@ TrafficReport TrafficReport::plus(const TrafficReport& o) const {
           .reduce_scatter = reduce_scatter + o.reduce_scatter,
           .allgather = allgather + o.allgather,
           .pipeline = pipeline + o.pipeline,
-          .tensor_parallel = tensor_parallel + o.tensor_parallel};
+          .tensor_parallel = tensor_parallel + o.tensor_parallel,
+          .pipeline_received_in_place = pipeline_received_in_place + o.pipeline_received_in_place};
 }
 
 TrafficReport TrafficReport::max_with(const TrafficReport& o) const {
@@ -47,7 +48,9 @@ TrafficReport TrafficReport::max_with(const TrafficReport& o) const {
           .reduce_scatter = std::max(reduce_scatter, o.reduce_scatter),
           .allgather = std::max(allgather, o.allgather),
           .pipeline = std::max(pipeline, o.pipeline),
-          .tensor_parallel = std::max(tensor_parallel, o.tensor_parallel)};
+          .tensor_parallel = std::max(tensor_parallel, o.tensor_parallel),
+          .pipeline_received_in_place =
+              std::max(pipeline_received_in_place, o.pipeline_received_in_place)};
 }
 
 }  // namespace troupe::actors

@@ -81,12 +81,17 @@ struct TrafficReport {
   // embedding and its gradient); tp > 1: over the tp group (its all-reduces).
   int64_t pipeline = 0;
   int64_t tensor_parallel = 0;
+  // pp > 1: of what the rank received over the pipe group, the bytes that
+  // landed where it computes without a copy (a receive posted before its
+  // message, on a transport that places payloads: UCX). Not in total().
+  int64_t pipeline_received_in_place = 0;
   int64_t total() const {
     return allreduce + reduce_scatter + allgather + pipeline + tensor_parallel;
   }
   TrafficReport max_with(const TrafficReport& o) const;
   TrafficReport plus(const TrafficReport& o) const;  // both together
-  TROUPE_FIELDS(allreduce, reduce_scatter, allgather, pipeline, tensor_parallel);
+  TROUPE_FIELDS(allreduce, reduce_scatter, allgather, pipeline, tensor_parallel,
+                pipeline_received_in_place);
 };
 
 // One op of a pipeline stage's schedule as it ran (pp > 1): its kind

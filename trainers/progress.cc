@@ -170,6 +170,7 @@ absl::Status MetricsWriter::write_step(const StepOutcome& s) {
                      {"pipeline", s.sent.pipeline},
                      {"tensor_parallel", s.sent.tensor_parallel},
                      {"total", s.sent.total()}};
+  if (s.sent.pipeline > 0) j["pipeline_received_in_place"] = s.sent.pipeline_received_in_place;
   return write_line(j.dump());
 }
 

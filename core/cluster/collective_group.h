@@ -132,6 +132,13 @@ class CollectiveGroup {
   Work broadcast_async(void* data, size_t bytes, int root) {
     return group_->broadcast_async(data, bytes, root);
   }
+  // Sends without copying: `data` stays alive and unchanged until the Work
+  // is done (transport::Group::send_borrowed_async).
+  Work send_borrowed_async(int peer, uint64_t tag, const void* data, size_t bytes) {
+    return group_->send_borrowed_async(peer, tag, data, bytes);
+  }
+  // A receive posted before its message arrives lands in `data` without a
+  // copy where the transport can place it (transport::Group::recv_async).
   Work recv_async(int peer, uint64_t tag, void* data, size_t bytes) {
     return group_->recv_async(peer, tag, data, bytes);
   }
@@ -140,6 +147,8 @@ class CollectiveGroup {
 
   // What this member has sent to the others, by kind of operation.
   transport::Traffic traffic() const { return group_->traffic(); }
+  // Payload bytes received without a copy (transport::Group).
+  uint64_t received_in_place() const { return group_->received_in_place(); }
   // The collective operations this member has issued (transport::Group).
   uint64_t collectives_issued() const { return group_->collectives_issued(); }
 

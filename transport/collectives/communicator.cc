@@ -329,7 +329,17 @@ Communicator::Blocked::~Blocked() {
 void Communicator::place(int peer, uint64_t tag, Buffer target) {
   if (direct_io_ == nullptr || peer == options_.rank) return;  // nothing would place it
   std::lock_guard<std::mutex> lock(shared_->mu);
+  if (shared_->inbox.contains({peer, tag})) return;  // `target` is let go of on return
   shared_->placements.try_emplace({peer, tag}, std::move(target));
+}
+
+void Communicator::unplace(int peer, uint64_t tag, const void* target) {
+  Buffer unused;  // released outside the lock
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  auto it = shared_->placements.find({peer, tag});
+  if (it == shared_->placements.end() || it->second.data() != target) return;
+  unused = std::move(it->second);
+  shared_->placements.erase(it);
 }
 
 void Communicator::clear_placements() {

@@ -82,7 +82,13 @@ class Communicator {
   // returns a buffer over target's bytes. Otherwise, or if the message came
   // first, it arrives as usual. clear_placements() lets go of the targets
   // not used; a target used is released with the buffer recv() returns.
+  // Nothing is placed while a message from `peer` under `tag` waits in the
+  // inbox or another target is placed for it: the next message is not the
+  // one the target is for, or another's target comes first.
   void place(int peer, uint64_t tag, Buffer target);
+  // Lets go of the target placed for `peer` and `tag` if it is still there
+  // and views `target`'s bytes (a message may no longer land in them).
+  void unplace(int peer, uint64_t tag, const void* target);
   void clear_placements();
 
   // Fails every pending and later operation with Aborted(`why`), here and on

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "transport/collectives/detail/steps.h"
 
 namespace troupe::transport {
 namespace {
@@ -154,23 +155,70 @@ Work Group::send_async(int peer, uint64_t tag, const void* data, size_t bytes) {
   return Work::done_with(std::move(sent));
 }
 
+Work Group::send_borrowed_async(int peer, uint64_t tag, const void* data, size_t bytes) {
+  if (peer < 0 || peer >= size() || tag >= kMaxUserTag) {
+    return Work::done_with(absl::InvalidArgumentError(
+        absl::StrCat("send to rank ", peer, " of ", size(), " with tag ", tag)));
+  }
+  // The Work finishes when the last holder of the memory lets go: the
+  // transport, or this call if the send failed (with that failure).
+  struct Lent {
+    Work work;
+    absl::Status status;
+  };
+  auto lent = std::shared_ptr<Lent>(new Lent, [](Lent* l) {
+    l->work.finish(std::move(l->status));
+    delete l;
+  });
+  Work work = lent->work;
+  const bool counted = peer != rank();
+  if (counted) point_to_point_sent_.fetch_add(bytes);
+  absl::Status sent =
+      comm_->send(peer, kPointToPoint | tag,
+                  Buffer::borrow(lent, static_cast<std::byte*>(const_cast<void*>(data)), bytes));
+  if (sent.ok() && counted) {
+    std::lock_guard<std::mutex> lock(mu_);
+    traffic_.other += bytes;
+  } else if (counted) {
+    point_to_point_sent_.fetch_sub(bytes);
+  }
+  if (!sent.ok()) lent->status = std::move(sent);
+  return work;  // `lent` goes here; the transport's copy of it may live on
+}
+
 Work Group::recv_async(int peer, uint64_t tag, void* data, size_t bytes) {
   if (peer < 0 || peer >= size() || tag >= kMaxUserTag) {
     return Work::done_with(absl::InvalidArgumentError(
         absl::StrCat("recv from rank ", peer, " of ", size(), " with tag ", tag)));
   }
+  const uint64_t wire_tag = kPointToPoint | tag;
+  // `data`, lent to the transport as the place for the payload until it lets go.
+  auto target = std::make_shared<detail::BorrowedSends>(*comm_);
+  if (bytes > 0) comm_->place(peer, wire_tag, target->borrow(data, bytes));
   return enqueue(
       Kind::kOther,
-      [=](Communicator& c) -> absl::Status {
-        absl::StatusOr<Buffer> in = c.recv(peer, kPointToPoint | tag);
-        if (!in.ok()) return in.status();
-        if (in->size() != bytes) {
-          return absl::InvalidArgumentError(absl::StrCat("recv from rank ", peer, " tag ", tag,
-                                                         ": ", in->size(), " bytes arrived, ",
-                                                         bytes, " expected"));
+      [=, this](Communicator& c) -> absl::Status {
+        absl::Status status;
+        {
+          absl::StatusOr<Buffer> in = c.recv(peer, wire_tag);
+          if (!in.ok()) {
+            status = in.status();
+          } else if (in->size() != bytes) {
+            status = absl::InvalidArgumentError(absl::StrCat("recv from rank ", peer, " tag ", tag,
+                                                             ": ", in->size(), " bytes arrived, ",
+                                                             bytes, " expected"));
+          } else if (bytes > 0 && in->data() == data) {
+            received_in_place_.fetch_add(bytes);
+          } else if (bytes > 0) {
+            std::memcpy(data, in->data(), bytes);
+          }
+        }  // a payload placed in `data` lets go of it here
+        // Unused, the target goes, so that no later message lands in `data`.
+        c.unplace(peer, wire_tag, data);
+        if (absl::Status drained = target->wait(c.timeout()); !drained.ok() && status.ok()) {
+          status = drained;
         }
-        if (bytes > 0) std::memcpy(data, in->data(), bytes);
-        return absl::OkStatus();
+        return status;
       },
       /*collective=*/false);
 }

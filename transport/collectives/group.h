@@ -73,7 +73,15 @@ class Group {
   Work barrier_async();
   // Sends a copy of `bytes` at `data` to `peer` under `tag` (done at once).
   Work send_async(int peer, uint64_t tag, const void* data, size_t bytes);
-  // Receives exactly `bytes` from `peer` under `tag` into `data`.
+  // Sends `bytes` at `data` to `peer` under `tag` without copying them: the
+  // transport reads them where they are. The Work is done once the transport
+  // has let go of them (sent, or the connection dropped), so they must stay
+  // alive and unchanged until then. Runs at once, as send_async.
+  Work send_borrowed_async(int peer, uint64_t tag, const void* data, size_t bytes);
+  // Receives exactly `bytes` from `peer` under `tag` into `data`. Where the
+  // transport can place a payload (UCX, above its eager size) and the message
+  // has not arrived by this call, the payload lands in `data` directly, with
+  // no copy: post a receive early to have that.
   Work recv_async(int peer, uint64_t tag, void* data, size_t bytes);
 
   // Synchronous forms: the async form, waited for.
@@ -109,6 +117,9 @@ class Group {
   // What this rank has sent since the group was formed, counted as each
   // operation finishes.
   Traffic traffic() const;
+  // Payload bytes recv_async took where the transport placed them, without
+  // a copy, since the group was formed.
+  uint64_t received_in_place() const { return received_in_place_.load(); }
   // OK while operations can still complete; the Aborted status they fail
   // with once the group was aborted or lost a member (Communicator::failed).
   absl::Status failed() const { return comm_->failed(); }
@@ -141,6 +152,7 @@ class Group {
   // What send_async sent: the worker leaves it out of the operation running meanwhile.
   std::atomic<uint64_t> point_to_point_sent_{0};
   std::atomic<uint64_t> collectives_issued_{0};
+  std::atomic<uint64_t> received_in_place_{0};
   std::thread worker_;
 };
 
