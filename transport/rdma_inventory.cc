@@ -63,6 +63,16 @@ int numa_node_of(const std::string& device) {
 
 }  // namespace
 
+int active_ports(const RdmaInventory& inventory) {
+  const std::string active = ibv_port_state_str(IBV_PORT_ACTIVE);
+  int n = 0;
+  for (const RdmaDevice& d : inventory.devices) {
+    for (const RdmaPort& p : d.ports)
+      n += p.state == active ? 1 : 0;
+  }
+  return n;
+}
+
 RdmaInventory rdma_inventory() {
   RdmaInventory inv;
   int count = 0;

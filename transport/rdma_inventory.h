@@ -28,6 +28,10 @@ struct RdmaInventory {
 
 RdmaInventory rdma_inventory();
 
+// The ports of `inventory` that are up (ACTIVE): what a node offers as its
+// "RDMA" resource.
+int active_ports(const RdmaInventory& inventory);
+
 // One line per port, or "no RDMA devices (<note>)".
 std::string describe(const RdmaInventory& inventory);
 

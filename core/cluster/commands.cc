@@ -27,6 +27,7 @@
 #include "core/cluster/detail/state_dir.h"
 #include "core/cluster/flags.h"
 #include "transport/auth.h"
+#include "transport/rdma_inventory.h"
 
 namespace troupe::cluster {
 namespace {
@@ -132,16 +133,17 @@ absl::StatusOr<ClusterStatus> fetch_status(const HeadClient& client, const Flags
   return status;
 }
 
-// What a worker offers by default: every core and the machine's memory.
-std::string default_resources() {
+// What a worker offers by default: every core, the machine's memory, and its
+// RDMA NICs' active ports from the node inventory (none: no RDMA entry).
+std::string default_resources(const transport::RdmaInventory& rdma) {
   long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   long pages = ::sysconf(_SC_PHYS_PAGES);
   long page = ::sysconf(_SC_PAGE_SIZE);
   Resources r;
-  r.set("CPU", static_cast<double>(cores > 0 ? cores : 1));
-  r.set("GPU", 0);
-  if (pages > 0 && page > 0)
-    r.set("memory", static_cast<double>(pages) * static_cast<double>(page));
+  r.set(kCpu, static_cast<double>(cores > 0 ? cores : 1));
+  r.set(kGpu, 0);
+  if (pages > 0 && page > 0) r.set(kMemory, static_cast<double>(pages) * static_cast<double>(page));
+  if (int ports = transport::active_ports(rdma); ports > 0) r.set(kRdma, ports);
   return r.to_string();
 }
 
@@ -309,7 +311,8 @@ int worker_command(const std::vector<std::string>& args) {
         "it hosts actors the head places here and talks to other nodes directly.\n\n"
         "  --head           the head's control address (default: $TROUPE_HEAD, or the\n"
         "                   head running on this machine)\n"
-        "  --resources      what this node offers (default: every core, all memory, no GPU)\n"
+        "  --resources      what this node offers (default: every core, all memory, no GPU,\n"
+        "                   RDMA=<active RDMA ports> where it has RDMA NICs)\n"
         "  --token-file     the cluster token (default: $TROUPE_TOKEN, or the local head's)\n"
         "  --actor-lib      a user actor library to load (must lie in an --actor-lib-dir\n"
         "                   or a directory of $TROUPE_ACTOR_LIB_DIRS)\n"
@@ -326,7 +329,11 @@ int worker_command(const std::vector<std::string>& args) {
   }
   absl::StatusOr<std::string> head = resolve_head(*flags);
   if (!head.ok()) return usage(head.status());
-  std::string resources_text = flags->get("resources", default_resources());
+  const transport::RdmaInventory rdma = transport::rdma_inventory();
+  if (!rdma.devices.empty()) {
+    std::printf("troupe worker: RDMA NICs: %s\n", transport::describe(rdma).c_str());
+  }
+  std::string resources_text = flags->get("resources", default_resources(rdma));
   absl::StatusOr<Resources> resources = Resources::parse(resources_text);
   if (!resources.ok()) {
     return usage(absl::InvalidArgumentError(

@@ -454,6 +454,39 @@ TEST_F(SchedulerTest, SpreadShareANodeWhenOnlyOneHasRoom) {
   EXPECT_EQ(info(id).bundle_nodes, (std::vector<NodeIndex>{1, 1}));
 }
 
+// Topology from the node inventory: a group spread over nodes talks across
+// them, so nodes with RDMA NICs (their "RDMA" resource: active ports) come
+// first, the most ports first, before the roomiest; a group that fits one
+// node, and a single actor, are placed as before.
+TEST_F(SchedulerTest, GroupsSpreadOverNodesWithRdmaFirst) {
+  s_.add_node(1, R("CPU=8"));
+  s_.add_node(2, R("CPU=4,RDMA=1"));
+  s_.add_node(3, R("CPU=4,RDMA=2"));
+  for (PlacementStrategy strategy :
+       {PlacementStrategy::kSpread, PlacementStrategy::kStrictSpread}) {
+    PlacementGroupId two = create(std::vector<Resources>(2, R("CPU=1")), strategy);
+    EXPECT_EQ(distinct(info(two).bundle_nodes), (std::set<NodeIndex>{2, 3})) << to_string(strategy);
+    PlacementGroupId one_more = create({R("CPU=1")}, strategy);
+    EXPECT_EQ(info(one_more).bundle_nodes, (std::vector<NodeIndex>{3})) << to_string(strategy);
+    ASSERT_TRUE(s_.remove_placement_group(one_more).ok());
+    ASSERT_TRUE(s_.remove_placement_group(two).ok());
+  }
+  // More bundles than RDMA nodes: the others go where there is room.
+  PlacementGroupId three =
+      create(std::vector<Resources>(3, R("CPU=1")), PlacementStrategy::kSpread);
+  EXPECT_EQ(distinct(info(three).bundle_nodes), (std::set<NodeIndex>{1, 2, 3}));
+  ASSERT_TRUE(s_.remove_placement_group(three).ok());
+  // PACK over two nodes: the one the group already uses, then RDMA.
+  PlacementGroupId packed = create({R("CPU=5"), R("CPU=4")}, PlacementStrategy::kPack);
+  EXPECT_EQ(info(packed).bundle_nodes, (std::vector<NodeIndex>{1, 3}));
+  ASSERT_TRUE(s_.remove_placement_group(packed).ok());
+  // One node holds it all: the best fit, RDMA or not.
+  PlacementGroupId one = create({R("CPU=3"), R("CPU=3")}, PlacementStrategy::kPack);
+  EXPECT_EQ(info(one).bundle_nodes, (std::vector<NodeIndex>{1, 1}));
+  ASSERT_TRUE(s_.remove_placement_group(one).ok());
+  EXPECT_EQ(place("CPU=1").node, 1u);  // an actor alone: the most CPU left
+}
+
 TEST_F(SchedulerTest, AGroupThatDoesNotFitReservesNothing) {
   add_three_nodes();
   place("CPU=3", NodeIndex{2});  // free: 4, 1, 4

@@ -1,6 +1,8 @@
 // Resources: a bag of named amounts that a node offers or an actor or bundle
-// asks for. The well-known names are "CPU", "GPU" and "memory" (bytes); any
-// other name is a custom label, as in Ray ("TPU", "node:10.0.0.1", ...).
+// asks for. The well-known names are "CPU", "GPU", "memory" (bytes) and
+// "RDMA" (the node's active RDMA NIC ports: the scheduler spreads groups over
+// nodes that have them first); any other name is a custom label, as in Ray
+// ("TPU", "node:10.0.0.1", ...).
 //
 // Text form, as parse() takes it and to_string() writes it:
 //   "CPU=2,GPU=0.5,memory=8G,tpu_v4=1"
@@ -24,6 +26,7 @@ namespace troupe::cluster {
 inline constexpr std::string_view kCpu = "CPU";
 inline constexpr std::string_view kGpu = "GPU";
 inline constexpr std::string_view kMemory = "memory";
+inline constexpr std::string_view kRdma = "RDMA";
 
 class Resources {
  public:

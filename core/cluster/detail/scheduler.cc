@@ -27,6 +27,12 @@ double cpu_left_after(const Resources& free, const Resources& request) {
   return free.get(kCpu) - request.get(kCpu);
 }
 
+// What a node's RDMA NICs offer a group spread over nodes, whose members talk
+// across them: its RDMA ports (the node inventory's), 0 without.
+double rdma_of(const Resources& pool) {
+  return pool.get(kRdma);
+}
+
 // Lowers each amount of `r` to at most the same amount in `cap`.
 void cap_at(Resources& r, const Resources& cap) {
   const Resources uncapped = r;
@@ -57,19 +63,22 @@ std::optional<Assignment> assign_one_node(const std::vector<Resources>& bundles,
 // STRICT_SPREAD: a matching of bundles to distinct nodes (Kuhn's augmenting
 // paths), so a bundle that fits few nodes is not crowded out by one that fits
 // many. Exact: fails only when no such matching exists. Each bundle tries
-// nodes with the most CPU left first, then the lowest index.
+// nodes with RDMA first (the most ports), then the most CPU left, then the
+// lowest index.
 class DistinctNodeMatcher {
  public:
   DistinctNodeMatcher(const std::vector<Resources>& bundles, const FreePool& free)
       : fits_(bundles.size()), match_(bundles.size()) {
     for (size_t b = 0; b < bundles.size(); ++b) {
-      std::vector<std::pair<double, NodeIndex>> ranked;
+      std::vector<std::tuple<double, double, NodeIndex>> ranked;
       for (const auto& [node, pool] : free) {
-        if (pool.contains(bundles[b])) ranked.emplace_back(-cpu_left_after(pool, bundles[b]), node);
+        if (pool.contains(bundles[b])) {
+          ranked.emplace_back(-rdma_of(pool), -cpu_left_after(pool, bundles[b]), node);
+        }
       }
       std::sort(ranked.begin(), ranked.end());
       for (const auto& entry : ranked)
-        fits_[b].push_back(entry.second);
+        fits_[b].push_back(std::get<2>(entry));
     }
   }
 
@@ -157,24 +166,26 @@ class BundleSearch {
   }
 
   // Nodes with room for `bundle`, preferred first. PACK: nodes the group
-  // already uses (best fit), then the roomiest new node. SPREAD: nodes with
-  // the fewest of the group's bundles, then the roomiest. Ties: lowest index.
+  // already uses (best fit), then the roomiest new node, with RDMA first.
+  // SPREAD: nodes with the fewest of the group's bundles, then those with
+  // RDMA, then the roomiest. Ties: lowest index.
   std::vector<NodeIndex> candidates(const Resources& bundle) const {
-    std::vector<std::tuple<int, double, NodeIndex>> ranked;
+    std::vector<std::tuple<int, double, double, NodeIndex>> ranked;
     for (const auto& [node, pool] : free_) {
       if (!pool.contains(bundle)) continue;
       int used = count_.count(node) ? count_.at(node) : 0;
       double left = cpu_left_after(pool, bundle);
       if (strategy_ == PlacementStrategy::kPack) {
-        ranked.emplace_back(used > 0 ? 0 : 1, used > 0 ? left : -left, node);
+        ranked.emplace_back(used > 0 ? 0 : 1, used > 0 ? 0 : -rdma_of(pool),
+                            used > 0 ? left : -left, node);
       } else {
-        ranked.emplace_back(used, -left, node);
+        ranked.emplace_back(used, -rdma_of(pool), -left, node);
       }
     }
     std::sort(ranked.begin(), ranked.end());
     std::vector<NodeIndex> nodes;
     for (const auto& entry : ranked)
-      nodes.push_back(std::get<2>(entry));
+      nodes.push_back(std::get<3>(entry));
     return nodes;
   }
 
