@@ -74,9 +74,14 @@ struct ModelConfig {
 // and each side needs under 2 GiB.
 const std::vector<ModelConfig>& all_configs() {
   static const std::vector<ModelConfig> configs = {
-      {"1M", 4, 128, 4, 2048, 256, 16},  {"5M", 4, 256, 4, 8192, 256, 8},
-      {"12M", 6, 384, 6, 4096, 256, 8},  {"25M", 6, 512, 8, 8192, 512, 4},
-      {"50M", 6, 768, 12, 8192, 512, 2}, {"tiny", 2, 64, 4, 256, 32, 2},  // CI's smoke test
+      {"1M", 4, 128, 4, 2048, 256, 16},
+      {"5M", 4, 256, 4, 8192, 256, 8},
+      {"12M", 6, 384, 6, 4096, 256, 8},
+      {"25M", 6, 512, 8, 8192, 512, 4},
+      {"50M", 6, 768, 12, 8192, 512, 2},
+      {"tiny", 2, 64, 4, 256, 32, 2},  // CI's smoke test
+      // pipeline_bench's model and micro-batch, in one process: what its stages compute.
+      {"pipe", 8, 256, 4, 256, 128, 4},
   };
   return configs;
 }

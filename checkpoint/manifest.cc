@@ -193,6 +193,10 @@ absl::Status check_manifest(Manifest& m, const std::string& where) {
   if (l.zero_stage < 0 || l.zero_stage > 3) {
     return data_loss(where, absl::StrCat("layout.zero_stage ", l.zero_stage, " is not 0-3"));
   }
+  if (l.virtual_stages < 1 || l.pp % l.virtual_stages != 0) {
+    return data_loss(where, absl::StrCat("layout.virtual_stages ", l.virtual_stages,
+                                         " does not divide layout.pp ", l.pp));
+  }
   if (l.pp > g.num_layers) {
     return data_loss(where, absl::StrCat("layout.pp ", l.pp, " for ", g.num_layers, " layers"));
   }
@@ -321,7 +325,8 @@ std::string encode_manifest(const Manifest& m) {
              {{"dp", m.layout.dp},
               {"pp", m.layout.pp},
               {"tp", m.layout.tp},
-              {"zero_stage", m.layout.zero_stage}}},
+              {"zero_stage", m.layout.zero_stage},
+              {"virtual_stages", m.layout.virtual_stages}}},
             {"optimizer", {{"type", m.optimizer.type}, {"updates", m.optimizer.updates}}},
             {"data",
              {{"position", m.data.position},
@@ -385,7 +390,8 @@ absl::StatusOr<Manifest> decode_manifest(const std::string& text, const std::str
     m.layout = {.dp = layout.at("dp").get<int>(),
                 .pp = layout.at("pp").get<int>(),
                 .tp = layout.at("tp").get<int>(),
-                .zero_stage = layout.at("zero_stage").get<int>()};
+                .zero_stage = layout.at("zero_stage").get<int>(),
+                .virtual_stages = layout.value("virtual_stages", 1)};
     m.optimizer = {.type = j.at("optimizer").at("type").get<std::string>(),
                    .updates = j.at("optimizer").at("updates").get<int64_t>()};
     const json& data = j.at("data");

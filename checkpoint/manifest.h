@@ -45,9 +45,12 @@ inline constexpr char kMomentumState[] = "momentum_buffer";
 
 struct MeshLayout {
   int dp = 1;
-  int pp = 1;
+  int pp = 1;  // the stages as saved: under interleaved 1F1B each chunk is one
   int tp = 1;
   int zero_stage = 0;
+  // The model chunks a pipeline stage held (interleaved 1F1B; 1 otherwise,
+  // and in manifests that predate it): pp / virtual_stages physical stages.
+  int virtual_stages = 1;
   friend bool operator==(const MeshLayout&, const MeshLayout&) = default;
 };
 

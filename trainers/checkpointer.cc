@@ -60,7 +60,8 @@ JobRecord job_record(const TrainConfig& config, int64_t samples_per_epoch) {
   job.layout = {.dp = config.parallel.dp,
                 .pp = config.parallel.pp,
                 .tp = config.parallel.tp,
-                .zero_stage = config.zero.stage};
+                .zero_stage = config.zero.stage,
+                .virtual_stages = config.parallel.virtual_stages};
   job.optimizer = config.optimizer.type == OptimizerType::kAdamW ? "adamw" : "sgd";
   job.rng = {.seed = config.training.seed,
              .task_seed = config.data.synthetic ? config.data.synthetic->seed : 0};

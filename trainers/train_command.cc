@@ -285,11 +285,13 @@ int train_command(const std::vector<std::string>& args) {
       for (const std::string& line : restored->skipped)
         std::printf("  checkpoint: %s\n", cluster::printable(line).c_str());
       const checkpoint::MeshLayout& l = restored->saved_layout;
+      const std::string chunks =
+          l.virtual_stages > 1 ? absl::StrCat(" (", l.virtual_stages, " chunks a stage)") : "";
       std::printf(
-          "  resumed from %s (saved over dp %d x pp %d x tp %d, ZeRO stage %d): %s read in "
+          "  resumed from %s (saved over dp %d x pp %d%s x tp %d, ZeRO stage %d): %s read in "
           "%.0f ms; data at sample %lld%s\n",
-          restored->step_dir.c_str(), l.dp, l.pp, l.tp, l.zero_stage,
-          nn::format_bytes(restored->bytes).c_str(), restored->load_ms,
+          restored->step_dir.c_str(), l.dp, l.pp / l.virtual_stages, chunks.c_str(), l.tp,
+          l.zero_stage, nn::format_bytes(restored->bytes).c_str(), restored->load_ms,
           static_cast<long long>(restored->data_position),
           restored->config_changed ? "; the config differs from the saved run's" : "");
       resumed = *std::move(restored);

@@ -399,6 +399,9 @@ TEST_F(CheckpointTest, DecodingRefusesWhatDoesNotFit) {
   m.layout.tp = 4;
   refused(m, "layout.tp 4: GPT: num_heads = 2 does not split");
   m = *good;
+  m.layout.virtual_stages = 3;
+  refused(m, "layout.virtual_stages 3 does not divide layout.pp 1");
+  m = *good;
   m.model.num_heads = 3;
   refused(m, "");
   m = *good;
@@ -411,14 +414,17 @@ TEST_F(CheckpointTest, DecodingRefusesWhatDoesNotFit) {
   absl::StatusOr<Manifest> changed = decode_manifest(edited, "m");
   ASSERT_TRUE(absl::IsDataLoss(changed.status()));
   EXPECT_NE(changed.status().message().find("checksum mismatch"), std::string::npos);
-  // A manifest of before tensors had "split" (tp = 1) reads as if it had it.
+  // A manifest of before tensors had "split" (tp = 1) and the layout
+  // "virtual_stages" (1) reads as if it had them.
   std::string old = text;
-  for (size_t at = old.find("\"split\": "); at != std::string::npos; at = old.find("\"split\": ")) {
-    old.erase(at, old.find('\n', at) + 1 - at);
+  for (const char* key : {"\"split\": ", "\"virtual_stages\": "}) {
+    for (size_t at = old.find(key); at != std::string::npos; at = old.find(key))
+      old.erase(at, old.find('\n', at) + 1 - at);
   }
   absl::StatusOr<Manifest> before = decode_manifest(old, "m", /*verify_checksum=*/false);
   ASSERT_TRUE(before.ok()) << before.status();
   EXPECT_EQ(before->tensors, good->tensors);
+  EXPECT_EQ(before->layout, good->layout);
 }
 
 TEST_F(CheckpointTest, StepDirectoryNames) {

@@ -177,6 +177,27 @@ TEST_F(TrainCommandTest, ResumeContinuesToTheWeightsOfAnUninterruptedRun) {
       << fresh.output;
 }
 
+// An interleaved run's checkpoint keeps each chunk as a stage of its own,
+// and says how many chunks a stage held: the resume names the mesh as the
+// config does.
+TEST_F(TrainCommandTest, AnInterleavedCheckpointResumesNamingItsChunks) {
+  std::string config = read_file(EXAMPLE_CONFIGS "/addition_interleaved.json");
+  const std::string training_key = "\"training\": {";
+  ASSERT_NE(config.find(training_key), std::string::npos);
+  config.replace(config.find(training_key), training_key.size(),
+                 "\"checkpoint\": {\"dir\": \"ckpt-i\", \"interval_steps\": 2, \"keep\": 1},\n  " +
+                     training_key);
+  write("i.json", config);
+  Result first = troupe(dir_, "train --config i.json --local 2 --steps 2 --output i");
+  ASSERT_EQ(first.code, 0) << first.output;
+  Result resumed = troupe(dir_, "train --config i.json --local 2 --steps 3 --output i --resume");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from ckpt-i/step-00000002 (saved over dp 2 x pp 2 (2 "
+                                "chunks a stage) x tp 1, ZeRO stage 0)"),
+            std::string::npos)
+      << resumed.output;
+}
+
 TEST_F(TrainCommandTest, TextDatasetFromDataPrepare) {
   std::string text;
   for (int i = 0; i < 400; ++i)
