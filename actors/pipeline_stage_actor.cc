@@ -12,6 +12,7 @@
 #include "actors/failpoint.h"
 #include "actors/generation.h"
 #include "actors/handoff.h"
+#include "actors/stage_sends.h"
 #include "actors/step_clock.h"
 #include "core/status.h"
 #include "nn/optim/clip.h"
@@ -200,6 +201,7 @@ PipelineStageActor::PipelineStageActor(StageOptions options, StagePlan plan, nn:
       loader_name_(actor_name(options_.job, "loader", options_.at)),
       plan_(plan),
       model_(std::move(model)),
+      sends_(std::make_unique<StageSends>()),
       partition_(plan_.params, options_.mesh.dp, options_.at.d) {
   if (options_.threads > 0) nn::set_num_threads(options_.threads);
 }
@@ -438,6 +440,7 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
     // Then nothing of the failed step may still read or write the buffers
     // (a shard's load or init may come next).
     sync_->drain();
+    if (pipe_ != nullptr) settle_sends(failed);
     return failed;
   }
   tensors_->held_step.store(request.step);

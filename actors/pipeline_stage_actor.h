@@ -173,6 +173,8 @@ class PipelineStageActor {
  private:
   // How long a pipe group's receive, or a chunk's turn, may wait.
   static constexpr absl::Duration kPipeTimeout = absl::Minutes(10);
+  // How long a failed step's sends may take to be let go of, twice.
+  static constexpr absl::Duration kSettleTimeout = absl::Seconds(10);
 
   PipelineStageActor(StageOptions options, StagePlan plan, nn::GPT model);
   // Publishes what the shard reaches (StageTensors), once the buffers exist.
@@ -197,6 +199,10 @@ class PipelineStageActor {
   // The tied embedding (pp > 1): the first stage sends wte to the last
   // before the step, and the last its gradient back (add_embedding_grad).
   absl::Status share_embedding(int64_t step, StageSends& sends);
+  // After a failed step: waits until the transport has let go of what the
+  // step sent (dropping the pipe's connections if a peer takes nothing), so
+  // that nothing reads the buffers the next load or step writes.
+  void settle_sends(const absl::Status& why);
   void send_embedding_grad(int64_t step, StageSends& sends);
   absl::Status add_embedding_grad(int64_t step);
   // The loader's next micro-batch, checked, with its samples and position
@@ -219,6 +225,7 @@ class PipelineStageActor {
   std::shared_ptr<StageTensors> tensors_;
   std::unique_ptr<CollectiveGroup> group_;
   std::unique_ptr<CollectiveGroup> pipe_;  // pp > 1: this replica's stages, rank p
+  std::unique_ptr<StageSends> sends_;      // what the pipe's transport may still read
   std::unique_ptr<CollectiveGroup> tp_;    // tp > 1: this stage's slices, rank t
   pipeline::Schedule schedule_;            // pp > 1: its stage's (of all its chunks)
   pipeline::ChunkProgram program_;         // pp > 1: what this actor runs of it

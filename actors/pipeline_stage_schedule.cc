@@ -18,6 +18,7 @@
 #include "actors/pipeline_stage_actor.h"
 #include "actors/stage_sends.h"
 #include "actors/step_clock.h"
+#include "spdlog/spdlog.h"
 
 namespace troupe::actors {
 namespace {
@@ -51,7 +52,7 @@ absl::Status PipelineStageActor::share_embedding(int64_t step, StageSends& sends
     return absl::OkStatus();
   }
   if (plan_.last())
-    return pipe_->recv(0, wire_tag(step, Wire::kEmbedding, 0), buffers_->params(0), bytes);
+    return pipe_->recv_in_place(0, wire_tag(step, Wire::kEmbedding, 0), buffers_->params(0), bytes);
   return absl::OkStatus();
 }
 
@@ -65,8 +66,9 @@ void PipelineStageActor::send_embedding_grad(int64_t step, StageSends& sends) {
 absl::Status PipelineStageActor::add_embedding_grad(int64_t step) {
   const size_t n = model_.param_layout().wpe();
   head_share_.resize(n);
-  if (absl::Status s = pipe_->recv(options_.mesh.pp - 1, wire_tag(step, Wire::kEmbeddingGrad, 0),
-                                   head_share_.data(), n * sizeof(float));
+  if (absl::Status s =
+          pipe_->recv_in_place(options_.mesh.pp - 1, wire_tag(step, Wire::kEmbeddingGrad, 0),
+                               head_share_.data(), n * sizeof(float));
       !s.ok()) {
     return s;
   }
@@ -74,6 +76,24 @@ absl::Status PipelineStageActor::add_embedding_grad(int64_t step) {
   for (size_t i = 0; i < n; ++i)
     dwte[i] += head_share_[i];
   return absl::OkStatus();
+}
+
+void PipelineStageActor::settle_sends(const absl::Status& why) {
+  if (sends_->in_flight() == 0) return;
+  absl::Status s = sends_->await_all(nullptr, absl::Now() + kSettleTimeout);
+  if (!absl::IsDeadlineExceeded(s)) return;  // every one let go of (some may have failed)
+  // A peer that takes nothing (hung): its connections go, and with them the
+  // transport's hold on this stage's memory.
+  std::vector<int> others;
+  for (int r = 0; r < pipe_->world_size(); ++r) {
+    if (r != pipe_->rank()) others.push_back(r);
+  }
+  pipe_->abort(absl::AbortedError(why.message()), others);
+  s = sends_->await_all(nullptr, absl::Now() + kSettleTimeout);
+  if (!s.ok() && absl::IsDeadlineExceeded(s)) {
+    spdlog::error("{}: sends of a failed step still held by the transport: {}", name_,
+                  std::string(s.message()));
+  }
 }
 
 absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& request) {
@@ -99,7 +119,7 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
     return group_ != nullptr ? group_->failed() : absl::OkStatus();
   };
   const absl::Time deadline = absl::Now() + kPipeTimeout;
-  StageSends sends;
+  StageSends& sends = *sends_;  // empty: the last step waited for its sends, or settled them
   if (absl::Status s = share_embedding(request.step, sends); !s.ok()) return s;
   size_t last_backward = 0;
   for (size_t i = 0; i < program.size(); ++i) {
@@ -149,8 +169,9 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
     double t0 = now_ms();
     switch (op.kind) {
       case OpKind::kRecvActivation:
-        if (absl::Status s = pipe_->recv(p - 1, wire_tag(request.step, Wire::kActivation, op.micro),
-                                         gpt.residual(plan_.block_begin), bytes);
+        if (absl::Status s =
+                pipe_->recv_in_place(p - 1, wire_tag(request.step, Wire::kActivation, op.micro),
+                                     gpt.residual(plan_.block_begin), bytes);
             !s.ok()) {
           return s;
         }
@@ -164,8 +185,8 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
       case OpKind::kRecvGradient:
         // Into the scratch the last gradient sent back may still be read from.
         if (absl::Status s = sends.await(gpt.dresidual(), go_on, deadline); !s.ok()) return s;
-        if (absl::Status s = pipe_->recv(p + 1, wire_tag(request.step, Wire::kGradient, op.micro),
-                                         gpt.dresidual(), bytes);
+        if (absl::Status s = pipe_->recv_in_place(
+                p + 1, wire_tag(request.step, Wire::kGradient, op.micro), gpt.dresidual(), bytes);
             !s.ok()) {
           return s;
         }

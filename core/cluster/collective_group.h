@@ -137,10 +137,17 @@ class CollectiveGroup {
   Work send_borrowed_async(int peer, uint64_t tag, const void* data, size_t bytes) {
     return group_->send_borrowed_async(peer, tag, data, bytes);
   }
-  // A receive posted before its message arrives lands in `data` without a
-  // copy where the transport can place it (transport::Group::recv_async).
   Work recv_async(int peer, uint64_t tag, void* data, size_t bytes) {
     return group_->recv_async(peer, tag, data, bytes);
+  }
+  // A receive posted before its message arrives lands in `data` without a
+  // copy where the transport can place it; `tag` must be that message's
+  // alone (transport::Group::recv_in_place_async).
+  Work recv_in_place_async(int peer, uint64_t tag, void* data, size_t bytes) {
+    return group_->recv_in_place_async(peer, tag, data, bytes);
+  }
+  absl::Status recv_in_place(int peer, uint64_t tag, void* data, size_t bytes) {
+    return wait(recv_in_place_async(peer, tag, data, bytes));
   }
   // Waits for `work` (inside an actor, without holding up other actors).
   static absl::Status wait(const Work& work);
@@ -152,8 +159,11 @@ class CollectiveGroup {
   // The collective operations this member has issued (transport::Group).
   uint64_t collectives_issued() const { return group_->collectives_issued(); }
 
-  // Fails every pending operation with Aborted on every member.
-  void abort(const absl::Status& why) { group_->abort(why); }
+  // Fails every pending operation with Aborted on every member; drops the
+  // connections to the `lost` ranks (transport::Group::abort).
+  void abort(const absl::Status& why, const std::vector<int>& lost = {}) {
+    group_->abort(why, lost);
+  }
   // OK while operations can still complete; the Aborted status once the
   // group was aborted or lost a member: work meant for it can stop early.
   absl::Status failed() const { return group_->failed(); }

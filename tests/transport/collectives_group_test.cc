@@ -136,20 +136,29 @@ TEST_P(CollectiveGroupTest, PointToPointMessagesPassRoundARing) {
 }
 
 // A borrowed send is done once the transport let go of the caller's memory;
-// a large receive posted before its message lands where it was asked to,
-// without a copy, on the transport that can place payloads (UCX); elsewhere
-// it arrives all the same, copied.
+// a large receive in place posted before its message lands where it was
+// asked to, without a copy, on the transport that can place payloads (UCX);
+// elsewhere it arrives all the same, copied. A receive whose message did not
+// land in place lets go of its placement: a later message under the same tag
+// does not land there.
 TEST_P(CollectiveGroupTest, BorrowedSendsAndReceivesPostedEarlyCopyNothingWhereTheyCan) {
   const int n = 2;
   constexpr size_t kFloats = 256 * 1024;  // 1 MiB: well above UCX's eager parts
-  std::atomic<bool> posted{false};
+  constexpr size_t kBytes = kFloats * sizeof(float);
+  std::atomic<int> phase{0};  // how far rank 0 has got, for rank 1 to follow
+  auto reach = [&](int p) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (phase.load() < p && absl::Now() < deadline)
+      absl::SleepFor(absl::Milliseconds(1));
+  };
   std::vector<uint64_t> in_place(n, 0);
+  const bool inproc = GetParam() == "inproc";
   auto results = run_groups(GetParam(), n, [&](Group& g) -> absl::Status {
     std::vector<float> data(kFloats);
     if (g.rank() == 0) {
       std::fill(data.begin(), data.end(), -1.0f);
-      Work receiving = g.recv_async(1, 11, data.data(), data.size() * sizeof(float));
-      posted.store(true);
+      Work receiving = g.recv_in_place_async(1, 11, data.data(), kBytes);
+      phase.store(1);
       if (absl::Status s = receiving.wait(); !s.ok()) return s;
       for (size_t i = 0; i < kFloats; ++i) {
         if (data[i] != static_cast<float>(i)) return absl::InternalError("wrong payload");
@@ -159,24 +168,59 @@ TEST_P(CollectiveGroupTest, BorrowedSendsAndReceivesPostedEarlyCopyNothingWhereT
       // again: the first payload here is untouched by that.
       float after = 0;
       if (absl::Status s = g.recv(1, 12, &after, sizeof(after)); !s.ok()) return s;
-      return expect(after == 7.0f && data[0] == 0.0f, "the second message");
+      if (after != 7.0f || data[0] != 0.0f) return absl::InternalError("the second message");
+      // A message of the wrong size misses the placement, which goes with
+      // its receive: the next message under the tag lands elsewhere.
+      std::vector<float> other(kFloats, -2.0f);
+      Work wrong = g.recv_in_place_async(1, 13, data.data(), kBytes);
+      phase.store(2);
+      if (!absl::IsInvalidArgument(wrong.wait())) return absl::InternalError("wrong size taken");
+      phase.store(3);
+      if (absl::Status s = g.recv(1, 13, other.data(), kBytes); !s.ok()) return s;
+      if (other[9] != 5.0f || data[9] != 9.0f) {
+        return absl::InternalError("the message after the missed placement landed in it");
+      }
+      if (inproc) {
+        // The sender's borrowed send is not done until the message is taken
+        // here: it lent its memory, it did not copy it.
+        reach(4);
+        float borrowed = 0;
+        if (absl::Status s = g.recv(1, 14, &borrowed, sizeof(borrowed)); !s.ok()) return s;
+        phase.store(5);
+      }
+      return absl::OkStatus();
     }
     std::iota(data.begin(), data.end(), 0.0f);
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (!posted.load() && absl::Now() < deadline)
-      absl::SleepFor(absl::Milliseconds(1));
-    Work sending = g.send_borrowed_async(0, 11, data.data(), data.size() * sizeof(float));
+    reach(1);
+    Work sending = g.send_borrowed_async(0, 11, data.data(), kBytes);
     if (absl::Status s = sending.wait(absl::Seconds(20)); !s.ok()) return s;
     data[0] = 7.0f;
     if (absl::Status s = g.send_borrowed_async(0, 12, data.data(), sizeof(float)).wait(); !s.ok()) {
       return s;
     }
-    return expect(g.traffic().other == (kFloats + 1) * sizeof(float), "borrowed sends counted");
+    if (g.traffic().other != kBytes + sizeof(float)) {
+      return absl::InternalError("borrowed sends not counted");
+    }
+    reach(2);
+    std::vector<float> twice(2 * kFloats, 3.0f);
+    if (absl::Status s = g.send(0, 13, twice.data(), 2 * kBytes); !s.ok()) return s;
+    reach(3);
+    std::vector<float> fives(kFloats, 5.0f);
+    if (absl::Status s = g.send(0, 13, fives.data(), kBytes); !s.ok()) return s;
+    if (inproc) {
+      float x = 1;
+      Work lent = g.send_borrowed_async(0, 14, &x, sizeof(x));
+      const bool early = lent.done();
+      phase.store(4);
+      if (absl::Status s = lent.wait(absl::Seconds(20)); !s.ok()) return s;
+      if (early) return absl::InternalError("a borrowed send done before its message was taken");
+    }
+    return absl::OkStatus();
   });
   for (int r = 0; r < n; ++r)
     EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
   if (GetParam() == "ucx") {
-    EXPECT_EQ(in_place[0], kFloats * sizeof(float));
+    EXPECT_EQ(in_place[0], kBytes);
   } else {
     EXPECT_EQ(in_place[0], 0u);  // nothing places payloads there
   }

@@ -187,6 +187,14 @@ Work Group::send_borrowed_async(int peer, uint64_t tag, const void* data, size_t
 }
 
 Work Group::recv_async(int peer, uint64_t tag, void* data, size_t bytes) {
+  return receive(peer, tag, data, bytes, /*in_place=*/false);
+}
+
+Work Group::recv_in_place_async(int peer, uint64_t tag, void* data, size_t bytes) {
+  return receive(peer, tag, data, bytes, /*in_place=*/true);
+}
+
+Work Group::receive(int peer, uint64_t tag, void* data, size_t bytes, bool in_place) {
   if (peer < 0 || peer >= size() || tag >= kMaxUserTag) {
     return Work::done_with(absl::InvalidArgumentError(
         absl::StrCat("recv from rank ", peer, " of ", size(), " with tag ", tag)));
@@ -194,7 +202,7 @@ Work Group::recv_async(int peer, uint64_t tag, void* data, size_t bytes) {
   const uint64_t wire_tag = kPointToPoint | tag;
   // `data`, lent to the transport as the place for the payload until it lets go.
   auto target = std::make_shared<detail::BorrowedSends>(*comm_);
-  if (bytes > 0) comm_->place(peer, wire_tag, target->borrow(data, bytes));
+  if (in_place && bytes > 0) comm_->place(peer, wire_tag, target->borrow(data, bytes));
   return enqueue(
       Kind::kOther,
       [=, this](Communicator& c) -> absl::Status {
@@ -215,8 +223,12 @@ Work Group::recv_async(int peer, uint64_t tag, void* data, size_t bytes) {
         }  // a payload placed in `data` lets go of it here
         // Unused, the target goes, so that no later message lands in `data`.
         c.unplace(peer, wire_tag, data);
-        if (absl::Status drained = target->wait(c.timeout()); !drained.ok() && status.ok()) {
-          status = drained;
+        if (absl::Status drained = target->wait(c.timeout()); !drained.ok()) {
+          // A payload still landing in `data` long after its receive gave
+          // up: the connection goes, and with it the transport's hold on it.
+          c.abort(drained, {peer});
+          static_cast<void>(target->wait(c.timeout()));
+          if (status.ok()) status = drained;
         }
         return status;
       },

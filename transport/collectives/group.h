@@ -78,11 +78,17 @@ class Group {
   // has let go of them (sent, or the connection dropped), so they must stay
   // alive and unchanged until then. Runs at once, as send_async.
   Work send_borrowed_async(int peer, uint64_t tag, const void* data, size_t bytes);
-  // Receives exactly `bytes` from `peer` under `tag` into `data`. Where the
-  // transport can place a payload (UCX, above its eager size) and the message
-  // has not arrived by this call, the payload lands in `data` directly, with
-  // no copy: post a receive early to have that.
+  // Receives exactly `bytes` from `peer` under `tag` into `data`, when the
+  // operations queued before it are done.
   Work recv_async(int peer, uint64_t tag, void* data, size_t bytes);
+  // As recv_async, but where the transport can place a payload (UCX, above
+  // its eager size) and the message has not begun to arrive by this call,
+  // the payload lands in `data` directly, without a copy: post it early.
+  // REQUIRES: `tag` is this message's alone from `peer` (no earlier message
+  // under it may still be on its way, nor a later one sent before this
+  // receive is done), and `data` is not used by an operation queued before
+  // it: it may be written from this call on.
+  Work recv_in_place_async(int peer, uint64_t tag, void* data, size_t bytes);
 
   // Synchronous forms: the async form, waited for.
   absl::Status allreduce(DType type, ReduceOp op, void* data, size_t count,
@@ -117,8 +123,8 @@ class Group {
   // What this rank has sent since the group was formed, counted as each
   // operation finishes.
   Traffic traffic() const;
-  // Payload bytes recv_async took where the transport placed them, without
-  // a copy, since the group was formed.
+  // Payload bytes recv_in_place_async took where the transport placed them,
+  // without a copy, since the group was formed.
   uint64_t received_in_place() const { return received_in_place_.load(); }
   // OK while operations can still complete; the Aborted status they fail
   // with once the group was aborted or lost a member (Communicator::failed).
@@ -140,6 +146,7 @@ class Group {
   };
   // `collective`: counted in collectives_issued (a recv is not).
   Work enqueue(Kind kind, std::function<absl::Status(Communicator&)> run, bool collective = true);
+  Work receive(int peer, uint64_t tag, void* data, size_t bytes, bool in_place);
   void run_worker();
 
   std::unique_ptr<Communicator> comm_;
