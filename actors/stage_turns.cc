@@ -18,13 +18,14 @@ std::shared_ptr<StageTurns> StageTurns::of(const std::string& key,
   static std::mutex mu;
   static std::map<std::string, std::weak_ptr<StageTurns>> stages;
   std::lock_guard<std::mutex> lock(mu);
+  // Stages whose chunks are all gone (a finished job, a respawn) leave.
+  std::erase_if(stages, [](const auto& entry) { return entry.second.expired(); });
   std::weak_ptr<StageTurns>& entry = stages[key];
   std::shared_ptr<StageTurns> turns = entry.lock();
   if (turns == nullptr) {
     turns = std::make_shared<StageTurns>(program);
     entry = turns;
   }
-  // (Entries of stages gone are few: one a stage a process held.)
   return turns;
 }
 
