@@ -7,9 +7,10 @@
 // Nothing is copied where the transport allows: a send lends the transport
 // the memory the stage computed in (waited for before that memory is written
 // again: StageSends), and a receive posted before its message arrives has it
-// land where the stage computes next. The tied embedding: the first stage sends wte to the last
-// before the step, and the last sends back the head's share of its gradient,
-// which the first adds before its last backward, ahead of the reduction.
+// land where the stage computes next. The tied embedding: the first stage
+// sends wte to the last before the step, and the last sends back the head's
+// share of its gradient, which the first adds before its last backward, ahead
+// of the reduction.
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -90,7 +91,7 @@ void PipelineStageActor::settle_sends(const absl::Status& why) {
   }
   pipe_->abort(absl::AbortedError(why.message()), others);
   s = sends_->await_all(nullptr, absl::Now() + kSettleTimeout);
-  if (!s.ok() && absl::IsDeadlineExceeded(s)) {
+  if (absl::IsDeadlineExceeded(s)) {
     spdlog::error("{}: sends of a failed step still held by the transport: {}", name_,
                   std::string(s.message()));
   }
@@ -132,7 +133,8 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
     free_slots.push_back(k);
   auto use_slot = [&](int micro) -> absl::Status {
     int& slot = slot_of[static_cast<size_t>(micro)];
-    if (slot < 0) {
+    const bool fresh = slot < 0;
+    if (fresh) {
       if (free_slots.empty()) {
         return absl::InternalError(absl::StrCat(name_, ": micro-batch ", micro,
                                                 " finds no free activation slot of ",
@@ -140,12 +142,10 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
       }
       slot = free_slots.back();
       free_slots.pop_back();
-      gpt.use_slot(slot);
-      // The slot's last activation may still be on its way to the next stage.
-      return sends.await(gpt.residual(plan_.block_end), go_on, deadline);
     }
     gpt.use_slot(slot);
-    return absl::OkStatus();
+    // A slot taken anew: its last activation may still be on its way to the next stage.
+    return fresh ? sends.await(gpt.residual(plan_.block_end), go_on, deadline) : absl::OkStatus();
   };
   // Each micro-batch's mean loss weighs 1 / m; the loss scale rides on it.
   const float dloss = request.loss_scale / static_cast<float>(m);

@@ -257,9 +257,8 @@ Row against_torchrun(Chaos& chaos, const Shape& shape, int stage, int kill_step,
     rows->push_back({.name = "steps run again", .unit = "steps", .troupe = double(troupe_lost)});
     return row;
   }
-  char dir_template[] = "/tmp/chaos-torchrun-XXXXXX";
-  if (::mkdtemp(dir_template) == nullptr) die("mkdtemp");
-  const std::string dir = dir_template;
+  std::string dir = (std::filesystem::temp_directory_path() / "chaos-torchrun-XXXXXX").string();
+  if (::mkdtemp(dir.data()) == nullptr) die("mkdtemp");
   const std::string config_arg =
       absl::StrCat(shape.L, ":", shape.C, ":", shape.NH, ":", shape.V, ":", shape.T, ":", shape.B);
   const std::string command = absl::StrCat(

@@ -137,28 +137,37 @@ Work Group::barrier_async() {
   return enqueue(Kind::kOther, [](Communicator& c) { return transport::barrier(c); });
 }
 
-Work Group::send_async(int peer, uint64_t tag, const void* data, size_t bytes) {
-  if (peer < 0 || peer >= size() || tag >= kMaxUserTag) {
-    return Work::done_with(absl::InvalidArgumentError(
-        absl::StrCat("send to rank ", peer, " of ", size(), " with tag ", tag)));
-  }
+absl::Status Group::check_point_to_point(const char* what, int peer, uint64_t tag) const {
+  if (peer >= 0 && peer < size() && tag < kMaxUserTag) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " rank ", peer, " of ", size(), " with tag ", tag));
+}
+
+absl::Status Group::post(int peer, uint64_t tag, Buffer data) {
+  const size_t bytes = data.size();
   const bool counted = peer != rank();  // a send to itself sends nothing
   if (counted) point_to_point_sent_.fetch_add(bytes);
-  absl::Status sent = comm_->send(peer, kPointToPoint | tag,
-                                  Buffer::copy_of({static_cast<const std::byte*>(data), bytes}));
+  absl::Status sent = comm_->send(peer, kPointToPoint | tag, std::move(data));
   if (sent.ok() && counted) {
     std::lock_guard<std::mutex> lock(mu_);
     traffic_.other += bytes;
   } else if (counted) {
     point_to_point_sent_.fetch_sub(bytes);
   }
-  return Work::done_with(std::move(sent));
+  return sent;
+}
+
+Work Group::send_async(int peer, uint64_t tag, const void* data, size_t bytes) {
+  if (absl::Status s = check_point_to_point("send to", peer, tag); !s.ok()) {
+    return Work::done_with(std::move(s));
+  }
+  return Work::done_with(
+      post(peer, tag, Buffer::copy_of({static_cast<const std::byte*>(data), bytes})));
 }
 
 Work Group::send_borrowed_async(int peer, uint64_t tag, const void* data, size_t bytes) {
-  if (peer < 0 || peer >= size() || tag >= kMaxUserTag) {
-    return Work::done_with(absl::InvalidArgumentError(
-        absl::StrCat("send to rank ", peer, " of ", size(), " with tag ", tag)));
+  if (absl::Status s = check_point_to_point("send to", peer, tag); !s.ok()) {
+    return Work::done_with(std::move(s));
   }
   // The Work finishes when the last holder of the memory lets go: the
   // transport, or this call if the send failed (with that failure).
@@ -171,17 +180,8 @@ Work Group::send_borrowed_async(int peer, uint64_t tag, const void* data, size_t
     delete l;
   });
   Work work = lent->work;
-  const bool counted = peer != rank();
-  if (counted) point_to_point_sent_.fetch_add(bytes);
-  absl::Status sent =
-      comm_->send(peer, kPointToPoint | tag,
-                  Buffer::borrow(lent, static_cast<std::byte*>(const_cast<void*>(data)), bytes));
-  if (sent.ok() && counted) {
-    std::lock_guard<std::mutex> lock(mu_);
-    traffic_.other += bytes;
-  } else if (counted) {
-    point_to_point_sent_.fetch_sub(bytes);
-  }
+  absl::Status sent = post(
+      peer, tag, Buffer::borrow(lent, static_cast<std::byte*>(const_cast<void*>(data)), bytes));
   if (!sent.ok()) lent->status = std::move(sent);
   return work;  // `lent` goes here; the transport's copy of it may live on
 }
@@ -195,14 +195,17 @@ Work Group::recv_in_place_async(int peer, uint64_t tag, void* data, size_t bytes
 }
 
 Work Group::receive(int peer, uint64_t tag, void* data, size_t bytes, bool in_place) {
-  if (peer < 0 || peer >= size() || tag >= kMaxUserTag) {
-    return Work::done_with(absl::InvalidArgumentError(
-        absl::StrCat("recv from rank ", peer, " of ", size(), " with tag ", tag)));
+  if (absl::Status s = check_point_to_point("recv from", peer, tag); !s.ok()) {
+    return Work::done_with(std::move(s));
   }
   const uint64_t wire_tag = kPointToPoint | tag;
-  // `data`, lent to the transport as the place for the payload until it lets go.
-  auto target = std::make_shared<detail::BorrowedSends>(*comm_);
-  if (in_place && bytes > 0) comm_->place(peer, wire_tag, target->borrow(data, bytes));
+  // In place: `data`, lent to the transport as the place for the payload
+  // until it lets go.
+  std::shared_ptr<detail::BorrowedSends> target;
+  if (in_place && bytes > 0) {
+    target = std::make_shared<detail::BorrowedSends>(*comm_);
+    comm_->place(peer, wire_tag, target->borrow(data, bytes));
+  }
   return enqueue(
       Kind::kOther,
       [=, this](Communicator& c) -> absl::Status {
@@ -221,6 +224,7 @@ Work Group::receive(int peer, uint64_t tag, void* data, size_t bytes, bool in_pl
             std::memcpy(data, in->data(), bytes);
           }
         }  // a payload placed in `data` lets go of it here
+        if (target == nullptr) return status;
         // Unused, the target goes, so that no later message lands in `data`.
         c.unplace(peer, wire_tag, data);
         if (absl::Status drained = target->wait(c.timeout()); !drained.ok()) {

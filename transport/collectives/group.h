@@ -146,6 +146,10 @@ class Group {
   };
   // `collective`: counted in collectives_issued (a recv is not).
   Work enqueue(Kind kind, std::function<absl::Status(Communicator&)> run, bool collective = true);
+  // InvalidArgument unless `peer` is a rank and `tag` a point-to-point tag.
+  absl::Status check_point_to_point(const char* what, int peer, uint64_t tag) const;
+  // Hands `data` to the communicator for `peer`, counting it as sent.
+  absl::Status post(int peer, uint64_t tag, Buffer data);
   Work receive(int peer, uint64_t tag, void* data, size_t bytes, bool in_place);
   void run_worker();
 
