@@ -9,7 +9,6 @@ packages=(
   libomp-dev
   # libraries the build links
   libabsl-dev libspdlog-dev libfmt-dev capnproto libcapnp-dev libasio-dev libssl-dev
-  libcpp-httplib-dev
   libibverbs-dev libucx-dev libopenblas-dev nlohmann-json3-dev libxxhash-dev
   # OpenBLAS's OpenMP build, which troupe_nn links when present (one thread pool with OpenMP's)
   libopenblas0-openmp

@@ -306,15 +306,26 @@ int train_command(const std::vector<std::string>& args) {
   auto metrics_file = MetricsWriter::open(metrics_path, /*append=*/resumed.has_value());
   if (!metrics_file.ok()) return fail("opening the metrics file", metrics_file.status());
   std::optional<MetricsWriter> metrics(std::move(*metrics_file));
-  if (resumed) {
-    if (absl::Status s = metrics->write_resume(*resumed); !s.ok()) {
-      return fail("writing the metrics", s);
-    }
-  }
 
   ProgressReporter progress(stdout, steps, config.training.log_interval);
+  // A metrics file that cannot be written (a full disk) costs the metrics,
+  // not the run, as a failed checkpoint save does: the first error is shown,
+  // the lines after it are dropped, and the run ends non-zero once its
+  // weights are saved.
+  int64_t current_step = first_step - 1;
+  absl::Status metrics_failure;
+  int64_t metrics_failed_at = 0;
+  auto record_metrics = [&](const absl::Status& s) {
+    if (s.ok() || !metrics_failure.ok()) return;
+    metrics_failure = s;
+    metrics_failed_at = current_step;
+    progress.message(
+        cluster::printable(absl::StrCat("writing the metrics failed at step ", current_step, ": ",
+                                        s.message(), "; training goes on without them")));
+  };
+  if (resumed) record_metrics(metrics->write_resume(*resumed));
   // A checkpoint saved, or failed (training goes on: the previous stays latest).
-  auto report_checkpoints = [&](const std::vector<CheckpointEvent>& events) -> absl::Status {
+  auto report_checkpoints = [&](const std::vector<CheckpointEvent>& events) {
     for (const CheckpointEvent& e : events) {
       if (e.status.ok()) {
         progress.message(absl::StrFormat(
@@ -325,16 +336,14 @@ int train_command(const std::vector<std::string>& args) {
         progress.message(absl::StrCat("checkpoint of step ", e.step,
                                       " failed: ", e.status.message(), "; training goes on"));
       }
-      if (absl::Status s = metrics->write_checkpoint(e); !s.ok()) return s;
+      record_metrics(metrics->write_checkpoint(e));
     }
-    return absl::OkStatus();
   };
   RecoveringStepper stepper(trainer, config.checkpoint.dir.empty() ? nullptr : &checkpoints,
                             config.fault_tolerance);
-  absl::Status recovery_log;
   auto on_recovery = [&](const RecoveryReport& r) {
     progress.message(cluster::printable(r.summary()));
-    recovery_log.Update(metrics->write_recovery(r));
+    record_metrics(metrics->write_recovery(r));
   };
   // Elasticity: the job grows onto workers that join and leaves drained or
   // lost ones, between steps (docs/elasticity.md).
@@ -353,19 +362,18 @@ int train_command(const std::vector<std::string>& args) {
         .IgnoreError();  // (shown for people; training goes on without it)
   };
   publish(first_step - 1);
-  auto on_resize = [&](const ResizeReport& r) -> absl::Status {
+  auto on_resize = [&](const ResizeReport& r) {
     progress.message(cluster::printable(r.summary()));
     publish(r.step - 1);
-    return metrics->write_resize(r);
+    record_metrics(metrics->write_resize(r));
   };
   double first_loss = 0, last_loss = 0;
   for (int64_t k = first_step; k <= steps; ++k) {
+    current_step = k;
     if (scaler) {
       // A resize may take away ranks that write a checkpoint in flight.
       if (scaler->may_resize()) {
-        if (absl::Status s = report_checkpoints(checkpoints.finish()); !s.ok()) {
-          return fail("writing the metrics", s);
-        }
+        report_checkpoints(checkpoints.finish());
       }
       absl::StatusOr<std::optional<ResizeReport>> resized = scaler->before_step(k);
       for (const std::string& n : scaler->take_notes())
@@ -375,7 +383,7 @@ int train_command(const std::vector<std::string>& args) {
         return fail(absl::StrCat("resizing the job before step ", k), resized.status());
       }
       if (*resized) {
-        if (absl::Status s = on_resize(**resized); !s.ok()) return fail("writing the metrics", s);
+        on_resize(**resized);
       }
     }
     absl::StatusOr<StepOutcome> outcome = stepper.step(k, on_recovery);
@@ -385,7 +393,7 @@ int train_command(const std::vector<std::string>& args) {
       absl::StatusOr<ResizeReport> shrunk =
           scaler->shrink_after_loss(k, outcome.status(), trainer.controller());
       if (shrunk.ok()) {
-        if (absl::Status s = on_resize(*shrunk); !s.ok()) return fail("writing the metrics", s);
+        on_resize(*shrunk);
         if (trainer.controller().next_step() == k) {
           --k;  // the step runs again at the new size
           continue;
@@ -408,43 +416,29 @@ int train_command(const std::vector<std::string>& args) {
       }
       return fail("training", outcome.status());  // the controller names the step
     }
-    if (!recovery_log.ok()) return fail("writing the metrics", recovery_log);
     if (k == first_step) first_loss = outcome->loss;
     last_loss = outcome->loss;
-    if (absl::Status s = metrics->write_step(*outcome); !s.ok()) {
-      progress.message("");
-      return fail("writing the metrics", s);
-    }
+    record_metrics(metrics->write_step(*outcome));
     progress.on_step(*outcome);
     if (k % config.training.log_interval == 0) publish(k);
-    if (absl::Status s = report_checkpoints(checkpoints.after_step(k)); !s.ok()) {
-      return fail("writing the metrics", s);
-    }
+    report_checkpoints(checkpoints.after_step(k));
     if (config.data.synthetic && config.training.eval_interval > 0 &&
         k % config.training.eval_interval == 0 && k < steps) {
-      if (absl::Status s = evaluate(trainer, config, k, progress, metrics, nullptr); !s.ok()) {
-        return fail("writing the metrics", s);
-      }
+      record_metrics(evaluate(trainer, config, k, progress, metrics, nullptr));
     }
   }
   // A run that ends between checkpoints saves its last step too, so that a
   // later --resume (with more steps) continues from where it ended.
   if (config.checkpoint.interval_steps > 0 && first_step <= steps &&
       steps % config.checkpoint.interval_steps != 0) {
-    if (absl::Status s = report_checkpoints(checkpoints.save_now()); !s.ok()) {
-      return fail("writing the metrics", s);
-    }
+    report_checkpoints(checkpoints.save_now());
   }
-  if (absl::Status s = report_checkpoints(checkpoints.finish()); !s.ok()) {
-    return fail("writing the metrics", s);
-  }
+  report_checkpoints(checkpoints.finish());
   std::optional<double> accuracy;
   if (config.data.synthetic) {
-    if (absl::Status s = evaluate(trainer, config, steps, progress, metrics, &accuracy); !s.ok()) {
-      return fail("writing the metrics", s);
-    }
+    record_metrics(evaluate(trainer, config, steps, progress, metrics, &accuracy));
   }
-  if (absl::Status s = metrics->close(); !s.ok()) return fail("writing the metrics", s);
+  record_metrics(metrics->close());
 
   auto params = trainer.master_params();
   if (!params.ok()) return fail("fetching the weights", params.status());
@@ -507,12 +501,16 @@ int train_command(const std::vector<std::string>& args) {
     std::printf("  resized %zu %s: %s\n", changes.size(), changes.size() == 1 ? "time" : "times",
                 cluster::printable(absl::StrJoin(changes, "; ")).c_str());
   }
-  std::printf("  weights: %s/model.%s   metrics: %s\n", output_dir.c_str(),
-              partitioned ? absl::StrCat("json and ", saved.partitions.size(),
-                                         " partitions (model.part-*.bin)")
-                                .c_str()
-                          : "{json,bin}",
-              metrics_path.c_str());
+  std::printf(
+      "  weights: %s/model.%s   metrics: %s\n", output_dir.c_str(),
+      partitioned
+          ? absl::StrCat("json and ", saved.partitions.size(), " partitions (model.part-*.bin)")
+                .c_str()
+          : "{json,bin}",
+      metrics_failure.ok() ? metrics_path.c_str()
+                           : absl::StrCat(metrics_path, " (incomplete: writing it failed at step ",
+                                          metrics_failed_at, ")")
+                                 .c_str());
   // A prompt of the kind the model was trained on: a problem of the
   // synthetic task, or the start of a text.
   std::printf("  try: troupe generate --model %s --prompt \"%s\"\n", output_dir.c_str(),
@@ -520,6 +518,14 @@ int train_command(const std::vector<std::string>& args) {
   if (absl::Status s = trainer.stop(); !s.ok()) {
     std::fprintf(stderr, "troupe train: stopping the job's actors: %s\n",
                  std::string(s.message()).c_str());
+  }
+  if (!metrics_failure.ok()) {
+    std::fprintf(stderr,
+                 "troupe train: the weights are saved, but the metrics are incomplete: writing "
+                 "them failed at step %lld: %s\n",
+                 static_cast<long long>(metrics_failed_at),
+                 cluster::printable(metrics_failure.message()).c_str());
+    return 1;
   }
   return 0;
 }

@@ -56,8 +56,8 @@ struct TransportStats {
   std::atomic<uint64_t> bad_frames{0};           // malformed, oversized, unexpected
   std::atomic<uint64_t> frames_sent{0};
   std::atomic<uint64_t> frames_received{0};
-  // Accepted connections not authenticated yet, and those closed unheard
-  // because there were max_handshaking of them already.
+  // Accepted connections not authenticated yet, and those closed unheard to
+  // make room for newer ones (TransportOptions::max_handshaking).
   std::atomic<int64_t> handshaking{0};
   std::atomic<uint64_t> connections_shed{0};
 };
@@ -72,10 +72,19 @@ struct TransportOptions {
   // 0.0.0.0: every interface.
   std::string host;
   absl::Duration handshake_timeout = absl::Seconds(10);
-  // Accepted connections still in their handshake, at most: beyond it new
-  // ones are closed at once (with handshake_timeout, a bound on what
-  // unauthenticated peers hold: max_handshaking x kHandshakeLimits).
+  // Accepted connections still in their handshake, at most, and at most
+  // max_handshaking_per_source of them from one peer address. A connection
+  // beyond either bound closes the oldest one it counts against, unheard:
+  // a peer that proves the token does so within a round trip of arriving,
+  // so it is the newest and gets through, while peers that connect and say
+  // nothing are the oldest and make room (sshd's MaxStartups, with the
+  // oldest dropped instead of the newest). With handshake_timeout, this
+  // bounds what unauthenticated peers hold: max_handshaking x
+  // kHandshakeLimits. A peer closed this way retries within its connect
+  // timeout (connect() below), so load never fails a handshake that would
+  // have succeeded.
   int max_handshaking = 64;
+  int max_handshaking_per_source = 32;
 };
 
 // Called once per accepted, authenticated connection; returns the callbacks
@@ -102,8 +111,11 @@ class Transport {
                                                            AcceptCallback on_accept) = 0;
 
   // Connects to a listener and authenticates both ways. Returns once the
-  // connection is ready. Errors: Unavailable (unreachable), PermissionDenied
-  // (token rejected, by either side), DeadlineExceeded.
+  // connection is ready. A listener that closes the connection during the
+  // handshake (to make room: TransportOptions::max_handshaking) is tried
+  // again until `timeout`. Errors: Unavailable (unreachable, or closed
+  // during every handshake), PermissionDenied (token rejected, by either
+  // side), DeadlineExceeded.
   virtual absl::StatusOr<std::shared_ptr<Connection>> connect(std::string_view address,
                                                               ConnectionCallbacks callbacks,
                                                               absl::Duration timeout) = 0;

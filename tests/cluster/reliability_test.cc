@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -26,6 +27,7 @@
 #include "core/cluster/local_cluster.h"
 #include "tests/cluster/cluster_fixture.h"
 #include "tests/cluster/probe_actors.h"
+#include "tests/cluster/silent_flood.h"
 #include "transport/frame.h"
 
 namespace troupe::cluster {
@@ -236,6 +238,31 @@ TEST_F(ReliabilityTest, UnsatisfiablePlacementFailsFastNamingTheShortfall) {
   EXPECT_NE(out.find("can never be placed"), std::string::npos) << out;
   EXPECT_NE(out.find("the 2 worker nodes have {CPU=4"), std::string::npos) << out;
   EXPECT_LT(took, absl::Seconds(30)) << out;
+  // The config key that asked for too much is named.
+  EXPECT_NE(out.find("starting the replicas: parallel.dp 8: placing 8 replicas"),
+            std::string::npos)
+      << out;
+
+  // A pipeline given under Megatron's name is named by that name.
+  char pp_dir[] = "/tmp/troupe-reliability-XXXXXX";
+  ASSERT_NE(::mkdtemp(pp_dir), nullptr);
+  config = std::string(pp_dir) + "/pp8.json";
+  std::ofstream(config) << R"({
+    "train_batch_size": 8, "train_micro_batch_size_per_gpu": 1,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+    "model": {"n_layer": 8, "n_head": 2, "n_embd": 16, "seq_len": 16, "vocab_size": 256},
+    "data": {"synthetic": {"task": "addition", "digits": 2, "num_samples": 1000, "seed": 1}},
+    "pipeline_model_parallel_size": 8,
+    "training": {"steps": 2, "output_dir": ")"
+                        << pp_dir << R"(/out"}
+  })";
+  auto [pp_code, pp_out] = local_->run_cli({"train", "--config", config});
+  std::filesystem::remove_all(pp_dir);
+  EXPECT_NE(pp_code, 0) << pp_out;
+  EXPECT_NE(pp_out.find("parallel.dp 1 x pipeline_model_parallel_size 8: placing 1 x 8 stages"),
+            std::string::npos)
+      << pp_out;
+  EXPECT_NE(pp_out.find("can never be placed"), std::string::npos) << pp_out;
 }
 
 // The resident memory of process `pid`, in bytes (0 if unknown).
@@ -297,6 +324,26 @@ TEST_F(ReliabilityTest, UnauthenticatedPeersClaimingBigFramesHoldLittleMemory) {
     ::close(fd);
 }
 
+// Peers that connect to the head's control port and say nothing, more than
+// it holds for unauthenticated peers (70, kept open as the head closes
+// them): `troupe status` answers every time and a new worker joins. Before,
+// the bound on connections in their handshake was a lock: past 64, every new
+// connection was closed unheard, and status failed 5 times in 5.
+TEST_F(ReliabilityTest, SilentConnectionsToTheHeadLockNobodyOut) {
+  testing::SilentFlood flood({local_->head_pid()}, 70);
+  ASSERT_TRUE(flood.wait_flooding(1, absl::Seconds(20)));
+  for (int i = 0; i < 5; ++i) {
+    auto [code, output] = local_->run_cli({"status"});
+    EXPECT_EQ(code, 0) << "status " << i + 1 << " of 5: " << output;
+    EXPECT_NE(output.find("Nodes"), std::string::npos) << output;
+  }
+  absl::StatusOr<int> added = local_->add_worker("CPU=1");
+  ASSERT_TRUE(added.ok()) << added.status();
+  EXPECT_TRUE(wait_status([](const ClusterStatus& s) { return alive_workers(s) == 3; }));
+  EXPECT_GT(flood.opened(), 70) << "the head closed none of the silent peers";
+  flood.stop();
+}
+
 // One HTTP/1.1 GET of `path` from `address`; the whole response ("" if none
 // came within `timeout`).
 std::string http_get(const std::string& address, const std::string& path, absl::Duration timeout) {
@@ -318,13 +365,22 @@ std::string http_get(const std::string& address, const std::string& path, absl::
   return response;
 }
 
-// Idle or slow clients of the head's HTTP status do not hold up the others
-// (the hand-written server it replaced served one connection at a time: 30
-// idle ones delayed a scrape by 20 s).
+// Idle or slow clients of the head's HTTP status do not hold up the others:
+// a scrape with 1,000 idle connections open is answered within a second,
+// well inside Prometheus' 10 s scrape timeout (a server of 32 threads, one a
+// connection, took 13.75 s; the one before it served one connection at a
+// time: 30 idle ones delayed a scrape by 20 s).
 TEST_F(ReliabilityTest, IdleHttpClientsDoNotDelayAMetricsScrape) {
   ASSERT_FALSE(local_->http_address().empty());
+  rlimit files{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  if (files.rlim_cur < 1100 && files.rlim_max >= 1100) {
+    files.rlim_cur = std::min<rlim_t>(files.rlim_max, 4096);
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
+  }
+  if (files.rlim_cur < 1100) GTEST_SKIP() << "1,000 connections need more open files";
   std::vector<int> idle;
-  for (int i = 0; i < 30; ++i) {
+  for (int i = 0; i < 1000; ++i) {
     int fd = connect_tcp(local_->http_address());
     ASSERT_GE(fd, 0);
     static_cast<void>(::send(fd, "GET", 3, MSG_NOSIGNAL));  // and nothing more
@@ -336,7 +392,7 @@ TEST_F(ReliabilityTest, IdleHttpClientsDoNotDelayAMetricsScrape) {
   EXPECT_TRUE(metrics.starts_with("HTTP/1.1 200")) << metrics;
   EXPECT_NE(metrics.find("troupe_nodes{kind=\"worker\",state=\"ALIVE\"} 2"), std::string::npos)
       << metrics;
-  EXPECT_LT(took, absl::Seconds(5));
+  EXPECT_LT(took, absl::Seconds(1));
   std::string status = http_get(local_->http_address(), "/", absl::Seconds(20));
   EXPECT_NE(status.find("Nodes"), std::string::npos) << status;
   std::string missing = http_get(local_->http_address(), "/nope", absl::Seconds(20));

@@ -4,6 +4,7 @@
 // fail fast with a message naming the problem.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -293,17 +294,61 @@ TEST_F(TrainCommandTest, ADatasetTruncatedDuringTrainingFailsTheRunAtOnceNamingI
   EXPECT_LT(took, absl::Seconds(30)) << run.output;
 }
 
-TEST_F(TrainCommandTest, AMetricsFileThatCannotBeWrittenFailsTheRun) {
-  // /dev/full takes the open and fails every write, as a full disk does.
+// A metrics file that cannot be written costs the metrics, not the run: on a
+// tmpfs that fills up during training, the run goes on, saves its final
+// weights, says where the metrics stopped, and exits non-zero.
+class TrainReliabilityTest : public TrainCommandTest {
+ protected:
+  void TearDown() override {
+    if (!mounted_.empty()) ::umount2(mounted_.c_str(), MNT_DETACH);
+    TrainCommandTest::TearDown();
+  }
+  // A tmpfs of `bytes` at `name` in the scratch directory; false if this
+  // process may not mount one (not root).
+  bool mount_tmpfs(const std::string& name, size_t bytes) {
+    std::string at = dir_ + "/" + name;
+    std::filesystem::create_directories(at);
+    std::string size = "size=" + std::to_string(bytes);
+    if (::mount("tmpfs", at.c_str(), "tmpfs", 0, size.c_str()) != 0) return false;
+    mounted_ = at;
+    return true;
+  }
+  std::string mounted_;
+};
+
+TEST_F(TrainReliabilityTest, AFullMetricsDiskCostsTheMetricsNotTheRun) {
+  if (!mount_tmpfs("small", 64 << 10)) GTEST_SKIP() << "mounting a tmpfs needs root";
+  // Fill it but for one page: a few steps' lines fit, then every write fails.
+  {
+    std::ofstream fill(dir_ + "/small/fill", std::ios::binary);
+    std::string page(4096, 'x');
+    for (int i = 0; i < 15; ++i)
+      fill << page;
+  }
   Result run = troupe(dir_,
                       "train --config '" EXAMPLE_CONFIGS
-                      "/addition_single.json' --local 1 --steps 3 --output out "
-                      "--metrics /dev/full",
-                      120);
+                      "/addition_single.json' --local 1 --steps 40 --output out "
+                      "--metrics small/metrics.jsonl",
+                      180);
   EXPECT_NE(run.code, 0) << run.output;
-  EXPECT_NE(run.output.find("writing the metrics: /dev/full: No space left on device"),
+  EXPECT_NE(run.output.find("writing the metrics failed at step"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("No space left on device; training goes on without them"),
             std::string::npos)
       << run.output;
+  // Training went on to the end and saved its weights.
+  EXPECT_NE(run.output.find("step 40/40"), std::string::npos) << run.output;
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/out/model.json")) << run.output;
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/out/model.bin")) << run.output;
+  EXPECT_NE(run.output.find("the weights are saved, but the metrics are incomplete"),
+            std::string::npos)
+      << run.output;
+  // What was written before the disk filled up is whole lines.
+  std::string metrics = read("small/metrics.jsonl");
+  EXPECT_FALSE(metrics.empty());
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(run.output, m, std::regex(R"(failed at step ([0-9]+))")));
+  EXPECT_GT(std::stoi(m[1]), 1) << "the first steps' lines fit";
+  EXPECT_LT(std::stoi(m[1]), 40) << "the disk filled up during training";
 }
 
 }  // namespace

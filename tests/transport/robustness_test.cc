@@ -33,8 +33,16 @@ namespace {
 // A plain socket to 127.0.0.1:port, for sending arbitrary bytes.
 class RawClient {
  public:
-  explicit RawClient(uint16_t port) {
+  // From `source` (a loopback address, "127.0.0.2": another peer host as
+  // the listener sees it), or the kernel's choice.
+  explicit RawClient(uint16_t port, const char* source = nullptr) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (source != nullptr) {
+      sockaddr_in from{};
+      from.sin_family = AF_INET;
+      ::inet_pton(AF_INET, source, &from.sin_addr);
+      static_cast<void>(::bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof(from)));
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
@@ -171,29 +179,88 @@ TEST_F(TcpRobustnessTest, BeforeTheTokenOnlyAHandshakeSizedFrameIsAccepted) {
   expect_good_connection_still_works();
 }
 
-TEST_F(TcpRobustnessTest, UnauthenticatedConnectionsBeyondTheCapAreClosedUnheard) {
-  const int cap = TransportOptions{}.max_handshaking;
-  std::vector<std::unique_ptr<RawClient>> silent;
-  for (int i = 0; i < cap + 8; ++i) {
-    silent.push_back(std::make_unique<RawClient>(port_));
-    ASSERT_TRUE(silent.back()->connected());
+// Peers that connect and say nothing, beyond what a listener holds for
+// unauthenticated peers, close the oldest of them: a peer with the token,
+// which arrives last, always gets through, and a flood from one address
+// never closes another address's connections (TransportOptions).
+class TcpFloodTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // The default handshake timeout: the flood stays for the whole test.
+    server_ = *make_transport("tcp", options_with(kToken, "server"));
+    client_ = *make_transport("tcp", options_with(kToken, "client"));
+    auto listener = server_->listen("tcp://127.0.0.1:0", echo_callbacks);
+    ASSERT_TRUE(listener.ok());
+    listener_ = *std::move(listener);
+    port_ = parse_address(listener_->address(), "tcp")->port;
   }
-  // Those over the cap are closed at once, long before the handshake timeout.
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (server_->stats().connections_shed.load() < 8 && absl::Now() < deadline)
-    absl::SleepFor(absl::Milliseconds(5));
-  EXPECT_GE(server_->stats().connections_shed.load(), 8u);
-  EXPECT_LE(server_->stats().handshaking.load(), cap);
-  silent.clear();
-  // Once they are gone (or timed out), peers with the token connect again.
-  deadline = absl::Now() + absl::Seconds(10);
-  while (server_->stats().handshaking.load() > 0 && absl::Now() < deadline)
-    absl::SleepFor(absl::Milliseconds(5));
-  EXPECT_EQ(server_->stats().handshaking.load(), 0);
+
+  // `n` silent connections from `source`, each accepted by the server.
+  void flood(int n, const char* source) {
+    const uint64_t before = accepted();
+    for (int i = 0; i < n; ++i) {
+      silent_.push_back(std::make_unique<RawClient>(port_, source));
+      ASSERT_TRUE(silent_.back()->connected());
+    }
+    // Until the server has accepted (and counted or shed) every one.
+    absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < deadline && accepted() < before + n)
+      absl::SleepFor(absl::Milliseconds(5));
+  }
+  // Connections accepted and not authenticated: held or shed.
+  uint64_t accepted() const {
+    return static_cast<uint64_t>(server_->stats().handshaking.load()) +
+           server_->stats().connections_shed.load();
+  }
+
+  Inbox& new_inbox() { return *inboxes_.emplace_back(std::make_unique<Inbox>()); }
+  std::deque<std::unique_ptr<Inbox>> inboxes_;
+  std::unique_ptr<Transport> server_;
+  std::unique_ptr<Transport> client_;
+  std::unique_ptr<Listener> listener_;
+  std::vector<std::unique_ptr<RawClient>> silent_;
+  uint16_t port_ = 0;
+};
+
+TEST_F(TcpFloodTest, SilentPeersMakeRoomForAPeerWithTheToken) {
+  const TransportOptions defaults;
+  flood(defaults.max_handshaking + 6, "127.0.0.1");
+  // One address holds at most its share; the oldest were closed unheard.
+  EXPECT_EQ(server_->stats().handshaking.load(), defaults.max_handshaking_per_source);
+  EXPECT_EQ(
+      server_->stats().connections_shed.load(),
+      static_cast<uint64_t>(defaults.max_handshaking + 6 - defaults.max_handshaking_per_source));
+  EXPECT_TRUE(silent_.front()->closed_by_server(absl::Seconds(5)));
+  // Every peer with the token gets through while the flood holds on.
+  for (int i = 0; i < 5; ++i) {
+    Inbox& inbox = new_inbox();
+    auto c = client_->connect(listener_->address(), inbox.callbacks(), absl::Seconds(10));
+    ASSERT_TRUE(c.ok()) << "connection " << i << ": " << c.status();
+    uint64_t sequence = 0;
+    expect_echo(**c, inbox, sequence);
+  }
+  // Each made room by closing the oldest silent peer, not the newest.
+  EXPECT_FALSE(silent_.back()->closed_by_server(absl::Milliseconds(100)));
+}
+
+TEST_F(TcpFloodTest, AFloodFromOneAddressClosesOnlyItsOwnConnections) {
+  const TransportOptions defaults;
+  RawClient other(port_, "127.0.0.2");  // another host, still in its handshake
+  ASSERT_TRUE(other.connected());
+  flood(4 * defaults.max_handshaking, "127.0.0.3");
+  EXPECT_GE(
+      server_->stats().connections_shed.load(),
+      static_cast<uint64_t>(4 * defaults.max_handshaking - defaults.max_handshaking_per_source));
+  EXPECT_FALSE(other.closed_by_server(absl::Milliseconds(100)));
+  // Many addresses together fill the listener: then the oldest of all makes room.
+  const char* sources[] = {"127.0.0.4", "127.0.0.5", "127.0.0.6", "127.0.0.7"};
+  for (const char* source : sources)
+    flood(defaults.max_handshaking_per_source, source);
+  EXPECT_EQ(server_->stats().handshaking.load(), defaults.max_handshaking);
+  EXPECT_TRUE(other.closed_by_server(absl::Seconds(5)));
   Inbox& inbox = new_inbox();
-  auto again = client_->connect(listener_->address(), inbox.callbacks(), absl::Seconds(10));
-  ASSERT_TRUE(again.ok()) << again.status();
-  expect_good_connection_still_works();
+  auto c = client_->connect(listener_->address(), inbox.callbacks(), absl::Seconds(10));
+  ASSERT_TRUE(c.ok()) << c.status();
 }
 
 // Starts tests/transport/transport_peer with `args`; returns its pid and, if

@@ -50,6 +50,10 @@ bool Session::open() const {
   return state_.load(std::memory_order_acquire) == State::kOpen;
 }
 
+bool Session::handshaking() const {
+  return state_.load(std::memory_order_acquire) == State::kHandshaking;
+}
+
 std::string Session::peer_name() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (peer_name_.empty()) return channel_name_;
@@ -324,8 +328,8 @@ void Session::on_channel_closed(absl::Status why) {
       reason = absl::OkStatus();
     } else {
       reason = absl::UnavailableError(absl::StrCat(
-          state_ == State::kHandshaking ? "connection closed during the handshake with "
-                                        : "connection lost to ",
+          state_ == State::kHandshaking ? absl::StrCat(kClosedDuringHandshake, " with ")
+                                        : std::string("connection lost to "),
           peer_name_.empty() ? channel_name_ : peer_name_, ": ", why.message()));
       bool was_open = state_ == State::kOpen;
       state_ = State::kClosed;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -16,6 +17,10 @@
 #include "transport/connection.h"
 
 namespace troupe::transport::detail {
+
+// How a connection that the peer closed before the handshake ended is
+// reported (wait_ready's Unavailable): a connect may try again.
+inline constexpr char kClosedDuringHandshake[] = "connection closed during the handshake";
 
 class Session : public Connection, public std::enable_shared_from_this<Session> {
  public:
@@ -46,6 +51,8 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   void abort(absl::Status why) override { fail(std::move(why), /*warn=*/false, /*drop=*/true); }
 
   bool open() const;
+  // Not authenticated yet, and not ended either.
+  bool handshaking() const;
 
   // Connection.
   absl::Status send(Frame frame) override;

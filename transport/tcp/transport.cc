@@ -2,13 +2,17 @@
 
 #include <asio.hpp>
 
+#include <algorithm>
 #include <deque>
 #include <future>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "spdlog/spdlog.h"
 #include "transport/address.h"
 #include "transport/detail/session.h"
 
@@ -19,6 +23,10 @@ using asio::ip::tcp;
 
 constexpr size_t kMaxFramesPerWrite = 64;
 constexpr auto kCloseGrace = std::chrono::seconds(2);
+// A connect whose handshake the listener closed tries again after these
+// pauses, doubling from the first to the last.
+constexpr absl::Duration kRetryPauseFirst = absl::Milliseconds(10);
+constexpr absl::Duration kRetryPauseLast = absl::Milliseconds(200);
 
 // The I/O context, shared with sessions so that one outliving the transport
 // can still be destroyed; `stopped` tells them not to post to it any more.
@@ -355,11 +363,34 @@ class TcpTransport final : public Transport {
     asio::ip::address ip = asio::ip::make_address(hp->host, ec);
     if (ec) return absl::InvalidArgumentError(absl::StrCat("bad IP address '", hp->host, "'"));
     tcp::endpoint endpoint(ip, hp->port);
+    // A listener busy with unauthenticated peers may close our connection to
+    // make room; the node is alive (it accepted), so we try again.
+    absl::Duration pause = kRetryPauseFirst;
+    for (int attempt = 1;; ++attempt) {
+      absl::StatusOr<std::shared_ptr<Connection>> c =
+          connect_once(address, endpoint, callbacks, deadline);
+      const bool closed_in_handshake =
+          !c.ok() && absl::IsUnavailable(c.status()) &&
+          absl::StartsWith(c.status().message(), detail::kClosedDuringHandshake);
+      if (!closed_in_handshake || absl::Now() + pause >= deadline) return c;
+      spdlog::debug("tcp: {} (attempt {}); trying again in {}", std::string(c.status().message()),
+                    attempt, absl::FormatDuration(pause));
+      absl::SleepFor(pause);
+      pause = std::min(2 * pause, kRetryPauseLast);
+    }
+  }
 
+ private:
+  // One TCP connection and handshake, within `deadline`.
+  absl::StatusOr<std::shared_ptr<Connection>> connect_once(std::string_view address,
+                                                           const tcp::endpoint& endpoint,
+                                                           ConnectionCallbacks callbacks,
+                                                           absl::Time deadline) {
     auto socket = std::make_shared<tcp::socket>(io_->context);
     auto timer = std::make_shared<asio::steady_timer>(io_->context);
     std::promise<asio::error_code> connected;
     auto result = connected.get_future();
+    const absl::Duration timeout = std::max(deadline - absl::Now(), absl::ZeroDuration());
     asio::post(io_->context, [&, socket, timer] {
       timer->expires_after(absl::ToChronoNanoseconds(timeout));
       timer->async_wait([socket](asio::error_code e) {
@@ -370,7 +401,7 @@ class TcpTransport final : public Transport {
         connected.set_value(e);
       });
     });
-    ec = result.get();
+    asio::error_code ec = result.get();
     if (ec) {
       return absl::UnavailableError(absl::StrCat(
           "cannot connect to ", std::string(address), ": ",
@@ -390,7 +421,6 @@ class TcpTransport final : public Transport {
     return std::shared_ptr<Connection>(session);
   }
 
- private:
   void accept_next(std::shared_ptr<tcp::acceptor> acceptor, std::shared_ptr<AcceptCallback> cb) {
     acceptor->async_accept([this, acceptor, cb](asio::error_code ec, tcp::socket socket) {
       if (ec) {
@@ -399,18 +429,14 @@ class TcpTransport final : public Transport {
         return;
       }
       asio::error_code ignored;
-      if (stats_->handshaking.load(std::memory_order_relaxed) >= options_.max_handshaking) {
-        // As many unauthenticated peers as we hold already: close unheard.
-        stats_->connections_shed.fetch_add(1, std::memory_order_relaxed);
-        socket.close(ignored);
-        accept_next(acceptor, cb);
-        return;
-      }
+      tcp::endpoint peer = socket.remote_endpoint(ignored);
+      make_room_for(peer.address());
       socket.set_option(tcp::no_delay(true), ignored);
       auto session =
           std::make_shared<TcpSession>(Role::kServer, options_, stats_, io_, std::move(socket));
       session->set_accept(*cb);
       track(session);
+      unheard_.push_back({session, peer.address()});
       auto timer = std::make_shared<asio::steady_timer>(io_->context);
       timer->expires_after(absl::ToChronoNanoseconds(options_.handshake_timeout));
       timer->async_wait([weak = std::weak_ptr<TcpSession>(session), timer](asio::error_code e) {
@@ -424,6 +450,36 @@ class TcpTransport final : public Transport {
       session->start();
       accept_next(acceptor, cb);
     });
+  }
+
+  // Before accepting a peer at `source`: if that would exceed what
+  // unauthenticated peers may hold (TransportOptions::max_handshaking, per
+  // source and in all), closes the oldest connection still in its handshake
+  // that the peer counts against. I/O thread.
+  void make_room_for(const asio::ip::address& source) {
+    std::erase_if(unheard_, [](const Unheard& u) {
+      auto s = u.session.lock();
+      return s == nullptr || !s->handshaking();
+    });
+    auto oldest_of_source = std::find_if(unheard_.begin(), unheard_.end(),
+                                         [&](const Unheard& u) { return u.source == source; });
+    const auto from_source = std::count_if(unheard_.begin(), unheard_.end(),
+                                           [&](const Unheard& u) { return u.source == source; });
+    auto evict = unheard_.end();
+    if (from_source >= options_.max_handshaking_per_source) {
+      evict = oldest_of_source;
+    } else if (std::ssize(unheard_) >= options_.max_handshaking) {
+      evict = unheard_.begin();
+    }
+    if (evict == unheard_.end()) return;
+    if (auto s = evict->session.lock()) {
+      stats_->connections_shed.fetch_add(1, std::memory_order_relaxed);
+      s->abort(absl::ResourceExhaustedError(
+          absl::StrCat("closed ", s->peer_name(),
+                       " unheard: too many connections in their handshake, the oldest make room")));
+      s->close_socket();
+    }
+    unheard_.erase(evict);
   }
 
   void track(const std::shared_ptr<TcpSession>& s) {
@@ -440,6 +496,12 @@ class TcpTransport final : public Transport {
   std::mutex mu_;
   std::vector<std::weak_ptr<TcpSession>> sessions_;
   std::vector<std::shared_ptr<tcp::acceptor>> acceptors_;
+  // Accepted connections in their handshake, oldest first (I/O thread).
+  struct Unheard {
+    std::weak_ptr<TcpSession> session;
+    asio::ip::address source;
+  };
+  std::deque<Unheard> unheard_;
 };
 
 }  // namespace

@@ -1,9 +1,5 @@
 #include "core/cluster/detail/http_status.h"
 
-#include <httplib.h>
-
-#include <cerrno>
-#include <cstring>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -14,10 +10,6 @@
 namespace troupe::cluster {
 namespace {
 
-constexpr size_t kServingThreads = 32;
-constexpr time_t kClientTimeoutSeconds = 2;
-constexpr size_t kMaxRequestsPerConnection = 100;
-constexpr size_t kMaxRequestBytes = 8192;
 constexpr size_t kEndedJobsShown = 5;
 
 // "CPU 1/2, GPU 0/1, memory 2G/8G": in use out of total.
@@ -162,59 +154,24 @@ std::string render_metrics(const ClusterStatus& s) {
   return out;
 }
 
-void configure_status_routes(httplib::Server& http, StatusSource status) {
-  // A slow or idle client holds one of the pool's threads for at most the
-  // timeouts; the others go on answering.
-  http.new_task_queue = [] { return new httplib::ThreadPool(kServingThreads); };
-  http.set_read_timeout(kClientTimeoutSeconds, 0);
-  http.set_write_timeout(kClientTimeoutSeconds, 0);
-  http.set_keep_alive_timeout(kClientTimeoutSeconds);
-  http.set_keep_alive_max_count(kMaxRequestsPerConnection);
-  http.set_payload_max_length(kMaxRequestBytes);
-  auto answer = [status = std::move(status)](const httplib::Request& request,
-                                             httplib::Response& response) {
-    absl::StatusOr<ClusterStatus> s = status();
-    if (!s.ok()) {
-      response.status = 503;
-      response.set_content(absl::StrCat(s.status().message(), "\n"), "text/plain");
-      return;
-    }
-    if (request.path == "/metrics") {
-      response.set_content(render_metrics(*s), "text/plain; version=0.0.4");
-    } else {
-      response.set_content(render_status(*s), "text/plain; charset=utf-8");
-    }
-  };
-  http.Get("/", answer);
-  http.Get("/metrics", answer);
-  http.set_error_handler([](const httplib::Request&, httplib::Response& response) {
-    if (response.status == 404) {
-      response.set_content("not found: try / or /metrics\n", "text/plain");
-    }
-  });
-}
-
-absl::StatusOr<std::unique_ptr<HttpStatusServer>> HttpStatusServer::start(const std::string& host,
-                                                                          uint16_t port,
-                                                                          StatusSource status) {
-  std::unique_ptr<HttpStatusServer> server(new HttpStatusServer());
-  auto http = std::make_unique<httplib::Server>();
-  configure_status_routes(*http, std::move(status));
-  int bound =
-      port == 0 ? http->bind_to_any_port(host) : (http->bind_to_port(host, port) ? port : -1);
-  if (bound <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("HTTP: cannot listen on ", host, ":", port, ": ", std::strerror(errno)));
+HttpResponse answer(const HttpRequest& request, const StatusSource& status) {
+  HttpResponse response;
+  if (request.path != "/" && request.path != "/metrics") {
+    response.status = 404;
+    response.body = "not found: try / or /metrics\n";
+    return response;
   }
-  server->port_ = static_cast<uint16_t>(bound);
-  server->http_ = std::move(http);
-  server->thread_ = std::thread([s = server.get()] { s->http_->listen_after_bind(); });
-  return server;
-}
-
-HttpStatusServer::~HttpStatusServer() {
-  if (http_) http_->stop();
-  if (thread_.joinable()) thread_.join();
+  absl::StatusOr<ClusterStatus> s = status();
+  if (!s.ok()) {
+    response.status = 503;
+    response.body = absl::StrCat(s.status().message(), "\n");
+  } else if (request.path == "/metrics") {
+    response.content_type = "text/plain; version=0.0.4";
+    response.body = render_metrics(*s);
+  } else {
+    response.body = render_status(*s);
+  }
+  return response;
 }
 
 }  // namespace troupe::cluster
