@@ -14,46 +14,15 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <filesystem>
-#include <fstream>
 #include <map>
-#include <set>
-#include <sstream>
-#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "tests/cluster/listeners.h"
 
 namespace troupe::cluster::testing {
-
-// The TCP ports process `pid` listens on (IPv4 and IPv6), from /proc.
-inline std::set<uint16_t> listening_ports(pid_t pid) {
-  std::set<std::string> inodes;
-  std::error_code ec;
-  for (const auto& fd :
-       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
-    std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
-    if (target.starts_with("socket:[")) inodes.insert(target.substr(8, target.size() - 9));
-  }
-  std::set<uint16_t> ports;
-  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    std::ifstream in(table);
-    std::string line;
-    std::getline(in, line);  // the column names
-    while (std::getline(in, line)) {
-      std::istringstream fields(line);
-      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
-      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
-          timeout >> inode;
-      if (state != "0A" || !inodes.contains(inode)) continue;
-      ports.insert(
-          static_cast<uint16_t>(std::stoul(local.substr(local.find(':') + 1), nullptr, 16)));
-    }
-  }
-  return ports;
-}
 
 class SilentFlood {
  public:
@@ -113,8 +82,8 @@ class SilentFlood {
     while (!stop_.load() && absl::Now() < until_) {
       if (absl::Now() >= next_scan) {
         for (pid_t pid : pids_) {
-          for (uint16_t port : listening_ports(pid))
-            open[port];  // a listener to flood from now on
+          for (const ListeningSocket& l : listening_sockets(pid))
+            open[l.port];  // a listener to flood from now on
         }
         next_scan = absl::Now() + absl::Milliseconds(250);
       }
