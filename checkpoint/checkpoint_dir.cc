@@ -92,21 +92,46 @@ std::string shard_file_name(const Owner& owner) {
   return absl::StrCat("shard-", to_string(owner), ".bin");
 }
 
+absl::Status verify_checkpoint(Env* env, const std::string& dir, int64_t step) {
+  absl::StatusOr<Manifest> m = open_candidate(env, dir, step);
+  if (!m.ok()) return m.status();
+  return verify_checksums(env, step_dir(dir, step), *m);
+}
+
 absl::Status begin_checkpoint(Env* env, const std::string& dir, int64_t step) {
   if (absl::Status s = env->create_dir(dir); !s.ok()) return s;
   const std::string where = step_dir(dir, step);
-  // What a failed attempt at this step left may go; the checkpoint `latest`
-  // names may not (a crash before the new one is complete would leave
-  // nothing it names).
+  // What a failed attempt at this step left may go, and so may a checkpoint
+  // of this step that fails verification (loading passed it over for the
+  // one before; a crash before the new one is complete leaves loading doing
+  // the same). The checkpoint `latest` names, when it verifies, may not: a
+  // crash before the new one is complete would leave nothing it names.
   if (absl::StatusOr<std::string> latest = env->read_file(dir + "/" + kLatestFile, 1024);
       latest.ok() && parse_latest_pointer(*latest) == step &&
       env->exists(where + "/" + kManifestFile)) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        step_dir_name(step), " is already saved and is latest; it is not written again"));
+    const absl::Status verified = verify_checkpoint(env, dir, step);
+    if (verified.ok()) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          step_dir_name(step), " is already saved and is latest; it is not written again"));
+    }
+    // Not corrupt, only unreadable now (permissions, an I/O error): it may
+    // be good, so it stays, and this save fails with the reason.
+    if (!absl::IsDataLoss(verified)) return verified;
   }
   if (absl::Status s = remove_checkpoint_dir(env, where); !s.ok()) return s;
-  if (absl::Status s = env->create_dir(where); !s.ok()) return s;
-  return env->sync_dir(dir);
+  absl::Status made = env->create_dir(where);
+  if (made.ok()) made = env->sync_dir(dir);
+  if (!made.ok()) env->remove_dir(where).IgnoreError();  // no empty directory stays behind
+  return made;
+}
+
+absl::Status abandon_checkpoint(Env* env, const std::string& dir, int64_t step) {
+  const std::string where = step_dir(dir, step);
+  if (!env->exists(where)) return absl::OkStatus();
+  absl::StatusOr<Manifest> m = open_candidate(env, dir, step);
+  if (m.ok()) return absl::OkStatus();  // complete: loadable, and pruned as any other
+  if (!absl::IsDataLoss(m.status())) return m.status();  // cannot tell: it stays
+  return remove_checkpoint_dir(env, where);
 }
 
 absl::StatusOr<std::vector<int64_t>> list_checkpoints(Env* env, const std::string& dir) {
@@ -142,21 +167,31 @@ absl::Status commit_checkpoint(Env* env, const std::string& dir, const Manifest&
 }
 
 absl::Status prune_checkpoints(Env* env, const std::string& dir, int64_t newest, int keep) {
-  // The newest `keep` complete checkpoints up to `newest` stay; older ones,
-  // and incomplete directories older than it, go.
+  // The newest `keep` loadable checkpoints up to `newest` stay; older ones,
+  // and the directories older than it that hold no loadable checkpoint (a
+  // failed, interrupted or corrupt save: no manifest, one that does not
+  // decode, a file missing or short), go. A directory from `newest` up may be
+  // a save in progress, and one that cannot be read now (not DataLoss) may
+  // be good: they stay.
   absl::StatusOr<std::vector<std::string>> names = env->children(dir);
   if (!names.ok()) return names.status();
   std::vector<int64_t> complete;
-  std::vector<int64_t> incomplete;
+  std::vector<int64_t> broken;
   for (const std::string& name : *names) {
     std::optional<int64_t> step = parse_step_dir_name(name);
     if (!step || *step >= newest) continue;
-    (env->exists(absl::StrCat(dir, "/", name, "/", kManifestFile)) ? complete : incomplete)
-        .push_back(*step);
+    absl::StatusOr<Manifest> m = open_candidate(env, dir, *step);
+    if (m.ok()) {
+      complete.push_back(*step);
+    } else if (absl::IsDataLoss(m.status())) {
+      broken.push_back(*step);
+    }
   }
   std::sort(complete.begin(), complete.end());
-  const size_t keep_older = static_cast<size_t>(std::max(1, keep) - 1);
-  std::vector<int64_t> doomed = incomplete;
+  // `newest` is one of the `keep` when it loads; else `keep` older ones stay.
+  const bool newest_loads = open_candidate(env, dir, newest).ok();
+  const size_t keep_older = static_cast<size_t>(std::max(1, keep) - (newest_loads ? 1 : 0));
+  std::vector<int64_t> doomed = broken;
   if (complete.size() > keep_older) {
     doomed.insert(doomed.end(), complete.begin(), complete.end() - keep_older);
   }
@@ -167,8 +202,10 @@ absl::Status prune_checkpoints(Env* env, const std::string& dir, int64_t newest,
 }
 
 absl::StatusOr<FoundCheckpoint> find_checkpoint(Env* env, const std::string& dir,
-                                                std::optional<int64_t> step, int64_t below) {
+                                                std::optional<int64_t> step, int64_t below,
+                                                std::vector<std::string> passed_over) {
   FoundCheckpoint found;
+  found.skipped = std::move(passed_over);
   std::vector<int64_t> candidates;
   if (step) {
     candidates.push_back(*step);
@@ -178,10 +215,14 @@ absl::StatusOr<FoundCheckpoint> find_checkpoint(Env* env, const std::string& dir
     std::optional<int64_t> pointed;
     if (latest.ok()) {
       pointed = parse_latest_pointer(*latest);
-      if (!pointed) {
-        found.skipped.push_back(absl::StrCat(kLatestFile,
-                                             ": corrupt (its checksum does not match); the newest "
-                                             "checkpoint that loads is used"));
+      const std::string corrupt =
+          absl::StrCat(kLatestFile,
+                       ": corrupt (its checksum does not match); the newest checkpoint that "
+                       "loads is used");
+      // (Once: a caller asking again below a checkpoint passed it on already.)
+      if (!pointed &&
+          std::find(found.skipped.begin(), found.skipped.end(), corrupt) == found.skipped.end()) {
+        found.skipped.push_back(corrupt);
       }
     }
     if (pointed && *pointed < below) candidates.push_back(*pointed);

@@ -4,12 +4,15 @@
 // Saving step N, in this order (each file written to a temporary name,
 // fsynced, renamed, and its directory fsynced):
 //   begin_checkpoint     creates DIR/step-N/ (clearing what a failed attempt
-//                        at N left there)
+//                        at N left there, or a step-N checkpoint that is
+//                        corrupt)
 //   owners               each writes its shard file into it (shard_file.h)
 //   commit_checkpoint    writes manifest.json, then `latest`, then prunes all
 //                        but the newest `keep`
 // A checkpoint is complete once its manifest is there; a crash or an error at
 // any point before leaves the previous checkpoint, and `latest`, as they were.
+// A save that fails is abandoned (abandon_checkpoint: its directory goes);
+// pruning removes what a crash left.
 //
 // Loading: find_checkpoint takes `latest`, or failing that the newest step-N
 // with a manifest (then the others, newest first), decodes the manifest and checks the files are
@@ -47,8 +50,25 @@ std::string latest_pointer(int64_t step);
 // The step `latest` names; nullopt unless its checksum matches.
 std::optional<int64_t> parse_latest_pointer(const std::string& text);
 
-// AlreadyExists, touching nothing, when step N is complete and latest.
+// AlreadyExists, touching nothing, when step N is complete, latest and
+// verifies (verify_checkpoint). A step-N checkpoint that `latest` names but
+// that fails verification (DataLoss: the one a resume fell back past) is
+// replaced, as a failed attempt's leftovers are; an error that says nothing
+// of its data (permissions, EIO) is returned, touching nothing. Checking
+// reads the whole checkpoint, so it is done only when `latest` names step N.
+// On an error creating DIR/step-N no empty directory is left.
 absl::Status begin_checkpoint(Env* env, const std::string& dir, int64_t step);
+
+// OK when DIR/step-N is loadable (as find_checkpoint checks) and every entry
+// of every file matches its checksum (as loading reads it); DataLoss naming
+// what does not.
+absl::Status verify_checkpoint(Env* env, const std::string& dir, int64_t step);
+
+// After a failed save of step N, when no owner is writing into it any more:
+// removes DIR/step-N unless it holds a loadable checkpoint (a save that
+// failed after its manifest was written is complete, and stays: it may be
+// the only one). OK when there is nothing to remove.
+absl::Status abandon_checkpoint(Env* env, const std::string& dir, int64_t step);
 
 // Makes the checkpoint of manifest.step complete and latest, then prunes
 // (keep >= 1; 0: no pruning, for a caller that prunes itself). Errors of
@@ -58,8 +78,12 @@ absl::Status begin_checkpoint(Env* env, const std::string& dir, int64_t step);
 absl::Status commit_checkpoint(Env* env, const std::string& dir, const Manifest& manifest,
                                int keep);
 
-// Removes the complete checkpoints older than the newest `keep` of those up
-// to step `newest`, and incomplete ones older than `newest`.
+// Removes the loadable checkpoints older than the newest `keep` of those up
+// to step `newest` (`newest` counts when it loads), and the step directories
+// older than `newest` that hold no loadable checkpoint (no manifest, one
+// that does not decode, a file missing or short). Directories from `newest`
+// up (a save in progress) and ones that cannot be read for another reason
+// than their data stay.
 absl::Status prune_checkpoints(Env* env, const std::string& dir, int64_t newest, int keep);
 
 struct FoundCheckpoint {
@@ -74,10 +98,13 @@ struct FoundCheckpoint {
 // exactly `step` when given). NotFound when there is none, naming the
 // directory and, joined, the reasons each candidate was passed over. Only
 // missing or corrupt data (DataLoss) passes a candidate over: another I/O
-// error is returned as it is.
-absl::StatusOr<FoundCheckpoint> find_checkpoint(
-    Env* env, const std::string& dir, std::optional<int64_t> step = std::nullopt,
-    int64_t below = std::numeric_limits<int64_t>::max());
+// error is returned as it is. `passed_over`: the reasons of newer
+// checkpoints the caller already passed over (those whose files failed their
+// checksums as they loaded), listed first in `skipped` and in the NotFound.
+absl::StatusOr<FoundCheckpoint> find_checkpoint(Env* env, const std::string& dir,
+                                                std::optional<int64_t> step = std::nullopt,
+                                                int64_t below = std::numeric_limits<int64_t>::max(),
+                                                std::vector<std::string> passed_over = {});
 
 // The complete checkpoints in `dir` (those with a manifest), oldest first.
 absl::StatusOr<std::vector<int64_t>> list_checkpoints(Env* env, const std::string& dir);

@@ -6,7 +6,9 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "actors/step_clock.h"
 #include "actors/zero_partition.h"
 #include "checkpoint/checkpoint_dir.h"
@@ -179,9 +181,11 @@ CheckpointEvent Checkpointer::complete() {
   pending_.reset();
   CheckpointEvent event{.step = p.step, .status = absl::OkStatus(), .step_dir = p.step_dir};
   checkpoint::Manifest m;
+  bool all_back = true;  // no owner is still writing into the step's directory
   for (size_t k = 0; k < p.reports.size(); ++k) {
     absl::StatusOr<actors::ShardSaveReport> r = std::move(p.reports[k]).get(kIoTimeout);
     if (!r.ok()) {
+      all_back = all_back && !absl::IsDeadlineExceeded(r.status());
       event.status.Update(r.status());
       continue;
     }
@@ -200,7 +204,16 @@ CheckpointEvent Checkpointer::complete() {
     }
     m.shards.push_back(std::move(record));
   }
+  // A failed save leaves no directory behind (the files the other owners
+  // wrote, or an empty one): failed saves on a full disk do not pile up. One
+  // whose manifest was written is complete, and stays (abandon_checkpoint);
+  // one an owner may still be writing into is left to pruning.
+  auto abandon_if_failed = [&] {
+    if (!event.status.ok() && all_back)
+      checkpoint::abandon_checkpoint(env(), config_.dir, p.step).IgnoreError();  // best effort
+  };
   if (!event.status.ok()) {
+    abandon_if_failed();
     event.total_ms = actors::now_ms() - p.start_ms;
     event.waited_ms = actors::now_ms() - called;
     return event;
@@ -233,6 +246,7 @@ CheckpointEvent Checkpointer::complete() {
   } else {
     event.status = checkpoint::commit_checkpoint(env(), config_.dir, m, /*keep=*/0);
   }
+  abandon_if_failed();
   event.total_ms = actors::now_ms() - p.start_ms;
   event.waited_ms = actors::now_ms() - called;
   // Removing old checkpoints can take a while (large files, a file system
@@ -355,19 +369,25 @@ absl::StatusOr<LoadedCheckpoint> Checkpointer::load(std::optional<int64_t> step)
     }
     if (!absl::IsDataLoss(loaded.status()) || step) return loaded.status();
     // The shards found a file corrupt: the checkpoint before it.
+    const std::string name = checkpoint::step_dir_name(found->manifest.step);
     std::string why(loaded.status().message());
-    if (const size_t at = why.find(checkpoint::step_dir_name(found->manifest.step));
-        at != std::string::npos) {
+    if (const size_t at = why.find(name); at != std::string::npos) {
       why = why.substr(at);  // from "step-N: FILE ...", without the shard's name
+    } else {
+      why = absl::StrCat(name, ": ", why);
     }
     skipped.push_back(why);
     const int64_t below = found->manifest.step;
-    found = checkpoint::find_checkpoint(env(), config_.dir, std::nullopt, below);
+    // When none older loads either, the error names every checkpoint tried,
+    // each with its own reason (the newest first).
+    found = checkpoint::find_checkpoint(env(), config_.dir, std::nullopt, below, skipped);
     if (!found.ok()) {
-      return absl::NotFoundError(absl::StrCat(config_.dir, ": no loadable checkpoint (", why, "; ",
-                                              found.status().message(), ")"));
+      if (absl::StrContains(found.status().message(), why)) return found.status();
+      return absl::Status(found.status().code(),
+                          absl::StrCat(found.status().message(), " (after passing over ",
+                                       absl::StrJoin(skipped, "; "), ")"));
     }
-    skipped.insert(skipped.end(), found->skipped.begin(), found->skipped.end());
+    skipped = found->skipped;
   }
 }
 

@@ -16,8 +16,11 @@
 // while training goes on, and the manifest and `latest` follow at the first
 // step boundary after the last file is durable. At most one checkpoint is in
 // flight: one that comes due while the previous is still being written waits
-// for it. A failed save is an event with its error; training goes on and the
-// previous checkpoint stays latest.
+// for it. A failed save is an event with its error; training goes on, the
+// previous checkpoint stays latest, and the failed save's directory is
+// removed. A save of the step `latest` names is refused (AlreadyExists)
+// unless that checkpoint fails verification (the one a resume fell back
+// past): then the new one replaces it.
 #pragma once
 
 #include <cstdint>

@@ -3,9 +3,11 @@
 // under every fault the Env can inject.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -425,6 +427,141 @@ TEST_F(CheckpointTest, DecodingRefusesWhatDoesNotFit) {
   ASSERT_TRUE(before.ok()) << before.status();
   EXPECT_EQ(before->tensors, good->tensors);
   EXPECT_EQ(before->layout, good->layout);
+}
+
+// What a probe of the running system found (also `ctest -L reliability`): a
+// corrupt `latest` that a save of its step could not replace, and failed
+// saves whose directories piled up.
+class CheckpointReliabilityTest : public CheckpointTest {
+ protected:
+  // Every file under the checkpoint directory, and its bytes.
+  std::map<std::string, std::string> contents() const {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::recursive_directory_iterator(dir_)) {
+      if (e.is_regular_file()) files[e.path().string()] = *Env::posix()->read_file(e.path());
+    }
+    return files;
+  }
+  // The step directories there, in order.
+  std::vector<std::string> step_dirs() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      if (parse_step_dir_name(e.path().filename().string()))
+        names.push_back(e.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+};
+
+TEST_F(CheckpointReliabilityTest, ACorruptLatestIsReplacedByASaveOfTheSameStep) {
+  // Each way a checkpoint fails verification: a shard's byte flipped (found
+  // only by its checksum), a shard cut short, the manifest's byte flipped.
+  for (const std::string corruption : {"flipped shard byte", "truncated shard", "bad manifest"}) {
+    SCOPED_TRACE(corruption);
+    fs::remove_all(dir_);
+    ASSERT_TRUE(save(Env::posix(), dir_, 100, 2).ok());
+    ASSERT_TRUE(save(Env::posix(), dir_, 120, 2).ok());
+    const std::string victim = corruption == "bad manifest"
+                                   ? step_dir(dir_, 120) + "/" + kManifestFile
+                                   : shard_path(120, 1);
+    std::string bytes = *Env::posix()->read_file(victim);
+    if (corruption == "truncated shard") {
+      bytes.resize(bytes.size() / 2);
+    } else {
+      bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x5A);
+    }
+    std::ofstream(victim, std::ios::binary | std::ios::trunc) << bytes;
+    ASSERT_TRUE(absl::IsDataLoss(verify_checkpoint(Env::posix(), dir_, 120)));
+    ASSERT_EQ(*Env::posix()->read_file(dir_ + "/latest"), latest_pointer(120));
+    // A resume falls back to step 100, runs step 120 again and saves it: the
+    // save replaces the corrupt one rather than being refused.
+    absl::Status saved = save(Env::posix(), dir_, 120, 2);
+    ASSERT_TRUE(saved.ok()) << saved;
+    EXPECT_EQ(*Env::posix()->read_file(dir_ + "/latest"), latest_pointer(120));
+    EXPECT_TRUE(verify_checkpoint(Env::posix(), dir_, 120).ok());
+    expect_loads(dir_, 120, 0, num_params());
+    EXPECT_EQ(step_dirs(), (std::vector<std::string>{"step-00000100", "step-00000120"}));
+  }
+}
+
+TEST_F(CheckpointReliabilityTest, AGoodLatestIsNotWrittenAgain) {
+  ASSERT_TRUE(save(Env::posix(), dir_, 100, 2).ok());
+  ASSERT_TRUE(save(Env::posix(), dir_, 120, 2).ok());
+  const std::map<std::string, std::string> before = contents();
+  absl::Status again = begin_checkpoint(Env::posix(), dir_, 120);
+  EXPECT_TRUE(absl::IsAlreadyExists(again)) << again;
+  EXPECT_EQ(again.message(),
+            "step-00000120 is already saved and is latest; it is not written again");
+  again = save(Env::posix(), dir_, 120, 3);  // another layout: still the same step
+  EXPECT_TRUE(absl::IsAlreadyExists(again)) << again;
+  EXPECT_EQ(contents(), before);
+  EXPECT_TRUE(verify_checkpoint(Env::posix(), dir_, 120).ok());
+}
+
+TEST_F(CheckpointReliabilityTest, FailedSavesLeaveNoStepDirectoriesBehind) {
+  ASSERT_TRUE(save(Env::posix(), dir_, 100, 2).ok());
+  const int64_t bytes_per_owner = 3 * 4 * partition(num_params(), 2, 0).second;
+  // Five saves fail on a full disk (nothing fits; a header fits; one owner's
+  // file fits and the other's does not) or on an fsync of a shard file or of
+  // the manifest; each is abandoned, as the Checkpointer does.
+  int64_t step = 110;
+  for (int k = 0; k < 5; ++k, step += 10) {
+    testing::FaultEnv env;
+    if (k < 3) {
+      env.enospc_after(k == 0 ? 0 : k == 1 ? 100 : bytes_per_owner + 1000);
+    } else {
+      env.fail_sync(k == 3 ? 1 : 2);  // the second owner's file; the manifest
+    }
+    absl::Status s = save(&env, dir_, step, 2);
+    ASSERT_FALSE(s.ok()) << "save " << k;
+    ASSERT_TRUE(fs::exists(step_dir(dir_, step)));  // what the failed save left
+    ASSERT_TRUE(abandon_checkpoint(Env::posix(), dir_, step).ok());
+    EXPECT_FALSE(fs::exists(step_dir(dir_, step))) << "save " << k;
+  }
+  EXPECT_EQ(step_dirs(), (std::vector<std::string>{"step-00000100"}));
+  EXPECT_EQ(*Env::posix()->read_file(dir_ + "/latest"), latest_pointer(100));
+  expect_loads(dir_, 100, 0, num_params());
+  // Abandoning a complete checkpoint (its manifest written, `latest` not:
+  // the last fsync failed) or the one `latest` names leaves it.
+  {
+    testing::FaultEnv env;
+    env.fail_sync(3);
+    ASSERT_FALSE(save(&env, dir_, step, 2).ok());
+    ASSERT_TRUE(abandon_checkpoint(Env::posix(), dir_, step).ok());
+    EXPECT_TRUE(verify_checkpoint(Env::posix(), dir_, step).ok());
+    ASSERT_TRUE(abandon_checkpoint(Env::posix(), dir_, 100).ok());
+    expect_loads(dir_, 100, 0, num_params());
+  }
+  // The next save that succeeds keeps 2 (keep), and nothing else.
+  ASSERT_TRUE(save(Env::posix(), dir_, step + 10, 2).ok());
+  EXPECT_EQ(step_dirs(), (std::vector<std::string>{step_dir_name(step), step_dir_name(step + 10)}));
+}
+
+TEST_F(CheckpointReliabilityTest, PruningRemovesStepDirectoriesWithoutALoadableCheckpoint) {
+  ASSERT_TRUE(save(Env::posix(), dir_, 10, 2, /*keep=*/0).ok());
+  ASSERT_TRUE(save(Env::posix(), dir_, 20, 2, /*keep=*/0).ok());
+  // An empty directory (a save that died at once), a manifest that is not
+  // one, and a checkpoint missing a file (another's copy: its manifest is of
+  // step 20), all older than the next save; and a directory newer than it: a
+  // save in progress.
+  fs::create_directories(step_dir(dir_, 5));
+  fs::create_directories(step_dir(dir_, 15));
+  std::ofstream(step_dir(dir_, 15) + "/" + kManifestFile) << "{\"format\": \"troupe-chec";
+  fs::copy(step_dir(dir_, 20), step_dir(dir_, 17));
+  fs::remove(step_dir(dir_, 17) + "/shard-d0.p0.t0.bin");
+  fs::create_directories(step_dir(dir_, 40));
+  std::ofstream(step_dir(dir_, 40) + "/shard-d0.p0.t0.bin.tmp") << "being written";
+  ASSERT_TRUE(save(Env::posix(), dir_, 30, 2, /*keep=*/2).ok());
+  // The broken ones take no place among the `keep`: 20 and 30 stay.
+  EXPECT_EQ(step_dirs(),
+            (std::vector<std::string>{"step-00000020", "step-00000030", "step-00000040"}));
+  EXPECT_TRUE(fs::exists(step_dir(dir_, 40) + "/shard-d0.p0.t0.bin.tmp"));
+  // Pruning below a newest that does not load keeps `keep` older ones: the
+  // only good checkpoint is never removed.
+  ASSERT_TRUE(prune_checkpoints(Env::posix(), dir_, 40, 1).ok());
+  EXPECT_EQ(step_dirs(), (std::vector<std::string>{"step-00000030", "step-00000040"}));
+  expect_loads(dir_, 30, 0, num_params());
 }
 
 TEST_F(CheckpointTest, StepDirectoryNames) {

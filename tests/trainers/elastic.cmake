@@ -8,6 +8,7 @@ target_compile_definitions(trainers_elastic_test PRIVATE TROUPE_BINARY="$<TARGET
 add_dependencies(trainers_elastic_test troupe)
 gtest_discover_tests(trainers_elastic_test PROPERTIES LABELS "elastic;trainers" TIMEOUT 300
                      RUN_SERIAL TRUE DISCOVERY_TIMEOUT 60)
+troupe_discovered_test_labels(trainers_elastic_test elastic trainers)
 
 # The scaler: a worker joining, a drain and a SIGKILL resize a running job
 # (a local cluster of its own per test).
@@ -19,3 +20,4 @@ target_compile_definitions(trainers_elastic_scaler_test PRIVATE TROUPE_BINARY="$
 add_dependencies(trainers_elastic_scaler_test troupe)
 gtest_discover_tests(trainers_elastic_scaler_test PROPERTIES LABELS "elastic;trainers" TIMEOUT 300
                      RUN_SERIAL TRUE DISCOVERY_TIMEOUT 60)
+troupe_discovered_test_labels(trainers_elastic_scaler_test elastic trainers)

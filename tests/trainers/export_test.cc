@@ -4,6 +4,8 @@
 // troupe's logits (tests/reference/hf_export_reference.py; skipped, saying
 // so, where PyTorch and transformers are not installed).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -192,6 +194,126 @@ TEST_F(ExportTest, GenerateSamplesFromACheckpointAndExportNamesWhatItSkips) {
   EXPECT_FALSE(fs::exists(dir_ + "/m.safetensors"));
   const Shell usage = shell("'" TROUPE_BINARY "' export --checkpoint '" + dir_ + "/ckpt'");
   EXPECT_EQ(usage.code, 2) << usage.output;
+}
+
+// What a probe of the running system found (also `ctest -L reliability`):
+// export renamed its file over whatever --output named, a device node or a
+// shard of the checkpoint it read. Now only a new path or a regular file
+// outside the checkpoint directory is written; anything else is refused,
+// saying why, and nothing changes.
+class ExportReliabilityTest : public ExportTest {
+ protected:
+  // Every file under `root`, and its bytes.
+  static std::map<std::string, std::string> contents(const std::string& root) {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::recursive_directory_iterator(root)) {
+      if (e.is_regular_file()) files[e.path().string()] = *Env::posix()->read_file(e.path());
+    }
+    return files;
+  }
+  Shell export_to(const std::string& output) const {
+    return shell("'" TROUPE_BINARY "' export --checkpoint '" + dir_ + "/ckpt' --output '" + output +
+                 "'");
+  }
+  // The export is refused (exit 2) with `why` in its message.
+  void expect_refused(const std::string& output, const std::string& why) const {
+    const Shell run = export_to(output);
+    EXPECT_EQ(run.code, 2) << output << ": " << run.output;
+    EXPECT_NE(run.output.find("troupe export: "), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find(why), std::string::npos) << output << ": " << run.output;
+    EXPECT_EQ(run.output.find("wrote "), std::string::npos) << run.output;
+  }
+};
+
+TEST_F(ExportReliabilityTest, NeverWritesOverADeviceADirectoryOrALink) {
+  save(dir_ + "/ckpt", 40, 2, parameters());
+  // Device nodes made here (as root: a character device like /dev/null's,
+  // 1:3), so that nothing real is at stake, and a FIFO (any user).
+  const std::string device = dir_ + "/null";
+  const bool have_device = ::mknod(device.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0;
+  const std::string fifo = dir_ + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  if (have_device) {
+    expect_refused(device, "--output " + device +
+                               " is a character device; export writes only a regular file or a "
+                               "new path");
+    struct stat st = {};
+    ASSERT_EQ(::lstat(device.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode));
+    EXPECT_EQ(st.st_rdev, makedev(1, 3));
+  } else {
+    std::printf("[ export ] cannot make a device node here (not root?): a FIFO stands for it\n");
+  }
+  expect_refused(fifo, "is a FIFO");
+  struct stat st = {};
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  // /dev/null itself is only looked at (the refusal comes before anything is
+  // written): it stays the device. (Tried only once the nodes made here were
+  // refused: an export that wrote over them would replace it too.)
+  ASSERT_FALSE(HasFailure()) << "not trying /dev/null";
+  expect_refused("/dev/null", "is a character device");
+  ASSERT_EQ(::lstat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  // A directory, and a path ending in '/'.
+  fs::create_directories(dir_ + "/out");
+  expect_refused(dir_ + "/out", "is a directory");
+  expect_refused(dir_ + "/new/", "names a directory");
+  EXPECT_TRUE(fs::is_empty(dir_ + "/out"));
+  EXPECT_FALSE(fs::exists(dir_ + "/new"));
+  // A symbolic link (to a file, or dangling) is refused, not followed or
+  // replaced: the link and its target stay as they were.
+  std::ofstream(dir_ + "/target") << "keep me";
+  fs::create_symlink(dir_ + "/target", dir_ + "/link");
+  expect_refused(dir_ + "/link", "is a symbolic link to " + dir_ + "/target");
+  EXPECT_TRUE(fs::is_symlink(dir_ + "/link"));
+  EXPECT_EQ(*Env::posix()->read_file(dir_ + "/target"), "keep me");
+  fs::create_symlink(dir_ + "/nowhere", dir_ + "/dangling");
+  expect_refused(dir_ + "/dangling", "is a symbolic link");
+  EXPECT_FALSE(fs::exists(dir_ + "/nowhere"));
+  // An empty --output.
+  expect_refused("", "--output is empty: it takes the path of the .safetensors file to write");
+  // The temporary file's name taken by something not a regular file.
+  fs::create_directories(dir_ + "/m.safetensors.tmp");
+  expect_refused(dir_ + "/m.safetensors", "m.safetensors.tmp, where export writes");
+  EXPECT_FALSE(fs::exists(dir_ + "/m.safetensors"));
+  // A regular file is replaced; a stale temporary file linked to another
+  // file is unlinked, not written through.
+  std::ofstream(dir_ + "/model.safetensors") << "old";
+  std::ofstream(dir_ + "/precious") << "precious";
+  fs::create_hard_link(dir_ + "/precious", dir_ + "/model.safetensors.tmp");
+  const Shell ok = export_to(dir_ + "/model.safetensors");
+  EXPECT_EQ(ok.code, 0) << ok.output;
+  EXPECT_TRUE(read_safetensors(Env::posix(), dir_ + "/model.safetensors", nullptr).ok());
+  EXPECT_EQ(*Env::posix()->read_file(dir_ + "/precious"), "precious");
+  EXPECT_FALSE(fs::exists(dir_ + "/model.safetensors.tmp"));
+}
+
+TEST_F(ExportReliabilityTest, NeverWritesInsideTheCheckpointItReads) {
+  const std::string ckpt = dir_ + "/ckpt";
+  save(ckpt, 40, 2, parameters());
+  const std::map<std::string, std::string> before = contents(ckpt);
+  const std::string step = step_dir(ckpt, 40);
+  const std::string inside = "is inside the checkpoint directory " + ckpt;
+  // A shard of the checkpoint, `latest`, its manifest, a new file in it or
+  // in a new directory under it.
+  expect_refused(step + "/shard-d0.p0.t0.bin", inside);
+  expect_refused(ckpt + "/latest", inside);
+  expect_refused(step + "/manifest.json", inside);
+  expect_refused(ckpt + "/model.safetensors", inside);
+  expect_refused(step + "/sub/model.safetensors", inside);
+  // The same places by other names: through "..", and through a symbolic
+  // link to a directory of the checkpoint.
+  expect_refused(step + "/../step-00000040/shard-d1.p0.t0.bin", inside);
+  fs::create_directory_symlink(step, dir_ + "/alias");
+  expect_refused(dir_ + "/alias/shard-d1.p0.t0.bin", inside);
+  // Nothing changed: the files byte for byte, and it still verifies.
+  EXPECT_EQ(contents(ckpt), before);
+  EXPECT_TRUE(verify_checkpoint(Env::posix(), ckpt, 40).ok());
+  // Beside it is fine.
+  const Shell ok = export_to(dir_ + "/model.safetensors");
+  EXPECT_EQ(ok.code, 0) << ok.output;
+  EXPECT_EQ(contents(ckpt), before);
 }
 
 }  // namespace

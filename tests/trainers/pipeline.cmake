@@ -5,6 +5,7 @@ target_link_libraries(trainers_pipeline_schedule_test PRIVATE troupe_actors GTes
                       GTest::gtest_main troupe_warnings)
 gtest_discover_tests(trainers_pipeline_schedule_test PROPERTIES LABELS "pipeline;trainers"
                      DISCOVERY_TIMEOUT 60)
+troupe_discovered_test_labels(trainers_pipeline_schedule_test pipeline trainers)
 
 # Pipeline-parallel training on a local cluster of troupe processes against
 # one process (labels pipeline and trainers).
@@ -15,6 +16,7 @@ target_compile_definitions(trainers_pipeline_test PRIVATE TROUPE_BINARY="$<TARGE
 add_dependencies(trainers_pipeline_test troupe)
 gtest_discover_tests(trainers_pipeline_test PROPERTIES LABELS "pipeline;trainers" TIMEOUT 600
                      RUN_SERIAL TRUE DISCOVERY_TIMEOUT 60)
+troupe_discovered_test_labels(trainers_pipeline_test pipeline trainers)
 
 # The turns the chunks of an interleaved stage take (labels pipeline and
 # trainers).
@@ -23,3 +25,4 @@ target_link_libraries(trainers_stage_turns_test PRIVATE troupe_actors GTest::gte
                       GTest::gtest_main troupe_warnings)
 gtest_discover_tests(trainers_stage_turns_test PROPERTIES LABELS "pipeline;trainers"
                      DISCOVERY_TIMEOUT 60)
+troupe_discovered_test_labels(trainers_stage_turns_test pipeline trainers)

@@ -6,3 +6,4 @@ target_compile_definitions(trainers_zero_test PRIVATE TROUPE_BINARY="$<TARGET_FI
 add_dependencies(trainers_zero_test troupe)
 gtest_discover_tests(trainers_zero_test PROPERTIES LABELS "zero;trainers" TIMEOUT 600
                      RUN_SERIAL TRUE DISCOVERY_TIMEOUT 60)
+troupe_discovered_test_labels(trainers_zero_test zero trainers)
