@@ -265,8 +265,16 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
   };
   if (writing_.load()) return refuse("the previous save is still being written");
   if (!initialised_) return refuse("it holds no weights (not initialised or loaded)");
-  if (prepared_ != 0)
-    return refuse(absl::StrCat("step ", prepared_, " is prepared, not committed"));
+  if (prepared_ != 0) {
+    // A prepare is void once its stage dropped the step's gradients (the
+    // step was discarded: a rank was lost between prepare and commit, and
+    // the survivors save the step before as the job's last checkpoint).
+    absl::StatusOr<std::shared_ptr<StageTensors>> held = stage();
+    if (!held.ok() || (*held)->held_step.load() == prepared_) {
+      return refuse(absl::StrCat("step ", prepared_, " is prepared, not committed"));
+    }
+    prepared_ = 0;
+  }
   if (request.step < applied_step_) {
     return refuse(absl::StrCat("it has applied step ", applied_step_, " already"));
   }

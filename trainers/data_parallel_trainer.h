@@ -59,6 +59,7 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
   // by the head in the rank's placement bundle, which it places again on a
   // spare node, a node with room, or one that joins.
   MeshRepair* repair() override { return config_.fault_tolerance.enabled ? this : nullptr; }
+  std::optional<HeadAway> head_away() const override { return watch_.head_away(); }
   absl::StatusOr<std::vector<LostMember>> find_lost(absl::Time deadline) override;
   absl::Status fence(const std::vector<LostMember>& hung) override;
   absl::Status await_replacements(const std::vector<LostMember>& lost,

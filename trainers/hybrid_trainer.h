@@ -57,6 +57,7 @@ class HybridTrainer : public Trainer, public MeshRepair {
   absl::Status stop() override;
   // Recovery (trainers/recovery.h), with fault_tolerance.enabled.
   MeshRepair* repair() override { return config_.fault_tolerance.enabled ? this : nullptr; }
+  std::optional<HeadAway> head_away() const override { return watch_.head_away(); }
   absl::StatusOr<std::vector<LostMember>> find_lost(absl::Time deadline) override;
   absl::Status fence(const std::vector<LostMember>& hung) override;
   absl::Status await_replacements(const std::vector<LostMember>& lost,

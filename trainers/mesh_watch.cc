@@ -41,6 +41,12 @@ absl::Status no_node_for(const std::vector<std::string>& missing, const std::str
                    "(fault_tolerance.spare_nodes)"));
 }
 
+std::optional<HeadAway> MeshWatch::head_away() const {
+  std::optional<Cluster::HeadAway> away = cluster_.head_away();
+  if (!away) return std::nullopt;
+  return HeadAway{.address = cluster_.head_address(), .since = away->since, .grace = away->grace};
+}
+
 std::optional<std::string> MeshWatch::lost(const HeadView& head,
                                            const actors::Coordinate& at) const {
   for (ActorId id : actors_at_(at)) {
@@ -81,7 +87,8 @@ absl::StatusOr<std::vector<LostMember>> MeshWatch::find_lost(
 
 absl::Status MeshWatch::member_lost(const actors::Coordinate& at) {
   // Once: the head not answering says nothing of the member (step_timeout
-  // still bounds the wait).
+  // still bounds the wait), and one known away is not asked.
+  if (cluster_.head_away()) return absl::OkStatus();
   absl::StatusOr<HeadView> head = head_view(cluster_, absl::Now());
   if (!head.ok()) return absl::OkStatus();
   if (std::optional<std::string> why = lost(*head, at)) {

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "actors/mesh.h"
 #include "core/cluster/cluster.h"
+#include "trainers/recovery.h"
 #include "trainers/trainer_controller.h"
 
 namespace troupe::trainers {
@@ -46,6 +47,8 @@ class MeshWatch {
   MeshWatch(Cluster& cluster, std::string job, ActorsAt actors_at)
       : cluster_(cluster), job_(std::move(job)), actors_at_(std::move(actors_at)) {}
 
+  // MeshRepair::head_away: whether this process hears from the head.
+  std::optional<HeadAway> head_away() const;
   // Why the actors at `at`, as `head` sees them, are gone or were restarted
   // since mark_whole; nullopt while they are not.
   std::optional<std::string> lost(const HeadView& head, const actors::Coordinate& at) const;

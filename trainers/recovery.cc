@@ -5,6 +5,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -21,6 +22,15 @@ namespace {
 // (1 s by default) with room for a loaded machine.
 constexpr absl::Duration kDetectBudget = absl::Seconds(10);
 constexpr absl::Duration kRejoinTimeout = absl::Seconds(120);
+// While the head does not answer: how long a member's process has to say it
+// is there, how often the head is looked for, and how often the wait says
+// it still waits.
+constexpr absl::Duration kProbeTimeout = absl::Seconds(2);
+constexpr absl::Duration kHeadPoll = absl::Milliseconds(100);
+constexpr absl::Duration kNoteEvery = absl::Seconds(10);
+// Time kept, before the cluster's processes give up on an absent head, for
+// the survivors to save a last checkpoint.
+constexpr absl::Duration kSaveMargin = absl::Seconds(10);
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(
@@ -37,6 +47,51 @@ bool may_be_a_loss(const absl::Status& s) {
 
 std::string seconds(double ms) {
   return absl::StrFormat("%.2f s", ms / 1000);
+}
+
+// The end of the parenthesised part that opens at `open`; npos if it does
+// not close.
+size_t closing(absl::string_view text, size_t open) {
+  int depth = 0;
+  for (size_t i = open; i < text.size(); ++i) {
+    if (text[i] == '(') ++depth;
+    if (text[i] == ')' && --depth == 0) return i;
+  }
+  return absl::string_view::npos;
+}
+
+// `text` without what `said` holds already, so that an error is shown once
+// where one message follows another: each parenthesised part, and each
+// clause after ": " (up to the end of the part it is in, or of `text`),
+// found whole in `said` is left out. (A worker lost with no node to take its
+// place: the step's failure names its node's loss, and the recovery's error
+// named it again as why its actors were missing.)
+std::string without_repeats(absl::string_view text, absl::string_view said) {
+  constexpr size_t kShortest = 12;  // shorter parts are words, not errors
+  std::string out(text);
+  for (size_t open = out.find(" ("); open != std::string::npos;) {
+    const size_t close = closing(out, open + 1);
+    if (close != std::string::npos && close - open - 2 >= kShortest &&
+        absl::StrContains(said, absl::string_view(out).substr(open + 2, close - open - 2))) {
+      out.erase(open, close + 1 - open);
+      open = out.find(" (", open);
+    } else {
+      open = out.find(" (", open + 1);
+    }
+  }
+  for (size_t colon = out.find(": "); colon != std::string::npos;) {
+    size_t end = colon + 2;
+    for (int depth = 0; end < out.size(); ++end) {
+      if (out[end] == '(') ++depth;
+      if (out[end] == ')' && depth-- == 0) break;
+    }
+    if (end - colon - 2 >= kShortest &&
+        absl::StrContains(said, absl::string_view(out).substr(colon + 2, end - colon - 2))) {
+      out.erase(colon, end - colon);
+    }
+    colon = out.find(": ", colon + 1);
+  }
+  return out;
 }
 
 }  // namespace
@@ -70,22 +125,28 @@ RecoveringStepper::RecoveringStepper(Trainer& trainer, Checkpointer* checkpoints
                                      FaultToleranceConfig config)
     : trainer_(trainer), checkpoints_(checkpoints), config_(config) {}
 
-double RecoveringStepper::lost_ms() const {
-  double total = 0;
-  for (const RecoveryReport& r : recoveries_)
-    total += r.total_ms;
-  return total;
-}
-
 absl::StatusOr<StepOutcome> RecoveringStepper::step(
     int64_t step, const std::function<void(const RecoveryReport&)>& on_recovery) {
   TrainerController& controller = trainer_.controller();
   if (step != controller.next_step()) return controller.step(step);  // its error
+  // The time recoveries cost: all of this call but the attempt whose outcome
+  // it returns (the failed attempts, the recoveries, and the steps run again
+  // since a checkpoint), counted once the step stands.
+  const double called = now_ms();
+  const size_t recoveries_before = recoveries_.size();
+  auto count_lost = [&](double kept_ms) {
+    if (recoveries_.size() > recoveries_before) lost_ms_ += now_ms() - called - kept_ms;
+  };
   for (;;) {
     const int64_t running = controller.next_step();
+    const double attempt_start = now_ms();
     absl::StatusOr<StepOutcome> outcome = controller.step(running);
+    const double attempt_ms = now_ms() - attempt_start;
     if (outcome.ok()) {
-      if (outcome->step == step) return outcome;
+      if (outcome->step == step) {
+        count_lost(attempt_ms);
+        return outcome;
+      }
       continue;  // a step run again after going back to a checkpoint
     }
     // A commit that lost shards applied the step everywhere else: once the
@@ -95,10 +156,12 @@ absl::StatusOr<StepOutcome> RecoveringStepper::step(
       return outcome.status();
     }
     // Recovers; again when the recovery itself loses a worker (a second
-    // node lost while the first is replaced, or a copy's holder).
+    // node lost while the first is replaced, or a copy's holder), as many
+    // times as recoveries are left. Only recoveries made count toward
+    // max_failures.
     absl::Status failure = outcome.status();
     absl::StatusOr<RecoveryReport> report;
-    for (;;) {
+    for (int attempt = 1;; ++attempt) {
       if (failures_ >= config_.max_failures) {
         return absl::Status(failure.code(),
                             absl::StrCat(failure.message(), " (fault_tolerance.max_failures: ",
@@ -107,12 +170,22 @@ absl::StatusOr<StepOutcome> RecoveringStepper::step(
       report = recover(running, failure);
       if (report.ok()) break;
       if (absl::IsNotFound(report.status())) return failure;  // no worker was lost
-      if (!may_be_a_loss(report.status())) {
+      // (Given up: no node, or no head, came in time.)
+      if (!may_be_a_loss(report.status()) || !unrecovered_.empty()) {
         return absl::Status(
             report.status().code(),
-            absl::StrCat(failure.message(), "; recovering failed: ", report.status().message()));
+            absl::StrCat(failure.message(), "; recovering failed: ",
+                         without_repeats(report.status().message(), failure.message())));
       }
-      ++failures_;
+      if (attempt >= config_.max_failures - failures_) {
+        return absl::Status(
+            report.status().code(),
+            absl::StrCat(failure.message(), "; recovering failed ", attempt,
+                         attempt == 1 ? " time" : " times", " (fault_tolerance.max_failures ",
+                         config_.max_failures, ", ", failures_,
+                         failures_ == 1 ? " recovery" : " recoveries",
+                         " made before): ", report.status().message()));
+      }
       failure = Prefixed("recovering: ", report.status());
     }
     if (committed && !report->checkpoint_step) report->steps_lost = 0;
@@ -120,6 +193,7 @@ absl::StatusOr<StepOutcome> RecoveringStepper::step(
     recoveries_.push_back(*report);
     if (on_recovery) on_recovery(*report);
     if (committed && running == step && !report->checkpoint_step && controller.last_outcome()) {
+      count_lost(attempt_ms);  // (the attempt that committed it)
       return *controller.last_outcome();
     }
   }
@@ -136,6 +210,13 @@ absl::StatusOr<RecoveryReport> RecoveringStepper::recover(int64_t step,
   report.failure = std::string(failure.message());
   report.steps_lost = 1;
 
+  unrecovered_.clear();
+  // Nothing is found or mended without the head: while it does not answer,
+  // the job says so and waits for it (as long as for a node).
+  if (absl::Status s = await_head(step, absl::Now() + absl::Seconds(config_.wait_for_node_s));
+      !s.ok()) {
+    return s;
+  }
   // Ranks found hung (step_timeout) are alive to the head until fenced.
   if (!controller.hung().empty()) {
     if (absl::Status s = repair.fence(controller.hung()); !s.ok()) {
@@ -151,7 +232,6 @@ absl::StatusOr<RecoveryReport> RecoveringStepper::recover(int64_t step,
 
   const absl::Time wait_until = absl::Now() + absl::Seconds(config_.wait_for_node_s);
   if (absl::Status s = repair.await_replacements(*lost, wait_until); !s.ok()) {
-    unrecovered_.clear();
     for (const LostMember& m : *lost)
       unrecovered_.push_back(m.at);
     return s;
@@ -226,6 +306,91 @@ absl::StatusOr<RecoveryReport> RecoveringStepper::recover(int64_t step,
   report.restore_ms = now_ms() - replaced;
   report.total_ms = now_ms() - start;
   return report;
+}
+
+std::vector<LostMember> RecoveringStepper::unanswering() {
+  const std::vector<MeshMember>& members = trainer_.controller().members();
+  std::vector<Future<int64_t>> asking;
+  for (const MeshMember& m : members)
+    asking.push_back(m.shard->applied_step());
+  const absl::Time answer_by = absl::Now() + kProbeTimeout;
+  std::vector<LostMember> out;
+  for (size_t i = 0; i < members.size(); ++i) {
+    absl::StatusOr<int64_t> r =
+        std::move(asking[i]).get(std::max(answer_by - absl::Now(), absl::ZeroDuration()));
+    if (!r.ok()) {
+      out.push_back(
+          {.at = members[i].at,
+           .reason = absl::StrCat("its process does not answer: ", r.status().message())});
+    }
+  }
+  for (const LostMember& h : trainer_.controller().hung()) {
+    if (std::none_of(out.begin(), out.end(), [&](const LostMember& m) { return m.at == h.at; })) {
+      out.push_back(h);
+    }
+  }
+  return out;
+}
+
+absl::Status RecoveringStepper::await_head(int64_t step, absl::Time until) {
+  MeshRepair& repair = *trainer_.repair();
+  std::optional<HeadAway> away = repair.head_away();
+  if (!away) return absl::OkStatus();
+  const std::vector<LostMember> lost = unanswering();
+  if (lost.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("no member of the mesh was lost (every one answers; the head at ",
+                     away->address, " does not)"));
+  }
+  std::vector<std::string> who, names;
+  for (const LostMember& m : lost) {
+    names.push_back(actors::to_string(m.at));
+    who.push_back(absl::StrCat(names.back(), " (", m.reason, ")"));
+  }
+  // Past the cluster's grace for the head its processes give up on it, the
+  // survivors with what they hold: the wait ends in time for them to save a
+  // last checkpoint.
+  const absl::Time grace_ends = away->since + away->grace - kSaveMargin;
+  const bool by_grace = grace_ends < until;
+  const absl::Time give_up = std::min(until, grace_ends);
+  auto waited = [](absl::Duration d) {
+    return absl::StrFormat("%.0f s", absl::ToDoubleSeconds(std::max(d, absl::ZeroDuration())));
+  };
+  const std::string limit = absl::StrCat(
+      "fault_tolerance.wait_for_node_s ", config_.wait_for_node_s, " s",
+      by_grace ? absl::StrCat("; but the workers give up on the head ",
+                              absl::FormatDuration(away->grace),
+                              " after its last answer, and the survivors save a last checkpoint "
+                              "before")
+               : "");
+  note(absl::StrCat("step ", step, ": lost ", absl::StrJoin(who, ", "), " while the head at ",
+                    away->address, " does not answer (none for ", waited(absl::Now() - away->since),
+                    "); nothing replaces ", lost.size() == 1 ? "it" : "them",
+                    " until the head is back: waiting up to ", waited(give_up - absl::Now()),
+                    " for it (", limit, ")"));
+  const absl::Time began = absl::Now();
+  absl::Time next_note = began + kNoteEvery;
+  while ((away = repair.head_away()) && absl::Now() < give_up) {
+    absl::SleepFor(std::min(kHeadPoll, give_up - absl::Now()));
+    if (absl::Now() >= next_note && absl::Now() < give_up) {
+      note(absl::StrCat("step ", step, ": still no answer from the head at ", away->address,
+                        " after ", waited(absl::Now() - began), " of ", waited(give_up - began),
+                        "; ", absl::StrJoin(names, ", "), " not replaced"));
+      next_note += kNoteEvery;
+    }
+  }
+  if (!away) {
+    note(absl::StrCat("step ", step, ": the head answers again; replacing ",
+                      absl::StrJoin(names, ", ")));
+    return absl::OkStatus();
+  }
+  for (const LostMember& m : lost)
+    unrecovered_.push_back(m.at);
+  return absl::UnavailableError(
+      absl::StrCat("the head at ", away->address, " did not answer within ",
+                   by_grace ? absl::StrCat(waited(give_up - began), " (", limit, ")") : limit,
+                   ", and without it nothing replaces ", absl::StrJoin(names, ", "),
+                   " (its process does not answer)"));
 }
 
 absl::StatusOr<bool> RecoveringStepper::restore_from_replicas(const std::vector<LostMember>& lost,

@@ -45,11 +45,22 @@ namespace troupe::trainers {
 class Checkpointer;
 class Trainer;
 
+// The head not answering (MeshRepair::head_away): while it is away nothing
+// can be declared dead or restarted.
+struct HeadAway {
+  std::string address;   // "HOST:PORT"
+  absl::Time since;      // its last answer
+  absl::Duration grace;  // the cluster's processes give up on it this long after `since`
+};
+
 // What a trainer does for recovery on its cluster: the parts of it that
 // know actors, nodes and groups.
 class MeshRepair {
  public:
   virtual ~MeshRepair() = default;
+  // Whether the head answers (a loss is found and mended through it):
+  // nullopt if it does, else since when it has not.
+  virtual std::optional<HeadAway> head_away() const { return std::nullopt; }
   // The coordinates whose actors are gone or were restarted since the job
   // last stood whole, waiting until `deadline` for the head to declare a
   // loss (a failed collective is reported by the survivors before the head
@@ -125,16 +136,28 @@ class RecoveringStepper {
   absl::StatusOr<StepOutcome> step(int64_t step,
                                    const std::function<void(const RecoveryReport&)>& on_recovery);
 
+  // Where to say what a recovery waits for while it waits (the head, when it
+  // does not answer): a line at once, and then every few seconds. The
+  // progress output prints them.
+  void set_on_note(std::function<void(const std::string&)> on_note) {
+    on_note_ = std::move(on_note);
+  }
+
+  // Recoveries made (what max_failures bounds).
   int failures() const { return failures_; }
-  // Recoveries so far, and the time they took together (from each failed
-  // step's end until the job stood whole again).
+  // Recoveries so far.
   const std::vector<RecoveryReport>& recoveries() const { return recoveries_; }
   // After step() failed because a recovery could not be made (no node took
-  // the place of lost members within wait_for_node_s): their coordinates. A
+  // the place of lost members within wait_for_node_s, or no head came back
+  // to replace them in that time): their coordinates. A
   // last checkpoint is saved without them (Checkpointer::save_now). Empty
   // otherwise.
   const std::vector<actors::Coordinate>& unrecovered() const { return unrecovered_; }
-  double lost_ms() const;
+  // The wall time the recoveries cost, measured: for each step that needed
+  // one, the time step() took beyond the one attempt whose outcome stands -
+  // the failed attempts, the recoveries (RecoveryReport::total_ms), and the
+  // steps run again since a checkpoint. Counted when the step stands.
+  double lost_ms() const { return lost_ms_; }
 
  private:
   // Mends the job after `failure` of step `step`; the report of it, or why
@@ -143,6 +166,18 @@ class RecoveringStepper {
   // Every lost shard from a surviving shard of its range; false when one has none.
   absl::StatusOr<bool> restore_from_replicas(const std::vector<LostMember>& lost,
                                              RecoveryReport& report);
+  // While the head does not answer: which members were lost (their process
+  // does not answer either), said at once, and a wait for the head until
+  // `until` at most. OK once it answers (or when it never went away);
+  // NotFound when no member was lost; Unavailable when it did not come back
+  // in time, with unrecovered() set to the lost members.
+  absl::Status await_head(int64_t step, absl::Time until);
+  // The members whose process does not answer (asked directly, not through
+  // the head), and those the controller found hung.
+  std::vector<LostMember> unanswering();
+  void note(const std::string& line) const {
+    if (on_note_) on_note_(line);
+  }
 
   Trainer& trainer_;
   Checkpointer* checkpoints_;
@@ -150,6 +185,8 @@ class RecoveringStepper {
   int failures_ = 0;
   std::vector<RecoveryReport> recoveries_;
   std::vector<actors::Coordinate> unrecovered_;
+  std::function<void(const std::string&)> on_note_;
+  double lost_ms_ = 0;
 };
 
 }  // namespace troupe::trainers

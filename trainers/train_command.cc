@@ -341,6 +341,8 @@ int train_command(const std::vector<std::string>& args) {
   };
   RecoveringStepper stepper(trainer, config.checkpoint.dir.empty() ? nullptr : &checkpoints,
                             config.fault_tolerance);
+  // What a recovery waits for, while it waits (the head, when it is away).
+  stepper.set_on_note([&](const std::string& note) { progress.message(cluster::printable(note)); });
   auto on_recovery = [&](const RecoveryReport& r) {
     progress.message(cluster::printable(r.summary()));
     record_metrics(metrics->write_recovery(r));
@@ -489,9 +491,14 @@ int train_command(const std::vector<std::string>& args) {
     int64_t rerun = 0;
     for (const RecoveryReport& r : stepper.recoveries())
       rerun += r.steps_lost;
-    std::printf("  recoveries: %zu (workers lost and replaced), %lld steps run again, %s lost\n",
-                stepper.recoveries().size(), static_cast<long long>(rerun),
-                format_duration(stepper.lost_ms() / 1000).c_str());
+    // The time lost is measured (RecoveringStepper::lost_ms): the failed
+    // attempts, the recoveries and the steps run again; under a minute to
+    // the hundredth of a second, so that a short one does not read "0s".
+    const double lost_s = stepper.lost_ms() / 1000;
+    std::printf(
+        "  recoveries: %zu (workers lost and replaced), %lld %s run again, %s lost\n",
+        stepper.recoveries().size(), static_cast<long long>(rerun), rerun == 1 ? "step" : "steps",
+        (lost_s < 60 ? absl::StrFormat("%.2f s", lost_s) : format_duration(lost_s)).c_str());
   }
   if (scaler && !scaler->history().empty()) {
     std::vector<std::string> changes;

@@ -119,6 +119,12 @@ absl::StatusOr<cluster::ClusterStatus> Cluster::status() {
   return head().call(&HeadService::status).get(timeout_);
 }
 
+std::optional<Cluster::HeadAway> Cluster::head_away() const {
+  std::optional<absl::Time> since = member_->head_away_since();
+  if (!since) return std::nullopt;
+  return HeadAway{.since = *since, .grace = member_->options().head_grace};
+}
+
 absl::Status Cluster::stop() {
   return head().call(&HeadService::stop).get(timeout_);
 }

@@ -139,6 +139,16 @@ class Cluster {
   absl::StatusOr<std::optional<std::string>> kv_get(std::string key);
 
   absl::StatusOr<cluster::ClusterStatus> status();
+  // While the head does not answer this process (it is down, or
+  // restarting): since when (its last answer), and how long after that this
+  // process gives up on the cluster - as workers do, by default as long
+  // (`troupe worker --head-grace`). nullopt while the head answers.
+  struct HeadAway {
+    absl::Time since;
+    absl::Duration grace;
+  };
+  std::optional<HeadAway> head_away() const;
+  const std::string& head_address() const { return member_->head_address(); }
   // Stops the whole cluster: workers exit, then the head (`troupe stop`).
   absl::Status stop();
 

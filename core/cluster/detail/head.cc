@@ -499,6 +499,18 @@ Future<ActorLocation> HeadService::host(uint64_t id, int32_t restart_count,
           }
           if (a.restarts == 0 || a.state == ActorState::kPending) {
             actor_gone(a, std::string(hosted.status().message()));
+          } else if (node_lost) {
+            // The node chosen for the restart (a spare) was lost too, before
+            // the actor started there. Its loss placed the bundles it held
+            // again, on what is alive, but this actor was not waiting then:
+            // its restart starts again now, there or wherever there is room
+            // (or once a node joins). Each try that fails so takes a node
+            // out of the cluster, so this ends.
+            log(absl::StrCat(to_string(ActorId{id}), " (", a.spawn.type,
+                             ") was being restarted on node ", node,
+                             ", lost before it started there; placing it again"));
+            waiting_.insert(id);
+            retry_waiting();
           } else {
             waiting_.insert(id);  // try another node later
           }

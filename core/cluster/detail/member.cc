@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
@@ -160,12 +161,17 @@ absl::Status Member::start() {
   absl::Duration timeout = options_.timeout;
   absl::Duration restart_wait = options_.restart_wait;
   node_->set_hooks(NodeHooks{
-      .locate = [head, timeout, restart_wait](ActorId id) -> absl::StatusOr<uint32_t> {
+      .locate = [head, timeout, restart_wait,
+                 head_away = head_away_since_](ActorId id) -> absl::StatusOr<uint32_t> {
         // While it is being restarted the head answers Unavailable: ask again.
+        // A head that answers no heartbeats either (down, restarting) can
+        // neither say where the actor is nor restart it: the call fails now,
+        // not restart_wait later (recovery waits for the head, saying so).
         absl::Time deadline = absl::Now() + restart_wait;
         for (int attempt = 0;; ++attempt) {
           absl::StatusOr<uint32_t> where = head.call(&HeadService::locate, id.value).get(timeout);
-          if (where.ok() || !absl::IsUnavailable(where.status()) || absl::Now() >= deadline) {
+          if (where.ok() || !absl::IsUnavailable(where.status()) || absl::Now() >= deadline ||
+              head_away->load() != 0) {
             return where;
           }
           absl::SleepFor(absl::Milliseconds(std::min(10 << std::min(attempt, 5), 200)));
@@ -285,6 +291,7 @@ void Member::heartbeats(absl::Duration interval) {
       last_contact = absl::Now();
       if (away) spdlog::info("the head at {} answers again", options_.head);
       away = false;
+      head_away_since_->store(0);
       if (reply->head_incarnation != head_incarnation_) {
         rejoin(reply->head_incarnation);  // tried again with the next heartbeat if it failed
       } else if (!reply->known) {
@@ -300,6 +307,7 @@ void Member::heartbeats(absl::Duration interval) {
       break;
     } else if (!away) {
       away = true;
+      head_away_since_->store(std::max<int64_t>(1, absl::ToUnixNanos(last_contact)));
       spdlog::warn(
           "lost contact with the head at {} ({}); serving peers meanwhile, and rejoining when it "
           "is back (giving up after {})",
@@ -309,6 +317,12 @@ void Member::heartbeats(absl::Duration interval) {
     while (!leaving_.load() && absl::Now() < next)
       absl::SleepFor(std::min(next - absl::Now(), absl::Milliseconds(20)));
   }
+}
+
+std::optional<absl::Time> Member::head_away_since() const {
+  const int64_t since = head_away_since_->load();
+  if (since == 0) return std::nullopt;
+  return absl::FromUnixNanos(since);
 }
 
 absl::Status Member::ready() {

@@ -5,6 +5,7 @@
 // calls go to the right place and fail at once when their node is gone.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -90,6 +91,10 @@ class Member {
   int rejoins() const { return rejoins_.load(); }
   // Counts the node events heard of (joined, ready, draining, died).
   uint64_t membership_version() const { return membership_version_.load(); }
+  // While the head does not answer this node's heartbeats (it is down, or
+  // restarting): when it last did. nullopt while it answers. This node gives
+  // up on it options().head_grace after that.
+  std::optional<absl::Time> head_away_since() const;
   // Tells the head this worker can host actors (call once its agent runs).
   absl::Status ready();
 
@@ -121,6 +126,10 @@ class Member {
   std::atomic<int> rejoins_{0};
   std::atomic<uint64_t> membership_version_{0};
   std::atomic<bool> leaving_{false};
+  // head_away_since() in Unix nanoseconds, 0 while the head answers (shared
+  // with the node's locate hook).
+  std::shared_ptr<std::atomic<int64_t>> head_away_since_ =
+      std::make_shared<std::atomic<int64_t>>(0);
   std::thread heartbeat_;
 };
 
