@@ -102,6 +102,11 @@ struct ParallelConfig {
   int virtual_stages = 1;
   std::vector<int64_t> partition;
   std::string partition_method = "parameters";
+  // The keys the config gave pp and tp under, for messages: troupe's, or
+  // Megatron's top-level name when the config used that. (dp has one key,
+  // parallel.dp.)
+  std::string pp_key = "parallel.pp";
+  std::string tp_key = "parallel.tp";
 };
 
 enum class OptimizerType { kAdamW, kSgd };

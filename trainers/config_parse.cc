@@ -276,11 +276,12 @@ struct OursGiven {
 // schedule, which it then is unless parallel.schedule says otherwise.
 absl::Status parse_megatron_sizes(JsonObject& top, TrainConfig* config, OursGiven ours_given = {}) {
   ParallelConfig& p = config->parallel;
-  for (auto [megatron, ours, size, given_too] :
-       {std::tuple{"tensor_model_parallel_size", "tp", &p.tp, ours_given.tp},
-        std::tuple{"pipeline_model_parallel_size", "pp", &p.pp, ours_given.pp},
+  std::string unnamed;  // virtual_stages' (no message names it)
+  for (auto [megatron, ours, size, key, given_too] :
+       {std::tuple{"tensor_model_parallel_size", "tp", &p.tp, &p.tp_key, ours_given.tp},
+        std::tuple{"pipeline_model_parallel_size", "pp", &p.pp, &p.pp_key, ours_given.pp},
         std::tuple{"virtual_pipeline_model_parallel_size", "virtual_stages", &p.virtual_stages,
-                   ours_given.virtual_stages}}) {
+                   &unnamed, ours_given.virtual_stages}}) {
     if (!top.has(megatron)) continue;
     int given = 1;
     TROUPE_CONFIG_RETURN_IF_ERROR(top.read(megatron, &given, 1, kMaxParallel));
@@ -289,6 +290,7 @@ absl::Status parse_megatron_sizes(JsonObject& top, TrainConfig* config, OursGive
                                        " (the same setting; keep one)"));
     }
     *size = given;
+    if (!given_too) *key = megatron;
   }
   if (top.has("virtual_pipeline_model_parallel_size") && p.virtual_stages > 1 &&
       !ours_given.schedule) {
@@ -507,11 +509,20 @@ absl::Status parse_batch(JsonObject& top, TrainConfig* config) {
                                      " (or both, with ", kAccumulation, "): ", kBatch, " = ",
                                      kMicro, " x ", kAccumulation, " x dp"));
   }
+  // The product, checked: one over train_batch_size's bound (the loaders and
+  // stages count samples in an int) is refused as such, whether it was given
+  // or derived, before it is compared with a given train_batch_size.
   const int64_t expected = product(*micro, *accumulation, dp);
-  if (*batch != expected || *batch > INT_MAX) {
+  if (expected < 0 || expected > INT_MAX) {
+    return config_error(absl::StrCat(
+        kBatch, ": ", kMicro, " ", *micro, " x ", kAccumulation, " ", *accumulation,
+        " x parallel.dp ", dp, " = ", expected < 0 ? "more than 2^63" : absl::StrCat(expected),
+        " is over ", INT_MAX, " (2^31 - 1), the largest ", kBatch, "; make them smaller"));
+  }
+  if (*batch != expected) {
     return config_error(absl::StrCat(kBatch, " ", *batch, " != ", kMicro, " ", *micro, " x ",
                                      kAccumulation, " ", *accumulation, " x dp ", dp, " = ",
-                                     expected < 0 ? "(over 2^63)" : absl::StrCat(expected)));
+                                     expected));
   }
   config->train_batch_size = *batch;
   config->micro_batch_size = *micro;

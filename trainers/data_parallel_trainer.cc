@@ -101,14 +101,18 @@ absl::StatusOr<std::vector<cluster::PlacementGroupId>> DataParallelTrainer::rank
 absl::Status DataParallelTrainer::spawn_replicas() {
   const int dp = config_.parallel.dp;
   // One bundle per replica, on different nodes where there are enough.
+  // A dp the cluster cannot hold is named by its config key.
   std::vector<std::string> bundles(dp, "CPU=1");
+  auto placing = [&](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("parallel.dp ", dp, ": placing ", dp,
+                                               " replicas (one CPU each): ", s.message()));
+  };
   absl::StatusOr<cluster::PlacementGroupId> pg = cluster_.create_placement_group(
       bundles, cluster::PlacementStrategy::kSpread, job_ + "/replicas");
-  if (!pg.ok()) return pg.status();
+  if (!pg.ok()) return placing(pg.status());
   placement_groups_.push_back(*pg);
   if (absl::Status s = cluster_.wait_placement_group(*pg, kSetupTimeout); !s.ok()) {
-    return absl::Status(s.code(),
-                        absl::StrCat("placing ", dp, " replicas (one CPU each): ", s.message()));
+    return placing(s);
   }
   // An elastic job's ranks come and go one by one: each gets a group of its
   // own, on the node the spread placed it on, so that one leaving gives its

@@ -1,12 +1,18 @@
 // troupe generate: samples text from weights that `troupe train` saved, in
 // this process (no cluster needed).
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "actors/data/byte_tokenizer.h"
 #include "actors/generation.h"
 #include "checkpoint/consolidate.h"
@@ -30,8 +36,42 @@ void print_generate_help() {
       "pass their checksums, or step N), byte-level tokens, the prompt at the start of\n"
       "the context. Generation\n"
       "stops after a newline (unless --no-stop) or N tokens (default 32). Temperature 0\n"
-      "(the default) is greedy decoding.\n\n"
+      "(the default) is greedy decoding; T goes up to 3.4e38, the largest float (from\n"
+      "about 1e3 up every token is about equally likely).\n\n"
       "  troupe generate --model runs/train-1234-5678 --prompt \"12+34=\"\n");
+}
+
+// The sampler divides the logits by the temperature in single precision
+// (actors/generation.h): any float from 0 (greedy) to the largest float
+// works; from about 1e3 up, every token is about equally likely.
+absl::StatusOr<float> parse_temperature(const std::string& text) {
+  constexpr double kLargest = std::numeric_limits<float>::max();
+  const std::string range = absl::StrFormat("it takes a number from 0 (greedy) to %g", kLargest);
+  const std::string shown = cluster::printable(text);
+  errno = 0;
+  char* end = nullptr;
+  const double t = text.empty() ? 0 : std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--temperature ", shown, " is not a number; ", range));
+  }
+  // inf and nan are written as such; a number past double's range is finite
+  // (strtod gives HUGE_VAL and says ERANGE).
+  if (std::isnan(t) || (std::isinf(t) && errno != ERANGE)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--temperature ", shown, " is not a finite number; ", range));
+  }
+  if (t < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--temperature ", shown, " is below 0; ", range));
+  }
+  if (t > kLargest) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--temperature %s is over %g, the largest the sampler takes (it divides "
+                        "the logits by it in single precision)",
+                        shown, kLargest));
+  }
+  return static_cast<float>(t);  // (below float's smallest: 0, greedy)
 }
 
 int fail(const std::string& text) {
@@ -85,10 +125,14 @@ int generate_command(const std::vector<std::string>& args) {
                  kMaxNewTokens);
     return 2;
   }
-  if (flags->has("temperature") && (!absl::SimpleAtof(flags->get("temperature"), &temperature) ||
-                                    !std::isfinite(temperature) || temperature < 0)) {
-    std::fprintf(stderr, "troupe generate: --temperature takes a finite number >= 0\n");
-    return 2;
+  if (flags->has("temperature")) {
+    absl::StatusOr<float> t = parse_temperature(flags->get("temperature"));
+    if (!t.ok()) {
+      std::fprintf(stderr, "troupe generate: %s\n",
+                   cluster::printable(t.status().message()).c_str());
+      return 2;
+    }
+    temperature = *t;
   }
   if (flags->has("seed") && !absl::SimpleAtoi(flags->get("seed"), &seed)) {
     std::fprintf(stderr, "troupe generate: --seed takes a number\n");

@@ -109,14 +109,22 @@ absl::Status HybridTrainer::spawn_mesh() {
   // stage's chunks share its bundle: one process, taking turns on its CPUs.
   const int stages = config_.parallel.pp;
   std::vector<std::string> bundles(static_cast<size_t>(dp * stages), absl::StrCat("CPU=", tp));
+  // A mesh the cluster cannot hold is named by the config keys that sized it
+  // (Megatron's, where the config gave pp or tp under those).
+  auto placing = [&](const absl::Status& s) {
+    const ParallelConfig& p = config_.parallel;
+    return absl::Status(
+        s.code(), absl::StrCat("parallel.dp ", dp, " x ", p.pp_key, " ", stages,
+                               tp > 1 ? absl::StrCat(" x ", p.tp_key, " ", tp) : std::string(),
+                               ": placing ", dp, " x ", stages, " stages (", tp,
+                               tp == 1 ? " CPU" : " CPUs on one node", " each): ", s.message()));
+  };
   absl::StatusOr<cluster::PlacementGroupId> pg =
       cluster_.create_placement_group(bundles, cluster::PlacementStrategy::kSpread, job_ + "/mesh");
-  if (!pg.ok()) return pg.status();
+  if (!pg.ok()) return placing(pg.status());
   placement_groups_.push_back(*pg);
   if (absl::Status s = cluster_.wait_placement_group(*pg, kSetupTimeout); !s.ok()) {
-    return absl::Status(
-        s.code(), absl::StrCat("placing ", dp, " x ", pp, " stages (", tp,
-                               tp == 1 ? " CPU" : " CPUs on one node", " each): ", s.message()));
+    return placing(s);
   }
   for (const actors::Coordinate& at : coordinates()) {
     absl::StatusOr<MemberActors> actors = spawn_at(at, pg->value, at.d * stages + at.p % stages);

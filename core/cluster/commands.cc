@@ -573,8 +573,24 @@ int drain_command(const std::vector<std::string>& given) {
                             {"cancel"});
   if (!flags.ok()) return usage(flags.status());
   uint32_t node = 0;
-  if (flags->help() || positional.size() != 1 || !absl::SimpleAtoi(positional[0], &node)) {
-    std::printf(
+  // What is wrong with the arguments, said before the usage.
+  std::string wrong;
+  if (flags->help()) {
+    // (Asked for: the usage alone.)
+  } else if (positional.empty()) {
+    wrong = "NODE is missing";
+  } else if (positional.size() > 1) {
+    wrong = absl::StrCat("one NODE at a time, not ", positional.size(), " ('",
+                         printable(absl::StrJoin(positional, "' '")), "')");
+  } else if (!absl::SimpleAtoi(positional[0], &node)) {
+    wrong = absl::StrCat("'", printable(positional[0]),
+                         "' is not a node index: NODE is a number, the one in the NODE column "
+                         "of `troupe status`, not a name");
+  }
+  if (flags->help() || !wrong.empty()) {
+    if (!wrong.empty()) std::fprintf(stderr, "troupe drain: %s\n\n", wrong.c_str());
+    std::fprintf(
+        flags->help() ? stdout : stderr,
         "usage: troupe drain NODE [--timeout SECONDS] [--reason TEXT] [--cancel]\n"
         "                    [--head HOST:PORT] [--token-file PATH]\n\n"
         "Drains worker NODE (its index, as `troupe status` shows it), as kubectl drain does:\n"

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -239,8 +240,7 @@ TEST_F(ReliabilityTest, UnsatisfiablePlacementFailsFastNamingTheShortfall) {
   EXPECT_NE(out.find("the 2 worker nodes have {CPU=4"), std::string::npos) << out;
   EXPECT_LT(took, absl::Seconds(30)) << out;
   // The config key that asked for too much is named.
-  EXPECT_NE(out.find("starting the replicas: parallel.dp 8: placing 8 replicas"),
-            std::string::npos)
+  EXPECT_NE(out.find("starting the replicas: parallel.dp 8: placing 8 replicas"), std::string::npos)
       << out;
 
   // A pipeline given under Megatron's name is named by that name.
@@ -263,6 +263,101 @@ TEST_F(ReliabilityTest, UnsatisfiablePlacementFailsFastNamingTheShortfall) {
             std::string::npos)
       << pp_out;
   EXPECT_NE(pp_out.find("can never be placed"), std::string::npos) << pp_out;
+}
+
+// A tiny `troupe train` job with fault tolerance, for the tests that lose a
+// worker under it: `dp` ranks (one CPU each), `steps` steps, its metrics in
+// DIR/out/metrics.jsonl. Returns the config's path.
+std::string fault_tolerant_job(const std::string& dir, int dp, int steps) {
+  const std::string config = dir + "/job.json";
+  std::ofstream(config) << R"({
+    "train_batch_size": )"
+                        << 2 * dp << R"(, "train_micro_batch_size_per_gpu": 2,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+    "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "seq_len": 16, "vocab_size": 256},
+    "data": {"synthetic": {"task": "addition", "digits": 2, "num_samples": 100000, "seed": 1}},
+    "parallel": {"dp": )"
+                        << dp << R"(},
+    "fault_tolerance": {"enabled": true, "spare_nodes": 0, "wait_for_node_s": 3},
+    "steps_per_print": 1000,
+    "training": {"steps": )"
+                        << steps << R"(, "eval_interval": 0, "output_dir": ")" << dir << R"(/out"}
+  })";
+  return config;
+}
+
+// Until `path` has `lines` lines (false after 60 s).
+bool wait_for_lines(const std::string& path, int lines) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  for (; absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(20))) {
+    std::ifstream in(path);
+    std::string line;
+    int n = 0;
+    while (std::getline(in, line))
+      ++n;
+    if (n >= lines) return true;
+  }
+  return false;
+}
+
+// A worker frozen (SIGSTOP) under `troupe train` with no node to take its
+// ranks' place: the run ends naming the loss once - a probe saw the node's
+// death reason twice, in the step's failure and again in why the recovery
+// failed.
+TEST_F(ReliabilityTest, TrainNamesAFrozenWorkersLossOnce) {
+  char dir[] = "/tmp/troupe-reliability-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  // dp 4 fills both workers (CPU=2 each): a lost one's ranks have nowhere to go.
+  const std::string config = fault_tolerant_job(dir, 4, 1000000);
+  std::pair<int, std::string> run;
+  std::thread train([&] { run = local_->run_cli({"train", "--config", config}); });
+  const bool training = wait_for_lines(std::string(dir) + "/out/metrics.jsonl", 3);
+  local_->kill_worker(1, SIGSTOP);
+  const absl::Time stopped = absl::Now();
+  train.join();
+  const absl::Duration ended_after = absl::Now() - stopped;
+  local_->kill_worker(1, SIGCONT);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(training) << run.second;
+  auto [code, out] = run;
+  std::printf("[ ended ] %s after the SIGSTOP:\n%s", absl::FormatDuration(ended_after).c_str(),
+              out.c_str());
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("recovering failed: no node took the place of"), std::string::npos) << out;
+  size_t said = 0;
+  for (size_t at = out.find("no heartbeat"); at != std::string::npos;
+       at = out.find("no heartbeat", at + 1)) {
+    ++said;
+  }
+  EXPECT_EQ(said, 1u) << out;
+}
+
+// The summary of a run that recovered says the time the recovery cost,
+// measured, to the hundredth of a second (before: the recoveries' own time,
+// rounded to whole seconds - "0s lost"), never less than the recovery's own.
+TEST_F(ReliabilityTest, TrainSummarySaysTheTimeARecoveryCost) {
+  char dir[] = "/tmp/troupe-reliability-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  // dp 2: a rank on each worker; the lost one's replacement goes beside the survivor.
+  const std::string config = fault_tolerant_job(dir, 2, 400);
+  std::pair<int, std::string> run;
+  std::thread train([&] { run = local_->run_cli({"train", "--config", config}); });
+  const bool training = wait_for_lines(std::string(dir) + "/out/metrics.jsonl", 20);
+  local_->kill_worker(1, SIGKILL);
+  train.join();
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(training) << run.second;
+  auto [code, out] = run;
+  ASSERT_EQ(code, 0) << out;
+  std::smatch back, summary;
+  ASSERT_TRUE(std::regex_search(out, back, std::regex(R"(back in ([0-9.]+) s)"))) << out;
+  ASSERT_TRUE(std::regex_search(
+      out, summary,
+      std::regex(
+          R"(recoveries: 1 \(workers lost and replaced\), [01] steps? run again, ([0-9.]+) s lost)")))
+      << out;
+  EXPECT_GT(std::stod(summary[1]), 0) << out;
+  EXPECT_GE(std::stod(summary[1]), std::stod(back[1])) << out;
 }
 
 // The resident memory of process `pid`, in bytes (0 if unknown).
@@ -406,42 +501,16 @@ TEST_F(ReliabilityTest, IdleHttpClientsDoNotDelayAMetricsScrape) {
     ::close(fd);
 }
 
-// The local addresses process `pid` listens on over TCP, as /proc/net shows
-// them: "0100007F" is 127.0.0.1 (IPv4, hex, host order per word), IPv6 ones
-// are 32 hex digits.
-std::vector<std::string> listening_addresses(pid_t pid) {
-  std::set<std::string> inodes;
-  std::error_code ec;
-  for (const auto& fd :
-       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
-    std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
-    if (target.starts_with("socket:[")) inodes.insert(target.substr(8, target.size() - 9));
-  }
-  std::vector<std::string> out;
-  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    std::ifstream in(table);
-    std::string line;
-    std::getline(in, line);  // the column names
-    while (std::getline(in, line)) {
-      std::istringstream fields(line);
-      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
-      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
-          timeout >> inode;
-      if (state == "0A" && inodes.contains(inode)) out.push_back(local.substr(0, local.find(':')));
-    }
-  }
-  return out;
-}
-
 // A worker serves on the address it was given (--host) only: every one of
 // its listeners, UCX's included, is on the loopback interface here.
 TEST_F(ReliabilityTest, WorkersListenOnlyOnTheirHostsInterface) {
   for (int i = 0; i < local_->num_workers(); ++i) {
-    std::vector<std::string> addresses = listening_addresses(local_->worker_pid(i));
-    EXPECT_FALSE(addresses.empty());
-    for (const std::string& a : addresses) {
-      EXPECT_TRUE(a == "0100007F" || a == "00000000000000000000000001000000")
-          << "worker " << i << " listens on " << a << " (hex, /proc/net/tcp)";
+    std::vector<testing::ListeningSocket> listeners =
+        testing::listening_sockets(local_->worker_pid(i));
+    EXPECT_FALSE(listeners.empty());
+    for (const testing::ListeningSocket& l : listeners) {
+      EXPECT_TRUE(l.address == "0100007F" || l.address == "00000000000000000000000001000000")
+          << "worker " << i << " listens on " << l.address << " (hex, /proc/net/tcp)";
     }
   }
 }
@@ -511,6 +580,69 @@ TEST(BoundsTest, OutOfRangeFlagsAreRefusedNamingTheBound) {
   auto [nan_code, nan_out] = troupe("generate --model /nonexistent --prompt x --temperature nan");
   EXPECT_EQ(nan_code, 2) << nan_out;
   EXPECT_NE(nan_out.find("finite number"), std::string::npos) << nan_out;
+}
+
+// A finite temperature past what the sampler takes is refused naming the
+// bound, not as "not a finite number" (a probe's 1e308: finite, but over
+// float's range); inf and nan are the ones that are not finite.
+TEST(BoundsTest, ATemperatureOverTheBoundIsRefusedNamingTheBound) {
+  const std::string generate = "generate --model /nonexistent --prompt x --temperature ";
+  for (const char* big : {"1e308", "1e400", "3.5e38"}) {
+    auto [code, out] = troupe(generate + big);
+    EXPECT_EQ(code, 2) << big << ": " << out;
+    EXPECT_NE(out.find(std::string("--temperature ") + big +
+                       " is over 3.40282e+38, the largest "
+                       "the sampler takes"),
+              std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("finite"), std::string::npos) << out;
+  }
+  for (const char* infinite : {"inf", "-inf", "nan"}) {
+    auto [code, out] = troupe(generate + infinite);
+    EXPECT_EQ(code, 2) << infinite << ": " << out;
+    EXPECT_NE(out.find(std::string("--temperature ") + infinite +
+                       " is not a finite number; it takes a number from 0 (greedy) to "
+                       "3.40282e+38"),
+              std::string::npos)
+        << out;
+  }
+  auto [negative_code, negative_out] = troupe(generate + "-0.5");
+  EXPECT_EQ(negative_code, 2) << negative_out;
+  EXPECT_NE(negative_out.find("--temperature -0.5 is below 0"), std::string::npos) << negative_out;
+  auto [word_code, word_out] = troupe(generate + "warm");
+  EXPECT_EQ(word_code, 2) << word_out;
+  EXPECT_NE(word_out.find("--temperature warm is not a number"), std::string::npos) << word_out;
+  // At the bound it is taken: the model is what fails.
+  auto [largest_code, largest_out] = troupe(generate + "3.4e38");
+  EXPECT_EQ(largest_code, 1) << largest_out;
+  EXPECT_EQ(largest_out.find("--temperature"), std::string::npos) << largest_out;
+}
+
+// `troupe drain` with a NODE that is not a node index says what is wrong
+// with it, then shows the usage (before, the usage alone); a missing NODE
+// and two of them too. NODE is the index `troupe status` shows, a number.
+TEST(BoundsTest, DrainSaysWhatIsWrongWithItsNodeBeforeTheUsage) {
+  auto [code, out] = troupe("drain abc --head 127.0.0.1:1");
+  EXPECT_EQ(code, 2) << out;
+  const size_t wrong = out.find(
+      "troupe drain: 'abc' is not a node index: NODE is a number, the one in the NODE column of "
+      "`troupe status`, not a name");
+  EXPECT_NE(wrong, std::string::npos) << out;
+  const size_t usage = out.find("usage: troupe drain NODE");
+  EXPECT_NE(usage, std::string::npos) << out;
+  EXPECT_LT(wrong, usage) << out;
+  auto [missing_code, missing_out] = troupe("drain --head 127.0.0.1:1");
+  EXPECT_EQ(missing_code, 2) << missing_out;
+  EXPECT_NE(missing_out.find("troupe drain: NODE is missing"), std::string::npos) << missing_out;
+  auto [two_code, two_out] = troupe("drain 1 2 --head 127.0.0.1:1");
+  EXPECT_EQ(two_code, 2) << two_out;
+  EXPECT_NE(two_out.find("troupe drain: one NODE at a time, not 2 ('1' '2')"), std::string::npos)
+      << two_out;
+  // Asked for, the usage alone, on stdout, and success.
+  auto [help_code, help_out] = troupe("drain --help");
+  EXPECT_EQ(help_code, 0) << help_out;
+  EXPECT_EQ(help_out.find("troupe drain:"), std::string::npos) << help_out;
+  EXPECT_NE(help_out.find("usage: troupe drain NODE"), std::string::npos) << help_out;
 }
 
 // A local cluster killed before it could clean up leaves its state directory

@@ -716,6 +716,85 @@ INSTANTIATE_TEST_SUITE_P(
                   "train_batch_size = train_micro_batch_size_per_gpu x "
                   "gradient_accumulation_steps x dp"}));
 
+// A message "train_batch_size A != ... = B" with A == B: a batch rule that
+// compared numbers it could not hold.
+void expect_no_equal_shown_unequal(const std::string& message) {
+  const size_t unequal = message.find(" != ");
+  const size_t equals = message.rfind(" = ");
+  if (unequal == std::string::npos || equals == std::string::npos) return;
+  const size_t start = message.rfind(' ', unequal - 1) + 1;
+  EXPECT_NE(message.substr(start, unequal - start), message.substr(equals + 3)) << message;
+}
+
+// The product micro x accumulation x dp out of train_batch_size's range
+// (a probe found "train_batch_size 68719476704 != ... = 68719476704" for an
+// accumulation of 2^31 - 1): refused naming the keys and the bound, whether
+// train_batch_size is given or derived, and the product overflowing int64
+// too; at the bound it is accepted.
+TEST(ConfigReliabilityTest, ABatchProductOverTheBoundIsRefusedNamingTheKeysAndTheBound) {
+  auto config = [](const std::string& keys, int dp) {
+    return absl::StrCat(R"({"data": {"synthetic": {}}, "parallel": {"dp": )", dp, "}, ", keys, "}");
+  };
+  const std::string derived = error_of(config(
+      R"("train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 2147483647)", 2));
+  EXPECT_EQ(derived,
+            "train_batch_size: train_micro_batch_size_per_gpu 16 x gradient_accumulation_steps "
+            "2147483647 x parallel.dp 2 = 68719476704 is over 2147483647 (2^31 - 1), the largest "
+            "train_batch_size; make them smaller");
+  expect_no_equal_shown_unequal(derived);
+  const std::string given =
+      error_of(config(R"("train_batch_size": 64, "train_micro_batch_size_per_gpu": 16,
+                "gradient_accumulation_steps": 2147483647)",
+                      2));
+  EXPECT_EQ(given, derived);
+  const std::string past_int64 = error_of(
+      config(R"("train_batch_size": 2147483647, "train_micro_batch_size_per_gpu": 2147483647,
+                "gradient_accumulation_steps": 2147483647)",
+             4096));
+  EXPECT_EQ(past_int64,
+            "train_batch_size: train_micro_batch_size_per_gpu 2147483647 x "
+            "gradient_accumulation_steps 2147483647 x parallel.dp 4096 = more than 2^63 is over "
+            "2147483647 (2^31 - 1), the largest train_batch_size; make them smaller");
+  expect_no_equal_shown_unequal(past_int64);
+  // Just over, and at the bound.
+  EXPECT_TRUE(absl::StrContains(
+      error_of(config(R"("train_micro_batch_size_per_gpu": 1073741824)", 2)),
+      "train_micro_batch_size_per_gpu 1073741824 x gradient_accumulation_steps 1 x parallel.dp 2 "
+      "= 2147483648 is over 2147483647"));
+  const TrainConfig at = parse_ok(config(R"("train_micro_batch_size_per_gpu": 2147483647)", 1));
+  EXPECT_EQ(at.train_batch_size, 2147483647);
+  // Unequal numbers are still shown unequal.
+  const std::string unequal =
+      error_of(config(R"("train_batch_size": 64, "train_micro_batch_size_per_gpu": 16,
+                         "gradient_accumulation_steps": 2)",
+                      3));
+  EXPECT_EQ(unequal,
+            "train_batch_size 64 != train_micro_batch_size_per_gpu 16 x "
+            "gradient_accumulation_steps 2 x dp 3 = 96");
+  expect_no_equal_shown_unequal(unequal);
+}
+
+// The keys that sized the mesh, as the config gave them, for the messages
+// that name them (a mesh the cluster cannot hold): troupe's, or Megatron's
+// top-level names.
+TEST(ConfigReliabilityTest, TheMeshsKeysAreNamedAsTheConfigGaveThem) {
+  const TrainConfig ours = parse_ok(patched(R"({"parallel": {"dp": 1, "pp": 2, "tp": 2},
+      "train_batch_size": 16, "gradient_accumulation_steps": 1})"));
+  EXPECT_EQ(ours.parallel.pp_key, "parallel.pp");
+  EXPECT_EQ(ours.parallel.tp_key, "parallel.tp");
+  const TrainConfig megatron = parse_ok(patched(R"({"parallel": {"dp": 1},
+      "pipeline_model_parallel_size": 2, "tensor_model_parallel_size": 2,
+      "train_batch_size": 16, "gradient_accumulation_steps": 1})"));
+  EXPECT_EQ(megatron.parallel.pp, 2);
+  EXPECT_EQ(megatron.parallel.pp_key, "pipeline_model_parallel_size");
+  EXPECT_EQ(megatron.parallel.tp_key, "tensor_model_parallel_size");
+  // Both names, agreeing: troupe's.
+  const TrainConfig both = parse_ok(patched(R"({"parallel": {"dp": 1, "pp": 2},
+      "pipeline_model_parallel_size": 2, "train_batch_size": 16,
+      "gradient_accumulation_steps": 1})"));
+  EXPECT_EQ(both.parallel.pp_key, "parallel.pp");
+}
+
 // ---- schedules ---------------------------------------------------------------
 
 // Expects `c.schedule` to give `expected`'s rate at every step up to `steps`.

@@ -20,8 +20,9 @@ gtest_discover_tests(trainers_train_command_test TEST_FILTER "-TrainReliabilityT
                      ENVIRONMENT "TROUPE_HEAD=" DISCOVERY_TIMEOUT 60)
 # The cases a probe of the running system found (a full disk, ...): also `ctest -L reliability`.
 gtest_discover_tests(trainers_train_command_test TEST_FILTER "TrainReliabilityTest.*"
-                     PROPERTIES LABELS "reliability;trainers" TIMEOUT 300 RUN_SERIAL TRUE
+                     PROPERTIES LABELS reliability TIMEOUT 300 RUN_SERIAL TRUE
                      ENVIRONMENT "TROUPE_HEAD=" DISCOVERY_TIMEOUT 60)
+troupe_discovered_test_labels(trainers_train_command_test reliability trainers)
 # The controller on an in-process actor system, with stand-in stages and shards.
 troupe_test(trainers_controller_test trainers SOURCES controller_test.cc LIBS troupe_trainers)
 # A stage, its shard and its loader on an in-process actor system: the step protocol.
