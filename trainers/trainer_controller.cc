@@ -47,7 +47,19 @@ absl::Status status_of(const absl::StatusOr<T>& r) {
 }  // namespace
 
 template <class T>
-auto TrainerController::await_member(Future<T>& f, size_t i, absl::Time deadline) const
+auto TrainerController::await_member(Future<T>& f, size_t i, absl::Time deadline) -> Result<T> {
+  Result<T> r = wait_for_member(f, i, deadline);
+  // (A survivor's call fails with a loss too when its peer was lost: the
+  // head tells which member is gone.)
+  if (is_loss(status_of(r)) && i < gone_.size() && options_.member_lost &&
+      !options_.member_lost(members_[i].at).ok()) {
+    gone_[i] = true;
+  }
+  return r;
+}
+
+template <class T>
+auto TrainerController::wait_for_member(Future<T>& f, size_t i, absl::Time deadline) const
     -> Result<T> {
   if (!options_.member_lost) return f.get_until(deadline);
   for (;;) {
@@ -227,13 +239,15 @@ double TrainerController::loss_scale() const {
 }
 
 absl::Status TrainerController::discard_all(int64_t step) {
-  std::vector<Future<void>> pending;
-  for (MeshMember& m : members_)
-    pending.push_back(m.stage->discard(step));
+  std::vector<std::pair<size_t, Future<void>>> pending;  // (member, its call)
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (i < gone_.size() && gone_[i]) continue;
+    pending.emplace_back(i, members_[i].stage->discard(step));
+  }
   absl::Status first;
   const absl::Time deadline = absl::Now() + options_.step_timeout;
-  for (size_t i = 0; i < pending.size(); ++i)
-    first.Update(await_member(pending[i], i, deadline));
+  for (auto& [i, call] : pending)
+    first.Update(await_member(call, i, deadline));
   return first;
 }
 
@@ -355,6 +369,7 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
                                                       " and must be restored before it can go on"));
   }
   hung_.clear();
+  gone_.assign(members_.size(), false);
   const double start = now_ms();
   StepOutcome out;
   out.step = step;

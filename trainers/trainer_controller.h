@@ -197,6 +197,9 @@ class TrainerController {
   // `members` ordered as the mesh is (see create); InvalidArgument as create's.
   static absl::StatusOr<std::vector<MeshMember>> in_mesh_order(const actors::Mesh& mesh,
                                                                std::vector<MeshMember> members);
+  // Has every member but those gone this step drop `step`: a lost member's
+  // process holds nothing of it, and a call to its replacement waits for
+  // the replacement's node (restart_wait) - a node there may never be.
   absl::Status discard_all(int64_t step);
   absl::Status prepare_all(int64_t step);
   absl::Status replicate_all(const actors::CommitRequest& commit);
@@ -206,9 +209,12 @@ class TrainerController {
   // An error that is no loss in itself (FailedPrecondition: a stage not set
   // up, a shard holding no step) becomes one when member_lost says that
   // member `i` was lost: the head restarted its actors, and the call reached
-  // the replacement before it was restored.
+  // the replacement before it was restored. A loss marks member `i` gone
+  // for the rest of the step.
   template <class T>
-  auto await_member(Future<T>& f, size_t i, absl::Time deadline) const -> Result<T>;
+  auto await_member(Future<T>& f, size_t i, absl::Time deadline) -> Result<T>;
+  template <class T>
+  auto wait_for_member(Future<T>& f, size_t i, absl::Time deadline) const -> Result<T>;
   // Unavailable when member `i`'s error `s` came of its loss (above), else OK.
   absl::Status loss_behind(size_t i, const absl::Status& s) const;
   // Which of the members in `pending` (whose run_step of `step` had not
@@ -232,6 +238,7 @@ class TrainerController {
   int64_t applied_ = 0;
   std::vector<actors::Coordinate> lost_shards_;
   std::vector<LostMember> hung_;
+  std::vector<bool> gone_;  // per member: a call of this step failed with its loss
   std::vector<nn::ParamRange> owned_;
   int64_t data_position_ = 0;
   int64_t epoch_ = 0;

@@ -743,6 +743,28 @@ TEST_F(RecoveryReliabilityTest, ARankLostAfterThePrepareWithoutANodeLeavesALastC
   expect_same_run(resumed, whole);
 }
 
+// With no node for a lost rank, the job ends once wait_for_node_s has
+// passed, not when a call to the rank's replacement gives up: before, the
+// failed step's discard waited the driver's restart_wait (30 s) on the lost
+// stage's replacement, which had no node to start on.
+TEST_F(RecoveryReliabilityTest, WithoutANodeTheJobEndsOnceWaitForNodeSHasPassed) {
+  start_cluster(2);
+  TrainConfig config = config_for(0);
+  config.fault_tolerance.wait_for_node_s = 2;
+  absl::Time start = absl::Now();
+  const RunLog whole = run(config);
+  const absl::Duration whole_took = absl::Now() - start;
+  start = absl::Now();
+  const RunLog failed = run(config, {{.step = 3, .rank = 1}});
+  const absl::Duration failed_took = absl::Now() - start;
+  ASSERT_TRUE(absl::StrContains(failed.status.message(), "no node took the place of d1.p0.t0"))
+      << failed.status;
+  // It ran fewer steps than the whole run, and waited wait_for_node_s.
+  EXPECT_LT(failed_took,
+            whole_took + absl::Seconds(config.fault_tolerance.wait_for_node_s) + absl::Seconds(2))
+      << "the whole run took " << whole_took;
+}
+
 TEST_F(RecoveryTest, WithoutANodeForTheReplacementTheJobEndsWithAClearError) {
   start_cluster(2);
   TrainConfig config = config_for(0);
