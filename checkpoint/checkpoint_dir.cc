@@ -19,12 +19,18 @@ constexpr char kStepPrefix[] = "step-";
 absl::StatusOr<Manifest> open_candidate(Env* env, const std::string& dir, int64_t step) {
   const std::string where = step_dir(dir, step);
   absl::StatusOr<std::string> text = env->read_file(where + "/" + kManifestFile);
+  if (absl::IsNotFound(text.status())) {
+    return absl::DataLossError(absl::StrCat(step_dir_name(step), ": ", kManifestFile,
+                                            " is missing (an incomplete checkpoint)"));
+  }
   if (!text.ok()) {
-    return absl::DataLossError(
-        absl::StrCat(step_dir_name(step), ": ", kManifestFile,
-                     absl::IsNotFound(text.status())
-                         ? " is missing (an incomplete checkpoint)"
-                         : absl::StrCat(" cannot be read: ", text.status().message())));
+    // Corrupt (DataLoss: larger than a manifest) or not readable now (an I/O
+    // error, no file descriptors, a stale NFS handle): only the former is
+    // the checkpoint's fault - the latter keeps its code, so that nothing
+    // prunes, replaces or skips a checkpoint for it.
+    return absl::Status(text.status().code(),
+                        absl::StrCat(step_dir_name(step), ": ", kManifestFile,
+                                     " cannot be read: ", text.status().message()));
   }
   absl::StatusOr<Manifest> m =
       decode_manifest(*text, absl::StrCat(step_dir_name(step), ": ", kManifestFile));

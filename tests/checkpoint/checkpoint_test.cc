@@ -564,6 +564,44 @@ TEST_F(CheckpointReliabilityTest, PruningRemovesStepDirectoriesWithoutALoadableC
   expect_loads(dir_, 30, 0, num_params());
 }
 
+// An env whose manifests cannot be read now (EIO, as a stale NFS handle or
+// a flaky disk gives): not the checkpoints' fault.
+class UnreadableManifests : public EnvWrapper {
+ public:
+  UnreadableManifests() : EnvWrapper(Env::posix()) {}
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> new_random_access_file(
+      const std::string& path) override {
+    if (path.ends_with(kManifestFile)) return absl::InternalError(path + ": Input/output error");
+    return target()->new_random_access_file(path);
+  }
+  absl::StatusOr<std::string> read_file(const std::string& path, size_t max_bytes) override {
+    if (path.ends_with(kManifestFile)) return absl::InternalError(path + ": Input/output error");
+    return target()->read_file(path, max_bytes);
+  }
+};
+
+// A checkpoint whose manifest cannot be read for a passing reason is left
+// where it is: pruning, abandoning and a save of the latest step all stop
+// short of removing it (before, the read error counted as corruption, and
+// each of them removed good checkpoints, the latest among them).
+TEST_F(CheckpointReliabilityTest, ACheckpointThatCannotBeReadNowIsNeverRemoved) {
+  ASSERT_TRUE(save(Env::posix(), dir_, 10, 2, /*keep=*/0).ok());
+  ASSERT_TRUE(save(Env::posix(), dir_, 20, 2, /*keep=*/0).ok());
+  const std::map<std::string, std::string> before = contents();
+  UnreadableManifests env;
+  // (keep 5: only a checkpoint taken for broken would go.)
+  prune_checkpoints(&env, dir_, 30, 5).IgnoreError();
+  EXPECT_TRUE(contents() == before) << "pruning removed or changed files";
+  abandon_checkpoint(&env, dir_, 10).IgnoreError();
+  EXPECT_TRUE(contents() == before) << "abandoning removed or changed files";
+  absl::Status again = begin_checkpoint(&env, dir_, 20);
+  EXPECT_FALSE(again.ok());
+  EXPECT_FALSE(absl::IsDataLoss(again)) << again;
+  EXPECT_TRUE(contents() == before) << "a save of the latest step removed or changed files";
+  EXPECT_EQ(step_dirs(), (std::vector<std::string>{"step-00000010", "step-00000020"}));
+  expect_loads(dir_, 20, 0, num_params());
+}
+
 TEST_F(CheckpointTest, StepDirectoryNames) {
   EXPECT_EQ(step_dir_name(120), "step-00000120");
   EXPECT_EQ(parse_step_dir_name("step-00000120"), 120);
