@@ -759,9 +759,10 @@ TEST_F(RecoveryReliabilityTest, WithoutANodeTheJobEndsOnceWaitForNodeSHasPassed)
   const absl::Duration failed_took = absl::Now() - start;
   ASSERT_TRUE(absl::StrContains(failed.status.message(), "no node took the place of d1.p0.t0"))
       << failed.status;
-  // It ran fewer steps than the whole run, and waited wait_for_node_s.
+  // It ran fewer steps than the whole run, and waited wait_for_node_s (with
+  // room for a loaded machine; before, it took restart_wait, 30 s, more).
   EXPECT_LT(failed_took,
-            whole_took + absl::Seconds(config.fault_tolerance.wait_for_node_s) + absl::Seconds(2))
+            whole_took + absl::Seconds(config.fault_tolerance.wait_for_node_s) + absl::Seconds(10))
       << "the whole run took " << whole_took;
 }
 

@@ -316,6 +316,22 @@ class TrainReliabilityTest : public TrainCommandTest {
   std::string mounted_;
 };
 
+// The same without root: /dev/full takes the open and fails every write.
+TEST_F(TrainReliabilityTest, AMetricsFileThatFailsEveryWriteCostsOnlyTheMetrics) {
+  Result run = troupe(dir_,
+                      "train --config '" EXAMPLE_CONFIGS
+                      "/addition_single.json' --local 1 --steps 3 --output out "
+                      "--metrics /dev/full",
+                      120);
+  EXPECT_NE(run.code, 0) << run.output;
+  EXPECT_NE(run.output.find("writing the metrics failed at step 1: /dev/full: No space left on "
+                            "device; training goes on without them"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("step 3/3"), std::string::npos) << run.output;
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/out/model.bin")) << run.output;
+}
+
 TEST_F(TrainReliabilityTest, AFullMetricsDiskCostsTheMetricsNotTheRun) {
   if (!mount_tmpfs("small", 64 << 10)) GTEST_SKIP() << "mounting a tmpfs needs root";
   // Fill it but for one page: a few steps' lines fit, then every write fails.
