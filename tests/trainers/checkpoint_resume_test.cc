@@ -68,9 +68,53 @@ class CheckpointResumeTest : public testing::TrainingClusterTest {
                .string();
     fs::remove_all(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    unmount_.reset();
+    fs::remove_all(dir_);
+  }
 
   static std::string next_job() { return "ckpt-test-" + std::to_string(++jobs_); }
+
+  // Mounts a tmpfs at dir_ that holds 1.5 of `config`'s checkpoints (one,
+  // not two), unmounted at the end of the test; false where this machine
+  // does not let the test mount one (not root, or no CAP_SYS_ADMIN).
+  bool mount_small_disk(const TrainConfig& config) {
+    fs::create_directories(dir_);
+    const int64_t state =
+        3 * 4 * static_cast<int64_t>(nn::GPTParamLayout(config.model).num_params());
+    const std::string mount = "mount -t tmpfs -o size=" + std::to_string(state * 3 / 2) +
+                              " troupe-test '" + dir_ + "' 2>/dev/null";
+    if (std::system(mount.c_str()) != 0) return false;
+    unmount_ = std::make_unique<Unmount>(dir_);
+    return true;
+  }
+
+  // Trains `steps` steps of `config` with its checkpoints; what they did.
+  std::vector<CheckpointEvent> train_saving(const TrainConfig& config, int steps) {
+    auto trainer = DataParallelTrainer::start(*driver_, config, next_job(), 1);
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    if (!trainer.ok()) return {};
+    Checkpointer checkpoints((*trainer)->controller(),
+                             job_record(config, (*trainer)->data_info().samples_per_epoch),
+                             config.checkpoint);
+    std::vector<CheckpointEvent> events;
+    for (int k = 1; k <= steps; ++k) {
+      EXPECT_TRUE((*trainer)->step(k).ok()) << "step " << k;
+      for (CheckpointEvent& e : checkpoints.after_step(k))
+        events.push_back(std::move(e));
+    }
+    for (CheckpointEvent& e : checkpoints.finish())
+      events.push_back(std::move(e));
+    EXPECT_TRUE((*trainer)->stop().ok());
+    return events;
+  }
+
+  struct Unmount {
+    explicit Unmount(std::string d) : dir(std::move(d)) {}
+    ~Unmount() { static_cast<void>(std::system(("umount '" + dir + "'").c_str())); }
+    std::string dir;
+  };
+  std::unique_ptr<Unmount> unmount_;
 
   // Runs steps [from, to] of `config` (testing::run_checkpointed).
   RunResult run(const TrainConfig& config, int from, int to, std::vector<int64_t> save_at = {},
@@ -272,34 +316,14 @@ TEST_F(CheckpointReliabilityTest, ACorruptLatestIsReplacedByASaveOfTheSameStep) 
 // test mount one) leave no step directories behind: with keep 2 and four
 // failed saves after a good one, the good one is all there is.
 TEST_F(CheckpointReliabilityTest, SavesFailingOnAFullDiskLeaveNoStepDirectoriesBehind) {
-  fs::create_directories(dir_);
   TrainConfig c = config_for(0, 2, dir_);
-  const int64_t state = 3 * 4 * static_cast<int64_t>(nn::GPTParamLayout(c.model).num_params());
-  const std::string mount = "mount -t tmpfs -o size=" + std::to_string(state * 3 / 2) +
-                            " troupe-test '" + dir_ + "' 2>/dev/null";
-  if (std::system(mount.c_str()) != 0) {
+  if (!mount_small_disk(c)) {
     GTEST_SKIP() << "cannot mount a tmpfs here (not root, or no CAP_SYS_ADMIN): failed saves' "
                     "directories are tested with injected faults in checkpoint_format_test only";
   }
-  struct Unmount {
-    std::string dir;
-    ~Unmount() { std::system(("umount '" + dir + "'").c_str()); }
-  } unmount{dir_};
   c.checkpoint.interval_steps = 2;
   c.checkpoint.keep = 2;
-  auto trainer = DataParallelTrainer::start(*driver_, c, next_job(), 1);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  Checkpointer checkpoints((*trainer)->controller(),
-                           job_record(c, (*trainer)->data_info().samples_per_epoch), c.checkpoint);
-  std::vector<CheckpointEvent> events;
-  for (int k = 1; k <= 10; ++k) {
-    ASSERT_TRUE((*trainer)->step(k).ok()) << "step " << k;
-    for (CheckpointEvent& e : checkpoints.after_step(k))
-      events.push_back(std::move(e));
-  }
-  for (CheckpointEvent& e : checkpoints.finish())
-    events.push_back(std::move(e));
-  EXPECT_TRUE((*trainer)->stop().ok());
+  const std::vector<CheckpointEvent> events = train_saving(c, 10);
   ASSERT_EQ(events.size(), 5u);
   EXPECT_TRUE(events[0].status.ok()) << events[0].status;
   for (size_t i = 1; i < events.size(); ++i)
@@ -339,32 +363,13 @@ TEST_F(CheckpointResumeTest, AFailedSaveIsReportedAndTrainingGoesOn) {
 // of the second fail with ENOSPC; that is reported, training goes on, and
 // the first stays latest and loads.
 TEST_F(CheckpointResumeTest, AShardRunningOutOfSpaceIsReportedAndTrainingGoesOn) {
-  fs::create_directories(dir_);
   TrainConfig c = config_for(0, 2, dir_);
-  const int64_t state = 3 * 4 * static_cast<int64_t>(nn::GPTParamLayout(c.model).num_params());
-  const std::string mount = "mount -t tmpfs -o size=" + std::to_string(state * 3 / 2) +
-                            " troupe-test '" + dir_ + "' 2>/dev/null";
-  if (std::system(mount.c_str()) != 0) {
+  if (!mount_small_disk(c)) {
     GTEST_SKIP() << "cannot mount a tmpfs here (not root, or no CAP_SYS_ADMIN): the full disk is "
                     "tested with injected ENOSPC in checkpoint_format_test only";
   }
-  struct Unmount {
-    std::string dir;
-    ~Unmount() { std::system(("umount '" + dir + "'").c_str()); }
-  } unmount{dir_};
   c.checkpoint.interval_steps = 2;
-  auto trainer = DataParallelTrainer::start(*driver_, c, next_job(), 1);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  Checkpointer checkpoints((*trainer)->controller(),
-                           job_record(c, (*trainer)->data_info().samples_per_epoch), c.checkpoint);
-  std::vector<CheckpointEvent> events;
-  for (int k = 1; k <= 6; ++k) {
-    ASSERT_TRUE((*trainer)->step(k).ok()) << "step " << k;
-    for (CheckpointEvent& e : checkpoints.after_step(k))
-      events.push_back(std::move(e));
-  }
-  for (CheckpointEvent& e : checkpoints.finish())
-    events.push_back(std::move(e));
+  const std::vector<CheckpointEvent> events = train_saving(c, 6);
   ASSERT_EQ(events.size(), 3u);
   EXPECT_TRUE(events[0].status.ok()) << events[0].status;
   for (int i : {1, 2}) {
@@ -372,7 +377,6 @@ TEST_F(CheckpointResumeTest, AShardRunningOutOfSpaceIsReportedAndTrainingGoesOn)
     EXPECT_NE(events[i].status.message().find("No space left on device"), std::string::npos)
         << events[i].status;
   }
-  EXPECT_TRUE((*trainer)->stop().ok());
   absl::StatusOr<std::string> latest = checkpoint::Env::posix()->read_file(dir_ + "/latest");
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ(*latest, checkpoint::latest_pointer(2));
