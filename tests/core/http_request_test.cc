@@ -2,8 +2,19 @@
 // accepts, refuses and waits for, and what the answers look like on the wire.
 #include "core/cluster/detail/http_request.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+
+#include "absl/time/clock.h"
 #include "core/cluster/detail/http_status.h"
 
 namespace troupe::cluster {
@@ -82,6 +93,75 @@ TEST(HttpRequestTest, AnswersCarryTheirLengthAndConnection) {
     return absl::StatusOr<ClusterStatus>(absl::DeadlineExceededError("x"));
   };
   EXPECT_EQ(answer(parsed("GET / HTTP/1.1\r\n\r\n"), down).status, 503);
+}
+
+// A request sent on a connection of its own; its answer read later.
+class HttpClient {
+ public:
+  HttpClient(uint16_t port, const std::string& path) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    const std::string request = "GET " + path + " HTTP/1.1\r\nConnection: close\r\n\r\n";
+    EXPECT_EQ(::send(fd_, request.data(), request.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(request.size()));
+  }
+  ~HttpClient() { ::close(fd_); }
+  // What the server sent within `timeout` ("" if nothing).
+  std::string answer(absl::Duration timeout) {
+    std::string out;
+    const absl::Time deadline = absl::Now() + timeout;
+    char buffer[4096];
+    while (absl::Now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
+      if (n <= 0) break;
+      out.append(buffer, static_cast<size_t>(n));
+    }
+    return out;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// A head slow to give its status holds up only the requests for it: a
+// request for something else is answered meanwhile (the server's I/O thread
+// does not wait on the head), and the requests that waited are answered by
+// one asking of the head.
+TEST(HttpStatusServerTest, ASlowStatusHoldsUpOnlyTheRequestsForIt) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool released = false;
+  std::atomic<int> asked{0};
+  StatusSource slow = [&]() -> absl::StatusOr<ClusterStatus> {
+    asked.fetch_add(1);
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(20), [&] { return released; });
+    return ClusterStatus{};
+  };
+  auto server = HttpStatusServer::start("127.0.0.1", 0, slow);
+  ASSERT_TRUE(server.ok()) << server.status();
+  HttpClient metrics((*server)->port(), "/metrics");
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (asked.load() == 0 && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_EQ(asked.load(), 1);
+  HttpClient status((*server)->port(), "/");
+  HttpClient missing((*server)->port(), "/nope");
+  EXPECT_TRUE(missing.answer(absl::Seconds(5)).starts_with("HTTP/1.1 404"));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    released = true;
+  }
+  cv.notify_all();
+  EXPECT_TRUE(metrics.answer(absl::Seconds(5)).starts_with("HTTP/1.1 200"));
+  EXPECT_TRUE(status.answer(absl::Seconds(5)).starts_with("HTTP/1.1 200"));
+  EXPECT_LE(asked.load(), 2);  // the second request may have come after the first answer
 }
 
 }  // namespace

@@ -1,13 +1,19 @@
 // The head's HTTP status server (http_status.h): one I/O thread, every
 // connection a socket, a request buffer and a deadline, the oldest closed
-// when kMaxHttpConnections are open.
+// when kMaxHttpConnections are open. The status is asked of its source on a
+// thread of its own, one request at a time, its answer serving every client
+// that waited for it: a slow head holds up the scrapes, not the I/O thread.
 #include <asio.hpp>
 
 #include <array>
+#include <condition_variable>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/cluster/detail/http_status.h"
@@ -19,6 +25,8 @@ using asio::ip::tcp;
 
 // After a failed accept (out of file descriptors), before the next one.
 constexpr auto kAcceptRetry = std::chrono::milliseconds(10);
+// How long a client may wait for the status (its source bounds its own wait).
+constexpr absl::Duration kStatusWait = absl::Seconds(10);
 
 // One client connection. Lives as long as an operation on it is pending.
 struct Client {
@@ -41,6 +49,12 @@ class HttpStatusServer::Impl {
   explicit Impl(StatusSource status) : status_(std::move(status)), acceptor_(io_), retry_(io_) {}
 
   ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(fetch_mu_);
+      stopping_ = true;
+    }
+    fetch_cv_.notify_all();
+    if (fetcher_.joinable()) fetcher_.join();
     if (thread_.joinable()) {
       asio::post(io_, [this] {
         asio::error_code ignored;
@@ -75,6 +89,7 @@ class HttpStatusServer::Impl {
     port_ = acceptor_.local_endpoint().port();
     accept_next();
     thread_ = std::thread([this] { io_.run(); });
+    fetcher_ = std::thread([this] { fetch_loop(); });
     return absl::OkStatus();
   }
 
@@ -156,11 +171,63 @@ class HttpStatusServer::Impl {
       return write(c, serialize(error_response(request.status()), /*keep_alive=*/false), false);
     }
     if (!request->has_value()) return read_more(c);
-    const HttpRequest& r = **request;
-    const bool keep_alive = r.keep_alive && ++c->served < kMaxRequestsPerConnection;
-    std::string bytes = serialize(answer(r, status_), keep_alive, r.method == "HEAD");
+    HttpRequest r = **std::move(request);
     c->received.erase(0, r.head_bytes);
-    write(c, std::move(bytes), keep_alive);
+    if (r.path == "/" || r.path == "/metrics") {
+      // Answered once the status comes (with everyone else who asks meanwhile).
+      c->deadline_generation++;  // the request is whole: no deadline while the status is asked
+      arm_status_wait(c);
+      waiting_.emplace_back(c, std::move(r));
+      if (!fetch_pending_) {
+        fetch_pending_ = true;
+        {
+          std::lock_guard<std::mutex> lock(fetch_mu_);
+          fetch_wanted_ = true;
+        }
+        fetch_cv_.notify_one();
+      }
+      return;
+    }
+    respond(c, r, absl::UnavailableError("no status asked"));
+  }
+
+  // Answers `r` on `c`: from `status` at / and /metrics, as answer() does.
+  void respond(const std::shared_ptr<Client>& c, const HttpRequest& r,
+               const absl::StatusOr<ClusterStatus>& status) {
+    const bool keep_alive = r.keep_alive && ++c->served < kMaxRequestsPerConnection;
+    write(c, serialize(answer(r, status), keep_alive, r.method == "HEAD"), keep_alive);
+  }
+
+  // A client waiting for the status has kStatusWait.
+  void arm_status_wait(const std::shared_ptr<Client>& c) {
+    const uint64_t generation = ++c->deadline_generation;
+    c->deadline.expires_after(absl::ToChronoNanoseconds(kStatusWait));
+    c->deadline.async_wait([this, c, generation](asio::error_code ec) {
+      if (!ec && generation == c->deadline_generation) close(c);
+    });
+  }
+
+  // The fetcher thread: asks the source whenever the I/O thread wants the
+  // status, and hands the answer back to it.
+  void fetch_loop() {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(fetch_mu_);
+        fetch_cv_.wait(lock, [this] { return fetch_wanted_ || stopping_; });
+        if (stopping_) return;
+        fetch_wanted_ = false;
+      }
+      auto status = std::make_shared<absl::StatusOr<ClusterStatus>>(status_());
+      asio::post(io_, [this, status] { answer_waiting(*status); });
+    }
+  }
+
+  // I/O thread: every client that waited gets its answer from `status`.
+  void answer_waiting(const absl::StatusOr<ClusterStatus>& status) {
+    fetch_pending_ = false;
+    for (auto& [c, r] : std::exchange(waiting_, {})) {
+      if (!c->closed) respond(c, r, status);
+    }
   }
 
   void write(const std::shared_ptr<Client>& c, std::string bytes, bool keep_alive) {
@@ -180,6 +247,14 @@ class HttpStatusServer::Impl {
   }
 
   const StatusSource status_;
+  // The status asked of its source (fetcher thread), and who waits for it.
+  std::mutex fetch_mu_;
+  std::condition_variable fetch_cv_;
+  bool fetch_wanted_ = false;                                             // guarded by fetch_mu_
+  bool stopping_ = false;                                                 // guarded by fetch_mu_
+  bool fetch_pending_ = false;                                            // I/O thread
+  std::vector<std::pair<std::shared_ptr<Client>, HttpRequest>> waiting_;  // I/O thread
+  std::thread fetcher_;
   asio::io_context io_;
   tcp::acceptor acceptor_;
   asio::steady_timer retry_;

@@ -155,13 +155,19 @@ std::string render_metrics(const ClusterStatus& s) {
 }
 
 HttpResponse answer(const HttpRequest& request, const StatusSource& status) {
+  if (request.path != "/" && request.path != "/metrics") {
+    return answer(request, absl::UnavailableError("not asked"));  // (a 404: unused)
+  }
+  return answer(request, status());
+}
+
+HttpResponse answer(const HttpRequest& request, const absl::StatusOr<ClusterStatus>& s) {
   HttpResponse response;
   if (request.path != "/" && request.path != "/metrics") {
     response.status = 404;
     response.body = "not found: try / or /metrics\n";
     return response;
   }
-  absl::StatusOr<ClusterStatus> s = status();
   if (!s.ok()) {
     response.status = 503;
     response.body = absl::StrCat(s.status().message(), "\n");

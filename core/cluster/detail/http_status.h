@@ -48,6 +48,8 @@ class HttpStatusServer {
 // The answer to a parsed request: the status at / and /metrics (503 when
 // the source fails), 404 elsewhere.
 HttpResponse answer(const HttpRequest& request, const StatusSource& status);
+// The same from a status already asked for (unused for other paths).
+HttpResponse answer(const HttpRequest& request, const absl::StatusOr<ClusterStatus>& status);
 
 // The cluster status in the Prometheus text format.
 std::string render_metrics(const ClusterStatus& s);
