@@ -5,7 +5,9 @@
 // buffer of at most kMaxRequestBytes, never a thread, so idle or slow clients
 // do not hold up a scrape. Each has kClientTimeout to send a request (and to
 // take its answer); past kMaxHttpConnections open at once, the oldest
-// is closed to make room. Nothing here changes the cluster. It binds the
+// is closed to make room. The status is asked of its source on a thread of
+// its own, one asking serving every request waiting for it, so a slow head
+// holds up only those. Nothing here changes the cluster. It binds the
 // head's host, so by default only local processes reach it.
 // docs/security.md has what it exposes.
 #pragma once
