@@ -308,6 +308,23 @@ class RecoveryTest : public ::testing::Test {
         << "the weights differ from the run without failures";
   }
 
+  // `failed` ended for want of a node for d1 after its survivors saved the
+  // last checkpoint, of `step`: given a node, a resume from it ends as
+  // `whole`, the run without failures.
+  void expect_last_checkpoint_resumes(const TrainConfig& config, const RunLog& failed, int64_t step,
+                                      const RunLog& whole) {
+    ASSERT_TRUE(absl::StrContains(failed.status.message(), "no node took the place of d1.p0.t0"))
+        << failed.status;
+    ASSERT_TRUE(failed.last_checkpoint.has_value());
+    ASSERT_TRUE(failed.last_checkpoint->status.ok()) << failed.last_checkpoint->status;
+    EXPECT_EQ(failed.last_checkpoint->step, step);
+    absl::StatusOr<int> added = local_->add_worker("CPU=1");
+    ASSERT_TRUE(added.ok()) << added.status();
+    const RunLog resumed = run(config, {}, nullptr, /*resume=*/true);
+    EXPECT_EQ(resumed.first_step, step + 1);
+    expect_same_run(resumed, whole);
+  }
+
   std::string dir_;
   std::unique_ptr<cluster::LocalCluster> local_;
   std::unique_ptr<Cluster> driver_;
@@ -731,16 +748,7 @@ TEST_F(RecoveryReliabilityTest, ARankLostAfterThePrepareWithoutANodeLeavesALastC
   std::ofstream(armed).put('1');
   const RunLog failed = run(config);
   EXPECT_FALSE(fs::exists(armed)) << "the failpoint did not fire";
-  ASSERT_TRUE(absl::StrContains(failed.status.message(), "no node took the place of d1.p0.t0"))
-      << failed.status;
-  ASSERT_TRUE(failed.last_checkpoint.has_value());
-  ASSERT_TRUE(failed.last_checkpoint->status.ok()) << failed.last_checkpoint->status;
-  EXPECT_EQ(failed.last_checkpoint->step, 3);
-  absl::StatusOr<int> added = local_->add_worker("CPU=1");
-  ASSERT_TRUE(added.ok()) << added.status();
-  const RunLog resumed = run(config, {}, nullptr, /*resume=*/true);
-  EXPECT_EQ(resumed.first_step, 4);
-  expect_same_run(resumed, whole);
+  expect_last_checkpoint_resumes(config, failed, 3, whole);
 }
 
 // With no node for a lost rank, the job ends once wait_for_node_s has
@@ -789,16 +797,7 @@ TEST_F(RecoveryTest, WithoutANodeTheSurvivorsSaveALastCheckpointThatResumesExact
     config.fault_tolerance.wait_for_node_s = 1;
     const RunLog whole = run(config);
     const RunLog failed = run(config, {{.step = 4, .rank = 1}});
-    ASSERT_TRUE(absl::StrContains(failed.status.message(), "no node took the place of d1.p0.t0"))
-        << failed.status;
-    ASSERT_TRUE(failed.last_checkpoint.has_value());
-    ASSERT_TRUE(failed.last_checkpoint->status.ok()) << failed.last_checkpoint->status;
-    EXPECT_EQ(failed.last_checkpoint->step, 3);
-    absl::StatusOr<int> added = local_->add_worker("CPU=1");
-    ASSERT_TRUE(added.ok()) << added.status();
-    const RunLog resumed = run(config, {}, nullptr, /*resume=*/true);
-    EXPECT_EQ(resumed.first_step, 4);
-    expect_same_run(resumed, whole);
+    expect_last_checkpoint_resumes(config, failed, 3, whole);
   }
 }
 
