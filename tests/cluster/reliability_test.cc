@@ -300,27 +300,45 @@ bool wait_for_lines(const std::string& path, int lines) {
   return false;
 }
 
+// What a `troupe train` run of fault_tolerant_job(dp, steps) printed when
+// worker 1 was sent `signal` once `lines` metrics lines were written; and
+// how long after the signal it ended.
+struct LossRun {
+  bool trained = false;  // the lines were written before the signal
+  int code = -1;
+  std::string output;
+  absl::Duration ended_after;
+};
+LossRun train_and_signal_a_worker(LocalCluster& local, int dp, int steps, int lines, int signal) {
+  char dir[] = "/tmp/troupe-reliability-XXXXXX";
+  LossRun out;
+  if (::mkdtemp(dir) == nullptr) return out;
+  const std::string config = fault_tolerant_job(dir, dp, steps);
+  std::pair<int, std::string> run;
+  std::thread train([&] { run = local.run_cli({"train", "--config", config}); });
+  out.trained = wait_for_lines(std::string(dir) + "/out/metrics.jsonl", lines);
+  local.kill_worker(1, signal);
+  const absl::Time signalled = absl::Now();
+  train.join();
+  out.ended_after = absl::Now() - signalled;
+  if (signal == SIGSTOP) local.kill_worker(1, SIGCONT);
+  std::filesystem::remove_all(dir);
+  out.code = run.first;
+  out.output = std::move(run.second);
+  return out;
+}
+
 // A worker frozen (SIGSTOP) under `troupe train` with no node to take its
 // ranks' place: the run ends naming the loss once - a probe saw the node's
 // death reason twice, in the step's failure and again in why the recovery
 // failed.
 TEST_F(ReliabilityTest, TrainNamesAFrozenWorkersLossOnce) {
-  char dir[] = "/tmp/troupe-reliability-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
   // dp 4 fills both workers (CPU=2 each): a lost one's ranks have nowhere to go.
-  const std::string config = fault_tolerant_job(dir, 4, 1000000);
-  std::pair<int, std::string> run;
-  std::thread train([&] { run = local_->run_cli({"train", "--config", config}); });
-  const bool training = wait_for_lines(std::string(dir) + "/out/metrics.jsonl", 3);
-  local_->kill_worker(1, SIGSTOP);
-  const absl::Time stopped = absl::Now();
-  train.join();
-  const absl::Duration ended_after = absl::Now() - stopped;
-  local_->kill_worker(1, SIGCONT);
-  std::filesystem::remove_all(dir);
-  ASSERT_TRUE(training) << run.second;
-  auto [code, out] = run;
-  std::printf("[ ended ] %s after the SIGSTOP:\n%s", absl::FormatDuration(ended_after).c_str(),
+  const LossRun r = train_and_signal_a_worker(*local_, 4, 1000000, 3, SIGSTOP);
+  ASSERT_TRUE(r.trained) << r.output;
+  const int code = r.code;
+  const std::string& out = r.output;
+  std::printf("[ ended ] %s after the SIGSTOP:\n%s", absl::FormatDuration(r.ended_after).c_str(),
               out.c_str());
   EXPECT_EQ(code, 1) << out;
   EXPECT_NE(out.find("recovering failed: no node took the place of"), std::string::npos) << out;
@@ -336,18 +354,11 @@ TEST_F(ReliabilityTest, TrainNamesAFrozenWorkersLossOnce) {
 // measured, to the hundredth of a second (before: the recoveries' own time,
 // rounded to whole seconds - "0s lost"), never less than the recovery's own.
 TEST_F(ReliabilityTest, TrainSummarySaysTheTimeARecoveryCost) {
-  char dir[] = "/tmp/troupe-reliability-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
   // dp 2: a rank on each worker; the lost one's replacement goes beside the survivor.
-  const std::string config = fault_tolerant_job(dir, 2, 400);
-  std::pair<int, std::string> run;
-  std::thread train([&] { run = local_->run_cli({"train", "--config", config}); });
-  const bool training = wait_for_lines(std::string(dir) + "/out/metrics.jsonl", 20);
-  local_->kill_worker(1, SIGKILL);
-  train.join();
-  std::filesystem::remove_all(dir);
-  ASSERT_TRUE(training) << run.second;
-  auto [code, out] = run;
+  const LossRun r = train_and_signal_a_worker(*local_, 2, 400, 20, SIGKILL);
+  ASSERT_TRUE(r.trained) << r.output;
+  const int code = r.code;
+  const std::string& out = r.output;
   ASSERT_EQ(code, 0) << out;
   std::smatch back, summary;
   ASSERT_TRUE(std::regex_search(out, back, std::regex(R"(back in ([0-9.]+) s)"))) << out;

@@ -29,6 +29,19 @@ using testing::RunResult;
 
 constexpr int kGlobalBatch = 6;  // dp 1, 2 and 3
 
+// Corrupts `file` (a checkpoint's shard) as a bad disk would: one byte,
+// 100 bytes in, flipped; its checksum no longer matches.
+void flip_a_byte(const std::string& file) {
+  ASSERT_TRUE(fs::exists(file)) << file;
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  char byte = 0;
+  f.seekg(100);
+  f.read(&byte, 1);
+  byte = static_cast<char>(byte ^ 0xFF);
+  f.seekp(100);
+  f.write(&byte, 1);
+}
+
 TrainConfig config_for(int stage, int dp, const std::string& dir) {
   TrainConfig c;
   c.zero.stage = stage;
@@ -213,17 +226,7 @@ TEST_F(CheckpointResumeTest, ReshardsDp2To1To3AndZero3To0AndBack) {
 TEST_F(CheckpointResumeTest, ACorruptShardFallsBackToTheCheckpointBefore) {
   const TrainConfig c = config_for(2, 2, dir_);
   const RunResult whole = run(c, 1, 4, {2, 4});
-  const std::string victim = checkpoint::step_dir(dir_, 4) + "/shard-d1.p0.t0.bin";
-  ASSERT_TRUE(fs::exists(victim));
-  {
-    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(100);
-    char byte = 0;
-    f.read(&byte, 1);
-    f.seekp(100);
-    byte = static_cast<char>(byte ^ 0xFF);
-    f.write(&byte, 1);
-  }
+  flip_a_byte(checkpoint::step_dir(dir_, 4) + "/shard-d1.p0.t0.bin");
   std::vector<std::string> skipped;
   const RunResult again = run(c, 3, 4, {}, /*load=*/true, &skipped);
   ASSERT_EQ(skipped.size(), 1u);
@@ -245,16 +248,6 @@ class CheckpointReliabilityTest : public CheckpointResumeTest {};
 TEST_F(CheckpointReliabilityTest, WhenNoCheckpointLoadsTheErrorNamesEachWithItsReason) {
   const TrainConfig c = config_for(2, 2, dir_);
   run(c, 1, 4, {2, 4});
-  auto flip_a_byte = [](const std::string& file) {
-    ASSERT_TRUE(fs::exists(file)) << file;
-    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-    char byte = 0;
-    f.seekg(100);
-    f.read(&byte, 1);
-    byte = static_cast<char>(byte ^ 0xFF);
-    f.seekp(100);
-    f.write(&byte, 1);
-  };
   flip_a_byte(checkpoint::step_dir(dir_, 4) + "/shard-d1.p0.t0.bin");
   flip_a_byte(checkpoint::step_dir(dir_, 2) + "/shard-d0.p0.t0.bin");
   auto trainer = start_trainer(*driver_, c, next_job(), 1);
@@ -281,17 +274,7 @@ TEST_F(CheckpointReliabilityTest, ACorruptLatestIsReplacedByASaveOfTheSameStep) 
   const TrainConfig c = config_for(2, 2, dir_);
   const RunResult whole = run(c, 1, 5, {2, 4});
   ASSERT_EQ(whole.losses.size(), 5u);
-  const std::string victim = checkpoint::step_dir(dir_, 4) + "/shard-d1.p0.t0.bin";
-  {
-    ASSERT_TRUE(fs::exists(victim));
-    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
-    char byte = 0;
-    f.seekg(100);
-    f.read(&byte, 1);
-    byte = static_cast<char>(byte ^ 0xFF);
-    f.seekp(100);
-    f.write(&byte, 1);
-  }
+  flip_a_byte(checkpoint::step_dir(dir_, 4) + "/shard-d1.p0.t0.bin");
   checkpoint::Env* env = checkpoint::Env::posix();
   ASSERT_TRUE(absl::IsDataLoss(checkpoint::verify_checkpoint(env, dir_, 4)));
   std::vector<std::string> skipped;
