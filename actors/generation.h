@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "actors/data/addition_task.h"
 #include "core/codec.h"
-#include "nn/gpt.h"
+#include "nn/gpt2/gpt.h"
 
 namespace troupe::actors {
 

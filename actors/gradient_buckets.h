@@ -23,7 +23,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/layout.h"
 
 namespace troupe::actors {
 

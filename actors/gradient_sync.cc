@@ -42,7 +42,7 @@ int zero_stage_of(const std::string& kind) {
   return -1;
 }
 
-nn::GPTStorage model_storage(const std::string& kind, int dp) {
+nn::ModelStorage model_storage(const std::string& kind, int dp) {
   const int stage = dp > 1 ? zero_stage_of(kind) : 0;
   return {.parameters = stage < 3, .gradients = stage < 2};
 }

@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "actors/stage_buffers.h"
 #include "actors/stage_plan.h"
-#include "nn/gpt.h"
+#include "nn/gpt2/gpt.h"
 #include "nn/optim/param_range.h"
 
 namespace troupe {
@@ -93,7 +93,7 @@ int zero_stage_of(const std::string& kind);
 // Which flat buffers the stage's model owns under `kind` with dp ranks:
 // ZeRO-2 keeps only a partition of the gradients, ZeRO-3 of the parameters
 // too (both bound block by block); dp = 1 and DDP keep both whole.
-nn::GPTStorage model_storage(const std::string& kind, int dp);
+nn::ModelStorage model_storage(const std::string& kind, int dp);
 
 // What a ZeRO stage's sync works on besides the model: the partition, and
 // the stage's buffers of its own part (null where the model owns the whole).

@@ -10,8 +10,8 @@
 
 #include "core/codec.h"
 #include "nn/dtype.h"
-#include "nn/gpt.h"
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/gpt.h"
+#include "nn/gpt2/layout.h"
 #include "nn/optim/param_range.h"
 
 namespace troupe {
@@ -32,11 +32,11 @@ struct Codec<nn::GPTConfig> {
 };
 
 template <>
-struct Codec<nn::GPTOptions> {
+struct Codec<nn::ModelOptions> {
   static constexpr size_t min_bytes() { return 1; }
-  static std::string name() { return "GPTOptions"; }
-  static void encode(Writer& w, const nn::GPTOptions& o) { w.write(o.recompute_activations); }
-  static bool decode(Reader& r, nn::GPTOptions& o) { return r.read(o.recompute_activations); }
+  static std::string name() { return "ModelOptions"; }
+  static void encode(Writer& w, const nn::ModelOptions& o) { w.write(o.recompute_activations); }
+  static bool decode(Reader& r, nn::ModelOptions& o) { return r.read(o.recompute_activations); }
 };
 
 template <>

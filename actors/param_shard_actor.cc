@@ -11,7 +11,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/shard_file.h"
 #include "core/status.h"
-#include "nn/gpt.h"
+#include "nn/gpt2/gpt.h"
 #include "nn/optim/clip.h"
 
 namespace troupe::actors {

@@ -45,7 +45,7 @@
 #include "actors/training_types.h"
 #include "core/actor.h"
 #include "nn/dtype.h"
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/layout.h"
 #include "nn/memory.h"
 
 namespace troupe::actors {

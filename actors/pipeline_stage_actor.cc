@@ -113,8 +113,8 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
   if (absl::Status s = check_options(options); !s.ok()) return s;
   // A pipeline stage binds buffers of its own range into the model
   // (actors/stage_buffers.h).
-  const nn::GPTStorage storage = options.mesh.pp > 1
-                                     ? nn::GPTStorage{.parameters = false, .gradients = false}
+  const nn::ModelStorage storage = options.mesh.pp > 1
+                                     ? nn::ModelStorage{.parameters = false, .gradients = false}
                                      : model_storage(options.gradient_sync, options.mesh.dp);
   absl::StatusOr<nn::GPT> model = nn::GPT::create(options.model, options.model_options, storage,
                                                   {.rank = options.at.t, .size = options.mesh.tp});
@@ -536,7 +536,7 @@ void PipelineStageActor::finish_report(StepReport& report, double start) {
   report.samples = static_cast<int64_t>(options_.micro_batch) * options_.grad_accum;
   report.tokens = report.samples * options_.model.max_seq_len;
   report.step_ms = now_ms() - start;
-  const nn::GPTMemory held = gpt.memory();
+  const nn::ModelMemory held = gpt.memory();
   report.memory = {
       .parameters =
           static_cast<int64_t>(held.parameters + own_params_.bytes() + buffers_->param_bytes()),
@@ -567,7 +567,7 @@ double PipelineStageActor::owned_norm_squared(const nn::ParamRange& owned,
                                               const float* grads) const {
   if (options_.at.t == 0) return nn::grad_norm_squared(grads, owned.size());
   double sum = 0;
-  for (const nn::GPTParamTensor& t : model_.param_layout().tensors()) {
+  for (const nn::ParamTensor& t : model_.param_layout().tensors()) {
     if (t.split == nn::TensorSplit::kReplicated) continue;
     const size_t begin = std::max(t.offset, owned.begin);
     const size_t end = std::min(t.offset + t.size, owned.end);

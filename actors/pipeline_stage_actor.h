@@ -54,7 +54,7 @@
 #include "core/actor.h"
 #include "core/cluster/collective_group.h"
 #include "nn/dtype.h"
-#include "nn/gpt.h"
+#include "nn/gpt2/gpt.h"
 #include "nn/memory.h"
 
 namespace troupe::actors {
@@ -68,7 +68,7 @@ struct StageOptions {
   Coordinate at;
   Mesh mesh;
   nn::GPTConfig model;
-  nn::GPTOptions model_options;
+  nn::ModelOptions model_options;
   int micro_batch = 1;
   int grad_accum = 1;
   std::string gradient_sync =

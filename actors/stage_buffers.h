@@ -16,7 +16,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "nn/gpt.h"
+#include "nn/gpt2/gpt.h"
 #include "nn/memory.h"
 #include "nn/optim/param_range.h"
 

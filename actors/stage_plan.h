@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "nn/gpt.h"
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/gpt.h"
+#include "nn/gpt2/layout.h"
 #include "nn/optim/param_range.h"
 
 namespace troupe::actors {

@@ -30,7 +30,7 @@
 #include "actors/buffer_pool.h"
 #include "actors/zero_partition.h"
 #include "core/cluster/collective_group.h"
-#include "nn/gpt.h"
+#include "nn/gpt2/gpt.h"
 #include "nn/memory.h"
 
 namespace troupe::actors {

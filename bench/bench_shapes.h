@@ -2,7 +2,7 @@
 // and CI's smoke size.
 #pragma once
 
-#include "nn/gpt.h"
+#include "nn/gpt2/gpt.h"
 
 namespace troupe::bench {
 

@@ -49,7 +49,7 @@
 #include "checkpoint/env.h"
 #include "core/cluster/cluster.h"
 #include "core/cluster/local_cluster.h"
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/layout.h"
 #include "trainers/checkpointer.h"
 #include "trainers/config.h"
 #include "trainers/data_parallel_trainer.h"

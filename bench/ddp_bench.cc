@@ -63,7 +63,7 @@
 #include "bench/bench_util.h"
 #include "bench/compute_env.h"
 #include "bench/ddp_bench.h"
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/layout.h"
 
 namespace troupe::bench::ddp {
 namespace {

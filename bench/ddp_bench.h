@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/layout.h"
 
 namespace troupe {
 class Cluster;

@@ -43,7 +43,7 @@
 #include "bench/bench_util.h"
 #include "bench/compute_env.h"
 #include "nn/gemm.h"
-#include "nn/gpt.h"
+#include "nn/gpt2/gpt.h"
 #include "nn/optim/adamw.h"
 #include "nn/threads.h"
 

@@ -38,7 +38,7 @@
 #include "bench/bench_util.h"
 #include "bench/compute_env.h"
 #include "bench/zero_bench.h"
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/layout.h"
 #include "trainers/config.h"
 
 namespace troupe::bench::zero {

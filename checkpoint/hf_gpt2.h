@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "checkpoint/safetensors.h"
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/layout.h"
 
 namespace troupe::checkpoint {
 

@@ -267,7 +267,7 @@ std::vector<TensorRecord> tensor_records(const nn::GPTConfig& model, int tp,
     const nn::GPTParamLayout layout(model, {.rank = t, .size = tp});
     int p = 0;
     for (size_t i = 0; i < layout.tensors().size(); ++i) {
-      const nn::GPTParamTensor& s = layout.tensors()[i];
+      const nn::ParamTensor& s = layout.tensors()[i];
       while (static_cast<size_t>(p) + 1 < stages.size() &&
              s.offset >= stages[static_cast<size_t>(p)].end) {
         ++p;

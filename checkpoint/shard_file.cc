@@ -89,7 +89,7 @@ struct SavedRun {
 std::vector<SavedRun> saved_runs(const nn::GPTConfig& model, int tp) {
   const nn::GPTParamLayout whole(model);
   std::set<size_t> replicated;  // where such tensors start in the whole buffer
-  for (const nn::GPTParamTensor& t : whole.tensors()) {
+  for (const nn::ParamTensor& t : whole.tensors()) {
     if (t.split == nn::TensorSplit::kReplicated) replicated.insert(t.offset);
   }
   std::vector<SavedRun> runs;

@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "nn/gpt.h"
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/gpt.h"
+#include "nn/gpt2/layout.h"
 #include "nn/optim/adamw.h"
 #include "nn/optim/loss_scaler.h"
 #include "nn/optim/schedule.h"
@@ -59,7 +59,7 @@ inline constexpr int kMaxCheckpointsKept = 1 << 16;
 //   seq_len -> max_seq_len (T of every sample), vocab_size, padded_vocab_size
 //   (absent or 0: vocab_size rounded up to a multiple of 64; the parsed config
 //   holds the resolved value, while a TrainConfig built in code keeps nn's
-//   meaning of 0: no padding). recompute_activations is nn::GPTOptions'.
+//   meaning of 0: no padding). recompute_activations is nn::ModelOptions'.
 // The defaults: 2 layers, 4 heads, 64 channels, seq_len 64, 256 byte tokens.
 inline constexpr nn::GPTConfig kDefaultModel = {.max_seq_len = 64,
                                                 .vocab_size = 256,
@@ -216,7 +216,7 @@ struct TrainConfig {
   bool bf16 = false;  // "bf16": {"enabled": true}
   ZeroConfig zero;
   nn::GPTConfig model = kDefaultModel;
-  nn::GPTOptions model_options;  // model.recompute_activations
+  nn::ModelOptions model_options;  // model.recompute_activations
   DataConfig data;
   ParallelConfig parallel;
   TrainingConfig training;

@@ -8,7 +8,7 @@
 #include "absl/strings/string_view.h"
 
 #include "absl/strings/str_cat.h"
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/layout.h"
 #include "trainers/config.h"
 #include "trainers/config_reader.h"
 #include "trainers/config_sections.h"

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "actors/data/addition_task.h"
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/layout.h"
 #include "trainers/config.h"
 #include "trainers/config_reader.h"
 #include "trainers/config_sections.h"

@@ -17,7 +17,7 @@
 #include "actors/generation.h"
 #include "checkpoint/consolidate.h"
 #include "core/cluster/flags.h"
-#include "nn/gpt.h"
+#include "nn/gpt2/gpt.h"
 #include "trainers/model_file.h"
 #include "trainers/train_command.h"
 

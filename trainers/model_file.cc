@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/layout.h"
 
 namespace troupe::trainers {
 namespace {

@@ -19,7 +19,7 @@
 #include "core/cluster/cluster.h"
 #include "core/cluster/flags.h"
 #include "core/cluster/local_cluster.h"
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/layout.h"
 #include "nn/memory.h"
 #include "trainers/checkpointer.h"
 #include "trainers/config.h"

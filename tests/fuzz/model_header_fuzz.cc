@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/layout.h"
 #include "trainers/model_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "nn/gpt.h"
+#include "nn/gpt2/gpt.h"
 #include "nn/optim/adamw.h"
 
 namespace troupe::nn {
@@ -107,7 +107,7 @@ const Fixture& fixture() {
   return *f;
 }
 
-GPT model_from_fixture(const GPTOptions& options = {}) {
+GPT model_from_fixture(const ModelOptions& options = {}) {
   const Fixture& f = fixture();
   absl::StatusOr<GPT> gpt = GPT::create(f.config, options);
   if (!gpt.ok()) {
@@ -177,7 +177,7 @@ TEST(GPTParityTest, LogitsLossAndGradientsMatchPyTorch) {
   expect_close("logits", logits_of(gpt), f.logits, kRtol, kAtol);
   expect_close("loss", {&*loss, 1}, {&f.loss, 1}, kRtol, 0);
   std::printf("gradients:\n");
-  for (const GPTParamTensor& t : gpt.param_layout().tensors()) {
+  for (const ParamTensor& t : gpt.param_layout().tensors()) {
     expect_close(t.name, grads_of(gpt).subspan(t.offset, t.size),
                  std::span(f.grads).subspan(t.offset, t.size), kRtol, kAtol);
   }
@@ -222,7 +222,7 @@ TEST(GPTParityTest, AdamWStepsMatchPyTorch) {
   // tensor's largest value after 10 steps; one step's update is ~1e-2 of it).
   std::printf("parameters after %d steps:\n", f.num_steps);
   const size_t C = f.config.channels;
-  for (const GPTParamTensor& t : gpt.param_layout().tensors()) {
+  for (const ParamTensor& t : gpt.param_layout().tensors()) {
     std::span<const float> got = params_of(gpt).subspan(t.offset, t.size);
     std::span<const float> want = std::span(f.final_params).subspan(t.offset, t.size);
     if (t.name.ends_with(".qkvb")) {
@@ -238,7 +238,7 @@ TEST(GPTParityTest, AdamWStepsMatchPyTorch) {
 }
 
 // Forward + backward at the fixture's parameters.
-GPT run_once(const GPTOptions& options = {}) {
+GPT run_once(const ModelOptions& options = {}) {
   const Fixture& f = fixture();
   GPT gpt = model_from_fixture(options);
   EXPECT_TRUE(gpt.forward(f.inputs.data(), f.targets.data(), f.B, f.T).ok());
@@ -283,7 +283,7 @@ TEST(GPTParityTest, BackwardAccumulatesScaledGradients) {
   ASSERT_TRUE(halves.forward(f.inputs.data(), f.targets.data(), f.B, f.T).ok());
   ASSERT_TRUE(halves.backward(0.5f).ok());
   ASSERT_TRUE(halves.backward(0.5f).ok());
-  for (const GPTParamTensor& t : whole.param_layout().tensors()) {
+  for (const ParamTensor& t : whole.param_layout().tensors()) {
     expect_close(t.name, grads_of(halves).subspan(t.offset, t.size),
                  grads_of(whole).subspan(t.offset, t.size), kRtol, kAtol);
   }
@@ -586,7 +586,7 @@ TEST(GPTTest, LayoutFollowsTheDocumentedOrder) {
   ASSERT_EQ(layout.tensors().size(), 2u + 12 * c.num_layers + 2);
   EXPECT_EQ(layout.tensors()[2 + 12].name, "h1.ln1w");
   size_t end = 0;
-  for (const GPTParamTensor& t : layout.tensors()) {
+  for (const ParamTensor& t : layout.tensors()) {
     EXPECT_EQ(t.offset, end) << t.name;
     end += t.size;
   }
@@ -675,7 +675,7 @@ TEST(GPTTest, RejectsBadConfigsAndArguments) {
   expect_close("row 0, B=1", {small.logits(), row}, row0, 1e-5f, 1e-6f);
   // A smaller batch after a larger one reuses the buffers, and the same shapes give the same
   // bits as on a model that never ran the larger batch.
-  GPTMemory before = gpt.memory();
+  ModelMemory before = gpt.memory();
   ASSERT_TRUE(gpt.forward(f.inputs.data(), nullptr, 1, f.T).ok());
   EXPECT_EQ(gpt.memory().activations, before.activations);
   expect_bitwise_equal("logits, B=1 after B", {gpt.logits(), row}, {small.logits(), row});

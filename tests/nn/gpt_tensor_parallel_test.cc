@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "nn/gpt.h"
+#include "nn/gpt2/gpt.h"
 #include "tests/nn/simulated_group.h"
 
 namespace troupe::nn {
@@ -67,7 +67,7 @@ Result run_whole(const GPTConfig& config, const Batch& batch) {
 
 // Each of tp ranks' result on the batch, their models built with `options`.
 std::vector<Result> run_sliced(const GPTConfig& config, const Batch& batch, int tp,
-                               const GPTOptions& options = {}) {
+                               const ModelOptions& options = {}) {
   std::vector<Result> results(static_cast<size_t>(tp));
   SimulatedGroup group(tp);
   group.run([&](int rank) {
@@ -169,7 +169,7 @@ TEST(GPTTensorSliceTest, TheRanksSlicesMakeUpTheWholeModel) {
     EXPECT_EQ(rebuilt, original) << "tp " << tp;
     // The split tensors are held once, the replicated ones by every rank.
     size_t replicated = 0;
-    for (const GPTParamTensor& t : whole.tensors())
+    for (const ParamTensor& t : whole.tensors())
       if (t.split == TensorSplit::kReplicated) replicated += t.size;
     EXPECT_EQ(held, whole.num_params() + (tp - 1) * replicated) << "tp " << tp;
   }

@@ -20,7 +20,7 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/safetensors.h"
-#include "nn/gpt.h"
+#include "nn/gpt2/gpt.h"
 #include "tests/checkpoint/partitioned_checkpoint.h"
 
 namespace troupe::checkpoint {

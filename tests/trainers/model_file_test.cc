@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "absl/strings/match.h"
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/layout.h"
 
 namespace troupe::trainers {
 namespace {

@@ -56,7 +56,7 @@ TEST(NnCodecsTest, ModelConfigOptionsDTypeAndRangesRoundTrip) {
   EXPECT_EQ(back.num_layers, 3);
   EXPECT_EQ(back.num_heads, 2);
   EXPECT_EQ(back.channels, 32);
-  EXPECT_TRUE(round_trip(nn::GPTOptions{.recompute_activations = true}).recompute_activations);
+  EXPECT_TRUE(round_trip(nn::ModelOptions{.recompute_activations = true}).recompute_activations);
   EXPECT_EQ(round_trip(nn::DType::kBFloat16), nn::DType::kBFloat16);
   EXPECT_EQ(round_trip(nn::ParamRange{7, 4096}), (nn::ParamRange{7, 4096}));
   const StepReport r{.step = 3,

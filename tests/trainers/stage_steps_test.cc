@@ -18,7 +18,7 @@
 #include "actors/pipeline_stage_actor.h"
 #include "actors/stage_plan.h"
 #include "core/actor.h"
-#include "nn/gpt.h"
+#include "nn/gpt2/gpt.h"
 #include "trainers/config.h"
 #include "trainers/trainer.h"
 #include "trainers/trainer_controller.h"

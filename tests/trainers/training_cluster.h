@@ -13,7 +13,7 @@
 
 #include "core/cluster/cluster.h"
 #include "core/cluster/local_cluster.h"
-#include "nn/gpt.h"
+#include "nn/gpt2/gpt.h"
 #include "trainers/checkpointer.h"
 #include "trainers/config.h"
 #include "trainers/trainer.h"

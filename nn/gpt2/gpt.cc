@@ -1,4 +1,4 @@
-#include "nn/gpt.h"
+#include "nn/gpt2/gpt.h"
 
 #include <omp.h>
 
@@ -19,48 +19,19 @@
 #include "nn/layers/layernorm.h"
 #include "nn/layers/linear.h"
 #include "nn/layers/residual.h"
+#include "nn/model/init_rng.h"
 #include "nn/threads.h"
 
 namespace troupe::nn {
 namespace {
 
-// xorshift64* seeded through splitmix64, normals by Box-Muller: the same seed gives the same
-// parameters with every compiler and standard library (std::normal_distribution does not).
-class InitRng {
- public:
-  explicit InitRng(uint64_t seed) {
-    uint64_t z = seed + 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    state_ = (z ^ (z >> 31)) | 1;
-  }
-  // Uniform in (0, 1].
-  double uniform() {
-    state_ ^= state_ >> 12;
-    state_ ^= state_ << 25;
-    state_ ^= state_ >> 27;
-    return static_cast<double>(((state_ * 0x2545F4914F6CDD1Dull) >> 11) + 1) * 0x1.0p-53;
-  }
-  void fill_normal(float* out, size_t n, double std) {
-    constexpr double kTwoPi = 6.283185307179586;
-    for (size_t i = 0; i < n; i += 2) {
-      double r = std::sqrt(-2.0 * std::log(uniform())), theta = kTwoPi * uniform();
-      out[i] = static_cast<float>(std * r * std::cos(theta));
-      if (i + 1 < n) out[i + 1] = static_cast<float>(std * r * std::sin(theta));
-    }
-  }
-
- private:
-  uint64_t state_;
-};
-
 // "h0.qkvw" -> "qkvw"; a name without '.' unchanged.
-std::string_view base_name(const GPTParamTensor& t) {
+std::string_view base_name(const ParamTensor& t) {
   std::string_view name = t.name;
   return name.substr(name.find('.') + 1);
 }
 
-bool is_random(const GPTParamTensor& t) {
+bool is_random(const ParamTensor& t) {
   const std::string_view name = base_name(t);
   return name == "wte" || name == "wpe" || name == "qkvw" || name == "fcw" || name == "attprojw" ||
          name == "fcprojw";
@@ -68,7 +39,7 @@ bool is_random(const GPTParamTensor& t) {
 
 // GPT-2's initial values of whole-model tensor t into p (t.size floats), the random ones drawn
 // from rng.
-void fill_initial(const GPTConfig& config, InitRng& rng, const GPTParamTensor& t, float* p) {
+void fill_initial(const GPTConfig& config, InitRng& rng, const ParamTensor& t, float* p) {
   const std::string_view name = base_name(t);
   const size_t C = config.channels;
   if (name == "wte") {
@@ -140,8 +111,8 @@ absl::Status reset_zeroed(FloatBuffer& buffer, MemoryCategory category, size_t n
 
 }  // namespace
 
-absl::StatusOr<GPT> GPT::create(const GPTConfig& config, const GPTOptions& options,
-                                const GPTStorage& storage, const TensorSlice& slice) {
+absl::StatusOr<GPT> GPT::create(const GPTConfig& config, const ModelOptions& options,
+                                const ModelStorage& storage, const TensorSlice& slice) {
   if (absl::Status s = config.validate(); !s.ok()) return s;
   if (absl::Status s = validate_slice(config, slice); !s.ok()) return s;
   GPT gpt(config, options, storage, slice);
@@ -161,9 +132,10 @@ absl::StatusOr<GPT> GPT::create(const GPTConfig& config, const GPTOptions& optio
   return gpt;
 }
 
-GPT::GPT(const GPTConfig& config, const GPTOptions& options, const GPTStorage& storage,
+GPT::GPT(const GPTConfig& config, const ModelOptions& options, const ModelStorage& storage,
          const TensorSlice& slice)
     : config_(config),
+      model_config_(config),
       options_(options),
       storage_(storage),
       layout_(config, slice),
@@ -216,13 +188,13 @@ void GPT::init_parameters(const GPTConfig& config, const TensorSlice& slice, uin
     size_t whole, slice, n;
   };
   std::vector<Run> runs;  // in the slice's order, which is the tensors' order
-  for_each_slice_run(whole, sliced, [&](size_t w, size_t s, size_t n) {
+  for_each_slice_run(whole.model(), sliced.model(), [&](size_t w, size_t s, size_t n) {
     runs.push_back({w, s, n});
   });
   InitRng rng(seed);
   std::vector<float> values;
   size_t next = 0;
-  for (const GPTParamTensor& t : whole.tensors()) {
+  for (const ParamTensor& t : whole.tensors()) {
     values.resize(t.size);
     fill_initial(config, rng, t, values.data());
     for (; next < runs.size() && runs[next].whole < t.offset + t.size; ++next) {
@@ -240,7 +212,7 @@ void GPT::init_parameters(const GPTConfig& config, uint64_t seed, size_t begin, 
   const GPTParamLayout layout(config);
   InitRng rng(seed);
   std::vector<float> scratch;  // a tensor that [begin, end) holds only part of
-  for (const GPTParamTensor& t : layout.tensors()) {
+  for (const ParamTensor& t : layout.tensors()) {
     const size_t t_end = t.offset + t.size;
     const size_t from = std::max(begin, t.offset), to = std::min(end, t_end);
     // Every random tensor draws from the one generator in buffer order, wanted or not.
@@ -698,8 +670,8 @@ absl::Status GPT::embed_backward_rows(float* rows, std::span<const int32_t> row_
   return absl::OkStatus();
 }
 
-GPTMemory GPT::memory() const {
-  GPTMemory m;
+ModelMemory GPT::memory() const {
+  ModelMemory m;
   m.parameters = params_.size() * sizeof(float);
   m.gradients = grads_.size() * sizeof(float);
   for (const Slot& slot : slots_)

@@ -25,42 +25,15 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "nn/gpt2/config.h"
+#include "nn/model/layout.h"
 #include "nn/optim/param_range.h"
 
 namespace troupe::nn {
 
-struct GPTConfig {
-  int max_seq_len = 0;        // maxT
-  int vocab_size = 0;         // V
-  int padded_vocab_size = 0;  // Vp (e.g. V rounded up to a multiple of 128); 0: Vp = V
-  int num_layers = 0;         // L
-  int num_heads = 0;          // NH
-  int channels = 0;           // C
-
-  int padded_vocab() const { return padded_vocab_size > 0 ? padded_vocab_size : vocab_size; }
-
-  // OK, or InvalidArgument naming the field: every size must be positive, C a multiple of NH,
-  // Vp >= V, and every tensor's size must fit in an int.
-  [[nodiscard]] absl::Status validate() const;
-};
-
-// Rank `rank` of a tensor-parallel group of `size`: the slice of the model it holds.
-struct TensorSlice {
-  int rank = 0;
-  int size = 1;
-};
-
 // OK, or InvalidArgument naming what does not divide: the heads and the padded vocabulary must
 // split evenly over slice.size ranks, and 0 <= rank < size.
 [[nodiscard]] absl::Status validate_slice(const GPTConfig& config, const TensorSlice& slice);
-
-// How a tensor is cut among tensor-parallel ranks.
-enum class TensorSplit : int {
-  kReplicated,  // whole on every rank
-  kRows,        // dim 0 cut in tp contiguous pieces (wte, fcw, fcb)
-  kQkvRows,     // dim 0 is q, k, v; each of the three cut in tp pieces (qkvw, qkvb)
-  kColumns,     // dim 1 cut in tp contiguous pieces (attprojw, fcprojw)
-};
 
 // A block's tensors, in buffer order.
 enum class BlockTensor : int {
@@ -79,16 +52,8 @@ enum class BlockTensor : int {
 };
 inline constexpr int kNumBlockTensors = 12;
 
-// One tensor of the buffer: "wte", "wpe", "h<l>.<name>" for block l (names as in BlockTensor,
-// lower case: "h0.qkvw"), "lnfw", "lnfb".
-struct GPTParamTensor {
-  std::string name;
-  size_t offset = 0;       // in floats from the start of the buffer
-  size_t size = 0;         // in floats
-  std::vector<int> shape;  // this layout's (a tensor-parallel rank's: its slice's)
-  TensorSplit split = TensorSplit::kReplicated;
-};
-
+// The tensors are named "wte", "wpe", "h<l>.<name>" for block l (names as in BlockTensor, lower
+// case: "h0.qkvw"), "lnfw", "lnfb".
 class GPTParamLayout {
  public:
   GPTParamLayout() = default;
@@ -110,15 +75,10 @@ class GPTParamLayout {
   size_t lnfw() const { return lnfw_; }
   size_t lnfb() const { return lnfw_ + channels_; }
   // Every tensor, in buffer order.
-  const std::vector<GPTParamTensor>& tensors() const { return tensors_; }
-  // The model's segments, which tile the buffer in order: [0] the embeddings
-  // (wte, wpe), [1 + l] block l, [L + 1] the final LayerNorm. ZeRO-3 gathers
-  // and lets go of parameters a segment at a time.
-  std::vector<ParamRange> segments() const;
-  // The 1-D tensors (biases and LayerNorm weights), which AdamW does not decay in GPT-2 training
-  // (nanoGPT, llm.c's train_gpt2.py), as sorted disjoint ranges with touching ones merged; for
-  // adamw_update's no_decay (cut to a shard with ranges_in_shard).
-  std::vector<ParamRange> no_decay_ranges() const;
+  const std::vector<ParamTensor>& tensors() const { return model_.tensors(); }
+  // The seam's view: segments [wte wpe] [block 0] ... [lnfw lnfb], a tied head; the 1-D tensors
+  // (biases and LayerNorm weights) not decayed, as in GPT-2 training (nanoGPT, llm.c).
+  const ModelLayout& model() const { return model_; }
 
  private:
   TensorSlice slice_;
@@ -130,7 +90,7 @@ class GPTParamLayout {
   size_t block_offsets_[kNumBlockTensors] = {};
   size_t lnfw_ = 0;
   size_t num_params_ = 0;
-  std::vector<GPTParamTensor> tensors_;
+  ModelLayout model_;
 };
 
 struct GPTBlockTensors {
@@ -146,19 +106,6 @@ struct GPTTensors {
   float* lnfw = nullptr;
   float* lnfb = nullptr;
 };
-
-// Calls copy(whole_offset, slice_offset, n) for each run of n floats that the tensor-parallel
-// layout `slice` holds of the whole model's layout `whole` (both of one config), in the slice's
-// buffer order: the runs tile the slice's buffer. With slice.slice().size = 1 one run, the whole.
-void for_each_slice_run(
-    const GPTParamLayout& whole, const GPTParamLayout& slice,
-    const std::function<void(size_t whole_offset, size_t slice_offset, size_t n)>& copy);
-// The slice of `whole_buffer` (laid out as `whole`) into `slice_buffer` (laid out as `slice`),
-// and back: what tensor-parallel ranks hold of a whole model, and a whole model made of them.
-void copy_to_slice(const GPTParamLayout& whole, const GPTParamLayout& slice,
-                   const float* whole_buffer, float* slice_buffer);
-void copy_from_slice(const GPTParamLayout& whole, const GPTParamLayout& slice,
-                     const float* slice_buffer, float* whole_buffer);
 
 // REQUIRES: base holds layout.num_params() floats; they stay owned by the caller.
 GPTTensors point_gpt_tensors(const GPTParamLayout& layout, float* base);

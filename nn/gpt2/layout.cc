@@ -1,4 +1,4 @@
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/layout.h"
 
 #include <algorithm>
 #include <climits>
@@ -39,37 +39,6 @@ size_t numel(const std::vector<int>& shape) {
 
 }  // namespace
 
-absl::Status GPTConfig::validate() const {
-  auto positive = [](const char* field, int value) -> absl::Status {
-    if (value > 0) return absl::OkStatus();
-    return absl::InvalidArgumentError(
-        absl::StrCat("GPTConfig: ", field, " = ", value, " must be positive"));
-  };
-  for (absl::Status s : {positive("max_seq_len", max_seq_len), positive("vocab_size", vocab_size),
-                         positive("num_layers", num_layers), positive("num_heads", num_heads),
-                         positive("channels", channels)}) {
-    if (!s.ok()) return s;
-  }
-  if (padded_vocab_size != 0 && padded_vocab_size < vocab_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GPTConfig: padded_vocab_size = ", padded_vocab_size,
-                     " < vocab_size = ", vocab_size, " (use 0 for no padding)"));
-  }
-  if (channels % num_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GPTConfig: channels = ", channels, " is not a multiple of num_heads = ", num_heads));
-  }
-  // The kernels index with int: the largest tensor, 4C x C or Vp x C, must fit.
-  int64_t C = channels;
-  if (4 * C * C > INT_MAX || int64_t{padded_vocab()} * C > INT_MAX ||
-      int64_t{max_seq_len} * C > INT_MAX) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GPTConfig: channels = ", channels, " with vocabulary ", padded_vocab(),
-                     " and max_seq_len ", max_seq_len, " make a tensor over INT_MAX elements"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status validate_slice(const GPTConfig& config, const TensorSlice& slice) {
   if (slice.size < 1 || slice.rank < 0 || slice.rank >= slice.size) {
     return absl::InvalidArgumentError(absl::StrCat("GPT: tensor-parallel rank ", slice.rank, " of ",
@@ -92,10 +61,12 @@ absl::Status validate_slice(const GPTConfig& config, const TensorSlice& slice) {
 GPTParamLayout::GPTParamLayout(const GPTConfig& config, const TensorSlice& slice)
     : slice_(slice), num_layers_(config.num_layers), channels_(config.channels) {
   const int C = config.channels, tp = slice.size;
-  auto add = [this](std::string name, std::vector<int> shape, TensorSplit split) {
+  std::vector<ParamTensor> tensors;
+  auto add = [&](std::string name, std::vector<int> shape, TensorSplit split) {
     size_t offset = num_params_;
     num_params_ += numel(shape);
-    tensors_.push_back({std::move(name), offset, numel(shape), std::move(shape), split});
+    const bool decay = shape.size() != 1;  // biases and LayerNorm weights are not decayed
+    tensors.push_back({std::move(name), offset, numel(shape), std::move(shape), split, decay});
   };
   add("wte", {config.padded_vocab() / tp, C}, TensorSplit::kRows);
   wpe_ = num_params_;
@@ -112,80 +83,16 @@ GPTParamLayout::GPTParamLayout(const GPTConfig& config, const TensorSlice& slice
   lnfw_ = num_params_;
   add("lnfw", {C}, TensorSplit::kReplicated);
   add("lnfb", {C}, TensorSplit::kReplicated);
-}
-
-void for_each_slice_run(const GPTParamLayout& whole, const GPTParamLayout& slice,
-                        const std::function<void(size_t, size_t, size_t)>& copy) {
-  const int tp = slice.slice().size;
-  const auto rank = static_cast<size_t>(slice.slice().rank);
-  if (tp == 1) {
-    copy(0, 0, whole.num_params());
-    return;
+  // GPT::block_backward finishes a block's layers in this order.
+  ModelLayout::Blocks blocks;
+  blocks.first_tensor = 2;
+  blocks.tensors_per_block = kNumBlockTensors;
+  for (BlockTensor t : {BlockTensor::kFcprojw, BlockTensor::kFcw, BlockTensor::kLn2w,
+                        BlockTensor::kAttprojw, BlockTensor::kQkvw, BlockTensor::kLn1w}) {
+    blocks.backward_order.push_back(static_cast<size_t>(t));
   }
-  const std::vector<GPTParamTensor>& from = whole.tensors();
-  const std::vector<GPTParamTensor>& to = slice.tensors();
-  for (size_t i = 0; i < to.size(); ++i) {
-    const GPTParamTensor& w = from[i];
-    const GPTParamTensor& s = to[i];
-    switch (s.split) {
-      case TensorSplit::kReplicated:
-        copy(w.offset, s.offset, s.size);
-        break;
-      case TensorSplit::kRows:  // the rank's s.size floats are one run
-        copy(w.offset + rank * s.size, s.offset, s.size);
-        break;
-      case TensorSplit::kQkvRows: {  // a third of the slice from each of q, k, v
-        const size_t part = s.size / 3;
-        for (size_t k = 0; k < 3; ++k)
-          copy(w.offset + k * (w.size / 3) + rank * part, s.offset + k * part, part);
-        break;
-      }
-      case TensorSplit::kColumns: {  // each row's columns of the rank
-        const auto rows = static_cast<size_t>(s.shape[0]);
-        const auto cols = static_cast<size_t>(s.shape[1]);
-        const size_t whole_cols = cols * static_cast<size_t>(tp);
-        for (size_t r = 0; r < rows; ++r)
-          copy(w.offset + r * whole_cols + rank * cols, s.offset + r * cols, cols);
-        break;
-      }
-    }
-  }
-}
-
-void copy_to_slice(const GPTParamLayout& whole, const GPTParamLayout& slice,
-                   const float* whole_buffer, float* slice_buffer) {
-  for_each_slice_run(whole, slice, [&](size_t w, size_t s, size_t n) {
-    std::copy(whole_buffer + w, whole_buffer + w + n, slice_buffer + s);
-  });
-}
-
-void copy_from_slice(const GPTParamLayout& whole, const GPTParamLayout& slice,
-                     const float* slice_buffer, float* whole_buffer) {
-  for_each_slice_run(whole, slice, [&](size_t w, size_t s, size_t n) {
-    std::copy(slice_buffer + s, slice_buffer + s + n, whole_buffer + w);
-  });
-}
-
-std::vector<ParamRange> GPTParamLayout::segments() const {
-  std::vector<ParamRange> segments;
-  segments.push_back({0, block_begin(0)});
-  for (int l = 0; l < num_layers_; ++l)
-    segments.push_back({block_begin(l), block_begin(l + 1)});
-  segments.push_back({block_begin(num_layers_), num_params_});
-  return segments;
-}
-
-std::vector<ParamRange> GPTParamLayout::no_decay_ranges() const {
-  std::vector<ParamRange> ranges;
-  for (const GPTParamTensor& t : tensors_) {
-    if (t.shape.size() != 1) continue;
-    if (!ranges.empty() && ranges.back().end == t.offset) {
-      ranges.back().end += t.size;
-    } else {
-      ranges.push_back({t.offset, t.offset + t.size});
-    }
-  }
-  return ranges;
+  blocks.quiet_tail = static_cast<size_t>(BlockTensor::kAttprojw);
+  model_ = ModelLayout(slice, config.num_layers, std::move(tensors), blocks, /*tied_head=*/true);
 }
 
 GPTTensors point_gpt_tensors(const GPTParamLayout& layout, float* base) {
@@ -212,8 +119,8 @@ absl::Status rebind_gpt_tensors(const GPTParamLayout& layout, size_t begin, size
                                                    ") is not within the ", layout.num_params(),
                                                    " parameters"));
   }
-  const std::vector<GPTParamTensor>& all = layout.tensors();
-  for (const GPTParamTensor& t : all) {
+  const std::vector<ParamTensor>& all = layout.tensors();
+  for (const ParamTensor& t : all) {
     const size_t t_end = t.offset + t.size;
     const bool inside = t.offset >= begin && t_end <= end;
     const bool outside = t_end <= begin || t.offset >= end;
@@ -225,7 +132,7 @@ absl::Status rebind_gpt_tensors(const GPTParamLayout& layout, size_t begin, size
   }
   // Tensor i of the layout is, in buffer order: wte, wpe, the blocks' 12 each, lnfw, lnfb.
   for (size_t i = 0; i < all.size(); ++i) {
-    const GPTParamTensor& t = all[i];
+    const ParamTensor& t = all[i];
     if (t.offset < begin || t.offset + t.size > end || t.size == 0) continue;
     float* p = base + (t.offset - begin);
     if (i == 0) {

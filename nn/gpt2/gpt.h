@@ -3,19 +3,12 @@
 // Shapes: B = batch size, T = sequence length, C = channels, NH = heads, L = layers,
 // V = vocabulary, Vp = padded vocabulary (rows of wte; Vp >= V), maxT = max sequence length.
 //
-// All parameters live in ONE flat fp32 buffer (gpt_param_layout.h gives every tensor's offset),
-// the gradients in a second buffer of the same layout, so an optimizer or a shard can own any
-// slice of either. Typical step:
-//
-//   auto gpt = GPT::create(config);          // then init_parameters(seed) or fill params()
-//   gpt->zero_grad();
-//   float loss = *gpt->forward(inputs, targets, B, T);
-//   gpt->backward();                          // grads() += d loss / d params
-//   adamw_update(gpt->params(), gpt->grads(), m, v, gpt->num_params(), adamw, lr, step,
-//                gpt->param_layout().no_decay_ranges());
+// The first architecture behind the model seam (nn/model/model.h, which gives the contract of
+// every piece): trainers create it through nn::create_model and see it as an nn::Model. Its
+// tensors and their offsets are in nn/gpt2/layout.h.
 //
 // Tensor parallelism (Megatron-LM): a model created with a TensorSlice holds rank r's slice of
-// the parameters (gpt_param_layout.h) and computes its heads, its part of the MLP and its rows of
+// the parameters (nn/gpt2/layout.h) and computes its heads, its part of the MLP and its rows of
 // the vocabulary (nn/layers/parallel.h), calling the group's all-reduces (set_tensor_parallel)
 // where the math needs the whole: twice per block in forward and twice in backward, once in the
 // embedding, and in the head (the loss's max and sums, and the gradient of its input). Every rank
@@ -31,65 +24,44 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "nn/gpt_param_layout.h"
+#include "nn/gpt2/layout.h"
 #include "nn/layers/parallel.h"
 #include "nn/memory.h"
+#include "nn/model/model.h"
 
 namespace troupe::nn {
 
-struct GPTOptions {
-  // When true, the forward keeps per block only ln1/ln2's mean and rstd, qkv, fch and the two
-  // residual sums; backward recomputes, block by block into one block's buffers, the LayerNorm
-  // outputs (ln1, ln2), the attention output and its row log-sum-exps (atty, att) and the GELU
-  // output (fch_gelu). That saves (L - 1) * (7*B*T*C + B*NH*T) floats for two LayerNorms, one
-  // attention and one GELU forward per block in backward. Gradients are bitwise the same.
-  bool recompute_activations = false;
-};
-
-// Which of its two flat buffers a model allocates. A buffer it does not own
-// is bound by the caller, range by range (GPT::bind_parameters,
-// bind_gradients): ZeRO keeps only a partition of the parameters or
-// gradients whole and binds each block to a gathered copy or a bucket just
-// before it runs.
-struct GPTStorage {
-  bool parameters = true;
-  bool gradients = true;
-};
-
-// Bytes held by a model, by category. They are also counted in MemoryTracker::global() (memory.h)
-// under parameters, gradients and activations (both activation categories).
-struct GPTMemory {
-  size_t parameters = 0;
-  size_t gradients = 0;
-  size_t activations = 0;  // what the forward keeps for backward, for the largest (B, T), all slots
-  size_t activation_gradients = 0;  // backward's scratch, for the largest (B, T)
-  size_t total() const { return parameters + gradients + activations + activation_gradients; }
-};
+// GPT's recomputation (ModelOptions::recompute_activations): the forward keeps per block only
+// ln1/ln2's mean and rstd, qkv, fch and the two residual sums; backward recomputes, block by block
+// into one block's buffers, the LayerNorm outputs (ln1, ln2), the attention output and its row
+// log-sum-exps (atty, att) and the GELU output (fch_gelu). That saves (L - 1) * (7*B*T*C + B*NH*T)
+// floats for two LayerNorms, one attention and one GELU forward per block in backward.
 
 // One model replica on the CPU. Not thread-safe: one caller at a time (the kernels themselves run
 // on num_threads() threads, threads.h). Deterministic: the same inputs and parameters give bitwise
 // the same logits, loss and gradients for a fixed thread count.
-class GPT {
+class GPT final : public Model {
  public:
   // InvalidArgument when the config is not a valid model (see GPTConfig::validate) or does not
   // split into the slice (validate_slice), ResourceExhausted without the memory. Parameters and
   // gradients are zero; activations are allocated by the first forward (or prepare).
   [[nodiscard]] static absl::StatusOr<GPT> create(const GPTConfig& config,
-                                                  const GPTOptions& options = {},
-                                                  const GPTStorage& storage = {},
+                                                  const ModelOptions& options = {},
+                                                  const ModelStorage& storage = {},
                                                   const TensorSlice& slice = {});
 
   GPT(GPT&&) = default;
   GPT& operator=(GPT&&) = default;
 
-  const GPTConfig& config() const { return config_; }
-  const GPTOptions& options() const { return options_; }
-  const TensorSlice& tensor_slice() const { return layout_.slice(); }
+  const ModelConfig& config() const override { return model_config_; }
+  const GPTConfig& gpt_config() const { return config_; }
+  const ModelOptions& options() const override { return options_; }
+  const ModelLayout& layout() const override { return layout_.model(); }
 
   // The tensor-parallel group's element-wise sum and max all-reduces (nn/layers/parallel.h gives
   // their contract). REQUIRED before the first piece runs when tensor_slice().size > 1; a
   // collective's error ends the piece that called it with that error.
-  void set_tensor_parallel(AllReduceFn allreduce_sum, AllReduceFn allreduce_max);
+  void set_tensor_parallel(AllReduceFn allreduce_sum, AllReduceFn allreduce_max) override;
 
   // The range [begin, end) of what init_parameters(seed) gives a model of `config`, into `out`
   // (end - begin floats), without the memory for the rest: a parameter shard initialises its
@@ -104,16 +76,15 @@ class GPT {
   // GPT-2's initialisation, reproducible from seed: wte (rows < V), wpe, qkvw and fcw normal(0,
   // 0.02); attprojw and fcprojw normal(0, 0.02 / sqrt(2L)); LayerNorm weights 1; biases and the
   // padding rows of wte 0. A tensor-parallel rank gets its slice of the whole model's values.
-  void init_parameters(uint64_t seed);
+  void init_parameters(uint64_t seed) override;
 
   // The flat buffers: num_params() floats each, laid out as param_layout() says. The caller may
   // read and write them between calls (loading a checkpoint, an optimizer step). Null for a
-  // buffer the model does not own (GPTStorage).
-  float* params() { return params_.data(); }
+  // buffer the model does not own (ModelStorage).
+  float* params() override { return params_.data(); }
   const float* params() const { return params_.data(); }
-  float* grads() { return grads_.data(); }
+  float* grads() override { return grads_.data(); }
   const float* grads() const { return grads_.data(); }
-  size_t num_params() const { return layout_.num_params(); }
   const GPTParamLayout& param_layout() const { return layout_; }
   // Pointers to each tensor of params() / grads().
   const GPTTensors& param_tensors() const { return param_tensors_; }
@@ -125,16 +96,16 @@ class GPT {
   // InvalidArgument when B < 1, T < 1, T > maxT or a token id is out of range (nothing is run);
   // ResourceExhausted when the activations for a larger (B, T) cannot be allocated.
   [[nodiscard]] absl::StatusOr<float> forward(const int32_t* inputs, const int32_t* targets, int B,
-                                              int T);
+                                              int T) override;
 
   // Accumulates into grads() the gradient of dloss * (the last forward's loss): dloss = 1 for a
   // plain step, 1/n to average n accumulated micro-batches. Gradients accumulate until
   // zero_grad(). FailedPrecondition unless the last forward had targets.
-  [[nodiscard]] absl::Status backward(float dloss = 1.0f);
+  [[nodiscard]] absl::Status backward(float dloss = 1.0f) override;
 
   // Sets every gradient to zero (of the model's own gradient buffer; bound gradients are the
   // caller's to clear).
-  void zero_grad();
+  void zero_grad() override;
 
   // Points the parameter (gradient) tensors that lie in [begin, end) of the flat layout at
   // `base`, which holds that range laid out as the flat buffer does (the tensor at offset o reads
@@ -143,13 +114,13 @@ class GPT {
   // writes to be bound. Gradients accumulate into what is bound, as into the model's own.
   // FailedPrecondition if the model owns that buffer; InvalidArgument if [begin, end) cuts
   // through a tensor or leaves the buffer.
-  [[nodiscard]] absl::Status bind_parameters(size_t begin, size_t end, float* base);
-  [[nodiscard]] absl::Status bind_gradients(size_t begin, size_t end, float* base);
+  [[nodiscard]] absl::Status bind_parameters(size_t begin, size_t end, float* base) override;
+  [[nodiscard]] absl::Status bind_gradients(size_t begin, size_t end, float* base) override;
 
   // logits [B, T, Vp] of the last forward (columns [V, Vp) are the padding's, not part of the
   // softmax); a tensor-parallel rank's [B, T, Vp/tp], its columns of the vocabulary. Valid until
   // the next forward.
-  const float* logits() const { return acts_.logits; }
+  const float* logits() const override { return acts_.logits; }
 
   // --- Pieces of forward() and backward(), for pipeline stages that own blocks [begin, end). ---
   // forward()  = prepare(B, T); embed_forward(inputs); forward_blocks(0, L); head_forward(targets)
@@ -166,27 +137,27 @@ class GPT {
   // = 0, the head block_end = L; every piece outside the part is FailedPrecondition. Takes effect
   // at the next prepare(). InvalidArgument unless 0 <= block_begin < block_end <= L and, with
   // `head`, block_end = L.
-  [[nodiscard]] absl::Status set_part(int block_begin, int block_end, bool head);
+  [[nodiscard]] absl::Status set_part(int block_begin, int block_end, bool head) override;
   // Holds `n` sets of activations, one for each micro-batch between its forward and its backward
   // (a pipeline schedule has several in flight); use_slot(j) makes set j the one every piece reads
   // and writes, with the inputs and targets its forward took. Backward's scratch is shared: a
   // backward runs start to end on one slot. Takes effect at the next prepare(); set 0 is current.
   // InvalidArgument unless n >= 1.
-  [[nodiscard]] absl::Status set_activation_slots(int n);
-  int activation_slots() const { return static_cast<int>(slots_.size()); }
+  [[nodiscard]] absl::Status set_activation_slots(int n) override;
+  int activation_slots() const override { return static_cast<int>(slots_.size()); }
   // REQUIRES: 0 <= j < activation_slots().
-  void use_slot(int j);
+  void use_slot(int j) override;
 
   // Sizes the activations for (B, T) (growing them if needed) and makes (B, T) current.
-  [[nodiscard]] absl::Status prepare(int B, int T);
+  [[nodiscard]] absl::Status prepare(int B, int T) override;
   // residual(0) = wte[inputs] + wpe. Copies inputs (for embed_backward).
-  [[nodiscard]] absl::Status embed_forward(const int32_t* inputs);
+  [[nodiscard]] absl::Status embed_forward(const int32_t* inputs) override;
   // residual(l + 1) = block l (residual(l)) for l in [begin, end).
-  [[nodiscard]] absl::Status forward_blocks(int begin, int end);
+  [[nodiscard]] absl::Status forward_blocks(int begin, int end) override;
   // logits from residual(L); with targets, returns the mean loss (else NaN).
-  [[nodiscard]] absl::StatusOr<float> head_forward(const int32_t* targets);
+  [[nodiscard]] absl::StatusOr<float> head_forward(const int32_t* targets) override;
   // Sets dresidual() to the gradient for residual(L) and accumulates lnf's and wte's gradients.
-  [[nodiscard]] absl::Status head_backward(float dloss = 1.0f);
+  [[nodiscard]] absl::Status head_backward(float dloss = 1.0f) override;
   // For l from end - 1 down to begin: accumulates block l's parameter gradients and turns
   // dresidual() from the gradient for residual(l + 1) into the one for residual(l).
   //
@@ -195,11 +166,10 @@ class GPT {
   // attproj, qkv and ln1, in that order (descending offsets; ln1's is block_begin(l)). From that
   // offset up to block_begin(end) every gradient is final for this backward; data parallelism
   // starts reducing them there.
-  using GradientsFinal = std::function<void(size_t final_from)>;
   [[nodiscard]] absl::Status backward_blocks(int begin, int end,
-                                             const GradientsFinal& on_final = nullptr);
+                                             const GradientsFinal& on_final = nullptr) override;
   // Accumulates wte's and wpe's gradients from dresidual() (the gradient for residual(0)).
-  [[nodiscard]] absl::Status embed_backward();
+  [[nodiscard]] absl::Status embed_backward() override;
   // embed_backward() with the token embeddings' gradient accumulated into `rows` [num_rows, C]
   // instead of wte's: token v's row is rows[row_of[v]]. wpe's gradient accumulates as in
   // embed_backward(). Data parallelism reduces the few rows a batch touches this way, apart
@@ -208,23 +178,23 @@ class GPT {
   // current batch (checked: InvalidArgument naming the token, and nothing accumulated);
   // FailedPrecondition on a tensor-parallel rank (tp > 1).
   [[nodiscard]] absl::Status embed_backward_rows(float* rows, std::span<const int32_t> row_of,
-                                                 int num_rows);
+                                                 int num_rows) override;
 
   // The residual stream [B, T, C] entering block l, l in [0, L] (in the part: set_part);
   // residual(L) is the last block's output. REQUIRES: prepare() ran.
-  float* residual(int l);
+  float* residual(int l) override;
   // The gradient of the residual stream [B, T, C] at the block boundary backward last reached.
-  float* dresidual() { return dacts_.dresidual; }
+  float* dresidual() override { return dacts_.dresidual; }
 
   // What this model holds now.
-  GPTMemory memory() const;
+  ModelMemory memory() const override;
 
  private:
-  GPT(const GPTConfig& config, const GPTOptions& options, const GPTStorage& storage,
+  GPT(const GPTConfig& config, const ModelOptions& options, const ModelStorage& storage,
       const TensorSlice& slice);
 
   // Pointers into the current slot's buffer for (B_, T_). Per-block tensors are [L, ...] when
-  // stored for every block and a single block's worth when recomputed (see GPTOptions).
+  // stored for every block and a single block's worth when recomputed (see ModelOptions).
   struct Activations {
     float* encoded;    // [B, T, C]
     float* ln1;        // [L, B, T, C] or [B, T, C]
@@ -280,8 +250,9 @@ class GPT {
   void forget_activations();
 
   GPTConfig config_;
-  GPTOptions options_;
-  GPTStorage storage_;
+  ModelConfig model_config_;
+  ModelOptions options_;
+  ModelStorage storage_;
   GPTParamLayout layout_;
   FloatBuffer params_;
   FloatBuffer grads_;
