@@ -83,6 +83,94 @@ class Llama final : public Model {
   Llama(const LlamaConfig& config, const ModelOptions& options, const ModelStorage& storage,
         const TensorSlice& slice);
 
+  // Pointers into the current slot's buffer for (B_, T_). Widths are this rank's (the whole
+  // model's for one rank): Q = NH/tp * hd (the attention), QKV = (NH + 2 KV)/tp * hd (the q, k, v
+  // projections), I = intermediate_size/tp, Vl = Vp/tp. Per-block tensors are [L, ...] when
+  // stored for every block and a single block's worth when recomputed (recompute_activations).
+  struct Activations {
+    float* encoded;    // [B, T, C]: residual(part begin)
+    float* ln1;        // [L, B, T, C] or [B, T, C]
+    float* ln1_rstd;   // [L, B, T]
+    float* qkv;        // [L, B, T, QKV]: the projections, before the rotation
+    float* qkvr;       // [L, B, T, 3Q] or [B, T, 3Q]: the attention's input (rope.h)
+    float* atty;       // [L, B, T, Q] or [B, T, Q]
+    float* att;        // [L, B, NH/tp, T] or [B, NH/tp, T]: attention's log-sum-exp per row
+    float* residual2;  // [L, B, T, C]
+    float* ln2;        // [L, B, T, C] or [B, T, C]
+    float* ln2_rstd;   // [L, B, T]
+    float* gu;         // [L, B, T, 2I]: gate and up
+    float* mlp;        // [L, B, T, I] or [B, T, I]: silu(gate) * up
+    float* residual3;  // [L, B, T, C]
+    float* lnf;        // [B, T, C]
+    float* lnf_rstd;   // [B, T]
+    float* logits;     // [B, T, Vl]
+    float* lse;        // [B, T]
+    float* losses;     // [B, T]
+  };
+  // Backward's scratch; each piece is written before it is read.
+  struct ActivationGradients {
+    float* dresidual;  // [B, T, C]
+    float* dln;        // [B, T, C]: dln1, dln2, dlnf
+    float* datty;      // [B, T, Q]
+    float* dqkvr;      // [B, T, 3Q]
+    float* dqkv;       // [B, T, QKV]
+    float* dgu;        // [B, T, 2I]
+    float* dmlp;       // [B, T, I]
+    float* dlogits;    // [B, T, Vl]
+  };
+  // One block's activation pointers; recomputed ones point at the shared single-block buffers.
+  struct BlockActivations {
+    float *ln1, *ln1_rstd, *qkv, *qkvr, *atty, *att, *residual2, *ln2, *ln2_rstd, *gu, *mlp,
+        *residual3;
+  };
+  // Pointers to each tensor of one buffer (parameters or gradients), by index in
+  // layout().tensors(); null until bound.
+  struct Tensors {
+    std::vector<float*> at;
+    bool tied = false;
+    float* embed_tokens() const { return at.front(); }
+    float* block(int l, LlamaTensor t) const {
+      return at[1 + static_cast<size_t>(l) * kNumLlamaBlockTensors + static_cast<size_t>(t)];
+    }
+    float* norm() const { return at[at.size() - (tied ? 1 : 2)]; }
+    // The LM head's weight: the embedding's when tied.
+    float* lm_head() const { return tied ? at.front() : at.back(); }
+  };
+  // One micro-batch's activations (use_slot); the current slot's live in the members below.
+  struct Slot {
+    FloatBuffer buffer;
+    Activations acts = {};
+    std::vector<int32_t> inputs;
+    std::vector<int32_t> targets;
+    bool have_inputs = false;
+    bool have_targets = false;
+  };
+
+  // Points the tensors of `tensors` that lie in [begin, end) at base (base + offset - begin).
+  void point(Tensors& tensors, size_t begin, size_t end, float* base) const;
+  // bind_parameters / bind_gradients: FailedPrecondition when `owned`, InvalidArgument when the
+  // range cuts through a tensor or leaves the buffer, else point().
+  absl::Status bind(Tensors& tensors, size_t begin, size_t end, float* base, bool owned,
+                    const char* what);
+  // Lays out the activations (gradients) for (B, T) from base and returns their size in floats;
+  // with a null base only counts.
+  size_t carve_activations(int B, int T, float* base, Activations* acts) const;
+  size_t carve_activation_gradients(int B, int T, float* base, ActivationGradients* dacts) const;
+  BlockActivations block_activations(int l) const;
+  absl::Status block_forward(int l);
+  void block_recompute(int l);
+  absl::Status block_backward(int l, const GradientsFinal& on_final);
+  // A row-parallel projection (o, down) into out [B, T, C]: summed over the group when sliced.
+  absl::Status project_rows(float* out, const float* in, const float* weight, int in_channels);
+  // The input gradient of a column-parallel layer (q k v, gate up, the head), a partial sum on
+  // each tensor-parallel rank, summed over the group in place; nothing to do for one rank.
+  absl::Status sum_over_slices(float* data, size_t count) const;
+  bool sliced() const { return layout_.model().slice().size > 1; }
+  absl::Status check_blocks(int begin, int end, const char* what) const;
+  absl::Status check_inputs_for_backward(const char* what) const;
+  // Until the next prepare, no piece runs on what the activations held.
+  void forget_activations();
+
   LlamaConfig config_;
   ModelConfig model_config_;
   ModelOptions options_;
@@ -90,6 +178,36 @@ class Llama final : public Model {
   LlamaLayout layout_;
   FloatBuffer params_;
   FloatBuffer grads_;
+  Tensors param_tensors_;
+  Tensors grad_tensors_;
+  // The rotary angles: [maxT, hd/2] each (rope.h).
+  std::vector<float> rope_cos_;
+  std::vector<float> rope_sin_;
+  // Tensor parallelism: this rank's widths (the whole model's for one rank) and the collectives.
+  int local_heads_ = 0;     // NH / tp
+  int local_kv_heads_ = 0;  // KV / tp
+  int local_mlp_ = 0;       // I / tp
+  int local_vocab_ = 0;     // Vp / tp
+  int vocab_begin_ = 0;     // the first token of its rows of the embedding and head
+  AllReduceFn tp_sum_;
+  AllReduceFn tp_max_;
+
+  int B_ = 0;
+  int T_ = 0;
+  // The part of the model whose activations it keeps (set_part).
+  int part_begin_ = 0;
+  int part_end_ = 0;
+  bool part_head_ = true;
+  std::vector<Slot> slots_;  // at least one; slots_[slot_]'s state is in the members below
+  int slot_ = 0;
+  FloatBuffer dacts_buffer_;
+  Activations acts_ = {};
+  ActivationGradients dacts_ = {};
+  std::vector<int32_t> inputs_;
+  std::vector<int32_t> input_rows_;  // embed_backward_rows' row of each input
+  std::vector<int32_t> targets_;
+  bool have_inputs_ = false;   // embed_forward ran for (B_, T_)
+  bool have_targets_ = false;  // the last head_forward had targets
 };
 
 }  // namespace troupe::nn
