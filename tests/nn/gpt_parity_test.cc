@@ -192,7 +192,7 @@ std::vector<float> train(GPT& gpt, int num_steps) {
   const Fixture& f = fixture();
   std::vector<float> m(gpt.num_params(), 0.0f), v(gpt.num_params(), 0.0f), losses;
   std::vector<ParamRange> no_decay;
-  if (f.decay_2d_only) no_decay = gpt.param_layout().no_decay_ranges();
+  if (f.decay_2d_only) no_decay = gpt.layout().no_decay_ranges();
   for (int step = 1; step <= num_steps; ++step) {
     gpt.zero_grad();
     absl::StatusOr<float> loss = gpt.forward(f.inputs.data(), f.targets.data(), f.B, f.T);
@@ -593,7 +593,7 @@ TEST(GPTTest, LayoutFollowsTheDocumentedOrder) {
   EXPECT_EQ(end, layout.num_params());
   // Biases and LayerNorm weights, merged where they touch: per block [ln1w, ln1b], qkvb,
   // [attprojb, ln2w, ln2b], fcb, then fcprojb runs on into the next block's ln1 (or lnf).
-  std::vector<ParamRange> no_decay = layout.no_decay_ranges();
+  std::vector<ParamRange> no_decay = layout.model().no_decay_ranges();
   EXPECT_TRUE(validate_ranges(no_decay, layout.num_params()).ok());
   EXPECT_EQ(no_decay.size(), 1 + 4 * static_cast<size_t>(c.num_layers));
   EXPECT_EQ(no_decay.front(), (ParamRange{layout.block_begin(0), layout.block_begin(0) + 2 * C}));

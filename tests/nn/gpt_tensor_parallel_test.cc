@@ -117,10 +117,10 @@ TEST_P(GPTTensorParallelTest, RanksComputeTheWholeModelsLossAndGradients) {
     ASSERT_EQ(got.params.size(), layout.num_params());
     std::vector<float> want(layout.num_params());
     // The initialisation is the whole model's, sliced: the same bits.
-    copy_to_slice(whole_layout, layout, whole.params.data(), want.data());
+    copy_to_slice(whole_layout.model(), layout.model(), whole.params.data(), want.data());
     EXPECT_EQ(got.params, want) << "rank " << r;
     EXPECT_NEAR(got.loss, whole.loss, kAtol + kRtol * std::fabs(whole.loss)) << "rank " << r;
-    copy_to_slice(whole_layout, layout, whole.grads.data(), want.data());
+    copy_to_slice(whole_layout.model(), layout.model(), whole.grads.data(), want.data());
     expect_close(absl::StrCat("rank ", r, " of ", tp, " gradients"), got.grads, want);
   }
 }
@@ -156,15 +156,15 @@ TEST(GPTTensorSliceTest, TheRanksSlicesMakeUpTheWholeModel) {
       const GPTParamLayout layout(config, {.rank = r, .size = tp});
       // The runs tile the slice's buffer, in order.
       size_t next = 0;
-      for_each_slice_run(whole, layout, [&](size_t, size_t slice_offset, size_t n) {
+      for_each_slice_run(whole.model(), layout.model(), [&](size_t, size_t slice_offset, size_t n) {
         EXPECT_EQ(slice_offset, next) << "tp " << tp;
         next += n;
       });
       EXPECT_EQ(next, layout.num_params()) << "tp " << tp;
       held += layout.num_params();
       std::vector<float> slice(layout.num_params());
-      copy_to_slice(whole, layout, original.data(), slice.data());
-      copy_from_slice(whole, layout, slice.data(), rebuilt.data());
+      copy_to_slice(whole.model(), layout.model(), original.data(), slice.data());
+      copy_from_slice(whole.model(), layout.model(), slice.data(), rebuilt.data());
     }
     EXPECT_EQ(rebuilt, original) << "tp " << tp;
     // The split tensors are held once, the replicated ones by every rank.
