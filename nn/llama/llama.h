@@ -9,7 +9,15 @@
 //
 // Tensor parallelism (Megatron-LM): rank r of tp holds NH/tp heads and KV/tp KV heads (q, k, v
 // column-parallel, o row-parallel), I/tp of the MLP (gate and up column-parallel, down
-// row-parallel) and Vp/tp rows of the vocabulary in the embedding and the head.
+// row-parallel) and Vp/tp rows of the vocabulary in the embedding and the head. The all-reduces:
+// twice per block in forward (after o and down) and twice in backward (the inputs' gradients of
+// q k v and of gate up), once in the embedding, and in the head (the loss's max and sums, and the
+// gradient of its input).
+//
+// Recomputation (ModelOptions::recompute_activations): the forward keeps per block only the two
+// norms' rstd, the q k v and gate up projections and the two residual sums; backward recomputes,
+// block by block into one block's buffers, the norms' outputs, the rotated attention input, the
+// attention's output and log-sum-exps and the SwiGLU output.
 #pragma once
 
 #include <cstddef>
