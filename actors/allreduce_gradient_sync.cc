@@ -8,16 +8,15 @@
 namespace troupe::actors {
 
 AllreduceGradientSync::AllreduceGradientSync(const GradientSyncOptions& options,
-                                             const StagePlan& plan, nn::GPT& gpt,
+                                             const StagePlan& plan, nn::Model& gpt,
                                              CollectiveGroup& group, StageBuffers& buffers)
     : options_(options),
       plan_(plan),
-      gpt_(gpt),
+      model_(gpt),
       group_(group),
       buffers_(buffers),
-      buckets_(gpt.param_layout(),
-               static_cast<size_t>(std::max<int64_t>(options.bucket_elements, 1)),
-               gpt.param_layout().wpe()) {}  // wte: its two shares, above
+      buckets_(gpt.layout(), static_cast<size_t>(std::max<int64_t>(options.bucket_elements, 1)),
+               gpt.layout().token_embedding().end) {}  // the token embedding: two shares, below
 
 GoOn AllreduceGradientSync::go_on() const {
   return [this] { return group_.failed(); };
@@ -33,7 +32,7 @@ void AllreduceGradientSync::issue_range(float* data, size_t count) {
 void AllreduceGradientSync::issue(const std::vector<size_t>& ready) {
   for (size_t i : ready) {
     const GradientBucket& b = buckets_.buckets()[i];
-    issue_range(gpt_.grads() + b.begin, b.end - b.begin);
+    issue_range(model_.grads() + b.begin, b.end - b.begin);
   }
 }
 
@@ -52,13 +51,13 @@ absl::Status AllreduceGradientSync::begin_step() {
 absl::StatusOr<float> AllreduceGradientSync::forward(const int32_t* inputs, const int32_t* targets,
                                                      int B, int T, bool last) {
   if (last && whole_model()) reduce_token_mask({inputs, static_cast<size_t>(B) * T});
-  return forward_stage(gpt_, plan_, inputs, targets, B, T, go_on());
+  return forward_stage(model_, plan_, inputs, targets, B, T, go_on());
 }
 
 absl::Status AllreduceGradientSync::backward(float dloss, bool last) {
-  if (!last) return backward_stage(gpt_, plan_, dloss, nullptr, go_on());
+  if (!last) return backward_stage(model_, plan_, dloss, nullptr, go_on());
   if (!whole_model()) {
-    absl::Status s = backward_stage(gpt_, plan_, dloss, nullptr, go_on());
+    absl::Status s = backward_stage(model_, plan_, dloss, nullptr, go_on());
     if (!s.ok()) return s;
     const size_t bucket = static_cast<size_t>(std::max<int64_t>(options_.bucket_elements, 1));
     for (size_t at = plan_.params.begin; at < plan_.params.end; at += bucket)
@@ -66,7 +65,7 @@ absl::Status AllreduceGradientSync::backward(float dloss, bool last) {
     backward_done_ms_ = now_ms();
     return absl::OkStatus();
   }
-  absl::Status s = issue_backward(gpt_, dloss);
+  absl::Status s = issue_backward(model_, dloss);
   // A failed backward leaves no reduction running on buffers the stage will clear.
   if (!s.ok()) drain();
   return s;
@@ -74,7 +73,7 @@ absl::Status AllreduceGradientSync::backward(float dloss, bool last) {
 
 void AllreduceGradientSync::reduce_token_mask(std::span<const int32_t> inputs) {
   const double t0 = now_ms();
-  token_mask_.assign(static_cast<size_t>(gpt_.config().vocab_size), 0.0f);
+  token_mask_.assign(static_cast<size_t>(model_.config().vocab_size()), 0.0f);
   for (int32_t token : inputs) {
     // Out-of-range tokens are left for forward to refuse.
     if (token >= 0 && static_cast<size_t>(token) < token_mask_.size()) token_mask_[token] = 1.0f;
@@ -85,17 +84,19 @@ void AllreduceGradientSync::reduce_token_mask(std::span<const int32_t> inputs) {
   issue_ms_ += now_ms() - t0;
 }
 
-absl::Status AllreduceGradientSync::issue_backward(nn::GPT& gpt, float dloss) {
-  const nn::GPTParamLayout& layout = gpt.param_layout();
-  const int L = gpt.config().num_layers;
-  const size_t C = static_cast<size_t>(gpt.config().channels);
+absl::Status AllreduceGradientSync::issue_backward(nn::Model& gpt, float dloss) {
+  const nn::ModelLayout& layout = gpt.layout();
+  const int L = layout.num_layers();
+  const size_t C = static_cast<size_t>(gpt.config().hidden_size());
+  const size_t embedding_end = layout.token_embedding().end;
   const bool overlap = options_.overlap_comm;
   buckets_.reset();
   if (absl::Status s = gpt.head_backward(dloss); !s.ok()) return s;
-  // wte's gradient: the head's share (and earlier micro-batches' whole gradients) is final.
-  if (overlap) issue_range(gpt.grads(), layout.wpe());
+  // The token embedding's gradient: a tied head's share (and earlier micro-batches' whole
+  // gradients) is final.
+  if (overlap) issue_range(gpt.grads(), embedding_end);
   if (overlap) issue(buckets_.ready(layout.block_begin(L)));
-  nn::GPT::GradientsFinal on_final;
+  nn::Model::GradientsFinal on_final;
   if (overlap) on_final = [&](size_t from) { issue(buckets_.ready(from)); };
   // Block by block: a reduction that failed (the group lost a member) ends
   // the backward of a step that cannot succeed.
@@ -118,7 +119,7 @@ absl::Status AllreduceGradientSync::issue_backward(nn::GPT& gpt, float dloss) {
       !s.ok()) {
     return s;
   }
-  if (!overlap) issue_range(gpt.grads(), layout.wpe());
+  if (!overlap) issue_range(gpt.grads(), embedding_end);
   issue(buckets_.ready(0));
   if (!rows_.empty()) issue_range(rows_.data(), rows_.size());
   backward_done_ms_ = now_ms();
@@ -126,8 +127,8 @@ absl::Status AllreduceGradientSync::issue_backward(nn::GPT& gpt, float dloss) {
 }
 
 void AllreduceGradientSync::add_embedding_rows() {
-  const size_t C = static_cast<size_t>(gpt_.config().channels);
-  float* dwte = gpt_.grads();  // wte is the buffer's first tensor
+  const size_t C = static_cast<size_t>(model_.config().hidden_size());
+  float* dwte = model_.grads();  // the token embedding is the buffer's first tensor
   for (size_t r = 0; r < row_tokens_.size(); ++r) {
     float* d = dwte + static_cast<size_t>(row_tokens_[r]) * C;
     const float* g = rows_.data() + r * C;

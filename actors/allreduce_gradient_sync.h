@@ -3,18 +3,19 @@
 // backward finishes them (actors/gradient_buckets.h), so that communication
 // overlaps the rest of backward. Every rank owns the whole stage.
 //
-// wte's gradient (tied: the LM head's and the embedding's) is reduced in two
-// shares. The head's share is dense and final after head_backward, so it goes
-// first, under all of backward. The embedding's touches only the rows of the
-// micro-batch's tokens: it goes into rows_, one row per token that any
-// replica's last micro-batch holds (the union of their token masks,
-// max-reduced during forward), is reduced last (the only reduction nothing is
-// left to hide behind) and added back into wte.
+// The token embedding's gradient is reduced in two shares. The dense one (a
+// tied LM head's, and earlier micro-batches' whole gradients) is final after
+// head_backward, so it goes first, under all of backward. The embedding's own
+// touches only the rows of the micro-batch's tokens: it goes into rows_, one
+// row per token that any replica's last micro-batch holds (the union of their
+// token masks, max-reduced during forward), is reduced last (the only
+// reduction nothing is left to hide behind) and added back.
 //
 // A pipeline stage's plan (pp > 1) is reduced after its last backward, in
-// buckets of bucket_elements over its range: the first stage's wte gradient
-// is whole only once the last stage's share was added to it, which the stage
-// does before that backward (docs/parallelism.md).
+// buckets of bucket_elements over its range: with a tied head the first
+// stage's embedding gradient is whole only once the last stage's share was
+// added to it, which the stage does before that backward
+// (docs/parallelism.md).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +33,7 @@ namespace troupe::actors {
 
 class AllreduceGradientSync : public GradientSync {
  public:
-  AllreduceGradientSync(const GradientSyncOptions& options, const StagePlan& plan, nn::GPT& gpt,
+  AllreduceGradientSync(const GradientSyncOptions& options, const StagePlan& plan, nn::Model& model,
                         CollectiveGroup& group, StageBuffers& buffers);
   ~AllreduceGradientSync() override { drain(); }
 
@@ -48,12 +49,12 @@ class AllreduceGradientSync : public GradientSync {
  private:
   // The last micro-batch's token mask, reduced while its forward runs.
   void reduce_token_mask(std::span<const int32_t> inputs);
-  absl::Status issue_backward(nn::GPT& gpt, float dloss);
+  absl::Status issue_backward(nn::Model& model, float dloss);
   // The stage is the whole model, wte's rows whole too: the embedding's
   // gradient can be reduced as the rows a batch touched, and the rest as
   // backward finishes it. Else everything is reduced after the last backward.
   bool whole_model() const {
-    return plan_.first() && plan_.last() && gpt_.tensor_slice().size == 1;
+    return plan_.first() && plan_.last() && model_.tensor_slice().size == 1;
   }
   void issue(const std::vector<size_t>& ready);
   void issue_range(float* data, size_t count);
@@ -65,7 +66,7 @@ class AllreduceGradientSync : public GradientSync {
 
   GradientSyncOptions options_;
   StagePlan plan_;
-  nn::GPT& gpt_;
+  nn::Model& model_;
   CollectiveGroup& group_;
   StageBuffers& buffers_;
   GradientBuckets buckets_;

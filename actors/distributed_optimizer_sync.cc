@@ -7,7 +7,7 @@
 namespace troupe::actors {
 
 DistributedOptimizerSync::DistributedOptimizerSync(const GradientSyncOptions& options,
-                                                   const StagePlan& plan, nn::GPT& gpt,
+                                                   const StagePlan& plan, nn::Model& gpt,
                                                    CollectiveGroup& group, StageBuffers& buffers)
     : options_(options),
       plan_(plan),

@@ -33,7 +33,7 @@ namespace troupe::actors {
 class DistributedOptimizerSync : public GradientSync {
  public:
   // REQUIRES: `buffers` hold the plan's whole range.
-  DistributedOptimizerSync(const GradientSyncOptions& options, const StagePlan& plan, nn::GPT& gpt,
+  DistributedOptimizerSync(const GradientSyncOptions& options, const StagePlan& plan, nn::Model& gpt,
                            CollectiveGroup& group, StageBuffers& buffers);
   ~DistributedOptimizerSync() override { drain(); }
 
@@ -56,7 +56,7 @@ class DistributedOptimizerSync : public GradientSync {
 
   GradientSyncOptions options_;
   StagePlan plan_;
-  nn::GPT& gpt_;
+  nn::Model& gpt_;
   CollectiveGroup& group_;
   StageBuffers& buffers_;
   ZeroPartition partition_;

@@ -38,9 +38,9 @@ int32_t pick(const float* logits, int V, float temperature, uint64_t& rng) {
 }  // namespace
 
 absl::StatusOr<std::vector<std::vector<int32_t>>> generate_tokens(
-    nn::GPT& model, const std::vector<std::vector<int32_t>>& prompts,
+    nn::Model& model, const std::vector<std::vector<int32_t>>& prompts,
     const GenerateOptions& options) {
-  const nn::GPTConfig& config = model.config();
+  const nn::ModelConfig& config = model.config();
   if (prompts.empty() || prompts[0].empty()) {
     return absl::InvalidArgumentError("generate: no prompt, or an empty one");
   }
@@ -51,9 +51,9 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> generate_tokens(
     if (row.size() != length)
       return absl::InvalidArgumentError("generate: prompts differ in length");
     for (int32_t t : row) {
-      if (t < 0 || t >= config.vocab_size) {
+      if (t < 0 || t >= config.vocab_size()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "generate: token ", t, " outside the vocabulary [0, ", config.vocab_size, ")"));
+            "generate: token ", t, " outside the vocabulary [0, ", config.vocab_size(), ")"));
       }
     }
   }
@@ -62,7 +62,7 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> generate_tokens(
   uint64_t rng = options.seed;
   const int Vp = config.padded_vocab();
   for (int n = 0; n < options.max_new_tokens; ++n) {
-    const int T = static_cast<int>(std::min<size_t>(context[0].size(), config.max_seq_len));
+    const int T = static_cast<int>(std::min<size_t>(context[0].size(), config.max_seq_len()));
     std::vector<int32_t> inputs(static_cast<size_t>(B) * T);
     for (int b = 0; b < B; ++b) {
       std::copy(context[b].end() - T, context[b].end(),
@@ -73,7 +73,7 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> generate_tokens(
     bool all_stopped = true;
     for (int b = 0; b < B; ++b) {
       const float* logits = model.logits() + (static_cast<size_t>(b) * T + T - 1) * Vp;
-      int32_t token = pick(logits, config.vocab_size, options.temperature, rng);
+      int32_t token = pick(logits, config.vocab_size(), options.temperature, rng);
       context[b].push_back(token);
       if (!stopped[b]) {
         out[b].push_back(token);
@@ -86,7 +86,7 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> generate_tokens(
   return out;
 }
 
-absl::StatusOr<EvalReport> evaluate_task(nn::GPT& model, const EvalRequest& request) {
+absl::StatusOr<EvalReport> evaluate_task(nn::Model& model, const EvalRequest& request) {
   absl::StatusOr<std::vector<AdditionProblem>> problems =
       held_out_problems(request.task, request.samples);
   if (!problems.ok()) return problems.status();

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "actors/data/addition_task.h"
 #include "core/codec.h"
-#include "nn/gpt2/gpt.h"
+#include "nn/model/model.h"
 
 namespace troupe::actors {
 
@@ -29,7 +29,7 @@ struct GenerateOptions {
 // stop_token end there (the stop token included). Deterministic for a seed.
 // InvalidArgument for empty or ragged prompts or a token out of the vocabulary.
 absl::StatusOr<std::vector<std::vector<int32_t>>> generate_tokens(
-    nn::GPT& model, const std::vector<std::vector<int32_t>>& prompts,
+    nn::Model& model, const std::vector<std::vector<int32_t>>& prompts,
     const GenerateOptions& options);
 
 // Greedy decoding of held-out problems of a synthetic task.
@@ -48,6 +48,6 @@ struct EvalReport {
 
 // The task accuracy of `model` (a whole one) on `request.samples` held-out
 // problems. Errors: the task's (InvalidArgument) and generate_tokens'.
-absl::StatusOr<EvalReport> evaluate_task(nn::GPT& model, const EvalRequest& request);
+absl::StatusOr<EvalReport> evaluate_task(nn::Model& model, const EvalRequest& request);
 
 }  // namespace troupe::actors

@@ -2,20 +2,17 @@
 
 namespace troupe::actors {
 
-GradientBuckets::GradientBuckets(const nn::GPTParamLayout& layout, size_t bucket_elements,
+GradientBuckets::GradientBuckets(const nn::ModelLayout& layout, size_t bucket_elements,
                                  size_t first) {
-  using nn::BlockTensor;
   const int L = layout.num_layers();
-  // Phase boundaries in the order backward finishes them: the final LayerNorm
-  // [block_begin(L), n), each block's layers as GPT::backward_blocks reports
-  // them, then the embeddings [first, block_begin(0)).
+  // Phase boundaries in the order backward finishes them: the head
+  // [block_begin(L), n), each block's runs as Model::backward_blocks reports
+  // them, then the embedding [first, block_begin(0)).
   std::vector<size_t> starts;
   starts.push_back(layout.block_begin(L));
   for (int l = L - 1; l >= 0; --l) {
-    for (BlockTensor t : {BlockTensor::kFcprojw, BlockTensor::kFcw, BlockTensor::kLn2w,
-                          BlockTensor::kAttprojw, BlockTensor::kQkvw, BlockTensor::kLn1w}) {
-      starts.push_back(layout.block_tensor(l, t));
-    }
+    for (size_t mark : layout.backward_marks(l))
+      starts.push_back(mark);
   }
   starts.push_back(first);
   size_t end = layout.num_params();
@@ -26,10 +23,11 @@ GradientBuckets::GradientBuckets(const nn::GPTParamLayout& layout, size_t bucket
       end = starts[i];
     }
   }
-  // What backward finishes after block 0's attention projection (its qkv,
-  // its ln1, the embeddings) has almost no computation left to hide behind:
-  // when buckets are meant to overlap (more than one), the last holds only that.
-  const size_t tail = layout.block_tensor(0, BlockTensor::kAttprojw);
+  // What backward finishes after block 0's attention projection (its q, k
+  // and v, its first norm, the embedding) has almost no computation left to
+  // hide behind: when buckets are meant to overlap (more than one), the last
+  // holds only that.
+  const size_t tail = layout.quiet_tail();
   if (buckets_.size() > 1 && buckets_.back().begin < tail && buckets_.back().end > tail) {
     GradientBucket& split = buckets_.back();
     const GradientBucket rest{split.begin, tail};

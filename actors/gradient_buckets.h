@@ -1,29 +1,30 @@
 // Gradient buckets for data-parallel reduction (PyTorch DDP's buckets,
-// DeepSpeed's reduce_bucket_size): the flat gradient buffer of a GPT split
+// DeepSpeed's reduce_bucket_size): the flat gradient buffer of a model split
 // into ranges that are reduced as soon as backward has finished them, so that
 // communication overlaps the rest of backward.
 //
-// Backward finishes the buffer from its end: the final LayerNorm first, then
-// blocks L-1 down to 0, each layer by layer (fcproj, fc, ln2, attproj, qkv,
-// ln1: GPT::backward_blocks reports each), then the embeddings (wte last of
-// all: the tied LM head adds to it in the first phase and the embedding in the
-// last). Buckets are whole layers, grouped from the end until each holds at
-// least `bucket_elements` gradients; when there is more than one, the last
-// holds only what follows block 0's attention projection, since nothing of
-// substance is computed after it. They may leave out the buffer's start
-// [0, first): the stage reduces wte's gradient on its own, in two shares
-// (pipeline_stage_actor.h), and passes first = layout.wpe().
+// Backward finishes the buffer from its end: the head first, then blocks L-1
+// down to 0, each run by run as Model::backward_blocks reports them
+// (layout.backward_marks(l): for the GPT, MLP, norm, attention, norm),
+// then the embedding (the token embedding last of all: a tied LM head adds to
+// it in the first phase and the embedding in the last). Buckets are whole
+// runs, grouped from the end until each holds at least `bucket_elements`
+// gradients; when there is more than one, the last holds only what follows
+// layout.quiet_tail(), since nothing of substance is computed after it. They
+// may leave out the buffer's start [0, first): data parallelism reduces the
+// token embedding's gradient on its own, in two shares
+// (allreduce_gradient_sync.h), and passes first = token_embedding().end.
 //
-//   GradientBuckets buckets(layout, 25'000'000, layout.wpe());
-//   gpt.head_backward();            issue(buckets.ready(layout.block_begin(L)))
-//   gpt.backward_blocks(0, L, [&](size_t from) { issue(buckets.ready(from)); })
-//   gpt.embed_backward();           issue(buckets.ready(0))
+//   GradientBuckets buckets(layout, 25'000'000, layout.token_embedding().end);
+//   model.head_backward();          issue(buckets.ready(layout.block_begin(L)))
+//   model.backward_blocks(0, L, [&](size_t from) { issue(buckets.ready(from)); })
+//   model.embed_backward();         issue(buckets.ready(0))
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
-#include "nn/gpt2/layout.h"
+#include "nn/model/layout.h"
 
 namespace troupe::actors {
 
@@ -35,7 +36,7 @@ struct GradientBucket {
 class GradientBuckets {
  public:
   // REQUIRES: bucket_elements >= 1; first <= layout.block_begin(0).
-  GradientBuckets(const nn::GPTParamLayout& layout, size_t bucket_elements, size_t first = 0);
+  GradientBuckets(const nn::ModelLayout& layout, size_t bucket_elements, size_t first = 0);
 
   // Every bucket, in the order backward finishes them (descending offsets).
   // They cover [first, num_params) without overlap.

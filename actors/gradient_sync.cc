@@ -11,7 +11,7 @@ namespace {
 // dp = 1: the accumulated gradients are final as they are.
 class LocalGradientSync : public GradientSync {
  public:
-  LocalGradientSync(const StagePlan& plan, nn::GPT& gpt, StageBuffers& buffers)
+  LocalGradientSync(const StagePlan& plan, nn::Model& gpt, StageBuffers& buffers)
       : plan_(plan), gpt_(gpt), buffers_(buffers) {}
   nn::ParamRange owned() const override { return plan_.params; }
   float* owned_gradients() override { return buffers_.grads(plan_.params.begin); }
@@ -28,7 +28,7 @@ class LocalGradientSync : public GradientSync {
 
  private:
   StagePlan plan_;
-  nn::GPT& gpt_;
+  nn::Model& gpt_;
   StageBuffers& buffers_;
 };
 
@@ -47,7 +47,7 @@ nn::ModelStorage model_storage(const std::string& kind, int dp) {
   return {.parameters = stage < 3, .gradients = stage < 2};
 }
 
-absl::Status check_gradient_sync(const GradientSyncOptions& options, const nn::GPT& gpt) {
+absl::Status check_gradient_sync(const GradientSyncOptions& options, const nn::Model& gpt) {
   const int stage = zero_stage_of(options.kind);
   if (stage < 0) {
     return absl::InvalidArgumentError(absl::StrCat("gradient sync \"", options.kind,
@@ -55,11 +55,11 @@ absl::Status check_gradient_sync(const GradientSyncOptions& options, const nn::G
                                                    "\"zero1\", \"zero2\", \"zero3\")"));
   }
   if (stage == 0) return absl::OkStatus();
-  return ZeroGradientSync::check(options, stage, gpt.param_layout());
+  return ZeroGradientSync::check(options, stage, gpt.layout());
 }
 
 absl::StatusOr<std::unique_ptr<GradientSync>> make_gradient_sync(
-    const GradientSyncOptions& options, const StagePlan& plan, nn::GPT& gpt, CollectiveGroup* group,
+    const GradientSyncOptions& options, const StagePlan& plan, nn::Model& gpt, CollectiveGroup* group,
     StageBuffers& buffers, const ZeroBuffers& zero) {
   const int stage = zero_stage_of(options.kind);
   if (stage < 0 || group != nullptr) {

@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "actors/stage_buffers.h"
 #include "actors/stage_plan.h"
-#include "nn/gpt2/gpt.h"
+#include "nn/model/model.h"
 #include "nn/optim/param_range.h"
 
 namespace troupe {
@@ -104,7 +104,7 @@ struct ZeroBuffers {
 
 // What make_gradient_sync would refuse in `options` for `gpt`, without a
 // group: InvalidArgument naming the setting.
-absl::Status check_gradient_sync(const GradientSyncOptions& options, const nn::GPT& gpt);
+absl::Status check_gradient_sync(const GradientSyncOptions& options, const nn::Model& gpt);
 
 // The strategy `options.kind` for a stage planned as `plan` over `gpt`, with
 // `group` its data-parallel group (null when dp = 1: then nothing is
@@ -115,7 +115,7 @@ absl::Status check_gradient_sync(const GradientSyncOptions& options, const nn::G
 // InvalidArgument for an unknown kind, or a plan or setting the strategy
 // cannot serve.
 absl::StatusOr<std::unique_ptr<GradientSync>> make_gradient_sync(
-    const GradientSyncOptions& options, const StagePlan& plan, nn::GPT& gpt, CollectiveGroup* group,
+    const GradientSyncOptions& options, const StagePlan& plan, nn::Model& gpt, CollectiveGroup* group,
     StageBuffers& buffers, const ZeroBuffers& zero = {});
 
 }  // namespace troupe::actors

@@ -10,24 +10,27 @@
 
 #include "core/codec.h"
 #include "nn/dtype.h"
-#include "nn/gpt2/gpt.h"
-#include "nn/gpt2/layout.h"
+#include "nn/model/config_json.h"
+#include "nn/model/model.h"
 #include "nn/optim/param_range.h"
 
 namespace troupe {
 
-// Six i32, in nn::GPTConfig's member order.
+// The config's JSON text (nn/model/config_json.h: the one codec of a model config).
 template <>
-struct Codec<nn::GPTConfig> {
-  static constexpr size_t min_bytes() { return 6 * sizeof(int32_t); }
-  static std::string name() { return "GPTConfig"; }
-  static void encode(Writer& w, const nn::GPTConfig& c) {
-    encode_values(w, c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads,
-                  c.channels);
+struct Codec<nn::ModelConfig> {
+  static constexpr size_t min_bytes() { return sizeof(uint32_t); }
+  static std::string name() { return "ModelConfig"; }
+  static void encode(Writer& w, const nn::ModelConfig& c) {
+    Codec<std::string>::encode(w, nn::model_config_to_text(c));
   }
-  static bool decode(Reader& r, nn::GPTConfig& c) {
-    return r.read(c.max_seq_len) && r.read(c.vocab_size) && r.read(c.padded_vocab_size) &&
-           r.read(c.num_layers) && r.read(c.num_heads) && r.read(c.channels);
+  static bool decode(Reader& r, nn::ModelConfig& c) {
+    std::string text;
+    if (!r.read(text)) return false;
+    absl::StatusOr<nn::ModelConfig> config = nn::model_config_from_text(text);
+    if (!config.ok()) return r.fail(std::string(config.status().message()));
+    c = *std::move(config);
+    return true;
   }
 };
 

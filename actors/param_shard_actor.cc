@@ -11,7 +11,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/shard_file.h"
 #include "core/status.h"
-#include "nn/gpt2/gpt.h"
+#include "nn/model/model.h"
 #include "nn/optim/clip.h"
 
 namespace troupe::actors {
@@ -23,7 +23,7 @@ absl::StatusOr<std::unique_ptr<ParamShardActor>> ParamShardActor::create(
   if (absl::Status s = nn::validate_slice(options.model, slice); !s.ok()) {
     return Prefixed(absl::StrCat("parameter shard ", to_string(options.at), ": "), s);
   }
-  nn::GPTParamLayout layout(options.model, slice);
+  nn::ModelLayout layout = nn::model_layout(options.model, slice);
   nn::ParamRange range = options.range;
   if (range.begin == 0 && range.end == 0) range.end = layout.num_params();
   if (range.begin > range.end || range.end > layout.num_params()) {
@@ -42,7 +42,7 @@ absl::StatusOr<std::unique_ptr<ParamShardActor>> ParamShardActor::create(
   return shard;
 }
 
-ParamShardActor::ParamShardActor(ShardOptions options, nn::GPTParamLayout layout,
+ParamShardActor::ParamShardActor(ShardOptions options, nn::ModelLayout layout,
                                  nn::ParamRange range)
     : options_(std::move(options)),
       name_(actor_name(options_.job, "shard", options_.at)),
@@ -124,8 +124,8 @@ absl::StatusOr<int64_t> ParamShardActor::init() {
   absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
   if (!s.ok()) return s.status();
   // Only the range, without the memory of a whole model.
-  nn::GPT::init_parameters(options_.model, layout_.slice(), options_.seed, range_.begin, range_.end,
-                           masters(**s));
+  nn::init_parameters(options_.model, layout_.slice(), options_.seed, range_.begin, range_.end,
+                      masters(**s));
   refresh_compute_copy(**s);
   clear_state();
   prepared_ = 0;
@@ -386,15 +386,11 @@ absl::StatusOr<ShardLoadReport> ParamShardActor::load(LoadRequest request) {
   }
   absl::StatusOr<checkpoint::Manifest> m = checkpoint::decode_manifest(*text, manifest_path);
   if (!m.ok()) return m.status();
-  const nn::GPTConfig& want = options_.model;
-  const nn::GPTConfig& have = m->model;
-  if (have.num_layers != want.num_layers || have.num_heads != want.num_heads ||
-      have.channels != want.channels || have.max_seq_len != want.max_seq_len ||
-      have.vocab_size != want.vocab_size || have.padded_vocab() != want.padded_vocab()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name_, ": ", manifest_path, " is of another model (", have.num_layers,
-                     " layers, ", have.num_heads, " heads, n_embd ", have.channels, ", seq_len ",
-                     have.max_seq_len, ", vocab ", have.vocab_size, ")"));
+  const nn::ModelConfig& want = options_.model;
+  const nn::ModelConfig& have = m->model;
+  if (have != want) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": ", manifest_path,
+                                                   " is of another model (", have.describe(), ")"));
   }
   const char* optimizer = options_.optimizer.kind == OptimizerSpec::kAdamW ? "adamw" : "sgd";
   if (m->optimizer.type != optimizer) {

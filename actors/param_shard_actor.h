@@ -45,7 +45,7 @@
 #include "actors/training_types.h"
 #include "core/actor.h"
 #include "nn/dtype.h"
-#include "nn/gpt2/layout.h"
+#include "nn/model/layout.h"
 #include "nn/memory.h"
 
 namespace troupe::actors {
@@ -53,7 +53,7 @@ namespace troupe::actors {
 struct ShardOptions {
   std::string job;
   Coordinate at;
-  nn::GPTConfig model;
+  nn::ModelConfig model;
   // The share of the stage's parameters this shard owns; empty (0, 0): all.
   nn::ParamRange range;
   OptimizerSpec optimizer;
@@ -201,7 +201,7 @@ class ParamShardActor {
   absl::StatusOr<ShardSaveReport> save_replica(SaveRequest request);
 
  private:
-  ParamShardActor(ShardOptions options, nn::GPTParamLayout layout, nn::ParamRange range);
+  ParamShardActor(ShardOptions options, nn::ModelLayout layout, nn::ParamRange range);
   absl::Status allocate_state();
   // Makes `range` the shard's, its optimizer state allocated anew (its
   // values then set by the caller), unless it is the shard's already.
@@ -230,7 +230,7 @@ class ParamShardActor {
 
   ShardOptions options_;
   std::string name_;
-  nn::GPTParamLayout layout_;
+  nn::ModelLayout layout_;
   nn::ParamRange range_;
   std::vector<nn::ParamRange> no_decay_;  // AdamW's (biases, LayerNorm weights), in the range
   nn::FloatBuffer master_;                // [range]: empty in fp32

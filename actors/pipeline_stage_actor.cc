@@ -116,13 +116,14 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
   const nn::ModelStorage storage = options.mesh.pp > 1
                                      ? nn::ModelStorage{.parameters = false, .gradients = false}
                                      : model_storage(options.gradient_sync, options.mesh.dp);
-  absl::StatusOr<nn::GPT> model = nn::GPT::create(options.model, options.model_options, storage,
-                                                  {.rank = options.at.t, .size = options.mesh.tp});
+  absl::StatusOr<std::unique_ptr<nn::Model>> model =
+      nn::create_model(options.model, options.model_options, storage,
+                       {.rank = options.at.t, .size = options.mesh.tp});
   if (!model.ok()) {
     return Prefixed(absl::StrCat("stage ", to_string(options.at), ": "), model.status());
   }
   absl::StatusOr<StagePlan> plan =
-      plan_stage(model->param_layout(), options.mesh.pp, options.at.p, options.partition);
+      plan_stage((*model)->layout(), options.mesh.pp, options.at.p, options.partition);
   if (!plan.ok()) return plan.status();
   pipeline::Schedule schedule;
   pipeline::ChunkProgram program;
@@ -138,11 +139,11 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
     program = pipeline::chunk_program(schedule, physical, chunk);
     // It keeps its blocks' activations, one set per micro-batch its program
     // holds at once.
-    if (absl::Status s = model->set_part(plan->block_begin, plan->block_end, plan->last());
+    if (absl::Status s = (*model)->set_part(plan->block_begin, plan->block_end, plan->last());
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = model->set_activation_slots(pipeline::most_held(program.ops)); !s.ok()) {
+    if (absl::Status s = (*model)->set_activation_slots(pipeline::most_held(program.ops)); !s.ok()) {
       return s;
     }
   }
@@ -159,11 +160,12 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
   stage->program_ = std::move(program);
   if (options.mesh.pp > 1) {
     absl::StatusOr<std::unique_ptr<StageBuffers>> buffers = StageBuffers::stage(
-        stage->model_, stage->plan_.params, stage->plan_.last() && !stage->plan_.first());
+        *stage->model_, stage->plan_.params,
+        stage->plan_.last() && !stage->plan_.first() && stage->model_->layout().tied_head());
     if (!buffers.ok()) return buffers.status();
     stage->buffers_ = *std::move(buffers);
   } else {
-    stage->buffers_ = StageBuffers::whole(stage->model_);
+    stage->buffers_ = StageBuffers::whole(*stage->model_);
   }
   // ZeRO-2/3: the partition of what the model does not hold whole.
   const ZeroPartition& part = stage->partition_;
@@ -186,16 +188,17 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
   // step; with dp > 1 a trial one, since the group comes in setup.
   if (options.mesh.dp == 1) {
     absl::StatusOr<std::unique_ptr<GradientSync>> sync = make_gradient_sync(
-        sync_options(options), stage->plan_, stage->model_, nullptr, *stage->buffers_);
+        sync_options(options), stage->plan_, *stage->model_, nullptr, *stage->buffers_);
     if (!sync.ok()) return sync.status();
     stage->sync_ = *std::move(sync);
-  } else if (absl::Status s = check_gradient_sync(sync_options(options), stage->model_); !s.ok()) {
+  } else if (absl::Status s = check_gradient_sync(sync_options(options), *stage->model_); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("stage ", to_string(options.at), ": ", s.message()));
   }
   return stage;
 }
 
-PipelineStageActor::PipelineStageActor(StageOptions options, StagePlan plan, nn::GPT model)
+PipelineStageActor::PipelineStageActor(StageOptions options, StagePlan plan,
+                                       std::unique_ptr<nn::Model> model)
     : options_(std::move(options)),
       name_(actor_name(options_.job, "stage", options_.at)),
       loader_name_(actor_name(options_.job, "loader", options_.at)),
@@ -211,13 +214,13 @@ void PipelineStageActor::publish_tensors() {
   // What the stage's buffers hold (a pipeline stage's copy of wte aside: not
   // its to update), or under ZeRO-2/3 its partition.
   const nn::ParamRange held = buffers_->range();
-  const bool partitioned_params = options_.mesh.pp == 1 && model_.params() == nullptr;
-  const bool partitioned_grads = options_.mesh.pp == 1 && model_.grads() == nullptr;
+  const bool partitioned_params = options_.mesh.pp == 1 && model_->params() == nullptr;
+  const bool partitioned_grads = options_.mesh.pp == 1 && model_->grads() == nullptr;
   tensors_->params = partitioned_params ? own_params_.data() : buffers_->params(held.begin);
   tensors_->params_held = partitioned_params ? partition_.own() : held;
   tensors_->grads = partitioned_grads ? own_grads_.data() : buffers_->grads(held.begin);
   tensors_->grads_held = partitioned_grads ? partition_.own() : held;
-  tensors_->n = model_.num_params();
+  tensors_->n = model_->num_params();
   Handoff::publish(name_, tensors_);
 }
 
@@ -238,7 +241,7 @@ absl::Status PipelineStageActor::setup() {
   }
   if (options_.mesh.dp == 1 && sync_ == nullptr) {  // resized to one rank: no group
     absl::StatusOr<std::unique_ptr<GradientSync>> sync =
-        make_gradient_sync(sync_options(options_), plan_, model_, nullptr, *buffers_);
+        make_gradient_sync(sync_options(options_), plan_, *model_, nullptr, *buffers_);
     if (!sync.ok()) return sync.status();
     sync_ = *std::move(sync);
   }
@@ -252,7 +255,7 @@ absl::Status PipelineStageActor::setup() {
                                               options_.at.d, " of ", options_.mesh.dp));
     }
     absl::StatusOr<std::unique_ptr<GradientSync>> sync =
-        make_gradient_sync(sync_options(options_), plan_, model_, group->get(), *buffers_,
+        make_gradient_sync(sync_options(options_), plan_, *model_, group->get(), *buffers_,
                            {.own_params = own_params_.data(), .own_grads = own_grads_.data()});
     if (!sync.ok()) return sync.status();
     group_ = *std::move(group);
@@ -277,7 +280,7 @@ absl::Status PipelineStageActor::setup() {
         return tp_->allreduce(DType::kFloat32, op, data, count);
       };
     };
-    model_.set_tensor_parallel(reduce(ReduceOp::kSum), reduce(ReduceOp::kMax));
+    model_->set_tensor_parallel(reduce(ReduceOp::kSum), reduce(ReduceOp::kMax));
   }
   return absl::OkStatus();
 }
@@ -372,12 +375,12 @@ absl::Status PipelineStageActor::resize(StageShape shape) {
 absl::Status PipelineStageActor::repartition() {
   partition_ = ZeroPartition(plan_.params, options_.mesh.dp, options_.at.d);
   const size_t n = partition_.own().size();
-  if (model_.params() == nullptr) {
+  if (model_->params() == nullptr) {
     if (absl::Status s = own_params_.reset(nn::MemoryCategory::kParameters, n); !s.ok()) return s;
     tensors_->params = own_params_.data();
     tensors_->params_held = partition_.own();
   }
-  if (model_.grads() == nullptr) {
+  if (model_->grads() == nullptr) {
     if (absl::Status s = own_grads_.reset(nn::MemoryCategory::kGradients, n); !s.ok()) return s;
     tensors_->grads = own_grads_.data();
     tensors_->grads_held = partition_.own();
@@ -452,7 +455,7 @@ absl::Status PipelineStageActor::start_step(const StepRequest& request, StepRepo
   report.at = options_.at;
   report.holds_loss = plan_.last();
   report.chunks = options_.virtual_stages;
-  report.slice_params = static_cast<int64_t>(model_.num_params());
+  report.slice_params = static_cast<int64_t>(model_->num_params());
   sync_->drain();  // nothing of a failed step may still write the gradients
   whole_version_ = -1;
   if (group_ != nullptr) traffic_at_step_ = group_->traffic();
@@ -466,7 +469,7 @@ absl::Status PipelineStageActor::start_step(const StepRequest& request, StepRepo
 
 absl::StatusOr<Batch> PipelineStageActor::next_batch(StepReport& report) {
   const int B = options_.micro_batch;
-  const int T = options_.model.max_seq_len;
+  const int T = options_.model.max_seq_len();
   absl::StatusOr<Batch> batch = loader_->next();
   if (!batch.ok()) return batch.status();
   if (batch->inputs.size() != static_cast<size_t>(B) * T) {
@@ -485,7 +488,7 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
   StepReport report;
   if (absl::Status s = start_step(request, report); !s.ok()) return s;
   const int B = options_.micro_batch;
-  const int T = options_.model.max_seq_len;
+  const int T = options_.model.max_seq_len();
   double loss_sum = 0;
   for (int j = 0; j < options_.grad_accum; ++j) {
     // A group that lost a member cannot finish the step: no more compute for it.
@@ -521,7 +524,7 @@ absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepReque
 }
 
 void PipelineStageActor::finish_report(StepReport& report, double start) {
-  const nn::GPT& gpt = model_;
+  const nn::Model& gpt = *model_;
   report.owned = sync_->owned();
   float* owned_grads = sync_->owned_gradients();
   const auto n = static_cast<int64_t>(report.owned.size());
@@ -534,7 +537,7 @@ void PipelineStageActor::finish_report(StepReport& report, double start) {
   report.grad_norm_sq = owned_norm_squared(report.owned, owned_grads);
   report.found_inf = !std::isfinite(report.grad_norm_sq);
   report.samples = static_cast<int64_t>(options_.micro_batch) * options_.grad_accum;
-  report.tokens = report.samples * options_.model.max_seq_len;
+  report.tokens = report.samples * options_.model.max_seq_len();
   report.step_ms = now_ms() - start;
   const nn::ModelMemory held = gpt.memory();
   report.memory = {
@@ -567,7 +570,7 @@ double PipelineStageActor::owned_norm_squared(const nn::ParamRange& owned,
                                               const float* grads) const {
   if (options_.at.t == 0) return nn::grad_norm_squared(grads, owned.size());
   double sum = 0;
-  for (const nn::ParamTensor& t : model_.param_layout().tensors()) {
+  for (const nn::ParamTensor& t : model_->layout().tensors()) {
     if (t.split == nn::TensorSplit::kReplicated) continue;
     const size_t begin = std::max(t.offset, owned.begin);
     const size_t end = std::min(t.offset + t.size, owned.end);
@@ -586,7 +589,7 @@ absl::Status PipelineStageActor::discard(int64_t step) {
   }
   if (sync_ != nullptr) sync_->drain();
   whole_version_ = -1;  // a ZeRO-3 drain let go of the whole copy
-  model_.zero_grad();
+  model_->zero_grad();
   tensors_->held_step.store(0);
   return absl::OkStatus();
 }
@@ -631,7 +634,7 @@ absl::Status PipelineStageActor::check_whole_parameters() const {
 
 absl::StatusOr<EvalReport> PipelineStageActor::evaluate(EvalRequest request) {
   if (absl::Status s = check_whole_parameters(); !s.ok()) return s;
-  return evaluate_task(model_, request);
+  return evaluate_task(*model_, request);
 }
 
 absl::StatusOr<std::vector<int32_t>> PipelineStageActor::generate(std::vector<int32_t> prompt,
@@ -640,7 +643,7 @@ absl::StatusOr<std::vector<int32_t>> PipelineStageActor::generate(std::vector<in
                                                                   uint64_t seed) {
   if (absl::Status s = check_whole_parameters(); !s.ok()) return s;
   absl::StatusOr<std::vector<std::vector<int32_t>>> out =
-      generate_tokens(model_, {std::move(prompt)},
+      generate_tokens(*model_, {std::move(prompt)},
                       {.max_new_tokens = max_new_tokens, .temperature = temperature, .seed = seed});
   if (!out.ok()) return out.status();
   return std::move((*out)[0]);

@@ -54,7 +54,7 @@
 #include "core/actor.h"
 #include "core/cluster/collective_group.h"
 #include "nn/dtype.h"
-#include "nn/gpt2/gpt.h"
+#include "nn/model/model.h"
 #include "nn/memory.h"
 
 namespace troupe::actors {
@@ -67,7 +67,7 @@ struct StageOptions {
   std::string job;
   Coordinate at;
   Mesh mesh;
-  nn::GPTConfig model;
+  nn::ModelConfig model;
   nn::ModelOptions model_options;
   int micro_batch = 1;
   int grad_accum = 1;
@@ -176,7 +176,7 @@ class PipelineStageActor {
   // How long a failed step's sends may take to be let go of, twice.
   static constexpr absl::Duration kSettleTimeout = absl::Seconds(10);
 
-  PipelineStageActor(StageOptions options, StagePlan plan, nn::GPT model);
+  PipelineStageActor(StageOptions options, StagePlan plan, std::unique_ptr<nn::Model> model);
   // Publishes what the shard reaches (StageTensors), once the buffers exist.
   void publish_tensors();
   // Joins group `name` of a pipeline ("pipe") or a stage's slices ("tp"),
@@ -196,8 +196,9 @@ class PipelineStageActor {
   // pp > 1: the step as the stage's schedule program orders it
   // (pipeline_stage_schedule.cc).
   absl::StatusOr<StepReport> run_schedule(const StepRequest& request);
-  // The tied embedding (pp > 1): the first stage sends wte to the last
-  // before the step, and the last its gradient back (add_embedding_grad).
+  // A tied head (pp > 1; nothing to do for an untied one): the first stage
+  // sends the token embedding to the last before the step, and the last the
+  // head's share of its gradient back (add_embedding_grad).
   absl::Status share_embedding(int64_t step, StageSends& sends);
   // After a failed step: waits until the transport has let go of what the
   // step sent (dropping the pipe's connections if a peer takes nothing), so
@@ -221,7 +222,7 @@ class PipelineStageActor {
   std::string name_;
   std::string loader_name_;  // of the coordinate it was spawned at
   StagePlan plan_;
-  nn::GPT model_;
+  std::unique_ptr<nn::Model> model_;
   std::shared_ptr<StageTensors> tensors_;
   std::unique_ptr<CollectiveGroup> group_;
   std::unique_ptr<CollectiveGroup> pipe_;  // pp > 1: this replica's stages, rank p

@@ -1,14 +1,14 @@
 // PipelineStageActor's step under pipeline parallelism (pp > 1): its
 // schedule's program (actors/pipeline/schedule.h) run op by op. Each
 // micro-batch's forward takes an activation slot of the model
-// (nn::GPT::use_slot) until its backward is done; activations and their
+// (nn::Model::use_slot) until its backward is done; activations and their
 // gradients go to the neighbouring stages over the pipe group, whose sends
 // return at once and whose receives wait (as check_schedule simulates).
 // Nothing is copied where the transport allows: a send lends the transport
 // the memory the stage computed in (waited for before that memory is written
 // again: StageSends), and a receive posted before its message arrives has it
-// land where the stage computes next. The tied embedding: the first stage
-// sends wte to the last before the step, and the last sends back the head's
+// land where the stage computes next. A tied head: the first stage sends the
+// token embedding to the last before the step, and the last sends back the head's
 // share of its gradient, which the first adds before its last backward, ahead
 // of the reduction.
 #include <vector>
@@ -44,12 +44,14 @@ uint64_t wire_tag(int64_t step, Wire what, int micro) {
 }  // namespace
 
 absl::Status PipelineStageActor::share_embedding(int64_t step, StageSends& sends) {
-  const size_t bytes = model_.param_layout().wpe() * sizeof(float);  // wte: the first tensor
+  const nn::ModelLayout& layout = model_->layout();
+  if (!layout.tied_head()) return absl::OkStatus();
+  const size_t bytes = layout.token_embedding().size() * sizeof(float);
   const int last = options_.mesh.pp - 1;
   if (plan_.first()) {
-    const float* wte = buffers_->params(0);
-    sends.add(wte,
-              pipe_->send_borrowed_async(last, wire_tag(step, Wire::kEmbedding, 0), wte, bytes));
+    const float* embedding = buffers_->params(0);
+    sends.add(embedding, pipe_->send_borrowed_async(last, wire_tag(step, Wire::kEmbedding, 0),
+                                                    embedding, bytes));
     return absl::OkStatus();
   }
   if (plan_.last())
@@ -58,14 +60,18 @@ absl::Status PipelineStageActor::share_embedding(int64_t step, StageSends& sends
 }
 
 void PipelineStageActor::send_embedding_grad(int64_t step, StageSends& sends) {
-  const size_t bytes = model_.param_layout().wpe() * sizeof(float);
-  const float* dwte = buffers_->grads(0);
-  sends.add(dwte,
-            pipe_->send_borrowed_async(0, wire_tag(step, Wire::kEmbeddingGrad, 0), dwte, bytes));
+  const nn::ModelLayout& layout = model_->layout();
+  if (!layout.tied_head()) return;
+  const size_t bytes = layout.token_embedding().size() * sizeof(float);
+  const float* grad = buffers_->grads(0);
+  sends.add(grad,
+            pipe_->send_borrowed_async(0, wire_tag(step, Wire::kEmbeddingGrad, 0), grad, bytes));
 }
 
 absl::Status PipelineStageActor::add_embedding_grad(int64_t step) {
-  const size_t n = model_.param_layout().wpe();
+  const nn::ModelLayout& layout = model_->layout();
+  if (!layout.tied_head()) return absl::OkStatus();
+  const size_t n = layout.token_embedding().size();
   head_share_.resize(n);
   if (absl::Status s =
           pipe_->recv_in_place(options_.mesh.pp - 1, wire_tag(step, Wire::kEmbeddingGrad, 0),
@@ -73,9 +79,9 @@ absl::Status PipelineStageActor::add_embedding_grad(int64_t step) {
       !s.ok()) {
     return s;
   }
-  float* dwte = buffers_->grads(0);
+  float* grad = buffers_->grads(0);
   for (size_t i = 0; i < n; ++i)
-    dwte[i] += head_share_[i];
+    grad[i] += head_share_[i];
   return absl::OkStatus();
 }
 
@@ -98,15 +104,15 @@ void PipelineStageActor::settle_sends(const absl::Status& why) {
 }
 
 absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& request) {
-  nn::GPT& gpt = model_;
+  nn::Model& gpt = *model_;
   const double start = now_ms();
   StepReport report;
   if (absl::Status s = start_step(request, report); !s.ok()) return s;
   const int B = options_.micro_batch;
-  const int T = options_.model.max_seq_len;
+  const int T = options_.model.max_seq_len();
   const int m = options_.grad_accum;
   const int p = plan_.stage;  // its (virtual) stage: its rank in the pipe group
-  const size_t bytes = static_cast<size_t>(B) * T * options_.model.channels * sizeof(float);
+  const size_t bytes = static_cast<size_t>(B) * T * options_.model.hidden_size() * sizeof(float);
   if (schedule_.micro_batches != m) {
     return absl::InternalError(absl::StrCat(name_, ": its schedule has ", schedule_.micro_batches,
                                             " micro-batches, its step ", m));

@@ -8,7 +8,7 @@
 
 namespace troupe::actors {
 
-absl::StatusOr<StagePlan> plan_stage(const nn::GPTParamLayout& layout, int pp, int p,
+absl::StatusOr<StagePlan> plan_stage(const nn::ModelLayout& layout, int pp, int p,
                                      std::span<const int64_t> partition) {
   const int L = layout.num_layers();
   if (pp < 1 || pp > L) {
@@ -61,13 +61,13 @@ std::vector<int64_t> uniform_partition(int blocks, int stages) {
 namespace {
 
 // The parameters a stage of blocks [begin, end) owns.
-size_t stage_params(const nn::GPTParamLayout& layout, int begin, int end) {
+size_t stage_params(const nn::ModelLayout& layout, int begin, int end) {
   const size_t from = begin == 0 ? 0 : layout.block_begin(begin);
   const size_t to = end == layout.num_layers() ? layout.num_params() : layout.block_begin(end);
   return to - from;
 }
 
-size_t largest_stage(const nn::GPTParamLayout& layout, const std::vector<int64_t>& partition) {
+size_t largest_stage(const nn::ModelLayout& layout, const std::vector<int64_t>& partition) {
   size_t largest = 0;
   int begin = 0;
   for (int64_t blocks : partition) {
@@ -80,7 +80,7 @@ size_t largest_stage(const nn::GPTParamLayout& layout, const std::vector<int64_t
 
 // The partition whose stages each own at most `bound` parameters, giving the
 // earlier stages the most blocks (and each a block at least), if there is one.
-std::optional<std::vector<int64_t>> fill_up_to(const nn::GPTParamLayout& layout, int stages,
+std::optional<std::vector<int64_t>> fill_up_to(const nn::ModelLayout& layout, int stages,
                                                size_t bound) {
   const int L = layout.num_layers();
   std::vector<int64_t> out;
@@ -99,7 +99,7 @@ std::optional<std::vector<int64_t>> fill_up_to(const nn::GPTParamLayout& layout,
 
 }  // namespace
 
-std::vector<int64_t> balanced_partition(const nn::GPTParamLayout& layout, int stages) {
+std::vector<int64_t> balanced_partition(const nn::ModelLayout& layout, int stages) {
   const int L = layout.num_layers();
   std::vector<int64_t> even = uniform_partition(L, stages);
   const size_t even_largest = largest_stage(layout, even);
@@ -118,7 +118,7 @@ std::vector<int64_t> balanced_partition(const nn::GPTParamLayout& layout, int st
   return *fill_up_to(layout, stages, high);
 }
 
-absl::StatusOr<float> forward_stage(nn::GPT& gpt, const StagePlan& plan, const int32_t* inputs,
+absl::StatusOr<float> forward_stage(nn::Model& gpt, const StagePlan& plan, const int32_t* inputs,
                                     const int32_t* targets, int B, int T, const GoOn& go_on) {
   if (absl::Status s = gpt.prepare(B, T); !s.ok()) return s;
   if (plan.first()) {
@@ -135,8 +135,8 @@ absl::StatusOr<float> forward_stage(nn::GPT& gpt, const StagePlan& plan, const i
   return gpt.head_forward(targets);
 }
 
-absl::Status backward_stage(nn::GPT& gpt, const StagePlan& plan, float dloss,
-                            const nn::GPT::GradientsFinal& on_final, const GoOn& go_on) {
+absl::Status backward_stage(nn::Model& gpt, const StagePlan& plan, float dloss,
+                            const nn::Model::GradientsFinal& on_final, const GoOn& go_on) {
   if (plan.last()) {
     if (absl::Status s = gpt.head_backward(dloss); !s.ok()) return s;
   }

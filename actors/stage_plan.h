@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "nn/gpt2/gpt.h"
-#include "nn/gpt2/layout.h"
+#include "nn/model/model.h"
+#include "nn/model/layout.h"
 #include "nn/optim/param_range.h"
 
 namespace troupe::actors {
@@ -43,7 +43,7 @@ struct StagePlan {
 // to stage i when given (parallel.partition). InvalidArgument unless
 // 1 <= pp <= L and 0 <= p < pp, and a partition has pp positive counts
 // summing to L.
-absl::StatusOr<StagePlan> plan_stage(const nn::GPTParamLayout& layout, int pp, int p,
+absl::StatusOr<StagePlan> plan_stage(const nn::ModelLayout& layout, int pp, int p,
                                      std::span<const int64_t> partition = {});
 
 // The blocks of each of `stages` stages, contiguous and at least one each,
@@ -53,7 +53,7 @@ absl::StatusOr<StagePlan> plan_stage(const nn::GPTParamLayout& layout, int pp, i
 // when it is one (so that a model whose embeddings are small splits as
 // Megatron splits it), else the one giving the earlier stages the most
 // blocks. REQUIRES: 1 <= stages <= L.
-std::vector<int64_t> balanced_partition(const nn::GPTParamLayout& layout, int stages);
+std::vector<int64_t> balanced_partition(const nn::ModelLayout& layout, int stages);
 // Megatron's even split of `blocks` over `stages`: the first blocks mod
 // stages stages take one more. REQUIRES: 1 <= stages <= blocks.
 std::vector<int64_t> uniform_partition(int blocks, int stages);
@@ -69,7 +69,7 @@ std::vector<int64_t> uniform_partition(int blocks, int stages);
 // succeed any more (its group lost a member) stops there with its error,
 // instead of computing to the end for nothing.
 using GoOn = std::function<absl::Status()>;
-absl::StatusOr<float> forward_stage(nn::GPT& gpt, const StagePlan& plan, const int32_t* inputs,
+absl::StatusOr<float> forward_stage(nn::Model& gpt, const StagePlan& plan, const int32_t* inputs,
                                     const int32_t* targets, int B, int T,
                                     const GoOn& go_on = nullptr);
 // The matching backward, accumulating the stage's parameter gradients: the
@@ -77,8 +77,8 @@ absl::StatusOr<float> forward_stage(nn::GPT& gpt, const StagePlan& plan, const i
 // residual(block_end) into gpt.dresidual()), the plan's blocks (reporting
 // each finished layer to on_final, as GPT::backward_blocks does), the
 // embedding on the first stage. For pp = 1 this is gpt.backward(dloss).
-absl::Status backward_stage(nn::GPT& gpt, const StagePlan& plan, float dloss,
-                            const nn::GPT::GradientsFinal& on_final = nullptr,
+absl::Status backward_stage(nn::Model& gpt, const StagePlan& plan, float dloss,
+                            const nn::Model::GradientsFinal& on_final = nullptr,
                             const GoOn& go_on = nullptr);
 
 }  // namespace troupe::actors

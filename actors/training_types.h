@@ -1,7 +1,7 @@
 // What the controller, the stages and the shards of a training job say to each
 // other: the optimizer they build, a step's request and report, a commit. All
 // codable (core/codec.h), so the controller may run in another process than
-// the actors. The model itself is nn::GPTConfig (one config type; its Codec is
+// the actors. The model itself is nn::ModelConfig (one config type; its Codec is
 // in actors/nn_codecs.h).
 //
 // Step ids. Step k is the k-th iteration of training (the k-th global batch),

@@ -19,9 +19,9 @@ constexpr size_t kMaxInFlight = 2;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ZeroGradientSync>> ZeroGradientSync::create(
-    const GradientSyncOptions& options, int stage, const StagePlan& plan, nn::GPT& gpt,
+    const GradientSyncOptions& options, int stage, const StagePlan& plan, nn::Model& gpt,
     CollectiveGroup& group, const ZeroBuffers& buffers) {
-  if (absl::Status s = check(options, stage, gpt.param_layout()); !s.ok()) return s;
+  if (absl::Status s = check(options, stage, gpt.layout()); !s.ok()) return s;
   // An empty partition (more ranks than parameters) has no buffer, and needs none.
   const bool empty = ZeroPartition(plan.params, group.world_size(), group.rank()).own().size() == 0;
   if (!empty && ((stage >= 2 && buffers.own_grads == nullptr) ||
@@ -34,13 +34,13 @@ absl::StatusOr<std::unique_ptr<ZeroGradientSync>> ZeroGradientSync::create(
 }
 
 absl::Status ZeroGradientSync::check(const GradientSyncOptions& options, int stage,
-                                     const nn::GPTParamLayout& layout) {
+                                     const nn::ModelLayout& layout) {
   if (stage < 1 || stage > 3) {
     return absl::InvalidArgumentError(absl::StrCat("ZeRO stage ", stage, " is not 1, 2 or 3"));
   }
   if (stage == 3) {
     size_t largest = 0;
-    for (const nn::ParamRange& r : layout.segments())
+    for (const nn::ParamRange& r : layout.segment_ranges())
       largest = std::max(largest, r.size());
     if (options.max_live_parameters < static_cast<int64_t>(largest)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -55,7 +55,7 @@ absl::Status ZeroGradientSync::check(const GradientSyncOptions& options, int sta
 }
 
 ZeroGradientSync::ZeroGradientSync(const GradientSyncOptions& options, int stage,
-                                   const StagePlan& plan, nn::GPT& gpt, CollectiveGroup& group,
+                                   const StagePlan& plan, nn::Model& gpt, CollectiveGroup& group,
                                    const ZeroBuffers& buffers)
     : options_(options),
       stage_(stage),
@@ -68,9 +68,9 @@ ZeroGradientSync::ZeroGradientSync(const GradientSyncOptions& options, int stage
                .max_live_elements = options.max_live_parameters,
                .persistence_threshold = options.persistence_threshold},
               gpt, group, partition_, buffers.own_params, pool_),
-      layer_buckets_(gpt.param_layout(),
+      layer_buckets_(gpt.layout(),
                      static_cast<size_t>(std::max<int64_t>(options.bucket_elements, 1))) {
-  plan_buckets(gpt.param_layout().segments());
+  plan_buckets(gpt.layout().segment_ranges());
 }
 
 void ZeroGradientSync::plan_buckets(const std::vector<nn::ParamRange>& segments) {
@@ -122,7 +122,7 @@ absl::Status ZeroGradientSync::run_piece(int piece, const std::function<absl::St
 
 absl::StatusOr<float> ZeroGradientSync::forward(const int32_t* inputs, const int32_t* targets,
                                                 int B, int T, bool) {
-  const int L = gpt_.config().num_layers;
+  const int L = gpt_.config().num_layers();
   if (absl::Status s = gpt_.prepare(B, T); !s.ok()) return s;
   if (absl::Status s = run_piece(0, [&] { return gpt_.embed_forward(inputs); }); !s.ok()) return s;
   for (int l = 0; l < L; ++l) {
@@ -151,11 +151,11 @@ void ZeroGradientSync::issue_ready(const std::vector<size_t>& ready) {
 }
 
 absl::Status ZeroGradientSync::backward_in_place(float dloss, bool last) {
-  const nn::GPTParamLayout& layout = gpt_.param_layout();
-  const int L = gpt_.config().num_layers;
+  const nn::ModelLayout& layout = gpt_.layout();
+  const int L = gpt_.config().num_layers();
   const bool overlap = last && options_.overlap_comm;
   layer_buckets_.reset();
-  nn::GPT::GradientsFinal on_final;
+  nn::Model::GradientsFinal on_final;
   if (overlap) on_final = [&](size_t from) { issue_ready(layer_buckets_.ready(from)); };
   absl::Status s = gpt_.head_backward(dloss);
   gather_.release(L + 1);
@@ -173,7 +173,7 @@ absl::Status ZeroGradientSync::backward_in_place(float dloss, bool last) {
 }
 
 absl::Status ZeroGradientSync::backward_partitioned(float dloss) {
-  const int L = gpt_.config().num_layers, E = 0, F = L + 1;
+  const int L = gpt_.config().num_layers(), E = 0, F = L + 1;
   const bool overlap = options_.overlap_comm;
   // The head writes the final LayerNorm's gradients and the LM head's share of wte's.
   if (absl::Status s = open_bucket(bucket_of_[E]); !s.ok()) return s;

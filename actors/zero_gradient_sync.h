@@ -47,12 +47,12 @@ class ZeroGradientSync : public GradientSync {
   // REQUIRES: the model's storage is model_storage("zero<stage>", dp); the
   // buffers hold partition own() (ZeroBuffers).
   static absl::StatusOr<std::unique_ptr<ZeroGradientSync>> create(
-      const GradientSyncOptions& options, int stage, const StagePlan& plan, nn::GPT& gpt,
+      const GradientSyncOptions& options, int stage, const StagePlan& plan, nn::Model& gpt,
       CollectiveGroup& group, const ZeroBuffers& buffers);
   ~ZeroGradientSync() override { drain(); }
   // What create refuses in `options`, checked without a group.
   static absl::Status check(const GradientSyncOptions& options, int stage,
-                            const nn::GPTParamLayout& layout);
+                            const nn::ModelLayout& layout);
 
   nn::ParamRange owned() const override { return partition_.own(); }
   float* owned_gradients() override;
@@ -82,7 +82,7 @@ class ZeroGradientSync : public GradientSync {
   };
 
   ZeroGradientSync(const GradientSyncOptions& options, int stage, const StagePlan& plan,
-                   nn::GPT& gpt, CollectiveGroup& group, const ZeroBuffers& buffers);
+                   nn::Model& gpt, CollectiveGroup& group, const ZeroBuffers& buffers);
   // Buckets of whole segments from the end; the embeddings (segment 0) alone.
   void plan_buckets(const std::vector<nn::ParamRange>& segments);
   // Stage 1: a micro-batch's backward; the last one's issues buckets of
@@ -104,7 +104,7 @@ class ZeroGradientSync : public GradientSync {
 
   GradientSyncOptions options_;
   int stage_;
-  nn::GPT& gpt_;
+  nn::Model& gpt_;
   CollectiveGroup& group_;
   ZeroPartition partition_;
   ZeroBuffers buffers_;

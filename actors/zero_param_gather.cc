@@ -26,16 +26,16 @@ std::vector<std::vector<int>> ParamGather::pieces(int num_layers) {
   return p;
 }
 
-ParamGather::ParamGather(const ParamGatherOptions& options, nn::GPT& gpt, CollectiveGroup& group,
+ParamGather::ParamGather(const ParamGatherOptions& options, nn::Model& gpt, CollectiveGroup& group,
                          const ZeroPartition& partition, const float* own_params, BufferPool& pool)
     : options_(options),
       gpt_(gpt),
       group_(group),
       partition_(partition),
       own_params_(own_params),
-      pieces_(pieces(gpt.config().num_layers)),
+      pieces_(pieces(gpt.config().num_layers())),
       pool_(pool) {
-  for (const nn::ParamRange& r : gpt.param_layout().segments()) {
+  for (const nn::ParamRange& r : gpt.layout().segment_ranges()) {
     Segment s;
     s.range = r;
     for (size_t count : partition_.counts(r.begin, r.end))

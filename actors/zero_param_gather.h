@@ -30,7 +30,7 @@
 #include "actors/buffer_pool.h"
 #include "actors/zero_partition.h"
 #include "core/cluster/collective_group.h"
-#include "nn/gpt2/gpt.h"
+#include "nn/model/model.h"
 #include "nn/memory.h"
 
 namespace troupe::actors {
@@ -52,7 +52,7 @@ class ParamGather {
   // `own_params`: ZeRO-3's partition of the parameters (own() of
   // `partition`); in place, the model's own buffer is gathered into.
   // Buffered, the gathered copies come from `pool` (which must outlive this).
-  ParamGather(const ParamGatherOptions& options, nn::GPT& gpt, CollectiveGroup& group,
+  ParamGather(const ParamGatherOptions& options, nn::Model& gpt, CollectiveGroup& group,
               const ZeroPartition& partition, const float* own_params, BufferPool& pool);
   ~ParamGather() { drain(); }
 
@@ -97,7 +97,7 @@ class ParamGather {
   size_t live_elements() const;
 
   ParamGatherOptions options_;
-  nn::GPT& gpt_;
+  nn::Model& gpt_;
   CollectiveGroup& group_;
   ZeroPartition partition_;
   const float* own_params_;

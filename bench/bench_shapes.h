@@ -2,7 +2,7 @@
 // and CI's smoke size.
 #pragma once
 
-#include "nn/gpt2/gpt.h"
+#include "nn/model/model.h"
 
 namespace troupe::bench {
 
@@ -14,8 +14,8 @@ inline constexpr Shape kMedium = {6, 384, 6, 256, 4096, 4};
 inline constexpr Shape kTiny = {2, 64, 4, 32, 256, 2};
 
 // The model of `s` (its vocabulary unpadded).
-inline nn::GPTConfig gpt_config(const Shape& s) {
-  return {.max_seq_len = s.T,
+inline nn::ModelConfig gpt_config(const Shape& s) {
+  return nn::GPTConfig{.max_seq_len = s.T,
           .vocab_size = s.V,
           .padded_vocab_size = s.V,
           .num_layers = s.L,

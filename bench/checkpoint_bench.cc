@@ -49,7 +49,7 @@
 #include "checkpoint/env.h"
 #include "core/cluster/cluster.h"
 #include "core/cluster/local_cluster.h"
-#include "nn/gpt2/layout.h"
+#include "nn/model/model.h"
 #include "trainers/checkpointer.h"
 #include "trainers/config.h"
 #include "trainers/data_parallel_trainer.h"
@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   const trainers::TrainConfig base = train_config(shape, ranks, 0, dir + "/overhead");
-  const int64_t params = static_cast<int64_t>(nn::GPTParamLayout(base.model).num_params());
+  const int64_t params = static_cast<int64_t>(nn::model_layout(base.model).num_params());
   const size_t state_bytes = static_cast<size_t>(params) * 3 * sizeof(float);
   std::printf(
       "checkpoint_bench: GPT %d layers x %d, seq %d, vocab %d: %lld parameters, %.1f MB of "

@@ -63,7 +63,7 @@
 #include "bench/bench_util.h"
 #include "bench/compute_env.h"
 #include "bench/ddp_bench.h"
-#include "nn/gpt2/layout.h"
+#include "nn/model/model.h"
 
 namespace troupe::bench::ddp {
 namespace {
@@ -104,7 +104,7 @@ std::vector<std::string> split(const std::string& s) {
 // Buckets GradientBuckets (actors/gradient_buckets.h) makes for `mc`: whole backward phases
 // (final LayerNorm, each block, the embeddings) grouped from the end until >= bucket_elements.
 int count_buckets(const ModelConfig& mc, int64_t bucket_elements) {
-  nn::GPTParamLayout layout(mc.gpt());
+  nn::ModelLayout layout = nn::model_layout(mc.gpt());
   std::vector<size_t> starts{layout.block_begin(mc.L)};
   for (int l = mc.L - 1; l >= 0; --l)
     starts.push_back(layout.block_begin(l));

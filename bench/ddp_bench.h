@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "nn/gpt2/layout.h"
+#include "nn/model/model.h"
 
 namespace troupe {
 class Cluster;
@@ -28,15 +28,15 @@ struct ModelConfig {
   std::string name;
   int L, C, NH, V, T, B;    // B: the micro-batch of each replica; V a multiple of 64 (no padding)
   int64_t bucket_elements;  // reduce_bucket_size: about one block, so several buckets
-  nn::GPTConfig gpt() const {
-    return {.max_seq_len = T,
+  nn::ModelConfig gpt() const {
+    return nn::GPTConfig{.max_seq_len = T,
             .vocab_size = V,
             .padded_vocab_size = V,
             .num_layers = L,
             .num_heads = NH,
             .channels = C};
   }
-  size_t params() const { return nn::GPTParamLayout(gpt()).num_params(); }
+  size_t params() const { return nn::model_layout(gpt()).num_params(); }
   double bucket_mib() const { return static_cast<double>(bucket_elements) * 4 / (1 << 20); }
 };
 

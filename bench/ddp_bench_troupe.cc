@@ -52,7 +52,7 @@ trainers::TrainConfig train_config(const ModelConfig& mc, int dp, int64_t bucket
   c.gradient_accumulation_steps = 1;
   c.micro_batch_size = mc.B;
   c.train_batch_size = static_cast<int64_t>(mc.B) * dp;
-  c.model = {.max_seq_len = mc.T,
+  c.model = nn::GPTConfig{.max_seq_len = mc.T,
              .vocab_size = mc.V,
              .padded_vocab_size = mc.V,
              .num_layers = mc.L,

@@ -43,7 +43,7 @@
 #include "bench/bench_util.h"
 #include "bench/compute_env.h"
 #include "nn/gemm.h"
-#include "nn/gpt2/gpt.h"
+#include "nn/model/model.h"
 #include "nn/optim/adamw.h"
 #include "nn/threads.h"
 
@@ -57,7 +57,7 @@ namespace {
 struct ModelConfig {
   std::string name;
   int L, C, NH, V, T, B;  // max_seq_len = T; no vocabulary padding (PyTorch's model has none)
-  troupe::nn::GPTConfig gpt_config() const {
+  troupe::nn::ModelConfig gpt_config() const {
     troupe::nn::GPTConfig config;
     config.max_seq_len = T;
     config.vocab_size = V;
@@ -66,7 +66,7 @@ struct ModelConfig {
     config.channels = C;
     return config;
   }
-  size_t params() const { return troupe::nn::GPTParamLayout(gpt_config()).num_params(); }
+  size_t params() const { return troupe::nn::model_layout(gpt_config()).num_params(); }
 };
 
 // Named by their approximate parameter count. Heads of 64 channels as GPT-2's (32 in the
@@ -123,13 +123,15 @@ double load_average() {
 }
 
 TroupeResult run_troupe(const ModelConfig& mc, int threads, int steps, int warmup, int repeat) {
-  nn::GPT gpt = value_or_die(nn::GPT::create(mc.gpt_config()), mc.name + ": GPT::create");
+  std::unique_ptr<nn::Model> model =
+      value_or_die(nn::create_model(mc.gpt_config()), mc.name + ": create_model");
+  nn::Model& gpt = *model;
   gpt.init_parameters(1337);
   const size_t n = gpt.num_params();
   std::vector<float> m(n, 0.0f), v(n, 0.0f);
   const nn::AdamWConfig adamw{
       .lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-  const std::vector<nn::ParamRange> no_decay = gpt.param_layout().no_decay_ranges();
+  const std::vector<nn::ParamRange> no_decay = gpt.layout().no_decay_ranges();
   std::mt19937 rng(1);
   std::uniform_int_distribution<int32_t> token(0, mc.V - 1);
   std::vector<int32_t> inputs(static_cast<size_t>(mc.B) * mc.T), targets(inputs.size());

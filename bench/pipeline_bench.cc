@@ -69,7 +69,7 @@ trainers::TrainConfig config_for(const Shape& s, const std::string& schedule, in
   c.micro_batch_size = s.B;
   c.gradient_accumulation_steps = m;
   c.train_batch_size = static_cast<int64_t>(s.B) * m;
-  c.model = {.max_seq_len = s.T,
+  c.model = nn::GPTConfig{.max_seq_len = s.T,
              .vocab_size = s.V,
              .padded_vocab_size = s.V,
              .num_layers = s.L,

@@ -38,7 +38,7 @@
 #include "bench/bench_util.h"
 #include "bench/compute_env.h"
 #include "bench/zero_bench.h"
-#include "nn/gpt2/layout.h"
+#include "nn/model/model.h"
 #include "trainers/config.h"
 
 namespace troupe::bench::zero {
@@ -130,12 +130,12 @@ int main(int argc, char** argv) {
     }
     return *c;
   }();
-  const double psi = static_cast<double>(troupe::nn::GPTParamLayout(parsed.model).num_params());
+  const double psi = static_cast<double>(troupe::nn::model_layout(parsed.model).num_params());
   std::printf(
       "zero_bench: GPT %d layers x %d, seq %d, vocab %d (%.2fM parameters), micro-batch %lld, "
       "%d ranks x %d threads, %d + %d steps, %d rounds\n",
-      parsed.model.num_layers, parsed.model.channels, parsed.model.max_seq_len,
-      parsed.model.vocab_size, psi / 1e6, static_cast<long long>(parsed.micro_batch_size), ranks,
+      parsed.model.num_layers(), parsed.model.hidden_size(), parsed.model.max_seq_len(),
+      parsed.model.vocab_size(), psi / 1e6, static_cast<long long>(parsed.micro_batch_size), ranks,
       threads, warmup, steps, repeat);
 
   std::optional<std::string> python;

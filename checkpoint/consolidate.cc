@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/shard_file.h"
+#include "nn/model/model.h"
 
 namespace troupe::checkpoint {
 
@@ -19,7 +20,7 @@ absl::StatusOr<ConsolidatedWeights> consolidate(Env* env, const std::string& dir
     }
     skipped.insert(skipped.end(), found->skipped.begin(), found->skipped.end());
     ConsolidatedWeights w{.step_dir = found->step_dir, .manifest = found->manifest};
-    const int64_t n = static_cast<int64_t>(nn::GPTParamLayout(w.manifest.model).num_params());
+    const int64_t n = static_cast<int64_t>(nn::model_layout(w.manifest.model).num_params());
     w.params.resize(static_cast<size_t>(n));
     absl::Status read = verify_checksums(env, w.step_dir, w.manifest);
     if (read.ok()) {

@@ -11,6 +11,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checksum.h"
+#include "nn/model/config_json.h"
+#include "nn/model/model.h"
 
 namespace troupe::checkpoint {
 namespace {
@@ -28,11 +30,7 @@ uint64_t manifest_checksum(const json& without_key) {
   return xxh64(text.data(), text.size());
 }
 
-json encode_model(const nn::GPTConfig& m) {
-  return {{"n_layer", m.num_layers},    {"n_head", m.num_heads},
-          {"n_embd", m.channels},       {"seq_len", m.max_seq_len},
-          {"vocab_size", m.vocab_size}, {"padded_vocab_size", m.padded_vocab()}};
-}
+json encode_model(const nn::ModelConfig& m) { return json::parse(nn::model_config_to_text(m)); }
 
 absl::Status data_loss(const std::string& where, const std::string& what) {
   return absl::DataLossError(absl::StrCat(where, ": ", what));
@@ -141,9 +139,9 @@ absl::Status check_shards(const Manifest& m, const std::string& where,
 // in [0, pp), the stages in buffer order. A record without a split (written
 // before there was one, with tp = 1) takes the model's.
 absl::Status check_tensors(Manifest& m, const std::string& where) {
-  const nn::GPTConfig& g = m.model;
+  const nn::ModelConfig& g = m.model;
   // The count first: tensor_records of a model claiming 2^24 layers would be huge.
-  const size_t per_slice = 4 + 12 * static_cast<size_t>(g.num_layers);
+  const size_t per_slice = nn::count_tensors(g);
   if (m.tensors.size() != per_slice * static_cast<size_t>(m.layout.tp)) {
     return data_loss(
         where, absl::StrCat("tensors: ", m.tensors.size(), " records; the model has ", per_slice,
@@ -170,19 +168,18 @@ absl::Status check_tensors(Manifest& m, const std::string& where) {
 }
 
 absl::Status check_manifest(Manifest& m, const std::string& where) {
-  const nn::GPTConfig& g = m.model;
-  for (auto [key, value] : {std::pair{"n_layer", g.num_layers},
-                            {"n_head", g.num_heads},
-                            {"n_embd", g.channels},
-                            {"seq_len", g.max_seq_len},
-                            {"vocab_size", g.vocab_size},
-                            {"padded_vocab_size", g.padded_vocab_size}}) {
+  const nn::ModelConfig& g = m.model;
+  // The codec validated the config; its sizes must also be ones a manifest can describe.
+  for (auto [key, value] : {std::pair{"layers", g.num_layers()},
+                            {"heads", g.num_heads()},
+                            {"hidden size", g.hidden_size()},
+                            {"sequence length", g.max_seq_len()},
+                            {"padded vocabulary", g.padded_vocab()}}) {
     if (value < 1 || value > kMaxDimension) {
-      return data_loss(
-          where, absl::StrCat("model.", key, " ", value, " is outside [1, ", kMaxDimension, "]"));
+      return data_loss(where, absl::StrCat("model: ", key, " ", value, " is outside [1, ",
+                                           kMaxDimension, "]"));
     }
   }
-  if (absl::Status s = g.validate(); !s.ok()) return data_loss(where, std::string(s.message()));
   const MeshLayout& l = m.layout;
   for (auto [key, value] : {std::pair{"dp", l.dp}, {"pp", l.pp}, {"tp", l.tp}}) {
     if (value < 1 || value > kMaxMesh) {
@@ -197,8 +194,8 @@ absl::Status check_manifest(Manifest& m, const std::string& where) {
     return data_loss(where, absl::StrCat("layout.virtual_stages ", l.virtual_stages,
                                          " does not divide layout.pp ", l.pp));
   }
-  if (l.pp > g.num_layers) {
-    return data_loss(where, absl::StrCat("layout.pp ", l.pp, " for ", g.num_layers, " layers"));
+  if (l.pp > g.num_layers()) {
+    return data_loss(where, absl::StrCat("layout.pp ", l.pp, " for ", g.num_layers(), " layers"));
   }
   if (absl::Status s = nn::validate_slice(g, {.rank = 0, .size = l.tp}); !s.ok()) {
     return data_loss(where, absl::StrCat("layout.tp ", l.tp, ": ", s.message()));
@@ -228,7 +225,7 @@ absl::Status check_manifest(Manifest& m, const std::string& where) {
   std::vector<int64_t> slice_sizes;
   for (int t = 0; t < l.tp; ++t) {
     slice_sizes.push_back(
-        static_cast<int64_t>(nn::GPTParamLayout(g, {.rank = t, .size = l.tp}).num_params()));
+        static_cast<int64_t>(nn::model_layout(g, {.rank = t, .size = l.tp}).num_params()));
   }
   return check_shards(m, where, slice_sizes);
 }
@@ -259,12 +256,12 @@ std::string split_name(nn::TensorSplit split) {
   return "";
 }
 
-std::vector<TensorRecord> tensor_records(const nn::GPTConfig& model, int tp,
+std::vector<TensorRecord> tensor_records(const nn::ModelConfig& model, int tp,
                                          const std::vector<nn::ParamRange>& stages) {
   std::vector<TensorRecord> out;
-  const nn::GPTParamLayout whole(model);
+  const nn::ModelLayout whole = nn::model_layout(model);
   for (int t = 0; t < tp; ++t) {
-    const nn::GPTParamLayout layout(model, {.rank = t, .size = tp});
+    const nn::ModelLayout layout = nn::model_layout(model, {.rank = t, .size = tp});
     int p = 0;
     for (size_t i = 0; i < layout.tensors().size(); ++i) {
       const nn::ParamTensor& s = layout.tensors()[i];
@@ -379,13 +376,9 @@ absl::StatusOr<Manifest> decode_manifest(const std::string& text, const std::str
     m.step = j.at("step").get<int64_t>();
     m.applied_steps = j.at("applied_steps").get<int64_t>();
     m.created_ms = j.at("created_ms").get<int64_t>();
-    const json& model = j.at("model");
-    m.model.num_layers = model.at("n_layer").get<int>();
-    m.model.num_heads = model.at("n_head").get<int>();
-    m.model.channels = model.at("n_embd").get<int>();
-    m.model.max_seq_len = model.at("seq_len").get<int>();
-    m.model.vocab_size = model.at("vocab_size").get<int>();
-    m.model.padded_vocab_size = model.at("padded_vocab_size").get<int>();
+    absl::StatusOr<nn::ModelConfig> model = nn::model_config_from_json(j.at("model"), "model");
+    if (!model.ok()) return data_loss(where, std::string(model.status().message()));
+    m.model = *std::move(model);
     const json& layout = j.at("layout");
     m.layout = {.dp = layout.at("dp").get<int>(),
                 .pp = layout.at("pp").get<int>(),

@@ -4,7 +4,7 @@
 //
 // State is addressed by global names and ranges, as PyTorch DCP and
 // DeepSpeed's universal checkpoints do. Each tensor slice t of tp has a flat
-// buffer (nn/gpt_param_layout.h: the layout of slice t; tp = 1: the model's
+// buffer (nn/model/layout.h: the layout of slice t; tp = 1: the model's
 // buffer), which the pipeline stages' ranges tile. `tensors` names every
 // parameter tensor of every slice: its global shape, how tensor parallelism
 // splits it, the stage p that owns it and where slice t holds its part. Each
@@ -26,7 +26,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "nn/gpt2/layout.h"
+#include "nn/model/config.h"
+#include "nn/model/layout.h"
 #include "nn/optim/loss_scaler.h"
 
 namespace troupe::checkpoint {
@@ -65,7 +66,7 @@ struct Owner {
 std::string to_string(const Owner& owner);
 
 struct TensorRecord {
-  std::string name;            // "wte", "h0.qkvw", ... (nn::GPTParamLayout)
+  std::string name;            // "wte", "h0.qkvw", ... (nn::ModelLayout)
   std::vector<int64_t> shape;  // global
   std::string dtype = "float32";
   // How tp slices split it (nn::TensorSplit): "replicated" (whole in every
@@ -121,7 +122,7 @@ struct RngState {
 struct Manifest {
   int64_t step = 0;           // the last step finished; a resumed run continues at step + 1
   int64_t applied_steps = 0;  // updates applied: the schedule's position
-  nn::GPTConfig model;
+  nn::ModelConfig model;
   MeshLayout layout;
   std::vector<TensorRecord> tensors;
   std::vector<ShardRecord> shards;
@@ -139,7 +140,7 @@ struct Manifest {
 // of `stages` (the pipeline stages' parameter ranges, tiling a slice's
 // buffer in order; empty: one stage) holds its offset.
 // REQUIRES: nn::validate_slice(model, {0, tp}) is OK.
-std::vector<TensorRecord> tensor_records(const nn::GPTConfig& model, int tp = 1,
+std::vector<TensorRecord> tensor_records(const nn::ModelConfig& model, int tp = 1,
                                          const std::vector<nn::ParamRange>& stages = {});
 // The name of a split in the manifest ("qkv_rows").
 std::string split_name(nn::TensorSplit split);
@@ -151,7 +152,7 @@ std::string encode_manifest(const Manifest& manifest);
 // that is not JSON, not ours, of another version, whose manifest_xxh64 does
 // not match (unless !verify_checksum: the fuzz target's way past it), a
 // missing or mistyped key,
-// a model GPTConfig::validate refuses or that does not split over tp,
+// a model the config codec (nn/model/config_json.h) refuses or that does not split over tp,
 // tensors that are not the model's (the stages owning them out of order), or
 // shards whose ranges or entries do not fit (an entry's length is not 4 x its
 // range, entries overlap in their file, a range outside its slice's buffer,

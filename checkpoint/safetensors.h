@@ -12,14 +12,12 @@
 
 #include "absl/status/statusor.h"
 #include "checkpoint/env.h"
+#include "nn/model/hf.h"
 
 namespace troupe::checkpoint {
 
-struct SafeTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  std::vector<float> data;  // row-major, the product of shape
-};
+// A named float32 tensor, row-major (nn/model/hf.h: what a model's Hugging Face export holds).
+using SafeTensor = nn::HfTensor;
 
 // Writes `tensors` (float32) and `metadata` to `path` atomically (PATH.tmp,
 // fsynced, renamed). InvalidArgument if a tensor's data does not match its

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checksum.h"
+#include "nn/model/model.h"
 
 namespace troupe::checkpoint {
 namespace {
@@ -86,15 +87,15 @@ struct SavedRun {
 // Where a checkpoint of `tp` slices holds each element of the whole model,
 // in whole-buffer order: the runs tile it once (a tensor every slice holds
 // whole is taken from slice 0).
-std::vector<SavedRun> saved_runs(const nn::GPTConfig& model, int tp) {
-  const nn::GPTParamLayout whole(model);
+std::vector<SavedRun> saved_runs(const nn::ModelConfig& model, int tp) {
+  const nn::ModelLayout whole = nn::model_layout(model);
   std::set<size_t> replicated;  // where such tensors start in the whole buffer
   for (const nn::ParamTensor& t : whole.tensors()) {
     if (t.split == nn::TensorSplit::kReplicated) replicated.insert(t.offset);
   }
   std::vector<SavedRun> runs;
   for (int t = 0; t < tp; ++t) {
-    const nn::GPTParamLayout slice(model, {.rank = t, .size = tp});
+    const nn::ModelLayout slice = nn::model_layout(model, {.rank = t, .size = tp});
     nn::for_each_slice_run(whole, slice, [&](size_t w, size_t at, size_t n) {
       if (t > 0 && replicated.contains(w)) return;
       runs.push_back({.whole = static_cast<int64_t>(w),
@@ -110,7 +111,7 @@ std::vector<SavedRun> saved_runs(const nn::GPTConfig& model, int tp) {
 
 // The copies that fill elements [begin, end) of the reader's slice from the
 // checkpoint's runs, in the reader's order, touching ones merged.
-std::vector<Piece> pieces_of(const nn::GPTParamLayout& whole, const nn::GPTParamLayout& reader,
+std::vector<Piece> pieces_of(const nn::ModelLayout& whole, const nn::ModelLayout& reader,
                              const std::vector<SavedRun>& saved, int64_t begin, int64_t end) {
   std::vector<Piece> pieces;
   auto add = [&](const Piece& piece) {
@@ -144,12 +145,6 @@ std::vector<Piece> pieces_of(const nn::GPTParamLayout& whole, const nn::GPTParam
     }
   });
   return pieces;
-}
-
-bool same_model(const nn::GPTConfig& a, const nn::GPTConfig& b) {
-  return a.num_layers == b.num_layers && a.num_heads == b.num_heads && a.channels == b.channels &&
-         a.max_seq_len == b.max_seq_len && a.vocab_size == b.vocab_size &&
-         a.padded_vocab() == b.padded_vocab();
 }
 
 }  // namespace
@@ -190,15 +185,15 @@ absl::StatusOr<std::vector<ShardEntry>> write_shard_file(
 }
 
 absl::Status read_state(Env* env, const std::string& step_dir, const Manifest& manifest,
-                        const std::string& state, const nn::GPTConfig& model,
+                        const std::string& state, const nn::ModelConfig& model,
                         const nn::TensorSlice& slice, int64_t begin, int64_t end, float* out) {
-  if (!same_model(model, manifest.model)) {
+  if (model != manifest.model) {
     return absl::InvalidArgumentError(
         absl::StrCat(step_name(step_dir), ": the checkpoint is of another model"));
   }
   if (absl::Status s = nn::validate_slice(model, slice); !s.ok()) return s;
-  const nn::GPTParamLayout whole(model);
-  const nn::GPTParamLayout reader(model, slice);
+  const nn::ModelLayout whole = nn::model_layout(model);
+  const nn::ModelLayout reader = nn::model_layout(model, slice);
   if (begin < 0 || begin > end || end > static_cast<int64_t>(reader.num_params())) {
     return absl::InvalidArgumentError(absl::StrCat("read_state: range [", begin, ", ", end,
                                                    ") is not within the slice's ",

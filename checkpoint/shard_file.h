@@ -50,7 +50,7 @@ absl::StatusOr<std::vector<ShardEntry>> write_shard_file(
 // the data's fault); DataLoss "STEP: FILE: ..." for a missing or short file
 // or a checksum mismatch.
 absl::Status read_state(Env* env, const std::string& step_dir, const Manifest& manifest,
-                        const std::string& state, const nn::GPTConfig& model,
+                        const std::string& state, const nn::ModelConfig& model,
                         const nn::TensorSlice& slice, int64_t begin, int64_t end, float* out);
 
 // Checks that every file the manifest names is there and long enough

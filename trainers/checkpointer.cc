@@ -42,23 +42,12 @@ uint64_t trajectory_hash(const std::string& config_json) {
   return checkpoint::xxh64(text.data(), text.size());
 }
 
-bool same_model(const nn::GPTConfig& a, const nn::GPTConfig& b) {
-  return a.num_layers == b.num_layers && a.num_heads == b.num_heads && a.channels == b.channels &&
-         a.max_seq_len == b.max_seq_len && a.vocab_size == b.vocab_size &&
-         a.padded_vocab() == b.padded_vocab();
-}
-
-std::string describe(const nn::GPTConfig& m) {
-  return absl::StrCat(m.num_layers, " layers, ", m.num_heads, " heads, n_embd ", m.channels,
-                      ", seq_len ", m.max_seq_len, ", vocab ", m.vocab_size);
-}
-
 }  // namespace
 
 JobRecord job_record(const TrainConfig& config, int64_t samples_per_epoch) {
   JobRecord job;
   job.model = config.model;
-  job.model.padded_vocab_size = config.model.padded_vocab();
+  job.model = config.model.normalized();
   job.layout = {.dp = config.parallel.dp,
                 .pp = config.parallel.pp,
                 .tp = config.parallel.tp,
@@ -298,10 +287,10 @@ std::vector<CheckpointEvent> Checkpointer::finish() {
 
 absl::StatusOr<LoadedCheckpoint> Checkpointer::load_from(const std::string& step_dir,
                                                          const checkpoint::Manifest& m) {
-  if (!same_model(m.model, job_.model)) {
+  if (m.model != job_.model) {
     return absl::InvalidArgumentError(
-        absl::StrCat(checkpoint::step_dir_name(m.step), " is of another model (", describe(m.model),
-                     ") than the config's (", describe(job_.model), ")"));
+        absl::StrCat(checkpoint::step_dir_name(m.step), " is of another model (", m.model.describe(),
+                     ") than the config's (", job_.model.describe(), ")"));
   }
   if (m.optimizer.type != job_.optimizer) {
     return absl::InvalidArgumentError(absl::StrCat(checkpoint::step_dir_name(m.step),

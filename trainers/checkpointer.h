@@ -39,7 +39,7 @@ namespace troupe::trainers {
 
 // What the manifest records of the job besides the controller's state.
 struct JobRecord {
-  nn::GPTConfig model;
+  nn::ModelConfig model;
   checkpoint::MeshLayout layout;
   std::string optimizer;  // "adamw" or "sgd"
   checkpoint::RngState rng;

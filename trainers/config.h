@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "nn/gpt2/gpt.h"
-#include "nn/gpt2/layout.h"
+#include "nn/model/model.h"
+#include "nn/model/layout.h"
 #include "nn/optim/adamw.h"
 #include "nn/optim/loss_scaler.h"
 #include "nn/optim/schedule.h"
@@ -53,20 +53,23 @@ inline constexpr int kMaxEvalSamples = 1 << 20;
 inline constexpr int kMaxLocalWorkers = 64;  // troupe train --local
 inline constexpr int kMaxCheckpointsKept = 1 << 16;
 
-// `model`: the GPT, as nn::GPTConfig (the one model config type of troupe;
-// actors/nn_codecs.h sends it to the actors). Its JSON keys are GPT-2's:
-//   n_layer -> num_layers, n_head -> num_heads, n_embd -> channels,
-//   seq_len -> max_seq_len (T of every sample), vocab_size, padded_vocab_size
-//   (absent or 0: vocab_size rounded up to a multiple of 64; the parsed config
-//   holds the resolved value, while a TrainConfig built in code keeps nn's
-//   meaning of 0: no padding). recompute_activations is nn::ModelOptions'.
-// The defaults: 2 layers, 4 heads, 64 channels, seq_len 64, 256 byte tokens.
-inline constexpr nn::GPTConfig kDefaultModel = {.max_seq_len = 64,
-                                                .vocab_size = 256,
-                                                .padded_vocab_size = 256,
-                                                .num_layers = 2,
-                                                .num_heads = 4,
-                                                .channels = 64};
+// `model`: nn::ModelConfig (the one model config type of troupe), read and
+// written by its codec (nn/model/config_json.h): {"type": "gpt2", n_layer,
+// n_head, n_embd, seq_len, vocab_size, padded_vocab_size} or {"type":
+// "llama", Hugging Face's LlamaConfig keys}; without "type" GPT-2's. The
+// sequence length (seq_len, max_position_embeddings) is T of every sample.
+// padded_vocab_size absent or 0: vocab_size rounded up to a multiple of 64
+// (the parsed config holds the resolved value, while a TrainConfig built in
+// code keeps nn's meaning of 0: no padding). recompute_activations, in the
+// same section, is nn::ModelOptions'. A section that names no "type" and
+// only some GPT-2 keys changes those of the default: a GPT-2 of 2 layers, 4
+// heads, 64 channels, seq_len 64, 256 byte tokens.
+inline constexpr nn::ModelConfig kDefaultModel = nn::GPTConfig{.max_seq_len = 64,
+                                                               .vocab_size = 256,
+                                                               .padded_vocab_size = 256,
+                                                               .num_layers = 2,
+                                                               .num_heads = 4,
+                                                               .channels = 64};
 // padded_vocab_size as the config resolves 0: vocab_size rounded up to 64.
 int default_padded_vocab(int vocab_size);
 
@@ -215,7 +218,7 @@ struct TrainConfig {
   Fp16Config fp16;
   bool bf16 = false;  // "bf16": {"enabled": true}
   ZeroConfig zero;
-  nn::GPTConfig model = kDefaultModel;
+  nn::ModelConfig model = kDefaultModel;
   nn::ModelOptions model_options;  // model.recompute_activations
   DataConfig data;
   ParallelConfig parallel;

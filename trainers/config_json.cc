@@ -4,6 +4,7 @@
 #include <variant>
 
 #include "trainers/config.h"
+#include "nn/model/config_json.h"
 #include "trainers/config_reader.h"
 
 namespace troupe::trainers {
@@ -93,14 +94,8 @@ std::string to_json(const TrainConfig& c) {
     z["stage3_gather_16bit_weights_on_model_save"] =
         c.zero.stage3_gather_16bit_weights_on_model_save;
   }
-  const nn::GPTConfig& m = c.model;
-  j["model"] = {{"n_layer", m.num_layers},
-                {"n_head", m.num_heads},
-                {"n_embd", m.channels},
-                {"seq_len", m.max_seq_len},
-                {"vocab_size", m.vocab_size},
-                {"padded_vocab_size", m.padded_vocab()},
-                {"recompute_activations", c.model_options.recompute_activations}};
+  j["model"] = nn::model_config_to_json(c.model);
+  j["model"]["recompute_activations"] = c.model_options.recompute_activations;
   Json data;
   if (c.data.synthetic) {
     const SyntheticTaskConfig& s = *c.data.synthetic;

@@ -8,7 +8,7 @@
 #include "absl/strings/string_view.h"
 
 #include "absl/strings/str_cat.h"
-#include "nn/gpt2/layout.h"
+#include "nn/model/layout.h"
 #include "trainers/config.h"
 #include "trainers/config_reader.h"
 #include "trainers/config_sections.h"
@@ -403,7 +403,7 @@ absl::Status parse_zero(JsonObject& top, TrainConfig* config) {
   // the largest cannot be honoured (the model and dp were read before).
   if (z.stage == 3 && config->parallel.dp > 1) {
     size_t largest = 0;
-    for (const nn::ParamRange& r : nn::GPTParamLayout(config->model).segments())
+    for (const nn::ParamRange& r : nn::model_layout(config->model).segment_ranges())
       largest = std::max(largest, r.size());
     if (z.stage3_max_live_parameters < static_cast<int64_t>(largest)) {
       return config_error(absl::StrCat(

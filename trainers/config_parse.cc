@@ -12,8 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "actors/data/addition_task.h"
-#include "nn/gpt2/layout.h"
+#include "nn/model/layout.h"
 #include "trainers/config.h"
+#include "nn/model/config_json.h"
 #include "trainers/config_reader.h"
 #include "trainers/config_sections.h"
 
@@ -156,7 +157,7 @@ absl::Status check_top_level(JsonObject& top, const Json& json,
   return absl::OkStatus();
 }
 
-absl::Status parse_synthetic(JsonObject& s, const nn::GPTConfig& model, SyntheticTaskConfig* out) {
+absl::Status parse_synthetic(JsonObject& s, const nn::ModelConfig& model, SyntheticTaskConfig* out) {
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("task", &out->task));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("digits", &out->digits, 1, 9));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("num_samples", &out->num_samples, 1, kMaxSamples));
@@ -170,21 +171,21 @@ absl::Status parse_synthetic(JsonObject& s, const nn::GPTConfig& model, Syntheti
   const actors::AdditionProblem problem = actors::make_addition_problem(0, 0, out->digits);
   const int problem_tokens =
       static_cast<int>(actors::addition_prompt_tokens(problem).size() + problem.answer.size());
-  if (model.max_seq_len < problem_tokens) {
+  if (model.max_seq_len() < problem_tokens) {
     return config_error(absl::StrCat(
-        "model.seq_len: ", model.max_seq_len, " is too short for ", s.key_path("digits"), " ",
+        "model.seq_len: ", model.max_seq_len(), " is too short for ", s.key_path("digits"), " ",
         out->digits, ": a prompt with its answer takes ", problem_tokens, " tokens"));
   }
   constexpr int64_t kMaxTokens = int64_t{1} << 30;  // addition_task.h's limit
-  if (out->num_samples > (kMaxTokens - 1) / model.max_seq_len) {
+  if (out->num_samples > (kMaxTokens - 1) / model.max_seq_len()) {
     return config_error(absl::StrCat(s.key_path("num_samples"), ": ", out->num_samples,
-                                     " samples x model.seq_len ", model.max_seq_len,
+                                     " samples x model.seq_len ", model.max_seq_len(),
                                      " is over the task's 2^30 tokens"));
   }
   const actors::AdditionTaskOptions options = {.digits = out->digits,
                                                .num_samples = out->num_samples,
                                                .seed = out->seed,
-                                               .seq_len = model.max_seq_len};
+                                               .seq_len = model.max_seq_len()};
   if (absl::Status st = actors::validate(options); !st.ok()) {
     return config_error(absl::StrCat(s.path(), ": ", st.message()));
   }
@@ -201,33 +202,46 @@ int64_t product(int64_t x, int64_t y, int64_t z) {
 }  // namespace
 
 absl::Status parse_model(JsonObject& top, TrainConfig* config) {
-  nn::GPTConfig& m = config->model;
-  int padded_vocab_size = 0;
   absl::StatusOr<std::optional<JsonObject>> section = top.section("model");
   if (!section.ok()) return section.status();
+  bool padded_given = true;  // the default model's is
   if (section->has_value()) {
     JsonObject& s = **section;
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_layer", &m.num_layers, 1, kMaxLayers));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_head", &m.num_heads, 1, kMaxHeads));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("n_embd", &m.channels, 1, kMaxChannels));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("seq_len", &m.max_seq_len, 2, kMaxSeqLen));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("vocab_size", &m.vocab_size, 1, kMaxVocab));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("padded_vocab_size", &padded_vocab_size, 0, kMaxVocab));
+    const Json& given = *top.find("model");
+    padded_given = given.contains("padded_vocab_size") && given["padded_vocab_size"] != 0;
     TROUPE_CONFIG_RETURN_IF_ERROR(
         s.read("recompute_activations", &config->model_options.recompute_activations));
-    TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
+    // The model's own keys go through its one codec, over the default model (a padded
+    // vocabulary left out is resolved below).
+    nn::ModelConfig base = config->model;
+    base.set_padded_vocab(0);
+    absl::StatusOr<nn::ModelConfig> model =
+        nn::model_config_from_json(*top.find("model"), "model", base, {"recompute_activations"});
+    if (!model.ok()) return config_error(std::string(model.status().message()));
+    config->model = *std::move(model);
   }
-  if (m.channels % m.num_heads != 0) {
-    return config_error(absl::StrCat("model.n_embd: ", m.channels,
-                                     " is not a multiple of model.n_head ", m.num_heads));
+  nn::ModelConfig& m = config->model;
+  struct Bound {
+    const char* what;
+    int value;
+    int max;
+  };
+  for (const Bound& b : {Bound{"layers", m.num_layers(), kMaxLayers},
+                         Bound{"heads", m.num_heads(), kMaxHeads},
+                         Bound{"hidden size", m.hidden_size(), kMaxChannels},
+                         Bound{"sequence length", m.max_seq_len(), kMaxSeqLen},
+                         Bound{"padded vocabulary", m.padded_vocab(), kMaxVocab}}) {
+    if (b.value > b.max) {
+      return config_error(absl::StrCat("model: ", b.value, " ", b.what,
+                                       " is out of range; must be at most ", b.max));
+    }
   }
-  if (padded_vocab_size != 0 && padded_vocab_size < m.vocab_size) {
-    return config_error(absl::StrCat("model.padded_vocab_size: ", padded_vocab_size,
-                                     " < model.vocab_size ", m.vocab_size,
-                                     " (0 rounds vocab_size up to a multiple of 64)"));
+  if (m.max_seq_len() < 2) {
+    return config_error(absl::StrCat("model: sequence length ", m.max_seq_len(),
+                                     " is out of range; must be at least 2 (an input and a target)"));
   }
-  m.padded_vocab_size =
-      padded_vocab_size > 0 ? padded_vocab_size : default_padded_vocab(m.vocab_size);
+  // Absent or 0, it is vocab_size rounded up to a multiple of 64.
+  if (!padded_given) m.set_padded_vocab(default_padded_vocab(m.vocab_size()));
   if (absl::Status s = m.validate(); !s.ok()) {
     return config_error(absl::StrCat("model: ", s.message()));
   }
@@ -348,8 +362,8 @@ absl::Status parse_parallel(JsonObject& top, TrainConfig* config) {
 // once every section is read: named, with what does run.
 absl::Status check_model_parallel(const TrainConfig& config) {
   const ParallelConfig& p = config.parallel;
-  if (p.pp > config.model.num_layers) {
-    return config_error(absl::StrCat("parallel.pp: ", p.pp, " stages for ", config.model.num_layers,
+  if (p.pp > config.model.num_layers()) {
+    return config_error(absl::StrCat("parallel.pp: ", p.pp, " stages for ", config.model.num_layers(),
                                      " layers (model.n_layer); each stage holds a block at least"));
   }
   if (p.schedule == "interleaved") {
@@ -357,10 +371,10 @@ absl::Status check_model_parallel(const TrainConfig& config) {
       return config_error(absl::StrCat("parallel.schedule \"interleaved\" with parallel.pp ", p.pp,
                                        ": it interleaves the chunks of 2 stages or more"));
     }
-    if (p.pp * p.virtual_stages > config.model.num_layers) {
+    if (p.pp * p.virtual_stages > config.model.num_layers()) {
       return config_error(absl::StrCat(
           "parallel.virtual_stages: ", p.pp, " stages of ", p.virtual_stages, " model chunks for ",
-          config.model.num_layers, " layers (model.n_layer); each chunk holds a block at least"));
+          config.model.num_layers(), " layers (model.n_layer); each chunk holds a block at least"));
     }
     if (config.gradient_accumulation_steps % p.pp != 0) {
       return config_error(absl::StrCat(
@@ -558,9 +572,9 @@ absl::StatusOr<TrainConfig> parse_train_config(const std::string& json_text) {
   TROUPE_CONFIG_RETURN_IF_ERROR(check_model_parallel(config));
   if (const std::vector<int64_t>& blocks = config.parallel.partition; !blocks.empty()) {
     const int64_t sum = std::accumulate(blocks.begin(), blocks.end(), int64_t{0});
-    if (sum != config.model.num_layers) {
+    if (sum != config.model.num_layers()) {
       return config_error(absl::StrCat("parallel.partition: its stages hold ", sum,
-                                       " blocks in all; the model has ", config.model.num_layers,
+                                       " blocks in all; the model has ", config.model.num_layers(),
                                        " (model.n_layer)"));
     }
   }

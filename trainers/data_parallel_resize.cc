@@ -239,7 +239,7 @@ std::optional<actors::StageShape> DataParallelTrainer::shape_of(const actors::Co
 absl::Status DataParallelTrainer::fetch_partitions(const std::vector<Replica>& next,
                                                    const std::set<int>& lost,
                                                    absl::Duration timeout) {
-  const nn::ParamRange whole{0, nn::GPTParamLayout(config_.model).num_params()};
+  const nn::ParamRange whole{0, nn::model_layout(config_.model).num_params()};
   const int old_dp = static_cast<int>(replicas_.size());
   const int new_dp = static_cast<int>(next.size());
   const int64_t committed = controller_->state().next_step - 1;

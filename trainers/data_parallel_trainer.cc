@@ -53,7 +53,7 @@ absl::StatusOr<DataParallelTrainer::Replica> DataParallelTrainer::spawn_replica(
   // bundle, placed again elsewhere (trainers/recovery.h).
   if (config.fault_tolerance.enabled) where.max_restarts = config.fault_tolerance.max_failures;
   // DDP: the whole stage; ZeRO: this rank's partition of it.
-  const nn::ParamRange whole{0, nn::GPTParamLayout(config.model).num_params()};
+  const nn::ParamRange whole{0, nn::model_layout(config.model).num_params()};
   const MemberPlace place{
       .at = {.d = d, .p = 0, .t = 0},
       .mesh = {.dp = config.parallel.dp, .pp = 1, .tp = 1},
@@ -198,7 +198,7 @@ absl::StatusOr<std::vector<int32_t>> DataParallelTrainer::generate(std::vector<i
 
 std::vector<MeshMember> DataParallelTrainer::members() const {
   const int dp = static_cast<int>(replicas_.size());
-  const nn::ParamRange whole{0, nn::GPTParamLayout(config_.model).num_params()};
+  const nn::ParamRange whole{0, nn::model_layout(config_.model).num_params()};
   std::vector<MeshMember> out;
   for (int d = 0; d < dp; ++d) {
     out.push_back({.at = {.d = d, .p = 0, .t = 0},

@@ -1,5 +1,8 @@
-// troupe export: a checkpoint's weights as one safetensors file with Hugging
-// Face GPT-2 names, for transformers' GPT2LMHeadModel (docs/checkpoint.md).
+// troupe export: a checkpoint's weights as a Hugging Face model directory
+// (config.json and model.safetensors, the architecture's names and layout:
+// nn/model/hf.h) that transformers' AutoModelForCausalLM.from_pretrained
+// loads as it is; or, for an --output ending in .safetensors, that one file
+// with the config in its metadata (docs/models.md).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,10 +18,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/consolidate.h"
-#include "checkpoint/hf_gpt2.h"
 #include "checkpoint/safetensors.h"
 #include "core/cluster/flags.h"
 #include "nn/memory.h"
+#include "nn/model/hf.h"
 #include "trainers/train_command.h"
 
 namespace troupe::trainers {
@@ -26,21 +29,17 @@ namespace {
 
 void print_export_help() {
   std::printf(
-      "usage: troupe export --checkpoint DIR [--step N] --output FILE.safetensors\n\n"
+      "usage: troupe export --checkpoint DIR [--step N] --output OUT\n\n"
       "Writes the weights of a checkpoint (the newest in DIR whose files pass their\n"
-      "checksums, or step N) as one safetensors file with Hugging Face GPT-2 names\n"
-      "(transformer.wte.weight, transformer.h.0.attn.c_attn.weight, ...), the linear\n"
-      "layers in GPT-2's Conv1D orientation, and the GPT2Config in its metadata\n"
-      "(\"config\"). Any layout's checkpoint (dp, ZeRO stage) gives the same file.\n"
-      "FILE is written as FILE.tmp and renamed over FILE: it must be a new path or a\n"
-      "regular file (not a directory, a device or a symbolic link) outside DIR.\n\n"
-      "  from transformers import GPT2Config, GPT2LMHeadModel\n"
-      "  from safetensors import safe_open\n"
-      "  import json, safetensors.torch\n"
-      "  meta = safe_open(\"model.safetensors\", \"pt\").metadata()\n"
-      "  model = GPT2LMHeadModel(GPT2Config(**json.loads(meta[\"config\"])))\n"
-      "  model.load_state_dict(safetensors.torch.load_file(\"model.safetensors\"), "
-      "strict=False)\n");
+      "checksums, or step N) as a Hugging Face model directory OUT: config.json and\n"
+      "model.safetensors with transformers' names and layout (GPT2LMHeadModel's or\n"
+      "LlamaForCausalLM's; the vocabulary's padding rows dropped). Any layout's\n"
+      "checkpoint (dp, pp, tp, ZeRO stage) gives the same files.\n\n"
+      "  from transformers import AutoModelForCausalLM\n"
+      "  model = AutoModelForCausalLM.from_pretrained(\"OUT\")\n\n"
+      "OUT is created if it is not there; it must not be a symbolic link or lie inside\n"
+      "DIR. An OUT ending in .safetensors is one file instead, with config.json's text\n"
+      "in its metadata (\"config\"). Each file is written beside itself and renamed.\n");
 }
 
 int fail(const std::string& text) {
@@ -150,6 +149,52 @@ absl::Status check_output(const std::string& output, const std::string& checkpoi
   return absl::OkStatus();
 }
 
+// A model directory: a new path or a directory (not a link to one, not a
+// file), outside the checkpoint directory, created when missing; then each of
+// its files as check_output says.
+absl::Status prepare_output_dir(const std::string& dir, const std::string& checkpoint_dir,
+                                const std::vector<std::string>& files) {
+  if (dir.empty()) {
+    return absl::InvalidArgumentError("--output is empty: it takes the model directory to write");
+  }
+  absl::StatusOr<std::optional<struct stat>> at = look(dir);
+  if (!at.ok()) return absl::InvalidArgumentError(absl::StrCat("--output ", at.status().message()));
+  if (*at && S_ISLNK((*at)->st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--output ", dir, " is a symbolic link; name the directory it points to"));
+  }
+  if (*at && !S_ISDIR((*at)->st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--output ", dir, " is ", file_kind((*at)->st_mode),
+        "; it takes a model directory (or a path ending in .safetensors for one file)"));
+  }
+  struct stat checkpoint = {};
+  if (::stat(checkpoint_dir.c_str(), &checkpoint) == 0 && S_ISDIR(checkpoint.st_mode)) {
+    // The nearest existing directory at or above OUT decides.
+    std::filesystem::path p = std::filesystem::absolute(dir);
+    std::error_code ec;
+    while (!std::filesystem::exists(p, ec) && p != p.parent_path())
+      p = p.parent_path();
+    if (within(p, checkpoint)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--output ", dir, " is inside the checkpoint directory ", checkpoint_dir,
+                       "; export writes outside it, so that it cannot replace a checkpoint's "
+                       "own files"));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("--output ", dir, ": ", ec.message()));
+  for (const std::string& file : files) {
+    if (absl::Status s = check_output(dir + "/" + file, checkpoint_dir); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> parse_step_flag(const cluster::Flags& flags) {
@@ -181,8 +226,12 @@ int export_command(const std::vector<std::string>& args) {
     return 2;
   }
   const std::string output = flags->get("output");
-  if (absl::Status s = check_output(output, flags->get("checkpoint")); !s.ok()) {
-    std::fprintf(stderr, "troupe export: %s\n", cluster::printable(s.message()).c_str());
+  const bool one_file = ends_with(output, ".safetensors");
+  absl::Status ready = one_file ? check_output(output, flags->get("checkpoint"))
+                                : prepare_output_dir(output, flags->get("checkpoint"),
+                                                     {"model.safetensors", "config.json"});
+  if (!ready.ok()) {
+    std::fprintf(stderr, "troupe export: %s\n", cluster::printable(ready.message()).c_str());
     return 2;
   }
   checkpoint::Env* env = checkpoint::Env::posix();
@@ -192,22 +241,30 @@ int export_command(const std::vector<std::string>& args) {
   for (const std::string& line : weights->skipped)
     std::fprintf(stderr, "troupe export: %s\n", cluster::printable(line).c_str());
   const checkpoint::Manifest& m = weights->manifest;
-  std::vector<checkpoint::SafeTensor> tensors =
-      checkpoint::hf_gpt2_tensors(m.model, weights->params.data());
-  const std::map<std::string, std::string> metadata = {
-      {"format", "pt"},
-      {"config", checkpoint::hf_gpt2_config_json(m.model)},
-      {"troupe_step", absl::StrCat(m.step)},
-      {"troupe_checkpoint", weights->step_dir}};
-  if (absl::Status s = checkpoint::write_safetensors(env, output, tensors, metadata); !s.ok()) {
+  const std::vector<nn::HfTensor> tensors = nn::hf_tensors(m.model, weights->params.data());
+  const std::string config = nn::hf_config_json(m.model).dump(2) + "\n";
+  std::map<std::string, std::string> metadata = {{"format", "pt"},
+                                                 {"troupe_step", absl::StrCat(m.step)},
+                                                 {"troupe_checkpoint", weights->step_dir}};
+  if (one_file) metadata["config"] = config;
+  const std::string weights_path = one_file ? output : output + "/model.safetensors";
+  if (absl::Status s = checkpoint::write_safetensors(env, weights_path, tensors, metadata);
+      !s.ok()) {
     return fail(std::string(s.message()));
   }
+  if (!one_file) {
+    if (absl::Status s = checkpoint::write_file_atomically(env, output + "/config.json",
+                                                           config.data(), config.size());
+        !s.ok()) {
+      return fail(std::string(s.message()));
+    }
+  }
   int64_t values = 0;
-  for (const checkpoint::SafeTensor& t : tensors)
+  for (const nn::HfTensor& t : tensors)
     values += static_cast<int64_t>(t.data.size());
-  std::printf("wrote %s: %zu tensors, %lld parameters (%s), GPT-2 names, from %s\n", output.c_str(),
+  std::printf("wrote %s: %zu tensors, %lld parameters (%s), %s, from %s\n", output.c_str(),
               tensors.size(), static_cast<long long>(values), nn::format_bytes(values * 4).c_str(),
-              weights->step_dir.c_str());
+              nn::architecture_name(m.model.architecture()), weights->step_dir.c_str());
   return 0;
 }
 

@@ -17,7 +17,7 @@
 #include "actors/generation.h"
 #include "checkpoint/consolidate.h"
 #include "core/cluster/flags.h"
-#include "nn/gpt2/gpt.h"
+#include "nn/model/model.h"
 #include "trainers/model_file.h"
 #include "trainers/train_command.h"
 
@@ -144,12 +144,12 @@ int generate_command(const std::vector<std::string>& args) {
   if (!saved.ok()) return fail(std::string(saved.status().message()));
   if (saved->tokenizer != "bytes")
     return fail("the model's tokenizer is '" + saved->tokenizer + "', not bytes");
-  absl::StatusOr<nn::GPT> model = nn::GPT::create(saved->model);
+  absl::StatusOr<std::unique_ptr<nn::Model>> model = nn::create_model(saved->model);
   if (!model.ok()) return fail(std::string(model.status().message()));
-  std::copy(saved->params.begin(), saved->params.end(), model->params());
+  std::copy(saved->params.begin(), saved->params.end(), (*model)->params());
   const std::string prompt = flags->get("prompt");
   std::vector<int32_t> tokens = actors::ByteTokenizer::encode(prompt);
-  auto out = actors::generate_tokens(*model, {tokens},
+  auto out = actors::generate_tokens(**model, {tokens},
                                      {.max_new_tokens = max_tokens,
                                       .temperature = temperature,
                                       .seed = seed,

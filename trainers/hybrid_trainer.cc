@@ -90,11 +90,11 @@ absl::Status HybridTrainer::spawn_mesh() {
   const actors::Mesh mesh = this->mesh();
   const int dp = mesh.dp, pp = mesh.pp, tp = mesh.tp;
   // Every slice's layout has the same offsets: the ranges are any slice's.
-  const nn::GPTParamLayout layout(config_.model, {.rank = 0, .size = tp});
+  const nn::ModelLayout layout = nn::model_layout(config_.model, {.rank = 0, .size = tp});
   // Without a partition the stages balance their parameters (plan_stage);
   // "uniform" asks for Megatron's even split, given to them as a partition.
   if (config_.parallel.partition.empty() && config_.parallel.partition_method == "uniform") {
-    config_.parallel.partition = actors::uniform_partition(config_.model.num_layers, pp);
+    config_.parallel.partition = actors::uniform_partition(config_.model.num_layers(), pp);
   }
   for (int p = 0; p < pp; ++p) {
     absl::StatusOr<actors::StagePlan> plan =
@@ -316,7 +316,7 @@ absl::StatusOr<std::vector<float>> HybridTrainer::master_params() {
   // make up the whole model.
   const int tp = config_.parallel.tp;
   const int replicas = config_.zero.stage == 0 ? 1 : config_.parallel.dp;
-  const nn::GPTParamLayout whole(config_.model);
+  const nn::ModelLayout whole = nn::model_layout(config_.model);
   std::vector<float> out(whole.num_params());
   for (int t = 0; t < tp; ++t) {
     std::vector<ActorRef<actors::ParamShardActor>> shards;
@@ -326,7 +326,7 @@ absl::StatusOr<std::vector<float>> HybridTrainer::master_params() {
     }
     absl::StatusOr<std::vector<float>> slice = gather_masters(shards, kSetupTimeout);
     if (!slice.ok()) return slice.status();
-    const nn::GPTParamLayout layout(config_.model, {.rank = t, .size = tp});
+    const nn::ModelLayout layout = nn::model_layout(config_.model, {.rank = t, .size = tp});
     if (slice->size() != layout.num_params()) {
       return absl::InternalError(absl::StrCat("the shards of slice ", t, " hold ", slice->size(),
                                               " parameters of its ", layout.num_params()));
@@ -336,11 +336,13 @@ absl::StatusOr<std::vector<float>> HybridTrainer::master_params() {
   return out;
 }
 
-absl::StatusOr<nn::GPT> HybridTrainer::whole_model() {
+absl::StatusOr<std::unique_ptr<nn::Model>> HybridTrainer::whole_model() {
   absl::StatusOr<std::vector<float>> masters = master_params();
   if (!masters.ok()) return masters.status();
-  absl::StatusOr<nn::GPT> model = nn::GPT::create(config_.model, config_.model_options);
-  if (!model.ok()) return model.status();
+  absl::StatusOr<std::unique_ptr<nn::Model>> made =
+      nn::create_model(config_.model, config_.model_options);
+  if (!made.ok()) return made.status();
+  nn::Model* model = made->get();
   if (masters->size() != model->num_params()) {
     return absl::InternalError(absl::StrCat("the shards hold ", masters->size(),
                                             " parameters of a model of ", model->num_params()));
@@ -355,24 +357,24 @@ absl::StatusOr<nn::GPT> HybridTrainer::whole_model() {
     nn::convert(masters->data(), nn::DType::kFloat32, rounded.data(), precision, n);
     nn::convert(rounded.data(), precision, model->params(), nn::DType::kFloat32, n);
   }
-  return model;
+  return made;
 }
 
 absl::StatusOr<actors::EvalReport> HybridTrainer::evaluate(int samples) {
   absl::StatusOr<actors::EvalRequest> request = eval_request(config_, samples);
   if (!request.ok()) return request.status();
-  absl::StatusOr<nn::GPT> model = whole_model();
+  absl::StatusOr<std::unique_ptr<nn::Model>> model = whole_model();
   if (!model.ok()) return model.status();
-  return actors::evaluate_task(*model, *request);
+  return actors::evaluate_task(**model, *request);
 }
 
 absl::StatusOr<std::vector<int32_t>> HybridTrainer::generate(std::vector<int32_t> prompt,
                                                              int max_new_tokens, float temperature,
                                                              uint64_t seed) {
-  absl::StatusOr<nn::GPT> model = whole_model();
+  absl::StatusOr<std::unique_ptr<nn::Model>> model = whole_model();
   if (!model.ok()) return model.status();
   absl::StatusOr<std::vector<std::vector<int32_t>>> out = actors::generate_tokens(
-      *model, {std::move(prompt)},
+      **model, {std::move(prompt)},
       {.max_new_tokens = max_new_tokens, .temperature = temperature, .seed = seed});
   if (!out.ok()) return out.status();
   return std::move((*out)[0]);

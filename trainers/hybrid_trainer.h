@@ -95,7 +95,7 @@ class HybridTrainer : public Trainer, public MeshRepair {
   // The index of coordinate (d, p, t) in mesh order.
   size_t index(int d, int p, int t = 0) const;
   // A whole model on the driver holding the trained weights (evaluate, generate).
-  absl::StatusOr<nn::GPT> whole_model();
+  absl::StatusOr<std::unique_ptr<nn::Model>> whole_model();
 
   Cluster& cluster_;
   TrainConfig config_;

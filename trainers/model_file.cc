@@ -9,7 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "nn/gpt2/layout.h"
+#include "nn/model/config_json.h"
+#include "nn/model/model.h"
 
 namespace troupe::trainers {
 namespace {
@@ -37,9 +38,8 @@ std::string partition_file_name(size_t r, size_t n) {
 }
 
 absl::Status save_model(const std::string& dir, const SavedModel& saved) {
-  const nn::GPTConfig& gpt = saved.model;
-  if (absl::Status s = gpt.validate(); !s.ok()) return s;
-  nn::GPTParamLayout layout(gpt);
+  if (absl::Status s = saved.model.validate(); !s.ok()) return s;
+  const nn::ModelLayout layout = nn::model_layout(saved.model);
   if (saved.params.size() != layout.num_params()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "save_model: ", saved.params.size(), " parameters for a model of ", layout.num_params()));
@@ -51,13 +51,7 @@ absl::Status save_model(const std::string& dir, const SavedModel& saved) {
                            {"version", kVersion},
                            {"dtype", "float32"},
                            {"num_params", saved.params.size()},
-                           {"model",
-                            {{"n_layer", gpt.num_layers},
-                             {"n_head", gpt.num_heads},
-                             {"n_embd", gpt.channels},
-                             {"seq_len", gpt.max_seq_len},
-                             {"vocab_size", gpt.vocab_size},
-                             {"padded_vocab_size", gpt.padded_vocab()}}},
+                           {"model", nlohmann::json::parse(nn::model_config_to_text(saved.model))},
                            {"step", saved.step},
                            {"tokenizer", saved.tokenizer}};
   if (saved.partitions.empty()) {
@@ -104,13 +98,11 @@ absl::StatusOr<std::pair<SavedModel, size_t>> parse_model_header(const std::stri
       return absl::DataLossError(
           absl::StrCat(where, ": not a troupe-gpt version ", kVersion, " float32 model"));
     }
-    const nlohmann::json& m = h.at("model");
-    saved.model.num_layers = m.at("n_layer").get<int>();
-    saved.model.num_heads = m.at("n_head").get<int>();
-    saved.model.channels = m.at("n_embd").get<int>();
-    saved.model.max_seq_len = m.at("seq_len").get<int>();
-    saved.model.vocab_size = m.at("vocab_size").get<int>();
-    saved.model.padded_vocab_size = m.at("padded_vocab_size").get<int>();
+    absl::StatusOr<nn::ModelConfig> model = nn::model_config_from_json(h.at("model"), "model");
+    if (!model.ok()) {
+      return absl::DataLossError(absl::StrCat(where, ": ", model.status().message()));
+    }
+    saved.model = *std::move(model);
     saved.step = h.value("step", int64_t{0});
     saved.tokenizer = h.value("tokenizer", std::string("bytes"));
     num_params = h.at("num_params").get<size_t>();
@@ -118,26 +110,22 @@ absl::StatusOr<std::pair<SavedModel, size_t>> parse_model_header(const std::stri
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(where, ": ", e.what()));
   }
-  const nn::GPTConfig& gpt = saved.model;
+  const nn::ModelConfig& model = saved.model;
   struct Bound {
-    const char* key;
-    int value, min, max;
+    const char* what;
+    int value, max;
   };
-  for (const Bound& b : {Bound{"n_layer", gpt.num_layers, 1, kMaxLayers},
-                         Bound{"n_head", gpt.num_heads, 1, kMaxHeads},
-                         Bound{"n_embd", gpt.channels, 1, kMaxChannels},
-                         Bound{"seq_len", gpt.max_seq_len, 1, kMaxSeqLen},
-                         Bound{"vocab_size", gpt.vocab_size, 1, kMaxVocab},
-                         Bound{"padded_vocab_size", gpt.padded_vocab_size, 0, kMaxVocab}}) {
-    if (b.value < b.min || b.value > b.max) {
-      return absl::DataLossError(absl::StrCat(where, ": model.", b.key, " ", b.value,
-                                              " is outside [", b.min, ", ", b.max, "]"));
+  for (const Bound& b : {Bound{"layers", model.num_layers(), kMaxLayers},
+                         Bound{"heads", model.num_heads(), kMaxHeads},
+                         Bound{"hidden size", model.hidden_size(), kMaxChannels},
+                         Bound{"sequence length", model.max_seq_len(), kMaxSeqLen},
+                         Bound{"padded vocabulary", model.padded_vocab(), kMaxVocab}}) {
+    if (b.value > b.max) {
+      return absl::DataLossError(absl::StrCat(where, ": model: ", b.value, " ", b.what,
+                                              " is outside [1, ", b.max, "]"));
     }
   }
-  if (absl::Status s = gpt.validate(); !s.ok()) {
-    return absl::DataLossError(absl::StrCat(where, ": ", s.message()));
-  }
-  if (nn::GPTParamLayout(gpt).num_params() != num_params) {
+  if (nn::model_layout(model).num_params() != num_params) {
     return absl::DataLossError(
         absl::StrCat(where, ": num_params ", num_params, " does not match the model"));
   }

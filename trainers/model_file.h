@@ -25,7 +25,7 @@
 namespace troupe::trainers {
 
 struct SavedModel {
-  nn::GPTConfig model;
+  nn::ModelConfig model;
   std::vector<float> params;
   int64_t step = 0;
   std::string tokenizer = "bytes";

@@ -19,7 +19,7 @@
 #include "core/cluster/cluster.h"
 #include "core/cluster/flags.h"
 #include "core/cluster/local_cluster.h"
-#include "nn/gpt2/layout.h"
+#include "nn/model/layout.h"
 #include "nn/memory.h"
 #include "trainers/checkpointer.h"
 #include "trainers/config.h"
@@ -235,12 +235,11 @@ int train_command(const std::vector<std::string>& args) {
   auto cluster = Cluster::connect(options);
   if (!cluster.ok()) return fail("connecting to the cluster", cluster.status());
 
-  const nn::GPTConfig& gpt = config.model;
   std::printf(
-      "job %s: GPT %d layers, %d heads, d_model %d, seq_len %d, vocab %d: %zu parameters\n"
+      "job %s: %s: %zu parameters\n"
       "  dp %d%s, global batch %lld = micro %lld x accumulation %lld x dp %d%s\n",
-      job.c_str(), gpt.num_layers, gpt.num_heads, gpt.channels, gpt.max_seq_len, gpt.vocab_size,
-      nn::GPTParamLayout(gpt).num_params(), config.parallel.dp,
+      job.c_str(), config.model.describe().c_str(), nn::model_layout(config.model).num_params(),
+      config.parallel.dp,
       config.parallel.pp > 1 || config.parallel.tp > 1
           ? absl::StrCat(" x pp ", config.parallel.pp, " x tp ", config.parallel.tp).c_str()
           : "",

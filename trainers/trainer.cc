@@ -27,7 +27,7 @@ absl::StatusOr<actors::EvalRequest> eval_request(const TrainConfig& config, int 
   return actors::EvalRequest{.task = {.digits = config.data.synthetic->digits,
                                       .num_samples = config.data.synthetic->num_samples,
                                       .seed = config.data.synthetic->seed,
-                                      .seq_len = config.model.max_seq_len},
+                                      .seq_len = config.model.max_seq_len()},
                              .samples = samples};
 }
 
@@ -38,11 +38,11 @@ actors::LoaderOptions loader_options(const TrainConfig& config, const std::strin
     o.addition = {.digits = config.data.synthetic->digits,
                   .num_samples = config.data.synthetic->num_samples,
                   .seed = config.data.synthetic->seed,
-                  .seq_len = config.model.max_seq_len};
+                  .seq_len = config.model.max_seq_len()};
   } else {
     o.path = config.data.path;
   }
-  o.seq_len = config.model.max_seq_len;
+  o.seq_len = config.model.max_seq_len();
   o.micro_batch = static_cast<int>(config.micro_batch_size);
   o.grad_accum = static_cast<int>(config.gradient_accumulation_steps);
   o.dp = config.parallel.dp;

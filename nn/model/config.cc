@@ -46,6 +46,13 @@ void ModelConfig::set_padded_vocab(int padded_vocab_size) {
   }
 }
 
+ModelConfig ModelConfig::normalized() const {
+  ModelConfig out = *this;
+  out.set_padded_vocab(padded_vocab());
+  if (LlamaConfig* l = out.llama()) l->num_key_value_heads = l->kv_heads();
+  return out;
+}
+
 absl::Status ModelConfig::validate() const {
   return gpt2() != nullptr ? gpt2()->validate() : llama()->validate();
 }

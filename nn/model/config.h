@@ -25,9 +25,9 @@ const char* architecture_name(Architecture a);
 
 class ModelConfig {
  public:
-  ModelConfig() = default;  // an empty GPT-2 config (not valid)
-  ModelConfig(const GPTConfig& gpt2) : config_(gpt2) {}    // NOLINT: implicit on purpose
-  ModelConfig(const LlamaConfig& llama) : config_(llama) {}  // NOLINT: implicit on purpose
+  constexpr ModelConfig() = default;  // an empty GPT-2 config (not valid)
+  constexpr ModelConfig(const GPTConfig& gpt2) : config_(gpt2) {}      // NOLINT: implicit
+  constexpr ModelConfig(const LlamaConfig& llama) : config_(llama) {}  // NOLINT: implicit
 
   Architecture architecture() const {
     return config_.index() == 0 ? Architecture::kGpt2 : Architecture::kLlama;
@@ -53,7 +53,13 @@ class ModelConfig {
   // One line for messages: "gpt2 n_layer 4, n_head 4, n_embd 64, seq_len 30, vocab 256/256".
   std::string describe() const;
 
-  friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
+  // The same config with its implied values written out (padded_vocab_size = padded_vocab(),
+  // num_key_value_heads = kv_heads()): what the codec writes.
+  ModelConfig normalized() const;
+  // The same model: equal once normalized.
+  friend bool operator==(const ModelConfig& a, const ModelConfig& b) {
+    return a.normalized().config_ == b.normalized().config_;
+  }
 
  private:
   std::variant<GPTConfig, LlamaConfig> config_;

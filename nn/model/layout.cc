@@ -38,6 +38,13 @@ int ModelLayout::find(const std::string& name) const {
   return -1;
 }
 
+std::vector<ParamRange> ModelLayout::segment_ranges() const {
+  std::vector<ParamRange> ranges;
+  for (const Segment& s : segments_)
+    ranges.push_back(s.range);
+  return ranges;
+}
+
 std::vector<ParamRange> ModelLayout::no_decay_ranges() const {
   std::vector<ParamRange> ranges;
   for (const ParamTensor& t : tensors_) {

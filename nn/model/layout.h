@@ -99,6 +99,8 @@ class ModelLayout {
   // [embedding, block 0, ..., block L - 1, head], tiling the buffer. ZeRO-3 gathers and lets go
   // of parameters a segment at a time.
   const std::vector<Segment>& segments() const { return segments_; }
+  // Their ranges, in order.
+  std::vector<ParamRange> segment_ranges() const;
   // Offset of block l's first tensor, l in [0, L]; block_begin(L) is where the head starts.
   size_t block_begin(int l) const { return segments_[static_cast<size_t>(l) + 1].range.begin; }
   ParamRange embedding() const { return segments_.front().range; }

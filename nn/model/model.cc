@@ -30,6 +30,12 @@ absl::Status validate_slice(const ModelConfig& config, const TensorSlice& slice)
   return validate_slice(*config.llama(), slice);
 }
 
+size_t count_tensors(const ModelConfig& config) {
+  if (const GPTConfig* g = config.gpt2()) return 4 + kNumBlockTensors * size_t(g->num_layers);
+  const LlamaConfig& l = *config.llama();
+  return 2 + kNumLlamaBlockTensors * size_t(l.num_hidden_layers) + (l.tie_word_embeddings ? 0 : 1);
+}
+
 ModelLayout model_layout(const ModelConfig& config, const TensorSlice& slice) {
   if (const GPTConfig* g = config.gpt2()) return GPTParamLayout(*g, slice).model();
   return LlamaLayout(*config.llama(), slice).model();

@@ -193,6 +193,10 @@ class Model {
 // MLP, the padded vocabulary), or a rank outside [0, size).
 [[nodiscard]] absl::Status validate_slice(const ModelConfig& config, const TensorSlice& slice);
 
+// How many tensors a model of `config` has (what model_layout(config).tensors().size() says),
+// without making the layout. REQUIRES: config.validate() is OK.
+size_t count_tensors(const ModelConfig& config);
+
 // The layout of tensor-parallel rank `slice` of a model of `config`, without the model.
 // REQUIRES: config.validate() and validate_slice(config, slice) are OK.
 ModelLayout model_layout(const ModelConfig& config, const TensorSlice& slice = {});

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/model/model.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/env.h"
 #include "checkpoint/manifest.h"
@@ -25,7 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr nn::GPTConfig kModel = {.max_seq_len = 8,
+constexpr nn::ModelConfig kModel = nn::GPTConfig{.max_seq_len = 8,
                                   .vocab_size = 32,
                                   .padded_vocab_size = 32,
                                   .num_layers = 2,
@@ -33,7 +34,7 @@ constexpr nn::GPTConfig kModel = {.max_seq_len = 8,
                                   .channels = 8};
 
 int64_t num_params() {
-  return static_cast<int64_t>(nn::GPTParamLayout(kModel).num_params());
+  return static_cast<int64_t>(nn::model_layout(kModel).num_params());
 }
 
 // The value of state `k` (0 param, 1 exp_avg, 2 exp_avg_sq) at element i in
@@ -115,7 +116,7 @@ TEST_F(CheckpointTest, ACheckpointOfAnotherModelOrARangeOutsideTheSliceIsRefused
   ASSERT_TRUE(save(Env::posix(), dir_, 5, 1).ok());
   absl::StatusOr<FoundCheckpoint> found = find_checkpoint(Env::posix(), dir_);
   ASSERT_TRUE(found.ok());
-  nn::GPTConfig other = kModel;
+  nn::ModelConfig other = kModel;
   other.channels = 16;
   std::vector<float> out(static_cast<size_t>(num_params()));
   absl::Status s = read_state(Env::posix(), found->step_dir, found->manifest, kParamState, other,
@@ -129,7 +130,7 @@ TEST_F(CheckpointTest, ACheckpointOfAnotherModelOrARangeOutsideTheSliceIsRefused
 }
 
 // A model of 4 heads and 4 blocks: 1, 2 and 4 slices, 1, 2 and 4 stages.
-constexpr nn::GPTConfig kSliced = {.max_seq_len = 8,
+constexpr nn::ModelConfig kSliced = nn::GPTConfig{.max_seq_len = 8,
                                    .vocab_size = 32,
                                    .padded_vocab_size = 32,
                                    .num_layers = 4,
@@ -139,8 +140,8 @@ constexpr nn::GPTConfig kSliced = {.max_seq_len = 8,
 // What slice `slice` holds of state k of the whole model whose element i
 // is value(step, k, i).
 std::vector<float> slice_values(int64_t step, int k, const nn::TensorSlice& slice) {
-  const nn::GPTParamLayout whole(kSliced);
-  const nn::GPTParamLayout layout(kSliced, slice);
+  const nn::ModelLayout whole = nn::model_layout(kSliced);
+  const nn::ModelLayout layout = nn::model_layout(kSliced, slice);
   std::vector<float> all(whole.num_params());
   for (size_t i = 0; i < all.size(); ++i)
     all[i] = value(step, k, static_cast<int64_t>(i));
@@ -169,7 +170,7 @@ TEST_F(CheckpointTest, EveryMeshReadsBackIntoEverySlicing) {
     for (int tp : {1, 2, 4}) {
       for (int t = 0; t < tp; ++t) {
         const nn::TensorSlice slice{.rank = t, .size = tp};
-        const auto n = static_cast<int64_t>(nn::GPTParamLayout(kSliced, slice).num_params());
+        const auto n = static_cast<int64_t>(nn::model_layout(kSliced, slice).num_params());
         for (int k = 0; k < 3; ++k) {
           const std::vector<float> want = slice_values(step, k, slice);
           for (int parts : {1, 3}) {
@@ -404,7 +405,7 @@ TEST_F(CheckpointTest, DecodingRefusesWhatDoesNotFit) {
   m.layout.virtual_stages = 3;
   refused(m, "layout.virtual_stages 3 does not divide layout.pp 1");
   m = *good;
-  m.model.num_heads = 3;
+  m.model.num_heads() = 3;
   refused(m, "");
   m = *good;
   m.optimizer.type = "lion";

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/model/model.h"
 #include "absl/status/status.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/manifest.h"
@@ -30,14 +31,14 @@ inline std::pair<int64_t, int64_t> partition(int64_t n, int dp, int r) {
 // slice holds what tensor parallelism makes of it. Every file operation
 // goes through `env`.
 inline absl::Status save_sliced(Env* env, const std::string& dir, int64_t step,
-                                const nn::GPTConfig& model, int dp, int pp, int tp,
+                                const nn::ModelConfig& model, int dp, int pp, int tp,
                                 const std::function<float(int, int64_t)>& value, int keep = 2) {
   if (absl::Status s = begin_checkpoint(env, dir, step); !s.ok()) return s;
-  const nn::GPTParamLayout whole(model);
+  const nn::ModelLayout whole = nn::model_layout(model);
   std::vector<nn::ParamRange> stages;
   {
-    const nn::GPTParamLayout slice(model, {.rank = 0, .size = tp});
-    const int L = model.num_layers;
+    const nn::ModelLayout slice = nn::model_layout(model, {.rank = 0, .size = tp});
+    const int L = model.num_layers();
     for (int p = 0; p < pp; ++p) {
       stages.push_back({p == 0 ? 0 : slice.block_begin(L * p / pp),
                         p + 1 == pp ? slice.num_params() : slice.block_begin(L * (p + 1) / pp)});
@@ -56,7 +57,7 @@ inline absl::Status save_sliced(Env* env, const std::string& dir, int64_t step,
   m.config = R"({"train_batch_size":8})";
   const char* const states[] = {kParamState, kExpAvgState, kExpAvgSqState};
   for (int t = 0; t < tp; ++t) {
-    const nn::GPTParamLayout slice(model, {.rank = t, .size = tp});
+    const nn::ModelLayout slice = nn::model_layout(model, {.rank = t, .size = tp});
     // Slice t of each state, from the whole model's values.
     std::vector<std::vector<float>> sliced(3, std::vector<float>(slice.num_params()));
     nn::for_each_slice_run(whole, slice, [&](size_t w, size_t at, size_t n) {
@@ -93,7 +94,7 @@ inline absl::Status save_sliced(Env* env, const std::string& dir, int64_t step,
 
 // A ZeRO run over dp ranks (pp = tp = 1): rank r saves its partition.
 inline absl::Status save_partitioned(Env* env, const std::string& dir, int64_t step,
-                                     const nn::GPTConfig& model, int dp,
+                                     const nn::ModelConfig& model, int dp,
                                      const std::function<float(int, int64_t)>& value,
                                      int keep = 2) {
   return save_sliced(env, dir, step, model, dp, 1, 1, value, keep);

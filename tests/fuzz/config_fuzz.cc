@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<troupe::trainers::TrainConfig> config = troupe::trainers::parse_train_config(text);
   if (config.ok()) {
     // What parsed is within the bounds the parser promises.
-    const troupe::nn::GPTConfig& m = config->model;
+    const troupe::nn::ModelConfig& m = config->model;
     if (!m.validate().ok() || m.num_layers > troupe::trainers::kMaxLayers ||
         config->parallel.dp > troupe::trainers::kMaxParallel) {
       std::abort();

@@ -50,7 +50,7 @@ TrainConfig config_for(int stage, int dp, const std::string& dir) {
   c.micro_batch_size = kGlobalBatch / dp;
   c.train_batch_size = kGlobalBatch;
   // ZeRO's partitions cut tensors mid-row for dp 2 and 3.
-  c.model = {.max_seq_len = 12,
+  c.model = nn::GPTConfig{.max_seq_len = 12,
              .vocab_size = 64,
              .padded_vocab_size = 64,
              .num_layers = 3,
@@ -94,7 +94,7 @@ class CheckpointResumeTest : public testing::TrainingClusterTest {
   bool mount_small_disk(const TrainConfig& config) {
     fs::create_directories(dir_);
     const int64_t state =
-        3 * 4 * static_cast<int64_t>(nn::GPTParamLayout(config.model).num_params());
+        3 * 4 * static_cast<int64_t>(nn::model_layout(config.model).num_params());
     const std::string mount = "mount -t tmpfs -o size=" + std::to_string(state * 3 / 2) +
                               " troupe-test '" + dir_ + "' 2>/dev/null";
     if (std::system(mount.c_str()) != 0) return false;

@@ -132,11 +132,11 @@ TEST(TrainConfigTest, ParsesEveryImplementedKey) {
   EXPECT_EQ(c.zero.reduce_bucket_size, 50000000);
   EXPECT_FALSE(c.zero.overlap_comm);
   EXPECT_FALSE(c.zero.contiguous_gradients);
-  EXPECT_EQ(c.model.num_layers, 3);
-  EXPECT_EQ(c.model.num_heads, 2);
-  EXPECT_EQ(c.model.channels, 32);
-  EXPECT_EQ(c.model.max_seq_len, 48);
-  EXPECT_EQ(c.model.vocab_size, 100);
+  EXPECT_EQ(c.model.num_layers(), 3);
+  EXPECT_EQ(c.model.num_heads(), 2);
+  EXPECT_EQ(c.model.hidden_size(), 32);
+  EXPECT_EQ(c.model.max_seq_len(), 48);
+  EXPECT_EQ(c.model.vocab_size(), 100);
   EXPECT_EQ(c.model.padded_vocab_size, 128);
   EXPECT_TRUE(c.model_options.recompute_activations);
   EXPECT_TRUE(c.data.path.empty());
@@ -170,8 +170,8 @@ TEST(TrainConfigTest, AbsentKeysTakeDefaults) {
   EXPECT_TRUE(std::holds_alternative<std::monostate>(c.scheduler));
   EXPECT_EQ(c.schedule.lr_at(1), c.optimizer.lr());
   EXPECT_EQ(c.schedule.lr_at(1000), c.optimizer.lr());
-  EXPECT_EQ(c.model.num_layers, d.model.num_layers);
-  EXPECT_EQ(c.model.max_seq_len, d.model.max_seq_len);
+  EXPECT_EQ(c.model.num_layers(), d.model.num_layers());
+  EXPECT_EQ(c.model.max_seq_len(), d.model.max_seq_len());
   EXPECT_EQ(c.data.synthetic->digits, 2);
   EXPECT_EQ(c.training.seed, d.training.seed);
   EXPECT_EQ(c.training.log_interval, 1);
@@ -194,7 +194,7 @@ TEST(TrainConfigTest, ExactFloatsAndIntegralNumbers) {
   const TrainConfig c = parse_ok(patched(R"({"zero_optimization": {"reduce_bucket_size": 2e8},
                            "model": {"n_layer": 4.0}})"));
   EXPECT_EQ(c.zero.reduce_bucket_size, 200000000);
-  EXPECT_EQ(c.model.num_layers, 4);
+  EXPECT_EQ(c.model.num_layers(), 4);
 }
 
 // ---- malformed JSON ----------------------------------------------------------
@@ -273,7 +273,7 @@ TEST(TrainConfigTest, OutOfRangeNamesKeyAndBound) {
   expect_error(R"({"model": {"n_head": 3000000000}})", "model.n_head", "must be in [1, 1024]");
   // Every count has a bound: sizes that would overflow or exhaust a machine
   // are refused here, not tried.
-  expect_error(R"({"model": {"vocab_size": 2147483600}})", "model.vocab_size",
+  expect_error(R"({"model": {"vocab_size": 2147483600}})", "model.vocab_size()",
                "must be in [1, 16777216]");
   expect_error(R"({"model": {"padded_vocab_size": 2147483600}})", "model.padded_vocab_size",
                "must be in [0, 16777216]");
@@ -313,7 +313,7 @@ TEST(TrainConfigTest, ModelIsValidated) {
   expect_error(R"({"model": {"n_embd": 64, "n_head": 3}})", "model.n_embd",
                "64 is not a multiple of model.n_head 3");
   expect_error(R"({"model": {"padded_vocab_size": 200}})", "model.padded_vocab_size",
-               "200 < model.vocab_size 256");
+               "200 < model.vocab_size() 256");
   // What only GPTConfig::validate knows: a tensor over INT_MAX elements.
   expect_error(R"({"model": {"n_embd": 65536, "n_head": 1, "vocab_size": 65536}})", "model",
                "INT_MAX");

@@ -20,7 +20,7 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/safetensors.h"
-#include "nn/gpt2/gpt.h"
+#include "nn/model/model.h"
 #include "tests/checkpoint/partitioned_checkpoint.h"
 
 namespace troupe::checkpoint {
@@ -28,7 +28,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr nn::GPTConfig kModel = {.max_seq_len = 12,
+constexpr nn::ModelConfig kModel = nn::GPTConfig{.max_seq_len = 12,
                                   .vocab_size = 50,
                                   .padded_vocab_size = 64,
                                   .num_layers = 2,
@@ -71,7 +71,7 @@ std::optional<std::string> reference_python() {
 // GPT-2's initialisation, then every parameter moved a little, so that the
 // LayerNorms and biases matter.
 std::vector<float> parameters() {
-  std::vector<float> p(nn::GPTParamLayout(kModel).num_params());
+  std::vector<float> p(nn::model_layout(kModel).num_params());
   nn::GPT::init_parameters(kModel, 3, 0, p.size(), p.data());
   for (size_t i = 0; i < p.size(); ++i)
     p[i] += 0.02f * std::sin(0.37f * static_cast<float>(i));
@@ -123,7 +123,7 @@ TEST_F(ExportTest, GPT2LMHeadModelLoadsTheExportAndGivesTroupesLogits) {
   const SafeTensor* qkv = by_name["transformer.h.1.attn.c_attn.weight"];
   ASSERT_NE(qkv, nullptr);
   ASSERT_EQ(qkv->shape, (std::vector<int64_t>{C, 3 * C}));
-  const nn::GPTParamLayout layout(kModel);
+  const nn::ModelLayout layout = nn::model_layout(kModel);
   const float* ours = params.data() + layout.block_tensor(1, nn::BlockTensor::kQkvw);  // [3C, C]
   for (int64_t i = 0; i < C; ++i) {
     for (int64_t j = 0; j < 3 * C; ++j)

@@ -1,3 +1,4 @@
+#include "nn/model/model.h"
 #include "actors/gradient_buckets.h"
 
 #include <gtest/gtest.h>
@@ -5,18 +6,18 @@
 namespace troupe::actors {
 namespace {
 
-nn::GPTParamLayout layout() {
-  nn::GPTConfig c{.max_seq_len = 8,
+nn::ModelLayout layout() {
+  nn::ModelConfig c{.max_seq_len = 8,
                   .vocab_size = 50,
                   .padded_vocab_size = 64,
                   .num_layers = 3,
                   .num_heads = 2,
                   .channels = 8};
-  return nn::GPTParamLayout(c);
+  return nn::ModelLayout(c);
 }
 
 TEST(GradientBuckets, CoverTheBufferFromTheEndWithoutOverlap) {
-  nn::GPTParamLayout l = layout();
+  nn::ModelLayout l = layout();
   for (size_t size : {size_t{1}, l.block_size(), 2 * l.block_size() + 1, l.num_params() * 2}) {
     GradientBuckets b(l, size);
     size_t end = l.num_params();
@@ -30,7 +31,7 @@ TEST(GradientBuckets, CoverTheBufferFromTheEndWithoutOverlap) {
 }
 
 TEST(GradientBuckets, OneLayerABucketWhenBucketsAreSmall) {
-  nn::GPTParamLayout l = layout();
+  nn::ModelLayout l = layout();
   GradientBuckets b(l, 1);
   // lnf, six layers in each of three blocks, the embeddings.
   ASSERT_EQ(b.buckets().size(), 1u + 6 * 3 + 1);
@@ -43,7 +44,7 @@ TEST(GradientBuckets, OneLayerABucketWhenBucketsAreSmall) {
 }
 
 TEST(GradientBuckets, OneBucketWhenItHoldsEverything) {
-  nn::GPTParamLayout l = layout();
+  nn::ModelLayout l = layout();
   GradientBuckets b(l, l.num_params() + 1);
   ASSERT_EQ(b.buckets().size(), 1u);
   b.reset();
@@ -54,7 +55,7 @@ TEST(GradientBuckets, OneBucketWhenItHoldsEverything) {
 // What backward finishes after block 0's attention projection has nothing left to hide behind:
 // the last bucket holds only that, whatever the bucket size.
 TEST(GradientBuckets, TheLastBucketHoldsOnlyWhatFollowsBlockZerosAttentionProjection) {
-  nn::GPTParamLayout l = layout();
+  nn::ModelLayout l = layout();
   const size_t tail = l.block_tensor(0, nn::BlockTensor::kAttprojw);
   for (size_t size : {l.block_size() / 2, l.block_size(), 2 * l.block_size() + 1}) {
     GradientBuckets b(l, size);
@@ -67,7 +68,7 @@ TEST(GradientBuckets, TheLastBucketHoldsOnlyWhatFollowsBlockZerosAttentionProjec
 // Backward reports the layers in order (GPT::backward_blocks); each bucket comes out once, in
 // order, and only when everything in it is final.
 TEST(GradientBuckets, ReadyAsBackwardProceedsEachOnce) {
-  nn::GPTParamLayout l = layout();
+  nn::ModelLayout l = layout();
   for (size_t size : {size_t{1}, l.block_size() / 3, l.block_size(), l.num_params() + 1}) {
     GradientBuckets b(l, size);
     for (int round = 0; round < 2; ++round) {
@@ -96,7 +97,7 @@ TEST(GradientBuckets, ReadyAsBackwardProceedsEachOnce) {
 }
 
 TEST(GradientBuckets, LeaveOutTheStartTheStageReducesItself) {
-  nn::GPTParamLayout l = layout();
+  nn::ModelLayout l = layout();
   for (size_t size : {size_t{1}, l.block_size(), l.num_params() * 2}) {
     GradientBuckets b(l, size, l.wpe());
     ASSERT_FALSE(b.buckets().empty());

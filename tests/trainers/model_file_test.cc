@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "absl/strings/match.h"
-#include "nn/gpt2/layout.h"
+#include "nn/model/model.h"
 
 namespace troupe::trainers {
 namespace {
@@ -21,7 +21,7 @@ class ModelFileTest : public ::testing::Test {
     ASSERT_NE(::mkdtemp(path), nullptr);
     dir_ = path;
     saved_.model = kDefaultModel;
-    saved_.params.assign(nn::GPTParamLayout(saved_.model).num_params(), 0.25f);
+    saved_.params.assign(nn::model_layout(saved_.model).num_params(), 0.25f);
     saved_.step = 7;
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -41,7 +41,7 @@ TEST_F(ModelFileTest, RoundTrips) {
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->params, saved_.params);
   EXPECT_EQ(loaded->step, 7);
-  EXPECT_EQ(loaded->model.num_layers, saved_.model.num_layers);
+  EXPECT_EQ(loaded->model.num_layers(), saved_.model.num_layers());
 }
 
 // ZeRO-3 without consolidation: a file per rank's partition, joined on load;

@@ -43,13 +43,13 @@ TEST(DTypeMappingTest, EveryTypeMapsByNameBothWays) {
 }
 
 TEST(NnCodecsTest, ModelConfigOptionsDTypeAndRangesRoundTrip) {
-  const nn::GPTConfig c{.max_seq_len = 48,
+  const nn::ModelConfig c{.max_seq_len = 48,
                         .vocab_size = 100,
                         .padded_vocab_size = 128,
                         .num_layers = 3,
                         .num_heads = 2,
                         .channels = 32};
-  const nn::GPTConfig back = round_trip(c);
+  const nn::ModelConfig back = round_trip(c);
   EXPECT_EQ(back.max_seq_len, 48);
   EXPECT_EQ(back.vocab_size, 100);
   EXPECT_EQ(back.padded_vocab_size, 128);
@@ -106,7 +106,7 @@ TEST(NnCodecsTest, MalformedValuesAreRefused) {
   EXPECT_EQ(bad_range.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad_range.message().find("ends before it begins"), absl::string_view::npos)
       << bad_range;
-  EXPECT_FALSE(decode_bytes<nn::GPTConfig>({1, 0, 0, 0}).ok()) << "too short";
+  EXPECT_FALSE(decode_bytes<nn::ModelConfig>({1, 0, 0, 0}).ok()) << "too short";
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ constexpr int kGlobalBatch = 16;  // micro-batches of 2: 8 a step over dp
 
 // A small GPT of 4 blocks, so that 4 stages hold one each, and of 4 heads,
 // so that 4 tensor-parallel slices hold one each.
-nn::GPTConfig model() {
+nn::ModelConfig model() {
   return {.max_seq_len = 18,
           .vocab_size = 64,
           .padded_vocab_size = 64,
@@ -217,11 +217,11 @@ TEST_F(PipelineTest, InterleavedOneFOneBMatchesOneProcess) {
 // range partitioned over its replicas): the same math as one process.
 TEST_F(PipelineTest, InterleavedOverFourStagesAndUnderZero1MatchesOneProcess) {
   TrainConfig single_config = config_for(1, 1);
-  single_config.model.num_layers = 8;
+  single_config.model.num_layers() = 8;
   const RunResult single = run(single_config);
   ASSERT_EQ(single.losses.size(), static_cast<size_t>(kSteps));
   TrainConfig four = config_for(1, 4, "interleaved");
-  four.model.num_layers = 8;
+  four.model.num_layers() = 8;
   const RunResult piped = run(four);
   testing::expect_same_training(piped, single, "dp 1 x pp 4 (2 chunks each)", true, "pipeline");
   for (const StepOutcome& o : piped.outcomes) {
@@ -273,7 +273,7 @@ TEST_F(PipelineTest, AStageHoldsItsShareOfTheModel) {
     c.zero.stage = zero;
     const RunResult r = run(c);
     ASSERT_FALSE(r.outcomes.empty());
-    const nn::GPTParamLayout layout(model(), {.rank = 0, .size = tp});
+    const nn::ModelLayout layout = nn::model_layout(model(), {.rank = 0, .size = tp});
     int64_t largest = 0, largest_owned = 0;
     for (int p = 0; p < pp; ++p) {
       absl::StatusOr<actors::StagePlan> plan = actors::plan_stage(layout, pp, p);
@@ -309,8 +309,8 @@ TEST_F(PipelineTest, AGivenPartitionMatchesOneProcess) {
 TEST_F(PipelineTest, LargeActivationsCrossWithoutACopyAndKeepTheMath) {
   auto larger = [](int pp, const std::string& schedule) {
     TrainConfig c = config_for(1, pp, schedule);
-    c.model.max_seq_len = 64;
-    c.model.channels = 192;
+    c.model.max_seq_len() = 64;
+    c.model.hidden_size() = 192;
     return c;
   };
   const RunResult single = run(larger(1, "1f1b"));

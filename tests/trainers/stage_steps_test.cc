@@ -18,7 +18,7 @@
 #include "actors/pipeline_stage_actor.h"
 #include "actors/stage_plan.h"
 #include "core/actor.h"
-#include "nn/gpt2/gpt.h"
+#include "nn/model/model.h"
 #include "trainers/config.h"
 #include "trainers/trainer.h"
 #include "trainers/trainer_controller.h"
@@ -41,7 +41,7 @@ TrainConfig small_config() {
   c.micro_batch_size = 4;
   c.gradient_accumulation_steps = 2;
   c.train_batch_size = 8;
-  c.model = {.max_seq_len = 16,
+  c.model = nn::GPTConfig{.max_seq_len = 16,
              .vocab_size = 256,
              .padded_vocab_size = 256,
              .num_layers = 2,
@@ -124,7 +124,7 @@ class StageStepsTest : public ::testing::Test {
 
 TEST_F(StageStepsTest, EveryStepChangingCallIsRefusedOutOfTurn) {
   start("steps");
-  const size_t n = nn::GPTParamLayout(config_.model).num_params();
+  const size_t n = nn::model_layout(config_.model).num_params();
   absl::StatusOr<StepReport> report = run(2);
   ASSERT_EQ(report.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(contains(report.status().message(), "run_step for step 2")) << report.status();
@@ -213,7 +213,7 @@ TEST_F(StageStepsTest, AShardWithoutWeightsRefusesToPrepare) {
 // A shard of part of the stage initialises, updates and reports only its
 // range; the rest of the stage's parameters is another shard's.
 TEST_F(StageStepsTest, AShardOwnsOnlyItsRangeOfTheStage) {
-  const nn::GPTParamLayout layout(config_.model);
+  const nn::ModelLayout layout = nn::model_layout(config_.model);
   const nn::ParamRange range{layout.block_begin(1), layout.num_params()};
   start("range", range);
   absl::StatusOr<nn::GPT> reference = nn::GPT::create(config_.model);
@@ -322,7 +322,7 @@ TEST(StageFactoryTest, BadOptionsFailTheSpawnWithTheReason) {
 // first stage holds the embeddings, so of 5 blocks over 3 stages it takes 1
 // and the others 2 (the even split's 2, 2, 1 would load the first most).
 TEST(StagePlanTest, StagesBalanceTheirParametersAndTheirRangesTileTheModel) {
-  const nn::GPTParamLayout layout(nn::GPTConfig{
+  const nn::ModelLayout layout = nn::model_layout(nn::GPTConfig{
       .max_seq_len = 8, .vocab_size = 10, .num_layers = 5, .num_heads = 2, .channels = 4});
   const int expected[3][2] = {{0, 1}, {1, 3}, {3, 5}};
   size_t covered = 0;
@@ -343,7 +343,7 @@ TEST(StagePlanTest, StagesBalanceTheirParametersAndTheirRangesTileTheModel) {
   EXPECT_EQ(actors::plan_stage(layout, 2, 2).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-size_t largest_stage(const nn::GPTParamLayout& layout, const std::vector<int64_t>& partition) {
+size_t largest_stage(const nn::ModelLayout& layout, const std::vector<int64_t>& partition) {
   size_t largest = 0;
   for (int p = 0; p < static_cast<int>(partition.size()); ++p) {
     absl::StatusOr<actors::StagePlan> plan =
@@ -360,7 +360,7 @@ size_t largest_stage(const nn::GPTParamLayout& layout, const std::vector<int64_t
 // holds the embeddings, gets a block alone.
 TEST(StagePlanTest, TheBalancedPartitionHasTheSmallestLargestStage) {
   for (int vocab : {10, 40, 1000}) {
-    const nn::GPTParamLayout layout(nn::GPTConfig{
+    const nn::ModelLayout layout = nn::model_layout(nn::GPTConfig{
         .max_seq_len = 8, .vocab_size = vocab, .num_layers = 6, .num_heads = 2, .channels = 4});
     for (int stages = 1; stages <= 6; ++stages) {
       const std::vector<int64_t> balanced = actors::balanced_partition(layout, stages);
@@ -388,14 +388,14 @@ TEST(StagePlanTest, TheBalancedPartitionHasTheSmallestLargestStage) {
       }
     }
   }
-  const nn::GPTParamLayout wide(nn::GPTConfig{
+  const nn::ModelLayout wide = nn::model_layout(nn::GPTConfig{
       .max_seq_len = 8, .vocab_size = 1000, .num_layers = 5, .num_heads = 2, .channels = 4});
   EXPECT_EQ(actors::balanced_partition(wide, 2), (std::vector<int64_t>{1, 4}));
   EXPECT_EQ(actors::uniform_partition(5, 3), (std::vector<int64_t>{2, 2, 1}));
 }
 
 TEST(StagePlanTest, AGivenPartitionSetsEachStagesBlocks) {
-  const nn::GPTParamLayout layout(nn::GPTConfig{
+  const nn::ModelLayout layout = nn::model_layout(nn::GPTConfig{
       .max_seq_len = 8, .vocab_size = 10, .num_layers = 5, .num_heads = 2, .channels = 4});
   const std::vector<int64_t> partition = {1, 3, 1};
   const int expected[3][2] = {{0, 1}, {1, 4}, {4, 5}};
@@ -420,12 +420,12 @@ TEST(StagePlanTest, AGivenPartitionSetsEachStagesBlocks) {
 // asked before each one, and its error ends the pass there. Asked nothing
 // but OK, the pass is the whole model's.
 TEST(StagePlanTest, AStageStopsAtTheNextBlockOnceItsStepCannotSucceed) {
-  const nn::GPTConfig config{
+  const nn::ModelConfig config{
       .max_seq_len = 8, .vocab_size = 10, .num_layers = 4, .num_heads = 2, .channels = 8};
   absl::StatusOr<nn::GPT> gpt = nn::GPT::create(config);
   ASSERT_TRUE(gpt.ok()) << gpt.status();
   gpt->init_parameters(7);
-  absl::StatusOr<actors::StagePlan> plan = actors::plan_stage(gpt->param_layout(), 1, 0);
+  absl::StatusOr<actors::StagePlan> plan = actors::plan_stage(gpt->layout(), 1, 0);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const int B = 2, T = 8;
   std::vector<int32_t> inputs(B * T), targets(B * T);

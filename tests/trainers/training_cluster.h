@@ -13,7 +13,7 @@
 
 #include "core/cluster/cluster.h"
 #include "core/cluster/local_cluster.h"
-#include "nn/gpt2/gpt.h"
+#include "nn/model/model.h"
 #include "trainers/checkpointer.h"
 #include "trainers/config.h"
 #include "trainers/trainer.h"
@@ -22,7 +22,7 @@
 namespace troupe::trainers::testing {
 
 // The GPT the trainer tests train: two blocks of 32 channels, 16 tokens.
-inline constexpr nn::GPTConfig kTinyGpt = {.max_seq_len = 16,
+inline constexpr nn::ModelConfig kTinyGpt = nn::GPTConfig{.max_seq_len = 16,
                                            .vocab_size = 256,
                                            .padded_vocab_size = 256,
                                            .num_layers = 2,

@@ -30,7 +30,7 @@ constexpr int kSteps = 4;
 constexpr int kGlobalBatch = 12;  // divisible by dp = 1, 2, 3
 
 // A small GPT of 8 blocks whose 104,320 parameters 3 does not divide.
-nn::GPTConfig model() {
+nn::ModelConfig model() {
   return {.max_seq_len = 18,
           .vocab_size = 64,
           .padded_vocab_size = 64,
@@ -40,7 +40,7 @@ nn::GPTConfig model() {
 }
 
 size_t num_params() {
-  return nn::GPTParamLayout(model()).num_params();
+  return nn::model_layout(model()).num_params();
 }
 
 TrainConfig config_for(int stage, int dp, int accumulation = 1,
