@@ -50,7 +50,7 @@ class AllreduceGradientSync : public GradientSync {
   // The last micro-batch's token mask, reduced while its forward runs.
   void reduce_token_mask(std::span<const int32_t> inputs);
   absl::Status issue_backward(nn::Model& model, float dloss);
-  // The stage is the whole model, wte's rows whole too: the embedding's
+  // The stage is the whole model, the token embedding's rows whole too: its
   // gradient can be reduced as the rows a batch touched, and the rest as
   // backward finishes it. Else everything is reduced after the last backward.
   bool whole_model() const {
@@ -58,7 +58,8 @@ class AllreduceGradientSync : public GradientSync {
   }
   void issue(const std::vector<size_t>& ready);
   void issue_range(float* data, size_t count);
-  // wte's gradient += the reduced rows_ (after every reduction finished).
+  // The token embedding's gradient += the reduced rows_ (after every
+  // reduction finished).
   void add_embedding_rows();
   // Whether the step can still succeed: the group's failure once it lost a
   // member (forward and backward stop there).
@@ -78,7 +79,7 @@ class AllreduceGradientSync : public GradientSync {
   std::vector<float> token_mask_;    // [V]: 1 for the tokens of the last micro-batch(es)
   std::vector<int32_t> row_of_;      // [V]: token -> its row of rows_, or -1
   std::vector<int32_t> row_tokens_;  // row of rows_ -> token, ascending
-  std::vector<float> rows_;          // [rows, C]: the embedding's share of wte's gradient
+  std::vector<float> rows_;          // [rows, C]: the embedding's share of its gradient
 };
 
 }  // namespace troupe::actors

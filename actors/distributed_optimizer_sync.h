@@ -12,7 +12,7 @@
 //               buckets over the stage's range, each rank keeping the average
 //               of its part
 //
-// The first stage's wte gradient is whole only once the last stage's share
+// With a tied head the first stage's embedding gradient is whole only once the last stage's share
 // was added to it, which the stage does before its last backward, as with
 // DDP (actors/allreduce_gradient_sync.h). Unlike DeepSpeed's ZeRO-1 on a
 // whole model, the gathering does not overlap the forward yet.

@@ -1,4 +1,4 @@
-// Text generation with a trained GPT: each new token from the logits at the
+// Text generation with a trained model: each new token from the logits at the
 // last position, greedily (temperature 0) or sampled from softmax(logits / t).
 // Contexts longer than the model's max sequence length keep their last
 // max_seq_len tokens. Runs the full forward per new token (no KV cache): meant

@@ -74,7 +74,7 @@ class ParamShardActor {
   // Waits for a save in flight.
   ~ParamShardActor();
 
-  // Sets the masters to GPT-2's initialisation from the seed, resets the
+  // Sets the masters to the architecture's initialisation from the seed, resets the
   // optimizer state and writes the compute copy into the stage's parameters.
   // Returns the number of parameters of the shard. FailedPrecondition if the
   // stage of this coordinate is not in this process.
@@ -232,7 +232,7 @@ class ParamShardActor {
   std::string name_;
   nn::ModelLayout layout_;
   nn::ParamRange range_;
-  std::vector<nn::ParamRange> no_decay_;  // AdamW's (biases, LayerNorm weights), in the range
+  std::vector<nn::ParamRange> no_decay_;  // AdamW's (biases, norm weights), in the range
   nn::FloatBuffer master_;                // [range]: empty in fp32
   nn::FloatBuffer m_;                     // [range]: AdamW's moments, or SGD's momentum in m_
   nn::FloatBuffer v_;

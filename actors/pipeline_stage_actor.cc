@@ -211,7 +211,7 @@ PipelineStageActor::PipelineStageActor(StageOptions options, StagePlan plan,
 
 void PipelineStageActor::publish_tensors() {
   tensors_ = std::make_shared<StageTensors>();
-  // What the stage's buffers hold (a pipeline stage's copy of wte aside: not
+  // What the stage's buffers hold (a pipeline stage's copy of the embedding aside: not
   // its to update), or under ZeRO-2/3 its partition.
   const nn::ParamRange held = buffers_->range();
   const bool partitioned_params = options_.mesh.pp == 1 && model_->params() == nullptr;

@@ -236,7 +236,7 @@ class PipelineStageActor {
   std::shared_ptr<DataLoader> loader_;
   int64_t last_run_ = 0;              // the last step run_step was called for (0: none)
   std::vector<uint16_t> half_grads_;  // fp16: the gradients' rounding scratch
-  std::vector<float> head_share_;     // pp > 1, first stage: the head's share of wte's gradient
+  std::vector<float> head_share_;     // pp > 1, first stage, tied head: its share of the embedding's gradient
   // ZeRO: this rank's partition of what the model does not hold whole.
   ZeroPartition partition_;
   // The flat buffers it computes with: the model's, or a pipeline stage's

@@ -1,18 +1,18 @@
-// What one pipeline stage owns of the GPT: a range of its blocks, and with
-// them a range of the flat parameter buffer (nn/gpt_param_layout.h).
+// What one pipeline stage owns of the model: a range of its blocks, and with
+// them a range of the flat parameter buffer (nn/model/layout.h).
 //
 // The blocks are split to balance the parameters the stages own (DeepSpeed's
 // partition_method "parameters"; balanced_partition), or as the user gives
 // them (parallel.partition; Megatron's even split is uniform_partition). The
 // parameter ranges of the stages tile the buffer, so that each parameter has
 // one owner:
-//   first stage   [0, block_begin(end))            wte, wpe and its blocks
+//   first stage   [0, block_begin(end))            the embedding, its blocks
 //   middle stage  [block_begin(begin), block_begin(end))
-//   last stage    [block_begin(begin), num_params) its blocks and lnf
-// (with pp = 1 one stage owns [0, num_params)). The LM head is tied to wte:
-// the last stage of a pipeline computes with a copy of wte that the first
-// stage owns, whose gradient it sends to the first stage to be added before
-// the exchange (Megatron's embedding group).
+//   last stage    [block_begin(begin), num_params) its blocks and the head
+// (with pp = 1 one stage owns [0, num_params)). A head tied to the token
+// embedding: the last stage of a pipeline computes with a copy of it that the
+// first stage owns, whose gradient it sends to the first stage to be added
+// before the exchange (Megatron's embedding group).
 #pragma once
 
 #include <cstdint>
@@ -48,7 +48,7 @@ absl::StatusOr<StagePlan> plan_stage(const nn::ModelLayout& layout, int pp, int 
 
 // The blocks of each of `stages` stages, contiguous and at least one each,
 // that balance the parameters the stages own: the first stage's count holds
-// the embeddings, the last's the final LayerNorm, and the largest stage's is
+// the embedding, the last's the head, and the largest stage's is
 // as small as it can be. Of the partitions that reach it, the even split
 // when it is one (so that a model whose embeddings are small splits as
 // Megatron splits it), else the one giving the earlier stages the most
@@ -58,7 +58,7 @@ std::vector<int64_t> balanced_partition(const nn::ModelLayout& layout, int stage
 // stages stages take one more. REQUIRES: 1 <= stages <= blocks.
 std::vector<int64_t> uniform_partition(int blocks, int stages);
 
-// The stage's part of the GPT's forward on one micro-batch [B, T]: the
+// The stage's part of the model's forward on one micro-batch [B, T]: the
 // embedding on the first stage, the plan's blocks, the head and loss on the
 // last (the loss is NaN on the others). A stage that is not the first reads
 // its input activation from gpt.residual(block_begin), which its schedule
@@ -75,7 +75,7 @@ absl::StatusOr<float> forward_stage(nn::Model& gpt, const StagePlan& plan, const
 // The matching backward, accumulating the stage's parameter gradients: the
 // head on the last stage (else the schedule wrote the gradient for
 // residual(block_end) into gpt.dresidual()), the plan's blocks (reporting
-// each finished layer to on_final, as GPT::backward_blocks does), the
+// each finished run to on_final, as Model::backward_blocks does), the
 // embedding on the first stage. For pp = 1 this is gpt.backward(dloss).
 absl::Status backward_stage(nn::Model& gpt, const StagePlan& plan, float dloss,
                             const nn::Model::GradientsFinal& on_final = nullptr,

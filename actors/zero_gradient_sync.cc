@@ -74,7 +74,7 @@ ZeroGradientSync::ZeroGradientSync(const GradientSyncOptions& options, int stage
 }
 
 void ZeroGradientSync::plan_buckets(const std::vector<nn::ParamRange>& segments) {
-  const int F = static_cast<int>(segments.size()) - 1;  // the final LayerNorm
+  const int F = static_cast<int>(segments.size()) - 1;  // the head
   const auto limit = static_cast<size_t>(std::max<int64_t>(options_.bucket_elements, 1));
   bucket_of_.assign(segments.size(), 0);
   // Whole segments from the end down to block 0; the embeddings alone, last.
@@ -175,7 +175,7 @@ absl::Status ZeroGradientSync::backward_in_place(float dloss, bool last) {
 absl::Status ZeroGradientSync::backward_partitioned(float dloss) {
   const int L = gpt_.config().num_layers(), E = 0, F = L + 1;
   const bool overlap = options_.overlap_comm;
-  // The head writes the final LayerNorm's gradients and the LM head's share of wte's.
+  // The head writes its gradients (and a tied head its share of the token embedding's).
   if (absl::Status s = open_bucket(bucket_of_[E]); !s.ok()) return s;
   if (absl::Status s = open_bucket(bucket_of_[F]); !s.ok()) return s;
   absl::Status s = gpt_.head_backward(dloss);

@@ -110,7 +110,7 @@ class ZeroGradientSync : public GradientSync {
   ZeroBuffers buffers_;
   BufferPool pool_;  // gathered segments and gradient buckets
   ParamGather gather_;
-  std::vector<Bucket> buckets_;        // descending: buckets_[0] holds the final LayerNorm
+  std::vector<Bucket> buckets_;        // descending: buckets_[0] holds the head
   std::vector<int> bucket_of_;         // segment -> its bucket
   std::vector<nn::FloatBuffer> open_;  // by bucket: the scratch backward writes now
   std::deque<Reduction> in_flight_;

@@ -1,5 +1,5 @@
 // ZeRO's parameter gathering over a stage's segments (the embeddings, each
-// block, the final LayerNorm: GPTParamLayout::segments), as the stage's micro-batches
+// block, the head: ModelLayout::segments), as the stage's micro-batches
 // use them.
 //
 // ZeRO-1/2 (in place): the model owns the whole parameter buffer; after the

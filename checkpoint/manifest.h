@@ -16,7 +16,7 @@
 //
 // A loader of any layout maps each range it needs, through the model's
 // global tensors, to the owners that hold it; replicas of a range (DDP)
-// saved it once, and a tensor every slice holds whole (a LayerNorm's) is
+// saved it once, and a tensor every slice holds whole (a norm's) is
 // read from slice 0.
 #pragma once
 
@@ -66,7 +66,7 @@ struct Owner {
 std::string to_string(const Owner& owner);
 
 struct TensorRecord {
-  std::string name;            // "wte", "h0.qkvw", ... (nn::ModelLayout)
+  std::string name;            // the architecture's (nn::ModelLayout's tensors)
   std::vector<int64_t> shape;  // global
   std::string dtype = "float32";
   // How tp slices split it (nn::TensorSplit): "replicated" (whole in every

@@ -26,9 +26,9 @@ void print_usage() {
       "  pg       list or remove placement groups       (remove_placement_group)\n"
       "  drain    move elastic jobs off a worker         (kubectl drain)\n\n"
       "Training commands:\n"
-      "  train    train a GPT from a DeepSpeed-style config   (deepspeed train.py)\n"
+      "  train    train a model from a DeepSpeed-style config (deepspeed train.py)\n"
       "  generate sample text from trained weights or a checkpoint\n"
-      "  export   a checkpoint's weights as safetensors (Hugging Face GPT-2 names)\n"
+      "  export   a checkpoint's weights as a Hugging Face model directory\n"
       "  data     prepare token datasets (byte-level), synthetic tasks\n\n"
       "Run `troupe <command> --help` for its flags.\n");
 }

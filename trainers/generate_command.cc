@@ -31,7 +31,7 @@ void print_generate_help() {
   std::printf(
       "usage: troupe generate (--model DIR | --checkpoint DIR [--step N]) --prompt TEXT\n"
       "                       [--max-tokens N] [--temperature T] [--seed S] [--no-stop]\n\n"
-      "Continues TEXT with the GPT saved in DIR (--model: DIR/model.json + model.bin, as\n"
+      "Continues TEXT with the model saved in DIR (--model: DIR/model.json + model.bin, as\n"
       "troupe train writes them; --checkpoint: the newest checkpoint in DIR whose files\n"
       "pass their checksums, or step N), byte-level tokens, the prompt at the start of\n"
       "the context. Generation\n"

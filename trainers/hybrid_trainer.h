@@ -7,7 +7,7 @@
 // group: DDP, each shard owning its stage's parameter range of its slice's
 // layout, or ZeRO-1 (Megatron's distributed optimizer), shard d owning
 // partition d of that range (actors/distributed_optimizer_sync.h). The last
-// stage computes the tied LM head with a copy of the first stage's wte.
+// stage computes a tied LM head with a copy of the first stage's embedding.
 //
 // With fault tolerance a lost coordinate's actors are restarted by the head
 // in their bundle, placed again, and recovered as a lost DDP replica is

@@ -10,7 +10,7 @@
 // the same reduced gradients) unless a gradient overflowed; the distinct
 // ranges of each slice must tile [0, slice_params) without overlap; the
 // squared norm is the sum over the distinct ranges, in (slice, begin) order.
-// With tp > 1, parameters that every slice holds whole (LayerNorm weights,
+// With tp > 1, parameters that every slice holds whole (norm weights,
 // row-parallel biases) must count once: the stages that bring tensor
 // parallelism report their squared norm on one slice only, as Megatron does.
 #pragma once

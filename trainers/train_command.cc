@@ -49,7 +49,7 @@ void print_train_help() {
   std::printf(
       "usage: troupe train --config FILE [--local N | --head HOST:PORT] [--steps N]\n"
       "                    [--output DIR] [--metrics FILE] [--threads N] [--resume]\n\n"
-      "Trains the GPT the config describes over a mesh of dp x pp stages: dp replicas\n"
+      "Trains the model the config describes over a mesh of dp x pp stages: dp replicas\n"
       "(DDP or ZeRO-1/2/3), each a pipeline of pp stages running the config's schedule;\n"
       "each stage with a parameter shard and a data loader on one node.\n\n"
       "  --config FILE     DeepSpeed-style JSON plus troupe's model, data, parallel and\n"
