@@ -59,6 +59,8 @@ class Llama final : public Model {
 
   void set_tensor_parallel(AllReduceFn allreduce_sum, AllReduceFn allreduce_max) override;
   void init_parameters(uint64_t seed) override;
+  using Model::grads;
+  using Model::params;
   float* params() override { return params_.data(); }
   float* grads() override { return grads_.data(); }
   [[nodiscard]] absl::StatusOr<float> forward(const int32_t* inputs, const int32_t* targets, int B,

@@ -89,7 +89,8 @@ class Model {
   virtual void set_tensor_parallel(AllReduceFn allreduce_sum, AllReduceFn allreduce_max) = 0;
 
   // The architecture's initialisation, reproducible from seed (nn::init_parameters below); a
-  // tensor-parallel rank gets its slice of the whole model's values.
+  // tensor-parallel rank gets its slice of the whole model's values. REQUIRES: the model owns its
+  // parameters (ModelStorage); else init_parameters below fills the caller's buffer.
   virtual void init_parameters(uint64_t seed) = 0;
 
   // The flat buffers: num_params() floats each, laid out as layout() says. The caller may read
