@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "nn/model/model.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/env.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/shard_file.h"
+#include "nn/model/model.h"
 #include "tests/checkpoint/fault_env.h"
 #include "tests/checkpoint/partitioned_checkpoint.h"
 
@@ -27,11 +27,11 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr nn::ModelConfig kModel = nn::GPTConfig{.max_seq_len = 8,
-                                  .vocab_size = 32,
-                                  .padded_vocab_size = 32,
-                                  .num_layers = 2,
-                                  .num_heads = 2,
-                                  .channels = 8};
+                                                 .vocab_size = 32,
+                                                 .padded_vocab_size = 32,
+                                                 .num_layers = 2,
+                                                 .num_heads = 2,
+                                                 .channels = 8};
 
 int64_t num_params() {
   return static_cast<int64_t>(nn::model_layout(kModel).num_params());
@@ -117,7 +117,7 @@ TEST_F(CheckpointTest, ACheckpointOfAnotherModelOrARangeOutsideTheSliceIsRefused
   absl::StatusOr<FoundCheckpoint> found = find_checkpoint(Env::posix(), dir_);
   ASSERT_TRUE(found.ok());
   nn::ModelConfig other = kModel;
-  other.channels = 16;
+  other.gpt2()->channels = 16;
   std::vector<float> out(static_cast<size_t>(num_params()));
   absl::Status s = read_state(Env::posix(), found->step_dir, found->manifest, kParamState, other,
                               {}, 0, 8, out.data());
@@ -131,11 +131,11 @@ TEST_F(CheckpointTest, ACheckpointOfAnotherModelOrARangeOutsideTheSliceIsRefused
 
 // A model of 4 heads and 4 blocks: 1, 2 and 4 slices, 1, 2 and 4 stages.
 constexpr nn::ModelConfig kSliced = nn::GPTConfig{.max_seq_len = 8,
-                                   .vocab_size = 32,
-                                   .padded_vocab_size = 32,
-                                   .num_layers = 4,
-                                   .num_heads = 4,
-                                   .channels = 16};
+                                                  .vocab_size = 32,
+                                                  .padded_vocab_size = 32,
+                                                  .num_layers = 4,
+                                                  .num_heads = 4,
+                                                  .channels = 16};
 
 // What slice `slice` holds of state k of the whole model whose element i
 // is value(step, k, i).
@@ -405,7 +405,7 @@ TEST_F(CheckpointTest, DecodingRefusesWhatDoesNotFit) {
   m.layout.virtual_stages = 3;
   refused(m, "layout.virtual_stages 3 does not divide layout.pp 1");
   m = *good;
-  m.model.num_heads() = 3;
+  m.model.gpt2()->num_heads = 3;
   refused(m, "");
   m = *good;
   m.optimizer.type = "lion";

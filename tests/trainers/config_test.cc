@@ -137,7 +137,7 @@ TEST(TrainConfigTest, ParsesEveryImplementedKey) {
   EXPECT_EQ(c.model.hidden_size(), 32);
   EXPECT_EQ(c.model.max_seq_len(), 48);
   EXPECT_EQ(c.model.vocab_size(), 100);
-  EXPECT_EQ(c.model.padded_vocab_size, 128);
+  EXPECT_EQ(c.model.padded_vocab(), 128);
   EXPECT_TRUE(c.model_options.recompute_activations);
   EXPECT_TRUE(c.data.path.empty());
   ASSERT_TRUE(c.data.synthetic.has_value());
@@ -914,7 +914,7 @@ void expect_round_trip(const TrainConfig& c) {
   EXPECT_EQ(again->optimizer.lr(), c.optimizer.lr());
   EXPECT_EQ(again->optimizer.adamw.beta2, c.optimizer.adamw.beta2);
   EXPECT_EQ(again->scheduler.index(), c.scheduler.index());
-  EXPECT_EQ(again->model.padded_vocab_size, c.model.padded_vocab_size);
+  EXPECT_EQ(again->model.padded_vocab(), c.model.padded_vocab());
   EXPECT_EQ(again->data.synthetic.has_value(), c.data.synthetic.has_value());
   EXPECT_EQ(again->training.seed, c.training.seed);
   for (int step = 1; step <= 300; ++step) {

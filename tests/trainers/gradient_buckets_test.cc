@@ -1,25 +1,26 @@
-#include "nn/model/model.h"
 #include "actors/gradient_buckets.h"
+#include "nn/gpt2/layout.h"
 
 #include <gtest/gtest.h>
 
 namespace troupe::actors {
 namespace {
 
-nn::ModelLayout layout() {
-  nn::ModelConfig c{.max_seq_len = 8,
+// A GPT's layout: the buckets see its seam view (model()); the test names its tensors.
+nn::GPTParamLayout layout() {
+  nn::GPTConfig c{.max_seq_len = 8,
                   .vocab_size = 50,
                   .padded_vocab_size = 64,
                   .num_layers = 3,
                   .num_heads = 2,
                   .channels = 8};
-  return nn::ModelLayout(c);
+  return nn::GPTParamLayout(c);
 }
 
 TEST(GradientBuckets, CoverTheBufferFromTheEndWithoutOverlap) {
-  nn::ModelLayout l = layout();
+  nn::GPTParamLayout l = layout();
   for (size_t size : {size_t{1}, l.block_size(), 2 * l.block_size() + 1, l.num_params() * 2}) {
-    GradientBuckets b(l, size);
+    GradientBuckets b(l.model(), size);
     size_t end = l.num_params();
     for (const GradientBucket& bucket : b.buckets()) {
       EXPECT_EQ(bucket.end, end) << size;
@@ -31,8 +32,8 @@ TEST(GradientBuckets, CoverTheBufferFromTheEndWithoutOverlap) {
 }
 
 TEST(GradientBuckets, OneLayerABucketWhenBucketsAreSmall) {
-  nn::ModelLayout l = layout();
-  GradientBuckets b(l, 1);
+  nn::GPTParamLayout l = layout();
+  GradientBuckets b(l.model(), 1);
   // lnf, six layers in each of three blocks, the embeddings.
   ASSERT_EQ(b.buckets().size(), 1u + 6 * 3 + 1);
   EXPECT_EQ(b.buckets()[0].begin, l.block_begin(3));
@@ -44,8 +45,8 @@ TEST(GradientBuckets, OneLayerABucketWhenBucketsAreSmall) {
 }
 
 TEST(GradientBuckets, OneBucketWhenItHoldsEverything) {
-  nn::ModelLayout l = layout();
-  GradientBuckets b(l, l.num_params() + 1);
+  nn::GPTParamLayout l = layout();
+  GradientBuckets b(l.model(), l.num_params() + 1);
   ASSERT_EQ(b.buckets().size(), 1u);
   b.reset();
   EXPECT_TRUE(b.ready(l.block_begin(0)).empty());  // wte is not final until the end
@@ -55,10 +56,10 @@ TEST(GradientBuckets, OneBucketWhenItHoldsEverything) {
 // What backward finishes after block 0's attention projection has nothing left to hide behind:
 // the last bucket holds only that, whatever the bucket size.
 TEST(GradientBuckets, TheLastBucketHoldsOnlyWhatFollowsBlockZerosAttentionProjection) {
-  nn::ModelLayout l = layout();
+  nn::GPTParamLayout l = layout();
   const size_t tail = l.block_tensor(0, nn::BlockTensor::kAttprojw);
   for (size_t size : {l.block_size() / 2, l.block_size(), 2 * l.block_size() + 1}) {
-    GradientBuckets b(l, size);
+    GradientBuckets b(l.model(), size);
     ASSERT_GE(b.buckets().size(), 2u) << size;
     EXPECT_EQ(b.buckets().back().begin, 0u) << size;
     EXPECT_LE(b.buckets().back().end, tail) << size;
@@ -68,9 +69,9 @@ TEST(GradientBuckets, TheLastBucketHoldsOnlyWhatFollowsBlockZerosAttentionProjec
 // Backward reports the layers in order (GPT::backward_blocks); each bucket comes out once, in
 // order, and only when everything in it is final.
 TEST(GradientBuckets, ReadyAsBackwardProceedsEachOnce) {
-  nn::ModelLayout l = layout();
+  nn::GPTParamLayout l = layout();
   for (size_t size : {size_t{1}, l.block_size() / 3, l.block_size(), l.num_params() + 1}) {
-    GradientBuckets b(l, size);
+    GradientBuckets b(l.model(), size);
     for (int round = 0; round < 2; ++round) {
       b.reset();
       std::vector<size_t> seen;
@@ -97,9 +98,9 @@ TEST(GradientBuckets, ReadyAsBackwardProceedsEachOnce) {
 }
 
 TEST(GradientBuckets, LeaveOutTheStartTheStageReducesItself) {
-  nn::ModelLayout l = layout();
+  nn::GPTParamLayout l = layout();
   for (size_t size : {size_t{1}, l.block_size(), l.num_params() * 2}) {
-    GradientBuckets b(l, size, l.wpe());
+    GradientBuckets b(l.model(), size, l.wpe());
     ASSERT_FALSE(b.buckets().empty());
     EXPECT_EQ(b.buckets().front().end, l.num_params()) << size;
     EXPECT_EQ(b.buckets().back().begin, l.wpe()) << size;  // wpe, not wte

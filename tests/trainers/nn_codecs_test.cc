@@ -43,19 +43,33 @@ TEST(DTypeMappingTest, EveryTypeMapsByNameBothWays) {
 }
 
 TEST(NnCodecsTest, ModelConfigOptionsDTypeAndRangesRoundTrip) {
-  const nn::ModelConfig c{.max_seq_len = 48,
-                        .vocab_size = 100,
-                        .padded_vocab_size = 128,
-                        .num_layers = 3,
-                        .num_heads = 2,
-                        .channels = 32};
+  const nn::ModelConfig c = nn::GPTConfig{.max_seq_len = 48,
+                                          .vocab_size = 100,
+                                          .padded_vocab_size = 128,
+                                          .num_layers = 3,
+                                          .num_heads = 2,
+                                          .channels = 32};
   const nn::ModelConfig back = round_trip(c);
-  EXPECT_EQ(back.max_seq_len, 48);
-  EXPECT_EQ(back.vocab_size, 100);
-  EXPECT_EQ(back.padded_vocab_size, 128);
-  EXPECT_EQ(back.num_layers, 3);
-  EXPECT_EQ(back.num_heads, 2);
-  EXPECT_EQ(back.channels, 32);
+  ASSERT_NE(back.gpt2(), nullptr);
+  EXPECT_EQ(back.gpt2()->max_seq_len, 48);
+  EXPECT_EQ(back.gpt2()->vocab_size, 100);
+  EXPECT_EQ(back.gpt2()->padded_vocab_size, 128);
+  EXPECT_EQ(back.gpt2()->num_layers, 3);
+  EXPECT_EQ(back.gpt2()->num_heads, 2);
+  EXPECT_EQ(back.gpt2()->channels, 32);
+  const nn::ModelConfig llama = nn::LlamaConfig{.vocab_size = 100,
+                                                .hidden_size = 32,
+                                                .intermediate_size = 64,
+                                                .num_hidden_layers = 2,
+                                                .num_attention_heads = 4,
+                                                .num_key_value_heads = 2,
+                                                .max_position_embeddings = 48,
+                                                .rms_norm_eps = 1e-5,
+                                                .rope_theta = 500000.0,
+                                                .tie_word_embeddings = true};
+  const nn::ModelConfig llama_back = round_trip(llama);
+  ASSERT_NE(llama_back.llama(), nullptr);
+  EXPECT_EQ(*llama_back.llama(), *llama.normalized().llama());
   EXPECT_TRUE(round_trip(nn::ModelOptions{.recompute_activations = true}).recompute_activations);
   EXPECT_EQ(round_trip(nn::DType::kBFloat16), nn::DType::kBFloat16);
   EXPECT_EQ(round_trip(nn::ParamRange{7, 4096}), (nn::ParamRange{7, 4096}));

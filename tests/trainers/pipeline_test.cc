@@ -34,12 +34,12 @@ constexpr int kGlobalBatch = 16;  // micro-batches of 2: 8 a step over dp
 // A small GPT of 4 blocks, so that 4 stages hold one each, and of 4 heads,
 // so that 4 tensor-parallel slices hold one each.
 nn::ModelConfig model() {
-  return {.max_seq_len = 18,
-          .vocab_size = 64,
-          .padded_vocab_size = 64,
-          .num_layers = 4,
-          .num_heads = 4,
-          .channels = 32};
+  return nn::GPTConfig{.max_seq_len = 18,
+                       .vocab_size = 64,
+                       .padded_vocab_size = 64,
+                       .num_layers = 4,
+                       .num_heads = 4,
+                       .channels = 32};
 }
 
 TrainConfig config_for(int dp, int pp, const std::string& schedule = "1f1b",
@@ -217,11 +217,11 @@ TEST_F(PipelineTest, InterleavedOneFOneBMatchesOneProcess) {
 // range partitioned over its replicas): the same math as one process.
 TEST_F(PipelineTest, InterleavedOverFourStagesAndUnderZero1MatchesOneProcess) {
   TrainConfig single_config = config_for(1, 1);
-  single_config.model.num_layers() = 8;
+  single_config.model.gpt2()->num_layers = 8;
   const RunResult single = run(single_config);
   ASSERT_EQ(single.losses.size(), static_cast<size_t>(kSteps));
   TrainConfig four = config_for(1, 4, "interleaved");
-  four.model.num_layers() = 8;
+  four.model.gpt2()->num_layers = 8;
   const RunResult piped = run(four);
   testing::expect_same_training(piped, single, "dp 1 x pp 4 (2 chunks each)", true, "pipeline");
   for (const StepOutcome& o : piped.outcomes) {
@@ -279,7 +279,9 @@ TEST_F(PipelineTest, AStageHoldsItsShareOfTheModel) {
       absl::StatusOr<actors::StagePlan> plan = actors::plan_stage(layout, pp, p);
       ASSERT_TRUE(plan.ok()) << plan.status();
       const auto range = static_cast<int64_t>(plan->params.size());
-      const int64_t wte = plan->last() && !plan->first() ? static_cast<int64_t>(layout.wpe()) : 0;
+      const int64_t wte = plan->last() && !plan->first() && layout.tied_head()
+                              ? static_cast<int64_t>(layout.token_embedding().size())
+                              : 0;
       largest = std::max(largest, range + wte);
       largest_owned = std::max(largest_owned, (range + dp - 1) / dp);
     }
@@ -309,8 +311,8 @@ TEST_F(PipelineTest, AGivenPartitionMatchesOneProcess) {
 TEST_F(PipelineTest, LargeActivationsCrossWithoutACopyAndKeepTheMath) {
   auto larger = [](int pp, const std::string& schedule) {
     TrainConfig c = config_for(1, pp, schedule);
-    c.model.max_seq_len() = 64;
-    c.model.hidden_size() = 192;
+    c.model.gpt2()->max_seq_len = 64;
+    c.model.gpt2()->channels = 192;
     return c;
   };
   const RunResult single = run(larger(1, "1f1b"));

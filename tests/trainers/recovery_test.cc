@@ -51,11 +51,11 @@ TrainConfig config_for(int zero_stage, const std::string& checkpoint_dir = "") {
   c.micro_batch_size = 3;
   c.train_batch_size = 12;
   c.model = nn::GPTConfig{.max_seq_len = 12,
-             .vocab_size = 64,
-             .padded_vocab_size = 64,
-             .num_layers = 3,
-             .num_heads = 2,
-             .channels = 32};
+                          .vocab_size = 64,
+                          .padded_vocab_size = 64,
+                          .num_layers = 3,
+                          .num_heads = 2,
+                          .channels = 32};
   c.data.synthetic =
       SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 400, .seed = 5};
   c.optimizer.type = OptimizerType::kAdamW;
@@ -901,7 +901,7 @@ TEST_F(RecoveryTest, AHybridMeshLosesStagesAndEndsBitwiseEqual) {
 TEST_F(RecoveryTest, AnInterleavedStageLosesBothChunksAndEndsBitwiseEqual) {
   start_cluster(5, "CPU=1");  // a bundle for each of 2 x 2 stages, and a spare
   TrainConfig config = config_for(0);
-  config.model.num_layers() = 4;  // a block a chunk
+  config.model.gpt2()->num_layers = 4;  // a block a chunk
   config.parallel.pp = 2;
   config.parallel.schedule = "interleaved";
   config.parallel.virtual_stages = 2;

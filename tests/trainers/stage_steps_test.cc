@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,11 +43,11 @@ TrainConfig small_config() {
   c.gradient_accumulation_steps = 2;
   c.train_batch_size = 8;
   c.model = nn::GPTConfig{.max_seq_len = 16,
-             .vocab_size = 256,
-             .padded_vocab_size = 256,
-             .num_layers = 2,
-             .num_heads = 2,
-             .channels = 32};
+                          .vocab_size = 256,
+                          .padded_vocab_size = 256,
+                          .num_layers = 2,
+                          .num_heads = 2,
+                          .channels = 32};
   c.data.synthetic =
       SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 400, .seed = 3};
   c.optimizer.adamw = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f};
@@ -216,14 +217,14 @@ TEST_F(StageStepsTest, AShardOwnsOnlyItsRangeOfTheStage) {
   const nn::ModelLayout layout = nn::model_layout(config_.model);
   const nn::ParamRange range{layout.block_begin(1), layout.num_params()};
   start("range", range);
-  absl::StatusOr<nn::GPT> reference = nn::GPT::create(config_.model);
+  absl::StatusOr<std::unique_ptr<nn::Model>> reference = nn::create_model(config_.model);
   ASSERT_TRUE(reference.ok());
-  reference->init_parameters(config_.training.seed);
+  (*reference)->init_parameters(config_.training.seed);
   std::vector<float> before = masters();
   ASSERT_EQ(before.size(), range.size());
-  EXPECT_EQ(
-      std::memcmp(before.data(), reference->params() + range.begin, range.size() * sizeof(float)),
-      0);
+  EXPECT_EQ(std::memcmp(before.data(), (*reference)->params() + range.begin,
+                        range.size() * sizeof(float)),
+            0);
   // The stage's parameters before the range are another shard's: set them here.
   std::shared_ptr<actors::StageTensors> tensors =
       actors::Handoff::find<actors::StageTensors>(actors::actor_name("range", "stage", {}));
@@ -231,7 +232,7 @@ TEST_F(StageStepsTest, AShardOwnsOnlyItsRangeOfTheStage) {
   for (size_t i = 0; i < tensors->n; ++i) {
     if (i < range.begin) {
       EXPECT_EQ(tensors->params[i], 0.0f) << "outside the range, at " << i;
-      tensors->params[i] = reference->params()[i];
+      tensors->params[i] = (*reference)->params()[i];
     }
   }
   const std::vector<float> outside(tensors->params, tensors->params + range.begin);
@@ -420,10 +421,11 @@ TEST(StagePlanTest, AGivenPartitionSetsEachStagesBlocks) {
 // asked before each one, and its error ends the pass there. Asked nothing
 // but OK, the pass is the whole model's.
 TEST(StagePlanTest, AStageStopsAtTheNextBlockOnceItsStepCannotSucceed) {
-  const nn::ModelConfig config{
+  const nn::ModelConfig config = nn::GPTConfig{
       .max_seq_len = 8, .vocab_size = 10, .num_layers = 4, .num_heads = 2, .channels = 8};
-  absl::StatusOr<nn::GPT> gpt = nn::GPT::create(config);
-  ASSERT_TRUE(gpt.ok()) << gpt.status();
+  absl::StatusOr<std::unique_ptr<nn::Model>> created = nn::create_model(config);
+  ASSERT_TRUE(created.ok()) << created.status();
+  nn::Model* gpt = created->get();
   gpt->init_parameters(7);
   absl::StatusOr<actors::StagePlan> plan = actors::plan_stage(gpt->layout(), 1, 0);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -445,10 +447,10 @@ TEST(StagePlanTest, AStageStopsAtTheNextBlockOnceItsStepCannotSucceed) {
       actors::forward_stage(*gpt, *plan, inputs.data(), targets.data(), B, T, always);
   ASSERT_TRUE(loss.ok()) << loss.status();
   EXPECT_FLOAT_EQ(*loss, *whole);
-  EXPECT_EQ(asked, config.num_layers);
+  EXPECT_EQ(asked, config.num_layers());
   asked = 0;
   ASSERT_TRUE(actors::backward_stage(*gpt, *plan, 1.0f, nullptr, always).ok());
-  EXPECT_EQ(asked, config.num_layers);
+  EXPECT_EQ(asked, config.num_layers());
 
   asked = 0;
   actors::GoOn fails_at_third = [&] {

@@ -31,12 +31,12 @@ constexpr int kGlobalBatch = 12;  // divisible by dp = 1, 2, 3
 
 // A small GPT of 8 blocks whose 104,320 parameters 3 does not divide.
 nn::ModelConfig model() {
-  return {.max_seq_len = 18,
-          .vocab_size = 64,
-          .padded_vocab_size = 64,
-          .num_layers = 8,
-          .num_heads = 2,
-          .channels = 32};
+  return nn::GPTConfig{.max_seq_len = 18,
+                       .vocab_size = 64,
+                       .padded_vocab_size = 64,
+                       .num_layers = 8,
+                       .num_heads = 2,
+                       .channels = 32};
 }
 
 size_t num_params() {
