@@ -49,6 +49,7 @@ int fail(const std::string& text) {
 
 // What a file that is not a regular one is, for a message.
 const char* file_kind(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
   if (S_ISDIR(mode)) return "a directory";
   if (S_ISCHR(mode)) return "a character device";
   if (S_ISBLK(mode)) return "a block device";
@@ -149,24 +150,14 @@ absl::Status check_output(const std::string& output, const std::string& checkpoi
   return absl::OkStatus();
 }
 
-// A model directory: a new path or a directory (not a link to one, not a
-// file), outside the checkpoint directory, created when missing; then each of
-// its files as check_output says.
+// A model directory: outside the checkpoint directory (whatever is there, so
+// that a file of the checkpoint is refused as such), a new path or a
+// directory (not a link to one, not a file), created when missing; then each
+// of its files as check_output says.
 absl::Status prepare_output_dir(const std::string& dir, const std::string& checkpoint_dir,
                                 const std::vector<std::string>& files) {
   if (dir.empty()) {
     return absl::InvalidArgumentError("--output is empty: it takes the model directory to write");
-  }
-  absl::StatusOr<std::optional<struct stat>> at = look(dir);
-  if (!at.ok()) return absl::InvalidArgumentError(absl::StrCat("--output ", at.status().message()));
-  if (*at && S_ISLNK((*at)->st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--output ", dir, " is a symbolic link; name the directory it points to"));
-  }
-  if (*at && !S_ISDIR((*at)->st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--output ", dir, " is ", file_kind((*at)->st_mode),
-        "; it takes a model directory (or a path ending in .safetensors for one file)"));
   }
   struct stat checkpoint = {};
   if (::stat(checkpoint_dir.c_str(), &checkpoint) == 0 && S_ISDIR(checkpoint.st_mode)) {
@@ -182,6 +173,17 @@ absl::Status prepare_output_dir(const std::string& dir, const std::string& check
                        "own files"));
     }
   }
+  absl::StatusOr<std::optional<struct stat>> at = look(dir);
+  if (!at.ok()) return absl::InvalidArgumentError(absl::StrCat("--output ", at.status().message()));
+  if (*at && S_ISLNK((*at)->st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--output ", dir, " is a symbolic link; name the directory it points to"));
+  }
+  if (*at && !S_ISDIR((*at)->st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--output ", dir, " is ", file_kind((*at)->st_mode),
+        "; it takes a model directory (or a path ending in .safetensors for one file)"));
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("--output ", dir, ": ", ec.message()));
@@ -192,7 +194,8 @@ absl::Status prepare_output_dir(const std::string& dir, const std::string& check
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ gtest_discover_tests(trainers_checkpoint_test TEST_FILTER "CheckpointReliability
 troupe_discovered_test_labels(trainers_checkpoint_test checkpoint reliability trainers)
 
 # troupe export / troupe generate --checkpoint, and the export against
-# transformers' GPT2LMHeadModel (tests/reference/hf_export_reference.py).
+# transformers' AutoModelForCausalLM (tests/reference/hf_export_reference.py).
 add_executable(trainers_export_test export_test.cc)
 target_link_libraries(trainers_export_test PRIVATE troupe_checkpoint troupe_nn GTest::gtest
                       GTest::gtest_main troupe_warnings)

@@ -1,8 +1,10 @@
 // `troupe export` and `troupe generate --checkpoint` on a checkpoint of a
-// ZeRO layout: the safetensors file holds GPT-2's names, shapes and Conv1D
-// orientation, and transformers' GPT2LMHeadModel loaded from it gives
-// troupe's logits (tests/reference/hf_export_reference.py; skipped, saying
-// so, where PyTorch and transformers are not installed).
+// ZeRO layout: the model directory's model.safetensors holds GPT-2's names,
+// shapes and Conv1D orientation beside its config.json (or one .safetensors
+// file holds both), and transformers' AutoModelForCausalLM loaded from the
+// directory as it is gives troupe's logits
+// (tests/reference/hf_export_reference.py; skipped, saying so, where PyTorch
+// and transformers are not installed).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -14,12 +16,15 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/safetensors.h"
+#include "nn/gpt2/layout.h"
+#include "nn/model/hf.h"
 #include "nn/model/model.h"
 #include "tests/checkpoint/partitioned_checkpoint.h"
 
@@ -29,11 +34,11 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr nn::ModelConfig kModel = nn::GPTConfig{.max_seq_len = 12,
-                                  .vocab_size = 50,
-                                  .padded_vocab_size = 64,
-                                  .num_layers = 2,
-                                  .num_heads = 2,
-                                  .channels = 16};
+                                                 .vocab_size = 50,
+                                                 .padded_vocab_size = 64,
+                                                 .num_layers = 2,
+                                                 .num_heads = 2,
+                                                 .channels = 16};
 
 struct Shell {
   int code = -1;
@@ -72,7 +77,7 @@ std::optional<std::string> reference_python() {
 // LayerNorms and biases matter.
 std::vector<float> parameters() {
   std::vector<float> p(nn::model_layout(kModel).num_params());
-  nn::GPT::init_parameters(kModel, 3, 0, p.size(), p.data());
+  nn::init_parameters(kModel, {}, 3, 0, p.size(), p.data());
   for (size_t i = 0; i < p.size(); ++i)
     p[i] += 0.02f * std::sin(0.37f * static_cast<float>(i));
   return p;
@@ -97,33 +102,47 @@ class ExportTest : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(ExportTest, GPT2LMHeadModelLoadsTheExportAndGivesTroupesLogits) {
+TEST_F(ExportTest, AutoModelForCausalLMLoadsTheExportAndGivesTroupesLogits) {
   const std::vector<float> params = parameters();
   save(dir_ + "/ckpt", 40, 3, params);
-  const Shell exported = shell("'" TROUPE_BINARY "' export --checkpoint '" + dir_ +
-                               "/ckpt' --output '" + dir_ + "/model.safetensors'");
+  const std::string out = dir_ + "/model";
+  const Shell exported =
+      shell("'" TROUPE_BINARY "' export --checkpoint '" + dir_ + "/ckpt' --output '" + out + "'");
   ASSERT_EQ(exported.code, 0) << exported.output;
   EXPECT_NE(exported.output.find("from " + dir_ + "/ckpt/step-00000040"), std::string::npos)
       << exported.output;
 
+  // config.json as save_pretrained writes it.
+  absl::StatusOr<std::string> config_text = Env::posix()->read_file(out + "/config.json");
+  ASSERT_TRUE(config_text.ok()) << config_text.status();
+  const nlohmann::json config = nlohmann::json::parse(*config_text, nullptr, false);
+  ASSERT_FALSE(config.is_discarded()) << *config_text;
+  EXPECT_EQ(config.value("model_type", ""), "gpt2") << *config_text;
+  EXPECT_EQ(config.value("n_layer", 0), 2) << *config_text;
+  EXPECT_EQ(config.value("vocab_size", 0), 50) << *config_text;
+  EXPECT_EQ(*config_text, nn::hf_config_json(kModel).dump(2) + "\n");
+  absl::StatusOr<nn::ModelConfig> back = nn::model_config_from_hf(config);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->gpt2()->channels, kModel.gpt2()->channels);
+
   // GPT-2's names, shapes and orientation.
   std::map<std::string, std::string> metadata;
-  auto tensors = read_safetensors(Env::posix(), dir_ + "/model.safetensors", &metadata);
+  auto tensors = read_safetensors(Env::posix(), out + "/model.safetensors", &metadata);
   ASSERT_TRUE(tensors.ok()) << tensors.status();
   EXPECT_EQ(tensors->size(), 2u + 12u * 2 + 2u);
   EXPECT_EQ(metadata["format"], "pt");
   EXPECT_EQ(metadata["troupe_step"], "40");
-  EXPECT_NE(metadata["config"].find("\"n_layer\":2"), std::string::npos) << metadata["config"];
+  EXPECT_EQ(metadata.count("config"), 0u) << "config.json holds it";
   std::map<std::string, const SafeTensor*> by_name;
   for (const SafeTensor& t : *tensors)
     by_name[t.name] = &t;
-  const int64_t C = kModel.channels;
+  const int64_t C = kModel.hidden_size();
   ASSERT_TRUE(by_name.count("transformer.wte.weight"));
   EXPECT_EQ(by_name["transformer.wte.weight"]->shape, (std::vector<int64_t>{50, C}));
   const SafeTensor* qkv = by_name["transformer.h.1.attn.c_attn.weight"];
   ASSERT_NE(qkv, nullptr);
   ASSERT_EQ(qkv->shape, (std::vector<int64_t>{C, 3 * C}));
-  const nn::ModelLayout layout = nn::model_layout(kModel);
+  const nn::GPTParamLayout layout(*kModel.gpt2());
   const float* ours = params.data() + layout.block_tensor(1, nn::BlockTensor::kQkvw);  // [3C, C]
   for (int64_t i = 0; i < C; ++i) {
     for (int64_t j = 0; j < 3 * C; ++j)
@@ -133,18 +152,38 @@ TEST_F(ExportTest, GPT2LMHeadModelLoadsTheExportAndGivesTroupesLogits) {
   EXPECT_EQ(by_name["transformer.h.0.mlp.c_proj.weight"]->shape, (std::vector<int64_t>{4 * C, C}));
   EXPECT_EQ(by_name.count("lm_head.weight"), 0u);  // tied to wte
 
+  // An --output ending in .safetensors: one file, the same tensors, config.json's text in its
+  // metadata.
+  const Shell one = shell("'" TROUPE_BINARY "' export --checkpoint '" + dir_ + "/ckpt' --output '" +
+                          dir_ + "/model.safetensors'");
+  ASSERT_EQ(one.code, 0) << one.output;
+  std::map<std::string, std::string> one_metadata;
+  auto one_tensors = read_safetensors(Env::posix(), dir_ + "/model.safetensors", &one_metadata);
+  ASSERT_TRUE(one_tensors.ok()) << one_tensors.status();
+  EXPECT_EQ(one_metadata["format"], "pt");
+  EXPECT_EQ(one_metadata["troupe_step"], "40");
+  EXPECT_EQ(one_metadata["config"], *config_text);
+  ASSERT_EQ(one_tensors->size(), tensors->size());
+  for (size_t i = 0; i < tensors->size(); ++i) {
+    EXPECT_EQ((*one_tensors)[i].name, (*tensors)[i].name);
+    EXPECT_EQ((*one_tensors)[i].shape, (*tensors)[i].shape);
+    EXPECT_EQ((*one_tensors)[i].data, (*tensors)[i].data) << (*tensors)[i].name;
+  }
+  EXPECT_FALSE(fs::exists(dir_ + "/model.safetensors.tmp"));
+
   // troupe's logits on some tokens.
-  const int B = 2, T = kModel.max_seq_len, V = kModel.vocab_size, Vp = kModel.padded_vocab();
+  const int B = 2, T = kModel.max_seq_len(), V = kModel.vocab_size(), Vp = kModel.padded_vocab();
   std::vector<int32_t> tokens(static_cast<size_t>(B * T));
   for (size_t i = 0; i < tokens.size(); ++i)
     tokens[i] = static_cast<int32_t>((i * 7 + 3) % V);
-  auto model = nn::GPT::create(kModel);
-  ASSERT_TRUE(model.ok());
-  std::copy(params.begin(), params.end(), model->params());
-  ASSERT_TRUE(model->forward(tokens.data(), nullptr, B, T).ok());
+  absl::StatusOr<std::unique_ptr<nn::Model>> model = nn::create_model(kModel);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::copy(params.begin(), params.end(), (*model)->params());
+  ASSERT_TRUE((*model)->forward(tokens.data(), nullptr, B, T).ok());
   std::vector<float> logits;
+  const float* all = (*model)->logits();
   for (int64_t row = 0; row < B * T; ++row)
-    logits.insert(logits.end(), model->logits() + row * Vp, model->logits() + row * Vp + V);
+    logits.insert(logits.end(), all + row * Vp, all + row * Vp + V);
   {
     std::ofstream t(dir_ + "/tokens.bin", std::ios::binary);
     t.write(reinterpret_cast<const char*>(&B), 4);
@@ -159,12 +198,12 @@ TEST_F(ExportTest, GPT2LMHeadModelLoadsTheExportAndGivesTroupesLogits) {
   if (!python) {
     GTEST_SKIP() << "PyTorch with transformers and safetensors is not installed "
                     "(tests/reference/setup_reference_env.sh installs them); the comparison "
-                    "with GPT2LMHeadModel is skipped";
+                    "with AutoModelForCausalLM is skipped";
   }
   const Shell reference =
       shell("'" + *python + "' '" TROUPE_SOURCE_DIR "/tests/reference/hf_export_reference.py' '" +
-            dir_ + "/model.safetensors' '" + dir_ + "/tokens.bin' '" + dir_ + "/logits.bin'");
-  std::printf("[ export ] GPT2LMHeadModel against troupe: %s\n", reference.output.c_str());
+            out + "' '" + dir_ + "/tokens.bin' '" + dir_ + "/logits.bin'");
+  std::printf("[ export ] AutoModelForCausalLM against troupe: %s\n", reference.output.c_str());
   EXPECT_EQ(reference.code, 0) << reference.output;
 }
 
@@ -198,7 +237,8 @@ TEST_F(ExportTest, GenerateSamplesFromACheckpointAndExportNamesWhatItSkips) {
 
 // What a probe of the running system found (also `ctest -L reliability`):
 // export renamed its file over whatever --output named, a device node or a
-// shard of the checkpoint it read. Now only a new path or a regular file
+// shard of the checkpoint it read. Now only a new path or a directory (a
+// model directory), or a new path or a regular file (one .safetensors file),
 // outside the checkpoint directory is written; anything else is refused,
 // saying why, and nothing changes.
 class ExportReliabilityTest : public ExportTest {
@@ -228,51 +268,80 @@ class ExportReliabilityTest : public ExportTest {
 TEST_F(ExportReliabilityTest, NeverWritesOverADeviceADirectoryOrALink) {
   save(dir_ + "/ckpt", 40, 2, parameters());
   // Device nodes made here (as root: a character device like /dev/null's,
-  // 1:3), so that nothing real is at stake, and a FIFO (any user).
+  // 1:3), so that nothing real is at stake, and FIFOs (any user): one where
+  // a model directory goes, one where a .safetensors file goes.
   const std::string device = dir_ + "/null";
-  const bool have_device = ::mknod(device.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0;
+  const std::string device_file = dir_ + "/null.safetensors";
+  const bool have_device = ::mknod(device.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0 &&
+                           ::mknod(device_file.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0;
   const std::string fifo = dir_ + "/fifo";
+  const std::string fifo_file = dir_ + "/fifo.safetensors";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  ASSERT_EQ(::mkfifo(fifo_file.c_str(), 0644), 0);
   if (have_device) {
     expect_refused(device, "--output " + device +
-                               " is a character device; export writes only a regular file or a "
-                               "new path");
-    struct stat st = {};
-    ASSERT_EQ(::lstat(device.c_str(), &st), 0);
-    EXPECT_TRUE(S_ISCHR(st.st_mode));
-    EXPECT_EQ(st.st_rdev, makedev(1, 3));
+                               " is a character device; it takes a model directory (or a path "
+                               "ending in .safetensors for one file)");
+    expect_refused(device_file, "--output " + device_file +
+                                    " is a character device; export writes only a regular file "
+                                    "or a new path");
+    for (const std::string& node : {device, device_file}) {
+      struct stat st = {};
+      ASSERT_EQ(::lstat(node.c_str(), &st), 0);
+      EXPECT_TRUE(S_ISCHR(st.st_mode));
+      EXPECT_EQ(st.st_rdev, makedev(1, 3));
+    }
   } else {
     std::printf("[ export ] cannot make a device node here (not root?): a FIFO stands for it\n");
   }
   expect_refused(fifo, "is a FIFO");
-  struct stat st = {};
-  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
-  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  expect_refused(fifo_file, "is a FIFO");
+  for (const std::string& node : {fifo, fifo_file}) {
+    struct stat st = {};
+    ASSERT_EQ(::lstat(node.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  }
   // /dev/null itself is only looked at (the refusal comes before anything is
   // written): it stays the device. (Tried only once the nodes made here were
   // refused: an export that wrote over them would replace it too.)
   ASSERT_FALSE(HasFailure()) << "not trying /dev/null";
   expect_refused("/dev/null", "is a character device");
+  struct stat st = {};
   ASSERT_EQ(::lstat("/dev/null", &st), 0);
   EXPECT_TRUE(S_ISCHR(st.st_mode));
-  // A directory, and a path ending in '/'.
-  fs::create_directories(dir_ + "/out");
-  expect_refused(dir_ + "/out", "is a directory");
-  expect_refused(dir_ + "/new/", "names a directory");
-  EXPECT_TRUE(fs::is_empty(dir_ + "/out"));
-  EXPECT_FALSE(fs::exists(dir_ + "/new"));
-  // A symbolic link (to a file, or dangling) is refused, not followed or
-  // replaced: the link and its target stay as they were.
+  // A directory where the .safetensors file goes, and a path ending in '/'
+  // there; a regular file where the model directory goes.
+  fs::create_directories(dir_ + "/out.safetensors");
+  expect_refused(dir_ + "/out.safetensors", "is a directory");
+  EXPECT_TRUE(fs::is_empty(dir_ + "/out.safetensors"));
   std::ofstream(dir_ + "/target") << "keep me";
-  fs::create_symlink(dir_ + "/target", dir_ + "/link");
-  expect_refused(dir_ + "/link", "is a symbolic link to " + dir_ + "/target");
-  EXPECT_TRUE(fs::is_symlink(dir_ + "/link"));
+  expect_refused(dir_ + "/target",
+                 "--output " + dir_ + "/target is a regular file; it takes a model directory");
   EXPECT_EQ(*Env::posix()->read_file(dir_ + "/target"), "keep me");
+  // In a model directory, its files are held to the same: a directory where
+  // model.safetensors goes is refused, and nothing is written beside it.
+  fs::create_directories(dir_ + "/model/model.safetensors");
+  expect_refused(dir_ + "/model", "model.safetensors is a directory");
+  EXPECT_FALSE(fs::exists(dir_ + "/model/config.json"));
+  // A symbolic link (to a file, to a directory, or dangling) is refused, not
+  // followed or replaced: the link and its target stay as they were.
+  fs::create_symlink(dir_ + "/target", dir_ + "/link.safetensors");
+  expect_refused(dir_ + "/link.safetensors", "is a symbolic link to " + dir_ + "/target");
+  EXPECT_TRUE(fs::is_symlink(dir_ + "/link.safetensors"));
+  EXPECT_EQ(*Env::posix()->read_file(dir_ + "/target"), "keep me");
+  fs::create_directories(dir_ + "/elsewhere");
+  fs::create_directory_symlink(dir_ + "/elsewhere", dir_ + "/link");
+  expect_refused(dir_ + "/link", "--output " + dir_ + "/link is a symbolic link");
+  EXPECT_TRUE(fs::is_symlink(dir_ + "/link"));
+  EXPECT_TRUE(fs::is_empty(dir_ + "/elsewhere"));
   fs::create_symlink(dir_ + "/nowhere", dir_ + "/dangling");
   expect_refused(dir_ + "/dangling", "is a symbolic link");
+  fs::create_symlink(dir_ + "/nowhere.safetensors", dir_ + "/dangling.safetensors");
+  expect_refused(dir_ + "/dangling.safetensors", "is a symbolic link");
   EXPECT_FALSE(fs::exists(dir_ + "/nowhere"));
+  EXPECT_FALSE(fs::exists(dir_ + "/nowhere.safetensors"));
   // An empty --output.
-  expect_refused("", "--output is empty: it takes the path of the .safetensors file to write");
+  expect_refused("", "--output is empty: it takes the model directory to write");
   // The temporary file's name taken by something not a regular file.
   fs::create_directories(dir_ + "/m.safetensors.tmp");
   expect_refused(dir_ + "/m.safetensors", "m.safetensors.tmp, where export writes");
@@ -287,6 +356,16 @@ TEST_F(ExportReliabilityTest, NeverWritesOverADeviceADirectoryOrALink) {
   EXPECT_TRUE(read_safetensors(Env::posix(), dir_ + "/model.safetensors", nullptr).ok());
   EXPECT_EQ(*Env::posix()->read_file(dir_ + "/precious"), "precious");
   EXPECT_FALSE(fs::exists(dir_ + "/model.safetensors.tmp"));
+  // An existing directory (and a path ending in '/') takes the model; an
+  // earlier export's files in it are replaced.
+  fs::create_directories(dir_ + "/out");
+  std::ofstream(dir_ + "/out/config.json") << "old";
+  for (const std::string& out : {dir_ + "/out", dir_ + "/new/"}) {
+    const Shell wrote = export_to(out);
+    EXPECT_EQ(wrote.code, 0) << out << ": " << wrote.output;
+    EXPECT_TRUE(read_safetensors(Env::posix(), out + "/model.safetensors", nullptr).ok()) << out;
+    EXPECT_NE(*Env::posix()->read_file(out + "/config.json"), "old") << out;
+  }
 }
 
 TEST_F(ExportReliabilityTest, NeverWritesInsideTheCheckpointItReads) {
@@ -302,6 +381,11 @@ TEST_F(ExportReliabilityTest, NeverWritesInsideTheCheckpointItReads) {
   expect_refused(step + "/manifest.json", inside);
   expect_refused(ckpt + "/model.safetensors", inside);
   expect_refused(step + "/sub/model.safetensors", inside);
+  // As a model directory: the checkpoint's, a step's, a new one in either.
+  expect_refused(ckpt, inside);
+  expect_refused(step, inside);
+  expect_refused(ckpt + "/hf", inside);
+  expect_refused(step + "/sub/hf", inside);
   // The same places by other names: through "..", and through a symbolic
   // link to a directory of the checkpoint.
   expect_refused(step + "/../step-00000040/shard-d1.p0.t0.bin", inside);
@@ -310,9 +394,13 @@ TEST_F(ExportReliabilityTest, NeverWritesInsideTheCheckpointItReads) {
   // Nothing changed: the files byte for byte, and it still verifies.
   EXPECT_EQ(contents(ckpt), before);
   EXPECT_TRUE(verify_checkpoint(Env::posix(), ckpt, 40).ok());
+  EXPECT_FALSE(fs::exists(ckpt + "/hf"));
+  EXPECT_FALSE(fs::exists(step + "/sub"));
   // Beside it is fine.
   const Shell ok = export_to(dir_ + "/model.safetensors");
   EXPECT_EQ(ok.code, 0) << ok.output;
+  const Shell ok_dir = export_to(dir_ + "/model");
+  EXPECT_EQ(ok_dir.code, 0) << ok_dir.output;
   EXPECT_EQ(contents(ckpt), before);
 }
 
