@@ -273,7 +273,7 @@ TEST(TrainConfigTest, OutOfRangeNamesKeyAndBound) {
   expect_error(R"({"model": {"n_head": 3000000000}})", "model.n_head", "must be in [1, 1024]");
   // Every count has a bound: sizes that would overflow or exhaust a machine
   // are refused here, not tried.
-  expect_error(R"({"model": {"vocab_size": 2147483600}})", "model.vocab_size()",
+  expect_error(R"({"model": {"vocab_size": 2147483600}})", "model.vocab_size",
                "must be in [1, 16777216]");
   expect_error(R"({"model": {"padded_vocab_size": 2147483600}})", "model.padded_vocab_size",
                "must be in [0, 16777216]");
@@ -310,10 +310,11 @@ TEST(TrainConfigTest, OutOfRangeNamesKeyAndBound) {
 }
 
 TEST(TrainConfigTest, ModelIsValidated) {
-  expect_error(R"({"model": {"n_embd": 64, "n_head": 3}})", "model.n_embd",
-               "64 is not a multiple of model.n_head 3");
-  expect_error(R"({"model": {"padded_vocab_size": 200}})", "model.padded_vocab_size",
-               "200 < model.vocab_size() 256");
+  // What relates two keys is the architecture's validate()'s message, under "model".
+  expect_error(R"({"model": {"n_embd": 64, "n_head": 3}})", "model",
+               "GPTConfig: channels = 64 is not a multiple of num_heads = 3");
+  expect_error(R"({"model": {"padded_vocab_size": 200}})", "model",
+               "GPTConfig: padded_vocab_size = 200 < vocab_size = 256");
   // What only GPTConfig::validate knows: a tensor over INT_MAX elements.
   expect_error(R"({"model": {"n_embd": 65536, "n_head": 1, "vocab_size": 65536}})", "model",
                "INT_MAX");

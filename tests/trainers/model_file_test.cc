@@ -99,11 +99,12 @@ TEST_F(ModelFileTest, HeadersThatAreNotOursAreDataLoss) {
   refused(header(R"({"n_layer": 2, "n_head": 4, "n_embd": 2000000000, "seq_len": 64,
                      "vocab_size": 256, "padded_vocab_size": 256})",
                  n),
-          "model.n_embd 2000000000 is outside [1, 65536]");
+          "model: GPTConfig: channels = 2000000000 with vocabulary 256 and max_seq_len 64 make a "
+          "tensor over INT_MAX elements");
   refused(header(R"({"n_layer": -1, "n_head": 4, "n_embd": 64, "seq_len": 64,
                      "vocab_size": 256, "padded_vocab_size": 256})",
                  n),
-          "model.n_layer -1");
+          "model.n_layer: -1 is out of range");
   refused(std::string(kMaxModelHeaderBytes + 1, ' '), "larger than");
 }
 
