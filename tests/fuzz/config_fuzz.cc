@@ -13,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (config.ok()) {
     // What parsed is within the bounds the parser promises.
     const troupe::nn::ModelConfig& m = config->model;
-    if (!m.validate().ok() || m.num_layers > troupe::trainers::kMaxLayers ||
+    if (!m.validate().ok() || m.num_layers() > troupe::trainers::kMaxLayers ||
         config->parallel.dp > troupe::trainers::kMaxParallel) {
       std::abort();
     }
