@@ -9,6 +9,7 @@
 #include "actors/handoff.h"
 #include "actors/step_clock.h"
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/pretrained.h"
 #include "checkpoint/shard_file.h"
 #include "core/status.h"
 #include "nn/model/model.h"
@@ -42,8 +43,7 @@ absl::StatusOr<std::unique_ptr<ParamShardActor>> ParamShardActor::create(
   return shard;
 }
 
-ParamShardActor::ParamShardActor(ShardOptions options, nn::ModelLayout layout,
-                                 nn::ParamRange range)
+ParamShardActor::ParamShardActor(ShardOptions options, nn::ModelLayout layout, nn::ParamRange range)
     : options_(std::move(options)),
       name_(actor_name(options_.job, "shard", options_.at)),
       layout_(std::move(layout)),
@@ -123,9 +123,13 @@ void ParamShardActor::refresh_compute_copy(StageTensors& stage) {
 absl::StatusOr<int64_t> ParamShardActor::init() {
   absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
   if (!s.ok()) return s.status();
-  // Only the range, without the memory of a whole model.
-  nn::init_parameters(options_.model, layout_.slice(), options_.seed, range_.begin, range_.end,
-                      masters(**s));
+  if (!options_.init_from.empty()) {
+    if (absl::Status loaded = load_pretrained(masters(**s)); !loaded.ok()) return loaded;
+  } else {
+    // Only the range, without the memory of a whole model.
+    nn::init_parameters(options_.model, layout_.slice(), options_.seed, range_.begin, range_.end,
+                        masters(**s));
+  }
   refresh_compute_copy(**s);
   clear_state();
   prepared_ = 0;
@@ -135,6 +139,18 @@ absl::StatusOr<int64_t> ParamShardActor::init() {
   (*s)->applied_step.store(0);
   seed_buddy();
   return static_cast<int64_t>(range_.size());
+}
+
+absl::Status ParamShardActor::load_pretrained(float* out) {
+  absl::StatusOr<std::vector<float>> whole =
+      checkpoint::load_pretrained(checkpoint::Env::posix(), options_.init_from, options_.model);
+  if (!whole.ok()) return Prefixed(absl::StrCat(name_, ": "), whole.status());
+  // The slice's layout of the whole model, then the shard's range of it.
+  std::vector<float> slice(layout_.num_params());
+  nn::copy_to_slice(nn::model_layout(options_.model), layout_, whole->data(), slice.data());
+  std::copy(slice.begin() + static_cast<std::ptrdiff_t>(range_.begin),
+            slice.begin() + static_cast<std::ptrdiff_t>(range_.end), out);
+  return absl::OkStatus();
 }
 
 void ParamShardActor::clear_state() {
@@ -389,8 +405,8 @@ absl::StatusOr<ShardLoadReport> ParamShardActor::load(LoadRequest request) {
   const nn::ModelConfig& want = options_.model;
   const nn::ModelConfig& have = m->model;
   if (have != want) {
-    return absl::InvalidArgumentError(absl::StrCat(name_, ": ", manifest_path,
-                                                   " is of another model (", have.describe(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, ": ", manifest_path, " is of another model (", have.describe(), ")"));
   }
   const char* optimizer = options_.optimizer.kind == OptimizerSpec::kAdamW ? "adamw" : "sgd";
   if (m->optimizer.type != optimizer) {

@@ -45,8 +45,8 @@
 #include "actors/training_types.h"
 #include "core/actor.h"
 #include "nn/dtype.h"
-#include "nn/model/layout.h"
 #include "nn/memory.h"
+#include "nn/model/layout.h"
 
 namespace troupe::actors {
 
@@ -60,9 +60,13 @@ struct ShardOptions {
   nn::DType precision = nn::DType::kFloat32;  // of the stage's compute copy
   uint64_t seed = 0;                          // the initialisation's
   // Tensor parallelism: the shard's parameters are of slice at.t of tp
-  // (nn/gpt_param_layout.h), its range one of that slice's layout.
+  // (nn/model/layout.h), its range one of that slice's layout.
   int tp = 1;
-  TROUPE_FIELDS(job, at, model, range, optimizer, precision, seed, tp);
+  // Pretrained weights to start from instead of the seed's (training.init_from:
+  // a safetensors file or a Hugging Face model directory, readable where the
+  // shard runs; checkpoint/pretrained.h). Empty: none.
+  std::string init_from;
+  TROUPE_FIELDS(job, at, model, range, optimizer, precision, seed, tp, init_from);
 };
 
 class ParamShardActor {
@@ -74,7 +78,8 @@ class ParamShardActor {
   // Waits for a save in flight.
   ~ParamShardActor();
 
-  // Sets the masters to the architecture's initialisation from the seed, resets the
+  // Sets the masters to the architecture's initialisation from the seed (or
+  // to the pretrained weights of init_from), resets the
   // optimizer state and writes the compute copy into the stage's parameters.
   // Returns the number of parameters of the shard. FailedPrecondition if the
   // stage of this coordinate is not in this process.
@@ -207,6 +212,8 @@ class ParamShardActor {
   // values then set by the caller), unless it is the shard's already.
   absl::Status take_range(nn::ParamRange range);
   void clear_state();  // the optimizer's moments to zero
+  // The shard's range of init_from's weights into `out`.
+  absl::Status load_pretrained(float* out);
   // The kinds of state a checkpoint holds for this shard, in file order, with
   // where each lives (checkpoint/manifest.h).
   std::vector<std::pair<std::string, float*>> checkpoint_state(StageTensors& stage);

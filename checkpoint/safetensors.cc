@@ -6,6 +6,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "nn/dtype.h"
 
 namespace troupe::checkpoint {
 namespace {
@@ -98,18 +99,38 @@ absl::StatusOr<std::vector<SafeTensor>> read_safetensors(
         if (metadata != nullptr) *metadata = v.get<std::map<std::string, std::string>>();
         continue;
       }
-      if (v.at("dtype") != "F32") return bad(absl::StrCat(name, ": not F32"));
+      const std::string dtype = v.at("dtype").get<std::string>();
+      nn::DType type = nn::DType::kFloat32;
+      if (dtype == "F16") {
+        type = nn::DType::kFloat16;
+      } else if (dtype == "BF16") {
+        type = nn::DType::kBFloat16;
+      } else if (dtype != "F32") {
+        // Integer buffers (a causal mask, say) are not weights: skipped.
+        if (dtype[0] == 'I' || dtype[0] == 'U' || dtype == "BOOL") continue;
+        return bad(absl::StrCat(name, ": dtype ", dtype, " is not F32, F16 or BF16"));
+      }
+      const size_t width = type == nn::DType::kFloat32 ? 4 : 2;
       SafeTensor t{.name = name, .shape = v.at("shape").get<std::vector<int64_t>>(), .data = {}};
       const auto offsets = v.at("data_offsets").get<std::vector<uint64_t>>();
       const int64_t count = elements(t.shape);
       if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_size || count < 0 ||
-          offsets[1] - offsets[0] != static_cast<uint64_t>(count) * sizeof(float)) {
+          offsets[1] - offsets[0] != static_cast<uint64_t>(count) * width) {
         return bad(absl::StrCat(name, ": data_offsets do not fit"));
       }
-      t.data.resize((offsets[1] - offsets[0]) / sizeof(float));
-      if (absl::Status s = (*f)->read(8 + n + offsets[0], offsets[1] - offsets[0], t.data.data());
-          !s.ok()) {
-        return s;
+      t.data.resize(static_cast<size_t>(count));
+      if (type == nn::DType::kFloat32) {
+        if (absl::Status s = (*f)->read(8 + n + offsets[0], offsets[1] - offsets[0], t.data.data());
+            !s.ok()) {
+          return s;
+        }
+      } else {
+        std::vector<uint16_t> half(static_cast<size_t>(count));
+        if (absl::Status s = (*f)->read(8 + n + offsets[0], offsets[1] - offsets[0], half.data());
+            !s.ok()) {
+          return s;
+        }
+        nn::convert(half.data(), type, t.data.data(), nn::DType::kFloat32, count);
       }
       out.push_back(std::move(t));
     }

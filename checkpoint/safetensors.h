@@ -26,8 +26,10 @@ absl::Status write_safetensors(Env* env, const std::string& path,
                                const std::vector<SafeTensor>& tensors,
                                const std::map<std::string, std::string>& metadata);
 
-// Reads a file write_safetensors wrote (float32 tensors only): DataLoss for
-// anything else, naming the file.
+// Reads a safetensors file: F32 tensors as they are, F16 and BF16 ones
+// widened to float32 (exactly), integer and boolean ones (buffers such as a
+// causal mask, not weights) skipped. DataLoss for anything else, naming the
+// file.
 absl::StatusOr<std::vector<SafeTensor>> read_safetensors(
     Env* env, const std::string& path, std::map<std::string, std::string>* metadata);
 

@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "nn/model/model.h"
 #include "nn/model/layout.h"
+#include "nn/model/model.h"
 #include "nn/optim/adamw.h"
 #include "nn/optim/loss_scaler.h"
 #include "nn/optim/schedule.h"
@@ -164,6 +164,10 @@ struct TrainingConfig {
   int eval_interval = 0;     // steps between task-accuracy evaluations; 0: at the end
   int eval_samples = 200;    // held-out problems per evaluation (synthetic tasks)
   int threads = 0;           // compute threads per replica; 0: cores / dp
+  // Pretrained weights to start from (a safetensors file or a Hugging Face model
+  // directory; docs/models.md), their config checked against `model`; empty:
+  // the seed's initialisation. A resumed run continues from its checkpoint.
+  std::string init_from;
 };
 
 // `checkpoint` (troupe's; docs/checkpoint.md): a checkpoint every

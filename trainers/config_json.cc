@@ -3,8 +3,8 @@
 #include <type_traits>
 #include <variant>
 
-#include "trainers/config.h"
 #include "nn/model/config_json.h"
+#include "trainers/config.h"
 #include "trainers/config_reader.h"
 
 namespace troupe::trainers {
@@ -122,7 +122,8 @@ std::string to_json(const TrainConfig& c) {
                    {"output_dir", t.output_dir},
                    {"eval_interval", t.eval_interval},
                    {"eval_samples", t.eval_samples},
-                   {"threads", t.threads}};
+                   {"threads", t.threads},
+                   {"init_from", t.init_from}};
   const CheckpointConfig& k = c.checkpoint;
   j["checkpoint"] = {
       {"dir", k.dir}, {"interval_steps", k.interval_steps}, {"keep", k.keep}, {"async", k.async}};

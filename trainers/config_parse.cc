@@ -209,7 +209,9 @@ absl::Status parse_model(JsonObject& top, TrainConfig* config) {
   if (section->has_value()) {
     JsonObject& s = **section;
     const Json& given = *top.find("model");
-    padded_given = given.contains("padded_vocab_size") && given["padded_vocab_size"] != 0;
+    const auto padded = given.find("padded_vocab_size");
+    padded_given = padded != given.end() && !padded->is_null() &&
+                   !(padded->is_number() && padded->get<double>() == 0);
     TROUPE_CONFIG_RETURN_IF_ERROR(
         s.read("recompute_activations", &config->model_options.recompute_activations));
     // The training config's bounds on the model's sizes, read by the architecture's keys before
@@ -449,6 +451,7 @@ absl::Status parse_training(JsonObject& top, TrainConfig* config) {
     has_log_interval = s.has("log_interval");
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("log_interval", &t.log_interval, 1));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("metrics_file", &t.metrics_file));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("init_from", &t.init_from));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("output_dir", &t.output_dir));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("eval_interval", &t.eval_interval, 0));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("eval_samples", &t.eval_samples, 0, kMaxEvalSamples));

@@ -66,7 +66,8 @@ absl::StatusOr<MemberActors> spawn_member(Cluster& cluster, const TrainConfig& c
                                            .optimizer = optimizer_spec(config.optimizer),
                                            .precision = compute_precision(config),
                                            .seed = config.training.seed,
-                                           .tp = place.mesh.tp};
+                                           .tp = place.mesh.tp,
+                                           .init_from = config.training.init_from};
   absl::StatusOr<ActorRef<actors::ParamShardActor>> shard =
       cluster.spawn<actors::ParamShardActor>(shard_where, shard_options);
   if (!shard.ok()) return shard.status();

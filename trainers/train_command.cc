@@ -16,11 +16,12 @@
 #include "actors/pipeline/schedule.h"
 #include "actors/zero_partition.h"
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/pretrained.h"
 #include "core/cluster/cluster.h"
 #include "core/cluster/flags.h"
 #include "core/cluster/local_cluster.h"
-#include "nn/model/layout.h"
 #include "nn/memory.h"
+#include "nn/model/layout.h"
 #include "trainers/checkpointer.h"
 #include "trainers/config.h"
 #include "trainers/elastic_scaler.h"
@@ -172,6 +173,18 @@ int train_command(const std::vector<std::string>& args) {
   if (absl::Status s = check_data_exists(config); !s.ok()) {
     std::fprintf(stderr, "troupe train: %s\n", cluster::printable(s.message()).c_str());
     return 2;
+  }
+  // Pretrained weights: there, and of the config's model, before any actor is spawned.
+  if (!config.training.init_from.empty()) {
+    absl::StatusOr<std::optional<nn::ModelConfig>> pretrained =
+        checkpoint::pretrained_config(checkpoint::Env::posix(), config.training.init_from);
+    absl::Status s = pretrained.status();
+    if (s.ok() && *pretrained) s = checkpoint::check_pretrained_config(config.model, **pretrained);
+    if (!s.ok()) {
+      std::fprintf(stderr, "troupe train: training.init_from %s\n",
+                   cluster::printable(s.message()).c_str());
+      return 2;
+    }
   }
   int local_workers = 0;
   if (flags->has("local") && (!absl::SimpleAtoi(flags->get("local"), &local_workers) ||

@@ -348,6 +348,34 @@ TEST_F(RecoveryTest, DdpLosesAWorkerBetweenStepsAndEndsBitwiseEqual) {
   EXPECT_FALSE(r.checkpoint_step.has_value());
 }
 
+// The Llama model (its own head, grouped-query attention) under ZeRO-2: a rank SIGKILLed in the
+// middle of a step is replaced, its partition restored from its buddy, and the run ends
+// bitwise as the one without failures.
+TEST_F(RecoveryTest, ALlamaRankLostMidStepEndsBitwiseEqual) {
+  start_cluster(3);  // two ranks and a spare
+  TrainConfig config = config_for(2);
+  config.model = nn::LlamaConfig{.vocab_size = 64,
+                                 .hidden_size = 32,
+                                 .intermediate_size = 48,
+                                 .num_hidden_layers = 3,
+                                 .num_attention_heads = 4,
+                                 .num_key_value_heads = 2,
+                                 .max_position_embeddings = 12,
+                                 .rms_norm_eps = 1e-5,
+                                 .padded_vocab_size = 64};
+  const RunLog whole = run(config);
+  ASSERT_TRUE(whole.status.ok()) << whole.status;
+  double step_ms = 0;
+  for (const StepOutcome& o : whole.outcomes)
+    step_ms += o.step_ms / static_cast<double>(whole.outcomes.size());
+  const RunLog failed =
+      run(config, {{.step = 5, .rank = 1, .delay = absl::Milliseconds(0.5 * step_ms)}});
+  expect_same_run(failed, whole);
+  ASSERT_EQ(failed.recoveries.size(), 1u);
+  EXPECT_LE(failed.recoveries[0].steps_lost, 1) << failed.recoveries[0].summary();
+  EXPECT_FALSE(failed.recoveries[0].checkpoint_step.has_value()) << failed.recoveries[0].summary();
+}
+
 // The head restarts a lost rank's actors as soon as it finds the node lost;
 // the next step's calls may reach them before the controller knows of the
 // loss. They answer that they hold nothing (a stage not set up, a shard with
