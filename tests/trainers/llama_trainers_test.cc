@@ -15,6 +15,9 @@
 #include <string>
 #include <tuple>
 
+#include "checkpoint/env.h"
+#include "checkpoint/safetensors.h"
+#include "nn/model/hf.h"
 #include "tests/trainers/training_cluster.h"
 #include "trainers/config.h"
 
@@ -149,6 +152,46 @@ TEST_F(LlamaTrainersTest, ACheckpointOf222ResumesAt111WithTheNextStepsLoss) {
       testing::run_checkpointed(*driver_, with_checkpoints(1, 1, 1), next_job(), 3, 3, {}, true);
   ASSERT_EQ(resumed.losses.size(), 1u);
   EXPECT_NEAR(resumed.losses[0], whole.losses[2], 1e-6 * whole.losses[2]);
+  std::filesystem::remove_all(dir);
+}
+
+// training.init_from: every shard of a mesh starts from the pretrained weights (here a Hugging
+// Face directory as transformers would load it), not from the seed; both meshes then train as
+// one.
+TEST_F(LlamaTrainersTest, InitFromStartsEveryMeshFromThoseWeights) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("troupe-llama-pretrained-" + std::to_string(::getpid())))
+                              .string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const nn::ModelConfig model = llama(false);
+  std::vector<float> pretrained(nn::model_layout(model).num_params());
+  nn::init_parameters(model, {}, 99, 0, pretrained.size(), pretrained.data());
+  ASSERT_TRUE(checkpoint::write_safetensors(checkpoint::Env::posix(), dir + "/model.safetensors",
+                                            nn::hf_tensors(model, pretrained.data()), {})
+                  .ok());
+  const std::string config_json = nn::hf_config_json(model).dump(2);
+  ASSERT_TRUE(checkpoint::write_file_atomically(checkpoint::Env::posix(), dir + "/config.json",
+                                                config_json.data(), config_json.size())
+                  .ok());
+  std::vector<double> first_losses;
+  for (auto [dp, pp, tp] : {std::tuple{1, 1, 1}, std::tuple{2, 2, 2}}) {
+    TrainConfig c = config_for(false, dp, pp, tp);
+    c.training.init_from = dir;
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer = start_trainer(*driver_, c, next_job(), 1);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    absl::StatusOr<std::vector<float>> params = (*trainer)->master_params();
+    ASSERT_TRUE(params.ok()) << params.status();
+    EXPECT_EQ(*params, pretrained) << dp << " x " << pp << " x " << tp;
+    absl::StatusOr<StepOutcome> step = (*trainer)->step(1);
+    ASSERT_TRUE(step.ok()) << step.status();
+    first_losses.push_back(step->loss);
+    EXPECT_TRUE((*trainer)->stop().ok());
+  }
+  EXPECT_NEAR(first_losses[1], first_losses[0], 1e-6 * first_losses[0]);
+  const testing::RunResult seeded = run(config_for(false, 1, 1, 1));
+  ASSERT_FALSE(seeded.losses.empty());
+  EXPECT_NE(seeded.losses[0], first_losses[0]) << "init_from changed nothing";
   std::filesystem::remove_all(dir);
 }
 

@@ -1,7 +1,7 @@
 # The Llama model in every trainer and mesh on a local cluster of troupe processes, against one
 # process (labels models and trainers).
 add_executable(trainers_llama_test llama_trainers_test.cc)
-target_link_libraries(trainers_llama_test PRIVATE troupe_trainers GTest::gtest GTest::gtest_main
+target_link_libraries(trainers_llama_test PRIVATE troupe_trainers troupe_checkpoint GTest::gtest GTest::gtest_main
                       troupe_warnings)
 target_compile_definitions(trainers_llama_test PRIVATE TROUPE_BINARY="$<TARGET_FILE:troupe>")
 add_dependencies(trainers_llama_test troupe)
