@@ -9,26 +9,21 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/env.h"
 #include "nn/model/config_json.h"
 #include "nn/model/model.h"
 
 namespace troupe::trainers {
 namespace {
 
-constexpr char kFormat[] = "troupe-gpt";
+constexpr char kFormat[] = "troupe-model";
+// What model files said before there was more than one architecture: read as the same format.
+constexpr char kFormatBefore[] = "troupe-gpt";
 constexpr int kVersion = 1;
 
+// Every file of a model is written as the checkpoints' are: beside itself, synced, renamed.
 absl::Status write_file(const std::string& path, const void* data, size_t n) {
-  std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return absl::InternalError(absl::StrCat(tmp, ": ", std::strerror(errno)));
-  bool ok = std::fwrite(data, 1, n, f) == n;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat(path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+  return checkpoint::write_file_atomically(checkpoint::Env::posix(), path, data, n);
 }
 
 }  // namespace
@@ -94,9 +89,10 @@ absl::StatusOr<std::pair<SavedModel, size_t>> parse_model_header(const std::stri
   size_t num_params = 0;
   try {
     nlohmann::json h = nlohmann::json::parse(text);
-    if (h.at("format") != kFormat || h.at("version") != kVersion || h.at("dtype") != "float32") {
+    const bool ours = h.at("format") == kFormat || h.at("format") == kFormatBefore;
+    if (!ours || h.at("version") != kVersion || h.at("dtype") != "float32") {
       return absl::DataLossError(
-          absl::StrCat(where, ": not a troupe-gpt version ", kVersion, " float32 model"));
+          absl::StrCat(where, ": not a troupe-model version ", kVersion, " float32 model"));
     }
     absl::StatusOr<nn::ModelConfig> model = nn::model_config_from_json(h.at("model"), "model");
     if (!model.ok()) {

@@ -1,10 +1,12 @@
 // The trained weights as `troupe train` writes them and `troupe generate`
 // reads them: DIR/model.json (the model config and what the buffer holds) and
-// DIR/model.bin (the fp32 parameters, little-endian, in nn's flat layout,
-// nn/gpt_param_layout.h).
+// DIR/model.bin (the fp32 parameters, little-endian, in the model's flat
+// layout, nn/model/layout.h). "model" is the config's one codec's
+// (nn/model/config_json.h); files of format "troupe-gpt" (before there was
+// more than one architecture) read the same.
 //
-//   {"format": "troupe-gpt", "version": 1, "dtype": "float32", "num_params": 104960,
-//    "model": {"n_layer": 2, "n_head": 4, "n_embd": 64, "seq_len": 32,
+//   {"format": "troupe-model", "version": 1, "dtype": "float32", "num_params": 104960,
+//    "model": {"type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 64, "seq_len": 32,
 //              "vocab_size": 256, "padded_vocab_size": 256},
 //    "step": 600, "tokenizer": "bytes"}
 //
