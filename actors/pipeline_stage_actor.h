@@ -81,7 +81,6 @@ struct StageOptions {
   int64_t max_live_parameters = 1000000000;
   int threads = 0;        // compute threads; 0: leave the process's setting
   std::string group;      // the data-parallel collective group (declared by the controller)
-  std::string transport;  // for the group: "ucx", "tcp"; empty: the first that starts
   // The precision of the compute copy. kFloat16: the reduced gradients are
   // also rounded to fp16, as fp16 gradients are, so that a loss scale too
   // large for fp16 overflows (to inf) as it would on a GPU and the step is
@@ -106,7 +105,7 @@ struct StageOptions {
   std::string tp_group;
   TROUPE_FIELDS(job, at, mesh, model, model_options, micro_batch, grad_accum, gradient_sync,
                 bucket_elements, overlap_comm, prefetch_elements, persistence_threshold,
-                max_live_parameters, threads, group, transport, precision, schedule, virtual_stages,
+                max_live_parameters, threads, group, precision, schedule, virtual_stages,
                 partition, pipe_group, tp_group);
 };
 

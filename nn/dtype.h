@@ -25,8 +25,8 @@
 
 namespace troupe::nn {
 
-// The same names and values as transport::DType: actors/dtype_mapping.h maps
-// one to the other (and checks that they agree).
+// The same names and values as transport::DType (each floor of the layering
+// defines its own: docs/design.md, "Layers").
 enum class DType : uint8_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
 // Bytes per element: 4 or 2.

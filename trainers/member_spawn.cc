@@ -22,7 +22,6 @@ actors::StageOptions stage_options(const TrainConfig& config, const MemberPlace&
           .max_live_parameters = config.zero.stage3_max_live_parameters,
           .threads = place.threads,
           .group = place.dp_group,
-          .transport = "",
           .precision = compute_precision(config),
           .schedule = config.parallel.schedule,
           .virtual_stages = config.parallel.virtual_stages,

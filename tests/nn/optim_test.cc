@@ -21,7 +21,6 @@
 #include "nn/optim/adamw.h"
 #include "nn/optim/clip.h"
 #include "nn/optim/loss_scaler.h"
-#include "nn/optim/mixed_precision.h"
 #include "nn/optim/param_range.h"
 #include "nn/optim/schedule.h"
 #include "nn/optim/sgd.h"
@@ -564,86 +563,6 @@ TEST(LossScalerTest, UnscaleMultipliesByTheInverse) {
   std::vector<float> g = {65536.0f, -3.0f, 0.0f};
   unscale_grads(g.data(), g.size(), 65536.0);
   EXPECT_EQ(g, (std::vector<float>{1.0f, -3.0f / 65536.0f, 0.0f}));
-}
-
-// ---- Mixed precision ----
-
-float widen_one(uint16_t h, DType type) {
-  float f = 0;
-  EXPECT_EQ(grads_to_float(&f, &h, 1, type),
-            std::isfinite(type == DType::kFloat16 ? half_to_float(h) : bf16_to_float(h)));
-  return f;
-}
-
-// Every finite 16-bit value comes back unchanged through fp32, and NaN stays NaN.
-TEST(MixedPrecisionTest, EveryHalfRoundTrips) {
-  for (DType type : {DType::kFloat16, DType::kBFloat16}) {
-    std::vector<uint16_t> half(65536), back(65536);
-    for (size_t i = 0; i < half.size(); ++i)
-      half[i] = static_cast<uint16_t>(i);
-    std::vector<float> wide(half.size());
-    EXPECT_FALSE(grads_to_float(wide.data(), half.data(), half.size(), type));  // has inf, nan
-    copy_to_half(back.data(), wide.data(), wide.size(), type);
-    for (size_t i = 0; i < half.size(); ++i) {
-      if (std::isnan(wide[i])) {
-        EXPECT_TRUE(std::isnan(widen_one(back[i], type))) << to_string(type) << " " << i;
-      } else {
-        ASSERT_EQ(back[i], half[i]) << to_string(type) << " " << i;
-        ASSERT_EQ(widen_one(half[i], type), wide[i]);
-      }
-    }
-  }
-}
-
-// fp32 -> 16 bits rounds to nearest, ties to even: at every tie between neighbouring 16-bit
-// values and one fp32 ulp either side of it.
-TEST(MixedPrecisionTest, MasterCopyRoundsToNearestEven) {
-  for (DType type : {DType::kFloat16, DType::kBFloat16}) {
-    std::vector<float> master;
-    std::vector<uint16_t> want;
-    for (uint32_t h = 0; h < 0x7c00u || (type == DType::kBFloat16 && h < 0x7f80u); ++h) {
-      const uint16_t lo = static_cast<uint16_t>(h), hi = static_cast<uint16_t>(h + 1);
-      const float a = widen_one(lo, type);
-      if (!std::isfinite(widen_one(hi, type))) break;       // the tie to inf is tested below
-      const float tie = a + (widen_one(hi, type) - a) / 2;  // exact, and cannot overflow
-      master.insert(master.end(), {tie, std::nextafter(tie, 0.0f), std::nextafter(tie, INFINITY)});
-      want.insert(want.end(), {(lo & 1) ? hi : lo, lo, hi});
-    }
-    // Past the largest finite value: fp16 65504 + (tie at 65520) -> inf.
-    if (type == DType::kFloat16) {
-      master.insert(master.end(), {65519.996f, 65520.0f, -65520.0f, 1e9f, 0x1p-25f, 0x1.8p-25f});
-      want.insert(want.end(), {0x7bff, 0x7c00, 0xfc00, 0x7c00, 0x0000, 0x0001});
-    } else {
-      master.insert(master.end(), {std::numeric_limits<float>::max(), -INFINITY});
-      want.insert(want.end(), {0x7f80, 0xff80});
-    }
-    std::vector<uint16_t> got(master.size());
-    copy_to_half(got.data(), master.data(), master.size(), type);
-    for (size_t i = 0; i < master.size(); ++i) {
-      ASSERT_EQ(got[i], want[i]) << to_string(type) << " " << master[i];
-    }
-  }
-}
-
-// Gradients come back unscaled; an overflow anywhere (also one the multiply makes) is reported.
-TEST(MixedPrecisionTest, GradsToFloatUnscalesAndReportsOverflow) {
-  for (size_t n : {1, 2, 15, 16, 17, 1000, 5000}) {
-    std::vector<float> grads(n), scaled(n), back(n);
-    for (size_t i = 0; i < n; ++i)
-      grads[i] = static_cast<float>((static_cast<int>(i % 9) - 4) * 0.125);
-    for (size_t i = 0; i < n; ++i)
-      scaled[i] = grads[i] * 1024.0f;
-    std::vector<uint16_t> half(n);
-    copy_to_half(half.data(), scaled.data(), n, DType::kFloat16);
-    EXPECT_TRUE(grads_to_float(back.data(), half.data(), n, DType::kFloat16, 1.0f / 1024));
-    EXPECT_EQ(back, grads) << n;
-    half[n - 1 - n / 3] = 0x7c00;  // +inf, in the last block or an earlier one
-    EXPECT_FALSE(grads_to_float(back.data(), half.data(), n, DType::kFloat16, 1.0f / 1024)) << n;
-  }
-  const uint16_t big = 0x7f7f;  // bf16 3.39e38: finite, but not twice over
-  float out = 0;
-  EXPECT_TRUE(grads_to_float(&out, &big, 1, DType::kBFloat16, 1.0f));
-  EXPECT_FALSE(grads_to_float(&out, &big, 1, DType::kBFloat16, 2.0f));
 }
 
 }  // namespace

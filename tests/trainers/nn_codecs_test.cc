@@ -1,11 +1,9 @@
-// The nn types that travel in actor calls (actors/nn_codecs.h) and the one
-// mapping between nn's and transport's element types (actors/dtype_mapping.h).
+// The nn types that travel in actor calls (actors/nn_codecs.h).
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "actors/dtype_mapping.h"
 #include "actors/nn_codecs.h"
 #include "actors/training_types.h"
 
@@ -30,16 +28,6 @@ absl::Status decode_bytes(const std::vector<uint8_t>& bytes) {
   Reader r(raw);
   T out{};
   return decode_values(r, out);
-}
-
-TEST(DTypeMappingTest, EveryTypeMapsByNameBothWays) {
-  for (nn::DType t : {nn::DType::kFloat32, nn::DType::kFloat16, nn::DType::kBFloat16}) {
-    const transport::DType mapped = to_transport(t);
-    EXPECT_EQ(std::string(nn::to_string(t)), std::string(transport::to_string(mapped)));
-    EXPECT_EQ(nn::element_size(t), transport::element_size(mapped));
-    EXPECT_EQ(to_nn(mapped), t);
-    EXPECT_EQ(static_cast<int>(mapped), static_cast<int>(t)) << "the values agree too";
-  }
 }
 
 TEST(NnCodecsTest, ModelConfigOptionsDTypeAndRangesRoundTrip) {

@@ -21,7 +21,7 @@
 
 namespace troupe::transport {
 
-// The same names and values as nn::DType (actors/dtype_mapping.h maps them).
+// The same names and values as nn::DType (each floor of the layering defines its own).
 enum class DType : uint8_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
 // Bytes per element: 4 or 2.
