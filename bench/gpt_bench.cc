@@ -1,11 +1,13 @@
-// GPT training-step benchmark: troupe::nn::GPT and PyTorch side by side in one invocation.
+// Training-step benchmark: troupe's models (nn::create_model: GPT-2 and Llama) and PyTorch side
+// by side in one invocation.
 //
-//   gpt_bench [--configs 1M,5M,12M,25M,50M] [--threads N] [--steps 3] [--warmup 1]
+//   gpt_bench [--configs 1M,5M,12M,25M,50M,llama-12M] [--threads N] [--steps 3] [--warmup 1]
 //             [--repeat 3] [--batch B] [--seq T] [--json FILE] [--no-peer]
+//             [--llama-peer auto|transformers|plain]
 //
 // One step: zero_grad, forward (with targets: the loss), backward, AdamW update of every
 // parameter (lr 1e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 outside the biases and
-// LayerNorm weights), on a fixed random batch of B x T tokens. tokens/s = B*T / step time. Each
+// the norms' weights), on a fixed random batch of B x T tokens. tokens/s = B*T / step time. Each
 // config warms up --warmup steps, then runs --repeat times --steps steps; a repeat's figure is
 // its median step, the config's the median over repeats.
 //
@@ -14,7 +16,12 @@
 // torch.optim.AdamW with the same hyperparameters, B, T, steps and thread count
 // (torch.set_num_threads), run by the first python that can import torch
 // (bench_util.h's find_torch_python), config by config right after troupe's run of it (never
-// at the same time); without torch the peer is skipped. Ratio = troupe / PyTorch tokens/s
+// at the same time); without torch the peer is skipped. The llama-* configs' peer is
+// transformers' LlamaForCausalLM (attn_implementation "sdpa", fp32, the loss the mean
+// cross-entropy of logits[b, t] against targets[b, t], as troupe's) where transformers is
+// installed, else the script's plain PyTorch Llama (F.scaled_dot_product_attention with
+// is_causal and the key/value heads repeated per group); --llama-peer picks one, and the bench
+// prints which ran. Ratio = troupe / PyTorch tokens/s
 // (above 1: troupe is faster).
 //
 // troupe runs as its worker processes do (nn/process_env.h): OPENBLAS_CORETYPE set where
@@ -56,8 +63,25 @@ namespace {
 
 struct ModelConfig {
   std::string name;
+  troupe::nn::Architecture arch = troupe::nn::Architecture::kGpt2;
   int L, C, NH, V, T, B;  // max_seq_len = T; no vocabulary padding (PyTorch's model has none)
-  troupe::nn::ModelConfig gpt_config() const {
+  int KV = 0, I = 0;      // Llama: key/value heads, the MLP's width
+  bool llama() const { return arch == troupe::nn::Architecture::kLlama; }
+  troupe::nn::ModelConfig model_config() const {
+    if (llama()) {
+      troupe::nn::LlamaConfig config;
+      config.vocab_size = V;
+      config.hidden_size = C;
+      config.intermediate_size = I;
+      config.num_hidden_layers = L;
+      config.num_attention_heads = NH;
+      config.num_key_value_heads = KV;
+      config.max_position_embeddings = T;
+      config.rms_norm_eps = 1e-6;
+      config.rope_theta = 10000.0;
+      config.tie_word_embeddings = false;
+      return config;
+    }
     troupe::nn::GPTConfig config;
     config.max_seq_len = T;
     config.vocab_size = V;
@@ -66,25 +90,40 @@ struct ModelConfig {
     config.channels = C;
     return config;
   }
-  size_t params() const { return troupe::nn::model_layout(gpt_config()).num_params(); }
+  size_t params() const { return troupe::nn::model_layout(model_config()).num_params(); }
 };
+
+ModelConfig gpt(std::string name, int L, int C, int NH, int V, int T, int B) {
+  return {std::move(name), troupe::nn::Architecture::kGpt2, L, C, NH, V, T, B};
+}
+
+ModelConfig llama(std::string name, int L, int C, int NH, int KV, int I, int V, int T, int B) {
+  return {std::move(name), troupe::nn::Architecture::kLlama, L, C, NH, V, T, B, KV, I};
+}
 
 // Named by their approximate parameter count. Heads of 64 channels as GPT-2's (32 in the
 // smallest); B is chosen so that a step takes 0.4-3 s on two cores (troupe or PyTorch, fp32)
 // and each side needs under 2 GiB.
+//
+// The Llama configs match the GPT ones' widths, depths, T and B: 64-channel heads with grouped
+// key/value heads (NH / 2 or NH / 4), a SwiGLU MLP of about 8/3 C rounded to a multiple of 64, an
+// untied head, no biases (Hugging Face's LlamaConfig defaults: rms_norm_eps 1e-6, rope_theta 1e4).
 const std::vector<ModelConfig>& all_configs() {
   static const std::vector<ModelConfig> configs = {
-      {"1M", 4, 128, 4, 2048, 256, 16},
-      {"5M", 4, 256, 4, 8192, 256, 8},
-      {"12M", 6, 384, 6, 4096, 256, 8},
-      {"25M", 6, 512, 8, 8192, 512, 4},
-      {"50M", 6, 768, 12, 8192, 512, 2},
-      {"tiny", 2, 64, 4, 256, 32, 2},  // CI's smoke test
+      gpt("1M", 4, 128, 4, 2048, 256, 16), gpt("5M", 4, 256, 4, 8192, 256, 8),
+      gpt("12M", 6, 384, 6, 4096, 256, 8), gpt("25M", 6, 512, 8, 8192, 512, 4),
+      gpt("50M", 6, 768, 12, 8192, 512, 2), gpt("tiny", 2, 64, 4, 256, 32, 2),  // CI's smoke test
       // pipeline_bench's model and micro-batch, in one process: what its stages compute.
-      {"pipe", 8, 256, 4, 256, 128, 4},
+      gpt("pipe", 8, 256, 4, 256, 128, 4), llama("llama-5M", 4, 256, 4, 2, 704, 4096, 256, 8),
+      llama("llama-12M", 6, 384, 6, 3, 1024, 4096, 256, 8),
+      llama("llama-25M", 6, 512, 8, 2, 1344, 8192, 512, 4),
+      llama("llama-tiny", 2, 64, 4, 2, 192, 256, 32, 2),  // CI's smoke test
   };
   return configs;
 }
+
+// What --configs runs when not given.
+constexpr const char* kDefaultConfigs = "1M,5M,12M,25M,50M,llama-12M";
 
 struct Phases {
   double zero_grad = 0, forward = 0, backward = 0, adamw = 0;
@@ -124,7 +163,7 @@ double load_average() {
 
 TroupeResult run_troupe(const ModelConfig& mc, int threads, int steps, int warmup, int repeat) {
   std::unique_ptr<nn::Model> model =
-      value_or_die(nn::create_model(mc.gpt_config()), mc.name + ": create_model");
+      value_or_die(nn::create_model(mc.model_config()), mc.name + ": create_model");
   nn::Model& gpt = *model;
   gpt.init_parameters(1337);
   const size_t n = gpt.num_params();
@@ -202,6 +241,7 @@ struct TorchRun {
   std::string python;
   std::string version;
   std::string attention;
+  std::string llama;  // the Llama model's implementation (when a Llama config ran)
   std::map<std::string, double> values;  // "NAME.tokens_per_s" etc.
 };
 
@@ -209,15 +249,22 @@ struct TorchRun {
 // the script fails. Its progress lines go to our stderr as they come.
 std::optional<TorchRun> run_torch(const std::string& python,
                                   const std::vector<ModelConfig>& configs, int threads, int steps,
-                                  int warmup, int repeat) {
+                                  int warmup, int repeat, const std::string& llama_impl) {
   std::string cmd = shell_quote(python) + " " + shell_quote(TROUPE_GPT_BENCH_TORCH_SCRIPT) +
                     " --threads " + std::to_string(threads) + " --steps " + std::to_string(steps) +
                     " --warmup " + std::to_string(warmup) + " --repeat " + std::to_string(repeat) +
-                    " --parent-pid " + std::to_string(::getpid());
+                    " --parent-pid " + std::to_string(::getpid()) + " --llama-impl " +
+                    shell_quote(llama_impl);
   for (const ModelConfig& mc : configs) {
-    cmd += " --config " + mc.name + ":" + std::to_string(mc.L) + ":" + std::to_string(mc.C) + ":" +
-           std::to_string(mc.NH) + ":" + std::to_string(mc.V) + ":" + std::to_string(mc.T) + ":" +
-           std::to_string(mc.B);
+    std::vector<int> dims = {mc.L, mc.C, mc.NH};
+    if (mc.llama()) dims.insert(dims.end(), {mc.KV, mc.I});
+    dims.insert(dims.end(), {mc.V, mc.T, mc.B});
+    cmd += mc.llama() ? " --llama-config " : " --config ";
+    cmd += mc.name;
+    for (int d : dims) {
+      cmd += ':';
+      cmd += std::to_string(d);
+    }
   }
   std::printf("torch: running %s\n", cmd.c_str());
   std::fflush(stdout);
@@ -239,6 +286,7 @@ std::optional<TorchRun> run_torch(const std::string& python,
   run.python = python;
   run.version = json_string(json, "torch_version");
   run.attention = json_string(json, "attention");
+  run.llama = json_string(json, "llama");
   for (const ModelConfig& mc : configs) {
     for (const char* field : {"tokens_per_s", "step_s", "params", "loss_first", "loss_last",
                               "cpu_share", "cpu_s_per_step"}) {
@@ -276,6 +324,7 @@ bool write_gpt_json(const std::string& path, const std::string& peer, int thread
   if (!out) return false;
   out << "{\n  \"benchmark\": \"gpt_bench\",\n  \"peer\": \"" << json_escape(peer)
       << "\",\n  \"threads\": " << threads << ",\n  \"gemm\": \"" << json_escape(nn::gemm_backend())
+      << "\",\n  \"llama_peer\": \"" << json_escape(torch ? torch->llama : "")
       << "\",\n  \"cases\": [\n";
   for (size_t i = 0; i < configs.size(); ++i) {
     const ModelConfig& mc = configs[i];
@@ -287,11 +336,14 @@ bool write_gpt_json(const std::string& path, const std::string& peer, int thread
     };
     const double peer_tps = peer_value("tokens_per_s");
     const double tps = tokens / r.step_s;
-    out << "    {\"name\": \"" << mc.name << "\", \"unit\": \"tokens/s\", \"troupe\": " << tps
-        << ", \"peer\": " << peer_tps << ", \"ratio\": " << (peer_tps > 0 ? tps / peer_tps : 0)
-        << ", \"params\": " << mc.params() << ", \"L\": " << mc.L << ", \"C\": " << mc.C
-        << ", \"NH\": " << mc.NH << ", \"V\": " << mc.V << ", \"T\": " << mc.T
-        << ", \"B\": " << mc.B << ", \"troupe_step_s\": " << r.step_s
+    out << "    {\"name\": \"" << mc.name << "\", \"architecture\": \""
+        << troupe::nn::architecture_name(mc.arch)
+        << "\", \"unit\": \"tokens/s\", \"troupe\": " << tps << ", \"peer\": " << peer_tps
+        << ", \"ratio\": " << (peer_tps > 0 ? tps / peer_tps : 0) << ", \"params\": " << mc.params()
+        << ", \"L\": " << mc.L << ", \"C\": " << mc.C << ", \"NH\": " << mc.NH
+        << ", \"KV\": " << (mc.llama() ? mc.KV : mc.NH)
+        << ", \"I\": " << (mc.llama() ? mc.I : 4 * mc.C) << ", \"V\": " << mc.V
+        << ", \"T\": " << mc.T << ", \"B\": " << mc.B << ", \"troupe_step_s\": " << r.step_s
         << ", \"troupe_zero_grad_s\": " << r.phases.zero_grad
         << ", \"troupe_forward_s\": " << r.phases.forward
         << ", \"troupe_backward_s\": " << r.phases.backward
@@ -321,9 +373,11 @@ int main(int argc, char** argv) {
   Flags flags(argc, argv);
   if (flags.has("--help")) {
     std::printf(
-        "usage: gpt_bench [--configs 1M,5M,12M,25M,50M] [--threads N] [--steps N] [--warmup N]\n"
+        "usage: gpt_bench [--configs NAME,...] [--threads N] [--steps N] [--warmup N]\n"
         "                 [--repeat N] [--batch B] [--seq T] [--json FILE] [--no-peer]\n"
-        "configs:");
+        "                 [--llama-peer auto|transformers|plain]\n"
+        "default configs: %s\nconfigs:",
+        kDefaultConfigs);
     for (const ModelConfig& mc : all_configs())
       std::printf(" %s", mc.name.c_str());
     std::printf(
@@ -340,11 +394,16 @@ int main(int argc, char** argv) {
   const int batch = static_cast<int>(flags.get_long("--batch", 0));
   const int seq = static_cast<int>(flags.get_long("--seq", 0));
   const std::string json = flags.get("--json", "");
-  const std::string names = flags.get("--configs", "1M,5M,12M,25M,50M");
+  const std::string names = flags.get("--configs", kDefaultConfigs);
+  const std::string llama_peer = flags.get("--llama-peer", "auto");
   if (threads < 1 || steps < 1 || warmup < 0 || repeat < 1 || batch < 0 || seq < 0) {
     std::fprintf(stderr,
                  "gpt_bench: --threads, --steps and --repeat must be at least 1, --warmup, "
                  "--batch and --seq at least 0\n");
+    return 2;
+  }
+  if (llama_peer != "auto" && llama_peer != "transformers" && llama_peer != "plain") {
+    std::fprintf(stderr, "gpt_bench: --llama-peer must be auto, transformers or plain\n");
     return 2;
   }
   std::vector<ModelConfig> configs;
@@ -363,7 +422,7 @@ int main(int argc, char** argv) {
     configs.push_back(*it);
     if (batch > 0) configs.back().B = batch;
     if (seq > 0) configs.back().T = seq;
-    if (absl::Status s = configs.back().gpt_config().validate(); !s.ok()) {
+    if (absl::Status s = configs.back().model_config().validate(); !s.ok()) {
       std::fprintf(stderr, "gpt_bench: %s: %s\n", name.c_str(), s.ToString().c_str());
       return 2;
     }
@@ -390,11 +449,13 @@ int main(int argc, char** argv) {
   if (const std::string warning = troupe::nn::gemm_backend_warning(); !warning.empty()) {
     std::printf("gpt_bench: WARNING: %s\n", warning.c_str());
   }
-  std::printf("%-6s %4s %5s %4s %6s %5s %4s %10s\n", "config", "L", "C", "NH", "V", "T", "B",
-              "params");
+  std::printf("%-10s %-6s %4s %5s %4s %4s %5s %6s %5s %4s %10s\n", "config", "arch", "L", "C", "NH",
+              "KV", "MLP", "V", "T", "B", "params");
   for (const ModelConfig& mc : configs) {
-    std::printf("%-6s %4d %5d %4d %6d %5d %4d %10zu\n", mc.name.c_str(), mc.L, mc.C, mc.NH, mc.V,
-                mc.T, mc.B, mc.params());
+    std::printf("%-10s %-6s %4d %5d %4d %4d %5d %6d %5d %4d %10zu\n", mc.name.c_str(),
+                troupe::nn::architecture_name(mc.arch), mc.L, mc.C, mc.NH,
+                mc.llama() ? mc.KV : mc.NH, mc.llama() ? mc.I : 4 * mc.C, mc.V, mc.T, mc.B,
+                mc.params());
   }
   std::fflush(stdout);
 
@@ -424,8 +485,12 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     ours.push_back(r);
     if (!python) continue;
-    std::optional<TorchRun> run = run_torch(*python, {mc}, threads, steps, warmup, repeat);
+    std::optional<TorchRun> run =
+        run_torch(*python, {mc}, threads, steps, warmup, repeat, llama_peer);
     if (!run) continue;
+    if (mc.llama() && !run->llama.empty()) {
+      std::printf("torch: %s: Llama model: %s\n", mc.name.c_str(), run->llama.c_str());
+    }
     if (!torch) {
       torch = std::move(run);
       std::printf("torch: %s from %s, attention: %s\n", torch->version.c_str(),

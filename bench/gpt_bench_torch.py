@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""PyTorch's side of gpt_bench: the same GPT training step, written as PyTorch users write it.
+"""PyTorch's side of gpt_bench: the same training step, written as PyTorch users write it.
 
     gpt_bench_torch.py --threads N --steps S --warmup W --repeat R
-                       --config NAME:L:C:NH:V:T:B [--config ...] [--parent-pid PID]
+                       --config NAME:L:C:NH:V:T:B [--config ...]
+                       --llama-config NAME:L:C:NH:KV:I:V:T:B [--llama-config ...]
+                       [--llama-impl auto|transformers|plain] [--parent-pid PID]
 
 For each config: a GPT-2 style model (the architecture of tests/reference/gpt_reference.py:
 token + position embedding, pre-LN blocks of causal self-attention and a tanh-GELU MLP, a final
@@ -20,7 +22,20 @@ median over repeats. Attention is F.scaled_dot_product_attention(is_causal=True)
 has it (2.0 and later; on the CPU that is its flash-attention kernel), else the plain
 masked-softmax form of the reference. torch.set_num_threads(N) as gpt_bench's --threads.
 
-Prints one JSON object on the last line of stdout: torch_version, the attention used, and for
+A --llama-config is a Llama model of troupe's nn/llama (RMSNorm eps 1e-6, rotary embeddings with
+theta 1e4 in the rotate-half layout, KV key/value heads shared by groups of the NH query heads, a
+SwiGLU MLP of width I, no biases, an untied head, max_position_embeddings = T): transformers'
+LlamaForCausalLM built from a LlamaConfig (attn_implementation="sdpa", fp32, use_cache off, its
+own initialisation) when transformers imports (--llama-impl auto or transformers), else
+(--llama-impl plain, or auto without transformers) the plain PyTorch Llama below
+(F.scaled_dot_product_attention with is_causal=True, the key/value heads repeat_interleave'd per
+group). Either way the loss is the mean cross-entropy of logits[b, t] against targets[b, t] over
+the B*T positions, computed here from the logits (not transformers' shifted-label loss), as
+troupe's model computes it; the same AdamW and decay groups (the norms' weights are the 1-D
+tensors).
+
+Prints one JSON object on the last line of stdout: torch_version, the attention used, the Llama
+implementation ("llama", when a --llama-config ran), and for
 config NAME the keys "NAME.step_s", "NAME.tokens_per_s", "NAME.params", "NAME.loss_first",
 "NAME.loss_last" and "NAME.cpu_share" (CPU time / (wall time x threads) over the timed steps).
 Progress goes to stderr.
@@ -100,9 +115,132 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
 
-def run_config(name, L, C, NH, V, T, B, args):
+class RMSNorm(nn.Module):
+    def __init__(self, C, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(C))
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, C, NH, KV, I):
+        super().__init__()
+        self.NH, self.KV, self.hd = NH, KV, C // NH
+        self.input_layernorm = RMSNorm(C)
+        self.q_proj = nn.Linear(C, NH * self.hd, bias=False)
+        self.k_proj = nn.Linear(C, KV * self.hd, bias=False)
+        self.v_proj = nn.Linear(C, KV * self.hd, bias=False)
+        self.o_proj = nn.Linear(NH * self.hd, C, bias=False)
+        self.post_attention_layernorm = RMSNorm(C)
+        self.gate_proj = nn.Linear(C, I, bias=False)
+        self.up_proj = nn.Linear(C, I, bias=False)
+        self.down_proj = nn.Linear(I, C, bias=False)
+
+    def attention(self, x, cos, sin):
+        B, T, C = x.shape
+        q = self.q_proj(x).view(B, T, self.NH, self.hd).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.KV, self.hd).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.KV, self.hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        group = self.NH // self.KV
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.NH * self.hd))
+
+    def forward(self, x, cos, sin):
+        x = x + self.attention(self.input_layernorm(x), cos, sin)
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class PlainLlama(nn.Module):
+    def __init__(self, L, C, NH, KV, I, V, max_T, theta=10000.0):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(V, C)
+        self.layers = nn.ModuleList(LlamaBlock(C, NH, KV, I) for _ in range(L))
+        self.norm = RMSNorm(C)
+        self.lm_head = nn.Linear(C, V, bias=False)
+        hd = C // NH
+        inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float) / hd))
+        angles = torch.outer(torch.arange(max_T, dtype=torch.float), inv_freq)
+        angles = torch.cat((angles, angles), dim=-1)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+        # transformers' initialisation for Llama: N(0, 0.02) for the matrices, ones for the norms.
+        for p in self.parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        cos, sin = self.cos[:T], self.sin[:T]
+        x = self.embed_tokens(idx)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.lm_head(self.norm(x))
+
+
+def transformers_llama():
+    """transformers' (LlamaConfig, LlamaForCausalLM, version), or None if it does not import."""
+    try:
+        import transformers
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except Exception:  # noqa: BLE001 - any failure to import means: not available
+        return None
+    return LlamaConfig, LlamaForCausalLM, transformers.__version__
+
+
+class HFLlama(nn.Module):
+    """transformers' LlamaForCausalLM, returning its logits."""
+
+    def __init__(self, hf, L, C, NH, KV, I, V, max_T):
+        super().__init__()
+        LlamaConfig, LlamaForCausalLM, _ = hf
+        config = LlamaConfig(
+            vocab_size=V, hidden_size=C, intermediate_size=I, num_hidden_layers=L,
+            num_attention_heads=NH, num_key_value_heads=KV, max_position_embeddings=max_T,
+            rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+            attention_bias=False, mlp_bias=False, hidden_act="silu", use_cache=False,
+            attention_dropout=0.0, initializer_range=0.02)
+        config._attn_implementation = "sdpa"
+        self.model = LlamaForCausalLM(config).float()
+        self.model.train()
+
+    def forward(self, idx):
+        return self.model(input_ids=idx, use_cache=False).logits
+
+
+class CausalLM(nn.Module):
+    """A model returning logits [B, T, V], with the loss as troupe's: the mean cross-entropy of
+    logits[b, t] against targets[b, t] (no label shift)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.inner = model
+
+    def forward(self, idx, targets):
+        logits = self.inner(idx)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def run_config(name, L, C, NH, V, T, B, args, KV=None, I=None):
     torch.manual_seed(1337)
-    model = GPT(L, C, NH, V, T)
+    if KV is None:
+        model = GPT(L, C, NH, V, T)
+    elif args.llama_impl_resolved == "transformers":
+        model = CausalLM(HFLlama(args.hf, L, C, NH, KV, I, V, T))
+    else:
+        model = CausalLM(PlainLlama(L, C, NH, KV, I, V, T))
     params = list(model.parameters())
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
@@ -164,6 +302,10 @@ def main():
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--config", action="append", default=[],
                    help="NAME:L:C:NH:V:T:B (may repeat)")
+    p.add_argument("--llama-config", action="append", default=[],
+                   help="NAME:L:C:NH:KV:I:V:T:B (may repeat)")
+    p.add_argument("--llama-impl", choices=("auto", "transformers", "plain"), default="auto",
+                   help="the Llama model: transformers' LlamaForCausalLM or the plain one here")
     p.add_argument("--parent-pid", type=int, default=0,
                    help="exit when this process has exited")
     args = p.parse_args()
@@ -177,6 +319,23 @@ def main():
     for spec in args.config:
         name, *dims = spec.split(":")
         result.update(run_config(name, *(int(d) for d in dims), args))
+    if args.llama_config:
+        args.hf = transformers_llama() if args.llama_impl != "plain" else None
+        if args.llama_impl == "transformers" and args.hf is None:
+            raise RuntimeError("--llama-impl transformers: transformers does not import")
+        if args.hf is not None:
+            args.llama_impl_resolved = "transformers"
+            result["llama"] = (f"transformers {args.hf[2]} LlamaForCausalLM "
+                               "(attn_implementation sdpa)")
+        else:
+            args.llama_impl_resolved = "plain"
+            result["llama"] = ("plain PyTorch (scaled_dot_product_attention, "
+                               "repeat_interleave for the key/value heads)")
+        print(f"torch: Llama model: {result['llama']}", file=sys.stderr, flush=True)
+    for spec in args.llama_config:
+        name, *dims = spec.split(":")
+        L, C, NH, KV, I, V, T, B = (int(d) for d in dims)
+        result.update(run_config(name, L, C, NH, V, T, B, args, KV=KV, I=I))
     print(json.dumps(result), flush=True)
 
 
