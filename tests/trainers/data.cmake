@@ -1,8 +1,4 @@
 # data tests (label trainers).
-troupe_test(trainers_data_test trainers
-  SOURCES data_addition_test.cc data_loader_test.cc data_sampler_test.cc
-          data_token_dataset_test.cc data_tokenizer_test.cc
-  LIBS troupe_actors)
 # `troupe data`, with its source compiled in: the test needs none of the rest
 # of troupe_trainers.
 troupe_test(trainers_data_command_test trainers

@@ -1,5 +1,4 @@
 # The DDP trainer on a local cluster of troupe processes (label trainers).
-troupe_test(trainers_buckets_test trainers SOURCES gradient_buckets_test.cc LIBS troupe_actors)
 add_executable(trainers_ddp_test ddp_test.cc)
 target_link_libraries(trainers_ddp_test PRIVATE troupe_trainers GTest::gtest GTest::gtest_main
                       troupe_warnings)
@@ -28,4 +27,3 @@ troupe_test(trainers_controller_test trainers SOURCES controller_test.cc LIBS tr
 # A stage, its shard and its loader on an in-process actor system: the step protocol.
 troupe_test(trainers_stage_steps_test trainers SOURCES stage_steps_test.cc LIBS troupe_trainers)
 # The codecs of nn's types and the one nn/transport dtype mapping.
-troupe_test(trainers_nn_codecs_test trainers SOURCES nn_codecs_test.cc LIBS troupe_actors)

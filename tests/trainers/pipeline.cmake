@@ -1,12 +1,3 @@
-# Pipeline parallelism: the schedules printed and checked (labels pipeline
-# and trainers).
-add_executable(trainers_pipeline_schedule_test pipeline_schedule_test.cc)
-target_link_libraries(trainers_pipeline_schedule_test PRIVATE troupe_actors GTest::gtest
-                      GTest::gtest_main troupe_warnings)
-gtest_discover_tests(trainers_pipeline_schedule_test PROPERTIES LABELS "pipeline;trainers"
-                     DISCOVERY_TIMEOUT 60)
-troupe_discovered_test_labels(trainers_pipeline_schedule_test pipeline trainers)
-
 # Pipeline-parallel training on a local cluster of troupe processes against
 # one process (labels pipeline and trainers).
 add_executable(trainers_pipeline_test pipeline_test.cc)
@@ -17,12 +8,3 @@ add_dependencies(trainers_pipeline_test troupe)
 gtest_discover_tests(trainers_pipeline_test PROPERTIES LABELS "pipeline;trainers" TIMEOUT 600
                      RUN_SERIAL TRUE DISCOVERY_TIMEOUT 60)
 troupe_discovered_test_labels(trainers_pipeline_test pipeline trainers)
-
-# The turns the chunks of an interleaved stage take (labels pipeline and
-# trainers).
-add_executable(trainers_stage_turns_test stage_turns_test.cc)
-target_link_libraries(trainers_stage_turns_test PRIVATE troupe_actors GTest::gtest
-                      GTest::gtest_main troupe_warnings)
-gtest_discover_tests(trainers_stage_turns_test PROPERTIES LABELS "pipeline;trainers"
-                     DISCOVERY_TIMEOUT 60)
-troupe_discovered_test_labels(trainers_stage_turns_test pipeline trainers)
