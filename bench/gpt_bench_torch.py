@@ -25,14 +25,14 @@ masked-softmax form of the reference. torch.set_num_threads(N) as gpt_bench's --
 A --llama-config is a Llama model of troupe's nn/llama (RMSNorm eps 1e-6, rotary embeddings with
 theta 1e4 in the rotate-half layout, KV key/value heads shared by groups of the NH query heads, a
 SwiGLU MLP of width I, no biases, an untied head, max_position_embeddings = T): transformers'
-LlamaForCausalLM built from a LlamaConfig (attn_implementation="sdpa", fp32, use_cache off, its
-own initialisation) when transformers imports (--llama-impl auto or transformers), else
+LlamaForCausalLM built from a LlamaConfig (attn_implementation="sdpa", fp32, use_cache off)
+when transformers imports (--llama-impl auto or transformers), else
 (--llama-impl plain, or auto without transformers) the plain PyTorch Llama below
 (F.scaled_dot_product_attention with is_causal=True, the key/value heads repeat_interleave'd per
 group). Either way the loss is the mean cross-entropy of logits[b, t] against targets[b, t] over
 the B*T positions, computed here from the logits (not transformers' shifted-label loss), as
-troupe's model computes it; the same AdamW and decay groups (the norms' weights are the 1-D
-tensors).
+troupe's model computes it; troupe's initialisation (init_llama); the same AdamW and decay
+groups (the norms' weights are the 1-D tensors).
 
 Prints one JSON object on the last line of stdout: torch_version, the attention used, the Llama
 implementation ("llama", when a --llama-config ran), and for
@@ -176,10 +176,7 @@ class PlainLlama(nn.Module):
         angles = torch.cat((angles, angles), dim=-1)
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
-        # transformers' initialisation for Llama: N(0, 0.02) for the matrices, ones for the norms.
-        for p in self.parameters():
-            if p.dim() >= 2:
-                nn.init.normal_(p, 0.0, 0.02)
+        init_llama(self, L)
 
     def forward(self, idx):
         T = idx.shape[1]
@@ -188,6 +185,19 @@ class PlainLlama(nn.Module):
         for layer in self.layers:
             x = layer(x, cos, sin)
         return self.lm_head(self.norm(x))
+
+
+def init_llama(model, L):
+    """troupe's Llama initialisation (nn/llama/llama.cc): N(0, 0.02) for the matrices,
+    N(0, 0.02 / sqrt(2 L)) for o_proj and down_proj, ones for the norms' weights."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() < 2:
+                nn.init.ones_(p)
+            elif name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * L))
+            else:
+                nn.init.normal_(p, 0.0, 0.02)
 
 
 def transformers_llama():
@@ -215,6 +225,7 @@ class HFLlama(nn.Module):
         config._attn_implementation = "sdpa"
         self.model = LlamaForCausalLM(config).float()
         self.model.train()
+        init_llama(self.model, L)
 
     def forward(self, idx):
         return self.model(input_ids=idx, use_cache=False).logits

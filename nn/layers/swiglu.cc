@@ -1,29 +1,32 @@
 #include "nn/layers/swiglu.h"
 
-#include <cmath>
 #include <cstddef>
 
 #include "nn/layers/detail/clones.h"
+#include "nn/layers/detail/exp.h"
 #include "nn/threads.h"
 
 namespace troupe::nn {
 namespace {
 
-// s = sigmoid(x) as torch's silu computes it: x * s = x / (1 + exp(-x)).
-inline float sigmoid(float x) {
-  return 1.0f / (1.0f + std::exp(-x));
+// sigmoid(x) = 1 / (1 + exp(-x)), with the layers' vectorisable exp (detail/exp.h): the loops
+// below run 16 wide on AVX-512 where libm's expf would be a call per element.
+TROUPE_NN_LAYER_INLINE float sigmoid(float x) {
+  return 1.0f / (1.0f + detail::exp_fast(-x));
 }
 
 TROUPE_NN_LAYER_CLONES void row_forward(float* y, const float* gate, const float* up, int I) {
+#pragma omp simd
   for (int i = 0; i < I; i++) {
     const float g = gate[i];
-    y[i] = g / (1.0f + std::exp(-g)) * up[i];
+    y[i] = g / (1.0f + detail::exp_fast(-g)) * up[i];
   }
 }
 
 // d/dg [g s(g)] = s (1 + g (1 - s)).
 TROUPE_NN_LAYER_CLONES void row_backward(float* dgate, float* dup, const float* dy,
                                          const float* gate, const float* up, int I) {
+#pragma omp simd
   for (int i = 0; i < I; i++) {
     const float g = gate[i], s = sigmoid(g);
     dgate[i] = dy[i] * up[i] * (s * (1.0f + g * (1.0f - s)));
