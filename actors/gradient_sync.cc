@@ -34,35 +34,40 @@ class LocalGradientSync : public GradientSync {
 
 }  // namespace
 
-int zero_stage_of(const std::string& kind) {
-  if (kind == "allreduce") return 0;
-  if (kind == "zero1") return 1;
-  if (kind == "zero2") return 2;
-  if (kind == "zero3") return 3;
-  return -1;
+const char* to_string(GradientSyncKind kind) {
+  switch (kind) {
+    case GradientSyncKind::kAllreduce:
+      return "allreduce";
+    case GradientSyncKind::kZero1:
+      return "ZeRO-1";
+    case GradientSyncKind::kZero2:
+      return "ZeRO-2";
+    case GradientSyncKind::kZero3:
+      return "ZeRO-3";
+  }
+  return "unknown";
 }
 
-nn::ModelStorage model_storage(const std::string& kind, int dp) {
-  const int stage = dp > 1 ? zero_stage_of(kind) : 0;
+nn::ModelStorage model_storage(GradientSyncKind kind, int dp) {
+  const int stage = dp > 1 ? zero_stage(kind) : 0;
   return {.parameters = stage < 3, .gradients = stage < 2};
 }
 
 absl::Status check_gradient_sync(const GradientSyncOptions& options, const nn::Model& gpt) {
-  const int stage = zero_stage_of(options.kind);
-  if (stage < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("gradient sync \"", options.kind,
-                                                   "\" is not known (known: \"allreduce\", "
-                                                   "\"zero1\", \"zero2\", \"zero3\")"));
+  const int stage = zero_stage(options.kind);
+  if (stage < 0 || stage > 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient sync ", stage, " is not allreduce or a ZeRO stage 1-3"));
   }
   if (stage == 0) return absl::OkStatus();
   return ZeroGradientSync::check(options, stage, gpt.layout());
 }
 
 absl::StatusOr<std::unique_ptr<GradientSync>> make_gradient_sync(
-    const GradientSyncOptions& options, const StagePlan& plan, nn::Model& gpt, CollectiveGroup* group,
-    StageBuffers& buffers, const ZeroBuffers& zero) {
-  const int stage = zero_stage_of(options.kind);
-  if (stage < 0 || group != nullptr) {
+    const GradientSyncOptions& options, const StagePlan& plan, nn::Model& gpt,
+    CollectiveGroup* group, StageBuffers& buffers, const ZeroBuffers& zero) {
+  const int stage = zero_stage(options.kind);
+  if (stage > 3 || group != nullptr) {
     if (absl::Status s = check_gradient_sync(options, gpt); !s.ok()) return s;
   }
   if (group == nullptr) return std::make_unique<LocalGradientSync>(plan, gpt, buffers);

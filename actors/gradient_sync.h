@@ -75,8 +75,27 @@ class GradientSync {
   virtual size_t peak_buffer_bytes() const { return 0; }
 };
 
+// How data-parallel replicas exchange gradients: DDP's allreduce, or ZeRO's stage 1, 2 or 3
+// (the value is the stage: the config's zero_optimization.stage).
+enum class GradientSyncKind : uint8_t {
+  kAllreduce = 0,
+  kZero1 = 1,
+  kZero2 = 2,
+  kZero3 = 3,
+};
+// The ZeRO stage of a kind: 0 for allreduce.
+inline int zero_stage(GradientSyncKind kind) {
+  return static_cast<int>(kind);
+}
+// The kind of ZeRO stage `stage`. REQUIRES: 0 <= stage <= 3.
+inline GradientSyncKind gradient_sync_of_stage(int stage) {
+  return static_cast<GradientSyncKind>(stage);
+}
+// "allreduce", "ZeRO-1", "ZeRO-2", "ZeRO-3".
+const char* to_string(GradientSyncKind kind);
+
 struct GradientSyncOptions {
-  std::string kind = "allreduce";       // "allreduce" (DDP), "zero1", "zero2", "zero3"
+  GradientSyncKind kind = GradientSyncKind::kAllreduce;
   int64_t bucket_elements = 500000000;  // reduce_bucket_size
   bool overlap_comm = true;             // issue reductions during backward (else after it)
   int micro_batches = 1;                // per step (gradient_accumulation_steps)
@@ -86,14 +105,10 @@ struct GradientSyncOptions {
   int64_t max_live_parameters = 1000000000;  // stage3_max_live_parameters
 };
 
-// The ZeRO stage of a kind: 0 for "allreduce", 1-3 for "zero1".."zero3", -1
-// for a kind not known.
-int zero_stage_of(const std::string& kind);
-
 // Which flat buffers the stage's model owns under `kind` with dp ranks:
 // ZeRO-2 keeps only a partition of the gradients, ZeRO-3 of the parameters
 // too (both bound block by block); dp = 1 and DDP keep both whole.
-nn::ModelStorage model_storage(const std::string& kind, int dp);
+nn::ModelStorage model_storage(GradientSyncKind kind, int dp);
 
 // What a ZeRO stage's sync works on besides the model: the partition, and
 // the stage's buffers of its own part (null where the model owns the whole).
@@ -112,10 +127,10 @@ absl::Status check_gradient_sync(const GradientSyncOptions& options, const nn::M
 // (actors/stage_buffers.h; ZeRO-2/3, which holds partitions, does not use
 // them) and, for ZeRO, the stage's buffers of its partition (model_storage
 // says which). All must outlive the result.
-// InvalidArgument for an unknown kind, or a plan or setting the strategy
+// InvalidArgument for a kind outside the enum, or a plan or setting the strategy
 // cannot serve.
 absl::StatusOr<std::unique_ptr<GradientSync>> make_gradient_sync(
-    const GradientSyncOptions& options, const StagePlan& plan, nn::Model& gpt, CollectiveGroup* group,
-    StageBuffers& buffers, const ZeroBuffers& zero = {});
+    const GradientSyncOptions& options, const StagePlan& plan, nn::Model& gpt,
+    CollectiveGroup* group, StageBuffers& buffers, const ZeroBuffers& zero = {});
 
 }  // namespace troupe::actors

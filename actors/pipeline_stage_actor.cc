@@ -35,8 +35,7 @@ absl::Status check_options(const StageOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(where, " is not in the mesh dp ", o.mesh.dp,
                                                    " x pp ", o.mesh.pp, " x tp ", o.mesh.tp));
   }
-  if (const int zero = zero_stage_of(o.gradient_sync);
-      zero > 1 && (o.mesh.tp > 1 || o.mesh.pp > 1)) {
+  if (const int zero = zero_stage(o.gradient_sync); zero > 1 && (o.mesh.tp > 1 || o.mesh.pp > 1)) {
     const std::string model_parallel =
         o.mesh.tp > 1 ? absl::StrCat("tensor parallelism (tp ", o.mesh.tp, ")")
                       : absl::StrCat("pipeline parallelism (pp ", o.mesh.pp, ")");
@@ -51,10 +50,10 @@ absl::Status check_options(const StageOptions& o) {
         absl::StrCat(where, ": tp ", o.mesh.tp, " needs the group of its stage's slices"));
   }
   const int v = o.virtual_stages;
-  if ((o.schedule == "interleaved") != (v > 1) || v < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": ", v, " model chunks a stage (virtual_stages) with schedule \"",
-                     o.schedule, "\"; \"interleaved\" takes 2 or more, the others 1"));
+  if ((o.schedule == pipeline::ScheduleKind::kInterleaved) != (v > 1) || v < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": ", v, " model chunks a stage (virtual_stages) with schedule \"",
+        pipeline::schedule_name(o.schedule), "\"; \"interleaved\" takes 2 or more, the others 1"));
   }
   if (v > 1 && (o.mesh.pp % v != 0 || o.mesh.pp / v < 2)) {
     return absl::InvalidArgumentError(
@@ -62,10 +61,10 @@ absl::Status check_options(const StageOptions& o) {
                      " virtual stages: they must be at least 2 stages of ", v, " chunks each"));
   }
   if (o.mesh.pp > 1) {
-    if (o.schedule != "gpipe" && o.schedule != "1f1b" && o.schedule != "interleaved") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": pipeline schedule \"", o.schedule,
-                       "\" is not known (\"gpipe\", \"1f1b\", \"interleaved\")"));
+    if (static_cast<int>(o.schedule) > static_cast<int>(pipeline::ScheduleKind::kInterleaved)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": pipeline schedule ",
+                                                     static_cast<int>(o.schedule),
+                                                     " is not gpipe, 1f1b or interleaved"));
     }
     if (o.grad_accum > kMaxMicroBatches) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": ", o.grad_accum,
@@ -82,10 +81,10 @@ absl::Status check_options(const StageOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": precision ", static_cast<int>(o.precision), " is not fp32, fp16 or bf16"));
   }
-  if (zero_stage_of(o.gradient_sync) < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": gradient sync \"", o.gradient_sync,
-                     "\" is not known (known: \"allreduce\", \"zero1\", \"zero2\", \"zero3\")"));
+  if (zero_stage(o.gradient_sync) > 3) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": gradient sync ",
+                                                   zero_stage(o.gradient_sync),
+                                                   " is not allreduce or a ZeRO stage 1-3"));
   }
   return absl::OkStatus();
 }
@@ -114,8 +113,8 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
   // A pipeline stage binds buffers of its own range into the model
   // (actors/stage_buffers.h).
   const nn::ModelStorage storage = options.mesh.pp > 1
-                                     ? nn::ModelStorage{.parameters = false, .gradients = false}
-                                     : model_storage(options.gradient_sync, options.mesh.dp);
+                                       ? nn::ModelStorage{.parameters = false, .gradients = false}
+                                       : model_storage(options.gradient_sync, options.mesh.dp);
   absl::StatusOr<std::unique_ptr<nn::Model>> model =
       nn::create_model(options.model, options.model_options, storage,
                        {.rank = options.at.t, .size = options.mesh.tp});
@@ -143,7 +142,8 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = (*model)->set_activation_slots(pipeline::most_held(program.ops)); !s.ok()) {
+    if (absl::Status s = (*model)->set_activation_slots(pipeline::most_held(program.ops));
+        !s.ok()) {
       return s;
     }
   }
@@ -325,7 +325,7 @@ absl::Status PipelineStageActor::resize(StageShape shape) {
                                                  options_.mesh.pp, ", tp ", options_.mesh.tp,
                                                  ") is not implemented"));
   }
-  const int zero = zero_stage_of(options_.gradient_sync);
+  const int zero = zero_stage(options_.gradient_sync);
   if (loader_ == nullptr || sync_ == nullptr) {
     // A replacement: set up at the shape (under ZeRO with the partition of
     // its rank now, which its shard restores), its loader reshaped after.
@@ -624,7 +624,7 @@ absl::Status PipelineStageActor::check_whole_parameters() const {
         absl::StrCat(name_, ": with tp ", options_.mesh.tp,
                      " it holds only its slice; evaluate and generate run on a whole model"));
   }
-  if (zero_stage_of(options_.gradient_sync) == 0 || options_.mesh.dp == 1) return absl::OkStatus();
+  if (zero_stage(options_.gradient_sync) == 0 || options_.mesh.dp == 1) return absl::OkStatus();
   if (whole_version_ == tensors_->params_version.load()) return absl::OkStatus();
   return absl::FailedPreconditionError(
       absl::StrCat(name_,

@@ -54,8 +54,8 @@
 #include "core/actor.h"
 #include "core/cluster/collective_group.h"
 #include "nn/dtype.h"
-#include "nn/model/model.h"
 #include "nn/memory.h"
+#include "nn/model/model.h"
 
 namespace troupe::actors {
 
@@ -71,32 +71,29 @@ struct StageOptions {
   nn::ModelOptions model_options;
   int micro_batch = 1;
   int grad_accum = 1;
-  std::string gradient_sync =
-      "allreduce";                      // GradientSyncOptions::kind: "allreduce", "zero1".."zero3"
+  GradientSyncKind gradient_sync = GradientSyncKind::kAllreduce;
   int64_t bucket_elements = 500000000;  // reduce_bucket_size
   bool overlap_comm = true;
   // ZeRO-3's gathering (GradientSyncOptions).
   int64_t prefetch_elements = 50000000;
   int64_t persistence_threshold = 100000;
   int64_t max_live_parameters = 1000000000;
-  int threads = 0;        // compute threads; 0: leave the process's setting
-  std::string group;      // the data-parallel collective group (declared by the controller)
+  int threads = 0;    // compute threads; 0: leave the process's setting
+  std::string group;  // the data-parallel collective group (declared by the controller)
   // The precision of the compute copy. kFloat16: the reduced gradients are
   // also rounded to fp16, as fp16 gradients are, so that a loss scale too
   // large for fp16 overflows (to inf) as it would on a GPU and the step is
   // skipped.
   nn::DType precision = nn::DType::kFloat32;
-  // Pipeline parallelism (mesh.pp > 1): the schedule ("gpipe", "1f1b",
-  // "interleaved"), each stage's blocks (parallel.partition; empty: balanced
-  // by parameter count, actors/stage_plan.h), and the group of this
-  // replica's stages (rank p) that activations and gradients go through.
-  // grad_accum is the number of micro-batches a step. Interleaved 1F1B:
-  // each of mesh.pp / virtual_stages stages holds virtual_stages chunks of
-  // the model, and this actor is one chunk - virtual stage at.p, chunk
+  // Pipeline parallelism (mesh.pp > 1): the schedule, each stage's blocks (parallel.partition;
+  // empty: balanced by parameter count, actors/stage_plan.h), and the group of this replica's
+  // stages (rank p) that activations and gradients go through. grad_accum is the number of
+  // micro-batches a step. Interleaved 1F1B: each of mesh.pp / virtual_stages stages holds
+  // virtual_stages chunks of the model, and this actor is one chunk - virtual stage at.p, chunk
   // at.p / stages of stage at.p % stages (the mesh's p and partition count
   // virtual stages); the chunks of a stage are spawned into one process and
   // take turns there (actors/stage_turns.h).
-  std::string schedule = "1f1b";
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;
   int virtual_stages = 1;
   std::vector<int64_t> partition;
   std::string pipe_group;
@@ -105,8 +102,8 @@ struct StageOptions {
   std::string tp_group;
   TROUPE_FIELDS(job, at, mesh, model, model_options, micro_batch, grad_accum, gradient_sync,
                 bucket_elements, overlap_comm, prefetch_elements, persistence_threshold,
-                max_live_parameters, threads, group, precision, schedule, virtual_stages,
-                partition, pipe_group, tp_group);
+                max_live_parameters, threads, group, precision, schedule, virtual_stages, partition,
+                pipe_group, tp_group);
 };
 
 class PipelineStageActor {
@@ -235,7 +232,8 @@ class PipelineStageActor {
   std::shared_ptr<DataLoader> loader_;
   int64_t last_run_ = 0;              // the last step run_step was called for (0: none)
   std::vector<uint16_t> half_grads_;  // fp16: the gradients' rounding scratch
-  std::vector<float> head_share_;     // pp > 1, first stage, tied head: its share of the embedding's gradient
+  std::vector<float>
+      head_share_;  // pp > 1, first stage, tied head: its share of the embedding's gradient
   // ZeRO: this rank's partition of what the model does not hold whole.
   ZeroPartition partition_;
   // The flat buffers it computes with: the model's, or a pipeline stage's

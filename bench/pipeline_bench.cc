@@ -64,17 +64,17 @@ trainers::TrainConfig config_for(const Shape& s, const std::string& schedule, in
   trainers::TrainConfig c;
   c.parallel.dp = 1;
   c.parallel.pp = p;
-  c.parallel.schedule = schedule;
+  c.parallel.schedule = *actors::pipeline::parse_schedule(schedule);
   c.parallel.virtual_stages = schedule == "interleaved" ? kChunks : 1;
   c.micro_batch_size = s.B;
   c.gradient_accumulation_steps = m;
   c.train_batch_size = static_cast<int64_t>(s.B) * m;
   c.model = nn::GPTConfig{.max_seq_len = s.T,
-             .vocab_size = s.V,
-             .padded_vocab_size = s.V,
-             .num_layers = s.L,
-             .num_heads = s.NH,
-             .channels = s.C};
+                          .vocab_size = s.V,
+                          .padded_vocab_size = s.V,
+                          .num_layers = s.L,
+                          .num_heads = s.NH,
+                          .channels = s.C};
   c.data.synthetic = trainers::SyntheticTaskConfig{
       .task = "addition", .digits = 2, .num_samples = 4096, .seed = 7};
   c.optimizer.type = trainers::OptimizerType::kAdamW;
@@ -176,7 +176,10 @@ int main(int argc, char** argv) {
   if (stages.empty() || micro.empty() || schedules.empty() || bad(steps, 1, 1000) ||
       bad(warmup, 0, 100) || bad(repeat, 1, 100) || bad(threads, 1, 64) ||
       std::any_of(stages.begin(), stages.end(), [&](int p) { return bad(p, 2, shape.L); }) ||
-      std::any_of(micro.begin(), micro.end(), [&](int m) { return bad(m, 1, 256); })) {
+      std::any_of(micro.begin(), micro.end(), [&](int m) { return bad(m, 1, 256); }) ||
+      std::any_of(schedules.begin(), schedules.end(), [](const std::string& name) {
+        return !actors::pipeline::parse_schedule(name).has_value();
+      })) {
     std::fprintf(stderr, "pipeline_bench: bad arguments (see --help)\n");
     return 2;
   }
@@ -230,7 +233,8 @@ int main(int argc, char** argv) {
         // The micro-batch chunks its first stage holds at most (its chunks' activations).
         actors::pipeline::ScheduleRun simulated;
         const actors::pipeline::Schedule made =
-            value_or_die(actors::pipeline::make_schedule(schedule, p, m, chunks), "the schedule");
+            value_or_die(actors::pipeline::make_schedule(config.parallel.schedule, p, m, chunks),
+                         "the schedule");
         if (absl::Status s = actors::pipeline::check_schedule(made, &simulated); !s.ok())
           die(s.ToString());
         const int held = simulated.held_max[0];

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "actors/pipeline/schedule_kind.h"
 #include "nn/model/layout.h"
 #include "nn/model/model.h"
 #include "nn/optim/adamw.h"
@@ -95,13 +96,13 @@ struct ParallelConfig {
   int dp = 1;
   int pp = 1;
   int tp = 1;
-  // The pipeline schedule (actors/pipeline/schedule.h): "gpipe", "1f1b" or
-  // "interleaved"; the model chunks a stage holds under "interleaved" (2 or
+  // The pipeline schedule (actors/pipeline/schedule.h; the config names it
+  // "gpipe", "1f1b" or "interleaved"); the model chunks a stage holds under "interleaved" (2 or
   // more; 1 otherwise); the blocks of each stage, pp entries summing to
   // model.n_layer (pp x virtual_stages under "interleaved"); without them,
   // how the blocks are split (DeepSpeed's partition_method): "parameters"
   // (balanced by parameter count) or "uniform" (evenly, as Megatron does).
-  std::string schedule = "1f1b";
+  actors::pipeline::ScheduleKind schedule = actors::pipeline::ScheduleKind::kOneFOneB;
   int virtual_stages = 1;
   std::vector<int64_t> partition;
   std::string partition_method = "parameters";

@@ -110,7 +110,7 @@ std::string to_json(const TrainConfig& c) {
   j["parallel"] = {{"dp", c.parallel.dp},
                    {"pp", c.parallel.pp},
                    {"tp", c.parallel.tp},
-                   {"schedule", c.parallel.schedule},
+                   {"schedule", actors::pipeline::schedule_name(c.parallel.schedule)},
                    {"virtual_stages", c.parallel.virtual_stages},
                    {"partition", c.parallel.partition},
                    {"partition_method", c.parallel.partition_method}};

@@ -342,7 +342,7 @@ absl::Status parse_megatron_sizes(JsonObject& top, TrainConfig* config, OursGive
   }
   if (top.has("virtual_pipeline_model_parallel_size") && p.virtual_stages > 1 &&
       !ours_given.schedule) {
-    p.schedule = "interleaved";
+    p.schedule = actors::pipeline::ScheduleKind::kInterleaved;
   }
   return absl::OkStatus();
 }
@@ -356,7 +356,8 @@ absl::Status parse_parallel(JsonObject& top, TrainConfig* config) {
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("dp", &p.dp, 1, kMaxParallel));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("pp", &p.pp, 1, kMaxParallel));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("tp", &p.tp, 1, kMaxParallel));
-  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("schedule", &p.schedule));
+  std::string schedule = actors::pipeline::schedule_name(p.schedule);
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("schedule", &schedule));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("virtual_stages", &p.virtual_stages, 1, kMaxParallel));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("partition", &p.partition));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("partition_method", &p.partition_method));
@@ -366,20 +367,26 @@ absl::Status parse_parallel(JsonObject& top, TrainConfig* config) {
                                                       .pp = s.has("pp"),
                                                       .virtual_stages = s.has("virtual_stages"),
                                                       .schedule = s.has("schedule")}));
-  if (p.schedule != "gpipe" && p.schedule != "1f1b" && p.schedule != "interleaved") {
-    return config_error(absl::StrCat("parallel.schedule: \"", p.schedule,
-                                     "\" is not a schedule; one of \"gpipe\", \"1f1b\", "
-                                     "\"interleaved\""));
+  if (s.has("schedule")) {
+    std::optional<actors::pipeline::ScheduleKind> kind = actors::pipeline::parse_schedule(schedule);
+    if (!kind) {
+      return config_error(absl::StrCat("parallel.schedule: \"", schedule,
+                                       "\" is not a schedule; one of \"gpipe\", \"1f1b\", "
+                                       "\"interleaved\""));
+    }
+    p.schedule = *kind;
   }
   if (p.partition_method != "parameters" && p.partition_method != "uniform") {
     return config_error(absl::StrCat("parallel.partition_method: \"", p.partition_method,
                                      "\" is not a method; one of \"parameters\" (balanced by "
                                      "parameter count), \"uniform\""));
   }
-  if ((p.schedule == "interleaved") != (p.virtual_stages > 1)) {
-    return config_error(absl::StrCat(
-        "parallel.virtual_stages: ", p.virtual_stages, " with parallel.schedule \"", p.schedule,
-        "\"; \"interleaved\" takes 2 or more model chunks a stage, the others 1"));
+  if ((p.schedule == actors::pipeline::ScheduleKind::kInterleaved) != (p.virtual_stages > 1)) {
+    return config_error(absl::StrCat("parallel.virtual_stages: ", p.virtual_stages,
+                                     " with parallel.schedule \"",
+                                     actors::pipeline::schedule_name(p.schedule),
+                                     "\"; \"interleaved\" takes 2 or more model chunks a stage, "
+                                     "the others 1"));
   }
   // Interleaved: a count for each model chunk, in the order of the virtual
   // stages (chunk c of stage s is virtual stage c x pp + s).
@@ -401,7 +408,7 @@ absl::Status check_model_parallel(const TrainConfig& config) {
                                      config.model.num_layers(),
                                      " layers (model.n_layer); each stage holds a block at least"));
   }
-  if (p.schedule == "interleaved") {
+  if (p.schedule == actors::pipeline::ScheduleKind::kInterleaved) {
     if (p.pp < 2) {
       return config_error(absl::StrCat("parallel.schedule \"interleaved\" with parallel.pp ", p.pp,
                                        ": it interleaves the chunks of 2 stages or more"));

@@ -75,11 +75,11 @@ std::string HybridTrainer::describe() const {
   const ParallelConfig& p = config_.parallel;
   std::string out;
   if (p.pp > 1) {
-    absl::StrAppend(&out, "pipeline of ", p.pp, " stages (", p.schedule,
-                    p.virtual_stages > 1
-                        ? absl::StrCat(", ", p.virtual_stages, " model chunks each")
-                        : std::string(),
-                    ", ", config_.gradient_accumulation_steps, " micro-batches a step) x ");
+    absl::StrAppend(
+        &out, "pipeline of ", p.pp, " stages (", actors::pipeline::schedule_name(p.schedule),
+        p.virtual_stages > 1 ? absl::StrCat(", ", p.virtual_stages, " model chunks each")
+                             : std::string(),
+        ", ", config_.gradient_accumulation_steps, " micro-batches a step) x ");
   }
   if (p.tp > 1) absl::StrAppend(&out, "tensor parallelism over ", p.tp, " slices x ");
   absl::StrAppend(&out, "DDP over ", p.dp, p.dp == 1 ? " replica" : " replicas");

@@ -14,7 +14,7 @@ actors::StageOptions stage_options(const TrainConfig& config, const MemberPlace&
           .model_options = config.model_options,
           .micro_batch = static_cast<int>(config.micro_batch_size),
           .grad_accum = static_cast<int>(config.gradient_accumulation_steps),
-          .gradient_sync = zero == 0 ? "allreduce" : absl::StrCat("zero", zero),
+          .gradient_sync = actors::gradient_sync_of_stage(zero),
           .bucket_elements = config.zero.reduce_bucket_size,
           .overlap_comm = config.zero.overlap_comm,
           .prefetch_elements = config.zero.stage3_prefetch_bucket_size,

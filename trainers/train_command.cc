@@ -491,7 +491,7 @@ int train_command(const std::vector<std::string>& args) {
     std::printf(
         "  pipeline bubble %.1f%% of the schedule (%s over %d stages%s and %lld "
         "micro-batches: %.1f%% in theory)\n",
-        100 * t.bubble(), p.schedule.c_str(), p.pp,
+        100 * t.bubble(), actors::pipeline::schedule_name(p.schedule), p.pp,
         p.virtual_stages > 1 ? absl::StrCat(" of ", p.virtual_stages, " chunks").c_str() : "",
         static_cast<long long>(config.gradient_accumulation_steps),
         100 * actors::pipeline::theoretical_bubble(

@@ -35,13 +35,18 @@ void add_backward(const Schedule& schedule, int stage, int micro, int chunk,
   if (virtual_stage > 0) program.push_back({OpKind::kSendGradient, micro, chunk});
 }
 
-absl::StatusOr<Schedule> make_schedule(const std::string& name, int stages, int micro_batches,
+absl::StatusOr<Schedule> make_schedule(ScheduleKind kind, int stages, int micro_batches,
                                        int chunks) {
-  if (name == "gpipe") return gpipe(stages, micro_batches);
-  if (name == "1f1b") return one_f_one_b(stages, micro_batches);
-  if (name == "interleaved") return interleaved_one_f_one_b(stages, micro_batches, chunks);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown pipeline schedule \"", name, "\"; one of \"gpipe\", \"1f1b\", \"interleaved\""));
+  switch (kind) {
+    case ScheduleKind::kGPipe:
+      return gpipe(stages, micro_batches);
+    case ScheduleKind::kOneFOneB:
+      return one_f_one_b(stages, micro_batches);
+    case ScheduleKind::kInterleaved:
+      return interleaved_one_f_one_b(stages, micro_batches, chunks);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("pipeline schedule ", static_cast<int>(kind), " is not one of the schedules"));
 }
 
 std::string to_string(const PipelineOp& op, bool with_chunk) {

@@ -14,11 +14,14 @@
 // stage v go to virtual stage v + 1, and their gradients back.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "actors/pipeline/schedule_kind.h"
 
 namespace troupe::actors::pipeline {
 
@@ -39,7 +42,7 @@ struct PipelineOp {
 };
 
 struct Schedule {
-  std::string name;  // "gpipe", "1f1b", "interleaved"
+  std::string name;  // schedule_name(kind)
   int stages = 1;
   int micro_batches = 1;
   int chunks = 1;  // model chunks a stage holds (virtual stages a stage)
@@ -59,9 +62,9 @@ absl::StatusOr<Schedule> one_f_one_b(int stages, int micro_batches);
 // shrinks by `chunks`. InvalidArgument also for chunks below 2 or
 // micro_batches not a multiple of stages (as Megatron requires).
 absl::StatusOr<Schedule> interleaved_one_f_one_b(int stages, int micro_batches, int chunks);
-// The schedule `name` ("gpipe", "1f1b", "interleaved"); InvalidArgument for
-// another name, and the schedule's own errors.
-absl::StatusOr<Schedule> make_schedule(const std::string& name, int stages, int micro_batches,
+// The schedule of `kind`; InvalidArgument for a value outside the enum, and the schedule's own
+// errors.
+absl::StatusOr<Schedule> make_schedule(ScheduleKind kind, int stages, int micro_batches,
                                        int chunks);
 
 // "F3.1" (forward of micro-batch 3 through chunk 1; chunk shown only when a

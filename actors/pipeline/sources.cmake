@@ -5,4 +5,5 @@ target_sources(troupe_actors PRIVATE
   pipeline/schedule_check.cc
   pipeline/schedule_gpipe.cc
   pipeline/schedule_interleaved.cc
+  pipeline/schedule_kind.cc
 )

@@ -63,7 +63,7 @@ TEST(PipelineScheduleTest, EveryScheduleRunsThroughHoldsWhatItShouldAndHasItsBub
       for (const char* name : {"gpipe", "1f1b", "interleaved"}) {
         const std::string what = absl::StrCat(name, ", p ", p, ", m ", m);
         const int v = std::string(name) == "interleaved" ? 2 : 1;
-        const Schedule s = made(make_schedule(name, p, m, v));
+        const Schedule s = made(make_schedule(*parse_schedule(name), p, m, v));
         ScheduleRun run;
         ASSERT_TRUE(check_schedule(s, &run).ok()) << check_schedule(s) << "\n" << describe(s);
         const double theory = theoretical_bubble(p, m, v);
@@ -141,8 +141,9 @@ TEST(PipelineScheduleTest, ShapesASchedulesCannotRunAreRefused) {
   EXPECT_TRUE(absl::IsInvalidArgument(odd));
   EXPECT_TRUE(absl::StrContains(odd.message(), "multiple of the pipeline stages")) << odd;
   EXPECT_TRUE(absl::IsInvalidArgument(interleaved_one_f_one_b(2, 4, 1).status()));
-  absl::Status unknown = make_schedule("zb-h1", 2, 4, 1).status();
-  EXPECT_TRUE(absl::StrContains(unknown.message(), "unknown pipeline schedule \"zb-h1\""))
+  EXPECT_FALSE(parse_schedule("zb-h1").has_value());
+  absl::Status unknown = make_schedule(static_cast<ScheduleKind>(7), 2, 4, 1).status();
+  EXPECT_TRUE(absl::StrContains(unknown.message(), "pipeline schedule 7 is not one of the"))
       << unknown;
 }
 

@@ -376,13 +376,13 @@ TEST(TrainConfigTest, ZeroStagesAndTheirKeysAreRead) {
 
 TEST(TrainConfigTest, PipelineScheduleKeys) {
   const TrainConfig defaults = parse_ok(kBase);
-  EXPECT_EQ(defaults.parallel.schedule, "1f1b");
+  EXPECT_EQ(actors::pipeline::schedule_name(defaults.parallel.schedule), std::string("1f1b"));
   EXPECT_EQ(defaults.parallel.virtual_stages, 1);
   EXPECT_TRUE(defaults.parallel.partition.empty());
   const TrainConfig c = parse_ok(patched(R"({"model": {"n_layer": 4},
       "gradient_accumulation_steps": 2, "train_batch_size": 64, "parallel": {"pp": 2,
       "schedule": "interleaved", "virtual_stages": 2, "partition": [1, 1, 1, 1]}})"));
-  EXPECT_EQ(c.parallel.schedule, "interleaved");
+  EXPECT_EQ(actors::pipeline::schedule_name(c.parallel.schedule), std::string("interleaved"));
   EXPECT_EQ(c.parallel.virtual_stages, 2);
   EXPECT_EQ(c.parallel.partition, (std::vector<int64_t>{1, 1, 1, 1}));
   EXPECT_EQ(defaults.parallel.partition_method, "parameters");
@@ -431,7 +431,7 @@ TEST(TrainConfigTest, PipelineScheduleKeys) {
 TEST(TrainConfigTest, PipelineStagesAndMegatronSizes) {
   const TrainConfig c = parse_ok(patched(R"({"parallel": {"pp": 2, "schedule": "gpipe"}})"));
   EXPECT_EQ(c.parallel.pp, 2);
-  EXPECT_EQ(c.parallel.schedule, "gpipe");
+  EXPECT_EQ(actors::pipeline::schedule_name(c.parallel.schedule), std::string("gpipe"));
   const TrainConfig m = parse_ok(patched(R"({"pipeline_model_parallel_size": 2})"));
   EXPECT_EQ(m.parallel.pp, 2);
   const TrainConfig both =
@@ -446,7 +446,7 @@ TEST(TrainConfigTest, PipelineStagesAndMegatronSizes) {
       "virtual_pipeline_model_parallel_size": 2, "model": {"n_layer": 4},
       "gradient_accumulation_steps": 2, "train_batch_size": 64})"));
   EXPECT_EQ(v.parallel.virtual_stages, 2);
-  EXPECT_EQ(v.parallel.schedule, "interleaved");
+  EXPECT_EQ(actors::pipeline::schedule_name(v.parallel.schedule), std::string("interleaved"));
   expect_error(R"({"parallel": {"pp": 2, "virtual_stages": 2, "schedule": "interleaved"},
       "virtual_pipeline_model_parallel_size": 3, "model": {"n_layer": 6}})",
                "virtual_pipeline_model_parallel_size",

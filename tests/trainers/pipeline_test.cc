@@ -48,7 +48,7 @@ TrainConfig config_for(int dp, int pp, const std::string& schedule = "1f1b",
   c.parallel.dp = dp;
   c.parallel.pp = pp;
   c.parallel.tp = tp;
-  c.parallel.schedule = schedule;
+  c.parallel.schedule = *actors::pipeline::parse_schedule(schedule);
   c.parallel.virtual_stages = schedule == "interleaved" ? 2 : 1;
   c.micro_batch_size = kMicroBatch;
   c.gradient_accumulation_steps = kGlobalBatch / kMicroBatch / dp;  // micro-batches a step
@@ -69,8 +69,8 @@ using testing::RunResult;
 void expect_timelines(const StepOutcome& o, int dp, int pp, int tp, const std::string& schedule) {
   const int v = schedule == "interleaved" ? 2 : 1;
   ASSERT_EQ(o.timelines.size(), static_cast<size_t>(dp * pp * v * tp)) << "step " << o.step;
-  absl::StatusOr<actors::pipeline::Schedule> s =
-      actors::pipeline::make_schedule(schedule, pp, kGlobalBatch / kMicroBatch / dp, v);
+  absl::StatusOr<actors::pipeline::Schedule> s = actors::pipeline::make_schedule(
+      *actors::pipeline::parse_schedule(schedule), pp, kGlobalBatch / kMicroBatch / dp, v);
   ASSERT_TRUE(s.ok()) << s.status();
   for (const StageTimeline& t : o.timelines) {
     const std::vector<actors::pipeline::PipelineOp> program =
@@ -95,7 +95,7 @@ void expect_timelines(const StepOutcome& o, int dp, int pp, int tp, const std::s
 // ran each.
 void expect_turns_taken(const StepOutcome& o, int pp, int v, int m) {
   absl::StatusOr<actors::pipeline::Schedule> s =
-      actors::pipeline::make_schedule("interleaved", pp, m, v);
+      actors::pipeline::make_schedule(actors::pipeline::ScheduleKind::kInterleaved, pp, m, v);
   ASSERT_TRUE(s.ok()) << s.status();
   std::map<std::tuple<int, int, int>, const StageTimeline*> by_coordinate;
   for (const StageTimeline& t : o.timelines)

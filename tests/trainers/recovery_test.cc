@@ -879,7 +879,7 @@ TrainConfig hybrid_config(const std::string& checkpoint_dir = "") {
   TrainConfig c = config_for(0, checkpoint_dir);
   c.parallel.pp = 2;
   c.parallel.tp = 2;
-  c.parallel.schedule = "1f1b";
+  c.parallel.schedule = actors::pipeline::ScheduleKind::kOneFOneB;
   return c;
 }
 
@@ -931,7 +931,7 @@ TEST_F(RecoveryTest, AnInterleavedStageLosesBothChunksAndEndsBitwiseEqual) {
   TrainConfig config = config_for(0);
   config.model.gpt2()->num_layers = 4;  // a block a chunk
   config.parallel.pp = 2;
-  config.parallel.schedule = "interleaved";
+  config.parallel.schedule = actors::pipeline::ScheduleKind::kInterleaved;
   config.parallel.virtual_stages = 2;
   const RunLog whole = run(config);
   ASSERT_TRUE(whole.status.ok()) << whole.status;

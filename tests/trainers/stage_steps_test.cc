@@ -273,15 +273,15 @@ TEST(StageFactoryTest, BadOptionsFailTheSpawnWithTheReason) {
   EXPECT_EQ(stage.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(contains(stage.status().message(), "pp 2 needs the pipe group")) << stage.status();
   pipeline.pipe_group = "bad/pipe";
-  pipeline.schedule = "interleaved";
+  pipeline.schedule = actors::pipeline::ScheduleKind::kInterleaved;
   EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, pipeline).status().message(),
                        "1 model chunks a stage (virtual_stages) with schedule \"interleaved\""));
   pipeline.virtual_stages = 2;  // of 2 virtual stages: one stage
   EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, pipeline).status().message(),
                        "they must be at least 2 stages of 2 chunks each"));
-  pipeline.schedule = "1f1b";
+  pipeline.schedule = actors::pipeline::ScheduleKind::kOneFOneB;
   pipeline.virtual_stages = 1;
-  pipeline.gradient_sync = "zero3";
+  pipeline.gradient_sync = actors::GradientSyncKind::kZero3;
   EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, pipeline).status().message(),
                        "ZeRO-3 with pipeline parallelism (pp 2) is not implemented yet"));
   actors::StageOptions sliced = stage_options(c, "bad");
@@ -289,10 +289,10 @@ TEST(StageFactoryTest, BadOptionsFailTheSpawnWithTheReason) {
   EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, sliced).status().message(),
                        "tp 2 needs the group of its stage's slices"));
   sliced.tp_group = "bad/tp";
-  sliced.gradient_sync = "zero2";
+  sliced.gradient_sync = actors::GradientSyncKind::kZero2;
   EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, sliced).status().message(),
                        "ZeRO-2 with tensor parallelism (tp 2) is not implemented yet"));
-  sliced.gradient_sync = "allreduce";
+  sliced.gradient_sync = actors::GradientSyncKind::kAllreduce;
   sliced.mesh.tp = 3;  // the heads do not split in three
   EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, sliced).status().message(),
                        "does not split over tensor-parallel size 3"));
@@ -309,9 +309,9 @@ TEST(StageFactoryTest, BadOptionsFailTheSpawnWithTheReason) {
   EXPECT_EQ(system.spawn<PipelineStageActor>({}, no_batch).status().code(),
             absl::StatusCode::kInvalidArgument);
   actors::StageOptions sync = stage_options(c, "bad");
-  sync.gradient_sync = "gossip";
+  sync.gradient_sync = static_cast<actors::GradientSyncKind>(9);  // decoded from a bad message
   EXPECT_TRUE(contains(system.spawn<PipelineStageActor>({}, sync).status().message(),
-                       "gradient sync \"gossip\" is not known"));
+                       "gradient sync 9 is not allreduce or a ZeRO stage 1-3"));
   actors::ShardOptions shard = shard_options(c, "bad", {0, 1u << 30});
   auto s = system.spawn<ParamShardActor>({}, shard);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
