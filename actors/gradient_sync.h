@@ -9,6 +9,10 @@
 //                          (allreduce_gradient_sync.h)
 //   ZeroGradientSync       ZeRO-1/2/3: reduce-scatter of 1/dp partitions,
 //                          parameters gathered (zero_gradient_sync.h)
+//   DistributedOptimizerSync  ZeRO-1 with pp or tp > 1 (Megatron's
+//                          distributed optimizer): the stage's range
+//                          reduce-scattered after its last backward
+//                          (distributed_optimizer_sync.h)
 //
 // The stage calls, for each step, in this order:
 //   begin_step()               clears the gradients; ZeRO starts gathering

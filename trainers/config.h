@@ -246,9 +246,9 @@ struct TrainConfig {
 // key (with "did you mean 'x'?" when a known key is close), a value of the
 // wrong type or out of range, batch sizes that do not satisfy the rule above
 // (or leave it undetermined), a feature that is not implemented yet (ZeRO
-// stage > 0, checkpoints, recovery or elasticity with pp or tp > 1, an
-// optimizer or scheduler type other than those above), fp16 and bf16 both enabled, a model that
-// GPTConfig::validate rejects, `data` with neither or both of path and synthetic, a key given
+// stage 2 or 3, or elasticity, with pp or tp > 1, an optimizer or scheduler
+// type other than those above), fp16 and bf16 both enabled, a model its
+// architecture's validate() rejects, `data` with neither or both of path and synthetic, a key given
 // twice. Malformed JSON: "line L, column C: invalid JSON: ...". Keys that
 // DeepSpeed knows but troupe does not implement are warnings, not errors
 // (docs/config.md lists them). Does not touch the file system (see

@@ -17,8 +17,8 @@
 // partition its buddy keeps, or (no copy survived, or dp 1) the job back at
 // its latest checkpoint.
 //
-// Not yet: ZeRO-2/3, the interleaved schedule and elasticity (the config
-// refuses them with pp > 1 or tp > 1).
+// Not yet: ZeRO-2/3 and elasticity with pp > 1 or tp > 1 (the config refuses
+// them).
 #pragma once
 
 #include <memory>
