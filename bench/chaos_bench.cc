@@ -81,7 +81,7 @@ trainers::TrainConfig train_config(const Shape& s, int stage, int steps, bool fa
   c.optimizer.type = trainers::OptimizerType::kAdamW;
   c.optimizer.adamw = {
       .lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-  c.schedule = *nn::LrSchedule::warmup_cosine(
+  c.lr_schedule = *nn::LrSchedule::warmup_cosine(
       {.base_lr = 1e-4f, .total_num_steps = steps, .warmup_num_steps = 2});
   c.gradient_clipping = 1.0;
   c.zero.reduce_bucket_size = 1572864;

@@ -53,17 +53,17 @@ trainers::TrainConfig train_config(const ModelConfig& mc, int dp, int64_t bucket
   c.micro_batch_size = mc.B;
   c.train_batch_size = static_cast<int64_t>(mc.B) * dp;
   c.model = nn::GPTConfig{.max_seq_len = mc.T,
-             .vocab_size = mc.V,
-             .padded_vocab_size = mc.V,
-             .num_layers = mc.L,
-             .num_heads = mc.NH,
-             .channels = mc.C};
+                          .vocab_size = mc.V,
+                          .padded_vocab_size = mc.V,
+                          .num_layers = mc.L,
+                          .num_heads = mc.NH,
+                          .channels = mc.C};
   c.data.synthetic = trainers::SyntheticTaskConfig{
       .task = "addition", .digits = 3, .num_samples = 4096, .seed = 7};
   c.optimizer.type = trainers::OptimizerType::kAdamW;
   c.optimizer.adamw = {
       .lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-  c.schedule = nn::LrSchedule::constant(1e-4f);
+  c.lr_schedule = nn::LrSchedule::constant(1e-4f);
   c.gradient_clipping = 0;
   c.zero.reduce_bucket_size = bucket_elements;
   c.zero.overlap_comm = overlap;

@@ -86,7 +86,7 @@ trainers::TrainConfig train_config(const Shape& s, int zero_stage) {
   c.optimizer.type = trainers::OptimizerType::kAdamW;
   c.optimizer.adamw = {
       .lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-  c.schedule = nn::LrSchedule::constant(1e-4f);
+  c.lr_schedule = nn::LrSchedule::constant(1e-4f);
   c.gradient_clipping = 1.0;
   c.zero.reduce_bucket_size = 1572864;
   c.training.seed = 1337;

@@ -78,7 +78,7 @@ trainers::TrainConfig config_for(const Shape& s, const std::string& schedule, in
   c.data.synthetic = trainers::SyntheticTaskConfig{
       .task = "addition", .digits = 2, .num_samples = 4096, .seed = 7};
   c.optimizer.type = trainers::OptimizerType::kAdamW;
-  c.schedule = nn::LrSchedule::constant(1e-4f);
+  c.lr_schedule = nn::LrSchedule::constant(1e-4f);
   c.gradient_clipping = 1.0;
   c.training.seed = 1337;
   return c;

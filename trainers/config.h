@@ -33,7 +33,7 @@
 #include "nn/model/model.h"
 #include "nn/optim/adamw.h"
 #include "nn/optim/loss_scaler.h"
-#include "nn/optim/schedule.h"
+#include "nn/optim/lr_schedule.h"
 #include "nn/optim/sgd.h"
 
 namespace troupe::trainers {
@@ -136,7 +136,7 @@ struct Fp16Config {
 // `scheduler`: {"type": "WarmupLR" | "WarmupDecayLR" | "WarmupCosineLR",
 //               "params": {...}} with DeepSpeed's params and defaults, as read
 // (WarmupCosineLR's base_lr is optimizer.params.lr); std::monostate: no
-// scheduler, a constant optimizer.params.lr. TrainConfig::schedule is built
+// scheduler, a constant optimizer.params.lr. TrainConfig::lr_schedule is built
 // from it; to_json writes it back.
 using SchedulerConfig = std::variant<std::monostate, nn::WarmupLrConfig, nn::WarmupDecayLrConfig,
                                      nn::WarmupCosineLrConfig>;
@@ -218,8 +218,8 @@ struct TrainConfig {
   int64_t gradient_accumulation_steps = 0;
   double gradient_clipping = 0;  // 0: none
   OptimizerConfig optimizer;
-  nn::LrSchedule schedule = nn::LrSchedule::constant(1e-3f);  // the rate of every step
-  SchedulerConfig scheduler;                                  // what `schedule` was built from
+  nn::LrSchedule lr_schedule = nn::LrSchedule::constant(1e-3f);  // the rate of every step
+  SchedulerConfig scheduler;  // what `lr_schedule` was built from
   Fp16Config fp16;
   bool bf16 = false;  // "bf16": {"enabled": true}
   ZeroConfig zero;

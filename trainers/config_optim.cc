@@ -209,7 +209,7 @@ absl::Status parse_scheduler(JsonObject& top, TrainConfig* config) {
   if (!section.ok()) return section.status();
   if (!section->has_value()) {
     config->scheduler = std::monostate();
-    config->schedule = nn::LrSchedule::constant(base_lr);
+    config->lr_schedule = nn::LrSchedule::constant(base_lr);
     return absl::OkStatus();
   }
   JsonObject& s = **section;
@@ -277,7 +277,7 @@ absl::Status parse_scheduler(JsonObject& top, TrainConfig* config) {
   if (!schedule.ok()) {
     return config_error(absl::StrCat(p.path(), ": ", schedule.status().message()));
   }
-  config->schedule = *schedule;
+  config->lr_schedule = *schedule;
   if (type != "WarmupLR" && total_num_steps < warmup_num_steps) {
     config->warnings.push_back(absl::StrCat(p.key_path("total_num_steps"), " ", total_num_steps,
                                             " < warmup_num_steps ", warmup_num_steps,

@@ -80,7 +80,7 @@ nn::DType compute_precision(const TrainConfig& c) {
 }
 
 ControllerOptions controller_options(const TrainConfig& config) {
-  ControllerOptions options{.schedule = config.schedule,
+  ControllerOptions options{.lr_schedule = config.lr_schedule,
                             .gradient_clipping = static_cast<float>(config.gradient_clipping)};
   if (config.fp16.enabled) {
     if (config.fp16.static_loss_scale > 0) {

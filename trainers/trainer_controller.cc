@@ -472,7 +472,7 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
     return with_step(step, "clipping: ", clip.status());
   }
   out.clipped = clip->clipped;
-  out.lr = options_.schedule.lr_at(static_cast<int>(applied_ + 1));
+  out.lr = options_.lr_schedule.lr_at(static_cast<int>(applied_ + 1));
   actors::CommitRequest commit{
       .step = step, .lr = out.lr, .grad_scale = static_cast<float>(clip->coef / scale)};
   const double commit_start = now_ms();

@@ -49,13 +49,13 @@
 #include "absl/time/time.h"
 #include "actors/mesh.h"
 #include "nn/optim/loss_scaler.h"
-#include "nn/optim/schedule.h"
+#include "nn/optim/lr_schedule.h"
 #include "trainers/mesh_members.h"
 
 namespace troupe::trainers {
 
 struct ControllerOptions {
-  nn::LrSchedule schedule = nn::LrSchedule::constant(1e-3f);
+  nn::LrSchedule lr_schedule = nn::LrSchedule::constant(1e-3f);
   float gradient_clipping = 0;  // max global norm; 0: no clipping
   // fp16: a dynamic loss scaler (DeepSpeed's), or a static scale when
   // static_loss_scale > 0. Neither: no loss scaling.

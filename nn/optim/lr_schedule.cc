@@ -1,4 +1,4 @@
-#include "nn/optim/schedule.h"
+#include "nn/optim/lr_schedule.h"
 
 #include <algorithm>
 #include <cassert>

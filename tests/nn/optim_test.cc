@@ -21,8 +21,8 @@
 #include "nn/optim/adamw.h"
 #include "nn/optim/clip.h"
 #include "nn/optim/loss_scaler.h"
+#include "nn/optim/lr_schedule.h"
 #include "nn/optim/param_range.h"
-#include "nn/optim/schedule.h"
 #include "nn/optim/sgd.h"
 #include "tests/nn/optim_reference.h"
 

@@ -51,17 +51,17 @@ TrainConfig config_for(int stage, int dp, const std::string& dir) {
   c.train_batch_size = kGlobalBatch;
   // ZeRO's partitions cut tensors mid-row for dp 2 and 3.
   c.model = nn::GPTConfig{.max_seq_len = 12,
-             .vocab_size = 64,
-             .padded_vocab_size = 64,
-             .num_layers = 3,
-             .num_heads = 2,
-             .channels = 16};
+                          .vocab_size = 64,
+                          .padded_vocab_size = 64,
+                          .num_layers = 3,
+                          .num_heads = 2,
+                          .channels = 16};
   c.data.synthetic =
       SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 300, .seed = 5};
   c.optimizer.type = OptimizerType::kAdamW;
   c.optimizer.adamw = {
       .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-  c.schedule = *nn::LrSchedule::warmup_cosine(
+  c.lr_schedule = *nn::LrSchedule::warmup_cosine(
       {.base_lr = 3e-3f, .total_num_steps = 20, .warmup_num_steps = 3});
   c.gradient_clipping = 1.0;
   c.zero.reduce_bucket_size = 2000;
@@ -93,8 +93,7 @@ class CheckpointResumeTest : public testing::TrainingClusterTest {
   // does not let the test mount one (not root, or no CAP_SYS_ADMIN).
   bool mount_small_disk(const TrainConfig& config) {
     fs::create_directories(dir_);
-    const int64_t state =
-        3 * 4 * static_cast<int64_t>(nn::model_layout(config.model).num_params());
+    const int64_t state = 3 * 4 * static_cast<int64_t>(nn::model_layout(config.model).num_params());
     const std::string mount = "mount -t tmpfs -o size=" + std::to_string(state * 3 / 2) +
                               " troupe-test '" + dir_ + "' 2>/dev/null";
     if (std::system(mount.c_str()) != 0) return false;

@@ -168,8 +168,8 @@ TEST(TrainConfigTest, AbsentKeysTakeDefaults) {
   EXPECT_EQ(c.optimizer.type, OptimizerType::kAdamW);
   EXPECT_EQ(c.optimizer.adamw.lr, nn::AdamWConfig().lr);
   EXPECT_TRUE(std::holds_alternative<std::monostate>(c.scheduler));
-  EXPECT_EQ(c.schedule.lr_at(1), c.optimizer.lr());
-  EXPECT_EQ(c.schedule.lr_at(1000), c.optimizer.lr());
+  EXPECT_EQ(c.lr_schedule.lr_at(1), c.optimizer.lr());
+  EXPECT_EQ(c.lr_schedule.lr_at(1000), c.optimizer.lr());
   EXPECT_EQ(c.model.num_layers(), d.model.num_layers());
   EXPECT_EQ(c.model.max_seq_len(), d.model.max_seq_len());
   EXPECT_EQ(c.data.synthetic->digits, 2);
@@ -647,7 +647,7 @@ TEST(TrainConfigTest, WarmupLrWithoutMaxLrWarnsAboutDeepSpeedsDefault) {
                           "scheduler.params.warmup_max_lr is not set: WarmupLR uses "
                           "DeepSpeed's default 0.001, not optimizer.params.lr 0.003"))
       << warnings_of(c);
-  EXPECT_EQ(c.schedule.lr_at(5000), 1e-3f);  // DeepSpeed's behaviour, warned about
+  EXPECT_EQ(c.lr_schedule.lr_at(5000), 1e-3f);  // DeepSpeed's behaviour, warned about
 }
 
 // ---- the batch rule ----------------------------------------------------------
@@ -798,10 +798,10 @@ TEST(ConfigReliabilityTest, TheMeshsKeysAreNamedAsTheConfigGaveThem) {
 
 // ---- schedules ---------------------------------------------------------------
 
-// Expects `c.schedule` to give `expected`'s rate at every step up to `steps`.
+// Expects `c.lr_schedule` to give `expected`'s rate at every step up to `steps`.
 void expect_same_schedule(const TrainConfig& c, const nn::LrSchedule& expected, int steps) {
   for (int step = 1; step <= steps; ++step) {
-    ASSERT_EQ(c.schedule.lr_at(step), expected.lr_at(step)) << "step " << step;
+    ASSERT_EQ(c.lr_schedule.lr_at(step), expected.lr_at(step)) << "step " << step;
   }
 }
 
@@ -815,8 +815,8 @@ TEST(TrainConfigTest, WarmupLrMapsDeepSpeedParams) {
                                           .warmup_type = nn::WarmupType::kLinear});
   ASSERT_TRUE(expected.ok());
   expect_same_schedule(c, *expected, 100);
-  EXPECT_EQ(c.schedule.lr_at(1), 1e-4f);   // DeepSpeed's pre-start rate
-  EXPECT_EQ(c.schedule.lr_at(50), 2e-3f);  // held after the warmup
+  EXPECT_EQ(c.lr_schedule.lr_at(1), 1e-4f);   // DeepSpeed's pre-start rate
+  EXPECT_EQ(c.lr_schedule.lr_at(50), 2e-3f);  // held after the warmup
   EXPECT_TRUE(c.warnings.empty()) << warnings_of(c);
 }
 
@@ -830,8 +830,8 @@ TEST(TrainConfigTest, WarmupDecayLrMapsDeepSpeedParams) {
                                                 .warmup_type = nn::WarmupType::kLog});
   ASSERT_TRUE(expected.ok());
   expect_same_schedule(c, *expected, 100);
-  EXPECT_EQ(c.schedule.lr_at(12), 1e-3f);  // i = 10: the peak
-  EXPECT_EQ(c.schedule.lr_at(82), 0.0f);   // i = 80: decayed to warmup_min_lr
+  EXPECT_EQ(c.lr_schedule.lr_at(12), 1e-3f);  // i = 10: the peak
+  EXPECT_EQ(c.lr_schedule.lr_at(82), 0.0f);   // i = 80: decayed to warmup_min_lr
 }
 
 TEST(TrainConfigTest, WarmupCosineLrScalesTheOptimizersLr) {
@@ -846,9 +846,9 @@ TEST(TrainConfigTest, WarmupCosineLrScalesTheOptimizersLr) {
                                                  .warmup_type = nn::WarmupType::kLinear});
   ASSERT_TRUE(expected.ok());
   expect_same_schedule(c, *expected, 100);
-  EXPECT_EQ(c.schedule.lr_at(1), 0.0f);                     // DeepSpeed's pre-start rate
-  EXPECT_NEAR(c.schedule.lr_at(2), 0.0003f, 1e-9);          // warmup_min_ratio x lr
-  EXPECT_NEAR(c.schedule.lr_at(100), 0.2f * 0.003f, 1e-9);  // the floor
+  EXPECT_EQ(c.lr_schedule.lr_at(1), 0.0f);                     // DeepSpeed's pre-start rate
+  EXPECT_NEAR(c.lr_schedule.lr_at(2), 0.0003f, 1e-9);          // warmup_min_ratio x lr
+  EXPECT_NEAR(c.lr_schedule.lr_at(100), 0.2f * 0.003f, 1e-9);  // the floor
 }
 
 TEST(TrainConfigTest, TotalNumStepsDefaultsToTrainingSteps) {
@@ -872,7 +872,7 @@ TEST(TrainConfigTest, AdamIsDecoupledAdamWAndSgdReadsItsParams) {
           "adam_w_mode": true}}})"));
   EXPECT_EQ(adam.optimizer.type, OptimizerType::kAdamW);
   EXPECT_EQ(adam.optimizer.adamw.weight_decay, 0.1f);
-  EXPECT_EQ(adam.schedule.lr_at(1), 0.01f);
+  EXPECT_EQ(adam.lr_schedule.lr_at(1), 0.01f);
   const TrainConfig sgd = parse_ok(patched(R"({"optimizer": {"type": "SGD", "params": {
       "lr": 0.5, "momentum": 0.9, "dampening": 0, "weight_decay": 1e-4, "nesterov": true}}})"));
   EXPECT_EQ(sgd.optimizer.type, OptimizerType::kSgd);
@@ -919,7 +919,7 @@ void expect_round_trip(const TrainConfig& c) {
   EXPECT_EQ(again->data.synthetic.has_value(), c.data.synthetic.has_value());
   EXPECT_EQ(again->training.seed, c.training.seed);
   for (int step = 1; step <= 300; ++step) {
-    ASSERT_EQ(again->schedule.lr_at(step), c.schedule.lr_at(step)) << "step " << step;
+    ASSERT_EQ(again->lr_schedule.lr_at(step), c.lr_schedule.lr_at(step)) << "step " << step;
   }
 }
 

@@ -262,7 +262,7 @@ class ControllerTest : public ::testing::Test {
 TEST_F(ControllerTest, TwoStagesTwoShardsSumNormsAndTakeTheLossFromTheLastStage) {
   two_stages(1);
   TrainerController c =
-      make({.dp = 1, .pp = 2, .tp = 1}, {.schedule = nn::LrSchedule::constant(0.5f)});
+      make({.dp = 1, .pp = 2, .tp = 1}, {.lr_schedule = nn::LrSchedule::constant(0.5f)});
   absl::StatusOr<StepOutcome> out = c.step(1);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_TRUE(out->applied);

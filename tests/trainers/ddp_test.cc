@@ -34,7 +34,7 @@ TrainConfig config_for(int dp, int accumulation = 1,
       .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
   c.optimizer.type = optimizer;
   c.optimizer.sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
-  c.schedule = nn::LrSchedule::constant(optimizer == OptimizerType::kAdamW ? 3e-3f : 0.1f);
+  c.lr_schedule = nn::LrSchedule::constant(optimizer == OptimizerType::kAdamW ? 3e-3f : 0.1f);
   c.gradient_clipping = 1.0;
   c.zero.reduce_bucket_size = 4096;  // several buckets, so that they overlap backward
   c.training.seed = 11;

@@ -254,7 +254,7 @@ TEST_F(PipelineTest, Zero1OverDpWithModelParallelismMatchesOneProcess) {
     testing::expect_same_training(run(c), single, what, true, "pipeline");
     // AdamW, twice: bit for bit.
     c.optimizer.type = OptimizerType::kAdamW;
-    c.schedule = nn::LrSchedule::constant(3e-3f);
+    c.lr_schedule = nn::LrSchedule::constant(3e-3f);
     const RunResult a = run(c);
     const RunResult b = run(c);
     ASSERT_FALSE(a.params.empty()) << what;

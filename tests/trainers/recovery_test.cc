@@ -61,7 +61,7 @@ TrainConfig config_for(int zero_stage, const std::string& checkpoint_dir = "") {
   c.optimizer.type = OptimizerType::kAdamW;
   c.optimizer.adamw = {
       .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-  c.schedule = *nn::LrSchedule::warmup_cosine(
+  c.lr_schedule = *nn::LrSchedule::warmup_cosine(
       {.base_lr = 3e-3f, .total_num_steps = kSteps, .warmup_num_steps = 2});
   c.gradient_clipping = 1.0;
   c.zero.reduce_bucket_size = 5000;

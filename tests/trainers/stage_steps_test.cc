@@ -51,7 +51,7 @@ TrainConfig small_config() {
   c.data.synthetic =
       SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 400, .seed = 3};
   c.optimizer.adamw = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f};
-  c.schedule = nn::LrSchedule::constant(3e-3f);
+  c.lr_schedule = nn::LrSchedule::constant(3e-3f);
   c.training.seed = 5;
   return c;
 }

@@ -23,11 +23,11 @@ namespace troupe::trainers::testing {
 
 // The GPT the trainer tests train: two blocks of 32 channels, 16 tokens.
 inline constexpr nn::ModelConfig kTinyGpt = nn::GPTConfig{.max_seq_len = 16,
-                                           .vocab_size = 256,
-                                           .padded_vocab_size = 256,
-                                           .num_layers = 2,
-                                           .num_heads = 2,
-                                           .channels = 32};
+                                                          .vocab_size = 256,
+                                                          .padded_vocab_size = 256,
+                                                          .num_layers = 2,
+                                                          .num_heads = 2,
+                                                          .channels = 32};
 
 // The elastic tests' job: the tiny GPT on 2-digit addition, SGD with
 // momentum, elasticity enabled, `global_batch` samples a step split evenly
@@ -43,7 +43,7 @@ inline TrainConfig elastic_sgd_config(int dp, int global_batch) {
       SyntheticTaskConfig{.task = "addition", .digits = 2, .num_samples = 600, .seed = 7};
   c.optimizer.type = OptimizerType::kSgd;
   c.optimizer.sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
-  c.schedule = nn::LrSchedule::constant(0.1f);
+  c.lr_schedule = nn::LrSchedule::constant(0.1f);
   c.gradient_clipping = 1.0;
   c.zero.reduce_bucket_size = 4096;
   c.training.seed = 11;
@@ -60,7 +60,7 @@ inline void train_addition(TrainConfig& c, OptimizerType optimizer) {
   c.optimizer.adamw = {
       .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
   c.optimizer.sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
-  c.schedule = nn::LrSchedule::constant(optimizer == OptimizerType::kAdamW ? 3e-3f : 0.1f);
+  c.lr_schedule = nn::LrSchedule::constant(optimizer == OptimizerType::kAdamW ? 3e-3f : 0.1f);
   c.gradient_clipping = 1.0;
 }
 
