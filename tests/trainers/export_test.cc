@@ -27,6 +27,7 @@
 #include "nn/model/hf.h"
 #include "nn/model/model.h"
 #include "tests/checkpoint/partitioned_checkpoint.h"
+#include "tests/reference/reference_python.h"
 
 namespace troupe::checkpoint {
 namespace {
@@ -40,38 +41,9 @@ constexpr nn::ModelConfig kModel = nn::GPTConfig{.max_seq_len = 12,
                                                  .num_heads = 2,
                                                  .channels = 16};
 
-struct Shell {
-  int code = -1;
-  std::string output;
-};
-
-Shell shell(const std::string& command) {
-  Shell run;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return run;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), p)) > 0)
-    run.output.append(buffer, n);
-  const int status = pclose(p);
-  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
-
-// A Python with torch, transformers and safetensors, if there is one.
-std::optional<std::string> reference_python() {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("TROUPE_TORCH_PYTHON"); env != nullptr && *env != '\0')
-    candidates.push_back(env);
-  candidates.push_back("/tmp/torchenv/bin/python");
-  candidates.push_back("python3");
-  for (const std::string& python : candidates) {
-    const std::string probe =
-        "timeout 120 '" + python + "' -c 'import torch, transformers, safetensors' >/dev/null 2>&1";
-    if (std::system(probe.c_str()) == 0) return python;
-  }
-  return std::nullopt;
-}
+using ::troupe::testing::reference_python;
+using ::troupe::testing::shell;
+using ::troupe::testing::Shell;
 
 // GPT-2's initialisation, then every parameter moved a little, so that the
 // LayerNorms and biases matter.
