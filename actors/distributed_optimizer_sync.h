@@ -33,8 +33,8 @@ namespace troupe::actors {
 class DistributedOptimizerSync : public GradientSync {
  public:
   // REQUIRES: `buffers` hold the plan's whole range.
-  DistributedOptimizerSync(const GradientSyncOptions& options, const StagePlan& plan, nn::Model& gpt,
-                           CollectiveGroup& group, StageBuffers& buffers);
+  DistributedOptimizerSync(const GradientSyncOptions& options, const StagePlan& plan,
+                           nn::Model& gpt, CollectiveGroup& group, StageBuffers& buffers);
   ~DistributedOptimizerSync() override { drain(); }
 
   nn::ParamRange owned() const override { return partition_.own(); }

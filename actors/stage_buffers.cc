@@ -23,9 +23,9 @@ absl::StatusOr<std::unique_ptr<StageBuffers>> StageBuffers::stage(nn::Model& mod
   }
   const nn::ParamRange embedding = model.layout().token_embedding();
   if (embedding_copy && range.begin < embedding.end) {
-    return absl::InvalidArgumentError(absl::StrCat("StageBuffers: range [", range.begin, ", ",
-                                                   range.end,
-                                                   ") holds the token embedding; it needs no copy"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("StageBuffers: range [", range.begin, ", ", range.end,
+                     ") holds the token embedding; it needs no copy"));
   }
   std::unique_ptr<StageBuffers> b(new StageBuffers);
   b->range_ = range;

@@ -16,8 +16,8 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "nn/model/model.h"
 #include "nn/memory.h"
+#include "nn/model/model.h"
 #include "nn/optim/param_range.h"
 
 namespace troupe::actors {
@@ -31,8 +31,7 @@ class StageBuffers {
   // unless the model owns neither buffer; InvalidArgument for a range that
   // cuts a tensor or overlaps the token embedding while embedding_copy;
   // ResourceExhausted without the memory.
-  static absl::StatusOr<std::unique_ptr<StageBuffers>> stage(nn::Model& model,
-                                                             nn::ParamRange range,
+  static absl::StatusOr<std::unique_ptr<StageBuffers>> stage(nn::Model& model, nn::ParamRange range,
                                                              bool embedding_copy);
 
   // What params(o) and grads(o) hold contiguously besides the embedding copy.
@@ -56,7 +55,7 @@ class StageBuffers {
   nn::ParamRange range_;
   float* params_base_ = nullptr;  // parameter range_.begin
   float* grads_base_ = nullptr;
-  nn::FloatBuffer own_params_, own_grads_;  // stage: [range_]
+  nn::FloatBuffer own_params_, own_grads_;              // stage: [range_]
   nn::FloatBuffer embedding_params_, embedding_grads_;  // with embedding_copy
 };
 

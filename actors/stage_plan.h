@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "nn/model/model.h"
 #include "nn/model/layout.h"
+#include "nn/model/model.h"
 #include "nn/optim/param_range.h"
 
 namespace troupe::actors {

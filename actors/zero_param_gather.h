@@ -30,8 +30,8 @@
 #include "actors/buffer_pool.h"
 #include "actors/zero_partition.h"
 #include "core/cluster/collective_group.h"
-#include "nn/model/model.h"
 #include "nn/memory.h"
+#include "nn/model/model.h"
 
 namespace troupe::actors {
 

@@ -16,11 +16,11 @@ inline constexpr Shape kTiny = {2, 64, 4, 32, 256, 2};
 // The model of `s` (its vocabulary unpadded).
 inline nn::ModelConfig gpt_config(const Shape& s) {
   return nn::GPTConfig{.max_seq_len = s.T,
-          .vocab_size = s.V,
-          .padded_vocab_size = s.V,
-          .num_layers = s.L,
-          .num_heads = s.NH,
-          .channels = s.C};
+                       .vocab_size = s.V,
+                       .padded_vocab_size = s.V,
+                       .num_layers = s.L,
+                       .num_heads = s.NH,
+                       .channels = s.C};
 }
 
 }  // namespace troupe::bench

@@ -30,11 +30,11 @@ struct ModelConfig {
   int64_t bucket_elements;  // reduce_bucket_size: about one block, so several buckets
   nn::ModelConfig gpt() const {
     return nn::GPTConfig{.max_seq_len = T,
-            .vocab_size = V,
-            .padded_vocab_size = V,
-            .num_layers = L,
-            .num_heads = NH,
-            .channels = C};
+                         .vocab_size = V,
+                         .padded_vocab_size = V,
+                         .num_layers = L,
+                         .num_heads = NH,
+                         .channels = C};
   }
   size_t params() const { return nn::model_layout(gpt()).num_params(); }
   double bucket_mib() const { return static_cast<double>(bucket_elements) * 4 / (1 << 20); }

@@ -30,7 +30,9 @@ uint64_t manifest_checksum(const json& without_key) {
   return xxh64(text.data(), text.size());
 }
 
-json encode_model(const nn::ModelConfig& m) { return json::parse(nn::model_config_to_text(m)); }
+json encode_model(const nn::ModelConfig& m) {
+  return json::parse(nn::model_config_to_text(m));
+}
 
 absl::Status data_loss(const std::string& where, const std::string& what) {
   return absl::DataLossError(absl::StrCat(where, ": ", what));
@@ -176,8 +178,8 @@ absl::Status check_manifest(Manifest& m, const std::string& where) {
                             {"sequence length", g.max_seq_len()},
                             {"padded vocabulary", g.padded_vocab()}}) {
     if (value < 1 || value > kMaxDimension) {
-      return data_loss(where, absl::StrCat("model: ", key, " ", value, " is outside [1, ",
-                                           kMaxDimension, "]"));
+      return data_loss(
+          where, absl::StrCat("model: ", key, " ", value, " is outside [1, ", kMaxDimension, "]"));
     }
   }
   const MeshLayout& l = m.layout;

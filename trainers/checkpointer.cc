@@ -289,8 +289,8 @@ absl::StatusOr<LoadedCheckpoint> Checkpointer::load_from(const std::string& step
                                                          const checkpoint::Manifest& m) {
   if (m.model != job_.model) {
     return absl::InvalidArgumentError(
-        absl::StrCat(checkpoint::step_dir_name(m.step), " is of another model (", m.model.describe(),
-                     ") than the config's (", job_.model.describe(), ")"));
+        absl::StrCat(checkpoint::step_dir_name(m.step), " is of another model (",
+                     m.model.describe(), ") than the config's (", job_.model.describe(), ")"));
   }
   if (m.optimizer.type != job_.optimizer) {
     return absl::InvalidArgumentError(absl::StrCat(checkpoint::step_dir_name(m.step),

@@ -117,8 +117,8 @@ absl::StatusOr<std::pair<SavedModel, size_t>> parse_model_header(const std::stri
                          Bound{"sequence length", model.max_seq_len(), kMaxSeqLen},
                          Bound{"padded vocabulary", model.padded_vocab(), kMaxVocab}}) {
     if (b.value > b.max) {
-      return absl::DataLossError(absl::StrCat(where, ": model: ", b.value, " ", b.what,
-                                              " is outside [1, ", b.max, "]"));
+      return absl::DataLossError(
+          absl::StrCat(where, ": model: ", b.value, " ", b.what, " is outside [1, ", b.max, "]"));
     }
   }
   if (nn::model_layout(model).num_params() != num_params) {

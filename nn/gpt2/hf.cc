@@ -13,7 +13,9 @@
 namespace troupe::nn::hf_detail {
 namespace {
 
-std::vector<float> copied(const float* p, int64_t n) { return std::vector<float>(p, p + n); }
+std::vector<float> copied(const float* p, int64_t n) {
+  return std::vector<float>(p, p + n);
+}
 
 // A block tensor's GPT-2 name after "h.<l>.", whether it is a Conv1D weight, and its shape in
 // troupe's orientation.
@@ -24,12 +26,18 @@ struct BlockName {
 };
 
 constexpr BlockName kBlockNames[] = {
-    {BlockTensor::kLn1w, "ln_1.weight", false},        {BlockTensor::kLn1b, "ln_1.bias", false},
-    {BlockTensor::kQkvw, "attn.c_attn.weight", true},  {BlockTensor::kQkvb, "attn.c_attn.bias", false},
-    {BlockTensor::kAttprojw, "attn.c_proj.weight", true}, {BlockTensor::kAttprojb, "attn.c_proj.bias", false},
-    {BlockTensor::kLn2w, "ln_2.weight", false},        {BlockTensor::kLn2b, "ln_2.bias", false},
-    {BlockTensor::kFcw, "mlp.c_fc.weight", true},      {BlockTensor::kFcb, "mlp.c_fc.bias", false},
-    {BlockTensor::kFcprojw, "mlp.c_proj.weight", true}, {BlockTensor::kFcprojb, "mlp.c_proj.bias", false},
+    {BlockTensor::kLn1w, "ln_1.weight", false},
+    {BlockTensor::kLn1b, "ln_1.bias", false},
+    {BlockTensor::kQkvw, "attn.c_attn.weight", true},
+    {BlockTensor::kQkvb, "attn.c_attn.bias", false},
+    {BlockTensor::kAttprojw, "attn.c_proj.weight", true},
+    {BlockTensor::kAttprojb, "attn.c_proj.bias", false},
+    {BlockTensor::kLn2w, "ln_2.weight", false},
+    {BlockTensor::kLn2b, "ln_2.bias", false},
+    {BlockTensor::kFcw, "mlp.c_fc.weight", true},
+    {BlockTensor::kFcb, "mlp.c_fc.bias", false},
+    {BlockTensor::kFcprojw, "mlp.c_proj.weight", true},
+    {BlockTensor::kFcprojb, "mlp.c_proj.bias", false},
 };
 
 std::vector<int64_t> shape_of(const GPTParamLayout& layout, size_t offset) {
@@ -97,9 +105,9 @@ absl::StatusOr<GPTConfig> gpt2_config_from_hf(const nlohmann::json& j) {
     const char* key;
     int* out;
   };
-  for (const Size& s : {Size{"n_layer", &c.num_layers}, Size{"n_head", &c.num_heads},
-                        Size{"n_embd", &c.channels}, Size{"n_positions", &c.max_seq_len},
-                        Size{"vocab_size", &c.vocab_size}}) {
+  for (const Size& s :
+       {Size{"n_layer", &c.num_layers}, Size{"n_head", &c.num_heads}, Size{"n_embd", &c.channels},
+        Size{"n_positions", &c.max_seq_len}, Size{"vocab_size", &c.vocab_size}}) {
     absl::StatusOr<int> v = int_key(j, s.key, 0);
     if (!v.ok()) return v.status();
     if (*v < 1) return unsupported(s.key, "missing");
@@ -108,14 +116,15 @@ absl::StatusOr<GPTConfig> gpt2_config_from_hf(const nlohmann::json& j) {
   absl::StatusOr<int> inner = int_key(j, "n_inner", 4 * c.channels);
   if (!inner.ok()) return inner.status();
   if (*inner != 4 * c.channels) {
-    return unsupported("n_inner", absl::StrCat(*inner, "; troupe's GPT-2 MLP is 4 n_embd = ",
-                                               4 * c.channels));
+    return unsupported("n_inner",
+                       absl::StrCat(*inner, "; troupe's GPT-2 MLP is 4 n_embd = ", 4 * c.channels));
   }
   absl::StatusOr<std::string> act = string_key(j, "activation_function", "gelu_new");
   if (!act.ok()) return act.status();
   if (*act != "gelu_new" && *act != "gelu_pytorch_tanh") {
-    return unsupported("activation_function",
-                       absl::StrCat("\"", *act, "\"; troupe's GPT-2 uses the tanh GELU (gelu_new)"));
+    return unsupported(
+        "activation_function",
+        absl::StrCat("\"", *act, "\"; troupe's GPT-2 uses the tanh GELU (gelu_new)"));
   }
   absl::StatusOr<double> eps = double_key(j, "layer_norm_epsilon", 1e-5);
   if (!eps.ok()) return eps.status();
@@ -132,8 +141,7 @@ absl::Status gpt2_load(const GPTConfig& config, const HfLookup& lookup, float* p
   // save_pretrained's names start with "transformer."; the hub's original files' do not.
   const std::string prefix = lookup("transformer.wte.weight") != nullptr ? "transformer." : "";
   const int64_t C = config.channels, V = config.vocab_size, T = config.max_seq_len;
-  if (absl::Status s = load_tensor(lookup, prefix + "wte.weight", {V, C}, false, params);
-      !s.ok()) {
+  if (absl::Status s = load_tensor(lookup, prefix + "wte.weight", {V, C}, false, params); !s.ok()) {
     return s;
   }
   if (absl::Status s =
@@ -151,7 +159,8 @@ absl::Status gpt2_load(const GPTConfig& config, const HfLookup& lookup, float* p
       }
     }
   }
-  if (absl::Status s = load_tensor(lookup, prefix + "ln_f.weight", {C}, false, params + layout.lnfw());
+  if (absl::Status s =
+          load_tensor(lookup, prefix + "ln_f.weight", {C}, false, params + layout.lnfw());
       !s.ok()) {
     return s;
   }

@@ -26,8 +26,8 @@ absl::Status LlamaConfig::validate() const {
     return invalid("num_key_value_heads = ", num_key_value_heads, " must be positive");
   }
   if (hidden_size % num_attention_heads != 0) {
-    return invalid("hidden_size = ", hidden_size, " is not a multiple of num_attention_heads = ",
-                   num_attention_heads);
+    return invalid("hidden_size = ", hidden_size,
+                   " is not a multiple of num_attention_heads = ", num_attention_heads);
   }
   if (num_attention_heads % kv_heads() != 0) {
     return invalid("num_attention_heads = ", num_attention_heads,
@@ -46,8 +46,7 @@ absl::Status LlamaConfig::validate() const {
                    " must be positive");
   }
   const int64_t C = hidden_size;
-  if (C * intermediate_size > INT_MAX || int64_t{padded_vocab()} * C > INT_MAX ||
-      C * C > INT_MAX) {
+  if (C * intermediate_size > INT_MAX || int64_t{padded_vocab()} * C > INT_MAX || C * C > INT_MAX) {
     return invalid("hidden_size = ", hidden_size, " with intermediate_size ", intermediate_size,
                    " and vocabulary ", padded_vocab(), " make a tensor over INT_MAX elements");
   }

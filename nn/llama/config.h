@@ -23,7 +23,9 @@ struct LlamaConfig {
   int padded_vocab_size = 0;
 
   int padded_vocab() const { return padded_vocab_size > 0 ? padded_vocab_size : vocab_size; }
-  int kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
+  int kv_heads() const {
+    return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads;
+  }
   int head_dim() const { return num_attention_heads > 0 ? hidden_size / num_attention_heads : 0; }
 
   // OK, or InvalidArgument naming the field: sizes positive, C a multiple of NH, NH a multiple

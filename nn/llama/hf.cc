@@ -62,12 +62,11 @@ absl::StatusOr<LlamaConfig> llama_config_from_hf(const nlohmann::json& j) {
     const char* key;
     int* out;
   };
-  for (const Size& s :
-       {Size{"vocab_size", &c.vocab_size}, Size{"hidden_size", &c.hidden_size},
-        Size{"intermediate_size", &c.intermediate_size},
-        Size{"num_hidden_layers", &c.num_hidden_layers},
-        Size{"num_attention_heads", &c.num_attention_heads},
-        Size{"max_position_embeddings", &c.max_position_embeddings}}) {
+  for (const Size& s : {Size{"vocab_size", &c.vocab_size}, Size{"hidden_size", &c.hidden_size},
+                        Size{"intermediate_size", &c.intermediate_size},
+                        Size{"num_hidden_layers", &c.num_hidden_layers},
+                        Size{"num_attention_heads", &c.num_attention_heads},
+                        Size{"max_position_embeddings", &c.max_position_embeddings}}) {
     absl::StatusOr<int> v = int_key(j, s.key, 0);
     if (!v.ok()) return v.status();
     if (*v < 1) return unsupported(s.key, "missing");
@@ -88,7 +87,8 @@ absl::StatusOr<LlamaConfig> llama_config_from_hf(const nlohmann::json& j) {
   absl::StatusOr<std::string> act = string_key(j, "hidden_act", "silu");
   if (!act.ok()) return act.status();
   if (*act != "silu") {
-    return unsupported("hidden_act", absl::StrCat("\"", *act, "\"; troupe's Llama MLP is SwiGLU (silu)"));
+    return unsupported("hidden_act",
+                       absl::StrCat("\"", *act, "\"; troupe's Llama MLP is SwiGLU (silu)"));
   }
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     absl::StatusOr<bool> bias = bool_key(j, key, false);
@@ -101,8 +101,10 @@ absl::StatusOr<LlamaConfig> llama_config_from_hf(const nlohmann::json& j) {
   absl::StatusOr<int> head_dim = int_key(j, "head_dim", c.head_dim());
   if (!head_dim.ok()) return head_dim.status();
   if (*head_dim != c.head_dim()) {
-    return unsupported("head_dim", absl::StrCat(*head_dim, "; troupe's is hidden_size / "
-                                                "num_attention_heads = ", c.head_dim()));
+    return unsupported("head_dim", absl::StrCat(*head_dim,
+                                                "; troupe's is hidden_size / "
+                                                "num_attention_heads = ",
+                                                c.head_dim()));
   }
   if (absl::Status s = c.validate(); !s.ok()) return s;
   return c;
@@ -111,8 +113,8 @@ absl::StatusOr<LlamaConfig> llama_config_from_hf(const nlohmann::json& j) {
 absl::Status llama_load(const LlamaConfig& config, const HfLookup& lookup, float* params) {
   const LlamaLayout layout(config);
   for (const ParamTensor& t : layout.model().tensors()) {
-    if (absl::Status s = load_tensor(lookup, t.name, hf_shape(t, layout.lm_head(), config),
-                                     false, params + t.offset);
+    if (absl::Status s = load_tensor(lookup, t.name, hf_shape(t, layout.lm_head(), config), false,
+                                     params + t.offset);
         !s.ok()) {
       return s;
     }

@@ -10,13 +10,13 @@ namespace troupe::nn {
 namespace {
 
 constexpr const char* kBlockTensorNames[kNumLlamaBlockTensors] = {
-    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+    "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
     "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-    "mlp.gate_proj.weight",   "mlp.up_proj.weight",      "mlp.down_proj.weight",
+    "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
 };
 
 constexpr TensorSplit kBlockSplits[kNumLlamaBlockTensors] = {
-    TensorSplit::kReplicated, TensorSplit::kRows, TensorSplit::kRows,
+    TensorSplit::kReplicated, TensorSplit::kRows,    TensorSplit::kRows,
     TensorSplit::kRows,       TensorSplit::kColumns, TensorSplit::kReplicated,
     TensorSplit::kRows,       TensorSplit::kRows,    TensorSplit::kColumns,
 };
@@ -44,9 +44,9 @@ absl::Status validate_slice(const LlamaConfig& config, const TensorSlice& slice)
                         Part{"intermediate_size", config.intermediate_size},
                         Part{"the padded vocabulary", config.padded_vocab()}}) {
     if (p.value % slice.size != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Llama: ", p.what, " = ", p.value,
-                       " does not split over tensor-parallel size ", slice.size));
+      return absl::InvalidArgumentError(absl::StrCat("Llama: ", p.what, " = ", p.value,
+                                                     " does not split over tensor-parallel size ",
+                                                     slice.size));
     }
   }
   return absl::OkStatus();
@@ -65,8 +65,8 @@ LlamaLayout::LlamaLayout(const LlamaConfig& config, const TensorSlice& slice) {
     n += size;
   };
   add("model.embed_tokens.weight", {Vl, C}, TensorSplit::kRows);
-  const std::vector<std::vector<int>> shapes = {{C},    {q, C}, {kv, C}, {kv, C}, {C, q},
-                                                {C},    {I, C}, {I, C},  {C, I}};
+  const std::vector<std::vector<int>> shapes = {{C}, {q, C}, {kv, C}, {kv, C}, {C, q},
+                                                {C}, {I, C}, {I, C},  {C, I}};
   for (int l = 0; l < config.num_hidden_layers; ++l) {
     const size_t begin = n;
     for (int t = 0; t < kNumLlamaBlockTensors; ++t) {

@@ -49,8 +49,8 @@ class Reader {
       return error(key, absl::StrCat("expected an integer, found ", describe_value(*v)));
     }
     if (d < static_cast<double>(min) || d > INT_MAX) {
-      return error(key, absl::StrCat(v->dump(), " is out of range; must be in [", min, ", ",
-                                     INT_MAX, "]"));
+      return error(
+          key, absl::StrCat(v->dump(), " is out of range; must be in [", min, ", ", INT_MAX, "]"));
     }
     *out = static_cast<int>(d);
     return absl::OkStatus();
@@ -78,7 +78,8 @@ class Reader {
     for (auto it = j_.begin(); it != j_.end(); ++it) {
       if (known_.count(it.key()) == 0) {
         std::vector<std::string> keys(known_.begin(), known_.end());
-        return error(it.key(), absl::StrCat("unknown key; the keys are ", absl::StrJoin(keys, ", ")));
+        return error(it.key(),
+                     absl::StrCat("unknown key; the keys are ", absl::StrJoin(keys, ", ")));
       }
     }
     return absl::OkStatus();

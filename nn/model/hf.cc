@@ -107,7 +107,8 @@ absl::StatusOr<ModelConfig> model_config_from_hf(const nlohmann::json& j) {
     return ModelConfig(*l);
   }
   return hf_detail::unsupported(
-      "model_type", absl::StrCat("\"", *type, "\" is not an architecture troupe has (gpt2, llama)"));
+      "model_type",
+      absl::StrCat("\"", *type, "\" is not an architecture troupe has (gpt2, llama)"));
 }
 
 absl::Status hf_load(const ModelConfig& config, const HfLookup& lookup, float* params) {

@@ -60,9 +60,8 @@ std::vector<ParamRange> ModelLayout::no_decay_ranges() const {
 
 absl::Status ModelLayout::check_range(size_t begin, size_t end) const {
   if (begin > end || end > num_params_) {
-    return absl::InvalidArgumentError(absl::StrCat("range [", begin, ", ", end,
-                                                   ") is not within the ", num_params_,
-                                                   " parameters"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "range [", begin, ", ", end, ") is not within the ", num_params_, " parameters"));
   }
   for (const ParamTensor& t : tensors_) {
     const size_t t_end = t.offset + t.size;

@@ -53,7 +53,7 @@ enum class SegmentRole : int {
 
 // One tensor of the buffer.
 struct ParamTensor {
-  std::string name;  // the architecture's ("h0.qkvw", "layers.0.attention.wq")
+  std::string name;        // the architecture's ("h0.qkvw", "layers.0.attention.wq")
   size_t offset = 0;       // in floats from the start of the buffer
   size_t size = 0;         // in floats
   std::vector<int> shape;  // this layout's (a tensor-parallel rank's: its slice's)

@@ -104,8 +104,8 @@ class Model {
   // mean cross-entropy over the B*T positions and readies backward(); without (null) returns NaN
   // and only the logits are computed. InvalidArgument when B < 1, T < 1, T > max_seq_len or a
   // token id is out of range (nothing is run); ResourceExhausted without the memory.
-  [[nodiscard]] virtual absl::StatusOr<float> forward(const int32_t* inputs,
-                                                      const int32_t* targets, int B, int T) = 0;
+  [[nodiscard]] virtual absl::StatusOr<float> forward(const int32_t* inputs, const int32_t* targets,
+                                                      int B, int T) = 0;
   // Accumulates into grads() the gradient of dloss * (the last forward's loss): dloss = 1 for a
   // plain step, 1/n to average n accumulated micro-batches. FailedPrecondition unless the last
   // forward had targets.
@@ -186,9 +186,10 @@ class Model {
 // A model of `config`: its architecture's. InvalidArgument when the config is not valid or does
 // not split into the slice, ResourceExhausted without the memory. Parameters and gradients are
 // zero; activations are allocated by the first forward (or prepare).
-[[nodiscard]] absl::StatusOr<std::unique_ptr<Model>> create_model(
-    const ModelConfig& config, const ModelOptions& options = {}, const ModelStorage& storage = {},
-    const TensorSlice& slice = {});
+[[nodiscard]] absl::StatusOr<std::unique_ptr<Model>> create_model(const ModelConfig& config,
+                                                                  const ModelOptions& options = {},
+                                                                  const ModelStorage& storage = {},
+                                                                  const TensorSlice& slice = {});
 
 // OK, or InvalidArgument naming what does not divide over slice.size ranks (heads, KV heads, the
 // MLP, the padded vocabulary), or a rank outside [0, size).

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "nn/model/model.h"
 #include "absl/status/status.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/shard_file.h"
+#include "nn/model/model.h"
 
 namespace troupe::checkpoint::testing {
 
