@@ -271,6 +271,49 @@ TEST_P(SavedByTransformersTest, GivesTransformersLogitsAndLoss) {
   EXPECT_NEAR(*loss, want_loss, 1e-6 * std::abs(want_loss));
 }
 
+// The other way: a Llama written as troupe export writes it (hf_tensors, hf_config_json) loads in
+// transformers' AutoModelForCausalLM as it is and gives troupe's logits (with its own head and
+// tied; GPT-2's export is checked in tests/trainers/export_test.cc).
+TEST_F(PretrainedTest, ALlamaExportLoadsInTransformersWithTroupesLogits) {
+  const std::optional<std::string> python = reference_python();
+  if (!python) {
+    GTEST_SKIP() << "no Python with torch, transformers and safetensors: the comparison with "
+                    "AutoModelForCausalLM is skipped";
+  }
+  for (bool tied : {false, true}) {
+    nn::ModelConfig config = llama(tied);
+    config.set_padded_vocab(0);  // an export holds the vocabulary's V rows
+    const std::vector<float> params = parameters(config);
+    const std::string dir = (dir_ / (tied ? "tied" : "untied")).string();
+    write_model_dir(dir, config, params);
+    absl::StatusOr<std::unique_ptr<nn::Model>> model = nn::create_model(config);
+    ASSERT_TRUE(model.ok()) << model.status();
+    std::copy(params.begin(), params.end(), (*model)->params());
+    const int B = 2, T = 7;
+    std::vector<int32_t> tokens(static_cast<size_t>(B) * T);
+    for (size_t i = 0; i < tokens.size(); ++i)
+      tokens[i] = static_cast<int32_t>((i * 37 + 11) % 61);
+    ASSERT_TRUE((*model)->forward(tokens.data(), nullptr, B, T).ok());
+    std::ofstream t(dir + "/tokens.bin", std::ios::binary);
+    t.write(reinterpret_cast<const char*>(&B), 4);
+    t.write(reinterpret_cast<const char*>(&T), 4);
+    t.write(reinterpret_cast<const char*>(tokens.data()),
+            static_cast<std::streamsize>(tokens.size() * 4));
+    t.close();
+    std::ofstream l(dir + "/logits.bin", std::ios::binary);
+    l.write(reinterpret_cast<const char*>((*model)->logits()),
+            static_cast<std::streamsize>(tokens.size() * 61 * 4));
+    l.close();
+    const Shell reference =
+        shell("timeout 300 '" + *python +
+              "' '" TROUPE_SOURCE_DIR "/tests/reference/hf_export_reference.py' '" + dir + "' '" +
+              dir + "/tokens.bin' '" + dir + "/logits.bin'");
+    std::printf("[ export ] Llama%s, AutoModelForCausalLM against troupe: %s\n",
+                tied ? " tied" : "", reference.output.c_str());
+    EXPECT_EQ(reference.code, 0) << reference.output;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, SavedByTransformersTest,
                          ::testing::Values(std::pair{"gpt2", true}, std::pair{"llama", false},
                                            std::pair{"llama", true}),
