@@ -72,26 +72,7 @@ class LlamaTrainersTest : public testing::TrainingClusterTest {
   static std::string next_job() { return "llama-test-" + std::to_string(++jobs_); }
 
   testing::RunResult run(const TrainConfig& config) {
-    testing::RunResult result;
-    absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-        start_trainer(*driver_, config, next_job(), 1);
-    EXPECT_TRUE(trainer.ok()) << trainer.status();
-    if (!trainer.ok()) return result;
-    for (int k = 1; k <= kSteps; ++k) {
-      absl::StatusOr<StepOutcome> outcome = (*trainer)->step(k);
-      EXPECT_TRUE(outcome.ok()) << outcome.status();
-      if (!outcome.ok()) return result;
-      EXPECT_TRUE(outcome->applied);
-      EXPECT_EQ(outcome->samples, kGlobalBatch);
-      result.losses.push_back(outcome->loss);
-      result.norms.push_back(outcome->grad_norm);
-      result.outcomes.push_back(*outcome);
-    }
-    absl::StatusOr<std::vector<float>> params = (*trainer)->master_params();
-    EXPECT_TRUE(params.ok()) << params.status();
-    if (params.ok()) result.params = *std::move(params);
-    EXPECT_TRUE((*trainer)->stop().ok());
-    return result;
+    return testing::run_steps(*driver_, config, next_job(), kSteps, kGlobalBatch);
   }
 
   inline static int jobs_ = 0;

@@ -103,6 +103,31 @@ struct RunResult {
   std::vector<StepOutcome> outcomes;
 };
 
+// Runs steps 1..steps of `config` on a trainer of its own (start_trainer), each expected to be
+// applied with `samples` samples, and returns its losses, norms, outcomes and final weights.
+inline RunResult run_steps(Cluster& driver, const TrainConfig& config, const std::string& job,
+                           int steps, int64_t samples) {
+  RunResult result;
+  auto trainer = start_trainer(driver, config, job, 1);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (!trainer.ok()) return result;
+  for (int k = 1; k <= steps; ++k) {
+    auto outcome = (*trainer)->step(k);
+    EXPECT_TRUE(outcome.ok()) << outcome.status();
+    if (!outcome.ok()) return result;
+    EXPECT_TRUE(outcome->applied);
+    EXPECT_EQ(outcome->samples, samples);
+    result.losses.push_back(outcome->loss);
+    result.norms.push_back(outcome->grad_norm);
+    result.outcomes.push_back(*outcome);
+  }
+  auto params = (*trainer)->master_params();
+  EXPECT_TRUE(params.ok()) << params.status();
+  if (params.ok()) result.params = *std::move(params);
+  EXPECT_TRUE((*trainer)->stop().ok());
+  return result;
+}
+
 // Runs steps [from, to] of `config` on a trainer of its own (start_trainer:
 // the data-parallel or the hybrid one), first loading the newest checkpoint
 // in config.checkpoint.dir when `load` (it must be of step from - 1), and
