@@ -75,26 +75,9 @@ class ZeroTest : public testing::TrainingClusterTest {
  protected:
   static std::string next_job() { return "zero-test-" + std::to_string(++jobs_); }
 
+  // The data-parallel trainer (start_trainer's for pp = tp = 1).
   RunResult run(const TrainConfig& config, int steps = kSteps) {
-    RunResult result;
-    auto trainer = DataParallelTrainer::start(*driver_, config, next_job(), 1);
-    EXPECT_TRUE(trainer.ok()) << trainer.status();
-    if (!trainer.ok()) return result;
-    for (int k = 1; k <= steps; ++k) {
-      auto outcome = (*trainer)->step(k);
-      EXPECT_TRUE(outcome.ok()) << outcome.status();
-      if (!outcome.ok()) return result;
-      EXPECT_TRUE(outcome->applied);
-      EXPECT_EQ(outcome->samples, kGlobalBatch);
-      result.losses.push_back(outcome->loss);
-      result.norms.push_back(outcome->grad_norm);
-      result.outcomes.push_back(*outcome);
-    }
-    auto params = (*trainer)->master_params();
-    EXPECT_TRUE(params.ok()) << params.status();
-    if (params.ok()) result.params = *std::move(params);
-    EXPECT_TRUE((*trainer)->stop().ok());
-    return result;
+    return testing::run_steps(*driver_, config, next_job(), steps, kGlobalBatch);
   }
 
   inline static int jobs_ = 0;
