@@ -56,59 +56,6 @@ void fill_initial(const GPTConfig& config, InitRng& rng, const ParamTensor& t, f
   }
 }
 
-absl::Status check_tokens(const int32_t* tokens, size_t n, int V, const char* what) {
-  if (tokens == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("GPT: ", what, " is null"));
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= V) {
-      return absl::InvalidArgumentError(absl::StrCat("GPT: ", what, "[", i, "] = ", tokens[i],
-                                                     " is outside the vocabulary [0, ", V, ")"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Hands out consecutive ranges of a buffer; with a null base only counts.
-class Carver {
- public:
-  explicit Carver(float* base) : base_(base) {}
-  float* take(size_t n) {
-    float* p = base_ != nullptr ? base_ + used_ : nullptr;
-    used_ += n;
-    return p;
-  }
-  size_t used() const { return used_; }
-
- private:
-  float* base_;
-  size_t used_ = 0;
-};
-
-// Split across the kernels' threads (zero_grad runs in the step; the first touch of a new buffer
-// also places its pages).
-void zero(float* p, size_t n) {
-  if (n < (size_t{1} << 16) || num_threads() == 1) {
-    std::memset(p, 0, n * sizeof(float));
-    return;
-  }
-#pragma omp parallel num_threads(num_threads())
-  {
-    const int nth = omp_get_num_threads(), tid = omp_get_thread_num();
-    const size_t lines = (n + 15) / 16;  // 64-byte lines: no line shared between threads
-    const size_t begin = std::min(n, lines * tid / nth * 16);
-    const size_t end = std::min(n, lines * (tid + 1) / nth * 16);
-    std::memset(p + begin, 0, (end - begin) * sizeof(float));
-  }
-}
-
-// n zeros in `buffer`, spread over the kernels' threads (see zero()).
-absl::Status reset_zeroed(FloatBuffer& buffer, MemoryCategory category, size_t n) {
-  if (absl::Status s = buffer.reset(category, n, /*zero=*/false); !s.ok()) return s;
-  if (n > 0) zero(buffer.data(), n);
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<GPT> GPT::create(const GPTConfig& config, const ModelOptions& options,
@@ -143,8 +90,7 @@ GPT::GPT(const GPTConfig& config, const ModelOptions& options, const ModelStorag
       local_heads_(config.num_heads / slice.size),
       local_vocab_(config.padded_vocab() / slice.size),
       vocab_begin_(slice.rank * (config.padded_vocab() / slice.size)),
-      part_end_(config.num_layers),
-      slots_(1) {}
+      store_("GPT", config.num_layers) {}
 
 void GPT::set_tensor_parallel(AllReduceFn allreduce_sum, AllReduceFn allreduce_max) {
   tp_sum_ = std::move(allreduce_sum);
@@ -232,18 +178,19 @@ void GPT::init_parameters(const GPTConfig& config, uint64_t seed, size_t begin, 
 }
 
 void GPT::zero_grad() {
-  zero(grads_.data(), grads_.size());
+  zero_floats(grads_.data(), grads_.size());
 }
 
 size_t GPT::carve_activations(int B, int T, float* base, Activations* acts) const {
   // The attention's and the MLP's tensors are a tensor-parallel rank's slice (Cl, NHl), the
   // residual stream and the LayerNorms whole on every rank.
   const size_t C = config_.channels, NH = local_heads_;
-  const size_t L = static_cast<size_t>(part_end_ - part_begin_);  // the part's blocks
+  const size_t L =
+      static_cast<size_t>(store_.part_end() - store_.part_begin());  // the part's blocks
   const size_t BT = static_cast<size_t>(B) * T, BTC = BT * C;
   const size_t BTCl = BT * static_cast<size_t>(local_channels_);
-  const size_t Vp = part_head_ ? static_cast<size_t>(local_vocab_) : 0;
-  const size_t HBT = part_head_ ? BT : 0;                    // the head's per-position values
+  const size_t Vp = store_.part_head() ? static_cast<size_t>(local_vocab_) : 0;
+  const size_t HBT = store_.part_head() ? BT : 0;            // the head's per-position values
   const size_t Lr = options_.recompute_activations ? 1 : L;  // blocks of recomputed tensors
   Carver c(base);
   Activations a;
@@ -283,7 +230,7 @@ size_t GPT::carve_activation_gradients(int B, int T, float* base,
   d.dqkv = c.take(3 * BTCl);
   d.dfch = c.take(4 * BTCl);
   d.dfch_gelu = c.take(4 * BTCl);
-  d.dlogits = c.take(part_head_ ? BT * static_cast<size_t>(local_vocab_) : 0);
+  d.dlogits = c.take(store_.part_head() ? BT * static_cast<size_t>(local_vocab_) : 0);
   if (dacts != nullptr) *dacts = d;
   return c.used();
 }
@@ -306,94 +253,38 @@ absl::Status GPT::prepare(int B, int T) {
         absl::StrCat("GPT: tensor-parallel rank ", layout_.slice().rank, " of ",
                      layout_.slice().size, " has no group to reduce over (set_tensor_parallel)"));
   }
-  if (B == B_ && T == T_) return absl::OkStatus();
-  // A smaller batch reuses the buffers; a larger one replaces them.
-  B_ = T_ = 0;
-  size_t n = carve_activations(B, T, nullptr, nullptr);
-  for (Slot& slot : slots_) {
-    if (slot.buffer.size() < n) {
-      if (absl::Status s = reset_zeroed(slot.buffer, MemoryCategory::kActivations, n); !s.ok())
-        return s;
-    }
-    carve_activations(B, T, slot.buffer.data(), &slot.acts);
-    slot.have_inputs = slot.have_targets = false;
-  }
-  acts_ = slots_[static_cast<size_t>(slot_)].acts;
-  n = carve_activation_gradients(B, T, nullptr, nullptr);
-  if (dacts_buffer_.size() < n) {
-    if (absl::Status s = reset_zeroed(dacts_buffer_, MemoryCategory::kActivations, n); !s.ok())
-      return s;
-  }
-  carve_activation_gradients(B, T, dacts_buffer_.data(), &dacts_);
-  B_ = B;
-  T_ = T;
-  have_inputs_ = false;
-  have_targets_ = false;
-  return absl::OkStatus();
+  return store_.prepare(
+      B, T, [&](float* base, Activations* a) { return carve_activations(B, T, base, a); },
+      [&](float* base, ActivationGradients* d) {
+        return carve_activation_gradients(B, T, base, d);
+      });
 }
 
 absl::Status GPT::set_part(int block_begin, int block_end, bool head) {
-  const int L = config_.num_layers;
-  if (block_begin < 0 || block_begin >= block_end || block_end > L || (head && block_end != L)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GPT::set_part: blocks [", block_begin, ", ", block_end, ")", head ? " with the head" : "",
-        " of ", L, ": a part is a non-empty range within [0, ", L,
-        ") and has the head only if it "
-        "ends at the last block"));
-  }
-  part_begin_ = block_begin;
-  part_end_ = block_end;
-  part_head_ = head;
-  forget_activations();
-  return absl::OkStatus();
+  return store_.set_part(block_begin, block_end, head);
 }
 
 absl::Status GPT::set_activation_slots(int n) {
-  if (n < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GPT::set_activation_slots: ", n, " slots (at least one)"));
-  }
-  use_slot(0);
-  slots_.resize(static_cast<size_t>(n));
-  forget_activations();
-  return absl::OkStatus();
-}
-
-void GPT::forget_activations() {
-  B_ = T_ = 0;  // carved again by the next prepare
-  have_inputs_ = have_targets_ = false;
-  for (Slot& slot : slots_)
-    slot.have_inputs = slot.have_targets = false;
+  return store_.set_slots(n);
 }
 
 void GPT::use_slot(int j) {
-  if (j == slot_) return;
-  Slot& from = slots_[static_cast<size_t>(slot_)];
-  std::swap(from.inputs, inputs_);
-  std::swap(from.targets, targets_);
-  from.have_inputs = have_inputs_;
-  from.have_targets = have_targets_;
-  Slot& to = slots_[static_cast<size_t>(j)];
-  acts_ = to.acts;
-  std::swap(to.inputs, inputs_);
-  std::swap(to.targets, targets_);
-  have_inputs_ = to.have_inputs;
-  have_targets_ = to.have_targets;
-  slot_ = j;
+  store_.use_slot(j);
 }
 
 float* GPT::residual(int l) {
-  const size_t BTC = static_cast<size_t>(B_) * T_ * config_.channels;
-  return l == part_begin_ ? acts_.encoded : acts_.residual3 + (l - 1 - part_begin_) * BTC;
+  const size_t BTC = store_.BT() * config_.channels;
+  const int begin = store_.part_begin();
+  return l == begin ? store_.acts().encoded : store_.acts().residual3 + (l - 1 - begin) * BTC;
 }
 
 GPT::BlockActivations GPT::block_activations(int block) const {
-  const size_t BT = static_cast<size_t>(B_) * T_, BTC = BT * config_.channels;
+  const size_t BT = store_.BT(), BTC = BT * config_.channels;
   const size_t BTCl = BT * static_cast<size_t>(local_channels_);
   const size_t NH = local_heads_;
-  const auto l = static_cast<size_t>(block - part_begin_);   // within the part
+  const auto l = static_cast<size_t>(block - store_.part_begin());  // within the part
   const size_t lr = options_.recompute_activations ? 0 : l;  // recomputed: the one shared block
-  const Activations& a = acts_;
+  const Activations& a = store_.acts();
   return {a.ln1 + lr * BTC,      a.ln1_mean + l * BT,  a.ln1_rstd + l * BT,
           a.qkv + l * 3 * BTCl,  a.atty + lr * BTCl,   a.att + lr * BT * NH,
           a.residual2 + l * BTC, a.ln2 + lr * BTC,     a.ln2_mean + l * BT,
@@ -401,29 +292,13 @@ GPT::BlockActivations GPT::block_activations(int block) const {
           a.residual3 + l * BTC};
 }
 
-absl::Status GPT::check_blocks(int begin, int end, const char* what) const {
-  if (B_ == 0) {
-    return absl::FailedPreconditionError(absl::StrCat("GPT::", what, ": call prepare() first"));
-  }
-  if (begin < 0 || begin > end || end > config_.num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("GPT::", what, ": blocks [", begin, ", ", end,
-                                                   ") are not within [0, ", config_.num_layers,
-                                                   ")"));
-  }
-  if (begin < end && (begin < part_begin_ || end > part_end_)) {
-    return absl::FailedPreconditionError(absl::StrCat("GPT::", what, ": blocks [", begin, ", ", end,
-                                                      ") are outside its part [", part_begin_, ", ",
-                                                      part_end_, ")"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<float> GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
   if (absl::Status s = prepare(B, T); !s.ok()) return s;
   const size_t BT = static_cast<size_t>(B) * T;
-  if (absl::Status s = check_tokens(inputs, BT, config_.vocab_size, "inputs"); !s.ok()) return s;
+  if (absl::Status s = check_tokens("GPT", inputs, BT, config_.vocab_size, "inputs"); !s.ok())
+    return s;
   if (targets != nullptr) {
-    if (absl::Status s = check_tokens(targets, BT, config_.vocab_size, "targets"); !s.ok()) {
+    if (absl::Status s = check_tokens("GPT", targets, BT, config_.vocab_size, "targets"); !s.ok()) {
       return s;
     }
   }
@@ -433,27 +308,29 @@ absl::StatusOr<float> GPT::forward(const int32_t* inputs, const int32_t* targets
 }
 
 absl::Status GPT::embed_forward(const int32_t* inputs) {
-  if (B_ == 0) return absl::FailedPreconditionError("GPT::embed_forward: call prepare() first");
-  if (part_begin_ != 0) {
+  if (absl::Status s = store_.check_prepared("embed_forward"); !s.ok()) return s;
+  if (store_.part_begin() != 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("GPT::embed_forward: its part starts at block ", part_begin_));
+        absl::StrCat("GPT::embed_forward: its part starts at block ", store_.part_begin()));
   }
-  const size_t BT = static_cast<size_t>(B_) * T_;
-  if (absl::Status s = check_tokens(inputs, BT, config_.vocab_size, "inputs"); !s.ok()) return s;
-  inputs_.assign(inputs, inputs + BT);
-  have_inputs_ = true;
+  if (absl::Status s = check_tokens("GPT", inputs, store_.BT(), config_.vocab_size, "inputs");
+      !s.ok()) {
+    return s;
+  }
+  store_.set_inputs(inputs);
   if (sliced()) {
-    return vocab_parallel_embedding_forward(
-        acts_.encoded, inputs_.data(), param_tensors_.wte, param_tensors_.wpe, vocab_begin_,
-        vocab_begin_ + local_vocab_, B_, T_, config_.channels, tp_sum_);
+    return vocab_parallel_embedding_forward(store_.acts().encoded, store_.inputs(),
+                                            param_tensors_.wte, param_tensors_.wpe, vocab_begin_,
+                                            vocab_begin_ + local_vocab_, store_.B(), store_.T(),
+                                            config_.channels, tp_sum_);
   }
-  encoder_forward(acts_.encoded, inputs_.data(), param_tensors_.wte, param_tensors_.wpe, B_, T_,
-                  config_.channels);
+  encoder_forward(store_.acts().encoded, store_.inputs(), param_tensors_.wte, param_tensors_.wpe,
+                  store_.B(), store_.T(), config_.channels);
   return absl::OkStatus();
 }
 
 absl::Status GPT::forward_blocks(int begin, int end) {
-  if (absl::Status s = check_blocks(begin, end, "forward_blocks"); !s.ok()) return s;
+  if (absl::Status s = store_.check_blocks(begin, end, "forward_blocks"); !s.ok()) return s;
   for (int l = begin; l < end; ++l) {
     if (absl::Status s = block_forward(l); !s.ok()) return s;
   }
@@ -461,7 +338,7 @@ absl::Status GPT::forward_blocks(int begin, int end) {
 }
 
 absl::Status GPT::block_forward(int l) {
-  const int B = B_, T = T_, C = config_.channels;
+  const int B = store_.B(), T = store_.T(), C = config_.channels;
   const int Cl = local_channels_, NHl = local_heads_;  // the whole C and NH for one rank
   const size_t BTC = static_cast<size_t>(B) * T * C;
   const GPTBlockTensors& w = param_tensors_.blocks[l];
@@ -494,33 +371,36 @@ absl::Status GPT::block_forward(int l) {
 }
 
 absl::StatusOr<float> GPT::head_forward(const int32_t* targets) {
-  if (B_ == 0) return absl::FailedPreconditionError("GPT::head_forward: call prepare() first");
-  if (!part_head_) {
+  if (absl::Status s = store_.check_prepared("head_forward"); !s.ok()) return s;
+  if (!store_.part_head()) {
     return absl::FailedPreconditionError("GPT::head_forward: its part has no head (set_part)");
   }
-  const int B = B_, T = T_, C = config_.channels;
+  const int B = store_.B(), T = store_.T(), C = config_.channels;
   const size_t BT = static_cast<size_t>(B) * T;
   if (targets != nullptr) {
-    if (absl::Status s = check_tokens(targets, BT, config_.vocab_size, "targets"); !s.ok()) {
+    if (absl::Status s = check_tokens("GPT", targets, BT, config_.vocab_size, "targets"); !s.ok()) {
       return s;
     }
   }
-  layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual(config_.num_layers),
+  const Activations& a = store_.acts();
+  layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual(config_.num_layers),
                     param_tensors_.lnfw, param_tensors_.lnfb, B, T, C);
   // The head is column-parallel over the vocabulary: this rank's logits are its rows of wte's.
-  linear_forward(acts_.logits, acts_.lnf, param_tensors_.wte, nullptr, B, T, C, local_vocab_);
-  have_targets_ = targets != nullptr;
-  if (!have_targets_) return std::numeric_limits<float>::quiet_NaN();
-  targets_.assign(targets, targets + BT);
+  linear_forward(a.logits, a.lnf, param_tensors_.wte, nullptr, B, T, C, local_vocab_);
+  if (targets == nullptr) {
+    store_.clear_targets();
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  store_.set_targets(targets);
   if (sliced()) {
     absl::StatusOr<float> loss = vocab_parallel_crossentropy_forward(
-        acts_.losses, acts_.lse, acts_.logits, targets_.data(), vocab_begin_, local_vocab_,
-        config_.vocab_size, B, T, tp_max_, tp_sum_);
-    if (!loss.ok()) have_targets_ = false;
+        a.losses, a.lse, a.logits, store_.targets(), vocab_begin_, local_vocab_, config_.vocab_size,
+        B, T, tp_max_, tp_sum_);
+    if (!loss.ok()) store_.clear_targets();
     return loss;
   }
-  return crossentropy_forward(acts_.losses, acts_.lse, acts_.logits, targets_.data(), B, T,
-                              config_.vocab_size, config_.padded_vocab());
+  return crossentropy_forward(a.losses, a.lse, a.logits, store_.targets(), B, T, config_.vocab_size,
+                              config_.padded_vocab());
 }
 
 absl::Status GPT::backward(float dloss) {
@@ -530,34 +410,37 @@ absl::Status GPT::backward(float dloss) {
 }
 
 absl::Status GPT::head_backward(float dloss) {
-  if (!have_targets_) {
+  if (!store_.have_targets()) {
     return absl::FailedPreconditionError(
         "GPT::backward: the last forward had no targets; run forward with targets first");
   }
-  const int B = B_, T = T_, C = config_.channels, V = config_.vocab_size;
+  const int B = store_.B(), T = store_.T(), C = config_.channels, V = config_.vocab_size;
   const int Vp = config_.padded_vocab();
   if (sliced()) {
     // Its columns of the vocabulary, padding included (which the loss leaves at zero).
     const size_t n = static_cast<size_t>(B) * T * local_vocab_;
-    std::fill(dacts_.dlogits, dacts_.dlogits + n, 0.0f);
-    vocab_parallel_crossentropy_backward(dacts_.dlogits, dloss, acts_.logits, acts_.lse,
-                                         targets_.data(), vocab_begin_, local_vocab_, V, B, T);
+    std::fill(store_.grads().dlogits, store_.grads().dlogits + n, 0.0f);
+    vocab_parallel_crossentropy_backward(store_.grads().dlogits, dloss, store_.acts().logits,
+                                         store_.acts().lse, store_.targets(), vocab_begin_,
+                                         local_vocab_, V, B, T);
   } else {
-    crossentropy_backward(dacts_.dlogits, dloss, acts_.logits, acts_.lse, targets_.data(), B, T, V,
-                          Vp, /*accumulate=*/false);
+    crossentropy_backward(store_.grads().dlogits, dloss, store_.acts().logits, store_.acts().lse,
+                          store_.targets(), B, T, V, Vp, /*accumulate=*/false);
   }
-  linear_backward(dacts_.dln, grad_tensors_.wte, nullptr, dacts_.dlogits, acts_.lnf,
-                  param_tensors_.wte, B, T, C, local_vocab_, /*accumulate_dinp=*/false);
-  if (absl::Status s = sum_over_slices(dacts_.dln, static_cast<size_t>(B) * T * C); !s.ok())
+  linear_backward(store_.grads().dln, grad_tensors_.wte, nullptr, store_.grads().dlogits,
+                  store_.acts().lnf, param_tensors_.wte, B, T, C, local_vocab_,
+                  /*accumulate_dinp=*/false);
+  if (absl::Status s = sum_over_slices(store_.grads().dln, static_cast<size_t>(B) * T * C); !s.ok())
     return s;
-  layernorm_backward(dacts_.dresidual, grad_tensors_.lnfw, grad_tensors_.lnfb, dacts_.dln,
-                     residual(config_.num_layers), param_tensors_.lnfw, acts_.lnf_mean,
-                     acts_.lnf_rstd, B, T, C, /*accumulate_dinp=*/false);
+  layernorm_backward(store_.grads().dresidual, grad_tensors_.lnfw, grad_tensors_.lnfb,
+                     store_.grads().dln, residual(config_.num_layers), param_tensors_.lnfw,
+                     store_.acts().lnf_mean, store_.acts().lnf_rstd, B, T, C,
+                     /*accumulate_dinp=*/false);
   return absl::OkStatus();
 }
 
 absl::Status GPT::backward_blocks(int begin, int end, const GradientsFinal& on_final) {
-  if (absl::Status s = check_blocks(begin, end, "backward_blocks"); !s.ok()) return s;
+  if (absl::Status s = store_.check_blocks(begin, end, "backward_blocks"); !s.ok()) return s;
   for (int l = end - 1; l >= begin; --l) {
     if (options_.recompute_activations) block_recompute(l);
     if (absl::Status s = block_backward(l, on_final); !s.ok()) return s;
@@ -566,7 +449,7 @@ absl::Status GPT::backward_blocks(int begin, int end, const GradientsFinal& on_f
 }
 
 void GPT::block_recompute(int l) {
-  const int B = B_, T = T_, C = config_.channels;
+  const int B = store_.B(), T = store_.T(), C = config_.channels;
   const int Cl = local_channels_, NHl = local_heads_;
   const GPTBlockTensors& w = param_tensors_.blocks[l];
   const BlockActivations a = block_activations(l);
@@ -579,14 +462,14 @@ void GPT::block_recompute(int l) {
 }
 
 absl::Status GPT::block_backward(int l, const GradientsFinal& on_final) {
-  const int B = B_, T = T_, C = config_.channels;
+  const int B = store_.B(), T = store_.T(), C = config_.channels;
   const int Cl = local_channels_, NHl = local_heads_;
   const size_t BTC = static_cast<size_t>(B) * T * C;
   const size_t BTCl = static_cast<size_t>(B) * T * Cl;
   const GPTBlockTensors& w = param_tensors_.blocks[l];
   const GPTBlockTensors& dw = grad_tensors_.blocks[l];
   const BlockActivations a = block_activations(l);
-  const ActivationGradients& d = dacts_;
+  const ActivationGradients& d = store_.grads();
   auto finished = [&](BlockTensor first_tensor) {
     if (on_final) on_final(layout_.block_tensor(l, first_tensor));
   };
@@ -623,18 +506,15 @@ absl::Status GPT::block_backward(int l, const GradientsFinal& on_final) {
 }
 
 absl::Status GPT::embed_backward() {
-  if (!have_inputs_) {
-    return absl::FailedPreconditionError(
-        "GPT::embed_backward: no embed_forward for the current batch shape");
-  }
+  if (absl::Status s = store_.check_inputs("embed_backward"); !s.ok()) return s;
   if (sliced()) {
-    vocab_parallel_embedding_backward(grad_tensors_.wte, grad_tensors_.wpe, dacts_.dresidual,
-                                      inputs_.data(), vocab_begin_, vocab_begin_ + local_vocab_, B_,
-                                      T_, config_.channels);
+    vocab_parallel_embedding_backward(
+        grad_tensors_.wte, grad_tensors_.wpe, store_.grads().dresidual, store_.inputs(),
+        vocab_begin_, vocab_begin_ + local_vocab_, store_.B(), store_.T(), config_.channels);
     return absl::OkStatus();
   }
-  encoder_backward(grad_tensors_.wte, grad_tensors_.wpe, dacts_.dresidual, inputs_.data(), B_, T_,
-                   config_.channels);
+  encoder_backward(grad_tensors_.wte, grad_tensors_.wpe, store_.grads().dresidual, store_.inputs(),
+                   store_.B(), store_.T(), config_.channels);
   return absl::OkStatus();
 }
 
@@ -644,40 +524,21 @@ absl::Status GPT::embed_backward_rows(float* rows, std::span<const int32_t> row_
         "GPT::embed_backward_rows: a tensor-parallel rank holds only its rows of wte; use "
         "embed_backward");
   }
-  if (!have_inputs_) {
-    return absl::FailedPreconditionError(
-        "GPT::embed_backward_rows: no embed_forward for the current batch shape");
-  }
-  if (row_of.size() < static_cast<size_t>(config_.vocab_size)) {
-    return absl::InvalidArgumentError(absl::StrCat("GPT::embed_backward_rows: row_of has ",
-                                                   row_of.size(), " entries for a vocabulary of ",
-                                                   config_.vocab_size));
-  }
-  const size_t n = static_cast<size_t>(B_) * T_;
-  input_rows_.resize(n);
-  for (size_t i = 0; i < n; i++) {
-    const int32_t row = row_of[static_cast<size_t>(inputs_[i])];
-    if (row < 0 || row >= num_rows) {
-      return absl::InvalidArgumentError(absl::StrCat("GPT::embed_backward_rows: token ", inputs_[i],
-                                                     " has row ", row, ", not in [0, ", num_rows,
-                                                     ")"));
-    }
-    input_rows_[i] = row;
-  }
-  detail::embedding_rows_backward(rows, dacts_.dresidual, input_rows_.data(), n, 0, num_rows,
-                                  config_.channels);
-  detail::position_backward(grad_tensors_.wpe, dacts_.dresidual, B_, T_, config_.channels);
+  absl::StatusOr<const int32_t*> input_rows =
+      store_.input_rows(row_of, num_rows, config_.vocab_size);
+  if (!input_rows.ok()) return input_rows.status();
+  detail::embedding_rows_backward(rows, store_.grads().dresidual, *input_rows, store_.BT(), 0,
+                                  num_rows, config_.channels);
+  detail::position_backward(grad_tensors_.wpe, store_.grads().dresidual, store_.B(), store_.T(),
+                            config_.channels);
   return absl::OkStatus();
 }
 
 ModelMemory GPT::memory() const {
-  ModelMemory m;
-  m.parameters = params_.size() * sizeof(float);
-  m.gradients = grads_.size() * sizeof(float);
-  for (const Slot& slot : slots_)
-    m.activations += slot.buffer.size() * sizeof(float);
-  m.activation_gradients = dacts_buffer_.size() * sizeof(float);
-  return m;
+  return {.parameters = params_.size() * sizeof(float),
+          .gradients = grads_.size() * sizeof(float),
+          .activations = store_.activation_bytes(),
+          .activation_gradients = store_.scratch_bytes()};
 }
 
 }  // namespace troupe::nn

@@ -27,6 +27,7 @@
 #include "nn/gpt2/layout.h"
 #include "nn/layers/parallel.h"
 #include "nn/memory.h"
+#include "nn/model/activation_store.h"
 #include "nn/model/model.h"
 
 namespace troupe::nn {
@@ -120,7 +121,7 @@ class GPT final : public Model {
   // logits [B, T, Vp] of the last forward (columns [V, Vp) are the padding's, not part of the
   // softmax); a tensor-parallel rank's [B, T, Vp/tp], its columns of the vocabulary. Valid until
   // the next forward.
-  const float* logits() const override { return acts_.logits; }
+  const float* logits() const override { return store_.acts().logits; }
 
   // --- Pieces of forward() and backward(), for pipeline stages that own blocks [begin, end). ---
   // forward()  = prepare(B, T); embed_forward(inputs); forward_blocks(0, L); head_forward(targets)
@@ -144,7 +145,7 @@ class GPT final : public Model {
   // backward runs start to end on one slot. Takes effect at the next prepare(); set 0 is current.
   // InvalidArgument unless n >= 1.
   [[nodiscard]] absl::Status set_activation_slots(int n) override;
-  int activation_slots() const override { return static_cast<int>(slots_.size()); }
+  int activation_slots() const override { return store_.slots(); }
   // REQUIRES: 0 <= j < activation_slots().
   void use_slot(int j) override;
 
@@ -184,7 +185,7 @@ class GPT final : public Model {
   // residual(L) is the last block's output. REQUIRES: prepare() ran.
   float* residual(int l) override;
   // The gradient of the residual stream [B, T, C] at the block boundary backward last reached.
-  float* dresidual() override { return dacts_.dresidual; }
+  float* dresidual() override { return store_.grads().dresidual; }
 
   // What this model holds now.
   ModelMemory memory() const override;
@@ -245,9 +246,6 @@ class GPT final : public Model {
   // tensor-parallel rank, summed over the group in place; nothing to do for one rank.
   absl::Status sum_over_slices(float* data, size_t count) const;
   bool sliced() const { return layout_.slice().size > 1; }
-  absl::Status check_blocks(int begin, int end, const char* what) const;
-  // Until the next prepare, no piece runs on what the activations held.
-  void forget_activations();
 
   GPTConfig config_;
   ModelConfig model_config_;
@@ -266,31 +264,8 @@ class GPT final : public Model {
   AllReduceFn tp_sum_;
   AllReduceFn tp_max_;
 
-  int B_ = 0;
-  int T_ = 0;
-  // One micro-batch's activations (use_slot); the current slot's live in the members below it.
-  struct Slot {
-    FloatBuffer buffer;
-    Activations acts = {};
-    std::vector<int32_t> inputs;
-    std::vector<int32_t> targets;
-    bool have_inputs = false;
-    bool have_targets = false;
-  };
-  // The part of the model whose activations it keeps (set_part).
-  int part_begin_ = 0;
-  int part_end_ = 0;
-  bool part_head_ = true;
-  std::vector<Slot> slots_;  // at least one; slots_[slot_]'s state is in the members below
-  int slot_ = 0;
-  FloatBuffer dacts_buffer_;
-  Activations acts_ = {};
-  ActivationGradients dacts_ = {};
-  std::vector<int32_t> inputs_;
-  std::vector<int32_t> input_rows_;  // embed_backward_rows' row of each input
-  std::vector<int32_t> targets_;
-  bool have_inputs_ = false;   // embed_forward ran for (B_, T_)
-  bool have_targets_ = false;  // the last head_forward had targets
+  // The part, the batch shape, the slots and their inputs and targets, the activations.
+  ActivationStore<Activations, ActivationGradients> store_;
 };
 
 }  // namespace troupe::nn

@@ -37,44 +37,6 @@ void fill_initial(const LlamaConfig& config, InitRng& rng, const ParamTensor& t,
   }
 }
 
-// Hands out consecutive ranges of a buffer; with a null base only counts.
-class Carver {
- public:
-  explicit Carver(float* base) : base_(base) {}
-  float* take(size_t n) {
-    float* p = base_ != nullptr ? base_ + used_ : nullptr;
-    used_ += n;
-    return p;
-  }
-  size_t used() const { return used_; }
-
- private:
-  float* base_;
-  size_t used_ = 0;
-};
-
-// Split across the kernels' threads, in whole cache lines.
-void zero(float* p, size_t n) {
-  if (n < (size_t{1} << 16) || num_threads() == 1) {
-    if (n > 0) std::memset(p, 0, n * sizeof(float));
-    return;
-  }
-#pragma omp parallel num_threads(num_threads())
-  {
-    const int nth = omp_get_num_threads(), tid = omp_get_thread_num();
-    const size_t lines = (n + 15) / 16;
-    const size_t begin = std::min(n, lines * tid / nth * 16);
-    const size_t end = std::min(n, lines * (tid + 1) / nth * 16);
-    std::memset(p + begin, 0, (end - begin) * sizeof(float));
-  }
-}
-
-absl::Status reset_zeroed(FloatBuffer& buffer, MemoryCategory category, size_t n) {
-  if (absl::Status s = buffer.reset(category, n, /*zero=*/false); !s.ok()) return s;
-  zero(buffer.data(), n);
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<Llama> Llama::create(const LlamaConfig& config, const ModelOptions& options,
@@ -109,8 +71,7 @@ Llama::Llama(const LlamaConfig& config, const ModelOptions& options, const Model
       local_mlp_(config.intermediate_size / slice.size),
       local_vocab_(config.padded_vocab() / slice.size),
       vocab_begin_(slice.rank * (config.padded_vocab() / slice.size)),
-      part_end_(config.num_hidden_layers),
-      slots_(1) {
+      store_("Llama", config.num_hidden_layers) {
   const size_t tensors = layout_.model().tensors().size();
   param_tensors_ = {std::vector<float*>(tensors, nullptr), config.tie_word_embeddings};
   grad_tensors_ = param_tensors_;
@@ -203,7 +164,7 @@ void Llama::init_parameters(const LlamaConfig& config, const TensorSlice& slice,
 }
 
 void Llama::zero_grad() {
-  zero(grads_.data(), grads_.size());
+  zero_floats(grads_.data(), grads_.size());
 }
 
 // --- Activations: parts, slots and their buffers. ---
@@ -214,10 +175,11 @@ size_t Llama::carve_activations(int B, int T, float* base, Activations* acts) co
   const size_t C = config_.hidden_size, hd = config_.head_dim();
   const size_t Q = local_heads_ * hd, QKV = (local_heads_ + 2 * local_kv_heads_) * hd;
   const size_t I = local_mlp_, NH = local_heads_;
-  const size_t L = static_cast<size_t>(part_end_ - part_begin_);  // the part's blocks
+  const size_t L =
+      static_cast<size_t>(store_.part_end() - store_.part_begin());  // the part's blocks
   const size_t BT = static_cast<size_t>(B) * T, BTC = BT * C;
-  const size_t Vl = part_head_ ? static_cast<size_t>(local_vocab_) : 0;
-  const size_t HBT = part_head_ ? BT : 0;                    // the head's per-position values
+  const size_t Vl = store_.part_head() ? static_cast<size_t>(local_vocab_) : 0;
+  const size_t HBT = store_.part_head() ? BT : 0;            // the head's per-position values
   const size_t Lr = options_.recompute_activations ? 1 : L;  // blocks of recomputed tensors
   Carver c(base);
   Activations a;
@@ -257,7 +219,7 @@ size_t Llama::carve_activation_gradients(int B, int T, float* base,
   d.dqkv = c.take(BT * QKV);
   d.dgu = c.take(BT * 2 * I);
   d.dmlp = c.take(BT * I);
-  d.dlogits = c.take(part_head_ ? BT * static_cast<size_t>(local_vocab_) : 0);
+  d.dlogits = c.take(store_.part_head() ? BT * static_cast<size_t>(local_vocab_) : 0);
   if (dacts != nullptr) *dacts = d;
   return c.used();
 }
@@ -285,135 +247,61 @@ absl::Status Llama::prepare(int B, int T) {
         absl::StrCat("Llama: tensor-parallel rank ", layout().slice().rank, " of ",
                      layout().slice().size, " has no group to reduce over (set_tensor_parallel)"));
   }
-  if (B == B_ && T == T_) return absl::OkStatus();
-  // A smaller batch reuses the buffers; a larger one replaces them.
-  B_ = T_ = 0;
-  size_t n = carve_activations(B, T, nullptr, nullptr);
-  for (Slot& slot : slots_) {
-    if (slot.buffer.size() < n) {
-      if (absl::Status s = reset_zeroed(slot.buffer, MemoryCategory::kActivations, n); !s.ok())
-        return s;
-    }
-    carve_activations(B, T, slot.buffer.data(), &slot.acts);
-    slot.have_inputs = slot.have_targets = false;
-  }
-  acts_ = slots_[static_cast<size_t>(slot_)].acts;
-  n = carve_activation_gradients(B, T, nullptr, nullptr);
-  if (dacts_buffer_.size() < n) {
-    if (absl::Status s = reset_zeroed(dacts_buffer_, MemoryCategory::kActivations, n); !s.ok())
-      return s;
-  }
-  carve_activation_gradients(B, T, dacts_buffer_.data(), &dacts_);
-  B_ = B;
-  T_ = T;
-  have_inputs_ = have_targets_ = false;
-  return absl::OkStatus();
+  return store_.prepare(
+      B, T, [&](float* base, Activations* a) { return carve_activations(B, T, base, a); },
+      [&](float* base, ActivationGradients* d) {
+        return carve_activation_gradients(B, T, base, d);
+      });
 }
 
 absl::Status Llama::set_part(int block_begin, int block_end, bool head) {
-  const int L = config_.num_hidden_layers;
-  if (block_begin < 0 || block_begin >= block_end || block_end > L || (head && block_end != L)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Llama::set_part: blocks [", block_begin, ", ", block_end, ")",
-        head ? " with the head" : "", " of ", L, ": a part is a non-empty range within [0, ", L,
-        ") and has the head only if it ends at the last block"));
-  }
-  part_begin_ = block_begin;
-  part_end_ = block_end;
-  part_head_ = head;
-  forget_activations();
-  return absl::OkStatus();
+  return store_.set_part(block_begin, block_end, head);
 }
 
 absl::Status Llama::set_activation_slots(int n) {
-  if (n < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Llama::set_activation_slots: ", n, " slots (at least one)"));
-  }
-  use_slot(0);
-  slots_.resize(static_cast<size_t>(n));
-  forget_activations();
-  return absl::OkStatus();
+  return store_.set_slots(n);
 }
 
 int Llama::activation_slots() const {
-  return static_cast<int>(slots_.size());
-}
-
-void Llama::forget_activations() {
-  B_ = T_ = 0;  // carved again by the next prepare
-  have_inputs_ = have_targets_ = false;
-  for (Slot& slot : slots_)
-    slot.have_inputs = slot.have_targets = false;
+  return store_.slots();
 }
 
 void Llama::use_slot(int j) {
-  if (j == slot_) return;
-  Slot& from = slots_[static_cast<size_t>(slot_)];
-  std::swap(from.inputs, inputs_);
-  std::swap(from.targets, targets_);
-  from.have_inputs = have_inputs_;
-  from.have_targets = have_targets_;
-  Slot& to = slots_[static_cast<size_t>(j)];
-  acts_ = to.acts;
-  std::swap(to.inputs, inputs_);
-  std::swap(to.targets, targets_);
-  have_inputs_ = to.have_inputs;
-  have_targets_ = to.have_targets;
-  slot_ = j;
+  store_.use_slot(j);
 }
 
 const float* Llama::logits() const {
-  return acts_.logits;
+  return store_.acts().logits;
 }
 
 float* Llama::residual(int l) {
-  const size_t BTC = static_cast<size_t>(B_) * T_ * config_.hidden_size;
-  return l == part_begin_ ? acts_.encoded : acts_.residual3 + (l - 1 - part_begin_) * BTC;
+  const size_t BTC = store_.BT() * config_.hidden_size;
+  return l == store_.part_begin() ? store_.acts().encoded
+                                  : store_.acts().residual3 + (l - 1 - store_.part_begin()) * BTC;
 }
 
 float* Llama::dresidual() {
-  return dacts_.dresidual;
+  return store_.grads().dresidual;
 }
 
 Llama::BlockActivations Llama::block_activations(int block) const {
-  const size_t BT = static_cast<size_t>(B_) * T_, BTC = BT * config_.hidden_size;
+  const size_t BT = store_.BT(), BTC = BT * config_.hidden_size;
   const size_t hd = config_.head_dim(), NH = local_heads_, I = local_mlp_;
   const size_t Q = NH * hd, QKV = (NH + 2 * local_kv_heads_) * hd;
-  const auto l = static_cast<size_t>(block - part_begin_);   // within the part
+  const auto l = static_cast<size_t>(block - store_.part_begin());  // within the part
   const size_t lr = options_.recompute_activations ? 0 : l;  // recomputed: the one shared block
-  const Activations& a = acts_;
+  const Activations& a = store_.acts();
   return {a.ln1 + lr * BTC,         a.ln1_rstd + l * BT,  a.qkv + l * BT * QKV,
           a.qkvr + lr * BT * 3 * Q, a.atty + lr * BT * Q, a.att + lr * BT * NH,
           a.residual2 + l * BTC,    a.ln2 + lr * BTC,     a.ln2_rstd + l * BT,
           a.gu + l * BT * 2 * I,    a.mlp + lr * BT * I,  a.residual3 + l * BTC};
 }
 
-absl::Status Llama::check_blocks(int begin, int end, const char* what) const {
-  const int L = config_.num_hidden_layers;
-  if (B_ == 0) {
-    return absl::FailedPreconditionError(absl::StrCat("Llama::", what, ": call prepare() first"));
-  }
-  if (begin < 0 || begin > end || end > L) {
-    return absl::InvalidArgumentError(absl::StrCat("Llama::", what, ": blocks [", begin, ", ", end,
-                                                   ") are not within [0, ", L, ")"));
-  }
-  if (begin < end && (begin < part_begin_ || end > part_end_)) {
-    return absl::FailedPreconditionError(absl::StrCat("Llama::", what, ": blocks [", begin, ", ",
-                                                      end, ") are outside its part [", part_begin_,
-                                                      ", ", part_end_, ")"));
-  }
-  return absl::OkStatus();
-}
-
 ModelMemory Llama::memory() const {
-  ModelMemory m;
-  m.parameters = params_.size() * sizeof(float);
-  m.gradients = grads_.size() * sizeof(float);
-  for (const Slot& slot : slots_)
-    m.activations += slot.buffer.size() * sizeof(float);
-  m.activation_gradients = dacts_buffer_.size() * sizeof(float);
-  return m;
+  return {.parameters = params_.size() * sizeof(float),
+          .gradients = grads_.size() * sizeof(float),
+          .activations = store_.activation_bytes(),
+          .activation_gradients = store_.scratch_bytes()};
 }
 
 }  // namespace troupe::nn

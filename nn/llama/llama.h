@@ -30,6 +30,7 @@
 #include "nn/llama/config.h"
 #include "nn/llama/layout.h"
 #include "nn/memory.h"
+#include "nn/model/activation_store.h"
 #include "nn/model/model.h"
 
 namespace troupe::nn {
@@ -146,16 +147,6 @@ class Llama final : public Model {
     // The LM head's weight: the embedding's when tied.
     float* lm_head() const { return tied ? at.front() : at.back(); }
   };
-  // One micro-batch's activations (use_slot); the current slot's live in the members below.
-  struct Slot {
-    FloatBuffer buffer;
-    Activations acts = {};
-    std::vector<int32_t> inputs;
-    std::vector<int32_t> targets;
-    bool have_inputs = false;
-    bool have_targets = false;
-  };
-
   // Points the tensors of `tensors` that lie in [begin, end) at base (base + offset - begin).
   void point(Tensors& tensors, size_t begin, size_t end, float* base) const;
   // bind_parameters / bind_gradients: FailedPrecondition when `owned`, InvalidArgument when the
@@ -176,10 +167,6 @@ class Llama final : public Model {
   // each tensor-parallel rank, summed over the group in place; nothing to do for one rank.
   absl::Status sum_over_slices(float* data, size_t count) const;
   bool sliced() const { return layout_.model().slice().size > 1; }
-  absl::Status check_blocks(int begin, int end, const char* what) const;
-  absl::Status check_inputs_for_backward(const char* what) const;
-  // Until the next prepare, no piece runs on what the activations held.
-  void forget_activations();
 
   LlamaConfig config_;
   ModelConfig model_config_;
@@ -202,22 +189,8 @@ class Llama final : public Model {
   AllReduceFn tp_sum_;
   AllReduceFn tp_max_;
 
-  int B_ = 0;
-  int T_ = 0;
-  // The part of the model whose activations it keeps (set_part).
-  int part_begin_ = 0;
-  int part_end_ = 0;
-  bool part_head_ = true;
-  std::vector<Slot> slots_;  // at least one; slots_[slot_]'s state is in the members below
-  int slot_ = 0;
-  FloatBuffer dacts_buffer_;
-  Activations acts_ = {};
-  ActivationGradients dacts_ = {};
-  std::vector<int32_t> inputs_;
-  std::vector<int32_t> input_rows_;  // embed_backward_rows' row of each input
-  std::vector<int32_t> targets_;
-  bool have_inputs_ = false;   // embed_forward ran for (B_, T_)
-  bool have_targets_ = false;  // the last head_forward had targets
+  // The part, the batch shape, the slots and their inputs and targets, the activations.
+  ActivationStore<Activations, ActivationGradients> store_;
 };
 
 }  // namespace troupe::nn

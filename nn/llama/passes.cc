@@ -20,19 +20,6 @@
 namespace troupe::nn {
 namespace {
 
-absl::Status check_tokens(const int32_t* tokens, size_t n, int V, const char* what) {
-  if (tokens == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("Llama: ", what, " is null"));
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= V) {
-      return absl::InvalidArgumentError(absl::StrCat("Llama: ", what, "[", i, "] = ", tokens[i],
-                                                     " is outside the vocabulary [0, ", V, ")"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 // out[B*T, C] = table[inp] (rows of the whole vocabulary).
 void embedding_forward(float* out, const int32_t* inp, const float* table, size_t BT, int C) {
 #pragma omp parallel for schedule(static) num_threads(num_threads())
@@ -48,9 +35,11 @@ void embedding_forward(float* out, const int32_t* inp, const float* table, size_
 absl::StatusOr<float> Llama::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
   if (absl::Status s = prepare(B, T); !s.ok()) return s;
   const size_t BT = static_cast<size_t>(B) * T;
-  if (absl::Status s = check_tokens(inputs, BT, config_.vocab_size, "inputs"); !s.ok()) return s;
+  if (absl::Status s = check_tokens("Llama", inputs, BT, config_.vocab_size, "inputs"); !s.ok())
+    return s;
   if (targets != nullptr) {
-    if (absl::Status s = check_tokens(targets, BT, config_.vocab_size, "targets"); !s.ok()) {
+    if (absl::Status s = check_tokens("Llama", targets, BT, config_.vocab_size, "targets");
+        !s.ok()) {
       return s;
     }
   }
@@ -60,28 +49,28 @@ absl::StatusOr<float> Llama::forward(const int32_t* inputs, const int32_t* targe
 }
 
 absl::Status Llama::embed_forward(const int32_t* inputs) {
-  if (B_ == 0) return absl::FailedPreconditionError("Llama::embed_forward: call prepare() first");
-  if (part_begin_ != 0) {
+  if (absl::Status s = store_.check_prepared("embed_forward"); !s.ok()) return s;
+  if (store_.part_begin() != 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("Llama::embed_forward: its part starts at block ", part_begin_));
+        absl::StrCat("Llama::embed_forward: its part starts at block ", store_.part_begin()));
   }
-  const size_t BT = static_cast<size_t>(B_) * T_;
-  if (absl::Status s = check_tokens(inputs, BT, config_.vocab_size, "inputs"); !s.ok()) return s;
-  inputs_.assign(inputs, inputs + BT);
-  have_inputs_ = true;
+  const size_t BT = store_.BT();
+  if (absl::Status s = check_tokens("Llama", inputs, BT, config_.vocab_size, "inputs"); !s.ok())
+    return s;
+  store_.set_inputs(inputs);
   const float* table = param_tensors_.embed_tokens();
   if (sliced()) {
-    return vocab_parallel_embedding_forward(acts_.encoded, inputs_.data(), table,
+    return vocab_parallel_embedding_forward(store_.acts().encoded, store_.inputs(), table,
                                             /*wpe=*/nullptr, vocab_begin_,
-                                            vocab_begin_ + local_vocab_, B_, T_,
+                                            vocab_begin_ + local_vocab_, store_.B(), store_.T(),
                                             config_.hidden_size, tp_sum_);
   }
-  embedding_forward(acts_.encoded, inputs_.data(), table, BT, config_.hidden_size);
+  embedding_forward(store_.acts().encoded, store_.inputs(), table, BT, config_.hidden_size);
   return absl::OkStatus();
 }
 
 absl::Status Llama::forward_blocks(int begin, int end) {
-  if (absl::Status s = check_blocks(begin, end, "forward_blocks"); !s.ok()) return s;
+  if (absl::Status s = store_.check_blocks(begin, end, "forward_blocks"); !s.ok()) return s;
   for (int l = begin; l < end; ++l) {
     if (absl::Status s = block_forward(l); !s.ok()) return s;
   }
@@ -92,14 +81,15 @@ absl::Status Llama::project_rows(float* out, const float* in, const float* weigh
                                  int in_channels) {
   const int C = config_.hidden_size;
   if (!sliced()) {
-    linear_forward(out, in, weight, nullptr, B_, T_, in_channels, C);
+    linear_forward(out, in, weight, nullptr, store_.B(), store_.T(), in_channels, C);
     return absl::OkStatus();
   }
-  return row_parallel_linear_forward(out, in, weight, nullptr, B_, T_, in_channels, C, tp_sum_);
+  return row_parallel_linear_forward(out, in, weight, nullptr, store_.B(), store_.T(), in_channels,
+                                     C, tp_sum_);
 }
 
 absl::Status Llama::block_forward(int l) {
-  const int B = B_, T = T_, C = config_.hidden_size, hd = config_.head_dim();
+  const int B = store_.B(), T = store_.T(), C = config_.hidden_size, hd = config_.head_dim();
   const int NH = local_heads_, KV = local_kv_heads_, I = local_mlp_;  // this rank's
   const int Q = NH * hd, QKV = (NH + 2 * KV) * hd;
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -126,33 +116,37 @@ absl::Status Llama::block_forward(int l) {
 }
 
 absl::StatusOr<float> Llama::head_forward(const int32_t* targets) {
-  if (B_ == 0) return absl::FailedPreconditionError("Llama::head_forward: call prepare() first");
-  if (!part_head_) {
+  if (absl::Status s = store_.check_prepared("head_forward"); !s.ok()) return s;
+  if (!store_.part_head()) {
     return absl::FailedPreconditionError("Llama::head_forward: its part has no head (set_part)");
   }
-  const int B = B_, T = T_, C = config_.hidden_size;
+  const int B = store_.B(), T = store_.T(), C = config_.hidden_size;
   const size_t BT = static_cast<size_t>(B) * T;
   if (targets != nullptr) {
-    if (absl::Status s = check_tokens(targets, BT, config_.vocab_size, "targets"); !s.ok()) {
+    if (absl::Status s = check_tokens("Llama", targets, BT, config_.vocab_size, "targets");
+        !s.ok()) {
       return s;
     }
   }
-  rmsnorm_forward(acts_.lnf, acts_.lnf_rstd, residual(config_.num_hidden_layers),
-                  param_tensors_.norm(), B, T, C, static_cast<float>(config_.rms_norm_eps));
+  const Activations& a = store_.acts();
+  rmsnorm_forward(a.lnf, a.lnf_rstd, residual(config_.num_hidden_layers), param_tensors_.norm(), B,
+                  T, C, static_cast<float>(config_.rms_norm_eps));
   // The head is column-parallel over the vocabulary: this rank's logits are its rows'.
-  linear_forward(acts_.logits, acts_.lnf, param_tensors_.lm_head(), nullptr, B, T, C, local_vocab_);
-  have_targets_ = targets != nullptr;
-  if (!have_targets_) return std::numeric_limits<float>::quiet_NaN();
-  targets_.assign(targets, targets + BT);
+  linear_forward(a.logits, a.lnf, param_tensors_.lm_head(), nullptr, B, T, C, local_vocab_);
+  if (targets == nullptr) {
+    store_.clear_targets();
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  store_.set_targets(targets);
   if (sliced()) {
     absl::StatusOr<float> loss = vocab_parallel_crossentropy_forward(
-        acts_.losses, acts_.lse, acts_.logits, targets_.data(), vocab_begin_, local_vocab_,
-        config_.vocab_size, B, T, tp_max_, tp_sum_);
-    if (!loss.ok()) have_targets_ = false;
+        a.losses, a.lse, a.logits, store_.targets(), vocab_begin_, local_vocab_, config_.vocab_size,
+        B, T, tp_max_, tp_sum_);
+    if (!loss.ok()) store_.clear_targets();
     return loss;
   }
-  return crossentropy_forward(acts_.losses, acts_.lse, acts_.logits, targets_.data(), B, T,
-                              config_.vocab_size, config_.padded_vocab());
+  return crossentropy_forward(a.losses, a.lse, a.logits, store_.targets(), B, T, config_.vocab_size,
+                              config_.padded_vocab());
 }
 
 // --- Backward. ---
@@ -164,34 +158,36 @@ absl::Status Llama::backward(float dloss) {
 }
 
 absl::Status Llama::head_backward(float dloss) {
-  if (!have_targets_) {
+  if (!store_.have_targets()) {
     return absl::FailedPreconditionError(
         "Llama::backward: the last forward had no targets; run forward with targets first");
   }
-  const int B = B_, T = T_, C = config_.hidden_size, V = config_.vocab_size;
+  const int B = store_.B(), T = store_.T(), C = config_.hidden_size, V = config_.vocab_size;
   if (sliced()) {
     // Its columns of the vocabulary, padding included (which the loss leaves at zero).
     const size_t n = static_cast<size_t>(B) * T * local_vocab_;
-    std::fill(dacts_.dlogits, dacts_.dlogits + n, 0.0f);
-    vocab_parallel_crossentropy_backward(dacts_.dlogits, dloss, acts_.logits, acts_.lse,
-                                         targets_.data(), vocab_begin_, local_vocab_, V, B, T);
+    std::fill(store_.grads().dlogits, store_.grads().dlogits + n, 0.0f);
+    vocab_parallel_crossentropy_backward(store_.grads().dlogits, dloss, store_.acts().logits,
+                                         store_.acts().lse, store_.targets(), vocab_begin_,
+                                         local_vocab_, V, B, T);
   } else {
-    crossentropy_backward(dacts_.dlogits, dloss, acts_.logits, acts_.lse, targets_.data(), B, T, V,
-                          config_.padded_vocab(), /*accumulate=*/false);
+    crossentropy_backward(store_.grads().dlogits, dloss, store_.acts().logits, store_.acts().lse,
+                          store_.targets(), B, T, V, config_.padded_vocab(), /*accumulate=*/false);
   }
   // A tied head's weight gradient accumulates into the embedding's.
-  linear_backward(dacts_.dln, grad_tensors_.lm_head(), nullptr, dacts_.dlogits, acts_.lnf,
-                  param_tensors_.lm_head(), B, T, C, local_vocab_, /*accumulate_dinp=*/false);
-  if (absl::Status s = sum_over_slices(dacts_.dln, static_cast<size_t>(B) * T * C); !s.ok())
+  linear_backward(store_.grads().dln, grad_tensors_.lm_head(), nullptr, store_.grads().dlogits,
+                  store_.acts().lnf, param_tensors_.lm_head(), B, T, C, local_vocab_,
+                  /*accumulate_dinp=*/false);
+  if (absl::Status s = sum_over_slices(store_.grads().dln, static_cast<size_t>(B) * T * C); !s.ok())
     return s;
-  rmsnorm_backward(dacts_.dresidual, grad_tensors_.norm(), dacts_.dln,
-                   residual(config_.num_hidden_layers), param_tensors_.norm(), acts_.lnf_rstd, B, T,
-                   C, /*accumulate_dinp=*/false);
+  rmsnorm_backward(store_.grads().dresidual, grad_tensors_.norm(), store_.grads().dln,
+                   residual(config_.num_hidden_layers), param_tensors_.norm(),
+                   store_.acts().lnf_rstd, B, T, C, /*accumulate_dinp=*/false);
   return absl::OkStatus();
 }
 
 absl::Status Llama::backward_blocks(int begin, int end, const GradientsFinal& on_final) {
-  if (absl::Status s = check_blocks(begin, end, "backward_blocks"); !s.ok()) return s;
+  if (absl::Status s = store_.check_blocks(begin, end, "backward_blocks"); !s.ok()) return s;
   for (int l = end - 1; l >= begin; --l) {
     if (options_.recompute_activations) block_recompute(l);
     if (absl::Status s = block_backward(l, on_final); !s.ok()) return s;
@@ -200,7 +196,7 @@ absl::Status Llama::backward_blocks(int begin, int end, const GradientsFinal& on
 }
 
 void Llama::block_recompute(int l) {
-  const int B = B_, T = T_, C = config_.hidden_size, hd = config_.head_dim();
+  const int B = store_.B(), T = store_.T(), C = config_.hidden_size, hd = config_.head_dim();
   const int NH = local_heads_, KV = local_kv_heads_, I = local_mlp_;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const BlockActivations a = block_activations(l);
@@ -215,12 +211,12 @@ void Llama::block_recompute(int l) {
 }
 
 absl::Status Llama::block_backward(int l, const GradientsFinal& on_final) {
-  const int B = B_, T = T_, C = config_.hidden_size, hd = config_.head_dim();
+  const int B = store_.B(), T = store_.T(), C = config_.hidden_size, hd = config_.head_dim();
   const int NH = local_heads_, KV = local_kv_heads_, I = local_mlp_;
   const int Q = NH * hd, QKV = (NH + 2 * KV) * hd;
   const size_t BTC = static_cast<size_t>(B) * T * C;
   const BlockActivations a = block_activations(l);
-  const ActivationGradients& d = dacts_;
+  const ActivationGradients& d = store_.grads();
   auto w = [&](LlamaTensor t) { return param_tensors_.block(l, t); };
   auto dw = [&](LlamaTensor t) { return grad_tensors_.block(l, t); };
   auto finished = [&](LlamaTensor first_tensor) {
@@ -258,19 +254,11 @@ absl::Status Llama::block_backward(int l, const GradientsFinal& on_final) {
   return absl::OkStatus();
 }
 
-absl::Status Llama::check_inputs_for_backward(const char* what) const {
-  if (!have_inputs_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("Llama::", what, ": no embed_forward for the current batch shape"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Llama::embed_backward() {
-  if (absl::Status s = check_inputs_for_backward("embed_backward"); !s.ok()) return s;
+  if (absl::Status s = store_.check_inputs("embed_backward"); !s.ok()) return s;
   // One rank's rows [vocab_begin_, + local_vocab_); the whole vocabulary for one rank.
-  detail::embedding_rows_backward(grad_tensors_.embed_tokens(), dacts_.dresidual, inputs_.data(),
-                                  static_cast<size_t>(B_) * T_, vocab_begin_,
+  detail::embedding_rows_backward(grad_tensors_.embed_tokens(), store_.grads().dresidual,
+                                  store_.inputs(), store_.BT(), vocab_begin_,
                                   vocab_begin_ + local_vocab_, config_.hidden_size);
   return absl::OkStatus();
 }
@@ -282,25 +270,11 @@ absl::Status Llama::embed_backward_rows(float* rows, std::span<const int32_t> ro
         "Llama::embed_backward_rows: a tensor-parallel rank holds only its rows of the "
         "embedding; use embed_backward");
   }
-  if (absl::Status s = check_inputs_for_backward("embed_backward_rows"); !s.ok()) return s;
-  if (row_of.size() < static_cast<size_t>(config_.vocab_size)) {
-    return absl::InvalidArgumentError(absl::StrCat("Llama::embed_backward_rows: row_of has ",
-                                                   row_of.size(), " entries for a vocabulary of ",
-                                                   config_.vocab_size));
-  }
-  const size_t n = static_cast<size_t>(B_) * T_;
-  input_rows_.resize(n);
-  for (size_t i = 0; i < n; i++) {
-    const int32_t row = row_of[static_cast<size_t>(inputs_[i])];
-    if (row < 0 || row >= num_rows) {
-      return absl::InvalidArgumentError(absl::StrCat("Llama::embed_backward_rows: token ",
-                                                     inputs_[i], " has row ", row, ", not in [0, ",
-                                                     num_rows, ")"));
-    }
-    input_rows_[i] = row;
-  }
-  detail::embedding_rows_backward(rows, dacts_.dresidual, input_rows_.data(), n, 0, num_rows,
-                                  config_.hidden_size);
+  absl::StatusOr<const int32_t*> input_rows =
+      store_.input_rows(row_of, num_rows, config_.vocab_size);
+  if (!input_rows.ok()) return input_rows.status();
+  detail::embedding_rows_backward(rows, store_.grads().dresidual, *input_rows, store_.BT(), 0,
+                                  num_rows, config_.hidden_size);
   return absl::OkStatus();
 }
 
