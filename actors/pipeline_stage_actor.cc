@@ -124,40 +124,19 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
   absl::StatusOr<StagePlan> plan =
       plan_stage((*model)->layout(), options.mesh.pp, options.at.p, options.partition);
   if (!plan.ok()) return plan.status();
-  pipeline::Schedule schedule;
-  pipeline::ChunkProgram program;
-  // Interleaved: this actor is chunk `chunk` of stage `physical` of `stages`.
-  const int stages = options.mesh.pp / options.virtual_stages;
-  const int physical = options.at.p % stages, chunk = options.at.p / stages;
-  if (options.mesh.pp > 1) {
-    absl::StatusOr<pipeline::Schedule> made = pipeline::make_schedule(
-        options.schedule, stages, options.grad_accum, options.virtual_stages);
-    if (!made.ok()) return made.status();
-    if (absl::Status s = pipeline::check_schedule(*made); !s.ok()) return s;
-    schedule = *std::move(made);
-    program = pipeline::chunk_program(schedule, physical, chunk);
-    // It keeps its blocks' activations, one set per micro-batch its program
-    // holds at once.
-    if (absl::Status s = (*model)->set_part(plan->block_begin, plan->block_end, plan->last());
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = (*model)->set_activation_slots(pipeline::most_held(program.ops));
-        !s.ok()) {
-      return s;
-    }
-  }
   std::unique_ptr<PipelineStageActor> stage(
       new PipelineStageActor(options, *plan, *std::move(model)));
+  if (absl::Status s = stage->reschedule(); !s.ok()) return s;
   if (options.virtual_stages > 1) {
-    stage->chunk_ = chunk;
+    // Interleaved: this actor is chunk `chunk` of stage `physical` of `stages`.
+    const int stages = options.mesh.pp / options.virtual_stages;
+    const int physical = options.at.p % stages;
+    stage->chunk_ = options.at.p / stages;
     stage->turns_ = StageTurns::of(
         actor_name(options.job, "turns", {.d = options.at.d, .p = physical, .t = options.at.t}),
-        schedule.programs[static_cast<size_t>(physical)]);
-    stage->turns_->join(chunk);
+        stage->schedule_.programs[static_cast<size_t>(physical)]);
+    stage->turns_->join(stage->chunk_);
   }
-  stage->schedule_ = std::move(schedule);
-  stage->program_ = std::move(program);
   if (options.mesh.pp > 1) {
     absl::StatusOr<std::unique_ptr<StageBuffers>> buffers = StageBuffers::stage(
         *stage->model_, stage->plan_.params,
@@ -207,6 +186,24 @@ PipelineStageActor::PipelineStageActor(StageOptions options, StagePlan plan,
       sends_(std::make_unique<StageSends>()),
       partition_(plan_.params, options_.mesh.dp, options_.at.d) {
   if (options_.threads > 0) nn::set_num_threads(options_.threads);
+}
+
+absl::Status PipelineStageActor::reschedule() {
+  const int stages = options_.mesh.pp / options_.virtual_stages;
+  const int physical = options_.at.p % stages, chunk = options_.at.p / stages;
+  const pipeline::ScheduleKind kind =
+      options_.mesh.pp > 1 ? options_.schedule : pipeline::ScheduleKind::kOneFOneB;
+  absl::StatusOr<pipeline::Schedule> made =
+      pipeline::make_schedule(kind, stages, options_.grad_accum, options_.virtual_stages);
+  if (!made.ok()) return made.status();
+  if (absl::Status s = pipeline::check_schedule(*made); !s.ok()) return s;
+  schedule_ = *std::move(made);
+  program_ = pipeline::chunk_program(schedule_, physical, chunk);
+  // It keeps its blocks' activations, one set per micro-batch its program
+  // holds at once.
+  if (absl::Status s = model_->set_part(plan_.block_begin, plan_.block_end, plan_.last()); !s.ok())
+    return s;
+  return model_->set_activation_slots(pipeline::most_held(program_.ops));
 }
 
 void PipelineStageActor::publish_tensors() {
@@ -333,6 +330,7 @@ absl::Status PipelineStageActor::resize(StageShape shape) {
     options_.at.d = shape.rank;
     options_.micro_batch = shape.micro_batch;
     options_.grad_accum = shape.grad_accum;
+    if (absl::Status s = reschedule(); !s.ok()) return s;
     if (zero > 0) {
       if (absl::Status s = repartition(); !s.ok()) return s;
     }
@@ -364,6 +362,7 @@ absl::Status PipelineStageActor::resize(StageShape shape) {
   options_.micro_batch = shape.micro_batch;
   options_.grad_accum = shape.grad_accum;
   whole_version_ = -1;
+  if (absl::Status s = reschedule(); !s.ok()) return s;
   if (zero > 0) {
     // The partition follows the rank and the size; its shard fills it
     // (ParamShardActor::adopt_partition).
@@ -425,8 +424,7 @@ absl::StatusOr<StepReport> PipelineStageActor::run_step(StepRequest request) {
   if (absl::Status s = check_turn(request.step); !s.ok()) return s;
   last_run_ = request.step;
   tensors_->running_step.store(request.step);
-  absl::StatusOr<StepReport> report =
-      options_.mesh.pp > 1 ? run_schedule(request) : run_micro_batches(request);
+  absl::StatusOr<StepReport> report = run_schedule(request);
   tensors_->running_step.store(0);
   if (!report.ok()) {
     absl::Status failed = Prefixed(name_ + ": ", report.status());
@@ -481,46 +479,6 @@ absl::StatusOr<Batch> PipelineStageActor::next_batch(StepReport& report) {
                            batch->sample_ids.end());
   report.epoch = batch->epoch;
   return batch;
-}
-
-absl::StatusOr<StepReport> PipelineStageActor::run_micro_batches(const StepRequest& request) {
-  const double start = now_ms();
-  StepReport report;
-  if (absl::Status s = start_step(request, report); !s.ok()) return s;
-  const int B = options_.micro_batch;
-  const int T = options_.model.max_seq_len();
-  double loss_sum = 0;
-  for (int j = 0; j < options_.grad_accum; ++j) {
-    // A group that lost a member cannot finish the step: no more compute for it.
-    if (group_ != nullptr) {
-      if (absl::Status s = group_->failed(); !s.ok()) return s;
-    }
-    absl::StatusOr<Batch> batch = next_batch(report);
-    if (!batch.ok()) return batch.status();
-    const bool last = j + 1 == options_.grad_accum;
-    if (j == 0) failpoint("forward", options_.at, request.step);
-    const double t0 = now_ms();
-    absl::StatusOr<float> loss =
-        sync_->forward(batch->inputs.data(), batch->targets.data(), B, T, last);
-    if (!loss.ok()) return loss.status();
-    if (plan_.last()) loss_sum += *loss;
-    const double t1 = now_ms();
-    report.forward_ms += t1 - t0;
-    // Each micro-batch's mean loss weighs 1 / grad_accum; the loss scale
-    // rides on the same factor.
-    const float dloss = request.loss_scale / static_cast<float>(options_.grad_accum);
-    if (last) failpoint("backward", options_.at, request.step);
-    if (absl::Status s = sync_->backward(dloss, last); !s.ok()) return s;
-    report.backward_ms += now_ms() - t1;
-  }
-  SyncTimes times;
-  failpoint("allreduce", options_.at, request.step);  // the last buckets in flight
-  if (absl::Status s = sync_->finish(times); !s.ok()) return s;
-  report.comm_ms = times.comm_ms;
-  report.comm_exposed_ms = times.exposed_ms;
-  report.loss = plan_.last() ? loss_sum / options_.grad_accum : 0;
-  finish_report(report, start);
-  return report;
 }
 
 void PipelineStageActor::finish_report(StepReport& report, double start) {

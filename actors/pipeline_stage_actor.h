@@ -3,24 +3,26 @@
 // the blocks its StagePlan names (actors/stage_plan.h) and the parameter range
 // that goes with them; how its gradients are exchanged with the other
 // data-parallel ranks is its GradientSync (actors/gradient_sync.h). With
-// pipeline parallelism (pp > 1) a step runs its schedule (actors/pipeline/):
-// the activations of each micro-batch and their gradients go peer to peer
-// between neighbouring stages of the replica, over its pipe group, and the
-// first stage adds the last stage's share of the tied embedding's gradient
-// to its own (docs/parallelism.md). Under interleaved 1F1B a stage actor is
-// one model chunk of a stage (a virtual stage), taking turns with the
-// stage's other chunks in its process (actors/stage_turns.h). With tensor
-// parallelism (tp > 1) the stage's model is slice t of tp (nn/gpt.h): the tp
-// ranks of a stage run the same micro-batches in step, summing over their tp
-// group inside each block.
+// pipeline parallelism (pp > 1) the activations of each micro-batch and
+// their gradients go peer to peer between neighbouring stages of the
+// replica, over its pipe group, in its schedule's order (actors/pipeline/);
+// the first stage adds the last stage's share of the tied embedding's
+// gradient to its own (docs/parallelism.md). Under interleaved 1F1B a stage
+// actor is one model chunk of a stage (a virtual stage), taking turns with
+// the stage's other chunks in its process (actors/stage_turns.h). With
+// tensor parallelism (tp > 1) the stage's model is slice t of tp
+// (nn/model/model.h): the tp ranks of a stage run the same micro-batches in
+// step, summing over their tp group inside each block.
 //
 // A step, as the controller drives it:
-//   run_step(k)   for each of its micro-batches: take it from the loader of
-//                 this coordinate, forward, backward (with pp > 1 in the
-//                 order of its schedule, exchanging activations with its
-//                 neighbours); the gradient sync reduces the gradients (as
-//                 backward finishes them, pp = 1; after the last backward,
-//                 pp > 1); reports loss, the owned range and its norm.
+//   run_step(k)   its schedule's program, op by op: for each of its
+//                 micro-batches, take it from the loader of this coordinate,
+//                 forward, backward (one stage: each forward then its
+//                 backward; pp > 1: in its schedule's order, exchanging
+//                 activations with its neighbours); the gradient sync reduces
+//                 the gradients (as backward finishes them, pp = 1; after the
+//                 last backward, pp > 1); reports loss, the owned range and
+//                 its norm.
 //   commit        by the parameter shard of this coordinate (in this process),
 //                 only once every stage's run_step succeeded; or
 //   discard(k)    drops the step's gradients (a failed or overflowed step).
@@ -188,11 +190,16 @@ class PipelineStageActor {
   absl::Status repartition();
   absl::Status check_turn(int64_t step) const;
   absl::Status check_whole_parameters() const;
-  absl::StatusOr<StepReport> run_micro_batches(const StepRequest& request);
-  // pp > 1: the step as the stage's schedule program orders it
-  // (pipeline_stage_schedule.cc).
+  // schedule_ and program_ for options_ (its mesh, coordinate and
+  // grad_accum), and the model's part and activation slots to match. One
+  // stage (pp 1) runs each micro-batch's forward, then its backward: 1F1B
+  // of one stage, whatever the configured schedule (another order would
+  // only hold more activations).
+  absl::Status reschedule();
+  // The step as its program orders it, op by op (pipeline_stage_schedule.cc).
   absl::StatusOr<StepReport> run_schedule(const StepRequest& request);
-  // A tied head (pp > 1; nothing to do for an untied one): the first stage
+  // A tied head split over a pipeline (nothing to do for an untied one, or
+  // a stage that holds both ends): the first stage
   // sends the token embedding to the last before the step, and the last the
   // head's share of its gradient back (add_embedding_grad).
   absl::Status share_embedding(int64_t step, StageSends& sends);
@@ -224,8 +231,8 @@ class PipelineStageActor {
   std::unique_ptr<CollectiveGroup> pipe_;  // pp > 1: this replica's stages, rank p
   std::unique_ptr<StageSends> sends_;      // what the pipe's transport may still read
   std::unique_ptr<CollectiveGroup> tp_;    // tp > 1: this stage's slices, rank t
-  pipeline::Schedule schedule_;            // pp > 1: its stage's (of all its chunks)
-  pipeline::ChunkProgram program_;         // pp > 1: what this actor runs of it
+  pipeline::Schedule schedule_;            // its stage's (of all its chunks)
+  pipeline::ChunkProgram program_;         // what this actor runs of it
   int chunk_ = 0;                          // interleaved: its chunk of the stage
   std::shared_ptr<StageTurns> turns_;      // interleaved: its stage's turns
   std::unique_ptr<GradientSync> sync_;

@@ -1,5 +1,6 @@
-// PipelineStageActor's step under pipeline parallelism (pp > 1): its
-// schedule's program (actors/pipeline/schedule.h) run op by op. Each
+// PipelineStageActor's step: its schedule's program
+// (actors/pipeline/schedule.h) run op by op; one stage (pp 1) runs each
+// micro-batch's forward and then its backward, with nothing to pass. Each
 // micro-batch's forward takes an activation slot of the model
 // (nn::Model::use_slot) until its backward is done; activations and their
 // gradients go to the neighbouring stages over the pipe group, whose sends
@@ -45,7 +46,7 @@ uint64_t wire_tag(int64_t step, Wire what, int micro) {
 
 absl::Status PipelineStageActor::share_embedding(int64_t step, StageSends& sends) {
   const nn::ModelLayout& layout = model_->layout();
-  if (!layout.tied_head()) return absl::OkStatus();
+  if (!layout.tied_head() || pipe_ == nullptr) return absl::OkStatus();
   const size_t bytes = layout.token_embedding().size() * sizeof(float);
   const int last = options_.mesh.pp - 1;
   if (plan_.first()) {
@@ -61,7 +62,7 @@ absl::Status PipelineStageActor::share_embedding(int64_t step, StageSends& sends
 
 void PipelineStageActor::send_embedding_grad(int64_t step, StageSends& sends) {
   const nn::ModelLayout& layout = model_->layout();
-  if (!layout.tied_head()) return;
+  if (!layout.tied_head() || pipe_ == nullptr) return;
   const size_t bytes = layout.token_embedding().size() * sizeof(float);
   const float* grad = buffers_->grads(0);
   sends.add(grad,
@@ -70,7 +71,7 @@ void PipelineStageActor::send_embedding_grad(int64_t step, StageSends& sends) {
 
 absl::Status PipelineStageActor::add_embedding_grad(int64_t step) {
   const nn::ModelLayout& layout = model_->layout();
-  if (!layout.tied_head()) return absl::OkStatus();
+  if (!layout.tied_head() || pipe_ == nullptr) return absl::OkStatus();
   const size_t n = layout.token_embedding().size();
   head_share_.resize(n);
   if (absl::Status s =
@@ -122,7 +123,9 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
   if (absl::Status s = gpt.prepare(B, T); !s.ok()) return s;
   // A group that lost a member cannot finish the step: no more work for it.
   const GoOn go_on = [this]() -> absl::Status {
-    if (absl::Status s = pipe_->failed(); !s.ok()) return s;
+    if (pipe_ != nullptr) {
+      if (absl::Status s = pipe_->failed(); !s.ok()) return s;
+    }
     return group_ != nullptr ? group_->failed() : absl::OkStatus();
   };
   const absl::Time deadline = absl::Now() + kPipeTimeout;
@@ -157,7 +160,9 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
   const float dloss = request.loss_scale / static_cast<float>(m);
   double loss_sum = 0;
   const double began = now_ms();
-  report.timeline.reserve(program.size());
+  // A pipeline's stages report when each op ran (the controller's bubble).
+  const bool pipelined = pipe_ != nullptr;
+  if (pipelined) report.timeline.reserve(program.size());
   for (size_t i = 0; i < program.size(); ++i) {
     const PipelineOp& op = program[i];
     if (absl::Status s = go_on(); !s.ok()) return s;
@@ -235,14 +240,18 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
         break;
       }
     }
-    report.timeline.push_back({.kind = static_cast<int32_t>(op.kind),
-                               .micro = op.micro,
-                               .begin_ms = t0 - began,
-                               .end_ms = now_ms() - began});
+    if (pipelined) {
+      report.timeline.push_back({.kind = static_cast<int32_t>(op.kind),
+                                 .micro = op.micro,
+                                 .begin_ms = t0 - began,
+                                 .end_ms = now_ms() - began});
+    }
     if (turns_ != nullptr) turns_->ran(chunk_, program_.turns[i]);
   }
-  report.schedule_ms = now_ms() - began;
-  report.began_ms = began;
+  if (pipelined) {
+    report.schedule_ms = now_ms() - began;
+    report.began_ms = began;
+  }
   // What was sent is read no more before the reduction and the update write it.
   if (absl::Status s = sends.await_all(go_on, deadline); !s.ok()) return s;
   SyncTimes times;
