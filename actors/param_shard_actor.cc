@@ -143,7 +143,7 @@ absl::StatusOr<int64_t> ParamShardActor::init() {
 
 absl::Status ParamShardActor::load_pretrained(float* out) {
   absl::StatusOr<std::vector<float>> whole =
-      checkpoint::load_pretrained(checkpoint::Env::posix(), options_.init_from, options_.model);
+      checkpoint::load_pretrained(io::Env::posix(), options_.init_from, options_.model);
   if (!whole.ok()) return Prefixed(absl::StrCat(name_, ": "), whole.status());
   // The slice's layout of the whole model, then the shard's range of it.
   std::vector<float> slice(layout_.num_params());
@@ -334,8 +334,8 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
           for (uint64_t have = staged_.load(); have < bytes; have = staged_.load())
             staged_.wait(have);
         };
-        absl::StatusOr<std::vector<checkpoint::ShardEntry>> entries = checkpoint::write_shard_file(
-            checkpoint::Env::posix(), dir, report.file, arrays, await_staged);
+        absl::StatusOr<std::vector<checkpoint::ShardEntry>> entries =
+            checkpoint::write_shard_file(io::Env::posix(), dir, report.file, arrays, await_staged);
         report.write_ms = now_ms() - t0;
         await_staged(static_cast<uint64_t>(report.bytes));  // then staging_ms_ is the copy's
         report.staging_ms = staging_ms_.load();
@@ -390,7 +390,7 @@ absl::StatusOr<ShardLoadReport> ParamShardActor::load(LoadRequest request) {
     return absl::FailedPreconditionError(absl::StrCat(
         name_, ": load while its stage holds the gradients of step ", held, " (discard it first)"));
   }
-  checkpoint::Env* env = checkpoint::Env::posix();
+  io::Env* env = io::Env::posix();
   const std::string manifest_path = request.step_dir + "/" + checkpoint::kManifestFile;
   absl::StatusOr<std::string> text = env->read_file(manifest_path, checkpoint::kMaxManifestBytes);
   if (!text.ok()) {

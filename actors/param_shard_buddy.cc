@@ -160,7 +160,7 @@ absl::StatusOr<ShardSaveReport> ParamShardActor::save_replica(SaveRequest reques
   report.range = state->range;
   report.bytes = static_cast<int64_t>(state->data.size());
   absl::StatusOr<std::vector<checkpoint::ShardEntry>> entries =
-      checkpoint::write_shard_file(checkpoint::Env::posix(), request.step_dir, report.file, arrays);
+      checkpoint::write_shard_file(io::Env::posix(), request.step_dir, report.file, arrays);
   if (!entries.ok()) {
     return absl::Status(entries.status().code(),
                         absl::StrCat(name_, ": writing ", report.file,

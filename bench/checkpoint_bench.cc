@@ -46,9 +46,9 @@
 #include "bench/bench_fail.h"
 #include "bench/bench_shapes.h"
 #include "bench/bench_util.h"
-#include "checkpoint/env.h"
 #include "core/cluster/cluster.h"
 #include "core/cluster/local_cluster.h"
+#include "core/io/env.h"
 #include "nn/model/model.h"
 #include "trainers/checkpointer.h"
 #include "trainers/config.h"
@@ -159,11 +159,11 @@ OverheadRun run_training(Bench& bench, trainers::TrainConfig c, int warmup, int 
 
 // The disk's sequential write bandwidth for `bytes`: 4 MiB writes, then fdatasync. MB/s.
 double disk_write_mbps(const std::string& dir, size_t bytes) {
-  checkpoint::Env* env = checkpoint::Env::posix();
+  io::Env* env = io::Env::posix();
   const std::vector<char> chunk(size_t{4} << 20, 'x');
   const std::string path = dir + "/disk-bandwidth.bin";
   const Clock::time_point start = Clock::now();
-  auto f = value_or_die(env->new_writable_file(path), "the bandwidth file");
+  auto f = value_or_die(env->new_writable_file(path, {}), "the bandwidth file");
   for (size_t at = 0; at < bytes; at += chunk.size()) {
     if (absl::Status s = f->append(chunk.data(), std::min(chunk.size(), bytes - at)); !s.ok()) {
       die(s.ToString());

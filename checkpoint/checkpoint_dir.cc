@@ -16,7 +16,7 @@ namespace {
 constexpr char kStepPrefix[] = "step-";
 
 // A candidate checkpoint: its manifest decoded and its files present.
-absl::StatusOr<Manifest> open_candidate(Env* env, const std::string& dir, int64_t step) {
+absl::StatusOr<Manifest> open_candidate(io::Env* env, const std::string& dir, int64_t step) {
   const std::string where = step_dir(dir, step);
   absl::StatusOr<std::string> text = env->read_file(where + "/" + kManifestFile);
   if (absl::IsNotFound(text.status())) {
@@ -45,7 +45,7 @@ absl::StatusOr<Manifest> open_candidate(Env* env, const std::string& dir, int64_
 
 // Removes a checkpoint's directory, its manifest first, so that a crash
 // part-way leaves a plainly incomplete directory, not a manifest without files.
-absl::Status remove_checkpoint_dir(Env* env, const std::string& where) {
+absl::Status remove_checkpoint_dir(io::Env* env, const std::string& where) {
   const std::string manifest = where + "/" + kManifestFile;
   if (env->exists(manifest)) {
     if (absl::Status s = env->remove_file(manifest); !s.ok()) return s;
@@ -98,13 +98,13 @@ std::string shard_file_name(const Owner& owner) {
   return absl::StrCat("shard-", to_string(owner), ".bin");
 }
 
-absl::Status verify_checkpoint(Env* env, const std::string& dir, int64_t step) {
+absl::Status verify_checkpoint(io::Env* env, const std::string& dir, int64_t step) {
   absl::StatusOr<Manifest> m = open_candidate(env, dir, step);
   if (!m.ok()) return m.status();
   return verify_checksums(env, step_dir(dir, step), *m);
 }
 
-absl::Status begin_checkpoint(Env* env, const std::string& dir, int64_t step) {
+absl::Status begin_checkpoint(io::Env* env, const std::string& dir, int64_t step) {
   if (absl::Status s = env->create_dir(dir); !s.ok()) return s;
   const std::string where = step_dir(dir, step);
   // What a failed attempt at this step left may go, and so may a checkpoint
@@ -131,7 +131,7 @@ absl::Status begin_checkpoint(Env* env, const std::string& dir, int64_t step) {
   return made;
 }
 
-absl::Status abandon_checkpoint(Env* env, const std::string& dir, int64_t step) {
+absl::Status abandon_checkpoint(io::Env* env, const std::string& dir, int64_t step) {
   const std::string where = step_dir(dir, step);
   if (!env->exists(where)) return absl::OkStatus();
   absl::StatusOr<Manifest> m = open_candidate(env, dir, step);
@@ -140,7 +140,7 @@ absl::Status abandon_checkpoint(Env* env, const std::string& dir, int64_t step) 
   return remove_checkpoint_dir(env, where);
 }
 
-absl::StatusOr<std::vector<int64_t>> list_checkpoints(Env* env, const std::string& dir) {
+absl::StatusOr<std::vector<int64_t>> list_checkpoints(io::Env* env, const std::string& dir) {
   absl::StatusOr<std::vector<std::string>> names = env->children(dir);
   if (!names.ok()) return names.status();
   std::vector<int64_t> steps;
@@ -153,18 +153,18 @@ absl::StatusOr<std::vector<int64_t>> list_checkpoints(Env* env, const std::strin
   return steps;
 }
 
-absl::Status commit_checkpoint(Env* env, const std::string& dir, const Manifest& manifest,
+absl::Status commit_checkpoint(io::Env* env, const std::string& dir, const Manifest& manifest,
                                int keep) {
   const std::string where = step_dir(dir, manifest.step);
   const std::string text = encode_manifest(manifest);
   if (absl::Status s =
-          write_file_atomically(env, where + "/" + kManifestFile, text.data(), text.size());
+          io::write_file_atomically(env, where + "/" + kManifestFile, text.data(), text.size());
       !s.ok()) {
     return s;
   }
   const std::string pointer = latest_pointer(manifest.step);
   if (absl::Status s =
-          write_file_atomically(env, dir + "/" + kLatestFile, pointer.data(), pointer.size());
+          io::write_file_atomically(env, dir + "/" + kLatestFile, pointer.data(), pointer.size());
       !s.ok()) {
     return s;
   }
@@ -172,7 +172,7 @@ absl::Status commit_checkpoint(Env* env, const std::string& dir, const Manifest&
   return prune_checkpoints(env, dir, manifest.step, keep);
 }
 
-absl::Status prune_checkpoints(Env* env, const std::string& dir, int64_t newest, int keep) {
+absl::Status prune_checkpoints(io::Env* env, const std::string& dir, int64_t newest, int keep) {
   // The newest `keep` loadable checkpoints up to `newest` stay; older ones,
   // and the directories older than it that hold no loadable checkpoint (a
   // failed, interrupted or corrupt save: no manifest, one that does not
@@ -207,7 +207,7 @@ absl::Status prune_checkpoints(Env* env, const std::string& dir, int64_t newest,
   return first;
 }
 
-absl::StatusOr<FoundCheckpoint> find_checkpoint(Env* env, const std::string& dir,
+absl::StatusOr<FoundCheckpoint> find_checkpoint(io::Env* env, const std::string& dir,
                                                 std::optional<int64_t> step, int64_t below,
                                                 std::vector<std::string> passed_over) {
   FoundCheckpoint found;

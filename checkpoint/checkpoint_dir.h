@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "checkpoint/env.h"
 #include "checkpoint/manifest.h"
+#include "core/io/env.h"
 
 namespace troupe::checkpoint {
 
@@ -57,25 +57,25 @@ std::optional<int64_t> parse_latest_pointer(const std::string& text);
 // of its data (permissions, EIO) is returned, touching nothing. Checking
 // reads the whole checkpoint, so it is done only when `latest` names step N.
 // On an error creating DIR/step-N no empty directory is left.
-absl::Status begin_checkpoint(Env* env, const std::string& dir, int64_t step);
+absl::Status begin_checkpoint(io::Env* env, const std::string& dir, int64_t step);
 
 // OK when DIR/step-N is loadable (as find_checkpoint checks) and every entry
 // of every file matches its checksum (as loading reads it); DataLoss naming
 // what does not.
-absl::Status verify_checkpoint(Env* env, const std::string& dir, int64_t step);
+absl::Status verify_checkpoint(io::Env* env, const std::string& dir, int64_t step);
 
 // After a failed save of step N, when no owner is writing into it any more:
 // removes DIR/step-N unless it holds a loadable checkpoint (a save that
 // failed after its manifest was written is complete, and stays: it may be
 // the only one). OK when there is nothing to remove.
-absl::Status abandon_checkpoint(Env* env, const std::string& dir, int64_t step);
+absl::Status abandon_checkpoint(io::Env* env, const std::string& dir, int64_t step);
 
 // Makes the checkpoint of manifest.step complete and latest, then prunes
 // (keep >= 1; 0: no pruning, for a caller that prunes itself). Errors of
 // writing the manifest or `latest` leave the previous checkpoint latest; an
 // error while pruning is returned after the new checkpoint is complete (it
 // is loadable either way).
-absl::Status commit_checkpoint(Env* env, const std::string& dir, const Manifest& manifest,
+absl::Status commit_checkpoint(io::Env* env, const std::string& dir, const Manifest& manifest,
                                int keep);
 
 // Removes the loadable checkpoints older than the newest `keep` of those up
@@ -84,7 +84,7 @@ absl::Status commit_checkpoint(Env* env, const std::string& dir, const Manifest&
 // that does not decode, a file missing or short). Directories from `newest`
 // up (a save in progress) and ones that cannot be read for another reason
 // than their data stay.
-absl::Status prune_checkpoints(Env* env, const std::string& dir, int64_t newest, int keep);
+absl::Status prune_checkpoints(io::Env* env, const std::string& dir, int64_t newest, int keep);
 
 struct FoundCheckpoint {
   std::string step_dir;
@@ -101,12 +101,12 @@ struct FoundCheckpoint {
 // error is returned as it is. `passed_over`: the reasons of newer
 // checkpoints the caller already passed over (those whose files failed their
 // checksums as they loaded), listed first in `skipped` and in the NotFound.
-absl::StatusOr<FoundCheckpoint> find_checkpoint(Env* env, const std::string& dir,
+absl::StatusOr<FoundCheckpoint> find_checkpoint(io::Env* env, const std::string& dir,
                                                 std::optional<int64_t> step = std::nullopt,
                                                 int64_t below = std::numeric_limits<int64_t>::max(),
                                                 std::vector<std::string> passed_over = {});
 
 // The complete checkpoints in `dir` (those with a manifest), oldest first.
-absl::StatusOr<std::vector<int64_t>> list_checkpoints(Env* env, const std::string& dir);
+absl::StatusOr<std::vector<int64_t>> list_checkpoints(io::Env* env, const std::string& dir);
 
 }  // namespace troupe::checkpoint

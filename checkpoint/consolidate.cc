@@ -7,7 +7,7 @@
 
 namespace troupe::checkpoint {
 
-absl::StatusOr<ConsolidatedWeights> consolidate(Env* env, const std::string& dir,
+absl::StatusOr<ConsolidatedWeights> consolidate(io::Env* env, const std::string& dir,
                                                 std::optional<int64_t> step) {
   std::vector<std::string> skipped;
   int64_t below = std::numeric_limits<int64_t>::max();

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "checkpoint/checkpoint_dir.h"
-#include "checkpoint/env.h"
+#include "core/io/env.h"
 
 namespace troupe::checkpoint {
 
@@ -24,7 +24,7 @@ struct ConsolidatedWeights {
 // The newest checkpoint in `dir` whose files all pass their checksums (or
 // exactly `step`), its parameters joined. NotFound naming every reason when
 // none does; DataLoss for `step` when its files fail.
-absl::StatusOr<ConsolidatedWeights> consolidate(Env* env, const std::string& dir,
+absl::StatusOr<ConsolidatedWeights> consolidate(io::Env* env, const std::string& dir,
                                                 std::optional<int64_t> step = std::nullopt);
 
 }  // namespace troupe::checkpoint

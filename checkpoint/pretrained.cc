@@ -15,11 +15,11 @@ namespace {
 
 constexpr size_t kMaxConfigBytes = 1 << 20;
 
-bool is_directory(Env* env, const std::string& path) {
+bool is_directory(io::Env* env, const std::string& path) {
   return env->children(path).ok();
 }
 
-absl::StatusOr<nlohmann::json> read_json(Env* env, const std::string& path) {
+absl::StatusOr<nlohmann::json> read_json(io::Env* env, const std::string& path) {
   absl::StatusOr<std::string> text = env->read_file(path, kMaxConfigBytes);
   if (!text.ok()) return text.status();
   nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
@@ -29,7 +29,7 @@ absl::StatusOr<nlohmann::json> read_json(Env* env, const std::string& path) {
 
 // The safetensors files of `path`: itself, or a directory's model.safetensors or the files its
 // model.safetensors.index.json maps the tensors to.
-absl::StatusOr<std::vector<std::string>> weight_files(Env* env, const std::string& path) {
+absl::StatusOr<std::vector<std::string>> weight_files(io::Env* env, const std::string& path) {
   if (!is_directory(env, path)) return std::vector<std::string>{path};
   if (env->exists(path + "/model.safetensors")) {
     return std::vector<std::string>{path + "/model.safetensors"};
@@ -77,7 +77,7 @@ absl::StatusOr<std::optional<nn::ModelConfig>> metadata_config(
 
 }  // namespace
 
-absl::StatusOr<std::optional<nn::ModelConfig>> pretrained_config(Env* env,
+absl::StatusOr<std::optional<nn::ModelConfig>> pretrained_config(io::Env* env,
                                                                  const std::string& path) {
   if (!env->exists(path)) return absl::NotFoundError(absl::StrCat(path, ": not there"));
   if (!is_directory(env, path)) {
@@ -116,7 +116,7 @@ absl::Status check_pretrained_config(const nn::ModelConfig& run,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<float>> load_pretrained(Env* env, const std::string& path,
+absl::StatusOr<std::vector<float>> load_pretrained(io::Env* env, const std::string& path,
                                                    const nn::ModelConfig& run) {
   if (!env->exists(path))
     return absl::NotFoundError(absl::StrCat("init_from ", path, ": not there"));

@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "checkpoint/env.h"
+#include "core/io/env.h"
 #include "nn/model/config.h"
 
 namespace troupe::checkpoint {
@@ -19,7 +19,8 @@ namespace troupe::checkpoint {
 // troupe export writes); nullopt for a file without one. InvalidArgument naming the key for a
 // config.json troupe's architectures are not (nn::model_config_from_hf); NotFound when `path`
 // is not there.
-absl::StatusOr<std::optional<nn::ModelConfig>> pretrained_config(Env* env, const std::string& path);
+absl::StatusOr<std::optional<nn::ModelConfig>> pretrained_config(io::Env* env,
+                                                                 const std::string& path);
 
 // OK when `pretrained` is the model `run` describes; else InvalidArgument naming the first key
 // that differs, with both values ("init_from: config.json's hidden_size is 128; model.hidden_size
@@ -30,7 +31,7 @@ absl::Status check_pretrained_config(const nn::ModelConfig& run, const nn::Model
 // from `path`, after check_pretrained_config where it says what it is. NotFound naming a missing
 // tensor or file, InvalidArgument naming a tensor of the wrong shape, DataLoss for a file that is
 // not safetensors.
-absl::StatusOr<std::vector<float>> load_pretrained(Env* env, const std::string& path,
+absl::StatusOr<std::vector<float>> load_pretrained(io::Env* env, const std::string& path,
                                                    const nn::ModelConfig& run);
 
 }  // namespace troupe::checkpoint

@@ -1,7 +1,6 @@
 #include "checkpoint/safetensors.h"
 
 #include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -27,7 +26,7 @@ int64_t elements(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-absl::Status write_safetensors(Env* env, const std::string& path,
+absl::Status write_safetensors(io::Env* env, const std::string& path,
                                const std::vector<SafeTensor>& tensors,
                                const std::map<std::string, std::string>& metadata) {
   json header = json::object();
@@ -49,38 +48,27 @@ absl::Status write_safetensors(Env* env, const std::string& path,
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  const std::string tmp = path + ".tmp";
-  absl::Status written = [&]() -> absl::Status {
-    absl::StatusOr<std::unique_ptr<WritableFile>> f = env->new_writable_file(tmp);
-    if (!f.ok()) return f.status();
+  return io::write_file_atomically(env, path, [&](io::WritableFile& f) -> absl::Status {
     uint8_t length[8];
     const uint64_t n = text.size();
     for (int i = 0; i < 8; ++i)
       length[i] = static_cast<uint8_t>(n >> (8 * i));
-    if (absl::Status s = (*f)->append(length, 8); !s.ok()) return s;
-    if (absl::Status s = (*f)->append(text.data(), text.size()); !s.ok()) return s;
+    if (absl::Status s = f.append(length, 8); !s.ok()) return s;
+    if (absl::Status s = f.append(text.data(), text.size()); !s.ok()) return s;
     for (const SafeTensor& t : tensors) {
-      if (absl::Status s = (*f)->append(t.data.data(), t.data.size() * sizeof(float)); !s.ok())
+      if (absl::Status s = f.append(t.data.data(), t.data.size() * sizeof(float)); !s.ok())
         return s;
     }
-    if (absl::Status s = (*f)->sync(); !s.ok()) return s;
-    if (absl::Status s = (*f)->close(); !s.ok()) return s;
-    return env->rename_file(tmp, path);
-  }();
-  if (!written.ok()) {
-    env->remove_file(tmp).IgnoreError();
-    return written;
-  }
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  return env->sync_dir(dir.empty() ? "." : dir);
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<std::vector<SafeTensor>> read_safetensors(
-    Env* env, const std::string& path, std::map<std::string, std::string>* metadata) {
+    io::Env* env, const std::string& path, std::map<std::string, std::string>* metadata) {
   auto bad = [&](const std::string& what) {
     return absl::DataLossError(absl::StrCat(path, ": ", what));
   };
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> f = env->new_random_access_file(path);
+  absl::StatusOr<std::unique_ptr<io::RandomAccessFile>> f = env->new_random_access_file(path);
   if (!f.ok()) return f.status();
   uint8_t length[8];
   if (absl::Status s = (*f)->read(0, 8, length); !s.ok()) return s;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "checkpoint/env.h"
+#include "core/io/env.h"
 #include "nn/model/hf.h"
 
 namespace troupe::checkpoint {
@@ -22,7 +22,7 @@ using SafeTensor = nn::HfTensor;
 // Writes `tensors` (float32) and `metadata` to `path` atomically (PATH.tmp,
 // fsynced, renamed). InvalidArgument if a tensor's data does not match its
 // shape or a name repeats; the Env's errors.
-absl::Status write_safetensors(Env* env, const std::string& path,
+absl::Status write_safetensors(io::Env* env, const std::string& path,
                                const std::vector<SafeTensor>& tensors,
                                const std::map<std::string, std::string>& metadata);
 
@@ -31,6 +31,6 @@ absl::Status write_safetensors(Env* env, const std::string& path,
 // causal mask, not weights) skipped. DataLoss for anything else, naming the
 // file.
 absl::StatusOr<std::vector<SafeTensor>> read_safetensors(
-    Env* env, const std::string& path, std::map<std::string, std::string>* metadata);
+    io::Env* env, const std::string& path, std::map<std::string, std::string>* metadata);
 
 }  // namespace troupe::checkpoint

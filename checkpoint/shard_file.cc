@@ -44,9 +44,9 @@ const ShardEntry* find_entry(const ShardRecord& shard, const std::string& state)
 }
 
 // Reads one entry whole into `out` (its length in bytes) and checks it.
-absl::Status read_entry(Env* env, const std::string& step_dir, const ShardRecord& shard,
+absl::Status read_entry(io::Env* env, const std::string& step_dir, const ShardRecord& shard,
                         const ShardEntry& entry, void* out) {
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> f =
+  absl::StatusOr<std::unique_ptr<io::RandomAccessFile>> f =
       env->new_random_access_file(step_dir + "/" + shard.file);
   if (!f.ok()) return open_error(step_dir, shard.file, f.status());
   if ((*f)->size() < entry.offset + entry.length) {
@@ -150,41 +150,33 @@ std::vector<Piece> pieces_of(const nn::ModelLayout& whole, const nn::ModelLayout
 }  // namespace
 
 absl::StatusOr<std::vector<ShardEntry>> write_shard_file(
-    Env* env, const std::string& dir, const std::string& name,
+    io::Env* env, const std::string& dir, const std::string& name,
     const std::vector<StateArray>& arrays, const std::function<void(uint64_t)>& await_bytes) {
-  const std::string tmp = dir + "/" + name + ".tmp";
   std::vector<ShardEntry> entries;
-  absl::Status written = [&]() -> absl::Status {
-    absl::StatusOr<std::unique_ptr<WritableFile>> f = env->new_writable_file(tmp);
-    if (!f.ok()) return f.status();
-    uint64_t offset = 0;
-    for (const StateArray& a : arrays) {
-      const size_t bytes = a.n * sizeof(float);
-      const char* p = reinterpret_cast<const char*>(a.data);
-      Xxh64 sum;
-      for (size_t at = 0; at < bytes; at += kWriteChunk) {
-        const size_t n = std::min(kWriteChunk, bytes - at);
-        if (await_bytes) await_bytes(offset + at + n);
-        sum.update(p + at, n);
-        if (absl::Status s = (*f)->append(p + at, n); !s.ok()) return s;
-      }
-      entries.push_back(
-          {.state = a.state, .offset = offset, .length = bytes, .xxh64 = sum.digest()});
-      offset += bytes;
-    }
-    if (absl::Status s = (*f)->sync(); !s.ok()) return s;
-    if (absl::Status s = (*f)->close(); !s.ok()) return s;
-    return env->rename_file(tmp, dir + "/" + name);
-  }();
-  if (!written.ok()) {
-    env->remove_file(tmp).IgnoreError();  // it may not exist
-    return written;
-  }
-  if (absl::Status s = env->sync_dir(dir); !s.ok()) return s;
+  absl::Status written =
+      io::write_file_atomically(env, dir + "/" + name, [&](io::WritableFile& f) -> absl::Status {
+        uint64_t offset = 0;
+        for (const StateArray& a : arrays) {
+          const size_t bytes = a.n * sizeof(float);
+          const char* p = reinterpret_cast<const char*>(a.data);
+          Xxh64 sum;
+          for (size_t at = 0; at < bytes; at += kWriteChunk) {
+            const size_t n = std::min(kWriteChunk, bytes - at);
+            if (await_bytes) await_bytes(offset + at + n);
+            sum.update(p + at, n);
+            if (absl::Status s = f.append(p + at, n); !s.ok()) return s;
+          }
+          entries.push_back(
+              {.state = a.state, .offset = offset, .length = bytes, .xxh64 = sum.digest()});
+          offset += bytes;
+        }
+        return absl::OkStatus();
+      });
+  if (!written.ok()) return written;
   return entries;
 }
 
-absl::Status read_state(Env* env, const std::string& step_dir, const Manifest& manifest,
+absl::Status read_state(io::Env* env, const std::string& step_dir, const Manifest& manifest,
                         const std::string& state, const nn::ModelConfig& model,
                         const nn::TensorSlice& slice, int64_t begin, int64_t end, float* out) {
   if (model != manifest.model) {
@@ -247,12 +239,12 @@ absl::Status read_state(Env* env, const std::string& step_dir, const Manifest& m
   return absl::OkStatus();
 }
 
-absl::Status check_files(Env* env, const std::string& step_dir, const Manifest& manifest) {
+absl::Status check_files(io::Env* env, const std::string& step_dir, const Manifest& manifest) {
   for (const ShardRecord& shard : manifest.shards) {
     uint64_t needed = 0;
     for (const ShardEntry& e : shard.entries)
       needed = std::max(needed, e.offset + e.length);
-    absl::StatusOr<std::unique_ptr<RandomAccessFile>> f =
+    absl::StatusOr<std::unique_ptr<io::RandomAccessFile>> f =
         env->new_random_access_file(step_dir + "/" + shard.file);
     if (!f.ok()) return open_error(step_dir, shard.file, f.status());
     if ((*f)->size() != needed) {
@@ -264,7 +256,7 @@ absl::Status check_files(Env* env, const std::string& step_dir, const Manifest& 
   return absl::OkStatus();
 }
 
-absl::Status verify_checksums(Env* env, const std::string& step_dir, const Manifest& manifest) {
+absl::Status verify_checksums(io::Env* env, const std::string& step_dir, const Manifest& manifest) {
   std::vector<char> buffer;
   for (const ShardRecord& shard : manifest.shards) {
     for (const ShardEntry& e : shard.entries) {

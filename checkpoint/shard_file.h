@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "checkpoint/env.h"
 #include "checkpoint/manifest.h"
+#include "core/io/env.h"
 
 namespace troupe::checkpoint {
 
@@ -38,7 +38,7 @@ struct StateArray {
 // arrays hold the file's bytes up to there: a caller may write the arrays
 // while they are being written out, in file order.
 absl::StatusOr<std::vector<ShardEntry>> write_shard_file(
-    Env* env, const std::string& dir, const std::string& name,
+    io::Env* env, const std::string& dir, const std::string& name,
     const std::vector<StateArray>& arrays, const std::function<void(uint64_t)>& await_bytes = {});
 
 // Elements [begin, end) of `state` in the buffer of tensor slice `slice` of
@@ -49,15 +49,15 @@ absl::StatusOr<std::vector<ShardEntry>> write_shard_file(
 // the model; an I/O error other than a missing or short file as it is (not
 // the data's fault); DataLoss "STEP: FILE: ..." for a missing or short file
 // or a checksum mismatch.
-absl::Status read_state(Env* env, const std::string& step_dir, const Manifest& manifest,
+absl::Status read_state(io::Env* env, const std::string& step_dir, const Manifest& manifest,
                         const std::string& state, const nn::ModelConfig& model,
                         const nn::TensorSlice& slice, int64_t begin, int64_t end, float* out);
 
 // Checks that every file the manifest names is there and long enough
 // (stat-cheap; checksums are checked as state is read). DataLoss as above.
-absl::Status check_files(Env* env, const std::string& step_dir, const Manifest& manifest);
+absl::Status check_files(io::Env* env, const std::string& step_dir, const Manifest& manifest);
 
 // Reads every entry of every file and checks its xxh64. DataLoss as above.
-absl::Status verify_checksums(Env* env, const std::string& step_dir, const Manifest& manifest);
+absl::Status verify_checksums(io::Env* env, const std::string& step_dir, const Manifest& manifest);
 
 }  // namespace troupe::checkpoint

@@ -8,7 +8,7 @@
 # Layout under the install prefix:
 #   include/troupe/{transport,nn,core}/**.h  the headers, included as in-tree: "core/actor.h"
 #   include/troupe/**.capnp.h                the generated Cap'n Proto headers (gen/ in the build tree)
-#   lib/libtroupe_{transport,nn,core,checkpoint,actors,trainers}.so*    the libraries; each finds the others through $ORIGIN
+#   lib/libtroupe_{io,transport,nn,core,checkpoint,actors,trainers}.so*  the libraries; each finds the others through $ORIGIN
 #   lib/cmake/troupe/                        troupeConfig.cmake, its version file, the exported targets
 #
 # Included from the root CMakeLists.txt once the library targets exist.
@@ -17,9 +17,10 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 # The libraries users link, in link order: troupe_X is exported as troupe::X
-# and its headers are the *.h files under X/ in the source tree.
-set(TROUPE_EXPORTED_TARGETS troupe_transport troupe_nn troupe_core troupe_checkpoint troupe_actors
-                            troupe_trainers)
+# and its headers are the *.h files under X/ in the source tree (troupe_io's,
+# core/io/*.h, go with core's).
+set(TROUPE_EXPORTED_TARGETS troupe_io troupe_transport troupe_nn troupe_core troupe_checkpoint
+                            troupe_actors troupe_trainers)
 set(TROUPE_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
 set(TROUPE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/troupe)
 

@@ -25,6 +25,20 @@ foreach(layer IN LISTS layers)
   endforeach()
 endforeach()
 
+# core/io (the file Env) is a leaf below core and checkpoint, which both use
+# it: it includes nothing of ours but itself.
+file(GLOB_RECURSE sources "${ROOT}/core/io/*.h" "${ROOT}/core/io/*.cc")
+foreach(src IN LISTS sources)
+  file(STRINGS "${src}" includes REGEX "^#include \"[a-z_]+/")
+  foreach(line IN LISTS includes)
+    string(REGEX MATCH "^#include \"([a-z_]+)/" _ "${line}")
+    if(CMAKE_MATCH_1 IN_LIST layers AND NOT line MATCHES "^#include \"core/io/")
+      file(RELATIVE_PATH rel "${ROOT}" "${src}")
+      list(APPEND violations "${rel}: ${line} (core/io may include only: core/io)")
+    endif()
+  endforeach()
+endforeach()
+
 if(violations)
   list(JOIN violations "\n" text)
   message(FATAL_ERROR "layering violations:\n${text}")

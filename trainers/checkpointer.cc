@@ -20,8 +20,8 @@ namespace {
 // A shard's save or load of a large model may take a while on a slow disk.
 constexpr absl::Duration kIoTimeout = absl::Hours(1);
 
-checkpoint::Env* env() {
-  return checkpoint::Env::posix();
+io::Env* env() {
+  return io::Env::posix();
 }
 
 // The config as far as it decides the run's trajectory: without how long it

@@ -237,7 +237,7 @@ int export_command(const std::vector<std::string>& args) {
     std::fprintf(stderr, "troupe export: %s\n", cluster::printable(ready.message()).c_str());
     return 2;
   }
-  checkpoint::Env* env = checkpoint::Env::posix();
+  io::Env* env = io::Env::posix();
   absl::StatusOr<checkpoint::ConsolidatedWeights> weights = checkpoint::consolidate(
       env, flags->get("checkpoint"), *step >= 0 ? std::optional<int64_t>(*step) : std::nullopt);
   if (!weights.ok()) return fail(std::string(weights.status().message()));
@@ -256,8 +256,8 @@ int export_command(const std::vector<std::string>& args) {
     return fail(std::string(s.message()));
   }
   if (!one_file) {
-    if (absl::Status s = checkpoint::write_file_atomically(env, output + "/config.json",
-                                                           config.data(), config.size());
+    if (absl::Status s =
+            io::write_file_atomically(env, output + "/config.json", config.data(), config.size());
         !s.ok()) {
       return fail(std::string(s.message()));
     }

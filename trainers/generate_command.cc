@@ -82,7 +82,7 @@ int fail(const std::string& text) {
 // A checkpoint's weights as a saved model (byte-level tokens: troupe's only tokenizer).
 absl::StatusOr<SavedModel> load_checkpoint_model(const std::string& dir, int64_t step) {
   absl::StatusOr<checkpoint::ConsolidatedWeights> w = checkpoint::consolidate(
-      checkpoint::Env::posix(), dir, step >= 0 ? std::optional<int64_t>(step) : std::nullopt);
+      io::Env::posix(), dir, step >= 0 ? std::optional<int64_t>(step) : std::nullopt);
   if (!w.ok()) return w.status();
   for (const std::string& line : w->skipped)
     std::fprintf(stderr, "troupe generate: %s\n", cluster::printable(line).c_str());

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "checkpoint/env.h"
+#include "core/io/env.h"
 #include "nn/model/config_json.h"
 #include "nn/model/model.h"
 
@@ -23,7 +23,7 @@ constexpr int kVersion = 1;
 
 // Every file of a model is written as the checkpoints' are: beside itself, synced, renamed.
 absl::Status write_file(const std::string& path, const void* data, size_t n) {
-  return checkpoint::write_file_atomically(checkpoint::Env::posix(), path, data, n);
+  return io::write_file_atomically(io::Env::posix(), path, data, n);
 }
 
 }  // namespace

@@ -134,7 +134,7 @@ void save_after_failure(Checkpointer& checkpoints, const TrainConfig& config,
     return;
   }
   absl::StatusOr<std::vector<int64_t>> saved =
-      checkpoint::list_checkpoints(checkpoint::Env::posix(), config.checkpoint.dir);
+      checkpoint::list_checkpoints(io::Env::posix(), config.checkpoint.dir);
   const std::string why =
       events.empty() ? std::string("nothing to save") : std::string(events.back().status.message());
   if (saved.ok() && !saved->empty()) {
@@ -177,7 +177,7 @@ int train_command(const std::vector<std::string>& args) {
   // Pretrained weights: there, and of the config's model, before any actor is spawned.
   if (!config.training.init_from.empty()) {
     absl::StatusOr<std::optional<nn::ModelConfig>> pretrained =
-        checkpoint::pretrained_config(checkpoint::Env::posix(), config.training.init_from);
+        checkpoint::pretrained_config(io::Env::posix(), config.training.init_from);
     absl::Status s = pretrained.status();
     if (s.ok() && *pretrained) s = checkpoint::check_pretrained_config(config.model, **pretrained);
     if (!s.ok()) {
@@ -284,7 +284,7 @@ int train_command(const std::vector<std::string>& args) {
   std::optional<LoadedCheckpoint> resumed;
   if (resume) {
     absl::StatusOr<std::vector<int64_t>> saved =
-        checkpoint::list_checkpoints(checkpoint::Env::posix(), config.checkpoint.dir);
+        checkpoint::list_checkpoints(io::Env::posix(), config.checkpoint.dir);
     if (!saved.ok() && !absl::IsNotFound(saved.status())) {
       return fail("resuming: reading " + config.checkpoint.dir, saved.status());
     }

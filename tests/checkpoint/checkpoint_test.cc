@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_dir.h"
-#include "checkpoint/env.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/shard_file.h"
+#include "core/io/env.h"
 #include "nn/model/model.h"
 #include "tests/checkpoint/fault_env.h"
 #include "tests/checkpoint/partitioned_checkpoint.h"
@@ -49,7 +49,7 @@ using testing::partition;
 const char* const kStates[] = {kParamState, kExpAvgState, kExpAvgSqState};
 
 // Saves step `step` as a ZeRO run over dp owners would, through `env`.
-absl::Status save(Env* env, const std::string& dir, int64_t step, int dp, int keep = 2) {
+absl::Status save(io::Env* env, const std::string& dir, int64_t step, int dp, int keep = 2) {
   return testing::save_partitioned(
       env, dir, step, kModel, dp, [step](int k, int64_t i) { return value(step, k, i); }, keep);
 }
@@ -57,13 +57,13 @@ absl::Status save(Env* env, const std::string& dir, int64_t step, int dp, int ke
 // Reads state k of [begin, end) from what find_checkpoint finds and checks
 // every value is that of step `want`.
 void expect_loads(const std::string& dir, int64_t want, int64_t begin, int64_t end) {
-  absl::StatusOr<FoundCheckpoint> found = find_checkpoint(Env::posix(), dir);
+  absl::StatusOr<FoundCheckpoint> found = find_checkpoint(io::Env::posix(), dir);
   ASSERT_TRUE(found.ok()) << found.status();
   ASSERT_EQ(found->manifest.step, want);
   for (int k = 0; k < 3; ++k) {
     std::vector<float> out(static_cast<size_t>(end - begin), -1.0f);
-    absl::Status s = read_state(Env::posix(), found->step_dir, found->manifest, kStates[k], kModel,
-                                {}, begin, end, out.data());
+    absl::Status s = read_state(io::Env::posix(), found->step_dir, found->manifest, kStates[k],
+                                kModel, {}, begin, end, out.data());
     ASSERT_TRUE(s.ok()) << s;
     for (int64_t i = begin; i < end; ++i)
       ASSERT_EQ(out[static_cast<size_t>(i - begin)], value(want, k, i)) << kStates[k] << " " << i;
@@ -89,8 +89,9 @@ class CheckpointTest : public ::testing::Test {
 };
 
 TEST_F(CheckpointTest, TheManifestRoundTripsAndNamesEveryTensor) {
-  ASSERT_TRUE(save(Env::posix(), dir_, 7, 2).ok());
-  absl::StatusOr<std::string> text = Env::posix()->read_file(step_dir(dir_, 7) + "/manifest.json");
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 7, 2).ok());
+  absl::StatusOr<std::string> text =
+      io::Env::posix()->read_file(step_dir(dir_, 7) + "/manifest.json");
   ASSERT_TRUE(text.ok());
   absl::StatusOr<Manifest> m = decode_manifest(*text, "m");
   ASSERT_TRUE(m.ok()) << m.status();
@@ -102,7 +103,7 @@ TEST_F(CheckpointTest, TheManifestRoundTripsAndNamesEveryTensor) {
 }
 
 TEST_F(CheckpointTest, SameLayoutAndEveryOtherDpReadTheSameValues) {
-  ASSERT_TRUE(save(Env::posix(), dir_, 5, 2).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 5, 2).ok());
   // Any range of any new layout: dp 1, 3, 7, and ranges across owners.
   for (int dp : {1, 2, 3, 7}) {
     for (int r = 0; r < dp; ++r) {
@@ -113,17 +114,17 @@ TEST_F(CheckpointTest, SameLayoutAndEveryOtherDpReadTheSameValues) {
 }
 
 TEST_F(CheckpointTest, ACheckpointOfAnotherModelOrARangeOutsideTheSliceIsRefused) {
-  ASSERT_TRUE(save(Env::posix(), dir_, 5, 1).ok());
-  absl::StatusOr<FoundCheckpoint> found = find_checkpoint(Env::posix(), dir_);
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 5, 1).ok());
+  absl::StatusOr<FoundCheckpoint> found = find_checkpoint(io::Env::posix(), dir_);
   ASSERT_TRUE(found.ok());
   nn::ModelConfig other = kModel;
   other.gpt2()->channels = 16;
   std::vector<float> out(static_cast<size_t>(num_params()));
-  absl::Status s = read_state(Env::posix(), found->step_dir, found->manifest, kParamState, other,
-                              {}, 0, 8, out.data());
+  absl::Status s = read_state(io::Env::posix(), found->step_dir, found->manifest, kParamState,
+                              other, {}, 0, 8, out.data());
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_NE(s.message().find("another model"), std::string::npos) << s;
-  s = read_state(Env::posix(), found->step_dir, found->manifest, kParamState, kModel,
+  s = read_state(io::Env::posix(), found->step_dir, found->manifest, kParamState, kModel,
                  {.rank = 0, .size = 2}, 0, num_params(), out.data());
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_NE(s.message().find("not within the slice"), std::string::npos) << s;
@@ -160,10 +161,11 @@ TEST_F(CheckpointTest, EveryMeshReadsBackIntoEverySlicing) {
   int64_t step = 1;
   for (const Mesh& saved : {Mesh{2, 2, 2}, Mesh{1, 1, 4}, Mesh{3, 4, 1}, Mesh{1, 2, 2}}) {
     const std::string dir = dir_ + "/" + std::to_string(step);
-    ASSERT_TRUE(testing::save_sliced(Env::posix(), dir, step, kSliced, saved.dp, saved.pp, saved.tp,
+    ASSERT_TRUE(testing::save_sliced(io::Env::posix(), dir, step, kSliced, saved.dp, saved.pp,
+                                     saved.tp,
                                      [step](int k, int64_t i) { return value(step, k, i); })
                     .ok());
-    absl::StatusOr<FoundCheckpoint> found = find_checkpoint(Env::posix(), dir);
+    absl::StatusOr<FoundCheckpoint> found = find_checkpoint(io::Env::posix(), dir);
     ASSERT_TRUE(found.ok()) << found.status();
     EXPECT_EQ(found->manifest.tensors.size(), static_cast<size_t>(saved.tp) * (4 + 12 * 4));
     EXPECT_EQ(found->manifest.tensors.back().p, saved.pp - 1);
@@ -177,7 +179,7 @@ TEST_F(CheckpointTest, EveryMeshReadsBackIntoEverySlicing) {
             for (int r = 0; r < parts; ++r) {
               auto [b, e] = partition(n, parts, r);
               std::vector<float> out(static_cast<size_t>(e - b), -1.0f);
-              absl::Status s = read_state(Env::posix(), found->step_dir, found->manifest,
+              absl::Status s = read_state(io::Env::posix(), found->step_dir, found->manifest,
                                           kStates[k], kSliced, slice, b, e, out.data());
               ASSERT_TRUE(s.ok()) << s;
               ASSERT_TRUE(std::equal(out.begin(), out.end(), want.begin() + b))
@@ -195,25 +197,25 @@ TEST_F(CheckpointTest, EveryMeshReadsBackIntoEverySlicing) {
 
 TEST_F(CheckpointTest, KeepsTheNewestAndPointsLatestAtTheLast) {
   for (int64_t step : {10, 20, 30, 40})
-    ASSERT_TRUE(save(Env::posix(), dir_, step, 2, /*keep=*/2).ok());
-  absl::StatusOr<std::vector<int64_t>> steps = list_checkpoints(Env::posix(), dir_);
+    ASSERT_TRUE(save(io::Env::posix(), dir_, step, 2, /*keep=*/2).ok());
+  absl::StatusOr<std::vector<int64_t>> steps = list_checkpoints(io::Env::posix(), dir_);
   ASSERT_TRUE(steps.ok());
   EXPECT_EQ(*steps, (std::vector<int64_t>{30, 40}));
-  absl::StatusOr<std::string> latest = Env::posix()->read_file(dir_ + "/latest");
+  absl::StatusOr<std::string> latest = io::Env::posix()->read_file(dir_ + "/latest");
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ(*latest, latest_pointer(40));
 }
 
 TEST_F(CheckpointTest, TruncationAtManyOffsetsFallsBackToThePreviousCheckpoint) {
-  ASSERT_TRUE(save(Env::posix(), dir_, 100, 2).ok());
-  ASSERT_TRUE(save(Env::posix(), dir_, 120, 2).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 100, 2).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 120, 2).ok());
   const std::string victim = shard_path(120, 1);
   const std::string copy = dir_ + "/copy.bin";
   fs::copy_file(victim, copy);
   const auto size = static_cast<int64_t>(fs::file_size(victim));
   for (int64_t at : {int64_t{0}, int64_t{1}, size / 3, size / 2, size - 4, size - 1}) {
     fs::resize_file(victim, static_cast<uintmax_t>(at));
-    absl::StatusOr<FoundCheckpoint> found = find_checkpoint(Env::posix(), dir_);
+    absl::StatusOr<FoundCheckpoint> found = find_checkpoint(io::Env::posix(), dir_);
     ASSERT_TRUE(found.ok()) << found.status();
     EXPECT_EQ(found->manifest.step, 100) << "truncated at " << at;
     ASSERT_EQ(found->skipped.size(), 1u);
@@ -227,20 +229,20 @@ TEST_F(CheckpointTest, TruncationAtManyOffsetsFallsBackToThePreviousCheckpoint) 
 }
 
 TEST_F(CheckpointTest, AFlippedByteInAnyFileIsDetected) {
-  ASSERT_TRUE(save(Env::posix(), dir_, 100, 2).ok());
-  ASSERT_TRUE(save(Env::posix(), dir_, 120, 2).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 100, 2).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 120, 2).ok());
   std::mt19937 rng(7);
   for (const std::string& name :
        {std::string("shard-d0.p0.t0.bin"), std::string("shard-d1.p0.t0.bin"),
         std::string("manifest.json")}) {
     const std::string path = step_dir(dir_, 120) + "/" + name;
-    const std::string original = *Env::posix()->read_file(path);
+    const std::string original = *io::Env::posix()->read_file(path);
     for (int trial = 0; trial < 8; ++trial) {
       std::string bad = original;
       const size_t at = std::uniform_int_distribution<size_t>(0, bad.size() - 1)(rng);
       bad[at] = static_cast<char>(bad[at] ^ 0xFF);
       std::ofstream(path, std::ios::binary | std::ios::trunc) << bad;
-      absl::StatusOr<FoundCheckpoint> found = find_checkpoint(Env::posix(), dir_);
+      absl::StatusOr<FoundCheckpoint> found = find_checkpoint(io::Env::posix(), dir_);
       ASSERT_TRUE(found.ok());
       if (found->manifest.step == 120) {
         // Sizes are right: the owners' reads find it by checksum.
@@ -248,17 +250,17 @@ TEST_F(CheckpointTest, AFlippedByteInAnyFileIsDetected) {
         absl::Status any;
         for (const char* state : kStates) {
           std::vector<float> out(static_cast<size_t>(num_params()));
-          any.Update(read_state(Env::posix(), found->step_dir, found->manifest, state, kModel, {},
-                                0, num_params(), out.data()));
+          any.Update(read_state(io::Env::posix(), found->step_dir, found->manifest, state, kModel,
+                                {}, 0, num_params(), out.data()));
         }
         ASSERT_TRUE(absl::IsDataLoss(any)) << name << " byte " << at;
         EXPECT_NE(any.message().find("step-00000120: " + name + " checksum mismatch"),
                   std::string::npos)
             << any;
         EXPECT_TRUE(
-            absl::IsDataLoss(verify_checksums(Env::posix(), found->step_dir, found->manifest)));
+            absl::IsDataLoss(verify_checksums(io::Env::posix(), found->step_dir, found->manifest)));
         // The caller then asks for the one before.
-        absl::StatusOr<FoundCheckpoint> previous = find_checkpoint(Env::posix(), dir_, {}, 120);
+        absl::StatusOr<FoundCheckpoint> previous = find_checkpoint(io::Env::posix(), dir_, {}, 120);
         ASSERT_TRUE(previous.ok());
         EXPECT_EQ(previous->manifest.step, 100);
       } else {
@@ -274,21 +276,21 @@ TEST_F(CheckpointTest, AFlippedByteInAnyFileIsDetected) {
 }
 
 TEST_F(CheckpointTest, AMissingFileIsNamedAndThePreviousLoads) {
-  ASSERT_TRUE(save(Env::posix(), dir_, 100, 3).ok());
-  ASSERT_TRUE(save(Env::posix(), dir_, 120, 3).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 100, 3).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 120, 3).ok());
   fs::remove(shard_path(120, 2));
-  absl::StatusOr<FoundCheckpoint> found = find_checkpoint(Env::posix(), dir_);
+  absl::StatusOr<FoundCheckpoint> found = find_checkpoint(io::Env::posix(), dir_);
   ASSERT_TRUE(found.ok());
   EXPECT_EQ(found->manifest.step, 100);
   ASSERT_EQ(found->skipped.size(), 1u);
   EXPECT_EQ(found->skipped[0], "step-00000120: shard-d2.p0.t0.bin is missing");
   fs::remove(step_dir(dir_, 120) + "/manifest.json");
-  found = find_checkpoint(Env::posix(), dir_);
+  found = find_checkpoint(io::Env::posix(), dir_);
   ASSERT_TRUE(found.ok());
   EXPECT_EQ(found->manifest.step, 100);
   // Nothing loadable at all: NotFound with every reason.
   fs::remove(shard_path(100, 0));
-  found = find_checkpoint(Env::posix(), dir_);
+  found = find_checkpoint(io::Env::posix(), dir_);
   EXPECT_TRUE(absl::IsNotFound(found.status()));
   EXPECT_NE(found.status().message().find("step-00000100: shard-d0.p0.t0.bin is missing"),
             std::string::npos)
@@ -296,7 +298,7 @@ TEST_F(CheckpointTest, AMissingFileIsNamedAndThePreviousLoads) {
 }
 
 TEST_F(CheckpointTest, NoSpaceMidWriteFailsTheSaveAndLeavesThePreviousLatest) {
-  ASSERT_TRUE(save(Env::posix(), dir_, 100, 2).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 100, 2).ok());
   const int64_t bytes_per_owner = 3 * 4 * partition(num_params(), 2, 0).second;
   for (int64_t room : {int64_t{0}, int64_t{100}, bytes_per_owner + 1000}) {
     testing::FaultEnv env;
@@ -304,7 +306,7 @@ TEST_F(CheckpointTest, NoSpaceMidWriteFailsTheSaveAndLeavesThePreviousLatest) {
     absl::Status s = save(&env, dir_, 120, 2);
     ASSERT_TRUE(absl::IsResourceExhausted(s)) << s;
     EXPECT_NE(s.message().find("No space left on device"), std::string::npos);
-    EXPECT_EQ(*Env::posix()->read_file(dir_ + "/latest"), latest_pointer(100));
+    EXPECT_EQ(*io::Env::posix()->read_file(dir_ + "/latest"), latest_pointer(100));
     expect_loads(dir_, 100, 0, num_params());
     // No temporary file stays behind.
     for (const auto& e : fs::directory_iterator(step_dir(dir_, 120)))
@@ -313,7 +315,7 @@ TEST_F(CheckpointTest, NoSpaceMidWriteFailsTheSaveAndLeavesThePreviousLatest) {
 }
 
 TEST_F(CheckpointTest, AFailedFsyncFailsTheSave) {
-  ASSERT_TRUE(save(Env::posix(), dir_, 100, 2).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 100, 2).ok());
   for (int k = 0; k < 4; ++k) {  // each owner's file, the manifest, latest
     testing::FaultEnv env;
     env.fail_sync(k);
@@ -325,12 +327,12 @@ TEST_F(CheckpointTest, AFailedFsyncFailsTheSave) {
 }
 
 TEST_F(CheckpointTest, ACrashAtAnyOperationLeavesALoadableCheckpoint) {
-  ASSERT_TRUE(save(Env::posix(), dir_, 100, 2).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 100, 2).ok());
   // The operations of the save from this state, counted by doing it once.
   auto reset = [&] {
     fs::remove_all(step_dir(dir_, 120));
-    ASSERT_TRUE(write_file_atomically(Env::posix(), dir_ + "/latest", latest_pointer(100).data(),
-                                      latest_pointer(100).size())
+    ASSERT_TRUE(io::write_file_atomically(io::Env::posix(), dir_ + "/latest",
+                                          latest_pointer(100).data(), latest_pointer(100).size())
                     .ok());
   };
   testing::FaultEnv counting;
@@ -345,13 +347,13 @@ TEST_F(CheckpointTest, ACrashAtAnyOperationLeavesALoadableCheckpoint) {
     absl::Status s = save(&env, dir_, 120, 2);
     EXPECT_EQ(s.ok(), k == ops) << "crash at " << k << ": " << s;
     env.crash();  // what was not synced is lost
-    absl::StatusOr<FoundCheckpoint> found = find_checkpoint(Env::posix(), dir_);
+    absl::StatusOr<FoundCheckpoint> found = find_checkpoint(io::Env::posix(), dir_);
     ASSERT_TRUE(found.ok()) << "crash at " << k << ": " << found.status();
     // Before the new manifest is durable the old checkpoint loads; after, the new one.
     saw_new = saw_new || found->manifest.step == 120;
     expect_loads(dir_, found->manifest.step, 0, num_params());
     if (found->manifest.step == 100) {
-      EXPECT_EQ(*Env::posix()->read_file(dir_ + "/latest"), latest_pointer(100));
+      EXPECT_EQ(*io::Env::posix()->read_file(dir_ + "/latest"), latest_pointer(100));
     }
     // Start the next attempt from the state before it.
     reset();
@@ -360,8 +362,8 @@ TEST_F(CheckpointTest, ACrashAtAnyOperationLeavesALoadableCheckpoint) {
 }
 
 TEST_F(CheckpointTest, DecodingRefusesWhatDoesNotFit) {
-  ASSERT_TRUE(save(Env::posix(), dir_, 5, 2).ok());
-  const std::string text = *Env::posix()->read_file(step_dir(dir_, 5) + "/manifest.json");
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 5, 2).ok());
+  const std::string text = *io::Env::posix()->read_file(step_dir(dir_, 5) + "/manifest.json");
   absl::StatusOr<Manifest> good = decode_manifest(text, "m");
   ASSERT_TRUE(good.ok());
   auto refused = [&](Manifest m, const std::string& want) {
@@ -439,7 +441,7 @@ class CheckpointReliabilityTest : public CheckpointTest {
   std::map<std::string, std::string> contents() const {
     std::map<std::string, std::string> files;
     for (const auto& e : fs::recursive_directory_iterator(dir_)) {
-      if (e.is_regular_file()) files[e.path().string()] = *Env::posix()->read_file(e.path());
+      if (e.is_regular_file()) files[e.path().string()] = *io::Env::posix()->read_file(e.path());
     }
     return files;
   }
@@ -461,47 +463,47 @@ TEST_F(CheckpointReliabilityTest, ACorruptLatestIsReplacedByASaveOfTheSameStep) 
   for (const std::string corruption : {"flipped shard byte", "truncated shard", "bad manifest"}) {
     SCOPED_TRACE(corruption);
     fs::remove_all(dir_);
-    ASSERT_TRUE(save(Env::posix(), dir_, 100, 2).ok());
-    ASSERT_TRUE(save(Env::posix(), dir_, 120, 2).ok());
+    ASSERT_TRUE(save(io::Env::posix(), dir_, 100, 2).ok());
+    ASSERT_TRUE(save(io::Env::posix(), dir_, 120, 2).ok());
     const std::string victim = corruption == "bad manifest"
                                    ? step_dir(dir_, 120) + "/" + kManifestFile
                                    : shard_path(120, 1);
-    std::string bytes = *Env::posix()->read_file(victim);
+    std::string bytes = *io::Env::posix()->read_file(victim);
     if (corruption == "truncated shard") {
       bytes.resize(bytes.size() / 2);
     } else {
       bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x5A);
     }
     std::ofstream(victim, std::ios::binary | std::ios::trunc) << bytes;
-    ASSERT_TRUE(absl::IsDataLoss(verify_checkpoint(Env::posix(), dir_, 120)));
-    ASSERT_EQ(*Env::posix()->read_file(dir_ + "/latest"), latest_pointer(120));
+    ASSERT_TRUE(absl::IsDataLoss(verify_checkpoint(io::Env::posix(), dir_, 120)));
+    ASSERT_EQ(*io::Env::posix()->read_file(dir_ + "/latest"), latest_pointer(120));
     // A resume falls back to step 100, runs step 120 again and saves it: the
     // save replaces the corrupt one rather than being refused.
-    absl::Status saved = save(Env::posix(), dir_, 120, 2);
+    absl::Status saved = save(io::Env::posix(), dir_, 120, 2);
     ASSERT_TRUE(saved.ok()) << saved;
-    EXPECT_EQ(*Env::posix()->read_file(dir_ + "/latest"), latest_pointer(120));
-    EXPECT_TRUE(verify_checkpoint(Env::posix(), dir_, 120).ok());
+    EXPECT_EQ(*io::Env::posix()->read_file(dir_ + "/latest"), latest_pointer(120));
+    EXPECT_TRUE(verify_checkpoint(io::Env::posix(), dir_, 120).ok());
     expect_loads(dir_, 120, 0, num_params());
     EXPECT_EQ(step_dirs(), (std::vector<std::string>{"step-00000100", "step-00000120"}));
   }
 }
 
 TEST_F(CheckpointReliabilityTest, AGoodLatestIsNotWrittenAgain) {
-  ASSERT_TRUE(save(Env::posix(), dir_, 100, 2).ok());
-  ASSERT_TRUE(save(Env::posix(), dir_, 120, 2).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 100, 2).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 120, 2).ok());
   const std::map<std::string, std::string> before = contents();
-  absl::Status again = begin_checkpoint(Env::posix(), dir_, 120);
+  absl::Status again = begin_checkpoint(io::Env::posix(), dir_, 120);
   EXPECT_TRUE(absl::IsAlreadyExists(again)) << again;
   EXPECT_EQ(again.message(),
             "step-00000120 is already saved and is latest; it is not written again");
-  again = save(Env::posix(), dir_, 120, 3);  // another layout: still the same step
+  again = save(io::Env::posix(), dir_, 120, 3);  // another layout: still the same step
   EXPECT_TRUE(absl::IsAlreadyExists(again)) << again;
   EXPECT_EQ(contents(), before);
-  EXPECT_TRUE(verify_checkpoint(Env::posix(), dir_, 120).ok());
+  EXPECT_TRUE(verify_checkpoint(io::Env::posix(), dir_, 120).ok());
 }
 
 TEST_F(CheckpointReliabilityTest, FailedSavesLeaveNoStepDirectoriesBehind) {
-  ASSERT_TRUE(save(Env::posix(), dir_, 100, 2).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 100, 2).ok());
   const int64_t bytes_per_owner = 3 * 4 * partition(num_params(), 2, 0).second;
   // Five saves fail on a full disk (nothing fits; a header fits; one owner's
   // file fits and the other's does not) or on an fsync of a shard file or of
@@ -517,11 +519,11 @@ TEST_F(CheckpointReliabilityTest, FailedSavesLeaveNoStepDirectoriesBehind) {
     absl::Status s = save(&env, dir_, step, 2);
     ASSERT_FALSE(s.ok()) << "save " << k;
     ASSERT_TRUE(fs::exists(step_dir(dir_, step)));  // what the failed save left
-    ASSERT_TRUE(abandon_checkpoint(Env::posix(), dir_, step).ok());
+    ASSERT_TRUE(abandon_checkpoint(io::Env::posix(), dir_, step).ok());
     EXPECT_FALSE(fs::exists(step_dir(dir_, step))) << "save " << k;
   }
   EXPECT_EQ(step_dirs(), (std::vector<std::string>{"step-00000100"}));
-  EXPECT_EQ(*Env::posix()->read_file(dir_ + "/latest"), latest_pointer(100));
+  EXPECT_EQ(*io::Env::posix()->read_file(dir_ + "/latest"), latest_pointer(100));
   expect_loads(dir_, 100, 0, num_params());
   // Abandoning a complete checkpoint (its manifest written, `latest` not:
   // the last fsync failed) or the one `latest` names leaves it.
@@ -529,19 +531,19 @@ TEST_F(CheckpointReliabilityTest, FailedSavesLeaveNoStepDirectoriesBehind) {
     testing::FaultEnv env;
     env.fail_sync(3);
     ASSERT_FALSE(save(&env, dir_, step, 2).ok());
-    ASSERT_TRUE(abandon_checkpoint(Env::posix(), dir_, step).ok());
-    EXPECT_TRUE(verify_checkpoint(Env::posix(), dir_, step).ok());
-    ASSERT_TRUE(abandon_checkpoint(Env::posix(), dir_, 100).ok());
+    ASSERT_TRUE(abandon_checkpoint(io::Env::posix(), dir_, step).ok());
+    EXPECT_TRUE(verify_checkpoint(io::Env::posix(), dir_, step).ok());
+    ASSERT_TRUE(abandon_checkpoint(io::Env::posix(), dir_, 100).ok());
     expect_loads(dir_, 100, 0, num_params());
   }
   // The next save that succeeds keeps 2 (keep), and nothing else.
-  ASSERT_TRUE(save(Env::posix(), dir_, step + 10, 2).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, step + 10, 2).ok());
   EXPECT_EQ(step_dirs(), (std::vector<std::string>{step_dir_name(step), step_dir_name(step + 10)}));
 }
 
 TEST_F(CheckpointReliabilityTest, PruningRemovesStepDirectoriesWithoutALoadableCheckpoint) {
-  ASSERT_TRUE(save(Env::posix(), dir_, 10, 2, /*keep=*/0).ok());
-  ASSERT_TRUE(save(Env::posix(), dir_, 20, 2, /*keep=*/0).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 10, 2, /*keep=*/0).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 20, 2, /*keep=*/0).ok());
   // An empty directory (a save that died at once), a manifest that is not
   // one, and a checkpoint missing a file (another's copy: its manifest is of
   // step 20), all older than the next save; and a directory newer than it: a
@@ -553,24 +555,24 @@ TEST_F(CheckpointReliabilityTest, PruningRemovesStepDirectoriesWithoutALoadableC
   fs::remove(step_dir(dir_, 17) + "/shard-d0.p0.t0.bin");
   fs::create_directories(step_dir(dir_, 40));
   std::ofstream(step_dir(dir_, 40) + "/shard-d0.p0.t0.bin.tmp") << "being written";
-  ASSERT_TRUE(save(Env::posix(), dir_, 30, 2, /*keep=*/2).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 30, 2, /*keep=*/2).ok());
   // The broken ones take no place among the `keep`: 20 and 30 stay.
   EXPECT_EQ(step_dirs(),
             (std::vector<std::string>{"step-00000020", "step-00000030", "step-00000040"}));
   EXPECT_TRUE(fs::exists(step_dir(dir_, 40) + "/shard-d0.p0.t0.bin.tmp"));
   // Pruning below a newest that does not load keeps `keep` older ones: the
   // only good checkpoint is never removed.
-  ASSERT_TRUE(prune_checkpoints(Env::posix(), dir_, 40, 1).ok());
+  ASSERT_TRUE(prune_checkpoints(io::Env::posix(), dir_, 40, 1).ok());
   EXPECT_EQ(step_dirs(), (std::vector<std::string>{"step-00000030", "step-00000040"}));
   expect_loads(dir_, 30, 0, num_params());
 }
 
 // An env whose manifests cannot be read now (EIO, as a stale NFS handle or
 // a flaky disk gives): not the checkpoints' fault.
-class UnreadableManifests : public EnvWrapper {
+class UnreadableManifests : public io::EnvWrapper {
  public:
-  UnreadableManifests() : EnvWrapper(Env::posix()) {}
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> new_random_access_file(
+  UnreadableManifests() : io::EnvWrapper(io::Env::posix()) {}
+  absl::StatusOr<std::unique_ptr<io::RandomAccessFile>> new_random_access_file(
       const std::string& path) override {
     if (path.ends_with(kManifestFile)) return absl::InternalError(path + ": Input/output error");
     return target()->new_random_access_file(path);
@@ -586,8 +588,8 @@ class UnreadableManifests : public EnvWrapper {
 // short of removing it (before, the read error counted as corruption, and
 // each of them removed good checkpoints, the latest among them).
 TEST_F(CheckpointReliabilityTest, ACheckpointThatCannotBeReadNowIsNeverRemoved) {
-  ASSERT_TRUE(save(Env::posix(), dir_, 10, 2, /*keep=*/0).ok());
-  ASSERT_TRUE(save(Env::posix(), dir_, 20, 2, /*keep=*/0).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 10, 2, /*keep=*/0).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 20, 2, /*keep=*/0).ok());
   const std::map<std::string, std::string> before = contents();
   UnreadableManifests env;
   // (keep 5: only a checkpoint taken for broken would go.)

@@ -1,4 +1,4 @@
-// FaultEnv: a checkpoint::Env over the POSIX one that breaks on cue, for
+// FaultEnv: an io::Env over the POSIX one that breaks on cue, for
 // tests (LevelDB's FaultInjectionTestEnv):
 //   - crash_at(k): operation k (counting every append, sync, close, rename,
 //     remove, mkdir and directory sync from 0) and all after it fail, as if
@@ -17,13 +17,13 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "checkpoint/env.h"
+#include "core/io/env.h"
 
 namespace troupe::checkpoint::testing {
 
-class FaultEnv : public EnvWrapper {
+class FaultEnv : public io::EnvWrapper {
  public:
-  FaultEnv() : EnvWrapper(Env::posix()) {}
+  FaultEnv() : io::EnvWrapper(io::Env::posix()) {}
 
   void crash_at(int64_t op) { crash_at_ = op; }
   void enospc_after(int64_t bytes) { enospc_after_ = bytes; }
@@ -40,16 +40,17 @@ class FaultEnv : public EnvWrapper {
     }
   }
 
-  absl::StatusOr<std::unique_ptr<WritableFile>> new_writable_file(
-      const std::string& path) override {
+  absl::StatusOr<std::unique_ptr<io::WritableFile>> new_writable_file(
+      const std::string& path, const io::WriteOptions& options) override {
     if (absl::Status s = op("open " + path); !s.ok()) return s;
-    absl::StatusOr<std::unique_ptr<WritableFile>> f = target()->new_writable_file(path);
+    absl::StatusOr<std::unique_ptr<io::WritableFile>> f =
+        target()->new_writable_file(path, options);
     if (!f.ok()) return f.status();
     {
       std::lock_guard<std::mutex> lock(mu_);
       synced_[path] = 0;
     }
-    return std::unique_ptr<WritableFile>(new File(this, path, *std::move(f)));
+    return std::unique_ptr<io::WritableFile>(new File(this, path, *std::move(f)));
   }
   absl::Status rename_file(const std::string& from, const std::string& to) override {
     if (absl::Status s = op("rename " + from); !s.ok()) return s;
@@ -80,9 +81,9 @@ class FaultEnv : public EnvWrapper {
   }
 
  private:
-  class File : public WritableFile {
+  class File : public io::WritableFile {
    public:
-    File(FaultEnv* env, std::string path, std::unique_ptr<WritableFile> f)
+    File(FaultEnv* env, std::string path, std::unique_ptr<io::WritableFile> f)
         : env_(env), path_(std::move(path)), f_(std::move(f)) {}
     absl::Status append(const void* data, size_t n) override {
       if (absl::Status s = env_->op("append " + path_); !s.ok()) return s;
@@ -130,7 +131,7 @@ class FaultEnv : public EnvWrapper {
    private:
     FaultEnv* env_;
     std::string path_;
-    std::unique_ptr<WritableFile> f_;
+    std::unique_ptr<io::WritableFile> f_;
     uint64_t size_ = 0;
   };
 

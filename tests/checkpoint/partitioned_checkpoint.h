@@ -30,7 +30,7 @@ inline std::pair<int64_t, int64_t> partition(int64_t n, int dp, int r) {
 // model's state k (0 param, 1 exp_avg, 2 exp_avg_sq) is value(k, i), so a
 // slice holds what tensor parallelism makes of it. Every file operation
 // goes through `env`.
-inline absl::Status save_sliced(Env* env, const std::string& dir, int64_t step,
+inline absl::Status save_sliced(io::Env* env, const std::string& dir, int64_t step,
                                 const nn::ModelConfig& model, int dp, int pp, int tp,
                                 const std::function<float(int, int64_t)>& value, int keep = 2) {
   if (absl::Status s = begin_checkpoint(env, dir, step); !s.ok()) return s;
@@ -93,7 +93,7 @@ inline absl::Status save_sliced(Env* env, const std::string& dir, int64_t step,
 }
 
 // A ZeRO run over dp ranks (pp = tp = 1): rank r saves its partition.
-inline absl::Status save_partitioned(Env* env, const std::string& dir, int64_t step,
+inline absl::Status save_partitioned(io::Env* env, const std::string& dir, int64_t step,
                                      const nn::ModelConfig& model, int dp,
                                      const std::function<float(int, int64_t)>& value,
                                      int keep = 2) {

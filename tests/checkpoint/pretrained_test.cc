@@ -19,9 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/env.h"
 #include "checkpoint/pretrained.h"
 #include "checkpoint/safetensors.h"
+#include "core/io/env.h"
 #include "nn/dtype.h"
 #include "nn/model/hf.h"
 #include "nn/model/model.h"
@@ -87,10 +87,11 @@ class PretrainedTest : public ::testing::Test {
       if (!strip_prefix.empty() && t.name.rfind(strip_prefix, 0) == 0)
         t.name = t.name.substr(strip_prefix.size());
     }
-    ASSERT_TRUE(write_safetensors(Env::posix(), dir + "/model.safetensors", tensors, {}).ok());
+    ASSERT_TRUE(write_safetensors(io::Env::posix(), dir + "/model.safetensors", tensors, {}).ok());
     const std::string text = nn::hf_config_json(config).dump(2);
     ASSERT_TRUE(
-        write_file_atomically(Env::posix(), dir + "/config.json", text.data(), text.size()).ok());
+        io::write_file_atomically(io::Env::posix(), dir + "/config.json", text.data(), text.size())
+            .ok());
   }
 
   std::filesystem::path dir_;
@@ -103,11 +104,12 @@ TEST_F(PretrainedTest, WhatTroupeWritesReadsBackTheSameForEveryArchitecture) {
     const std::string dir = (dir_ / "model").string();
     std::filesystem::remove_all(dir);
     write_model_dir(dir, config, params);
-    absl::StatusOr<std::optional<nn::ModelConfig>> described = pretrained_config(Env::posix(), dir);
+    absl::StatusOr<std::optional<nn::ModelConfig>> described =
+        pretrained_config(io::Env::posix(), dir);
     ASSERT_TRUE(described.ok()) << described.status();
     ASSERT_TRUE(described->has_value());
     EXPECT_TRUE(check_pretrained_config(config, **described).ok());
-    absl::StatusOr<std::vector<float>> loaded = load_pretrained(Env::posix(), dir, config);
+    absl::StatusOr<std::vector<float>> loaded = load_pretrained(io::Env::posix(), dir, config);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     EXPECT_EQ(*loaded, params);
   }
@@ -117,7 +119,7 @@ TEST_F(PretrainedTest, Gpt2ReadsTheHubsNamesWithoutTransformer) {
   const std::vector<float> params = parameters(kGpt2);
   const std::string dir = (dir_ / "hub").string();
   write_model_dir(dir, kGpt2, params, "transformer.");
-  absl::StatusOr<std::vector<float>> loaded = load_pretrained(Env::posix(), dir, kGpt2);
+  absl::StatusOr<std::vector<float>> loaded = load_pretrained(io::Env::posix(), dir, kGpt2);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(*loaded, params);
 }
@@ -136,7 +138,7 @@ TEST_F(PretrainedTest, HalfPrecisionFilesWidenExactly) {
   // Rewrite model.safetensors with every tensor as BF16.
   std::map<std::string, std::string> metadata;
   absl::StatusOr<std::vector<SafeTensor>> tensors =
-      read_safetensors(Env::posix(), dir + "/model.safetensors", &metadata);
+      read_safetensors(io::Env::posix(), dir + "/model.safetensors", &metadata);
   ASSERT_TRUE(tensors.ok());
   nlohmann::json header = nlohmann::json::object();
   std::string data;
@@ -156,7 +158,7 @@ TEST_F(PretrainedTest, HalfPrecisionFilesWidenExactly) {
   out.write(reinterpret_cast<const char*>(&n), 8);
   out << text << data;
   out.close();
-  absl::StatusOr<std::vector<float>> loaded = load_pretrained(Env::posix(), dir, config);
+  absl::StatusOr<std::vector<float>> loaded = load_pretrained(io::Env::posix(), dir, config);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(*loaded, params);
 }
@@ -166,12 +168,12 @@ TEST_F(PretrainedTest, AConfigOfAnotherModelIsNamedByItsKey) {
   write_model_dir(dir, llama(false), parameters(llama(false)));
   nn::ModelConfig run = llama(false);
   run.llama()->intermediate_size = 32;
-  absl::StatusOr<std::vector<float>> loaded = load_pretrained(Env::posix(), dir, run);
+  absl::StatusOr<std::vector<float>> loaded = load_pretrained(io::Env::posix(), dir, run);
   ASSERT_FALSE(loaded.ok());
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(loaded.status().message().find("intermediate_size"), std::string::npos)
       << loaded.status();
-  loaded = load_pretrained(Env::posix(), dir, kGpt2);
+  loaded = load_pretrained(io::Env::posix(), dir, kGpt2);
   ASSERT_FALSE(loaded.ok());
   EXPECT_NE(loaded.status().message().find("llama model; model.type is gpt2"), std::string::npos)
       << loaded.status();
@@ -182,20 +184,20 @@ TEST_F(PretrainedTest, AMissingOrMisshapenTensorIsNamed) {
   const std::string dir = (dir_ / "broken").string();
   write_model_dir(dir, config, parameters(config));
   absl::StatusOr<std::vector<SafeTensor>> tensors =
-      read_safetensors(Env::posix(), dir + "/model.safetensors", nullptr);
+      read_safetensors(io::Env::posix(), dir + "/model.safetensors", nullptr);
   ASSERT_TRUE(tensors.ok());
   std::vector<SafeTensor> without;
   for (const SafeTensor& t : *tensors) {
     if (t.name != "model.layers.1.mlp.up_proj.weight") without.push_back(t);
   }
-  ASSERT_TRUE(write_safetensors(Env::posix(), dir + "/model.safetensors", without, {}).ok());
-  absl::StatusOr<std::vector<float>> loaded = load_pretrained(Env::posix(), dir, config);
+  ASSERT_TRUE(write_safetensors(io::Env::posix(), dir + "/model.safetensors", without, {}).ok());
+  absl::StatusOr<std::vector<float>> loaded = load_pretrained(io::Env::posix(), dir, config);
   ASSERT_FALSE(loaded.ok());
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(loaded.status().message().find("model.layers.1.mlp.up_proj.weight"), std::string::npos);
   without.push_back({"model.layers.1.mlp.up_proj.weight", {24, 15}, std::vector<float>(360)});
-  ASSERT_TRUE(write_safetensors(Env::posix(), dir + "/model.safetensors", without, {}).ok());
-  loaded = load_pretrained(Env::posix(), dir, config);
+  ASSERT_TRUE(write_safetensors(io::Env::posix(), dir + "/model.safetensors", without, {}).ok());
+  loaded = load_pretrained(io::Env::posix(), dir, config);
   ASSERT_FALSE(loaded.ok());
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(loaded.status().message().find("[24, 15]"), std::string::npos) << loaded.status();
@@ -231,12 +233,13 @@ TEST_P(SavedByTransformersTest, GivesTransformersLogitsAndLoss) {
                            "' '" TROUPE_SOURCE_DIR "/tests/reference/hf_import_reference.py' " +
                            arch + (tied ? " 1 '" : " 0 '") + dir + "'");
   ASSERT_EQ(made.code, 0) << made.output;
-  absl::StatusOr<std::optional<nn::ModelConfig>> described = pretrained_config(Env::posix(), dir);
+  absl::StatusOr<std::optional<nn::ModelConfig>> described =
+      pretrained_config(io::Env::posix(), dir);
   ASSERT_TRUE(described.ok()) << described.status();
   ASSERT_TRUE(described->has_value());
   nn::ModelConfig config = **described;
   config.set_padded_vocab(64);  // troupe's padding: zero rows, outside the softmax
-  absl::StatusOr<std::vector<float>> params = load_pretrained(Env::posix(), dir, config);
+  absl::StatusOr<std::vector<float>> params = load_pretrained(io::Env::posix(), dir, config);
   ASSERT_TRUE(params.ok()) << params.status();
   absl::StatusOr<std::unique_ptr<nn::Model>> model = nn::create_model(config);
   ASSERT_TRUE(model.ok()) << model.status();

@@ -115,6 +115,10 @@ TEST_F(StateDirTest, StateFilesAreReplacedWholeAndNeverThroughASymlink) {
   ASSERT_TRUE(write_state_file(dir_, "head_address", "127.0.0.1:1\n").ok());
   ASSERT_TRUE(write_state_file(dir_, "head_address", "127.0.0.1:2\n").ok());
   EXPECT_EQ(*read_state_file(dir_, "head_address"), "127.0.0.1:2\n");
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ + "/head_address").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir_), {}), 1);  // no temporary
   std::string victim = root_ + "/victim";
   std::ofstream(victim) << "precious\n";
   std::filesystem::remove(dir_ + "/head_address");
@@ -130,7 +134,9 @@ TEST_F(StateDirTest, StateFilesAreReplacedWholeAndNeverThroughASymlink) {
 }
 
 TEST_F(StateDirTest, WriteErrorsAreErrors) {
-  EXPECT_FALSE(write_state_file(root_ + "/missing", "x", "y").ok());
+  absl::Status s = write_state_file(root_ + "/missing", "x", "y");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cannot replace " + root_ + "/missing/x"), std::string::npos) << s;
 }
 
 TEST_F(StateDirTest, ARestartedHeadNeverHandsOutAnIdTwice) {

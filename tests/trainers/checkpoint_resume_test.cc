@@ -274,7 +274,7 @@ TEST_F(CheckpointReliabilityTest, ACorruptLatestIsReplacedByASaveOfTheSameStep) 
   const RunResult whole = run(c, 1, 5, {2, 4});
   ASSERT_EQ(whole.losses.size(), 5u);
   flip_a_byte(checkpoint::step_dir(dir_, 4) + "/shard-d1.p0.t0.bin");
-  checkpoint::Env* env = checkpoint::Env::posix();
+  io::Env* env = io::Env::posix();
   ASSERT_TRUE(absl::IsDataLoss(checkpoint::verify_checkpoint(env, dir_, 4)));
   std::vector<std::string> skipped;
   const RunResult again = run(c, 3, 4, {4}, /*load=*/true, &skipped);  // the save must succeed
@@ -315,8 +315,8 @@ TEST_F(CheckpointReliabilityTest, SavesFailingOnAFullDiskLeaveNoStepDirectoriesB
     left.push_back(e.path().filename().string());
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{"latest", "step-00000002"}));
-  EXPECT_EQ(*checkpoint::Env::posix()->read_file(dir_ + "/latest"), checkpoint::latest_pointer(2));
-  EXPECT_TRUE(checkpoint::verify_checkpoint(checkpoint::Env::posix(), dir_, 2).ok());
+  EXPECT_EQ(*io::Env::posix()->read_file(dir_ + "/latest"), checkpoint::latest_pointer(2));
+  EXPECT_TRUE(checkpoint::verify_checkpoint(io::Env::posix(), dir_, 2).ok());
 }
 
 TEST_F(CheckpointResumeTest, AFailedSaveIsReportedAndTrainingGoesOn) {
@@ -359,7 +359,7 @@ TEST_F(CheckpointResumeTest, AShardRunningOutOfSpaceIsReportedAndTrainingGoesOn)
     EXPECT_NE(events[i].status.message().find("No space left on device"), std::string::npos)
         << events[i].status;
   }
-  absl::StatusOr<std::string> latest = checkpoint::Env::posix()->read_file(dir_ + "/latest");
+  absl::StatusOr<std::string> latest = io::Env::posix()->read_file(dir_ + "/latest");
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ(*latest, checkpoint::latest_pointer(2));
   const RunResult again = run(c, 3, 3, {}, /*load=*/true);
@@ -389,12 +389,12 @@ TEST_F(CheckpointResumeTest, PeriodicAsyncCheckpointsKeepTheNewest) {
   note(checkpoints.finish());
   EXPECT_EQ(saved, (std::vector<int64_t>{2, 4, 6}));
   absl::StatusOr<std::vector<int64_t>> on_disk =
-      checkpoint::list_checkpoints(checkpoint::Env::posix(), dir_);
+      checkpoint::list_checkpoints(io::Env::posix(), dir_);
   ASSERT_TRUE(on_disk.ok());
   EXPECT_EQ(*on_disk, (std::vector<int64_t>{4, 6}));
   // Three ranks of ZeRO-3: three files, each its partition.
   absl::StatusOr<checkpoint::FoundCheckpoint> found =
-      checkpoint::find_checkpoint(checkpoint::Env::posix(), dir_);
+      checkpoint::find_checkpoint(io::Env::posix(), dir_);
   ASSERT_TRUE(found.ok()) << found.status();
   EXPECT_EQ(found->manifest.step, 6);
   EXPECT_EQ(found->manifest.shards.size(), 3u);

@@ -58,7 +58,7 @@ std::vector<float> parameters() {
 // Saves `params` as a ZeRO run over dp ranks at step `step` would.
 void save(const std::string& dir, int64_t step, int dp, const std::vector<float>& params) {
   const absl::Status s = testing::save_partitioned(
-      Env::posix(), dir, step, kModel, dp,
+      io::Env::posix(), dir, step, kModel, dp,
       [&](int k, int64_t i) { return k == 0 ? params[static_cast<size_t>(i)] : 0.0f; });
   ASSERT_TRUE(s.ok()) << s;
 }
@@ -85,7 +85,7 @@ TEST_F(ExportTest, AutoModelForCausalLMLoadsTheExportAndGivesTroupesLogits) {
       << exported.output;
 
   // config.json as save_pretrained writes it.
-  absl::StatusOr<std::string> config_text = Env::posix()->read_file(out + "/config.json");
+  absl::StatusOr<std::string> config_text = io::Env::posix()->read_file(out + "/config.json");
   ASSERT_TRUE(config_text.ok()) << config_text.status();
   const nlohmann::json config = nlohmann::json::parse(*config_text, nullptr, false);
   ASSERT_FALSE(config.is_discarded()) << *config_text;
@@ -99,7 +99,7 @@ TEST_F(ExportTest, AutoModelForCausalLMLoadsTheExportAndGivesTroupesLogits) {
 
   // GPT-2's names, shapes and orientation.
   std::map<std::string, std::string> metadata;
-  auto tensors = read_safetensors(Env::posix(), out + "/model.safetensors", &metadata);
+  auto tensors = read_safetensors(io::Env::posix(), out + "/model.safetensors", &metadata);
   ASSERT_TRUE(tensors.ok()) << tensors.status();
   EXPECT_EQ(tensors->size(), 2u + 12u * 2 + 2u);
   EXPECT_EQ(metadata["format"], "pt");
@@ -130,7 +130,7 @@ TEST_F(ExportTest, AutoModelForCausalLMLoadsTheExportAndGivesTroupesLogits) {
                           dir_ + "/model.safetensors'");
   ASSERT_EQ(one.code, 0) << one.output;
   std::map<std::string, std::string> one_metadata;
-  auto one_tensors = read_safetensors(Env::posix(), dir_ + "/model.safetensors", &one_metadata);
+  auto one_tensors = read_safetensors(io::Env::posix(), dir_ + "/model.safetensors", &one_metadata);
   ASSERT_TRUE(one_tensors.ok()) << one_tensors.status();
   EXPECT_EQ(one_metadata["format"], "pt");
   EXPECT_EQ(one_metadata["troupe_step"], "40");
@@ -219,7 +219,7 @@ class ExportReliabilityTest : public ExportTest {
   static std::map<std::string, std::string> contents(const std::string& root) {
     std::map<std::string, std::string> files;
     for (const auto& e : fs::recursive_directory_iterator(root)) {
-      if (e.is_regular_file()) files[e.path().string()] = *Env::posix()->read_file(e.path());
+      if (e.is_regular_file()) files[e.path().string()] = *io::Env::posix()->read_file(e.path());
     }
     return files;
   }
@@ -289,7 +289,7 @@ TEST_F(ExportReliabilityTest, NeverWritesOverADeviceADirectoryOrALink) {
   std::ofstream(dir_ + "/target") << "keep me";
   expect_refused(dir_ + "/target",
                  "--output " + dir_ + "/target is a regular file; it takes a model directory");
-  EXPECT_EQ(*Env::posix()->read_file(dir_ + "/target"), "keep me");
+  EXPECT_EQ(*io::Env::posix()->read_file(dir_ + "/target"), "keep me");
   // In a model directory, its files are held to the same: a directory where
   // model.safetensors goes is refused, and nothing is written beside it.
   fs::create_directories(dir_ + "/model/model.safetensors");
@@ -300,7 +300,7 @@ TEST_F(ExportReliabilityTest, NeverWritesOverADeviceADirectoryOrALink) {
   fs::create_symlink(dir_ + "/target", dir_ + "/link.safetensors");
   expect_refused(dir_ + "/link.safetensors", "is a symbolic link to " + dir_ + "/target");
   EXPECT_TRUE(fs::is_symlink(dir_ + "/link.safetensors"));
-  EXPECT_EQ(*Env::posix()->read_file(dir_ + "/target"), "keep me");
+  EXPECT_EQ(*io::Env::posix()->read_file(dir_ + "/target"), "keep me");
   fs::create_directories(dir_ + "/elsewhere");
   fs::create_directory_symlink(dir_ + "/elsewhere", dir_ + "/link");
   expect_refused(dir_ + "/link", "--output " + dir_ + "/link is a symbolic link");
@@ -325,8 +325,8 @@ TEST_F(ExportReliabilityTest, NeverWritesOverADeviceADirectoryOrALink) {
   fs::create_hard_link(dir_ + "/precious", dir_ + "/model.safetensors.tmp");
   const Shell ok = export_to(dir_ + "/model.safetensors");
   EXPECT_EQ(ok.code, 0) << ok.output;
-  EXPECT_TRUE(read_safetensors(Env::posix(), dir_ + "/model.safetensors", nullptr).ok());
-  EXPECT_EQ(*Env::posix()->read_file(dir_ + "/precious"), "precious");
+  EXPECT_TRUE(read_safetensors(io::Env::posix(), dir_ + "/model.safetensors", nullptr).ok());
+  EXPECT_EQ(*io::Env::posix()->read_file(dir_ + "/precious"), "precious");
   EXPECT_FALSE(fs::exists(dir_ + "/model.safetensors.tmp"));
   // An existing directory (and a path ending in '/') takes the model; an
   // earlier export's files in it are replaced.
@@ -335,8 +335,9 @@ TEST_F(ExportReliabilityTest, NeverWritesOverADeviceADirectoryOrALink) {
   for (const std::string& out : {dir_ + "/out", dir_ + "/new/"}) {
     const Shell wrote = export_to(out);
     EXPECT_EQ(wrote.code, 0) << out << ": " << wrote.output;
-    EXPECT_TRUE(read_safetensors(Env::posix(), out + "/model.safetensors", nullptr).ok()) << out;
-    EXPECT_NE(*Env::posix()->read_file(out + "/config.json"), "old") << out;
+    EXPECT_TRUE(read_safetensors(io::Env::posix(), out + "/model.safetensors", nullptr).ok())
+        << out;
+    EXPECT_NE(*io::Env::posix()->read_file(out + "/config.json"), "old") << out;
   }
 }
 
@@ -365,7 +366,7 @@ TEST_F(ExportReliabilityTest, NeverWritesInsideTheCheckpointItReads) {
   expect_refused(dir_ + "/alias/shard-d1.p0.t0.bin", inside);
   // Nothing changed: the files byte for byte, and it still verifies.
   EXPECT_EQ(contents(ckpt), before);
-  EXPECT_TRUE(verify_checkpoint(Env::posix(), ckpt, 40).ok());
+  EXPECT_TRUE(verify_checkpoint(io::Env::posix(), ckpt, 40).ok());
   EXPECT_FALSE(fs::exists(ckpt + "/hf"));
   EXPECT_FALSE(fs::exists(step + "/sub"));
   // Beside it is fine.

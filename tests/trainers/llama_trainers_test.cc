@@ -15,8 +15,8 @@
 #include <string>
 #include <tuple>
 
-#include "checkpoint/env.h"
 #include "checkpoint/safetensors.h"
+#include "core/io/env.h"
 #include "nn/model/hf.h"
 #include "tests/trainers/training_cluster.h"
 #include "trainers/config.h"
@@ -148,12 +148,12 @@ TEST_F(LlamaTrainersTest, InitFromStartsEveryMeshFromThoseWeights) {
   const nn::ModelConfig model = llama(false);
   std::vector<float> pretrained(nn::model_layout(model).num_params());
   nn::init_parameters(model, {}, 99, 0, pretrained.size(), pretrained.data());
-  ASSERT_TRUE(checkpoint::write_safetensors(checkpoint::Env::posix(), dir + "/model.safetensors",
+  ASSERT_TRUE(checkpoint::write_safetensors(io::Env::posix(), dir + "/model.safetensors",
                                             nn::hf_tensors(model, pretrained.data()), {})
                   .ok());
   const std::string config_json = nn::hf_config_json(model).dump(2);
-  ASSERT_TRUE(checkpoint::write_file_atomically(checkpoint::Env::posix(), dir + "/config.json",
-                                                config_json.data(), config_json.size())
+  ASSERT_TRUE(io::write_file_atomically(io::Env::posix(), dir + "/config.json", config_json.data(),
+                                        config_json.size())
                   .ok());
   std::vector<double> first_losses;
   for (auto [dp, pp, tp] : {std::tuple{1, 1, 1}, std::tuple{2, 2, 2}}) {

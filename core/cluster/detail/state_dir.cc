@@ -6,11 +6,13 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "core/io/env.h"
 #include "transport/auth.h"
 
 namespace troupe::cluster {
@@ -27,16 +29,13 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
-// Writes all of `data` to `fd`.
-absl::Status write_all(int fd, const std::string& data, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return absl::InternalError(absl::StrCat("cannot write ", path, ": ", errno_text()));
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
+// The state directory's files are private files of the Env (io::WriteOptions).
+constexpr io::WriteOptions kPrivate = {.private_file = true};
+
+// `s` (an error of the Env, which names the file and the call that failed)
+// prefixed with what was being done.
+absl::Status while_doing(const std::string& what, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
 }
 
 // Checks an open state file: a regular file of ours that nobody else may read.
@@ -87,23 +86,26 @@ absl::StatusOr<std::string> read_fd(int fd, const std::string& path) {
   }
 }
 
-// Creates `path` (it must not exist; a symbolic link there is not
-// followed) with mode 0600 and writes, syncs and closes `contents`; removes
-// it again if any of that fails.
-absl::Status create_private_file(const std::string& path, const std::string& contents) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot create ", path, ": ", errno_text()));
+// Creates file `name` in `dir` (nothing may be there; a symbolic link there
+// is not followed) with mode 0600 and writes, syncs and closes `contents`;
+// removes it again if any of that fails. Unlike write_state_file, for a file
+// that is never replaced: a second writer fails instead of replacing it.
+absl::Status create_private_file(const std::string& dir, const std::string& name,
+                                 const std::string& contents) {
+  io::Env* env = io::Env::posix();
+  const std::string path = path_in(dir, name);
+  absl::StatusOr<std::unique_ptr<io::WritableFile>> f = env->new_writable_file(path, kPrivate);
+  if (!f.ok()) return while_doing(absl::StrCat("cannot create ", path), f.status());
+  absl::Status s = (*f)->append(contents.data(), contents.size());
+  if (s.ok()) s = (*f)->sync();
+  if (s.ok()) s = (*f)->close();
+  if (s.ok()) s = env->sync_dir(dir);
+  if (!s.ok()) {
+    f->reset();
+    env->remove_file(path).IgnoreError();
+    return while_doing(absl::StrCat("cannot write ", path), s);
   }
-  absl::Status s = write_all(fd, contents, path);
-  if (s.ok() && ::fsync(fd) != 0) {
-    s = absl::InternalError(absl::StrCat("cannot sync ", path, ": ", errno_text()));
-  }
-  if (::close(fd) != 0 && s.ok()) {
-    s = absl::InternalError(absl::StrCat("cannot write ", path, ": ", errno_text()));
-  }
-  if (!s.ok()) ::unlink(path.c_str());
-  return s;
+  return absl::OkStatus();
 }
 
 // Reads `path`, a state file: not through a symbolic link, and only if it is
@@ -182,22 +184,17 @@ absl::StatusOr<std::string> load_or_create_token(const std::string& dir, bool* f
   }
   if (!absl::IsNotFound(text.status())) return text.status();
   std::string token = transport::generate_token();
-  if (absl::Status s = create_private_file(path, token + "\n"); !s.ok()) return s;
+  if (absl::Status s = create_private_file(dir, kTokenFile, token + "\n"); !s.ok()) return s;
   *fresh = true;
   return token;
 }
 
 absl::Status write_state_file(const std::string& dir, const std::string& name,
                               const std::string& contents) {
-  std::string path = path_in(dir, name);
-  std::string temp = absl::StrCat(path, ".", ::getpid(), ".tmp");
-  ::unlink(temp.c_str());  // a leftover of a crashed process with this pid
-  if (absl::Status s = create_private_file(temp, contents); !s.ok()) return s;
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    absl::Status s = absl::InternalError(absl::StrCat("cannot replace ", path, ": ", errno_text()));
-    ::unlink(temp.c_str());
-    return s;
-  }
+  const std::string path = path_in(dir, name);
+  absl::Status s =
+      io::write_file_atomically(io::Env::posix(), path, contents.data(), contents.size(), kPrivate);
+  if (!s.ok()) return while_doing(absl::StrCat("cannot replace ", path), s);
   return absl::OkStatus();
 }
 
@@ -206,7 +203,7 @@ absl::StatusOr<std::string> read_state_file(const std::string& dir, const std::s
 }
 
 void remove_state_file(const std::string& dir, const std::string& name) {
-  ::unlink(path_in(dir, name).c_str());
+  io::Env::posix()->remove_file(path_in(dir, name)).IgnoreError();  // it may not exist
 }
 
 }  // namespace troupe::cluster

@@ -1,4 +1,4 @@
-#include "checkpoint/env.h"
+#include "core/io/env.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -12,13 +12,15 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace troupe::checkpoint {
+namespace troupe::io {
 namespace {
 
 absl::Status io_error(const std::string& path, const char* what, int err) {
   std::string text = absl::StrCat(path, ": ", what, ": ", std::strerror(err));
   if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(text);
   if (err == ENOENT) return absl::NotFoundError(text);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(text);
+  if (err == EEXIST) return absl::AlreadyExistsError(text);
   return absl::InternalError(text);
 }
 
@@ -116,8 +118,12 @@ class PosixRandomAccessFile : public RandomAccessFile {
 class PosixEnv : public Env {
  public:
   absl::StatusOr<std::unique_ptr<WritableFile>> new_writable_file(
-      const std::string& path) override {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      const std::string& path, const WriteOptions& options) override {
+    // O_EXCL fails on a symbolic link at the path too; O_NOFOLLOW says so twice.
+    const int fd =
+        options.private_file
+            ? ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)
+            : ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return io_error(path, "open", errno);
     return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
   }
@@ -207,22 +213,35 @@ absl::StatusOr<std::string> Env::read_file(const std::string& path, size_t max_b
   return text;
 }
 
-absl::Status write_file_atomically(Env* env, const std::string& path, const void* data, size_t n) {
-  const std::string tmp = path + ".tmp";
+absl::Status write_file_atomically(Env* env, const std::string& path,
+                                   const std::function<absl::Status(WritableFile&)>& write,
+                                   const WriteOptions& options) {
+  std::string tmp = path + ".tmp";
+  if (options.private_file) {
+    tmp = absl::StrCat(path, ".", ::getpid(), ".tmp");
+    env->remove_file(tmp).IgnoreError();  // a leftover, if any
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> f = env->new_writable_file(tmp, options);
+  if (!f.ok()) return f.status();  // nothing of ours to remove
   absl::Status written = [&]() -> absl::Status {
-    absl::StatusOr<std::unique_ptr<WritableFile>> f = env->new_writable_file(tmp);
-    if (!f.ok()) return f.status();
-    if (absl::Status s = (*f)->append(data, n); !s.ok()) return s;
+    if (absl::Status s = write(**f); !s.ok()) return s;
     if (absl::Status s = (*f)->sync(); !s.ok()) return s;
     if (absl::Status s = (*f)->close(); !s.ok()) return s;
     return env->rename_file(tmp, path);
   }();
   if (!written.ok()) {
-    env->remove_file(tmp).IgnoreError();  // it may not exist
+    f->reset();
+    env->remove_file(tmp).IgnoreError();  // it may be gone
     return written;
   }
   const std::string dir = std::filesystem::path(path).parent_path().string();
   return env->sync_dir(dir.empty() ? "." : dir);
 }
 
-}  // namespace troupe::checkpoint
+absl::Status write_file_atomically(Env* env, const std::string& path, const void* data, size_t n,
+                                   const WriteOptions& options) {
+  return write_file_atomically(
+      env, path, [&](WritableFile& f) { return f.append(data, n); }, options);
+}
+
+}  // namespace troupe::io

@@ -1,19 +1,22 @@
-// Env: the file operations a checkpoint makes, behind one seam (LevelDB's
-// Env), so that tests can inject short writes, ENOSPC, fsync failures and
-// crashes between any two operations (EnvWrapper forwards everything; a test
-// env overrides what it breaks).
+// Env: the file operations troupe makes - checkpoints, model files, the
+// head's state directory - behind one seam (LevelDB's Env), so that tests can
+// inject short writes, ENOSPC, fsync failures and crashes between any two
+// operations (EnvWrapper forwards everything; a test env overrides what it
+// breaks). A leaf library (troupe_io): Abseil and the C++ library only, so
+// that core and checkpoint share it and its one atomic write.
 //
 //   Env* env = Env::posix();
-//   absl::StatusOr<std::unique_ptr<WritableFile>> f = env->new_writable_file(path + ".tmp");
-//   (*f)->append(data, n); (*f)->sync(); (*f)->close();
-//   env->rename_file(path + ".tmp", path); env->sync_dir(dir);
+//   absl::Status s = write_file_atomically(env, path, data.data(), data.size());
 //
 // Every error names the path and carries errno's text; ENOSPC and EDQUOT are
-// ResourceExhausted, a missing file NotFound, the rest Internal.
+// ResourceExhausted, a missing file NotFound, EACCES and EPERM
+// PermissionDenied, an existing one (exclusive create) AlreadyExists, the
+// rest Internal.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,7 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace troupe::checkpoint {
+namespace troupe::io {
 
 class WritableFile {
  public:
@@ -44,15 +47,25 @@ class RandomAccessFile {
   virtual uint64_t size() const = 0;
 };
 
+// How Env::new_writable_file creates a file.
+struct WriteOptions {
+  // false: mode 0644 (less the umask), created or truncated, following a
+  // symbolic link at the path. true: a file only this user may use, for
+  // secrets and state a process trusts (the head's token and state files):
+  // mode 0600, created exclusively (AlreadyExists if anything is at the
+  // path), never through a symbolic link.
+  bool private_file = false;
+};
+
 class Env {
  public:
   virtual ~Env() = default;
   // The process's POSIX env (never null; not owned).
   static Env* posix();
 
-  // Creates or truncates `path`.
+  // Opens `path` for writing, created as `options` says.
   virtual absl::StatusOr<std::unique_ptr<WritableFile>> new_writable_file(
-      const std::string& path) = 0;
+      const std::string& path, const WriteOptions& options) = 0;
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> new_random_access_file(
       const std::string& path) = 0;
   // The whole file (small files: manifests, pointers); DataLoss, reading
@@ -80,8 +93,8 @@ class EnvWrapper : public Env {
   Env* target() const { return target_; }
 
   absl::StatusOr<std::unique_ptr<WritableFile>> new_writable_file(
-      const std::string& path) override {
-    return target_->new_writable_file(path);
+      const std::string& path, const WriteOptions& options) override {
+    return target_->new_writable_file(path, options);
   }
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> new_random_access_file(
       const std::string& path) override {
@@ -106,9 +119,19 @@ class EnvWrapper : public Env {
   Env* target_;
 };
 
-// Writes `data` to `path` atomically: PATH.tmp, appended, synced, closed,
-// renamed to PATH, and the directory synced. On any failure PATH is as it
-// was and PATH.tmp is removed (best effort).
-absl::Status write_file_atomically(Env* env, const std::string& path, const void* data, size_t n);
+// Writes a file atomically: a reader of `path` sees the old file or the new
+// one, whole. `write` fills a temporary file beside it (appends only), which
+// is then synced, closed and renamed to PATH, and the directory synced. The temporary file is
+// PATH.tmp, created or truncated; for a private file (options.private_file) PATH.PID.tmp, where a
+// leftover (of a process that died with this pid) is removed first, so that processes writing the
+// same file never share one (each creates its own exclusively). Renaming replaces whatever PATH
+// names, a symbolic link itself rather than what it points to. On any failure PATH is as it was and
+// the temporary file is removed (best effort); the error is the first one met.
+absl::Status write_file_atomically(Env* env, const std::string& path,
+                                   const std::function<absl::Status(WritableFile&)>& write,
+                                   const WriteOptions& options = {});
+// The same for `n` bytes at `data`.
+absl::Status write_file_atomically(Env* env, const std::string& path, const void* data, size_t n,
+                                   const WriteOptions& options = {});
 
-}  // namespace troupe::checkpoint
+}  // namespace troupe::io
