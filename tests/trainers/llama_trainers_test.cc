@@ -1,9 +1,10 @@
 // The Llama model in the trainers, on a real local cluster (a head and three workers of the
-// troupe executable): data parallelism, ZeRO-1 and ZeRO-3, a pipeline under 1F1B, tensor
-// parallelism and the 3-D mesh each train as one process does on the same global batch (fp32:
-// losses to 1e-6, weights to 1e-6), with its own head and tied; the same mesh twice under AdamW
-// bit for bit; a checkpoint of (2, 2, 2) resumes at (1, 1, 1) with the next step's loss of the
-// run that saved it.
+// troupe executable): data parallelism, ZeRO-1 and ZeRO-3, pipelines under 1F1B, GPipe and
+// interleaved 1F1B, tensor parallelism and the 3-D mesh each train as one process does on the
+// same global batch (fp32: losses to 1e-6, weights to 1e-6), with its own head and tied; so does
+// an elastic job resized between steps (DDP and ZeRO-3); the same mesh twice under AdamW bit for
+// bit; a checkpoint of (2, 2, 2) resumes at (1, 1, 1) with the next step's loss of the run that
+// saved it, and `troupe generate` continues a prompt from it as the trainer did.
 //
 // Across meshes the optimizer is SGD with momentum, as in the GPT's pipeline tests: the meshes
 // sum gradients in another order, and AdamW's first steps (g / sqrt(g^2)) turn the rounding of
@@ -15,11 +16,15 @@
 #include <string>
 #include <tuple>
 
+#include "actors/data/byte_tokenizer.h"
 #include "checkpoint/safetensors.h"
 #include "core/io/env.h"
 #include "nn/model/hf.h"
+#include "tests/reference/reference_python.h"
 #include "tests/trainers/training_cluster.h"
+#include "trainers/checkpointer.h"
 #include "trainers/config.h"
+#include "trainers/data_parallel_trainer.h"
 
 namespace troupe::trainers {
 namespace {
@@ -102,6 +107,76 @@ TEST_F(LlamaTrainersTest, EveryTrainerAndMeshMatchesOneProcess) {
   }
 }
 
+// GPipe, and interleaved 1F1B with two chunks a stage (four virtual stages of one block each):
+// the tied head's embedding then travels from the first chunk to the last one on the same stage.
+TEST_F(LlamaTrainersTest, GPipeAndInterleavedOneFOneBMatchOneProcess) {
+  using actors::pipeline::ScheduleKind;
+  for (bool tied : {false, true}) {
+    const testing::RunResult single = run(config_for(tied, 1, 1, 1));
+    for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kInterleaved}) {
+      TrainConfig c = config_for(tied, 1, 2, 1);
+      c.parallel.schedule = kind;
+      c.parallel.virtual_stages = kind == ScheduleKind::kInterleaved ? 2 : 1;
+      const std::string what = std::string(tied ? "tied" : "own head") + ", " +
+                               actors::pipeline::schedule_name(kind) + " over 2 stages";
+      const testing::RunResult r = run(c);
+      testing::expect_same_training(r, single, what, true, "llama");
+      for (const StepOutcome& o : r.outcomes)
+        EXPECT_GT(o.sent.pipeline, 0) << what;
+    }
+  }
+}
+
+// Elasticity: a job resized between steps (dp 2 -> 3 -> 2, the middle rank leaving) trains on
+// the same samples as one replica on the same global batch, under DDP and under ZeRO-3 (whose
+// partitions of the Llama's tensors move peer to peer at each size).
+TEST_F(LlamaTrainersTest, AnElasticJobResizedBetweenStepsTrainsAsOneThatNeverChanged) {
+  auto elastic_config = [](int dp, int zero) {
+    TrainConfig c = testing::elastic_sgd_config(dp, kGlobalBatch);
+    c.model = llama(true);
+    c.zero.stage = zero;
+    return c;
+  };
+  const testing::RunResult single =
+      testing::run_steps(*driver_, elastic_config(1, 0), next_job(), 6, kGlobalBatch);
+  ASSERT_EQ(single.losses.size(), 6u);
+  constexpr absl::Duration kResizeWait = absl::Seconds(60);
+  for (int zero : {0, 3}) {
+    const std::string what = "ZeRO-" + std::to_string(zero) + ", dp 2 -> 3 -> 2";
+    absl::StatusOr<std::unique_ptr<DataParallelTrainer>> trainer =
+        DataParallelTrainer::start(*driver_, elastic_config(2, zero), next_job(), 1);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    testing::RunResult elastic;
+    auto train = [&](int from, int to) {
+      for (int k = from; k <= to; ++k) {
+        absl::StatusOr<StepOutcome> outcome = (*trainer)->step(k);
+        ASSERT_TRUE(outcome.ok()) << what << ", step " << k << ": " << outcome.status();
+        elastic.losses.push_back(outcome->loss);
+        elastic.norms.push_back(outcome->grad_norm);
+        elastic.outcomes.push_back(*outcome);
+      }
+    };
+    train(1, 2);
+    ASSERT_TRUE((*trainer)->resize({0, 1}, {-1}, absl::Now() + kResizeWait).ok()) << what;
+    train(3, 4);
+    ASSERT_TRUE((*trainer)->resize({0, 2}, {}, absl::Now() + kResizeWait).ok()) << what;
+    train(5, 6);
+    absl::StatusOr<std::vector<float>> params = (*trainer)->master_params();
+    ASSERT_TRUE(params.ok()) << params.status();
+    elastic.params = *std::move(params);
+    EXPECT_TRUE((*trainer)->stop().ok());
+    ASSERT_EQ(elastic.outcomes.size(), single.outcomes.size());
+    const int dps[6] = {2, 2, 3, 3, 2, 2};
+    for (size_t k = 0; k < single.outcomes.size(); ++k) {
+      EXPECT_EQ(elastic.outcomes[k].dp, dps[k]) << what << ", step " << k + 1;
+      EXPECT_EQ(testing::sorted(elastic.outcomes[k].sample_ids),
+                testing::sorted(single.outcomes[k].sample_ids))
+          << what << ", step " << k + 1 << " trained on other samples";
+    }
+    testing::expect_same_training(elastic, single, what, true, "llama");
+  }
+}
+
 TEST_F(LlamaTrainersTest, TheSameMeshUnderAdamWTwiceIsBitwiseTheSame) {
   for (bool tied : {false, true}) {
     const TrainConfig c = config_for(tied, 2, 2, 2, 1, OptimizerType::kAdamW);
@@ -133,6 +208,39 @@ TEST_F(LlamaTrainersTest, ACheckpointOf222ResumesAt111WithTheNextStepsLoss) {
       testing::run_checkpointed(*driver_, with_checkpoints(1, 1, 1), next_job(), 3, 3, {}, true);
   ASSERT_EQ(resumed.losses.size(), 1u);
   EXPECT_NEAR(resumed.losses[0], whole.losses[2], 1e-6 * whole.losses[2]);
+  std::filesystem::remove_all(dir);
+}
+
+// `troupe generate --checkpoint` on a checkpoint a (2, 2, 2) mesh saved continues a prompt as
+// the trainer did with the same weights (greedy).
+TEST_F(LlamaTrainersTest, GenerateContinuesFromACheckpointAsTheTrainerDid) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("troupe-llama-generate-" + std::to_string(::getpid())))
+                              .string();
+  std::filesystem::remove_all(dir);
+  TrainConfig c = config_for(true, 2, 2, 2);
+  c.checkpoint = {.dir = dir, .interval_steps = 0, .keep = 1, .async = false};
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = start_trainer(*driver_, c, next_job(), 1);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  for (int k = 1; k <= 2; ++k)
+    ASSERT_TRUE((*trainer)->step(k).ok());
+  Checkpointer checkpoints((*trainer)->controller(),
+                           job_record(c, (*trainer)->data_info().samples_per_epoch), c.checkpoint);
+  const CheckpointEvent saved = checkpoints.save_now().back();
+  ASSERT_TRUE(saved.status.ok()) << saved.status;
+  const std::string prompt = "12+3=";
+  absl::StatusOr<std::vector<int32_t>> tokens =
+      (*trainer)->generate(actors::ByteTokenizer::encode(prompt), 6, 0, 0);
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  ASSERT_EQ(tokens->size(), 6u);
+  EXPECT_TRUE((*trainer)->stop().ok());
+  std::string expected = prompt + actors::ByteTokenizer::decode(*tokens);
+  if (expected.back() == '\n') expected.pop_back();  // as the command prints it
+  const troupe::testing::Shell generated =
+      troupe::testing::shell("('" TROUPE_BINARY "' generate --checkpoint '" + dir + "' --prompt '" +
+                             prompt + "' --max-tokens 6 --no-stop 2>/dev/null)");
+  ASSERT_EQ(generated.code, 0) << generated.output;
+  EXPECT_EQ(generated.output, expected + "\n");
   std::filesystem::remove_all(dir);
 }
 
