@@ -10,8 +10,10 @@
 
 namespace troupe::trainers::config_detail {
 
-// config_parse.cc
+// config_model.cc
+// `model`: its architecture's keys, bounded, through the model config's codec.
 [[nodiscard]] absl::Status parse_model(JsonObject& top, TrainConfig* config);
+// config_parse.cc
 [[nodiscard]] absl::Status parse_data(JsonObject& top, TrainConfig* config);
 // `parallel`, and Megatron's top-level tensor_model_parallel_size and
 // pipeline_model_parallel_size.
