@@ -1,5 +1,5 @@
 // The Llama model in the trainers, on a real local cluster (a head and three workers of the
-// troupe executable): data parallelism, ZeRO-1 and ZeRO-3, pipelines under 1F1B, GPipe and
+// troupe executable): data parallelism, ZeRO-1, ZeRO-2 and ZeRO-3, pipelines under 1F1B, GPipe and
 // interleaved 1F1B, tensor parallelism and the 3-D mesh each train as one process does on the
 // same global batch (fp32: losses to 1e-6, weights to 1e-6), with its own head and tied; so does
 // an elastic job resized between steps (DDP and ZeRO-3); the same mesh twice under AdamW bit for
@@ -92,8 +92,9 @@ TEST_F(LlamaTrainersTest, EveryTrainerAndMeshMatchesOneProcess) {
     struct Layout {
       int dp, pp, tp, zero;
     };
-    for (const Layout& l : {Layout{2, 1, 1, 0}, Layout{2, 1, 1, 1}, Layout{3, 1, 1, 3},
-                            Layout{1, 2, 1, 0}, Layout{1, 1, 2, 0}, Layout{2, 2, 2, 0}}) {
+    for (const Layout& l :
+         {Layout{2, 1, 1, 0}, Layout{2, 1, 1, 1}, Layout{2, 1, 1, 2}, Layout{3, 1, 1, 3},
+          Layout{1, 2, 1, 0}, Layout{1, 1, 2, 0}, Layout{2, 2, 2, 0}}) {
       const std::string what = std::string(tied ? "tied" : "own head") + ", dp " +
                                std::to_string(l.dp) + " x pp " + std::to_string(l.pp) + " x tp " +
                                std::to_string(l.tp) + ", ZeRO-" + std::to_string(l.zero);
