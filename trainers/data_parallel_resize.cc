@@ -30,6 +30,7 @@
 #include "actors/zero_partition.h"
 #include "trainers/data_parallel_trainer.h"
 #include "trainers/elastic_batch.h"
+#include "trainers/mesh_layout.h"
 
 namespace troupe::trainers {
 
@@ -206,7 +207,7 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
   if (absl::Status s = controller_->resize({.dp = new_dp, .pp = 1, .tp = 1}, members()); !s.ok()) {
     return broken(s);
   }
-  if (buddy_of(0, new_dp) >= 0) {
+  if (keeps_replicas(config_, new_dp)) {
     // Every partition's replica, seeded afresh on the rank after it.
     if (absl::Status s = controller_->connect_buddies(); !s.ok()) return broken(s);
   }
@@ -253,7 +254,7 @@ absl::Status DataParallelTrainer::fetch_partitions(const std::vector<Replica>& n
   for (int d = 0; d < old_dp; ++d) {
     from[d] = {d, false};
     if (!lost.contains(d)) continue;
-    const int buddy = buddy_of(d, old_dp);
+    const int buddy = buddy_of(config_, {.dp = old_dp, .pp = 1, .tp = 1}, {.d = d, .p = 0, .t = 0});
     if (buddy < 0 || lost.contains(buddy)) {
       return absl::FailedPreconditionError(
           absl::StrCat("rank ", d, " was lost with its partition",

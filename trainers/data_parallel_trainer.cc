@@ -4,15 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "actors/mesh.h"
-#include "actors/zero_partition.h"
-#include "trainers/member_spawn.h"
+#include "trainers/mesh_layout.h"
 
 namespace troupe::trainers {
-namespace {
-
-constexpr absl::Duration kSetupTimeout = absl::Seconds(120);
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<DataParallelTrainer>> DataParallelTrainer::start(
     Cluster& cluster, const TrainConfig& config, const std::string& job, int threads) {
@@ -29,12 +23,7 @@ absl::StatusOr<std::unique_ptr<DataParallelTrainer>> DataParallelTrainer::start(
     trainer->stop().IgnoreError();
     return s;
   }
-  if (config.fault_tolerance.enabled) trainer->mark_whole();  // where each actor runs
   return trainer;
-}
-
-DataParallelTrainer::~DataParallelTrainer() {
-  stop().IgnoreError();
 }
 
 std::string DataParallelTrainer::describe() const {
@@ -46,28 +35,17 @@ std::string DataParallelTrainer::describe() const {
 absl::StatusOr<DataParallelTrainer::Replica> DataParallelTrainer::spawn_replica(
     int d, cluster::PlacementGroupId group, int bundle, const std::string& names,
     const TrainConfig& config) {
-  SpawnOptions where;
-  where.placement_group = group.value;
-  where.bundle_index = bundle;
-  // With fault tolerance the head restarts a lost rank's actors in its
-  // bundle, placed again elsewhere (trainers/recovery.h).
-  if (config.fault_tolerance.enabled) where.max_restarts = config.fault_tolerance.max_failures;
-  // DDP: the whole stage; ZeRO: this rank's partition of it.
-  const nn::ParamRange whole{0, nn::model_layout(config.model).num_params()};
-  const MemberPlace place{
-      .at = {.d = d, .p = 0, .t = 0},
-      .mesh = {.dp = config.parallel.dp, .pp = 1, .tp = 1},
-      .names = names,
-      .where = where,
-      .threads = threads_,
-      .dp_group = job_ + "/dp",
-      .pipe_group = "",
-      .shard_range =
-          zero_stage() == 0 ? whole : actors::ZeroPartition(whole, config.parallel.dp, d).own()};
+  const MemberPlace place =
+      member_place({.d = d, .p = 0, .t = 0}, {.dp = config.parallel.dp, .pp = 1, .tp = 1}, group,
+                   bundle, names, config);
   absl::StatusOr<MemberActors> actors = spawn_member(cluster_, config, place, &actors_);
   if (!actors.ok()) return actors.status();
-  return Replica{
-      .stage = actors->stage, .shard = actors->shard, .loader = actors->loader, .group = group};
+  return Replica{*std::move(actors), group};
+}
+
+nn::ParamRange DataParallelTrainer::stage_params(int p) const {
+  (void)p;  // the one stage holds the whole model
+  return {0, nn::model_layout(config_.model).num_params()};
 }
 
 absl::StatusOr<std::vector<cluster::PlacementGroupId>> DataParallelTrainer::rank_groups(
@@ -107,13 +85,8 @@ absl::Status DataParallelTrainer::spawn_replicas() {
     return absl::Status(s.code(), absl::StrCat("parallel.dp ", dp, ": placing ", dp,
                                                " replicas (one CPU each): ", s.message()));
   };
-  absl::StatusOr<cluster::PlacementGroupId> pg = cluster_.create_placement_group(
-      bundles, cluster::PlacementStrategy::kSpread, job_ + "/replicas");
+  absl::StatusOr<cluster::PlacementGroupId> pg = place_spread(bundles, job_ + "/replicas");
   if (!pg.ok()) return placing(pg.status());
-  placement_groups_.push_back(*pg);
-  if (absl::Status s = cluster_.wait_placement_group(*pg, kSetupTimeout); !s.ok()) {
-    return placing(s);
-  }
   // An elastic job's ranks come and go one by one: each gets a group of its
   // own, on the node the spread placed it on, so that one leaving gives its
   // bundle back (a bundle left in a shared group would be placed again).
@@ -132,36 +105,7 @@ absl::Status DataParallelTrainer::spawn_replicas() {
     if (!replica.ok()) return replica.status();
     replicas_.push_back(*std::move(replica));
   }
-  if (absl::Status s = declare_groups(); !s.ok()) return s;
-  // setup() joins the group: every stage must be in it at once.
-  std::vector<Future<void>> joining;
-  for (Replica& r : replicas_)
-    joining.push_back(r.stage.call(&actors::PipelineStageActor::setup));
-  for (auto& f : joining) {
-    if (absl::Status s = std::move(f).get(kSetupTimeout); !s.ok()) return s;
-  }
-  std::vector<Future<int64_t>> initialising;
-  for (Replica& r : replicas_)
-    initialising.push_back(r.shard.call(&actors::ParamShardActor::init));
-  for (auto& f : initialising) {
-    if (absl::StatusOr<int64_t> n = std::move(f).get(kSetupTimeout); !n.ok()) return n.status();
-  }
-  absl::StatusOr<actors::LoaderInfo> info =
-      replicas_[0].loader.call(&actors::DataLoaderActor::info).get(kSetupTimeout);
-  if (!info.ok()) return info.status();
-  data_info_ = {.num_samples = info->num_samples,
-                .steps_per_epoch = info->steps_per_epoch,
-                .samples_per_epoch = info->samples_per_epoch};
-
-  ControllerOptions options = controller_options(config_);
-  if (config_.fault_tolerance.enabled) {
-    options.member_lost = [this](const actors::Coordinate& at) { return watch_.member_lost(at); };
-  }
-  absl::StatusOr<TrainerController> controller =
-      TrainerController::create({.dp = dp, .pp = 1, .tp = 1}, members(), std::move(options));
-  if (!controller.ok()) return controller.status();
-  controller_.emplace(*std::move(controller));
-  return controller_->connect_buddies();
+  return form_mesh();
 }
 
 absl::Status DataParallelTrainer::gather_parameters() {
@@ -196,20 +140,6 @@ absl::StatusOr<std::vector<int32_t>> DataParallelTrainer::generate(std::vector<i
       .get(kSetupTimeout);
 }
 
-std::vector<MeshMember> DataParallelTrainer::members() const {
-  const int dp = static_cast<int>(replicas_.size());
-  const nn::ParamRange whole{0, nn::model_layout(config_.model).num_params()};
-  std::vector<MeshMember> out;
-  for (int d = 0; d < dp; ++d) {
-    out.push_back({.at = {.d = d, .p = 0, .t = 0},
-                   .stage = stage_endpoint(replicas_[d].stage),
-                   .shard = shard_endpoint(replicas_[d].shard),
-                   .range = zero_stage() == 0 ? whole : actors::ZeroPartition(whole, dp, d).own(),
-                   .buddy = buddy_of(d, dp)});
-  }
-  return out;
-}
-
 absl::StatusOr<std::vector<float>> DataParallelTrainer::master_params() {
   if (zero_stage() == 0) {
     return replicas_[0].shard.call(&actors::ParamShardActor::master_params).get(kSetupTimeout);
@@ -221,10 +151,18 @@ absl::StatusOr<std::vector<float>> DataParallelTrainer::master_params() {
   return gather_masters(shards, kSetupTimeout);
 }
 
-absl::Status DataParallelTrainer::stop() {
-  if (stopped_) return absl::OkStatus();
-  stopped_ = true;
-  return stop_job(cluster_, actors_, placement_groups_);
+absl::StatusOr<MemberActors> DataParallelTrainer::spawn_replacement(const actors::Coordinate& at,
+                                                                    cluster::PlacementGroupId pg) {
+  // (After a resize, names made from job_ and d may be a live rank's.)
+  const std::string names = resized_ > 0 ? absl::StrCat(job_, "+", ++resizes_) : job_;
+  absl::StatusOr<Replica> replica = spawn_replica(at.d, pg, 0, names, config_);
+  if (!replica.ok()) return replica.status();
+  replicas_[at.d] = *std::move(replica);
+  return replicas_[at.d];
+}
+
+std::string DataParallelTrainer::replacement_group(const actors::Coordinate& at) const {
+  return absl::StrCat(job_, "/replica-", at.d);
 }
 
 }  // namespace troupe::trainers

@@ -21,8 +21,7 @@
 #include "absl/status/statusor.h"
 #include "actors/param_shard_actor.h"
 #include "trainers/elastic_scaler.h"
-#include "trainers/mesh_watch.h"
-#include "trainers/trainer.h"
+#include "trainers/mesh_trainer.h"
 
 namespace troupe::trainers {
 
@@ -33,7 +32,7 @@ struct ResizeTimes {
   double group_ms = 0;  // the group at the new size, the loaders moved
 };
 
-class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMesh {
+class DataParallelTrainer : public MeshTrainer, public ElasticMesh {
  public:
   // Places and spawns the actors of every rank, forms the data-parallel
   // group, initialises the parameters (the same seed on every rank, each
@@ -43,7 +42,6 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
                                                                     const TrainConfig& config,
                                                                     const std::string& job,
                                                                     int threads);
-  ~DataParallelTrainer() override;
 
   // On rank 0 (every rank holds the same weights; under ZeRO every stage
   // gathers them first).
@@ -51,22 +49,11 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
   absl::StatusOr<std::vector<int32_t>> generate(std::vector<int32_t> prompt, int max_new_tokens,
                                                 float temperature, uint64_t seed) override;
   absl::StatusOr<std::vector<float>> master_params() override;
-  const DataInfo& data_info() const override { return data_info_; }
-  TrainerController& controller() override { return *controller_; }
   std::string describe() const override;
-  absl::Status stop() override;
-  // Recovery (trainers/recovery.h): the actors of a lost rank are restarted
-  // by the head in the rank's placement bundle, which it places again on a
-  // spare node, a node with room, or one that joins.
-  MeshRepair* repair() override { return config_.fault_tolerance.enabled ? this : nullptr; }
-  std::optional<HeadAway> head_away() const override { return watch_.head_away(); }
-  absl::StatusOr<std::vector<LostMember>> find_lost(absl::Time deadline) override;
-  absl::Status fence(const std::vector<LostMember>& hung) override;
-  absl::Status await_replacements(const std::vector<LostMember>& lost,
-                                  absl::Time deadline) override;
-  absl::Status declare_groups() override;
-  void mark_whole() override;
-  int64_t samples_per_epoch() const override { return data_info_.samples_per_epoch; }
+  // Recovery (trainers/mesh_trainer.h); for elasticity too (ElasticMesh).
+  absl::StatusOr<std::vector<LostMember>> find_lost(absl::Time deadline) override {
+    return MeshTrainer::find_lost(deadline);
+  }
   // After a resize, rank at.d's shape at the job's size now.
   std::optional<actors::StageShape> shape_of(const actors::Coordinate& at,
                                              int64_t position) const override;
@@ -99,25 +86,27 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
   bool replaces_losses() const { return config_.fault_tolerance.enabled; }
   const ResizeTimes& last_resize() const { return last_resize_; }
   // The actors of rank d: its loader, stage and shard.
-  std::vector<ActorId> rank_actors(int d) const;
-  std::vector<ActorId> actors_at(const actors::Coordinate& at) const override {
-    return rank_actors(at.d);
-  }
+  std::vector<ActorId> rank_actors(int d) const { return actors_at({.d = d, .p = 0, .t = 0}); }
 
  private:
-  struct Replica {
-    ActorRef<actors::PipelineStageActor> stage;
-    ActorRef<actors::ParamShardActor> shard;
-    ActorRef<actors::DataLoaderActor> loader;
+  struct Replica : MemberActors {
     cluster::PlacementGroupId group;  // whose bundle it holds
   };
 
   DataParallelTrainer(Cluster& cluster, TrainConfig config, std::string job, int threads)
-      : cluster_(cluster),
-        config_(config),
-        configured_(std::move(config)),
-        job_(std::move(job)),
-        threads_(threads) {}
+      : MeshTrainer(cluster, config, std::move(job), threads), configured_(std::move(config)) {}
+  // The mesh dp x 1 x 1: rank d is replicas_[d], holding the whole model.
+  actors::Mesh mesh() const override { return {.dp = dp(), .pp = 1, .tp = 1}; }
+  const MemberActors& member_at(const actors::Coordinate& at) const override {
+    return replicas_[at.d];
+  }
+  nn::ParamRange stage_params(int p) const override;
+  // Recovery: rank at.d's actors, in a placement group of their own (after
+  // a resize under names of their own: those made from job_ and d may be a
+  // live rank's).
+  absl::StatusOr<MemberActors> spawn_replacement(const actors::Coordinate& at,
+                                                 cluster::PlacementGroupId pg) override;
+  std::string replacement_group(const actors::Coordinate& at) const override;
   absl::Status spawn_replicas();
   // Elastic jobs: a single-bundle group per rank, each on the node `spread`
   // (placed, then removed) put that rank's bundle on, where it has room.
@@ -129,11 +118,6 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
   // `config`: the job's (or, in a resize, the new size's).
   absl::StatusOr<Replica> spawn_replica(int d, cluster::PlacementGroupId group, int bundle,
                                         const std::string& names, const TrainConfig& config);
-  // Recovery: rank d's actors are unknown to a restarted head (their node
-  // was lost while it was down, so nothing restarts them): new ones take the
-  // rank, in a placement group of their own, once a node has room for them
-  // (by `deadline`); the mesh's member at d is them from then on.
-  absl::Status respawn_rank(int d, absl::Time deadline);
   // Elasticity under ZeRO: each shard of `next` (the ranks of the new size,
   // in order) fetches its new partition from the old owners (replicas_),
   // the parts of the ranks `lost` from the replicas their buddies keep.
@@ -142,40 +126,15 @@ class DataParallelTrainer : public Trainer, public MeshRepair, public ElasticMes
                                 absl::Duration timeout);
   // ZeRO: every stage gathers the whole parameters (before evaluate, generate).
   absl::Status gather_parameters();
-  // Every rank's coordinate, in order.
-  std::vector<actors::Coordinate> coordinates() const;
 
   int zero_stage() const { return config_.zero.stage; }
-  // A ZeRO partition exists once: with fault tolerance or elasticity the
-  // next rank (on another node) keeps a replica of it, so that a rank lost
-  // is replaced, or left behind, without losing its partition. (DDP's
-  // replicas are each other's.)
-  bool keeps_replicas() const {
-    return zero_stage() > 0 && (config_.fault_tolerance.enabled || config_.elasticity.enabled);
-  }
-  // The member that keeps rank d's replica at dp `dp`; -1: none.
-  int buddy_of(int d, int dp) const { return keeps_replicas() && dp > 1 ? (d + 1) % dp : -1; }
-  // The controller's members: the ranks of replicas_, in order, each with
-  // its range (under ZeRO its partition) and buddy.
-  std::vector<MeshMember> members() const;
 
-  Cluster& cluster_;
-  TrainConfig config_;            // at the job's current size (resize changes its batch split)
+  // (config_ is at the job's current size: resize changes its batch split.)
   const TrainConfig configured_;  // as the job was started
-  std::string job_;
-  int threads_ = 0;  // each stage's compute threads
-  int resizes_ = 0;  // names made for new ranks (resize, respawn_rank after a resize)
+  int resizes_ = 0;  // names made for new ranks (resize, spawn_replacement after a resize)
   int resized_ = 0;  // resize() calls that completed
   ResizeTimes last_resize_;
-  // The replicas' group, and one per rank spawned again (respawn_rank).
-  std::vector<cluster::PlacementGroupId> placement_groups_;
-  std::vector<ActorId> actors_;  // everything spawned, for stop()
   std::vector<Replica> replicas_;
-  std::optional<TrainerController> controller_;
-  DataInfo data_info_;
-  bool stopped_ = false;
-  // The ranks' actors as the head sees them (recovery).
-  MeshWatch watch_{cluster_, job_, [this](const actors::Coordinate& at) { return actors_at(at); }};
 };
 
 }  // namespace troupe::trainers

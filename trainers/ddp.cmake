@@ -2,7 +2,6 @@
 # Paths relative to trainers/.
 target_sources(troupe_trainers PRIVATE
   checkpointer.cc
-  data_parallel_recovery.cc
   data_parallel_resize.cc
   data_parallel_trainer.cc
   elastic_batch.cc
@@ -11,6 +10,8 @@ target_sources(troupe_trainers PRIVATE
   generate_command.cc
   hybrid_trainer.cc
   member_spawn.cc
+  mesh_layout.cc
+  mesh_trainer.cc
   mesh_watch.cc
   model_file.cc
   progress.cc

@@ -6,41 +6,11 @@
 #include "absl/strings/str_cat.h"
 #include "actors/generation.h"
 #include "actors/stage_plan.h"
-#include "actors/zero_partition.h"
-#include "core/cluster/collective_group.h"
-#include "core/status.h"
 #include "nn/dtype.h"
 
 namespace troupe::trainers {
-namespace {
-
-constexpr absl::Duration kSetupTimeout = absl::Seconds(120);
-
-// Waits for every future, returning the first error - the first that is not
-// a timeout if there is one: a member that failed leaves the others of its
-// groups waiting for it, and its error is the cause.
-// All within one kSetupTimeout.
-template <class T>
-absl::Status wait_all(std::vector<Future<T>>& pending) {
-  const absl::Time deadline = absl::Now() + kSetupTimeout;
-  absl::Status first, cause;
-  for (Future<T>& f : pending) {
-    absl::Status s;
-    if constexpr (std::is_void_v<T>) {
-      s = std::move(f).get_until(deadline);
-    } else {
-      s = std::move(f).get_until(deadline).status();
-    }
-    first.Update(s);
-    if (!absl::IsDeadlineExceeded(s)) cause.Update(s);
-  }
-  return cause.ok() ? first : cause;
-}
-
-}  // namespace
 
 actors::Mesh HybridTrainer::mesh() const {
-  // Interleaved 1F1B: each stage's chunks are virtual stages of their own.
   return {.dp = config_.parallel.dp,
           .pp = config_.parallel.pp * config_.parallel.virtual_stages,
           .tp = config_.parallel.tp};
@@ -54,10 +24,11 @@ absl::StatusOr<std::unique_ptr<HybridTrainer>> HybridTrainer::start(Cluster& clu
                                                                     const TrainConfig& config,
                                                                     const std::string& job,
                                                                     int threads) {
-  if (config.zero.stage > 1) {
+  if (config.zero.stage > 1 || config.elasticity.enabled) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the hybrid trainer runs DDP or ZeRO-1 over dp (asked: ZeRO stage ",
-                     config.zero.stage, ")"));
+        absl::StrCat("the hybrid trainer runs DDP or ZeRO-1 over dp, without elasticity (asked: "
+                     "ZeRO stage ",
+                     config.zero.stage, config.elasticity.enabled ? ", elasticity" : "", ")"));
   }
   std::unique_ptr<HybridTrainer> trainer(new HybridTrainer(cluster, config, job, threads));
   if (absl::Status s = trainer->spawn_mesh(); !s.ok()) {
@@ -65,10 +36,6 @@ absl::StatusOr<std::unique_ptr<HybridTrainer>> HybridTrainer::start(Cluster& clu
     return s;
   }
   return trainer;
-}
-
-HybridTrainer::~HybridTrainer() {
-  stop().IgnoreError();
 }
 
 std::string HybridTrainer::describe() const {
@@ -119,195 +86,33 @@ absl::Status HybridTrainer::spawn_mesh() {
                                ": placing ", dp, " x ", stages, " stages (", tp,
                                tp == 1 ? " CPU" : " CPUs on one node", " each): ", s.message()));
   };
-  absl::StatusOr<cluster::PlacementGroupId> pg =
-      cluster_.create_placement_group(bundles, cluster::PlacementStrategy::kSpread, job_ + "/mesh");
+  absl::StatusOr<cluster::PlacementGroupId> pg = place_spread(bundles, job_ + "/mesh");
   if (!pg.ok()) return placing(pg.status());
-  placement_groups_.push_back(*pg);
-  if (absl::Status s = cluster_.wait_placement_group(*pg, kSetupTimeout); !s.ok()) {
-    return placing(s);
-  }
   for (const actors::Coordinate& at : coordinates()) {
-    absl::StatusOr<MemberActors> actors = spawn_at(at, pg->value, at.d * stages + at.p % stages);
+    absl::StatusOr<MemberActors> actors = spawn_at(at, *pg, at.d * stages + at.p % stages);
     if (!actors.ok()) return actors.status();
     members_.push_back(*std::move(actors));
   }
-  if (absl::Status s = declare_groups(); !s.ok()) return s;
-  // setup() joins them: every stage at once.
-  std::vector<Future<void>> joining;
-  for (MemberActors& m : members_)
-    joining.push_back(m.stage.call(&actors::PipelineStageActor::setup));
-  if (absl::Status s = wait_all(joining); !s.ok()) return s;
-  std::vector<Future<int64_t>> initialising;
-  for (MemberActors& m : members_)
-    initialising.push_back(m.shard.call(&actors::ParamShardActor::init));
-  if (absl::Status s = wait_all(initialising); !s.ok()) return s;
-  absl::StatusOr<actors::LoaderInfo> info =
-      members_[0].loader.call(&actors::DataLoaderActor::info).get(kSetupTimeout);
-  if (!info.ok()) return info.status();
-  data_info_ = {.num_samples = info->num_samples,
-                .steps_per_epoch = info->steps_per_epoch,
-                .samples_per_epoch = info->samples_per_epoch};
-
-  std::vector<MeshMember> controlled;
-  for (int d = 0; d < dp; ++d) {
-    for (int p = 0; p < pp; ++p) {
-      for (int t = 0; t < tp; ++t) {
-        const MemberActors& m = members_[index(d, p, t)];
-        controlled.push_back({.at = {.d = d, .p = p, .t = t},
-                              .stage = stage_endpoint(m.stage),
-                              .shard = shard_endpoint(m.shard),
-                              .range = owned(actors::Coordinate{.d = d, .p = p, .t = t}),
-                              .buddy = buddy_of({.d = d, .p = p, .t = t})});
-      }
-    }
-  }
-  ControllerOptions options = controller_options(config_);
-  if (config_.fault_tolerance.enabled) {
-    options.member_lost = [this](const actors::Coordinate& at) { return watch_.member_lost(at); };
-  }
-  absl::StatusOr<TrainerController> controller =
-      TrainerController::create(mesh, std::move(controlled), std::move(options));
-  if (!controller.ok()) return controller.status();
-  controller_.emplace(*std::move(controller));
-  if (config_.fault_tolerance.enabled) mark_whole();  // where each actor runs
-  return controller_->connect_buddies();
+  return form_mesh();
 }
 
-absl::StatusOr<MemberActors> HybridTrainer::spawn_at(const actors::Coordinate& at, uint64_t pg,
-                                                     int bundle) {
-  SpawnOptions where;
-  where.placement_group = pg;
-  where.bundle_index = bundle;
-  // With fault tolerance the head restarts a lost coordinate's actors in
-  // their bundle, placed again elsewhere (trainers/recovery.h).
-  if (config_.fault_tolerance.enabled) where.max_restarts = config_.fault_tolerance.max_failures;
+absl::StatusOr<MemberActors> HybridTrainer::spawn_at(const actors::Coordinate& at,
+                                                     cluster::PlacementGroupId pg, int bundle) {
+  MemberPlace place = member_place(at, mesh(), pg, bundle, job_, config_);
   // An interleaved stage's chunks after the first take turns on its CPU.
-  const bool first_chunk = at.p < config_.parallel.pp;
-  const MemberPlace place{.at = at,
-                          .mesh = mesh(),
-                          .stage_resources = first_chunk ? "CPU=1" : "",
-                          .names = job_,
-                          .where = where,
-                          .threads = threads_,
-                          .dp_group = dp_group(at.p, at.t),
-                          .pipe_group = pipe_group(at.d, at.t),
-                          .tp_group = tp_group(at.d, at.p),
-                          .shard_range = owned(at)};
+  if (at.p >= config_.parallel.pp) place.stage_resources = "";
   return spawn_member(cluster_, config_, place, &actors_);
 }
 
-int HybridTrainer::buddy_of(const actors::Coordinate& at) const {
-  const int dp = config_.parallel.dp;
-  if (config_.zero.stage == 0 || !config_.fault_tolerance.enabled || dp == 1) return -1;
-  return static_cast<int>(index((at.d + 1) % dp, at.p, at.t));
-}
-
-nn::ParamRange HybridTrainer::owned(const actors::Coordinate& at) const {
-  const nn::ParamRange& stage = ranges_[static_cast<size_t>(at.p)];
-  if (config_.zero.stage == 0) return stage;
-  return actors::ZeroPartition(stage, config_.parallel.dp, at.d).own();
-}
-
-std::vector<actors::Coordinate> HybridTrainer::coordinates() const {
-  std::vector<actors::Coordinate> out;
-  const actors::Mesh m = mesh();
-  for (int d = 0; d < m.dp; ++d) {
-    for (int p = 0; p < m.pp; ++p) {
-      for (int t = 0; t < m.tp; ++t)
-        out.push_back({.d = d, .p = p, .t = t});
-    }
-  }
-  return out;
-}
-
-std::vector<ActorId> HybridTrainer::actors_at(const actors::Coordinate& at) const {
-  const MemberActors& m = members_[index(at.d, at.p, at.t)];
-  return {m.loader.id(), m.stage.id(), m.shard.id()};
-}
-
-absl::StatusOr<std::vector<LostMember>> HybridTrainer::find_lost(absl::Time deadline) {
-  return watch_.find_lost(coordinates(), deadline, config_.fault_tolerance.wait_for_node_s);
-}
-
-absl::Status HybridTrainer::fence(const std::vector<LostMember>& hung) {
-  return watch_.fence_hung(hung);
-}
-
-absl::Status HybridTrainer::await_replacements(const std::vector<LostMember>& lost,
-                                               absl::Time deadline) {
-  return watch_.await_replacements(
-      lost, deadline,
-      [this](const actors::Coordinate& at, absl::Time until) { return respawn(at, until); },
-      config_.fault_tolerance.wait_for_node_s);
-}
-
-absl::Status HybridTrainer::respawn(const actors::Coordinate& at, absl::Time deadline) {
-  // The node it was on must not rejoin with the old actors (best effort:
-  // the new actors' ids differ from the old ones in any case).
-  watch_.fence(at, "lost while the head was down").IgnoreError();
-  absl::StatusOr<cluster::PlacementGroupId> pg = cluster_.create_placement_group(
-      {"CPU=1"}, cluster::PlacementStrategy::kPack,
-      absl::StrCat(job_, "/", actors::to_string(at), "-", placement_groups_.size()));
-  if (!pg.ok()) return pg.status();
-  placement_groups_.push_back(*pg);
-  absl::Status placed =
-      cluster_.wait_placement_group(*pg, std::max(deadline - absl::Now(), absl::ZeroDuration()));
-  if (!placed.ok()) {
-    return no_node_for(
-        {actors::to_string(at)},
-        absl::StrCat("its actors were lost while the head was down: ", placed.message()),
-        config_.fault_tolerance.wait_for_node_s);
-  }
-  absl::StatusOr<MemberActors> actors = spawn_at(at, pg->value, 0);
+absl::StatusOr<MemberActors> HybridTrainer::spawn_replacement(const actors::Coordinate& at,
+                                                              cluster::PlacementGroupId pg) {
+  absl::StatusOr<MemberActors> actors = spawn_at(at, pg, 0);
   if (!actors.ok()) return actors.status();
-  MemberActors& m = members_[index(at.d, at.p, at.t)];
-  m = *std::move(actors);
-  return controller_->replace_member(at, stage_endpoint(m.stage), shard_endpoint(m.shard));
+  return members_[index(at.d, at.p, at.t)] = *std::move(actors);
 }
 
-void HybridTrainer::mark_whole() {
-  watch_.mark_whole(coordinates());
-}
-
-std::string HybridTrainer::dp_group(int p, int t) const {
-  return absl::StrCat(job_, "/dp/p", p, "t", t);
-}
-std::string HybridTrainer::pipe_group(int d, int t) const {
-  return absl::StrCat(job_, "/pipe/d", d, "t", t);
-}
-std::string HybridTrainer::tp_group(int d, int p) const {
-  return absl::StrCat(job_, "/tp/d", d, "p", p);
-}
-
-absl::Status HybridTrainer::declare_groups() {
-  const actors::Mesh mesh = this->mesh();
-  auto declare = [&](const std::string& name, auto&& coordinate_of, int n) -> absl::Status {
-    if (n == 1) return absl::OkStatus();  // a stage alone needs no group
-    std::vector<ActorId> stages;
-    for (int i = 0; i < n; ++i) {
-      const actors::Coordinate at = coordinate_of(i);
-      stages.push_back(members_[index(at.d, at.p, at.t)].stage.id());
-    }
-    return declare_collective_group(cluster_, name, stages).status();
-  };
-  absl::Status s;
-  for (int p = 0; p < mesh.pp; ++p) {
-    for (int t = 0; t < mesh.tp; ++t)
-      s.Update(declare(
-          dp_group(p, t), [&](int i) { return actors::Coordinate{.d = i, .p = p, .t = t}; },
-          mesh.dp));
-  }
-  for (int d = 0; d < mesh.dp; ++d) {
-    for (int t = 0; t < mesh.tp; ++t)
-      s.Update(declare(
-          pipe_group(d, t), [&](int i) { return actors::Coordinate{.d = d, .p = i, .t = t}; },
-          mesh.pp));
-    for (int p = 0; p < mesh.pp; ++p)
-      s.Update(declare(
-          tp_group(d, p), [&](int i) { return actors::Coordinate{.d = d, .p = p, .t = i}; },
-          mesh.tp));
-  }
-  return s;
+std::string HybridTrainer::replacement_group(const actors::Coordinate& at) const {
+  return absl::StrCat(job_, "/", actors::to_string(at));
 }
 
 absl::StatusOr<std::vector<float>> HybridTrainer::master_params() {
@@ -378,12 +183,6 @@ absl::StatusOr<std::vector<int32_t>> HybridTrainer::generate(std::vector<int32_t
       {.max_new_tokens = max_new_tokens, .temperature = temperature, .seed = seed});
   if (!out.ok()) return out.status();
   return std::move((*out)[0]);
-}
-
-absl::Status HybridTrainer::stop() {
-  if (stopped_) return absl::OkStatus();
-  stopped_ = true;
-  return stop_job(cluster_, actors_, placement_groups_);
 }
 
 }  // namespace troupe::trainers

@@ -26,4 +26,6 @@ troupe_discovered_test_labels(trainers_train_command_test reliability trainers)
 troupe_test(trainers_controller_test trainers SOURCES controller_test.cc LIBS troupe_trainers)
 # A stage, its shard and its loader on an in-process actor system: the step protocol.
 troupe_test(trainers_stage_steps_test trainers SOURCES stage_steps_test.cc LIBS troupe_trainers)
+# The layout rules both trainers share: group names, shard ranges, buddies.
+troupe_test(trainers_mesh_layout_test trainers SOURCES mesh_layout_test.cc LIBS troupe_trainers)
 # The codecs of nn's types and the one nn/transport dtype mapping.
