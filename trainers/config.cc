@@ -52,6 +52,9 @@ absl::StatusOr<TrainConfig> load_train_config(const std::string& path) {
 
 absl::Status check_data_exists(const TrainConfig& config) {
   if (config.data.path.empty()) return absl::OkStatus();
+  std::error_code file_error;
+  // A file itself: llm.c's format (actors/data/llmc_format.h), checked when opened.
+  if (std::filesystem::is_regular_file(config.data.path, file_error)) return absl::OkStatus();
   std::vector<std::string> missing;
   for (const char* suffix : {".bin", ".json"}) {
     const std::string file = config.data.path + suffix;
@@ -62,7 +65,8 @@ absl::Status check_data_exists(const TrainConfig& config) {
   return absl::NotFoundError(absl::StrCat(
       "data.path: ", absl::StrJoin(missing, " and "), missing.size() > 1 ? " do" : " does",
       " not exist (a dataset PATH is PATH.bin with its header PATH.json, as `troupe data "
-      "prepare` writes them; relative paths are from the working directory)"));
+      "prepare` writes them, or an llm.c FILE.bin; relative paths are from the working "
+      "directory)"));
 }
 
 }  // namespace troupe::trainers

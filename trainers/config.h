@@ -257,9 +257,9 @@ struct TrainConfig {
 // Reads `path` and parses it; NotFound naming the file if it cannot be read;
 // parse_train_config's errors with "PATH: " before them.
 [[nodiscard]] absl::StatusOr<TrainConfig> load_train_config(const std::string& path);
-// OK when data.path is empty or PATH.bin and PATH.json both exist (relative
-// paths from the working directory); NotFound naming the missing files
-// otherwise.
+// OK when data.path is empty, names a file (llm.c's format, checked when
+// opened), or PATH.bin and PATH.json both exist (relative paths from the
+// working directory); NotFound naming the missing files otherwise.
 [[nodiscard]] absl::Status check_data_exists(const TrainConfig& config);
 // The config back as JSON, indented (every key, defaults filled in, in the
 // order docs/config.md lists them; steps_per_print as training.log_interval):

@@ -2,16 +2,20 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <set>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "actors/data/addition_task.h"
 #include "actors/data/byte_tokenizer.h"
+#include "actors/data/llmc_format.h"
 #include "actors/data/token_dataset.h"
 #include "actors/data/token_dataset_writer.h"
 #include "core/cluster/flags.h"
@@ -81,13 +85,15 @@ std::string mib(int64_t bytes) {
 
 void print_overview() {
   std::printf(
-      "usage: troupe data <prepare|synth|info> [flags]\n\n"
+      "usage: troupe data <prepare|synth|info|convert> [flags]\n\n"
       "Makes and inspects token datasets: PREFIX.bin (the tokens, uint16 or uint32)\n"
-      "and PREFIX.json (the header); see docs/data.md.\n\n"
+      "and PREFIX.json (the header), or llm.c's FILE.bin; see docs/data.md.\n\n"
       "  prepare  --output PREFIX FILE...   byte-level tokens of text files\n"
       "  synth    --task addition ... --output PREFIX\n"
       "                                     a synthetic task's training set\n"
-      "  info     PREFIX                    the header and sample counts\n\n"
+      "  info     PREFIX                    the header and sample counts\n"
+      "  convert  PREFIX --to FORMAT --output OUT\n"
+      "                                     to llm.c's format or from it\n\n"
       "Run `troupe data <subcommand> --help` for its flags.\n");
 }
 
@@ -286,20 +292,26 @@ int info(const std::vector<std::string>& args) {
   absl::StatusOr<actors::TokenDataset> data = actors::TokenDataset::open(prefix);
   if (!data.ok()) return fail(data.status());
   const actors::TokenDatasetHeader& h = data->header();
+  const long long token_bytes = h.num_tokens * actors::dtype_bytes(h.dtype);
+  std::string format = absl::StrCat(actors::kTokenFormat, " version ", actors::kTokenFormatVersion);
+  std::string files = absl::StrCat(prefix, ".bin (", token_bytes, " bytes), ", prefix, ".json");
+  if (const std::optional<actors::LlmcFormat> llmc = data->llmc_format(); llmc.has_value()) {
+    const actors::LlmcFormatInfo& f = actors::llmc_format_info(*llmc);
+    format = absl::StrCat("llm.c ", f.name, " (magic ", f.magic, ", version ", f.version, ")");
+    files = absl::StrCat(prefix, " (", actors::kLlmcHeaderBytes + token_bytes, " bytes)");
+  }
   std::printf(
       "dataset     %s\n"
-      "format      %s version %d\n"
+      "format      %s\n"
       "dtype       %s\n"
       "vocab_size  %lld\n"
       "num_tokens  %lld\n"
       "tokenizer   %s\n"
       "source      %s\n"
-      "files       %s.bin (%lld bytes), %s.json\n",
-      prefix.c_str(), actors::kTokenFormat, actors::kTokenFormatVersion,
-      actors::dtype_name(h.dtype), static_cast<long long>(h.vocab_size),
-      static_cast<long long>(h.num_tokens), h.tokenizer.c_str(),
-      h.source.empty() ? "-" : h.source.c_str(), prefix.c_str(),
-      static_cast<long long>(h.num_tokens * actors::dtype_bytes(h.dtype)), prefix.c_str());
+      "files       %s\n",
+      prefix.c_str(), format.c_str(), actors::dtype_name(h.dtype),
+      static_cast<long long>(h.vocab_size), static_cast<long long>(h.num_tokens),
+      h.tokenizer.c_str(), h.source.empty() ? "-" : h.source.c_str(), files.c_str());
   for (int64_t t : seq_lens) {
     std::printf("samples     %lld of seq_len %lld\n",
                 static_cast<long long>(data->num_samples(static_cast<int>(t))),
@@ -309,6 +321,62 @@ int info(const std::vector<std::string>& args) {
     if (absl::Status s = data->check_tokens(); !s.ok()) return fail(s);
     std::printf("check       ok: every token is below vocab_size\n");
   }
+  return 0;
+}
+
+// ---- convert ----------------------------------------------------------------
+
+int convert(const std::vector<std::string>& args) {
+  Arguments split = split_arguments(args, {});
+  auto flags = cluster::Flags::parse("data convert", split.flags, {"to", "output"});
+  if (!flags.ok()) return usage(std::string(flags.status().message()));
+  if (flags->help()) {
+    std::printf(
+        "usage: troupe data convert DATASET --to FORMAT --output OUT\n\n"
+        "Writes the tokens of DATASET (a PREFIX, or an llm.c FILE.bin) in another format:\n\n"
+        "  --to llmc-gpt2    llm.c's file of GPT-2 tokens (uint16; magic 20240520), as its\n"
+        "                    and nanoGPT-style data scripts write them: OUT is the file\n"
+        "  --to llmc-llama3  llm.c's file of Llama 3 tokens (uint32; magic 20240801)\n"
+        "  --to troupe       a troupe dataset: OUT is its PREFIX (OUT.bin and OUT.json)\n\n"
+        "Every token is checked against the target's vocabulary; the output is written\n"
+        "beside itself and renamed, so a failed conversion leaves nothing behind.\n");
+    return 0;
+  }
+  if (split.positional.size() != 1) {
+    return usage("troupe data convert: expected one DATASET (troupe data convert DATASET ...)");
+  }
+  const std::string to = flags->get("to");
+  const std::string out = flags->get("output");
+  if (out.empty()) return usage("troupe data convert: --output OUT is required");
+  if (to != "llmc-gpt2" && to != "llmc-llama3" && to != "troupe") {
+    return usage(absl::StrCat("troupe data convert: --to '", to,
+                              "' is not llmc-gpt2, llmc-llama3 or troupe"));
+  }
+  absl::StatusOr<actors::TokenDataset> data = actors::TokenDataset::open(split.positional[0]);
+  if (!data.ok()) return fail(data.status());
+  if (to == "troupe") {
+    const actors::TokenDatasetHeader& h = data->header();
+    auto writer = actors::TokenDatasetWriter::create(out, h.vocab_size, h.tokenizer,
+                                                     absl::StrCat("converted from ", data->name()));
+    if (!writer.ok()) return fail(writer.status());
+    constexpr int64_t kChunk = int64_t{1} << 16;
+    std::vector<int32_t> tokens;
+    for (int64_t offset = 0; offset < data->num_tokens(); offset += kChunk) {
+      tokens.resize(static_cast<size_t>(std::min(kChunk, data->num_tokens() - offset)));
+      absl::Status s =
+          data->read_tokens(offset, static_cast<int64_t>(tokens.size()), tokens.data());
+      if (s.ok()) s = (*writer)->append(tokens);
+      if (!s.ok()) return fail(s);
+    }
+    if (absl::Status s = (*writer)->finish(); !s.ok()) return fail(s);
+  } else {
+    const actors::LlmcFormat format =
+        to == "llmc-gpt2" ? actors::LlmcFormat::kGpt2 : actors::LlmcFormat::kLlama3;
+    if (absl::Status s = actors::write_llmc_file(*data, format, out); !s.ok()) return fail(s);
+  }
+  std::printf("troupe data convert: %lld tokens of %s written to %s (%s)\n",
+              static_cast<long long>(data->num_tokens()), data->name().c_str(), out.c_str(),
+              to.c_str());
   return 0;
 }
 
@@ -324,6 +392,7 @@ int data_command(const std::vector<std::string>& args) {
   if (sub == "prepare") return prepare(rest);
   if (sub == "synth") return synth(rest);
   if (sub == "info") return info(rest);
+  if (sub == "convert") return convert(rest);
   if (sub == "--help" || sub == "-h" || sub == "help") {
     print_overview();
     return 0;

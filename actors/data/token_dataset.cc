@@ -5,14 +5,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "actors/data/llmc_format.h"
 
 namespace troupe::actors {
 
@@ -26,6 +29,8 @@ struct TokenDataset::Storage {
   // a file truncated while in use then fails a read with an error naming
   // it, where a mapping would kill the process with SIGBUS), or `owned`.
   int fd = -1;
+  uint64_t first_token_byte = 0;  // an llm.c file's header comes first
+  std::optional<LlmcFormat> llmc;
   std::vector<int32_t> owned;
   bool in_memory = false;  // `owned`, checked by from_tokens
 
@@ -68,9 +73,10 @@ absl::Status copy_tokens(const T* in, int64_t offset, int64_t count, int64_t voc
   return absl::OkStatus();
 }
 
-// Reads tokens [offset, offset + count) of width T from `fd` (PREFIX.bin).
+// Reads tokens [offset, offset + count) of width T from `fd` (PREFIX.bin),
+// whose first token is at byte `base`.
 template <class T>
-absl::Status read_file_tokens(int fd, int64_t offset, int64_t count,
+absl::Status read_file_tokens(int fd, uint64_t base, int64_t offset, int64_t count,
                               const TokenDatasetHeader& header, const std::string& name,
                               int32_t* out) {
   std::vector<T> buffer(static_cast<size_t>(count));
@@ -78,7 +84,7 @@ absl::Status read_file_tokens(int fd, int64_t offset, int64_t count,
   const size_t bytes = buffer.size() * sizeof(T);
   for (size_t done = 0; done < bytes;) {
     ssize_t n = ::pread(fd, raw + done, bytes - done,
-                        static_cast<off_t>(static_cast<size_t>(offset) * sizeof(T) + done));
+                        static_cast<off_t>(base + static_cast<size_t>(offset) * sizeof(T) + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return posix_error(absl::StrCat("cannot read ", name), errno);
     if (n == 0) {
@@ -92,9 +98,50 @@ absl::Status read_file_tokens(int fd, int64_t offset, int64_t count,
   return copy_tokens(buffer.data(), offset, count, header.vocab_size, name, out);
 }
 
+// Reads exactly n bytes at byte `at` of `fd`; false when the file is shorter.
+absl::StatusOr<bool> read_at(int fd, uint64_t at, size_t n, void* out, const std::string& name) {
+  auto* raw = static_cast<char*>(out);
+  for (size_t done = 0; done < n;) {
+    ssize_t got = ::pread(fd, raw + done, n - done, static_cast<off_t>(at + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return posix_error(absl::StrCat("cannot read ", name), errno);
+    if (got == 0) return false;
+    done += static_cast<size_t>(got);
+  }
+  return true;
+}
+
 }  // namespace
 
+absl::StatusOr<std::optional<TokenDataset>> TokenDataset::open_llmc(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;  // a prefix, or nothing: open() names what is missing
+  auto storage = std::make_shared<Storage>();
+  storage->fd = fd;  // closed with the storage
+  storage->name = path;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return posix_error(absl::StrCat("cannot stat ", path), errno);
+  std::array<int32_t, kLlmcHeaderInts> header{};
+  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < sizeof(header)) {
+    return std::nullopt;
+  }
+  absl::StatusOr<bool> read = read_at(fd, 0, sizeof(header), header.data(), path);
+  if (!read.ok()) return read.status();
+  if (!*read || !is_llmc_magic(header[0])) return std::nullopt;
+  absl::StatusOr<TokenDatasetHeader> parsed =
+      parse_llmc_header(header, static_cast<uint64_t>(st.st_size), path);
+  if (!parsed.ok()) return parsed.status();
+  storage->header = *std::move(parsed);
+  storage->first_token_byte = sizeof(header);
+  storage->llmc = header[0] == llmc_format_info(LlmcFormat::kGpt2).magic ? LlmcFormat::kGpt2
+                                                                         : LlmcFormat::kLlama3;
+  return TokenDataset(std::move(storage));
+}
+
 absl::StatusOr<TokenDataset> TokenDataset::open(const std::string& prefix) {
+  absl::StatusOr<std::optional<TokenDataset>> llmc = open_llmc(prefix);
+  if (!llmc.ok()) return llmc.status();
+  if (llmc->has_value()) return **std::move(llmc);
   const std::string json_path = prefix + ".json";
   const std::string bin_path = prefix + ".bin";
   absl::StatusOr<std::string> text = read_text(json_path);
@@ -159,6 +206,10 @@ const std::string& TokenDataset::name() const {
   return storage_->name;
 }
 
+std::optional<LlmcFormat> TokenDataset::llmc_format() const {
+  return storage_->llmc;
+}
+
 int64_t TokenDataset::num_samples(int seq_len) const {
   const int64_t n = num_tokens();
   return n < 1 || seq_len < 1 ? 0 : (n - 1) / seq_len;
@@ -176,9 +227,10 @@ absl::Status TokenDataset::read_tokens(int64_t offset, int64_t count, int32_t* o
     return absl::OkStatus();
   }
   if (s.header.dtype == TokenDtype::kUint16) {
-    return read_file_tokens<uint16_t>(s.fd, offset, count, s.header, s.name, out);
+    return read_file_tokens<uint16_t>(s.fd, s.first_token_byte, offset, count, s.header, s.name,
+                                      out);
   }
-  return read_file_tokens<uint32_t>(s.fd, offset, count, s.header, s.name, out);
+  return read_file_tokens<uint32_t>(s.fd, s.first_token_byte, offset, count, s.header, s.name, out);
 }
 
 absl::Status TokenDataset::read_sample(int64_t i, int seq_len, int32_t* inputs,

@@ -14,22 +14,27 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "actors/data/llmc_format.h"
 #include "actors/data/token_dataset_header.h"
 
 namespace troupe::actors {
 
 class TokenDataset {
  public:
-  // Opens PREFIX.bin and checks it against PREFIX.json. NotFound naming the
-  // file that is missing; InvalidArgument naming the file for a bad header
-  // (see parse_header) or a .bin whose size is not num_tokens x the dtype's
-  // width (truncated, or the header of another file). Token ids are checked
-  // when read (read_tokens) or all at once by check_tokens().
+  // Opens PREFIX.bin and checks it against PREFIX.json; or, when `prefix`
+  // names a file that starts with one of llm.c's magics, that file as llm.c
+  // wrote it (llmc_format.h: the vocabulary is its format's). NotFound naming
+  // the file that is missing; InvalidArgument naming the file for a bad
+  // header (see parse_header, parse_llmc_header) or a .bin whose size is not
+  // num_tokens x the dtype's width (truncated, or the header of another
+  // file). Token ids are checked when read (read_tokens) or all at once by
+  // check_tokens().
   [[nodiscard]] static absl::StatusOr<TokenDataset> open(const std::string& prefix);
 
   // A dataset held in memory (a synthetic task's). InvalidArgument for
@@ -45,6 +50,8 @@ class TokenDataset {
   int64_t vocab_size() const { return header().vocab_size; }
   // "PREFIX.bin" for a file, "in-memory tokens" otherwise: what errors name.
   const std::string& name() const;
+  // An llm.c file's format (llmc_format.h); nullopt for a troupe dataset.
+  std::optional<LlmcFormat> llmc_format() const;
 
   // Samples of seq_len T: (num_tokens - 1) / T; 0 for an empty dataset or
   // seq_len < 1.
@@ -67,7 +74,10 @@ class TokenDataset {
   [[nodiscard]] absl::Status check_tokens() const;
 
  private:
-  struct Storage;  // the mapping or the vector (token_dataset.cc)
+  struct Storage;  // the file or the vector (token_dataset.cc)
+  // `path` as an llm.c file; nullopt when it is not one (not a file, or
+  // without llm.c's magic).
+  static absl::StatusOr<std::optional<TokenDataset>> open_llmc(const std::string& path);
   explicit TokenDataset(std::shared_ptr<const Storage> storage) : storage_(std::move(storage)) {}
   std::shared_ptr<const Storage> storage_;  // never null
 };

@@ -1,17 +1,21 @@
 // Token datasets: the file format's round trip in both widths, and every way
-// a header or a .bin can be wrong, each named in its error.
+// a header or a .bin can be wrong, each named in its error; llm.c's files
+// read as they are and written byte for byte as llm.c writes them.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "actors/data/llmc_format.h"
 #include "actors/data/token_dataset.h"
 #include "actors/data/token_dataset_writer.h"
 
@@ -322,6 +326,101 @@ TEST(TokenDatasetWriterTest, ReplacesAnExistingDataset) {
   auto data = TokenDataset::open(prefix);
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(read_all(*data), (std::vector<int32_t>{9, 8}));
+}
+
+// An llm.c file as its data_common.py writes one: 256 int32 (magic,
+// version, token count, zeros), then the tokens of width T.
+template <class T>
+std::string llmc_bytes(int32_t magic, int32_t version, const std::vector<T>& tokens,
+                       int32_t count = -1) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = magic;
+  header[1] = version;
+  header[2] = count >= 0 ? count : static_cast<int32_t>(tokens.size());
+  std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(T));
+  return bytes;
+}
+
+TEST(LlmcFileTest, AGpt2FileIsReadAsItIs) {
+  TempDir dir;
+  const std::vector<uint16_t> tokens = {50256, 15496, 11, 995, 0, 50256, 7};
+  write_text(dir.path("val_000000.bin"), llmc_bytes<uint16_t>(20240520, 1, tokens));
+  auto data = TokenDataset::open(dir.path("val_000000.bin"));
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->llmc_format(), LlmcFormat::kGpt2);
+  EXPECT_EQ(data->header().dtype, TokenDtype::kUint16);
+  EXPECT_EQ(data->vocab_size(), 50257);
+  EXPECT_EQ(data->header().tokenizer, "gpt2");
+  EXPECT_EQ(read_all(*data), std::vector<int32_t>(tokens.begin(), tokens.end()));
+  std::vector<int32_t> inputs(3), targets(3);
+  ASSERT_TRUE(data->read_sample(1, 3, inputs.data(), targets.data()).ok());
+  EXPECT_EQ(inputs, (std::vector<int32_t>{995, 0, 50256}));
+  EXPECT_EQ(targets, (std::vector<int32_t>{0, 50256, 7}));
+}
+
+TEST(LlmcFileTest, ALlama3FileIsReadAsItIs) {
+  TempDir dir;
+  const std::vector<uint32_t> tokens = {128000, 9906, 1917, 128001};
+  write_text(dir.path("llama.bin"), llmc_bytes<uint32_t>(20240801, 7, tokens));
+  auto data = TokenDataset::open(dir.path("llama.bin"));
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->llmc_format(), LlmcFormat::kLlama3);
+  EXPECT_EQ(data->header().dtype, TokenDtype::kUint32);
+  EXPECT_EQ(data->vocab_size(), 128256);
+  EXPECT_EQ(read_all(*data), std::vector<int32_t>(tokens.begin(), tokens.end()));
+}
+
+TEST(LlmcFileTest, AWrongVersionOrSizeIsRefusedNamingTheFile) {
+  TempDir dir;
+  const std::string path = dir.path("x.bin");
+  write_text(path, llmc_bytes<uint16_t>(20240520, 2, {1, 2, 3}));
+  auto data = TokenDataset::open(path);
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(data.status().message(), path)) << data.status();
+  EXPECT_TRUE(absl::StrContains(data.status().message(), "version 2")) << data.status();
+  write_text(path, llmc_bytes<uint16_t>(20240520, 1, {1, 2, 3}, /*count=*/4));  // truncated
+  data = TokenDataset::open(path);
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(data.status().message(), "truncated")) << data.status();
+  // Without the magic it is no llm.c file: PATH is a prefix, and PATH.json is missing.
+  write_text(path, llmc_bytes<uint16_t>(12345, 1, {1, 2, 3}));
+  data = TokenDataset::open(path);
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(data.status().message(), path + ".json")) << data.status();
+}
+
+TEST(LlmcFileTest, ATokenOutsideItsVocabularyIsDataLossWhenRead) {
+  TempDir dir;
+  write_text(dir.path("x.bin"), llmc_bytes<uint16_t>(20240520, 1, {1, 60000, 3}));
+  auto data = TokenDataset::open(dir.path("x.bin"));
+  ASSERT_TRUE(data.ok()) << data.status();
+  absl::Status s = data->check_tokens();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(s.message(), "token 1 is 60000")) << s;
+}
+
+TEST(LlmcFileTest, WritingGivesLlmcsBytesAndRefusesATokenOfNoId) {
+  TempDir dir;
+  auto data = TokenDataset::from_tokens({72, 105, 33, 10, 0, 255}, 256);
+  ASSERT_TRUE(data.ok()) << data.status();
+  ASSERT_TRUE(write_llmc_file(*data, LlmcFormat::kGpt2, dir.path("gpt2.bin")).ok());
+  EXPECT_EQ(read_text(dir.path("gpt2.bin")),
+            llmc_bytes<uint16_t>(20240520, 1, {72, 105, 33, 10, 0, 255}));
+  ASSERT_TRUE(write_llmc_file(*data, LlmcFormat::kLlama3, dir.path("llama.bin")).ok());
+  EXPECT_EQ(read_text(dir.path("llama.bin")),
+            llmc_bytes<uint32_t>(20240801, 7, {72, 105, 33, 10, 0, 255}));
+  auto back = TokenDataset::open(dir.path("llama.bin"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(read_all(*back), read_all(*data));
+  // 60000 is no GPT-2 id: nothing is written.
+  auto wide = TokenDataset::from_tokens({1, 60000}, 65536);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  absl::Status s = write_llmc_file(*wide, LlmcFormat::kGpt2, dir.path("no.bin"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.message(), "token 1 is 60000")) << s;
+  EXPECT_FALSE(std::filesystem::exists(dir.path("no.bin")));
+  EXPECT_FALSE(std::filesystem::exists(dir.path("no.bin.tmp")));
 }
 
 }  // namespace

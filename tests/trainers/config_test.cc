@@ -1022,6 +1022,10 @@ TEST(TrainConfigTest, CheckDataExistsNamesTheMissingFiles) {
       << header;
   write_file(c.data.path + ".json", "{}");
   EXPECT_TRUE(check_data_exists(c).ok());
+  // A file itself is llm.c's format, checked when opened.
+  c.data.path = dir.file("fineweb_val_000000.bin");
+  write_file(c.data.path, "");
+  EXPECT_TRUE(check_data_exists(c).ok());
   // Synthetic data needs no files.
   EXPECT_TRUE(check_data_exists(parse_ok(kBase)).ok());
 }

@@ -1,5 +1,5 @@
-// `troupe data`: prepare, synth and info on temporary directories, with
-// their exit codes (0 done, 1 failed, 2 usage) and the files they write.
+// `troupe data`: prepare, synth, info and convert on temporary directories,
+// with their exit codes (0 done, 1 failed, 2 usage) and the files they write.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -169,14 +169,43 @@ TEST(DataCommandTest, InfoPrintsHeaderAndCounts) {
   EXPECT_EQ(run({"info", dir.path("t"), "--seq-len", "0"}).code, 2);
 }
 
+// A text's bytes to llm.c's GPT-2 file and back to a troupe dataset: the
+// same tokens, and info says which format it reads.
+TEST(DataCommandTest, ConvertToLlmcAndBack) {
+  TempDir dir;
+  write_text(dir.path("a.txt"), "To be, or not to be\n");
+  ASSERT_EQ(run({"prepare", "--output", dir.path("text"), dir.path("a.txt")}).code, 0);
+  Outcome r =
+      run({"convert", dir.path("text"), "--to", "llmc-gpt2", "--output", dir.path("x.bin")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("20 tokens"), std::string::npos) << r.out;
+  r = run({"info", dir.path("x.bin")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("llm.c gpt-2 (magic 20240520, version 1)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("vocab_size  50257"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(1064 bytes)"), std::string::npos) << r.out;  // 1024 + 20 x 2
+  r = run({"convert", dir.path("x.bin"), "--to", "troupe", "--output", dir.path("back")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto back = TokenDataset::open(dir.path("back"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(decoded(*back), "To be, or not to be\n");
+  EXPECT_EQ(back->header().tokenizer, "gpt2");  // what llm.c's format says its tokens are
+  // Usage errors.
+  EXPECT_EQ(run({"convert", dir.path("text"), "--to", "parquet", "--output", "y"}).code, 2);
+  EXPECT_EQ(run({"convert", dir.path("text"), "--to", "troupe"}).code, 2);
+  EXPECT_EQ(run({"convert", "--to", "troupe", "--output", "y"}).code, 2);
+  EXPECT_EQ(run({"convert", dir.path("absent"), "--to", "troupe", "--output", "y"}).code, 1);
+}
+
 TEST(DataCommandTest, SubcommandsAndHelp) {
   EXPECT_EQ(run({}).code, 2);
   EXPECT_EQ(run({"--help"}).code, 0);
-  Outcome bad = run({"convert"});
+  Outcome bad = run({"export"});
   EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.err.find("unknown subcommand 'convert'"), std::string::npos);
+  EXPECT_NE(bad.err.find("unknown subcommand 'export'"), std::string::npos);
   EXPECT_EQ(run({"synth", "--help"}).code, 0);
   EXPECT_EQ(run({"info", "--help"}).code, 0);
+  EXPECT_EQ(run({"convert", "--help"}).code, 0);
 }
 
 }  // namespace
