@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -48,6 +49,27 @@ absl::StatusOr<TrainConfig> load_train_config(const std::string& path) {
                         absl::StrCat(path, ": ", config.status().message()));
   }
   return config;
+}
+
+std::optional<std::string> steps_schedule_mismatch(const TrainConfig& config) {
+  int total = 0;
+  if (const auto* decay = std::get_if<nn::WarmupDecayLrConfig>(&config.scheduler)) {
+    total = decay->total_num_steps;
+  } else if (const auto* cosine = std::get_if<nn::WarmupCosineLrConfig>(&config.scheduler)) {
+    total = cosine->total_num_steps;
+  }
+  const int64_t steps = config.training.steps;
+  if (total <= 0 || steps <= 0 || steps == total) return std::nullopt;
+  return absl::StrCat(
+      "the run trains ", steps,
+      " steps (training.steps or --steps) but the scheduler's "
+      "total_num_steps is ",
+      total, ": ",
+      steps < total
+          ? absl::StrCat("the run ends at step ", steps, ", before the rate has decayed")
+          : absl::StrCat("the rate has decayed by step ", total,
+                         " and stays at its minimum for the last ", steps - total, " steps"),
+      "; set scheduler.params.total_num_steps to ", steps, " to decay over the whole run");
 }
 
 absl::Status check_data_exists(const TrainConfig& config) {

@@ -257,6 +257,11 @@ struct TrainConfig {
 // Reads `path` and parses it; NotFound naming the file if it cannot be read;
 // parse_train_config's errors with "PATH: " before them.
 [[nodiscard]] absl::StatusOr<TrainConfig> load_train_config(const std::string& path);
+// A warning when the run's steps (training.steps, which --steps overrides)
+// and its scheduler's total_num_steps (WarmupDecayLR, WarmupCosineLR) are
+// both set and differ, naming both and what the rate does then; nullopt
+// otherwise.
+std::optional<std::string> steps_schedule_mismatch(const TrainConfig& config);
 // OK when data.path is empty, names a file (llm.c's format, checked when
 // opened), or PATH.bin and PATH.json both exist (relative paths from the
 // working directory); NotFound naming the missing files otherwise.

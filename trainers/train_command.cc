@@ -48,19 +48,22 @@ int usage_error(const std::string& text) {
 
 void print_train_help() {
   std::printf(
-      "usage: troupe train --config FILE [--local N | --head HOST:PORT] [--steps N]\n"
-      "                    [--output DIR] [--metrics FILE] [--threads N] [--resume]\n\n"
+      "usage: troupe train (CONFIG.json | --config FILE) [--local N | --head HOST:PORT]\n"
+      "                    [--steps N] [--output DIR] [--metrics FILE] [--threads N]\n"
+      "                    [--resume]\n\n"
       "Trains the model the config describes over a mesh of dp x pp stages: dp replicas\n"
       "(DDP or ZeRO-1/2/3), each a pipeline of pp stages running the config's schedule;\n"
       "each stage with a parameter shard and a data loader on one node.\n\n"
       "  --config FILE     DeepSpeed-style JSON plus troupe's model, data, parallel and\n"
-      "                    training sections (docs/config.md; examples/configs/)\n"
+      "                    training sections (docs/config.md; examples/configs/); or\n"
+      "                    the file as the first argument\n"
       "  --local N         start a local cluster (a head and N workers, and\n"
       "                    fault_tolerance.spare_nodes more) for this run and stop it at\n"
       "                    the end (as ray.init() with no address)\n"
       "  --head HOST:PORT  use a running cluster (`troupe head`, `troupe worker`); also\n"
       "                    $TROUPE_HEAD. Its token: --token-file or $TROUPE_TOKEN\n"
-      "  --steps N         override training.steps\n"
+      "  --steps N         override training.steps (a scheduler decaying over another\n"
+      "                    total_num_steps is warned about)\n"
       "  --output DIR      override training.output_dir (default runs/<job>)\n"
       "  --metrics FILE    override training.metrics_file (default DIR/metrics.jsonl)\n"
       "  --threads N       compute threads per stage (default: cores / stages with\n"
@@ -147,7 +150,14 @@ void save_after_failure(Checkpointer& checkpoints, const TrainConfig& config,
 
 }  // namespace
 
-int train_command(const std::vector<std::string>& args) {
+int train_command(const std::vector<std::string>& all_args) {
+  // `troupe train CONFIG.json [flags]`: the config as the first argument.
+  std::vector<std::string> args = all_args;
+  std::string config_path;
+  if (!args.empty() && !args.front().starts_with("-")) {
+    config_path = args.front();
+    args.erase(args.begin());
+  }
   auto flags = Flags::parse(
       "train", args,
       {"config", "local", "head", "token-file", "steps", "output", "metrics", "threads", "resume"},
@@ -160,8 +170,14 @@ int train_command(const std::vector<std::string>& args) {
     print_train_help();
     return 0;
   }
-  if (!flags->has("config")) return usage_error("--config FILE is required");
-  absl::StatusOr<TrainConfig> loaded = load_train_config(flags->get("config"));
+  if (flags->has("config") && !config_path.empty()) {
+    return usage_error(absl::StrCat("the config is given twice ('", config_path, "' and --config ",
+                                    flags->get("config"),
+                                    "): give one, as CONFIG.json or --config FILE"));
+  }
+  if (config_path.empty()) config_path = flags->get("config");
+  if (config_path.empty()) return usage_error("a config is required: troupe train CONFIG.json");
+  absl::StatusOr<TrainConfig> loaded = load_train_config(config_path);
   if (!loaded.ok()) {
     std::fprintf(stderr, "troupe train: %s\n",
                  cluster::printable(loaded.status().message()).c_str());
@@ -198,6 +214,8 @@ int train_command(const std::vector<std::string>& args) {
                               config.training.steps < 1)) {
     return usage_error("--steps takes a number >= 1");
   }
+  if (std::optional<std::string> w = steps_schedule_mismatch(config); w.has_value())
+    std::fprintf(stderr, "troupe train: warning: %s\n", w->c_str());
   int threads = config.training.threads;
   if (flags->has("threads") && (!absl::SimpleAtoi(flags->get("threads"), &threads) || threads < 1 ||
                                 threads > kMaxThreads)) {

@@ -1030,6 +1030,29 @@ TEST(TrainConfigTest, CheckDataExistsNamesTheMissingFiles) {
   EXPECT_TRUE(check_data_exists(parse_ok(kBase)).ok());
 }
 
+TEST(TrainConfigTest, StepsThatDisagreeWithTheSchedulersTotalAreWarnedAbout) {
+  TrainConfig c = parse_ok(patched(
+      R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 100,
+          "warmup_num_steps": 10}}, "training": {"steps": 100}})"));
+  EXPECT_EQ(steps_schedule_mismatch(c), std::nullopt);
+  c.training.steps = 40;  // --steps 40
+  std::optional<std::string> early = steps_schedule_mismatch(c);
+  ASSERT_TRUE(early.has_value());
+  EXPECT_TRUE(absl::StrContains(*early, "trains 40 steps")) << *early;
+  EXPECT_TRUE(absl::StrContains(*early, "total_num_steps is 100")) << *early;
+  EXPECT_TRUE(absl::StrContains(*early, "ends at step 40, before the rate has decayed")) << *early;
+  c.training.steps = 150;
+  std::optional<std::string> late = steps_schedule_mismatch(c);
+  ASSERT_TRUE(late.has_value());
+  EXPECT_TRUE(absl::StrContains(*late, "stays at its minimum for the last 50 steps")) << *late;
+  // No scheduler, or one without a total, has nothing to disagree with.
+  EXPECT_EQ(steps_schedule_mismatch(parse_ok(kBase)), std::nullopt);
+  TrainConfig warmup = parse_ok(
+      patched(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}})"));
+  warmup.training.steps = 7;
+  EXPECT_EQ(steps_schedule_mismatch(warmup), std::nullopt);
+}
+
 TEST(TrainConfigTest, EveryExampleConfigParsesWithoutWarnings) {
   int parsed = 0;
   for (const auto& entry : std::filesystem::directory_iterator(EXAMPLE_CONFIGS)) {

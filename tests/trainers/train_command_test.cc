@@ -259,6 +259,25 @@ TEST_F(TrainCommandTest, MissingConfigFileAndFlags) {
   EXPECT_NE(no_cluster.output.find("--local"), std::string::npos) << no_cluster.output;
 }
 
+// `troupe train CONFIG.json`, as docs/config.md writes it; --steps that cuts
+// the scheduler's decay short is warned about, naming both.
+TEST_F(TrainCommandTest, TheConfigAsTheFirstArgumentAndAStepsMismatchWarned) {
+  Result run = troupe(
+      dir_, "train '" EXAMPLE_CONFIGS "/addition_single.json' --local 1 --steps 2 --output out");
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_NE(run.output.find("step 2/2"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("warning: the run trains 2 steps (training.steps or --steps) but the "
+                            "scheduler's total_num_steps is 600"),
+            std::string::npos)
+      << run.output;
+  Result twice = troupe(dir_, "train a.json --config b.json --local 1", 30);
+  EXPECT_EQ(twice.code, 2) << twice.output;
+  EXPECT_NE(twice.output.find("the config is given twice"), std::string::npos) << twice.output;
+  Result none = troupe(dir_, "train --local 1", 30);
+  EXPECT_EQ(none.code, 2) << none.output;
+  EXPECT_NE(none.output.find("a config is required"), std::string::npos) << none.output;
+}
+
 TEST_F(TrainCommandTest, ADatasetTruncatedDuringTrainingFailsTheRunAtOnceNamingIt) {
   // The dataset is overwritten under a running job: its workers must not die
   // of SIGBUS, and the job must fail within a few steps saying why - not wait
