@@ -9,6 +9,7 @@ target_sources(troupe_trainers PRIVATE
   export_command.cc
   generate_command.cc
   hybrid_trainer.cc
+  interrupt.cc
   member_spawn.cc
   mesh_layout.cc
   mesh_trainer.cc

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "actors/pipeline/schedule.h"
 #include "actors/zero_partition.h"
 #include "checkpoint/checkpoint_dir.h"
@@ -25,6 +26,7 @@
 #include "trainers/checkpointer.h"
 #include "trainers/config.h"
 #include "trainers/elastic_scaler.h"
+#include "trainers/interrupt.h"
 #include "trainers/model_file.h"
 #include "trainers/progress.h"
 #include "trainers/trainer.h"
@@ -148,6 +150,24 @@ void save_after_failure(Checkpointer& checkpoints, const TrainConfig& config,
   }
 }
 
+// `text` as one shell word.
+std::string shell_word(const std::string& text) {
+  const bool plain = !text.empty() && text.find_first_not_of(
+                                          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                          "0123456789_./:=,+-@%") == std::string::npos;
+  if (plain) return text;
+  return absl::StrCat("'", absl::StrReplaceAll(text, {{"'", "'\\''"}}), "'");
+}
+
+// The command that continues this run from its newest checkpoint.
+std::string resume_command(const std::vector<std::string>& args) {
+  std::vector<std::string> words = {"troupe", "train"};
+  for (const std::string& arg : args)
+    words.push_back(shell_word(arg));
+  if (std::find(args.begin(), args.end(), "--resume") == args.end()) words.push_back("--resume");
+  return absl::StrJoin(words, " ");
+}
+
 }  // namespace
 
 int train_command(const std::vector<std::string>& all_args) {
@@ -231,6 +251,9 @@ int train_command(const std::vector<std::string>& all_args) {
   std::string metrics_path = flags->get("metrics", config.training.metrics_file);
   if (metrics_path.empty()) metrics_path = output_dir + "/metrics.jsonl";
 
+  // From here a Ctrl-C stops the run in order (trainers/interrupt.h); the
+  // guard outlives the local cluster, whose destructor cleans it up.
+  InterruptGuard interrupt;
   // The cluster: our own local one, or a running one.
   std::unique_ptr<cluster::LocalCluster> local;
   ClusterOptions options{.head = flags->get("head"),
@@ -400,7 +423,15 @@ int train_command(const std::vector<std::string>& all_args) {
     record_metrics(metrics->write_resize(r));
   };
   double first_loss = 0, last_loss = 0;
+  // Ctrl-C: the run stops after the step in flight, keeping what it has.
+  int64_t last_step = steps;
+  bool interrupted = false;
   for (int64_t k = first_step; k <= steps; ++k) {
+    if (interrupt.requested()) {
+      interrupted = true;
+      last_step = k - 1;
+      break;
+    }
     current_step = k;
     if (scaler) {
       // A resize may take away ranks that write a checkpoint in flight.
@@ -460,21 +491,23 @@ int train_command(const std::vector<std::string>& all_args) {
     }
   }
   // A run that ends between checkpoints saves its last step too, so that a
-  // later --resume (with more steps) continues from where it ended.
-  if (config.checkpoint.interval_steps > 0 && first_step <= steps &&
-      steps % config.checkpoint.interval_steps != 0) {
+  // later --resume (with more steps) continues from where it ended; so does
+  // an interrupted one with checkpoint.dir.
+  const int interval = config.checkpoint.interval_steps;
+  if (first_step <= last_step && (interval > 0 || interrupted) && !config.checkpoint.dir.empty() &&
+      (interval == 0 || last_step % interval != 0)) {
     report_checkpoints(checkpoints.save_now());
   }
   report_checkpoints(checkpoints.finish());
   std::optional<double> accuracy;
-  if (config.data.synthetic) {
+  if (config.data.synthetic && !interrupted) {
     record_metrics(evaluate(trainer, config, steps, progress, metrics, &accuracy));
   }
   record_metrics(metrics->close());
 
   auto params = trainer.master_params();
   if (!params.ok()) return fail("fetching the weights", params.status());
-  SavedModel saved{.model = config.model, .params = *std::move(params), .step = steps};
+  SavedModel saved{.model = config.model, .params = *std::move(params), .step = last_step};
   // ZeRO-3 without consolidation on save (DeepSpeed's default): each rank's partition.
   const bool partitioned =
       config.zero.stage == 3 && !config.zero.stage3_gather_16bit_weights_on_model_save;
@@ -552,6 +585,15 @@ int train_command(const std::vector<std::string>& all_args) {
   // synthetic task, or the start of a text.
   std::printf("  try: troupe generate --model %s --prompt \"%s\"\n", output_dir.c_str(),
               config.data.synthetic ? "12+34=" : "The ");
+  if (interrupted) {
+    std::printf("\ninterrupted after step %lld of %lld: %s\n", static_cast<long long>(last_step),
+                static_cast<long long>(steps),
+                config.checkpoint.dir.empty()
+                    ? "the weights are saved; without checkpoint.dir in the config it cannot "
+                      "resume"
+                    : absl::StrCat("continue with\n  ", resume_command(all_args)).c_str());
+  }
+  std::fflush(stdout);
   if (absl::Status s = trainer.stop(); !s.ok()) {
     std::fprintf(stderr, "troupe train: stopping the job's actors: %s\n",
                  std::string(s.message()).c_str());
@@ -564,7 +606,7 @@ int train_command(const std::vector<std::string>& all_args) {
                  cluster::printable(metrics_failure.message()).c_str());
     return 1;
   }
-  return 0;
+  return interrupted ? 128 + interrupt.signal() : 0;
 }
 
 }  // namespace troupe::trainers

@@ -41,7 +41,7 @@ void read_lines(int fd, const std::function<void(std::string)>& line) {
 }
 
 // Runs `argv` with stdout and stderr into a pipe; returns the pid and the
-// pipe's read end. The child dies with this process.
+// pipe's read end. The child dies with this process, in a process group of its own.
 absl::StatusOr<std::pair<pid_t, int>> run(const std::vector<std::string>& argv) {
   // Everything the child needs is prepared before fork(): between fork and
   // exec it may only make async-signal-safe calls.
@@ -58,6 +58,10 @@ absl::StatusOr<std::pair<pid_t, int>> run(const std::vector<std::string>& argv) 
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);  // the parent is already gone
+    // A process group of its own: a Ctrl-C at the terminal reaches the
+    // process that started the cluster, which stops it in order, and not
+    // the head and workers under it.
+    ::setpgid(0, 0);
     ::dup2(fds[1], 1);
     ::dup2(fds[1], 2);
     ::execvp(args[0], args.data());

@@ -2,10 +2,13 @@
 // the troupe executable in a child process, its own local cluster, files in
 // a scratch directory. The example run must learn its task; bad configs must
 // fail fast with a message naming the problem.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -276,6 +279,88 @@ TEST_F(TrainCommandTest, TheConfigAsTheFirstArgumentAndAStepsMismatchWarned) {
   Result none = troupe(dir_, "train --local 1", 30);
   EXPECT_EQ(none.code, 2) << none.output;
   EXPECT_NE(none.output.find("a config is required"), std::string::npos) << none.output;
+}
+
+// Ctrl-C at the terminal - SIGINT to the run's whole process group, as a
+// terminal sends it: the run stops after the step in flight, checkpoints it,
+// says how to resume, stops its local cluster and exits 130; the resume ends
+// with the weights of a run that was never interrupted.
+TEST_F(TrainCommandTest, CtrlCCheckpointsAndTheResumeEndsAsAnUninterruptedRun) {
+  std::string config = read_file(EXAMPLE_CONFIGS "/addition_ddp.json");
+  const std::string checkpoint_key = "\"checkpoint\": {";
+  ASSERT_NE(config.find(checkpoint_key), std::string::npos);
+  auto with_dir = [&](const std::string& dir) {
+    std::string c = config;
+    const size_t at = c.find(checkpoint_key);
+    c.replace(at, c.find('}', at) + 1 - at,
+              "\"checkpoint\": {\"dir\": \"" + dir + "\", \"interval_steps\": 1000}");
+    const size_t print = c.find("\"steps_per_print\": 20");
+    if (print != std::string::npos) c.replace(print, 21, "\"steps_per_print\": 1");
+    return c;
+  };
+  write("a.json", with_dir("ckpt-a"));
+  write("b.json", with_dir("ckpt-b"));
+  // The run, in a session of its own (its pid is its process group's), its
+  // output in b.log.
+  const std::string log = dir_ + "/b.log";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::setsid();
+    if (::chdir(dir_.c_str()) != 0) ::_exit(126);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execl(TROUPE_BINARY, TROUPE_BINARY, "train", "b.json", "--local", "2", "--steps", "5000",
+            "--output", "b", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // A few steps in (bounded: 240 s), the terminal's Ctrl-C.
+  bool stepping = false;
+  for (int i = 0; i < 4800 && !stepping; ++i) {
+    stepping = read_file(log).find("step    5/5000") != std::string::npos;
+    if (!stepping) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(stepping) << read_file(log);
+  ASSERT_EQ(::kill(-pid, SIGINT), 0);
+  int status = 0;
+  for (int i = 0; i < 2400 && ::waitpid(pid, &status, WNOHANG) == 0; ++i)
+    absl::SleepFor(absl::Milliseconds(50));
+  if (::waitpid(pid, &status, WNOHANG) == 0) {
+    ::kill(-pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    FAIL() << "the run did not stop within 120 s of Ctrl-C:\n" << read_file(log);
+  }
+  const std::string output = read_file(log);
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << output;
+  std::smatch at;
+  ASSERT_TRUE(std::regex_search(output, at, std::regex("interrupted after step ([0-9]+) of 5000")))
+      << output;
+  const std::string stopped = at[1];
+  EXPECT_NE(output.find("stopping after the step in flight"), std::string::npos) << output;
+  EXPECT_NE(output.find("checkpoint ckpt-b/step-" + std::string(8 - stopped.size(), '0') + stopped),
+            std::string::npos)
+      << output;
+  EXPECT_NE(output.find("troupe train b.json --local 2 --steps 5000 --output b --resume"),
+            std::string::npos)
+      << output;
+  // Its local cluster stopped in order: no state directory is left.
+  for (const auto& entry : std::filesystem::directory_iterator("/tmp")) {
+    EXPECT_FALSE(
+        entry.path().filename().string().starts_with("troupe-local-" + std::to_string(pid) + "-"))
+        << entry.path();
+  }
+  // Resumed to a few steps more, it ends where a run never interrupted does.
+  const std::string end = std::to_string(std::stoi(stopped) + 3);
+  Result resumed = troupe(dir_, "train b.json --local 2 --steps " + end + " --output b --resume");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from ckpt-b/step-"), std::string::npos) << resumed.output;
+  Result whole = troupe(dir_, "train a.json --local 2 --steps " + end + " --output a");
+  ASSERT_EQ(whole.code, 0) << whole.output;
+  const std::string a = read("a/model.bin");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == read("b/model.bin")) << "the resumed run's weights differ";
 }
 
 TEST_F(TrainCommandTest, ADatasetTruncatedDuringTrainingFailsTheRunAtOnceNamingIt) {
