@@ -50,6 +50,17 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
+// An example config's text with its checkpoint section replaced by
+// `checkpoint` (its JSON object). REQUIRES: the example has one.
+std::string with_checkpoint(std::string config, const std::string& checkpoint) {
+  const std::string key = "\"checkpoint\": {";
+  const size_t at = config.find(key);
+  EXPECT_NE(at, std::string::npos);
+  if (at == std::string::npos) return config;
+  config.replace(at, config.find('}', at) + 1 - at, "\"checkpoint\": " + checkpoint);
+  return config;
+}
+
 class TrainCommandTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -138,15 +149,10 @@ TEST_F(TrainCommandTest, Zero3ExampleLearnsAndItsPartitionedWeightsGenerate) {
 // run of 12 steps, bit for bit; the checkpoints and the resume show on the
 // progress lines and in the metrics.
 TEST_F(TrainCommandTest, ResumeContinuesToTheWeightsOfAnUninterruptedRun) {
-  std::string config = read_file(EXAMPLE_CONFIGS "/addition_zero3.json");
-  const std::string checkpoint_key = "\"checkpoint\": {";
-  ASSERT_NE(config.find(checkpoint_key), std::string::npos);
+  const std::string config = read_file(EXAMPLE_CONFIGS "/addition_zero3.json");
   auto with_dir = [&](const std::string& dir) {
-    std::string c = config;
-    const size_t at = c.find(checkpoint_key);
-    c.replace(at, c.find('}', at) + 1 - at,
-              "\"checkpoint\": {\"dir\": \"" + dir + "\", \"interval_steps\": 3, \"keep\": 2}");
-    return c;
+    return with_checkpoint(config,
+                           "{\"dir\": \"" + dir + "\", \"interval_steps\": 3, \"keep\": 2}");
   };
   write("a.json", with_dir("ckpt-a"));
   write("b.json", with_dir("ckpt-b"));
@@ -286,14 +292,9 @@ TEST_F(TrainCommandTest, TheConfigAsTheFirstArgumentAndAStepsMismatchWarned) {
 // says how to resume, stops its local cluster and exits 130; the resume ends
 // with the weights of a run that was never interrupted.
 TEST_F(TrainCommandTest, CtrlCCheckpointsAndTheResumeEndsAsAnUninterruptedRun) {
-  std::string config = read_file(EXAMPLE_CONFIGS "/addition_ddp.json");
-  const std::string checkpoint_key = "\"checkpoint\": {";
-  ASSERT_NE(config.find(checkpoint_key), std::string::npos);
+  const std::string config = read_file(EXAMPLE_CONFIGS "/addition_ddp.json");
   auto with_dir = [&](const std::string& dir) {
-    std::string c = config;
-    const size_t at = c.find(checkpoint_key);
-    c.replace(at, c.find('}', at) + 1 - at,
-              "\"checkpoint\": {\"dir\": \"" + dir + "\", \"interval_steps\": 1000}");
+    std::string c = with_checkpoint(config, "{\"dir\": \"" + dir + "\", \"interval_steps\": 1000}");
     const size_t print = c.find("\"steps_per_print\": 20");
     if (print != std::string::npos) c.replace(print, 21, "\"steps_per_print\": 1");
     return c;
