@@ -359,16 +359,10 @@ int convert(const std::vector<std::string>& args) {
     auto writer = actors::TokenDatasetWriter::create(out, h.vocab_size, h.tokenizer,
                                                      absl::StrCat("converted from ", data->name()));
     if (!writer.ok()) return fail(writer.status());
-    constexpr int64_t kChunk = int64_t{1} << 16;
-    std::vector<int32_t> tokens;
-    for (int64_t offset = 0; offset < data->num_tokens(); offset += kChunk) {
-      tokens.resize(static_cast<size_t>(std::min(kChunk, data->num_tokens() - offset)));
-      absl::Status s =
-          data->read_tokens(offset, static_cast<int64_t>(tokens.size()), tokens.data());
-      if (s.ok()) s = (*writer)->append(tokens);
-      if (!s.ok()) return fail(s);
-    }
-    if (absl::Status s = (*writer)->finish(); !s.ok()) return fail(s);
+    absl::Status s = data->for_each_chunk(
+        [&](int64_t, std::span<const int32_t> tokens) { return (*writer)->append(tokens); });
+    if (s.ok()) s = (*writer)->finish();
+    if (!s.ok()) return fail(s);
   } else {
     const actors::LlmcFormat format =
         to == "llmc-gpt2" ? actors::LlmcFormat::kGpt2 : actors::LlmcFormat::kLlama3;

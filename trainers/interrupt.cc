@@ -3,7 +3,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 
 namespace troupe::trainers {
 namespace {
@@ -11,6 +16,15 @@ namespace {
 std::atomic<int> g_signal{0};
 struct sigaction g_previous_int {};
 struct sigaction g_previous_term {};
+
+// `text` as one shell word.
+std::string shell_word(const std::string& text) {
+  const bool plain = !text.empty() && text.find_first_not_of(
+                                          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                          "0123456789_./:=,+-@%") == std::string::npos;
+  if (plain) return text;
+  return absl::StrCat("'", absl::StrReplaceAll(text, {{"'", "'\\''"}}), "'");
+}
 
 void on_signal(int sig) {
   int none = 0;
@@ -45,6 +59,14 @@ InterruptGuard::~InterruptGuard() {
 
 int InterruptGuard::signal() const {
   return g_signal.load();
+}
+
+std::string resume_command(const std::vector<std::string>& args) {
+  std::vector<std::string> words = {"troupe", "train"};
+  for (const std::string& arg : args)
+    words.push_back(shell_word(arg));
+  if (std::find(args.begin(), args.end(), "--resume") == args.end()) words.push_back("--resume");
+  return absl::StrJoin(words, " ");
 }
 
 }  // namespace troupe::trainers

@@ -7,6 +7,9 @@
 //   for (...) { if (guard.requested()) break; ... }
 #pragma once
 
+#include <string>
+#include <vector>
+
 namespace troupe::trainers {
 
 class InterruptGuard {
@@ -23,5 +26,10 @@ class InterruptGuard {
   bool requested() const { return signal() != 0; }
   int signal() const;
 };
+
+// The command that continues a `troupe train` run of arguments `args` (as
+// given after "train") from its newest checkpoint: the same, each argument
+// quoted for a shell where it needs it, with --resume.
+std::string resume_command(const std::vector<std::string>& args);
 
 }  // namespace troupe::trainers

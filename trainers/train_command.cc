@@ -13,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
 #include "actors/pipeline/schedule.h"
 #include "actors/zero_partition.h"
 #include "checkpoint/checkpoint_dir.h"
@@ -148,24 +147,6 @@ void save_after_failure(Checkpointer& checkpoints, const TrainConfig& config,
   } else {
     progress.message(cluster::printable(absl::StrCat("no checkpoint could be saved (", why, ")")));
   }
-}
-
-// `text` as one shell word.
-std::string shell_word(const std::string& text) {
-  const bool plain = !text.empty() && text.find_first_not_of(
-                                          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                          "0123456789_./:=,+-@%") == std::string::npos;
-  if (plain) return text;
-  return absl::StrCat("'", absl::StrReplaceAll(text, {{"'", "'\\''"}}), "'");
-}
-
-// The command that continues this run from its newest checkpoint.
-std::string resume_command(const std::vector<std::string>& args) {
-  std::vector<std::string> words = {"troupe", "train"};
-  for (const std::string& arg : args)
-    words.push_back(shell_word(arg));
-  if (std::find(args.begin(), args.end(), "--resume") == args.end()) words.push_back("--resume");
-  return absl::StrJoin(words, " ");
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 #include "actors/data/llmc_format.h"
 
-#include <algorithm>
 #include <bit>
+#include <span>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -28,11 +28,8 @@ constexpr LlmcFormatInfo kLlama3 = {.magic = 20240801,
                                     .tokenizer = "llama3",
                                     .name = "llama-3"};
 
-// Tokens written a chunk at a time.
-constexpr int64_t kChunkTokens = int64_t{1} << 16;
-
 template <class T>
-absl::Status append_tokens(const std::vector<int32_t>& tokens, io::WritableFile& file) {
+absl::Status append_tokens(std::span<const int32_t> tokens, io::WritableFile& file) {
   std::vector<T> narrow(tokens.begin(), tokens.end());
   return file.append(narrow.data(), narrow.size() * sizeof(T));
 }
@@ -100,27 +97,18 @@ absl::Status write_llmc_file(const TokenDataset& data, LlmcFormat format, const 
       io::Env::posix(), path, [&](io::WritableFile& file) -> absl::Status {
         const std::array<int32_t, kLlmcHeaderInts> header = llmc_header(format, data.num_tokens());
         if (absl::Status s = file.append(header.data(), sizeof(header)); !s.ok()) return s;
-        std::vector<int32_t> tokens;
-        for (int64_t offset = 0; offset < data.num_tokens(); offset += kChunkTokens) {
-          tokens.resize(static_cast<size_t>(std::min(kChunkTokens, data.num_tokens() - offset)));
-          if (absl::Status s =
-                  data.read_tokens(offset, static_cast<int64_t>(tokens.size()), tokens.data());
-              !s.ok()) {
-            return s;
-          }
-          for (size_t k = 0; k < tokens.size(); ++k) {
-            if (tokens[k] >= info.vocab_size) {
-              return absl::InvalidArgumentError(absl::StrCat(
-                  data.name(), ": token ", offset + static_cast<int64_t>(k), " is ", tokens[k],
-                  ", not an id of llm.c's ", info.name, " vocabulary (", info.vocab_size, ")"));
-            }
-          }
-          absl::Status s = info.dtype == TokenDtype::kUint16
-                               ? append_tokens<uint16_t>(tokens, file)
-                               : append_tokens<uint32_t>(tokens, file);
-          if (!s.ok()) return s;
-        }
-        return absl::OkStatus();
+        return data.for_each_chunk(
+            [&](int64_t offset, std::span<const int32_t> tokens) -> absl::Status {
+              for (size_t k = 0; k < tokens.size(); ++k) {
+                if (tokens[k] >= info.vocab_size) {
+                  return absl::InvalidArgumentError(absl::StrCat(
+                      data.name(), ": token ", offset + static_cast<int64_t>(k), " is ", tokens[k],
+                      ", not an id of llm.c's ", info.name, " vocabulary (", info.vocab_size, ")"));
+                }
+              }
+              return info.dtype == TokenDtype::kUint16 ? append_tokens<uint16_t>(tokens, file)
+                                                       : append_tokens<uint32_t>(tokens, file);
+            });
       });
 }
 

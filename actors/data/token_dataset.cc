@@ -248,14 +248,21 @@ absl::Status TokenDataset::read_sample(int64_t i, int seq_len, int32_t* inputs,
   return absl::OkStatus();
 }
 
-absl::Status TokenDataset::check_tokens() const {
+absl::Status TokenDataset::for_each_chunk(
+    const std::function<absl::Status(int64_t offset, std::span<const int32_t> tokens)>& fn) const {
   constexpr int64_t kChunk = 1 << 16;
-  std::vector<int32_t> buffer(kChunk);
+  std::vector<int32_t> buffer(static_cast<size_t>(std::min(kChunk, num_tokens())));
   for (int64_t offset = 0; offset < num_tokens(); offset += kChunk) {
     const int64_t count = std::min(kChunk, num_tokens() - offset);
     if (absl::Status s = read_tokens(offset, count, buffer.data()); !s.ok()) return s;
+    if (absl::Status s = fn(offset, std::span<const int32_t>(buffer.data(), count)); !s.ok())
+      return s;
   }
   return absl::OkStatus();
+}
+
+absl::Status TokenDataset::check_tokens() const {
+  return for_each_chunk([](int64_t, std::span<const int32_t>) { return absl::OkStatus(); });
 }
 
 }  // namespace troupe::actors

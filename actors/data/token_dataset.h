@@ -13,8 +13,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -70,6 +72,11 @@ class TokenDataset {
   [[nodiscard]] absl::Status read_sample(int64_t i, int seq_len, int32_t* inputs,
                                          int32_t* targets) const;
 
+  // Reads every token, in order, a chunk of at most 2^16 at a time, and hands
+  // each to `fn` with the index of its first token; stops at the first error,
+  // read_tokens's or fn's, and returns it.
+  [[nodiscard]] absl::Status for_each_chunk(
+      const std::function<absl::Status(int64_t offset, std::span<const int32_t> tokens)>& fn) const;
   // Reads every token; DataLoss as read_tokens for the first bad one.
   [[nodiscard]] absl::Status check_tokens() const;
 
