@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <utility>
 #include <vector>
@@ -189,6 +190,10 @@ class GPT final : public Model {
 
   // What this model holds now.
   ModelMemory memory() const override;
+
+  // A KV-cache decoder over this model (nn/model/decoder.h; model.h gives the contract).
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<Decoder>> make_decoder(int batch,
+                                                                      int capacity) override;
 
  private:
   GPT(const GPTConfig& config, const ModelOptions& options, const ModelStorage& storage,

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -89,8 +90,14 @@ class Llama final : public Model {
   float* residual(int l) override;
   float* dresidual() override;
   ModelMemory memory() const override;
+  // A KV-cache decoder over this model (nn/model/decoder.h; model.h gives the contract): the
+  // cache holds the KV key/value heads once (not per query head), keys rotated at their
+  // absolute positions.
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<Decoder>> make_decoder(int batch,
+                                                                      int capacity) override;
 
  private:
+  friend class LlamaDecoder;
   Llama(const LlamaConfig& config, const ModelOptions& options, const ModelStorage& storage,
         const TensorSlice& slice);
 

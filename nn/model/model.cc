@@ -24,6 +24,10 @@ absl::StatusOr<std::unique_ptr<Model>> create_model(const ModelConfig& config,
   return std::unique_ptr<Model>(std::make_unique<Llama>(std::move(*llama)));
 }
 
+absl::StatusOr<std::unique_ptr<Decoder>> Model::make_decoder(int /*batch*/, int /*capacity*/) {
+  return absl::UnimplementedError("this model has no incremental decoder (make_decoder)");
+}
+
 void init_parameters(const ModelConfig& config, const TensorSlice& slice, uint64_t seed,
                      size_t begin, size_t end, float* out) {
   if (const GPTConfig* g = config.gpt2()) {

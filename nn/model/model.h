@@ -26,6 +26,11 @@
 // vocabulary, calling the group's all-reduces (set_tensor_parallel) where the math needs the
 // whole. Every rank of the group runs the same pieces on the same inputs.
 //
+// Incremental decoding (nn/model/decoder.h): a whole model makes a Decoder that keeps a KV cache,
+// so that generating a token costs one position rather than the whole prefix:
+//   auto decoder = model->make_decoder(B, capacity);
+//   decoder->append(prompts, T);  then  decoder->append(next, 1);  ...  (logits in between)
+//
 // Not thread-safe: one caller at a time. Deterministic: the same inputs and parameters give
 // bitwise the same logits, loss and gradients for a fixed thread count.
 #pragma once
@@ -40,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "nn/layers/parallel.h"
 #include "nn/model/config.h"
+#include "nn/model/decoder.h"
 #include "nn/model/layout.h"
 
 namespace troupe::nn {
@@ -181,6 +187,18 @@ class Model {
 
   // What this model holds now.
   virtual ModelMemory memory() const = 0;
+
+  // --- Incremental decoding (nn/model/decoder.h). ---
+
+  // A decoder of `batch` rows of up to `capacity` positions each over this model's parameters,
+  // its KV cache allocated here (ResourceExhausted without the memory). It reads the parameters
+  // at every append and REQUIRES this model to outlive it, unmoved. Whole models only:
+  // FailedPrecondition for a tensor-parallel rank (tensor_slice().size > 1), a pipeline part
+  // (set_part other than every block with the head) or parameters not all bound;
+  // InvalidArgument unless batch >= 1 and 1 <= capacity <= max_seq_len; Unimplemented for an
+  // architecture without one (this default).
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<Decoder>> make_decoder(int batch,
+                                                                              int capacity);
 };
 
 // A model of `config`: its architecture's. InvalidArgument when the config is not valid or does
