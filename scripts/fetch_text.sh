@@ -25,6 +25,10 @@
 # is no pip).
 set -euo pipefail
 
+case ${1:-} in
+  -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+  -*) echo "fetch_text: error: unknown option $1 (usage: scripts/fetch_text.sh [DIR])" >&2; exit 2 ;;
+esac
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dir=${1:-${TROUPE_DATA:-$root/data}}
 say() { echo "fetch_text: $*"; }
