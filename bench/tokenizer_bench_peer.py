@@ -18,10 +18,11 @@ DATA/shakespeare/works.tsv, each read as bytes and decoded as UTF-8: a list of 4
                  thread pool of N where the installed sentencepiece has no num_threads
 
 One untimed warm-up, then R timed runs (time.perf_counter around the whole list); a peer's figure
-is the median run: MB/s = corpus bytes / 1e6 / median seconds. Prints one line per peer to stdout
-and writes OUT:
+is the median run: MB/s = corpus bytes / 1e6 / median seconds; cpu_share = the process's CPU
+time / (wall time x N) over the timed runs (well under 1: the threads did not all get a core, or
+did not run in parallel). Prints one line per peer to stdout and writes OUT:
 
-  {"tiktoken": {"version", "mb_per_s", "tokens", "seconds", "runs", ...},
+  {"tiktoken": {"version", "mb_per_s", "tokens", "seconds", "runs", "cpu_share", "method"},
    "sentencepiece": {...}, "bytes": ..., "texts": 42, "threads": N, "repeat": R, "python": ...}
 
 A peer whose package does not import is reported as "skipped: ..." (its JSON entry holds
@@ -112,15 +113,17 @@ PEERS = {"tiktoken": tiktoken_peer, "sentencepiece": sentencepiece_peer}
 
 
 def measure(encode, texts, repeat):
+    """(tokens, wall seconds of each run, process CPU seconds of all runs)."""
     tokens = encode(texts)  # warm-up
     runs = []
+    cpu_start = time.process_time()
     for _ in range(repeat):
         start = time.perf_counter()
         n = encode(texts)
         runs.append(time.perf_counter() - start)
         if n != tokens:
             raise RuntimeError(f"{n} tokens in a timed run, {tokens} in the warm-up")
-    return tokens, runs
+    return tokens, runs, time.process_time() - cpu_start
 
 
 def main():
@@ -156,14 +159,16 @@ def main():
                 print(f"{name}: skipped: {e}", flush=True)
                 result[name] = {"skipped": str(e)}
                 continue
-            tokens, runs = measure(encode, texts, args.repeat)
+            tokens, runs, cpu_s = measure(encode, texts, args.repeat)
             seconds = statistics.median(runs)
             mb_per_s = total / 1e6 / seconds
+            cpu_share = cpu_s / (sum(runs) * args.threads)
             result[name] = {"version": version, "mb_per_s": mb_per_s, "tokens": tokens,
-                            "seconds": seconds, "runs": runs, "method": how}
+                            "seconds": seconds, "runs": runs, "cpu_share": cpu_share,
+                            "method": how}
             print(f"{name} {version}: {mb_per_s:.2f} MB/s, {tokens} tokens, "
-                  f"{seconds:.3f} s (median of {args.repeat}), {args.threads} thread(s), {how}",
-                  flush=True)
+                  f"{seconds:.3f} s (median of {args.repeat}), {args.threads} thread(s), "
+                  f"cpu share {cpu_share:.2f}, {how}", flush=True)
     with open(args.json, "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")
