@@ -1,7 +1,9 @@
 #include "actors/generation.h"
 
 #include <algorithm>
-#include <cmath>
+#include <cstddef>
+#include <memory>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -10,30 +12,55 @@
 namespace troupe::actors {
 namespace {
 
-// splitmix64: a small portable generator, so that samples do not depend on
-// the standard library's distributions.
-uint64_t next_random(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+// The logits of each row's last position under the current context: the decoder's (prefill,
+// then the tokens picked since, one position a call) while the context fits its capacity, else
+// the full forward over each row's last max_seq_len tokens.
+class LogitSource {
+ public:
+  LogitSource(nn::Model& model, std::unique_ptr<nn::Decoder> decoder)
+      : model_(model), decoder_(std::move(decoder)) {}
 
-int32_t pick(const float* logits, int V, float temperature, uint64_t& rng) {
-  if (temperature <= 0.0f) {
-    return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
+  // The logits of row b at (*logits)[b * Vp], for the contexts (all of one length).
+  absl::Status run(const std::vector<std::vector<int32_t>>& context, const float** logits) {
+    const int B = static_cast<int>(context.size());
+    const size_t length = context[0].size();
+    if (decoder_ != nullptr && length <= static_cast<size_t>(decoder_->capacity())) {
+      // The positions the cache lacks: the whole prompt first, then the last token.
+      const int T = static_cast<int>(length) - decoder_->length();
+      std::vector<int32_t> tokens(static_cast<size_t>(B) * T);
+      for (int b = 0; b < B; ++b) {
+        std::copy(context[b].end() - T, context[b].end(),
+                  tokens.begin() + static_cast<size_t>(b) * T);
+      }
+      if (absl::Status s = decoder_->append(tokens.data(), T); !s.ok()) return s;
+      *logits = decoder_->logits();
+      return absl::OkStatus();
+    }
+    decoder_.reset();  // outgrown: the window slides from here on
+    const int T = static_cast<int>(std::min<size_t>(length, model_.config().max_seq_len()));
+    std::vector<int32_t> inputs(static_cast<size_t>(B) * T);
+    for (int b = 0; b < B; ++b) {
+      std::copy(context[b].end() - T, context[b].end(),
+                inputs.begin() + static_cast<size_t>(b) * T);
+    }
+    absl::StatusOr<float> ran = model_.forward(inputs.data(), nullptr, B, T);
+    if (!ran.ok()) return ran.status();
+    // Each row's last position: copied out, as the forward's logits are [B, T, Vp].
+    const int Vp = model_.config().padded_vocab();
+    last_.resize(static_cast<size_t>(B) * Vp);
+    for (int b = 0; b < B; ++b) {
+      const float* row = model_.logits() + (static_cast<size_t>(b) * T + T - 1) * Vp;
+      std::copy(row, row + Vp, last_.begin() + static_cast<ptrdiff_t>(b) * Vp);
+    }
+    *logits = last_.data();
+    return absl::OkStatus();
   }
-  float max = *std::max_element(logits, logits + V);
-  std::vector<double> p(V);
-  double sum = 0;
-  for (int i = 0; i < V; ++i)
-    sum += p[i] = std::exp((logits[i] - max) / temperature);
-  double u = static_cast<double>(next_random(rng) >> 11) * 0x1.0p-53 * sum;
-  for (int i = 0; i < V; ++i) {
-    if ((u -= p[i]) < 0) return i;
-  }
-  return V - 1;
-}
+
+ private:
+  nn::Model& model_;
+  std::unique_ptr<nn::Decoder> decoder_;  // null: the full forward
+  std::vector<float> last_;
+};
 
 }  // namespace
 
@@ -44,6 +71,9 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> generate_tokens(
   if (prompts.empty() || prompts[0].empty()) {
     return absl::InvalidArgumentError("generate: no prompt, or an empty one");
   }
+  const SamplingOptions sampling{
+      .temperature = options.temperature, .top_k = options.top_k, .top_p = options.top_p};
+  if (absl::Status s = validate(sampling); !s.ok()) return s;
   const int B = static_cast<int>(prompts.size());
   const size_t length = prompts[0].size();
   std::vector<std::vector<int32_t>> context = prompts;
@@ -57,23 +87,28 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> generate_tokens(
       }
     }
   }
+  std::unique_ptr<nn::Decoder> decoder;
+  if (options.use_kv_cache && options.max_new_tokens > 0) {
+    absl::StatusOr<std::unique_ptr<nn::Decoder>> made = model.make_decoder(B, config.max_seq_len());
+    // A model without a decoder (Unimplemented) generates with the full forward.
+    if (made.ok()) {
+      decoder = *std::move(made);
+    } else if (made.status().code() != absl::StatusCode::kUnimplemented) {
+      return made.status();
+    }
+  }
+  LogitSource source(model, std::move(decoder));
   std::vector<std::vector<int32_t>> out(B);
   std::vector<bool> stopped(B, false);
   uint64_t rng = options.seed;
   const int Vp = config.padded_vocab();
   for (int n = 0; n < options.max_new_tokens; ++n) {
-    const int T = static_cast<int>(std::min<size_t>(context[0].size(), config.max_seq_len()));
-    std::vector<int32_t> inputs(static_cast<size_t>(B) * T);
-    for (int b = 0; b < B; ++b) {
-      std::copy(context[b].end() - T, context[b].end(),
-                inputs.begin() + static_cast<size_t>(b) * T);
-    }
-    absl::StatusOr<float> ran = model.forward(inputs.data(), nullptr, B, T);
-    if (!ran.ok()) return ran.status();
+    const float* logits = nullptr;
+    if (absl::Status s = source.run(context, &logits); !s.ok()) return s;
     bool all_stopped = true;
     for (int b = 0; b < B; ++b) {
-      const float* logits = model.logits() + (static_cast<size_t>(b) * T + T - 1) * Vp;
-      int32_t token = pick(logits, config.vocab_size(), options.temperature, rng);
+      const int32_t token =
+          sample_token(logits + static_cast<size_t>(b) * Vp, config.vocab_size(), sampling, rng);
       context[b].push_back(token);
       if (!stopped[b]) {
         out[b].push_back(token);

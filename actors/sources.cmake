@@ -5,6 +5,7 @@ target_sources(troupe_actors PRIVATE
   distributed_optimizer_sync.cc
   failpoint.cc
   generation.cc
+  sampling.cc
   gradient_buckets.cc
   gradient_sync.cc
   handoff.cc
