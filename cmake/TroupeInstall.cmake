@@ -19,7 +19,7 @@ include(CMakePackageConfigHelpers)
 # The libraries users link, in link order: troupe_X is exported as troupe::X
 # and its headers are the *.h files under X/ in the source tree (troupe_io's,
 # core/io/*.h, go with core's).
-set(TROUPE_EXPORTED_TARGETS troupe_io troupe_transport troupe_nn troupe_core troupe_checkpoint
+set(TROUPE_EXPORTED_TARGETS troupe_io troupe_text troupe_transport troupe_nn troupe_core troupe_checkpoint
                             troupe_actors troupe_trainers)
 set(TROUPE_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
 set(TROUPE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/troupe)

@@ -14,16 +14,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "actors/data/addition_task.h"
-#include "actors/data/byte_tokenizer.h"
 #include "actors/data/llmc_format.h"
 #include "actors/data/token_dataset.h"
 #include "actors/data/token_dataset_writer.h"
 #include "core/cluster/flags.h"
+#include "text/byte_tokenizer.h"
 
 namespace troupe::trainers {
 namespace {
 
-using actors::ByteTokenizer;
+using text::ByteTokenizer;
 
 constexpr size_t kReadChunk = size_t{1} << 20;
 constexpr int64_t kProgressEvery = int64_t{64} << 20;  // bytes between progress lines
@@ -140,7 +140,7 @@ int prepare(const std::vector<std::string>& args) {
     names.push_back(absl::StrCat("and ", more, " more"));
   }
   auto writer = actors::TokenDatasetWriter::create(
-      prefix, ByteTokenizer::kVocabSize, ByteTokenizer::kName,
+      prefix, text::ByteTokenizer::kVocabSize, text::ByteTokenizer::kName,
       absl::StrCat("troupe data prepare: ", absl::StrJoin(names, " ")));
   if (!writer.ok()) return fail(writer.status());
 
@@ -159,7 +159,7 @@ int prepare(const std::vector<std::string>& args) {
       const size_t n = std::fread(chunk.data(), 1, chunk.size(), in);
       if (n > 0) {
         tokens.clear();
-        ByteTokenizer::encode_append(absl::string_view(chunk.data(), n), &tokens);
+        text::ByteTokenizer::encode_append(absl::string_view(chunk.data(), n), &tokens);
         if (absl::Status s = (*writer)->append(tokens); !s.ok()) {
           std::fclose(in);
           return fail(s);
@@ -241,12 +241,13 @@ int synth(const std::vector<std::string>& args) {
   }
   absl::StatusOr<std::vector<int32_t>> tokens = actors::addition_training_tokens(options);
   if (!tokens.ok()) return fail(tokens.status());
-  if (absl::Status s = actors::write_token_dataset(prefix, *tokens, ByteTokenizer::kVocabSize,
-                                                   ByteTokenizer::kName, actors::describe(options));
+  if (absl::Status s =
+          actors::write_token_dataset(prefix, *tokens, text::ByteTokenizer::kVocabSize,
+                                      text::ByteTokenizer::kName, actors::describe(options));
       !s.ok()) {
     return fail(s);
   }
-  std::string example = ByteTokenizer::decode(*tokens);
+  std::string example = text::ByteTokenizer::decode(*tokens);
   example.resize(std::min(example.find('\n'), example.size()));
   std::printf(
       "wrote %lld samples of seq_len %lld (%zu tokens) of addition, digits %lld, seed %llu\n"

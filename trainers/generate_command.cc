@@ -13,11 +13,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "actors/data/byte_tokenizer.h"
 #include "actors/generation.h"
 #include "checkpoint/consolidate.h"
 #include "core/cluster/flags.h"
 #include "nn/model/model.h"
+#include "text/byte_tokenizer.h"
 #include "trainers/model_file.h"
 #include "trainers/train_command.h"
 
@@ -148,14 +148,14 @@ int generate_command(const std::vector<std::string>& args) {
   if (!model.ok()) return fail(std::string(model.status().message()));
   std::copy(saved->params.begin(), saved->params.end(), (*model)->params());
   const std::string prompt = flags->get("prompt");
-  std::vector<int32_t> tokens = actors::ByteTokenizer::encode(prompt);
+  std::vector<int32_t> tokens = text::ByteTokenizer::encode(prompt);
   auto out = actors::generate_tokens(**model, {tokens},
                                      {.max_new_tokens = max_tokens,
                                       .temperature = temperature,
                                       .seed = seed,
                                       .stop_token = flags->has("no-stop") ? -1 : '\n'});
   if (!out.ok()) return fail(std::string(out.status().message()));
-  std::string text = actors::ByteTokenizer::decode((*out)[0]);
+  std::string text = text::ByteTokenizer::decode((*out)[0]);
   if (!text.empty() && text.back() == '\n') text.pop_back();
   std::printf("%s%s\n", prompt.c_str(), text.c_str());
   return 0;

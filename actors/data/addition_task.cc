@@ -7,8 +7,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "actors/data/byte_tokenizer.h"
 #include "actors/data/random.h"
+#include "text/byte_tokenizer.h"
 
 namespace troupe::actors {
 namespace {
@@ -94,8 +94,8 @@ absl::StatusOr<std::vector<int32_t>> addition_training_tokens(const AdditionTask
       continue;
     }
     rejections = 0;
-    ByteTokenizer::encode_append(addition_line(make_addition_problem(a, b, options.digits)),
-                                 &tokens);
+    text::ByteTokenizer::encode_append(addition_line(make_addition_problem(a, b, options.digits)),
+                                       &tokens);
   }
   tokens.resize(needed);
   return tokens;
@@ -110,8 +110,8 @@ std::string describe(const AdditionTaskOptions& options) {
 absl::StatusOr<TokenDataset> make_addition_dataset(const AdditionTaskOptions& options) {
   absl::StatusOr<std::vector<int32_t>> tokens = addition_training_tokens(options);
   if (!tokens.ok()) return tokens.status();
-  return TokenDataset::from_tokens(*std::move(tokens), ByteTokenizer::kVocabSize,
-                                   ByteTokenizer::kName, describe(options));
+  return TokenDataset::from_tokens(*std::move(tokens), text::ByteTokenizer::kVocabSize,
+                                   text::ByteTokenizer::kName, describe(options));
 }
 
 absl::StatusOr<std::vector<AdditionProblem>> held_out_problems(const AdditionTaskOptions& options,
@@ -154,7 +154,7 @@ absl::StatusOr<std::vector<AdditionProblem>> held_out_problems(const AdditionTas
 }
 
 std::vector<int32_t> addition_prompt_tokens(const AdditionProblem& problem) {
-  return ByteTokenizer::encode(problem.prompt);
+  return text::ByteTokenizer::encode(problem.prompt);
 }
 
 bool check_answer(const AdditionProblem& problem, absl::string_view generated) {

@@ -20,7 +20,7 @@
 //   auto eval = held_out_problems(options, 200);
 //   std::vector<int32_t> prompt = addition_prompt_tokens((*eval)[0]);  // "07+35="
 //   ... greedily decode addition_answer_length(digits) tokens after it ...
-//   bool right = check_answer((*eval)[0], ByteTokenizer::decode(generated));
+//   bool right = check_answer((*eval)[0], text::ByteTokenizer::decode(generated));
 #pragma once
 
 #include <cstdint>

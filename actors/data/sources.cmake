@@ -2,7 +2,6 @@
 # distributed sampler and DataLoaderActor. Paths relative to actors/.
 target_sources(troupe_actors PRIVATE
   data/addition_task.cc
-  data/byte_tokenizer.cc
   data/data_loader.cc
   data/llmc_format.cc
   data/data_loader_actor.cc

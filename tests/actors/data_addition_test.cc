@@ -12,7 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "actors/data/addition_task.h"
-#include "actors/data/byte_tokenizer.h"
+#include "text/byte_tokenizer.h"
 
 namespace troupe::actors {
 namespace {
@@ -33,7 +33,7 @@ TEST(AdditionTaskTest, LinesOnConcreteProblems) {
 
 TEST(AdditionTaskTest, PromptAndAnswerCheck) {
   AdditionProblem p = make_addition_problem(7, 35, 2);
-  EXPECT_EQ(ByteTokenizer::decode(addition_prompt_tokens(p)), "07+35=");
+  EXPECT_EQ(text::ByteTokenizer::decode(addition_prompt_tokens(p)), "07+35=");
   EXPECT_TRUE(check_answer(p, "240"));
   EXPECT_TRUE(check_answer(p, "240\n13+"));
   EXPECT_FALSE(check_answer(p, "241"));
@@ -74,7 +74,7 @@ TEST(AdditionTaskTest, TrainingStreamIsExactRightAndDeterministic) {
   auto tokens = addition_training_tokens(options);
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   EXPECT_EQ(tokens->size(), 300u * 32 + 1);
-  const std::string text = ByteTokenizer::decode(*tokens);
+  const std::string text = text::ByteTokenizer::decode(*tokens);
   EXPECT_EQ(parse_lines(text, 2).size(), tokens->size() / 10);  // 10 bytes a line, last cut
 
   // Lines are 10 bytes: with a seq_len that is a multiple of 10 every sample
@@ -85,7 +85,7 @@ TEST(AdditionTaskTest, TrainingStreamIsExactRightAndDeterministic) {
   EXPECT_EQ(*addition_training_tokens(options), *tokens);
   // Pinned, as the held-out split below.
   auto pinned = addition_training_tokens({.digits = 3, .num_samples = 1, .seed = 9, .seq_len = 12});
-  EXPECT_EQ(ByteTokenizer::decode(*pinned), "180+456=6360\n");
+  EXPECT_EQ(text::ByteTokenizer::decode(*pinned), "180+456=6360\n");
   AdditionTaskOptions other = options;
   other.seed = 6;
   EXPECT_NE(*addition_training_tokens(other), *tokens);
@@ -115,7 +115,7 @@ TEST(AdditionTaskTest, HeldOutProblemsNeverTrainedOnExhaustivelyForTwoDigits) {
   auto tokens = addition_training_tokens(options);
   ASSERT_TRUE(tokens.ok());
   std::set<std::pair<int64_t, int64_t>> trained;
-  for (const auto& p : parse_lines(ByteTokenizer::decode(*tokens), 2)) {
+  for (const auto& p : parse_lines(text::ByteTokenizer::decode(*tokens), 2)) {
     EXPECT_FALSE(held_out.contains(p)) << p.first << "+" << p.second << " is held out";
     trained.insert(p);
   }
@@ -195,7 +195,7 @@ TEST(AdditionTaskTest, ManyDigitsDrawDistinctHeldOutProblems) {
 
   auto tokens = addition_training_tokens(options);
   ASSERT_TRUE(tokens.ok());
-  for (const auto& [a, b] : parse_lines(ByteTokenizer::decode(*tokens), 6)) {
+  for (const auto& [a, b] : parse_lines(text::ByteTokenizer::decode(*tokens), 6)) {
     EXPECT_FALSE(is_held_out(a, b, options.seed));
   }
 }

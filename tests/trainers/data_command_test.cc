@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "actors/data/addition_task.h"
-#include "actors/data/byte_tokenizer.h"
 #include "actors/data/token_dataset.h"
+#include "text/byte_tokenizer.h"
 #include "trainers/data_command.h"
 
 namespace troupe::trainers {
@@ -39,7 +39,7 @@ void write_text(const std::string& path, const std::string& text) {
 std::string decoded(const TokenDataset& data) {
   std::vector<int32_t> tokens(static_cast<size_t>(data.num_tokens()));
   EXPECT_TRUE(data.read_tokens(0, data.num_tokens(), tokens.data()).ok());
-  return actors::ByteTokenizer::decode(tokens);
+  return text::ByteTokenizer::decode(tokens);
 }
 
 // Runs the command with stdout and stderr captured.
@@ -116,7 +116,7 @@ TEST(DataCommandTest, SynthWritesTheTasksStream) {
   auto expected =
       actors::addition_training_tokens({.digits = 3, .num_samples = 40, .seed = 9, .seq_len = 32});
   ASSERT_TRUE(expected.ok());
-  EXPECT_EQ(decoded(*data), actors::ByteTokenizer::decode(*expected));
+  EXPECT_EQ(decoded(*data), text::ByteTokenizer::decode(*expected));
   EXPECT_NE(data->header().source.find("digits=3"), std::string::npos);
   // The example line it prints is the stream's first line.
   const std::string text = decoded(*data);

@@ -16,12 +16,12 @@
 #include <string>
 #include <tuple>
 
-#include "actors/data/byte_tokenizer.h"
 #include "checkpoint/safetensors.h"
 #include "core/io/env.h"
 #include "nn/model/hf.h"
 #include "tests/reference/reference_python.h"
 #include "tests/trainers/training_cluster.h"
+#include "text/byte_tokenizer.h"
 #include "trainers/checkpointer.h"
 #include "trainers/config.h"
 #include "trainers/data_parallel_trainer.h"
@@ -231,11 +231,11 @@ TEST_F(LlamaTrainersTest, GenerateContinuesFromACheckpointAsTheTrainerDid) {
   ASSERT_TRUE(saved.status.ok()) << saved.status;
   const std::string prompt = "12+3=";
   absl::StatusOr<std::vector<int32_t>> tokens =
-      (*trainer)->generate(actors::ByteTokenizer::encode(prompt), 6, 0, 0);
+      (*trainer)->generate(text::ByteTokenizer::encode(prompt), 6, 0, 0);
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   ASSERT_EQ(tokens->size(), 6u);
   EXPECT_TRUE((*trainer)->stop().ok());
-  std::string expected = prompt + actors::ByteTokenizer::decode(*tokens);
+  std::string expected = prompt + text::ByteTokenizer::decode(*tokens);
   if (expected.back() == '\n') expected.pop_back();  // as the command prints it
   const troupe::testing::Shell generated =
       troupe::testing::shell("('" TROUPE_BINARY "' generate --checkpoint '" + dir + "' --prompt '" +

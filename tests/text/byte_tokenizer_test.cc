@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "actors/data/byte_tokenizer.h"
+#include "text/byte_tokenizer.h"
 
-namespace troupe::actors {
+namespace troupe::text {
 namespace {
 
 TEST(ByteTokenizerTest, EncodesBytesAsUnsignedValues) {
@@ -38,4 +38,4 @@ TEST(ByteTokenizerTest, TokensOutsideTheVocabAreShownNotDropped) {
 }
 
 }  // namespace
-}  // namespace troupe::actors
+}  // namespace troupe::text

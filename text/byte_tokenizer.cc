@@ -1,8 +1,8 @@
-#include "actors/data/byte_tokenizer.h"
+#include "text/byte_tokenizer.h"
 
 #include "absl/strings/str_cat.h"
 
-namespace troupe::actors {
+namespace troupe::text {
 
 std::vector<int32_t> ByteTokenizer::encode(absl::string_view text) {
   std::vector<int32_t> tokens;
@@ -29,4 +29,4 @@ std::string ByteTokenizer::decode(std::span<const int32_t> tokens) {
   return text;
 }
 
-}  // namespace troupe::actors
+}  // namespace troupe::text

@@ -13,7 +13,7 @@
 
 #include "absl/strings/string_view.h"
 
-namespace troupe::actors {
+namespace troupe::text {
 
 class ByteTokenizer {
  public:
@@ -31,4 +31,4 @@ class ByteTokenizer {
   static std::string decode(std::span<const int32_t> tokens);
 };
 
-}  // namespace troupe::actors
+}  // namespace troupe::text
