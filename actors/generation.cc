@@ -7,7 +7,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "actors/data/byte_tokenizer.h"
+#include "text/byte_tokenizer.h"
 
 namespace troupe::actors {
 namespace {
@@ -135,7 +135,7 @@ absl::StatusOr<EvalReport> evaluate_task(nn::Model& model, const EvalRequest& re
   if (!generated.ok()) return generated.status();
   for (size_t i = 0; i < problems->size(); ++i) {
     const AdditionProblem& problem = (*problems)[i];
-    std::string answer = ByteTokenizer::decode((*generated)[i]);
+    std::string answer = text::ByteTokenizer::decode((*generated)[i]);
     bool right = check_answer(problem, answer);
     report.correct += right ? 1 : 0;
     if (report.examples.size() < 4) {
