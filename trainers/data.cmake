@@ -1,4 +1,5 @@
 # `troupe data`. Paths relative to trainers/.
 target_sources(troupe_trainers PRIVATE
   data_command.cc
+  data_prepare.cc
 )

@@ -19,177 +19,32 @@
 #include "actors/data/token_dataset_writer.h"
 #include "core/cluster/flags.h"
 #include "text/byte_tokenizer.h"
+#include "trainers/data_command_util.h"
 
 namespace troupe::trainers {
 namespace {
 
+using data_cli::Arguments;
+using data_cli::fail;
+using data_cli::int_flag;
+using data_cli::mib;
+using data_cli::split_arguments;
+using data_cli::usage;
 using text::ByteTokenizer;
-
-constexpr size_t kReadChunk = size_t{1} << 20;
-constexpr int64_t kProgressEvery = int64_t{64} << 20;  // bytes between progress lines
-
-int fail(const absl::Status& s) {
-  std::fprintf(stderr, "troupe data: %s\n", cluster::printable(s.message()).c_str());
-  return 1;
-}
-
-int usage(const std::string& message) {
-  std::fprintf(stderr, "%s\n", cluster::printable(message).c_str());
-  return 2;
-}
-
-// Flags::parse takes flags only: positional arguments (files, a prefix) are
-// set apart first. A flag outside `boolean` without "=" takes the next
-// argument as its value, as Flags::parse does.
-struct Arguments {
-  std::vector<std::string> flags;
-  std::vector<std::string> positional;
-};
-
-Arguments split_arguments(const std::vector<std::string>& args,
-                          const std::set<std::string>& boolean) {
-  Arguments out;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (!arg.starts_with("-") || arg == "-") {
-      out.positional.push_back(arg);
-      continue;
-    }
-    out.flags.push_back(arg);
-    const bool takes_value = arg.starts_with("--") && arg.find('=') == std::string::npos &&
-                             arg != "--help" && !boolean.contains(arg.substr(2));
-    if (takes_value && i + 1 < args.size() && !args[i + 1].starts_with("--")) {
-      out.flags.push_back(args[++i]);
-    }
-  }
-  return out;
-}
-
-// The integer value of --name, in [lo, hi]; `fallback` when absent.
-absl::StatusOr<int64_t> int_flag(const cluster::Flags& flags, const std::string& command,
-                                 const std::string& name, int64_t fallback, int64_t lo,
-                                 int64_t hi) {
-  if (!flags.has(name)) return fallback;
-  const std::string text = flags.get(name);
-  int64_t value = 0;
-  if (!absl::SimpleAtoi(text, &value) || value < lo || value > hi) {
-    return absl::InvalidArgumentError(absl::StrCat("troupe data ", command, ": --", name, " ", text,
-                                                   ": expected an integer from ", lo, " to ", hi));
-  }
-  return value;
-}
-
-std::string mib(int64_t bytes) {
-  return absl::StrCat(bytes >> 20, " MiB");
-}
 
 void print_overview() {
   std::printf(
       "usage: troupe data <prepare|synth|info|convert> [flags]\n\n"
       "Makes and inspects token datasets: PREFIX.bin (the tokens, uint16 or uint32)\n"
       "and PREFIX.json (the header), or llm.c's FILE.bin; see docs/data.md.\n\n"
-      "  prepare  --output PREFIX FILE...   byte-level tokens of text files\n"
+      "  prepare  --output PREFIX [--tokenizer SPEC] [--val-files F,...] FILE...\n"
+      "                                     tokens of text files, whole files held out\n"
       "  synth    --task addition ... --output PREFIX\n"
       "                                     a synthetic task's training set\n"
       "  info     PREFIX                    the header and sample counts\n"
       "  convert  PREFIX --to FORMAT --output OUT\n"
       "                                     to llm.c's format or from it\n\n"
       "Run `troupe data <subcommand> --help` for its flags.\n");
-}
-
-// ---- prepare ----------------------------------------------------------------
-
-int prepare(const std::vector<std::string>& args) {
-  Arguments split = split_arguments(args, {});
-  auto flags = cluster::Flags::parse("data prepare", split.flags, {"output"});
-  if (!flags.ok()) return usage(std::string(flags.status().message()));
-  if (flags->help()) {
-    std::printf(
-        "usage: troupe data prepare --output PREFIX FILE...\n\n"
-        "Tokenizes FILEs with the byte-level tokenizer (a token per byte, vocab 256),\n"
-        "concatenated in the order given with nothing between them, and writes\n"
-        "PREFIX.bin (uint16 tokens) and PREFIX.json. Large inputs show progress on\n"
-        "stderr.\n\n"
-        "  --output  the dataset's prefix: PREFIX.bin and PREFIX.json are written\n");
-    return 0;
-  }
-  const std::string prefix = flags->get("output");
-  if (prefix.empty()) return usage("troupe data prepare: --output PREFIX is required");
-  if (split.positional.empty()) {
-    return usage(
-        "troupe data prepare: no input files (troupe data prepare --output PREFIX FILE...)");
-  }
-  // Every input must be readable before anything is written.
-  int64_t total = 0;
-  for (const std::string& file : split.positional) {
-    struct stat st {};
-    if (::stat(file.c_str(), &st) != 0) {
-      return fail(absl::NotFoundError(
-          absl::StrCat("cannot read input ", file, ": ", std::strerror(errno))));
-    }
-    if (!S_ISREG(st.st_mode)) {
-      return fail(
-          absl::InvalidArgumentError(absl::StrCat("input ", file, " is not a regular file")));
-    }
-    total += st.st_size;
-  }
-  std::vector<std::string> names = split.positional;
-  if (names.size() > 8) {
-    const size_t more = names.size() - 8;
-    names.resize(8);
-    names.push_back(absl::StrCat("and ", more, " more"));
-  }
-  auto writer = actors::TokenDatasetWriter::create(
-      prefix, text::ByteTokenizer::kVocabSize, text::ByteTokenizer::kName,
-      absl::StrCat("troupe data prepare: ", absl::StrJoin(names, " ")));
-  if (!writer.ok()) return fail(writer.status());
-
-  const bool show_progress = total >= kProgressEvery;
-  int64_t done = 0;
-  int64_t next_report = kProgressEvery;
-  std::string chunk(kReadChunk, '\0');
-  std::vector<int32_t> tokens;
-  for (const std::string& file : split.positional) {
-    std::FILE* in = std::fopen(file.c_str(), "rb");
-    if (in == nullptr) {
-      return fail(absl::NotFoundError(
-          absl::StrCat("cannot open input ", file, ": ", std::strerror(errno))));
-    }
-    for (;;) {
-      const size_t n = std::fread(chunk.data(), 1, chunk.size(), in);
-      if (n > 0) {
-        tokens.clear();
-        text::ByteTokenizer::encode_append(absl::string_view(chunk.data(), n), &tokens);
-        if (absl::Status s = (*writer)->append(tokens); !s.ok()) {
-          std::fclose(in);
-          return fail(s);
-        }
-        done += static_cast<int64_t>(n);
-        if (show_progress && done >= next_report) {
-          std::fprintf(stderr, "\rtroupe data prepare: %s of %s (%d%%)", mib(done).c_str(),
-                       mib(total).c_str(), static_cast<int>(100 * done / total));
-          next_report += kProgressEvery;
-        }
-      }
-      if (n < chunk.size()) break;
-    }
-    const bool failed = std::ferror(in) != 0;
-    std::fclose(in);
-    if (failed) {
-      return fail(absl::DataLossError(absl::StrCat("error reading input ", file)));
-    }
-  }
-  if (show_progress) std::fprintf(stderr, "\n");
-  const int64_t num_tokens = (*writer)->num_tokens();
-  if (absl::Status s = (*writer)->finish(); !s.ok()) return fail(s);
-  std::printf(
-      "wrote %lld tokens (byte-level, vocab 256) from %zu file%s\n"
-      "  %s.bin  %lld bytes, uint16\n"
-      "  %s.json\n",
-      static_cast<long long>(num_tokens), split.positional.size(),
-      split.positional.size() == 1 ? "" : "s", prefix.c_str(),
-      static_cast<long long>(num_tokens * 2), prefix.c_str());
-  return 0;
 }
 
 // ---- synth ------------------------------------------------------------------
@@ -313,6 +168,11 @@ int info(const std::vector<std::string>& args) {
       prefix.c_str(), format.c_str(), actors::dtype_name(h.dtype),
       static_cast<long long>(h.vocab_size), static_cast<long long>(h.num_tokens),
       h.tokenizer.c_str(), h.source.empty() ? "-" : h.source.c_str(), files.c_str());
+  if (h.text_bytes > 0) {
+    std::printf("text        %lld bytes, %.3f a token\n", static_cast<long long>(h.text_bytes),
+                static_cast<double>(h.text_bytes) /
+                    static_cast<double>(std::max<int64_t>(h.num_tokens, 1)));
+  }
   for (int64_t t : seq_lens) {
     std::printf("samples     %lld of seq_len %lld\n",
                 static_cast<long long>(data->num_samples(static_cast<int>(t))),
@@ -384,7 +244,7 @@ int data_command(const std::vector<std::string>& args) {
   }
   const std::string& sub = args[0];
   const std::vector<std::string> rest(args.begin() + 1, args.end());
-  if (sub == "prepare") return prepare(rest);
+  if (sub == "prepare") return data_cli::prepare(rest);
   if (sub == "synth") return synth(rest);
   if (sub == "info") return info(rest);
   if (sub == "convert") return convert(rest);

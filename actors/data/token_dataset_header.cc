@@ -39,6 +39,7 @@ std::string header_to_json(const TokenDatasetHeader& header) {
   j["num_tokens"] = header.num_tokens;
   j["tokenizer"] = header.tokenizer;
   j["source"] = header.source;
+  if (header.text_bytes > 0) j["text_bytes"] = header.text_bytes;
   return j.dump() + "\n";
 }
 
@@ -105,6 +106,13 @@ absl::StatusOr<TokenDatasetHeader> parse_header(absl::string_view json_text,
   }
   if (absl::Status s = string("tokenizer", true, &header.tokenizer); !s.ok()) return s;
   if (absl::Status s = string("source", false, &header.source); !s.ok()) return s;
+  if (j.contains("text_bytes")) {
+    if (absl::Status s = integer("text_bytes", &header.text_bytes); !s.ok()) return s;
+    if (header.text_bytes < 0 || header.text_bytes > kMaxTokens) {
+      return bad(file, absl::StrCat("\"text_bytes\" is ", header.text_bytes, ", expected 0 to ",
+                                    kMaxTokens));
+    }
+  }
   return header;
 }
 

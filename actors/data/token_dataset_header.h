@@ -3,7 +3,7 @@
 //
 //   {"format": "troupe-tokens", "version": 1, "dtype": "uint16",
 //    "vocab_size": 256, "num_tokens": 1048577, "tokenizer": "bytes",
-//    "source": "troupe data prepare: shakespeare.txt"}
+//    "source": "troupe data prepare: shakespeare.txt", "text_bytes": 1048577}
 //
 // dtype is the width of a token in PREFIX.bin, fixed by vocab_size: "uint16"
 // when vocab_size <= 65536, else "uint32". Keys other than these are ignored
@@ -36,6 +36,9 @@ struct TokenDatasetHeader {
   int64_t num_tokens = 0;
   std::string tokenizer;  // "bytes" (byte_tokenizer.h), or the name of another
   std::string source;     // how the tokens were made, for people; may be empty
+  // The bytes of text the tokens encode ("text_bytes"; 0: not known, and the key left out). What
+  // bits per byte divides by: bits/byte = loss in nats / ln 2 x num_tokens / text_bytes.
+  int64_t text_bytes = 0;
 };
 
 // The header as JSON (one line, keys as above, then a newline).
@@ -45,7 +48,7 @@ std::string header_to_json(const TokenDatasetHeader& header);
 // InvalidArgument naming the file and the key for: text that is not JSON; a
 // missing key or one of the wrong type; "format" other than "troupe-tokens";
 // "version" other than 1; "dtype" other than the one vocab_size prescribes;
-// vocab_size outside [1, 2^31]; num_tokens outside [0, 2^60].
+// vocab_size outside [1, 2^31]; num_tokens or text_bytes (optional) outside [0, 2^60].
 absl::StatusOr<TokenDatasetHeader> parse_header(absl::string_view json_text,
                                                 const std::string& file);
 

@@ -42,6 +42,8 @@ class TokenDatasetWriter {
   // error naming the file if writing fails. REQUIRES: finish() not called.
   [[nodiscard]] absl::Status append(std::span<const int32_t> tokens);
   int64_t num_tokens() const { return header_.num_tokens; }
+  // Counts `n` more bytes of text behind the tokens (the header's text_bytes).
+  void add_text_bytes(int64_t n) { header_.text_bytes += n; }
 
   // Flushes, writes the header and renames both files into place. After
   // finish() (whatever it returns) the writer accepts nothing more.

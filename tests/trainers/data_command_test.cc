@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstdlib>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -56,6 +58,73 @@ Outcome run(const std::vector<std::string>& args) {
   std::string out = ::testing::internal::GetCapturedStdout();
   std::string err = ::testing::internal::GetCapturedStderr();
   return {code, out, err};
+}
+
+TEST(DataCommandTest, PrepareHoldsOutWholeFilesForValidation) {
+  TempDir dir;
+  write_text(dir.path("a.txt"), "first work\n");
+  write_text(dir.path("b.txt"), "second work\n");
+  write_text(dir.path("c.txt"), "third\n");
+  // b.txt is among the inputs and held out: it goes to the validation set only.
+  Outcome r =
+      run({"prepare", "--output", dir.path("d"), "--val-files",
+           dir.path("b.txt") + "," + dir.path("c.txt"), dir.path("a.txt"), dir.path("b.txt")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto train = TokenDataset::open(dir.path("d"));
+  auto val = TokenDataset::open(dir.path("d_val"));
+  ASSERT_TRUE(train.ok()) << train.status();
+  ASSERT_TRUE(val.ok()) << val.status();
+  EXPECT_EQ(decoded(*train), "first work\n");
+  EXPECT_EQ(decoded(*val), "second work\nthird\n");
+  EXPECT_EQ(train->header().text_bytes, 11);
+  EXPECT_EQ(val->header().text_bytes, 18);
+  EXPECT_NE(r.out.find("held out for validation"), std::string::npos) << r.out;
+
+  // --val-output names the validation prefix; holding out everything leaves nothing to train on.
+  ASSERT_EQ(run({"prepare", "--output", dir.path("e"), "--val-output", dir.path("held"),
+                 "--val-files", dir.path("c.txt"), dir.path("a.txt")})
+                .code,
+            0);
+  EXPECT_TRUE(TokenDataset::open(dir.path("held")).ok());
+  Outcome all = run(
+      {"prepare", "--output", dir.path("f"), "--val-files", dir.path("a.txt"), dir.path("a.txt")});
+  EXPECT_EQ(all.code, 2);
+  EXPECT_NE(all.err.find("nothing is left to train on"), std::string::npos) << all.err;
+  Outcome missing = run(
+      {"prepare", "--output", dir.path("g"), "--val-files", dir.path("nope"), dir.path("a.txt")});
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.err.find("nope"), std::string::npos) << missing.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path("g.bin")));
+  Outcome bad_tokenizer =
+      run({"prepare", "--output", dir.path("h"), "--tokenizer", "wordpiece:x", dir.path("a.txt")});
+  EXPECT_EQ(bad_tokenizer.code, 1);
+  EXPECT_NE(bad_tokenizer.err.find("wordpiece"), std::string::npos) << bad_tokenizer.err;
+}
+
+TEST(DataCommandTest, PrepareWithGpt2sTokenizerStartsEachDocumentWithEndOfText) {
+  const char* env = std::getenv("TROUPE_DATA");
+  const std::string gpt2 =
+      (env && *env ? std::string(env) : std::string(TROUPE_SOURCE_DIR "/data")) +
+      "/tokenizers/gpt2";
+  if (!std::filesystem::exists(gpt2 + "/encoder.json")) {
+    GTEST_SKIP() << "GPT-2's files are not in " << gpt2 << ": scripts/fetch_text.sh fetches them";
+  }
+  TempDir dir;
+  write_text(dir.path("a.txt"), "Hello world");
+  write_text(dir.path("b.txt"), " the cat's");
+  Outcome r = run({"prepare", "--tokenizer", "gpt2:" + gpt2, "--threads", "2", "--output",
+                   dir.path("g"), dir.path("a.txt"), dir.path("b.txt")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto data = TokenDataset::open(dir.path("g"));
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->vocab_size(), 50257);
+  EXPECT_EQ(data->header().tokenizer.substr(0, 5), "gpt2-");
+  std::vector<int32_t> tokens(static_cast<size_t>(data->num_tokens()));
+  ASSERT_TRUE(data->read_tokens(0, data->num_tokens(), tokens.data()).ok());
+  EXPECT_EQ(tokens, (std::vector<int32_t>{50256, 15496, 995, 50256, 262, 3797, 338}));
+  // The tokenizer's files travel with the dataset.
+  EXPECT_TRUE(std::filesystem::exists(dir.path("g.tokenizer/encoder.json")));
+  EXPECT_TRUE(std::filesystem::exists(dir.path("g.tokenizer/vocab.bpe")));
 }
 
 TEST(DataCommandTest, PrepareConcatenatesFilesInOrder) {
