@@ -24,21 +24,32 @@
 namespace troupe::trainers {
 namespace {
 
-// The most tokens one generate call produces (--max-tokens).
+// The most tokens one generate call produces (--max-new-tokens).
 constexpr int kMaxNewTokens = 1 << 16;
 
 void print_generate_help() {
   std::printf(
       "usage: troupe generate (--model DIR | --checkpoint DIR [--step N]) --prompt TEXT\n"
-      "                       [--max-tokens N] [--temperature T] [--seed S] [--no-stop]\n\n"
+      "                       [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
+      "                       [--seed S] [--no-stop] [--no-kv-cache]\n\n"
       "Continues TEXT with the model saved in DIR (--model: DIR/model.json + model.bin, as\n"
       "troupe train writes them; --checkpoint: the newest checkpoint in DIR whose files\n"
       "pass their checksums, or step N), byte-level tokens, the prompt at the start of\n"
-      "the context. Generation\n"
-      "stops after a newline (unless --no-stop) or N tokens (default 32). Temperature 0\n"
-      "(the default) is greedy decoding; T goes up to 3.4e38, the largest float (from\n"
-      "about 1e3 up every token is about equally likely).\n\n"
-      "  troupe generate --model runs/train-1234-5678 --prompt \"12+34=\"\n");
+      "the context. Generation stops after a newline (the end of the text; unless\n"
+      "--no-stop) or N new tokens (--max-new-tokens, or its alias --max-tokens; default\n"
+      "32, at most %d).\n\n"
+      "Temperature 0 (the default) is greedy decoding; T goes up to 3.4e38, the largest\n"
+      "float (from about 1e3 up every token is about equally likely). With T > 0 the\n"
+      "tokens are drawn from the K most likely (--top-k; 0, the default, keeps all), then\n"
+      "from the fewest most likely whose probabilities sum to at least P (--top-p, in\n"
+      "(0, 1]; 1, the default, keeps all), as Hugging Face's generate does; --seed S\n"
+      "makes the draws repeatable.\n\n"
+      "The prompt runs once and each new token costs one position (a KV cache); once\n"
+      "the context outgrows the model's max sequence length each token runs the model\n"
+      "over the last max_seq_len tokens. --no-kv-cache runs the whole context for every\n"
+      "token (the same greedy tokens, slower).\n\n"
+      "  troupe generate --model runs/train-1234-5678 --prompt \"12+34=\"\n",
+      kMaxNewTokens);
 }
 
 // The sampler divides the logits by the temperature in single precision
@@ -74,6 +85,40 @@ absl::StatusOr<float> parse_temperature(const std::string& text) {
   return static_cast<float>(t);  // (below float's smallest: 0, greedy)
 }
 
+// --top-k: a whole number from 0 (off) up; above the vocabulary's size it keeps every token.
+absl::StatusOr<int> parse_top_k(const std::string& text) {
+  int k = 0;
+  if (!absl::SimpleAtoi(text, &k) || k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--top-k ", cluster::printable(text),
+                     " is not a whole number >= 0; it takes how many of the most likely tokens "
+                     "to draw from (0: all)"));
+  }
+  return k;
+}
+
+// --top-p: a number in (0, 1]; 1 keeps every token.
+absl::StatusOr<float> parse_top_p(const std::string& text) {
+  const std::string range =
+      "it takes a number in (0, 1], the probability mass of the most likely tokens to draw from "
+      "(1: all)";
+  const std::string shown = cluster::printable(text);
+  char* end = nullptr;
+  const double p = text.empty() ? 0 : std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("--top-p ", shown, " is not a number; ", range));
+  }
+  if (!std::isfinite(p)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--top-p ", shown, " is not a finite number; ", range));
+  }
+  if (p <= 0 || p > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--top-p ", shown, " is outside (0, 1]; ", range));
+  }
+  return static_cast<float>(p);
+}
+
 int fail(const std::string& text) {
   std::fprintf(stderr, "troupe generate: %s\n", cluster::printable(text).c_str());
   return 1;
@@ -95,8 +140,9 @@ absl::StatusOr<SavedModel> load_checkpoint_model(const std::string& dir, int64_t
 int generate_command(const std::vector<std::string>& args) {
   auto flags = cluster::Flags::parse(
       "generate", args,
-      {"model", "checkpoint", "step", "prompt", "max-tokens", "temperature", "seed", "no-stop"},
-      {"no-stop"});
+      {"model", "checkpoint", "step", "prompt", "max-new-tokens", "max-tokens", "temperature",
+       "top-k", "top-p", "seed", "no-stop", "no-kv-cache"},
+      {"no-stop", "no-kv-cache"});
   if (!flags.ok()) {
     std::fprintf(stderr, "%s\n", std::string(flags.status().message()).c_str());
     return 2;
@@ -118,10 +164,18 @@ int generate_command(const std::vector<std::string>& args) {
   }
   int max_tokens = 32;
   float temperature = 0;
+  int top_k = 0;
+  float top_p = 1.0f;
   uint64_t seed = 0;
-  if (flags->has("max-tokens") && (!absl::SimpleAtoi(flags->get("max-tokens"), &max_tokens) ||
-                                   max_tokens < 1 || max_tokens > kMaxNewTokens)) {
-    std::fprintf(stderr, "troupe generate: --max-tokens takes a number from 1 to %d\n",
+  if (flags->has("max-new-tokens") && flags->has("max-tokens")) {
+    std::fprintf(stderr,
+                 "troupe generate: --max-tokens is an alias of --max-new-tokens; give one\n");
+    return 2;
+  }
+  const char* max_flag = flags->has("max-tokens") ? "max-tokens" : "max-new-tokens";
+  if (flags->has(max_flag) && (!absl::SimpleAtoi(flags->get(max_flag), &max_tokens) ||
+                               max_tokens < 1 || max_tokens > kMaxNewTokens)) {
+    std::fprintf(stderr, "troupe generate: --%s takes a number from 1 to %d\n", max_flag,
                  kMaxNewTokens);
     return 2;
   }
@@ -133,6 +187,24 @@ int generate_command(const std::vector<std::string>& args) {
       return 2;
     }
     temperature = *t;
+  }
+  if (flags->has("top-k")) {
+    absl::StatusOr<int> k = parse_top_k(flags->get("top-k"));
+    if (!k.ok()) {
+      std::fprintf(stderr, "troupe generate: %s\n",
+                   cluster::printable(k.status().message()).c_str());
+      return 2;
+    }
+    top_k = *k;
+  }
+  if (flags->has("top-p")) {
+    absl::StatusOr<float> p = parse_top_p(flags->get("top-p"));
+    if (!p.ok()) {
+      std::fprintf(stderr, "troupe generate: %s\n",
+                   cluster::printable(p.status().message()).c_str());
+      return 2;
+    }
+    top_p = *p;
   }
   if (flags->has("seed") && !absl::SimpleAtoi(flags->get("seed"), &seed)) {
     std::fprintf(stderr, "troupe generate: --seed takes a number\n");
@@ -152,8 +224,11 @@ int generate_command(const std::vector<std::string>& args) {
   auto out = actors::generate_tokens(**model, {tokens},
                                      {.max_new_tokens = max_tokens,
                                       .temperature = temperature,
+                                      .top_k = top_k,
+                                      .top_p = top_p,
                                       .seed = seed,
-                                      .stop_token = flags->has("no-stop") ? -1 : '\n'});
+                                      .stop_token = flags->has("no-stop") ? -1 : '\n',
+                                      .use_kv_cache = !flags->has("no-kv-cache")});
   if (!out.ok()) return fail(std::string(out.status().message()));
   std::string text = text::ByteTokenizer::decode((*out)[0]);
   if (!text.empty() && text.back() == '\n') text.pop_back();

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/time/clock.h"
 
@@ -108,6 +109,32 @@ TEST_F(TrainCommandTest, ExampleRunLearnsAdditionAndGenerates) {
   Result generated = troupe(dir_, "generate --model out --prompt '07+97='");
   ASSERT_EQ(generated.code, 0) << generated.output;
   EXPECT_NE(generated.output.find("07+97=401"), std::string::npos) << generated.output;
+  // Sampling narrowed to the likeliest token is greedy; without the KV cache, the same tokens.
+  for (const char* flags :
+       {"--temperature 0.8 --top-k 1 --seed 5", "--temperature 0.8 --top-p 0.000001",
+        "--no-kv-cache", "--max-new-tokens 3"}) {
+    generated = troupe(dir_, std::string("generate --model out --prompt '07+97=' ") + flags);
+    ASSERT_EQ(generated.code, 0) << flags << "\n" << generated.output;
+    EXPECT_NE(generated.output.find("07+97=401"), std::string::npos) << flags << "\n"
+                                                                     << generated.output;
+  }
+}
+
+// Bad sampling flags are refused before any model is read, each with what it takes.
+TEST_F(TrainCommandTest, GenerateRefusesBadSamplingFlags) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--top-k -1", "--top-k -1 is not a whole number >= 0"},
+      {"--top-p 0", "--top-p 0 is outside (0, 1]"},
+      {"--top-p 1.5", "--top-p 1.5 is outside (0, 1]"},
+      {"--top-p nan", "--top-p nan is not a finite number"},
+      {"--max-new-tokens 0", "--max-new-tokens takes a number from 1 to 65536"},
+      {"--max-tokens 2 --max-new-tokens 2", "--max-tokens is an alias of --max-new-tokens"},
+  };
+  for (const auto& [flags, message] : cases) {
+    Result r = troupe(dir_, std::string("generate --model missing --prompt a ") + flags);
+    EXPECT_EQ(r.code, 2) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << flags << "\n" << r.output;
+  }
 }
 
 // The ZeRO-3 example learns as the DDP one does; without consolidation on
