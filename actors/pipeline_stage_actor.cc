@@ -595,6 +595,17 @@ absl::StatusOr<EvalReport> PipelineStageActor::evaluate(EvalRequest request) {
   return evaluate_task(*model_, request);
 }
 
+absl::StatusOr<ValidationPart> PipelineStageActor::validate(ValidationRequest request) {
+  if (absl::Status s = check_whole_parameters(); !s.ok()) return s;
+  if (!validation_data_ || validation_path_ != request.path) {
+    absl::StatusOr<TokenDataset> data = TokenDataset::open(request.path);
+    if (!data.ok()) return data.status();
+    validation_data_ = *std::move(data);
+    validation_path_ = request.path;
+  }
+  return validation_loss(*model_, *validation_data_, request);
+}
+
 absl::StatusOr<std::vector<int32_t>> PipelineStageActor::generate(std::vector<int32_t> prompt,
                                                                   int max_new_tokens,
                                                                   float temperature,

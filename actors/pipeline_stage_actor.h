@@ -52,6 +52,7 @@
 #include "actors/stage_tensors.h"
 #include "actors/stage_turns.h"
 #include "actors/training_types.h"
+#include "actors/validation.h"
 #include "actors/zero_partition.h"
 #include "core/actor.h"
 #include "core/cluster/collective_group.h"
@@ -159,6 +160,9 @@ class PipelineStageActor {
   // data-parallel group at once. Until the next run_step.
   absl::Status gather_parameters();
   absl::StatusOr<EvalReport> evaluate(EvalRequest request);
+  // This rank's part of the validation loss (actors/validation.h) on the dataset at request.path
+  // (opened once and kept). Requires the whole parameters, as evaluate does.
+  absl::StatusOr<ValidationPart> validate(ValidationRequest request);
   // evaluate and generate: FailedPrecondition under ZeRO unless
   // gather_parameters ran since the shards last wrote the parameters, and
   // with pp > 1 or tp > 1 (a stage holds only its blocks or its slice; the
@@ -251,6 +255,8 @@ class PipelineStageActor {
   // The parameters' version (StageTensors::params_version) the model holds
   // whole, after gather_parameters; -1: not whole.
   int64_t whole_version_ = -1;
+  std::optional<TokenDataset> validation_data_;  // validate's dataset, once opened
+  std::string validation_path_;                  // where it was opened from
   // The groups' traffic when the step began: data-parallel, pipe, tp.
   transport::Traffic traffic_at_step_, pipe_traffic_at_step_, tp_traffic_at_step_;
   uint64_t pipe_in_place_at_step_ = 0;  // the pipe group's received_in_place then
@@ -259,7 +265,7 @@ TROUPE_ACTOR(PipelineStageActor, &PipelineStageActor::setup, &PipelineStageActor
              &PipelineStageActor::resize, &PipelineStageActor::run_step,
              &PipelineStageActor::discard, &PipelineStageActor::seek_data,
              &PipelineStageActor::gather_parameters, &PipelineStageActor::evaluate,
-             &PipelineStageActor::generate);
+             &PipelineStageActor::generate, &PipelineStageActor::validate);
 // Other processes spawn it with its options: spawn<PipelineStageActor>(spawn_options,
 // stageOptions).
 TROUPE_ACTOR_CONSTRUCTOR(PipelineStageActor, StageOptions);

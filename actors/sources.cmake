@@ -21,6 +21,7 @@ target_sources(troupe_actors PRIVATE
   stage_sends.cc
   stage_turns.cc
   training_types.cc
+  validation.cc
   zero_gradient_sync.cc
   zero_param_gather.cc
   zero_partition.cc

@@ -193,6 +193,11 @@ absl::Status prune_checkpoints(io::Env* env, const std::string& dir, int64_t new
       broken.push_back(*step);
     }
   }
+  // The best checkpoint (keep_best) stays, and is not one of the `keep`.
+  if (std::optional<int64_t> best = best_checkpoint(env, dir)) {
+    std::erase(complete, *best);
+    std::erase(broken, *best);
+  }
   std::sort(complete.begin(), complete.end());
   // `newest` is one of the `keep` when it loads; else `keep` older ones stay.
   const bool newest_loads = open_candidate(env, dir, newest).ok();
@@ -205,6 +210,17 @@ absl::Status prune_checkpoints(io::Env* env, const std::string& dir, int64_t new
   for (int64_t step : doomed)
     first.Update(remove_checkpoint_dir(env, step_dir(dir, step)));
   return first;
+}
+
+absl::Status mark_best_checkpoint(io::Env* env, const std::string& dir, int64_t step) {
+  const std::string pointer = latest_pointer(step);
+  return io::write_file_atomically(env, dir + "/" + kBestFile, pointer.data(), pointer.size());
+}
+
+std::optional<int64_t> best_checkpoint(io::Env* env, const std::string& dir) {
+  absl::StatusOr<std::string> best = env->read_file(dir + "/" + kBestFile, 1024);
+  if (!best.ok()) return std::nullopt;
+  return parse_latest_pointer(*best);
 }
 
 absl::StatusOr<FoundCheckpoint> find_checkpoint(io::Env* env, const std::string& dir,

@@ -34,6 +34,9 @@
 namespace troupe::checkpoint {
 
 inline constexpr char kLatestFile[] = "latest";
+// DIR/best: the step directory of the best validation loss so far (checkpoint.keep_best), which
+// pruning keeps whatever `keep` says. Written as `latest` is.
+inline constexpr char kBestFile[] = "best";
 inline constexpr char kManifestFile[] = "manifest.json";
 
 // "step-00000120".
@@ -84,7 +87,13 @@ absl::Status commit_checkpoint(io::Env* env, const std::string& dir, const Manif
 // that does not decode, a file missing or short). Directories from `newest`
 // up (a save in progress) and ones that cannot be read for another reason
 // than their data stay.
+// The checkpoint DIR/best names is never removed.
 absl::Status prune_checkpoints(io::Env* env, const std::string& dir, int64_t newest, int keep);
+
+// Points DIR/best at step N's directory. Errors of the write.
+absl::Status mark_best_checkpoint(io::Env* env, const std::string& dir, int64_t step);
+// The step DIR/best names; nullopt when there is no such file or it names no step.
+std::optional<int64_t> best_checkpoint(io::Env* env, const std::string& dir);
 
 struct FoundCheckpoint {
   std::string step_dir;

@@ -70,6 +70,10 @@ Checkpointer::~Checkpointer() {
   join_pruner();
 }
 
+absl::Status Checkpointer::mark_best(int64_t step) {
+  return checkpoint::mark_best_checkpoint(env(), config_.dir, step);
+}
+
 void Checkpointer::join_pruner() {
   if (pruner_.joinable()) pruner_.join();
 }

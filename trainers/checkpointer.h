@@ -98,6 +98,9 @@ class Checkpointer {
   // checkpoints beyond the newest `keep` (done in the background).
   std::vector<CheckpointEvent> finish();
   bool in_flight() const { return pending_.has_value(); }
+  // Points DIR/best at step `step`'s checkpoint (checkpoint.keep_best): no prune removes it after.
+  // REQUIRES: a save of `step` started (after_step or save_now). Errors of the write.
+  absl::Status mark_best(int64_t step);
 
   // Loads the newest loadable checkpoint in config.dir (or exactly `step`),
   // into every shard, moves every loader to its data cursor (rebased when dp

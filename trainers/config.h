@@ -86,6 +86,9 @@ struct SyntheticTaskConfig {
 // PATH.bin + PATH.json) or `synthetic`.
 struct DataConfig {
   std::string path;
+  // A validation dataset (`troupe data prepare --val-files`): its loss and bits per byte are
+  // computed every training.eval_interval steps and at the end. Empty: none.
+  std::string val_path;
   std::optional<SyntheticTaskConfig> synthetic;
   bool shuffle = true;  // epoch-seeded permutation (else in order)
   int prefetch = 2;     // micro-batches the loader prepares ahead
@@ -164,7 +167,10 @@ struct TrainingConfig {
   std::string output_dir;    // final weights (and metrics, if metrics_file is empty)
   int eval_interval = 0;     // steps between task-accuracy evaluations; 0: at the end
   int eval_samples = 200;    // held-out problems per evaluation (synthetic tasks)
-  int threads = 0;           // compute threads per replica; 0: cores / dp
+  // Validation batches (of the micro-batch size, over all data-parallel ranks) per evaluation, as
+  // nanoGPT's eval_iters; 0: the whole validation split.
+  int64_t eval_iters = 0;
+  int threads = 0;  // compute threads per replica; 0: cores / dp
   // Pretrained weights to start from (a safetensors file or a Hugging Face model
   // directory; docs/models.md), their config checked against `model`; empty:
   // the seed's initialisation. A resumed run continues from its checkpoint.
@@ -179,6 +185,9 @@ struct CheckpointConfig {
   std::string dir;             // required when interval_steps > 0 (and for --resume)
   int64_t interval_steps = 0;  // 0: no periodic checkpoints
   int keep = 2;
+  // Also keep the checkpoint of the best validation loss so far (data.val_path), whatever `keep`
+  // rotates out: DIR/best names it.
+  bool keep_best = false;
   bool async = true;
 };
 

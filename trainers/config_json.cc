@@ -104,6 +104,7 @@ std::string to_json(const TrainConfig& c) {
   } else {
     data["path"] = c.data.path;
   }
+  if (!c.data.val_path.empty()) data["val_path"] = c.data.val_path;
   data["shuffle"] = c.data.shuffle;
   data["prefetch"] = c.data.prefetch;
   j["data"] = data;
@@ -122,11 +123,15 @@ std::string to_json(const TrainConfig& c) {
                    {"output_dir", t.output_dir},
                    {"eval_interval", t.eval_interval},
                    {"eval_samples", t.eval_samples},
+                   {"eval_iters", t.eval_iters},
                    {"threads", t.threads},
                    {"init_from", t.init_from}};
   const CheckpointConfig& k = c.checkpoint;
-  j["checkpoint"] = {
-      {"dir", k.dir}, {"interval_steps", k.interval_steps}, {"keep", k.keep}, {"async", k.async}};
+  j["checkpoint"] = {{"dir", k.dir},
+                     {"interval_steps", k.interval_steps},
+                     {"keep", k.keep},
+                     {"keep_best", k.keep_best},
+                     {"async", k.async}};
   const FaultToleranceConfig& f = c.fault_tolerance;
   j["fault_tolerance"] = {{"enabled", f.enabled},
                           {"spare_nodes", f.spare_nodes},

@@ -103,16 +103,16 @@ constexpr UnimplementedKey kZeroForceDsCpuOptimizer = {"zero_force_ds_cpu_optimi
 // written at the top level.
 constexpr std::array<absl::string_view, 7> kSections = {
     "model", "data", "parallel", "training", "checkpoint", "fault_tolerance", "elasticity"};
-constexpr std::array<std::array<absl::string_view, 8>, 7> kSectionKeys = {{
+constexpr std::array<std::array<absl::string_view, 9>, 7> kSectionKeys = {{
     {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "padded_vocab_size",
-     "recompute_activations", ""},
-    {"path", "synthetic", "shuffle", "prefetch", "", "", "", ""},
-    {"dp", "pp", "tp", "schedule", "virtual_stages", "partition", "partition_method", ""},
+     "recompute_activations", "", ""},
+    {"path", "val_path", "synthetic", "shuffle", "prefetch", "", "", "", ""},
+    {"dp", "pp", "tp", "schedule", "virtual_stages", "partition", "partition_method", "", ""},
     {"steps", "seed", "log_interval", "metrics_file", "output_dir", "eval_interval", "eval_samples",
-     "threads"},
-    {"dir", "interval_steps", "keep", "async", "", "", "", ""},
-    {"enabled", "spare_nodes", "max_failures", "wait_for_node_s", "step_timeout_s", "", "", ""},
-    {"enabled", "min_dp", "max_dp", "micro_batch_sizes", "min_gpus", "max_gpus", "", ""},
+     "eval_iters", "threads"},
+    {"dir", "interval_steps", "keep", "keep_best", "async", "", "", "", ""},
+    {"enabled", "spare_nodes", "max_failures", "wait_for_node_s", "step_timeout_s", "", "", "", ""},
+    {"enabled", "min_dp", "max_dp", "micro_batch_sizes", "min_gpus", "max_gpus", "", "", ""},
 }};
 constexpr std::array<absl::string_view, 4> kOptimizerParams = {"lr", "betas", "eps",
                                                                "weight_decay"};
@@ -212,11 +212,17 @@ absl::Status parse_data(JsonObject& top, TrainConfig* config) {
   }
   JsonObject& s = **section;
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("path", &d.path));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("val_path", &d.val_path));
   absl::StatusOr<std::optional<JsonObject>> synthetic = s.section("synthetic");
   if (!synthetic.ok()) return synthetic.status();
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("shuffle", &d.shuffle));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("prefetch", &d.prefetch, 0, kMaxPrefetch));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
+  if (!d.val_path.empty() && synthetic->has_value()) {
+    return config_error(
+        "data.val_path: a synthetic task holds out its own problems (training.eval_samples); "
+        "a validation dataset goes with data.path");
+  }
   if (!d.path.empty() && synthetic->has_value()) {
     return config_error("data: give one of data.path and data.synthetic, not both");
   }
@@ -381,6 +387,7 @@ absl::Status parse_training(JsonObject& top, TrainConfig* config) {
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("output_dir", &t.output_dir));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("eval_interval", &t.eval_interval, 0));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("eval_samples", &t.eval_samples, 0, kMaxEvalSamples));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("eval_iters", &t.eval_iters, 0));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("threads", &t.threads, 0, kMaxThreads));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
   }
@@ -413,11 +420,17 @@ absl::Status parse_checkpoint(JsonObject& top, TrainConfig* config) {
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("dir", &c.dir));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("interval_steps", &c.interval_steps, 0));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("keep", &c.keep, 1, kMaxCheckpointsKept));
+  TROUPE_CONFIG_RETURN_IF_ERROR(s.read("keep_best", &c.keep_best));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.read("async", &c.async));
   TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
   if (c.interval_steps > 0 && c.dir.empty()) {
     return config_error(absl::StrCat(s.key_path("dir"), ": missing; ", s.key_path("interval_steps"),
                                      " ", c.interval_steps, " saves a checkpoint to it"));
+  }
+  if (c.keep_best && (c.dir.empty() || config->data.val_path.empty())) {
+    return config_error(absl::StrCat(
+        s.key_path("keep_best"), ": keeps the checkpoint of the best validation loss, so it needs ",
+        c.dir.empty() ? s.key_path("dir") : std::string("data.val_path"), " too"));
   }
   return absl::OkStatus();
 }

@@ -128,6 +128,31 @@ absl::StatusOr<actors::EvalReport> DataParallelTrainer::evaluate(int samples) {
       .get(kSetupTimeout);
 }
 
+absl::StatusOr<actors::ValidationResult> DataParallelTrainer::validate() {
+  absl::StatusOr<actors::TokenDataset> data = validation_dataset(config_);
+  if (!data.ok()) return data.status();
+  if (absl::Status s = gather_parameters(); !s.ok()) return s;
+  // Every replica scores its share of the windows at once.
+  const int world = static_cast<int>(replicas_.size());
+  std::vector<Future<actors::ValidationPart>> parts;
+  for (int d = 0; d < world; ++d) {
+    parts.push_back(replicas_[d].stage.call(&actors::PipelineStageActor::validate,
+                                            validation_request(config_, d, world)));
+  }
+  std::vector<actors::ValidationPart> got;
+  absl::Status first;
+  for (auto& f : parts) {
+    absl::StatusOr<actors::ValidationPart> part = std::move(f).get(kSetupTimeout);
+    if (part.ok()) {
+      got.push_back(*part);
+    } else {
+      first.Update(part.status());
+    }
+  }
+  if (!first.ok()) return first;
+  return actors::combine(got, data->header());
+}
+
 absl::StatusOr<std::vector<int32_t>> DataParallelTrainer::generate(std::vector<int32_t> prompt,
                                                                    int max_new_tokens,
                                                                    float temperature,

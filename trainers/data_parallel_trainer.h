@@ -46,6 +46,7 @@ class DataParallelTrainer : public MeshTrainer, public ElasticMesh {
   // On rank 0 (every rank holds the same weights; under ZeRO every stage
   // gathers them first).
   absl::StatusOr<actors::EvalReport> evaluate(int samples) override;
+  absl::StatusOr<actors::ValidationResult> validate() override;
   absl::StatusOr<std::vector<int32_t>> generate(std::vector<int32_t> prompt, int max_new_tokens,
                                                 float temperature, uint64_t seed) override;
   absl::StatusOr<std::vector<float>> master_params() override;

@@ -173,6 +173,18 @@ absl::StatusOr<actors::EvalReport> HybridTrainer::evaluate(int samples) {
   return actors::evaluate_task(**model, *request);
 }
 
+absl::StatusOr<actors::ValidationResult> HybridTrainer::validate() {
+  absl::StatusOr<actors::TokenDataset> data = validation_dataset(config_);
+  if (!data.ok()) return data.status();
+  // The stages hold only their blocks or slices: the driver scores the gathered weights.
+  absl::StatusOr<std::unique_ptr<nn::Model>> model = whole_model();
+  if (!model.ok()) return model.status();
+  absl::StatusOr<actors::ValidationPart> part =
+      actors::validation_loss(**model, *data, validation_request(config_, 0, 1));
+  if (!part.ok()) return part.status();
+  return actors::combine(std::span<const actors::ValidationPart>(&*part, 1), data->header());
+}
+
 absl::StatusOr<std::vector<int32_t>> HybridTrainer::generate(std::vector<int32_t> prompt,
                                                              int max_new_tokens, float temperature,
                                                              uint64_t seed) {

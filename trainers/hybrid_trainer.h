@@ -44,6 +44,7 @@ class HybridTrainer : public MeshTrainer {
   // shards of replica 0, its slices put together) rounded to the compute
   // precision.
   absl::StatusOr<actors::EvalReport> evaluate(int samples) override;
+  absl::StatusOr<actors::ValidationResult> validate() override;
   absl::StatusOr<std::vector<int32_t>> generate(std::vector<int32_t> prompt, int max_new_tokens,
                                                 float temperature, uint64_t seed) override;
   absl::StatusOr<std::vector<float>> master_params() override;

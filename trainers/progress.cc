@@ -77,6 +77,7 @@ void ProgressReporter::on_step(const StepOutcome& step) {
   std::string line = absl::StrFormat("step %*d/%d  loss %.4f  lr %.2e  %s tok/s  %s samples/s",
                                      width, step.step, total_steps_, step.loss, step.lr,
                                      rate(tokens / seconds), rate(samples / seconds));
+  if (validation_loss_) absl::StrAppend(&line, absl::StrFormat("  val %.4f", *validation_loss_));
   if (totals_.comm_ms > 0) {
     absl::StrAppend(&line, absl::StrFormat("  comm hidden %.0f%%", 100 * totals_.comm_hidden()));
   }
@@ -184,6 +185,16 @@ absl::Status MetricsWriter::write_eval(int64_t step, const actors::EvalReport& r
         {"accuracy",
          report.total > 0 ? static_cast<double>(report.correct) / report.total : 0.0}}}};
   return write_line(j.dump());
+}
+
+absl::Status MetricsWriter::write_validation(int64_t step, const actors::ValidationResult& result,
+                                             bool best) {
+  nlohmann::json v = {{"loss", result.loss()},
+                      {"tokens", result.tokens},
+                      {"windows", result.windows},
+                      {"best", best}};
+  if (result.tokens_per_byte > 0) v["bits_per_byte"] = result.bits_per_byte();
+  return write_line(nlohmann::json{{"step", step}, {"val", v}}.dump());
 }
 
 absl::Status MetricsWriter::write_checkpoint(const CheckpointEvent& event) {

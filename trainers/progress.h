@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -56,6 +57,8 @@ class ProgressReporter {
   // A message on a line of its own (ends a line redrawn in place first).
   void message(const std::string& text);
   const RunTotals& totals() const { return totals_; }
+  // The latest validation loss, shown on the progress lines from now on ("val 1.8123").
+  void set_validation_loss(double loss) { validation_loss_ = loss; }
 
  private:
   FILE* out_;
@@ -65,6 +68,7 @@ class ProgressReporter {
   int log_interval_;
   RunTotals totals_;
   RunTotals at_last_print_;
+  std::optional<double> validation_loss_;
 };
 
 // "1h02m", "3m05s", "42s".
@@ -90,6 +94,9 @@ class MetricsWriter {
   absl::Status write_step(const StepOutcome& step);
   // {"step":..,"eval":{"task":"addition","correct":..,"total":..,"accuracy":..}}
   absl::Status write_eval(int64_t step, const actors::EvalReport& report);
+  // {"step":..,"val":{"loss":..,"bits_per_byte":..,"tokens":..,"windows":..,"best":..}}
+  // (bits_per_byte left out when the dataset does not know its text bytes).
+  absl::Status write_validation(int64_t step, const actors::ValidationResult& result, bool best);
   // {"step":..,"checkpoint":{"dir":..,"ok":true,"bytes":..,"staging_ms":..,"write_ms":..,
   //  "total_ms":..,"waited_ms":..}}, or {"ok":false,"error":..}
   absl::Status write_checkpoint(const CheckpointEvent& event);

@@ -119,6 +119,43 @@ absl::Status evaluate(Trainer& trainer, const TrainConfig& config, int64_t step,
   return absl::OkStatus();
 }
 
+// The validation loss of the run so far: the best and where it was.
+struct ValidationTrack {
+  std::optional<actors::ValidationResult> last;
+  std::optional<actors::ValidationResult> best;
+  int64_t last_step = 0;
+  int64_t best_step = 0;
+};
+
+// Computes the validation loss at `step` and reports it. Returns whether it is the best so far.
+// Errors: those of writing the metrics (a failed validation is reported and training goes on).
+absl::StatusOr<bool> validate(Trainer& trainer, int64_t step, ProgressReporter& progress,
+                              std::optional<MetricsWriter>& metrics, ValidationTrack* track) {
+  absl::StatusOr<actors::ValidationResult> result = trainer.validate();
+  if (!result.ok()) {
+    progress.message(absl::StrCat("validation failed: ", result.status().message()));
+    return false;
+  }
+  const bool best = !track->best || result->loss() < track->best->loss();
+  track->last = *result;
+  track->last_step = step;
+  if (best) {
+    track->best = *result;
+    track->best_step = step;
+  }
+  progress.set_validation_loss(result->loss());
+  std::string line = absl::StrFormat("val at step %d: loss %.4f", step, result->loss());
+  if (result->tokens_per_byte > 0) {
+    absl::StrAppend(&line, absl::StrFormat(", %.4f bits/byte", result->bits_per_byte()));
+  }
+  absl::StrAppend(&line, absl::StrFormat(" (%d windows)%s", result->windows, best ? ", best" : ""));
+  progress.message(line);
+  if (metrics) {
+    if (absl::Status s = metrics->write_validation(step, *result, best); !s.ok()) return s;
+  }
+  return best;
+}
+
 // The job cannot go on: a checkpoint of where it stands, if it has a
 // checkpoint directory and its shards can still write one; otherwise which
 // checkpoint a --resume would continue from.
@@ -404,6 +441,15 @@ int train_command(const std::vector<std::string>& all_args) {
     record_metrics(metrics->write_resize(r));
   };
   double first_loss = 0, last_loss = 0;
+  ValidationTrack validation;
+  // checkpoint.keep_best: step k's checkpoint (saved now unless it is due anyway) becomes DIR/best.
+  auto keep_best = [&](int64_t k) {
+    const int64_t interval = config.checkpoint.interval_steps;
+    if (interval == 0 || k % interval != 0) report_checkpoints(checkpoints.save_now());
+    if (absl::Status s = checkpoints.mark_best(k); !s.ok()) {
+      progress.message(absl::StrCat("marking the best checkpoint failed: ", s.message()));
+    }
+  };
   // Ctrl-C: the run stops after the step in flight, keeping what it has.
   int64_t last_step = steps;
   bool interrupted = false;
@@ -470,14 +516,32 @@ int train_command(const std::vector<std::string>& all_args) {
         k % config.training.eval_interval == 0 && k < steps) {
       record_metrics(evaluate(trainer, config, k, progress, metrics, nullptr));
     }
+    if (!config.data.val_path.empty() && config.training.eval_interval > 0 &&
+        k % config.training.eval_interval == 0 && k < steps) {
+      absl::StatusOr<bool> best = validate(trainer, k, progress, metrics, &validation);
+      record_metrics(best.status());
+      if (best.ok() && *best && config.checkpoint.keep_best) keep_best(k);
+    }
   }
   // A run that ends between checkpoints saves its last step too, so that a
   // later --resume (with more steps) continues from where it ended; so does
   // an interrupted one with checkpoint.dir.
+  // The last validation comes first, so that keep_best can mark the last checkpoint.
+  bool last_is_best = false;
+  if (!config.data.val_path.empty() && !interrupted && first_step <= last_step) {
+    absl::StatusOr<bool> best = validate(trainer, last_step, progress, metrics, &validation);
+    record_metrics(best.status());
+    last_is_best = best.ok() && *best;
+  }
   const int interval = config.checkpoint.interval_steps;
-  if (first_step <= last_step && (interval > 0 || interrupted) && !config.checkpoint.dir.empty() &&
-      (interval == 0 || last_step % interval != 0)) {
+  if (first_step <= last_step && (interval > 0 || interrupted || last_is_best) &&
+      !config.checkpoint.dir.empty() && (interval == 0 || last_step % interval != 0)) {
     report_checkpoints(checkpoints.save_now());
+  }
+  if (last_is_best && config.checkpoint.keep_best) {
+    if (absl::Status s = checkpoints.mark_best(last_step); !s.ok()) {
+      progress.message(absl::StrCat("marking the best checkpoint failed: ", s.message()));
+    }
   }
   report_checkpoints(checkpoints.finish());
   std::optional<double> accuracy;
@@ -531,6 +595,19 @@ int train_command(const std::vector<std::string>& all_args) {
   }
   if (accuracy)
     std::printf("  task accuracy (held-out addition problems): %.1f%%\n", 100 * *accuracy);
+  if (validation.last) {
+    auto bpb = [](const actors::ValidationResult& v) {
+      return v.tokens_per_byte > 0 ? absl::StrFormat(" (%.4f bits/byte)", v.bits_per_byte())
+                                   : std::string();
+    };
+    std::printf("  validation loss %.4f%s at step %lld; best %.4f at step %lld%s\n",
+                validation.last->loss(), bpb(*validation.last).c_str(),
+                static_cast<long long>(validation.last_step), validation.best->loss(),
+                static_cast<long long>(validation.best_step),
+                config.checkpoint.keep_best
+                    ? absl::StrCat(" (kept: ", config.checkpoint.dir, "/best)").c_str()
+                    : "");
+  }
   if (!stepper.recoveries().empty()) {
     int64_t rerun = 0;
     for (const RecoveryReport& r : stepper.recoveries())

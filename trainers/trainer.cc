@@ -1,5 +1,7 @@
 #include "trainers/trainer.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "trainers/data_parallel_trainer.h"
 #include "trainers/hybrid_trainer.h"
@@ -29,6 +31,23 @@ absl::StatusOr<actors::EvalRequest> eval_request(const TrainConfig& config, int 
                                       .seed = config.data.synthetic->seed,
                                       .seq_len = config.model.max_seq_len()},
                              .samples = samples};
+}
+
+absl::StatusOr<actors::TokenDataset> validation_dataset(const TrainConfig& config) {
+  if (config.data.val_path.empty()) {
+    return absl::FailedPreconditionError("validation needs a validation dataset (data.val_path)");
+  }
+  return actors::TokenDataset::open(config.data.val_path);
+}
+
+actors::ValidationRequest validation_request(const TrainConfig& config, int rank, int world) {
+  const int B = static_cast<int>(std::max<int64_t>(config.micro_batch_size, 1));
+  return actors::ValidationRequest{.path = config.data.val_path,
+                                   .seq_len = config.model.max_seq_len(),
+                                   .batch = B,
+                                   .rank = rank,
+                                   .world = world,
+                                   .max_windows = config.training.eval_iters * B};
 }
 
 actors::LoaderOptions loader_options(const TrainConfig& config, const std::string& job, int rank) {

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "actors/data/data_loader_actor.h"
 #include "actors/pipeline_stage_actor.h"
+#include "actors/validation.h"
 #include "core/cluster/cluster.h"
 #include "trainers/config.h"
 #include "trainers/elastic_scaler.h"
@@ -46,6 +47,9 @@ class Trainer {
   absl::StatusOr<StepOutcome> step(int64_t step) { return controller().step(step); }
   // Task accuracy on held-out problems (synthetic tasks only).
   virtual absl::StatusOr<actors::EvalReport> evaluate(int samples) = 0;
+  // The loss and bits per byte over the validation dataset (config data.val_path), each window
+  // counted once over the data-parallel ranks. FailedPrecondition without a data.val_path.
+  virtual absl::StatusOr<actors::ValidationResult> validate() = 0;
   // Greedy or sampled continuation of `prompt`.
   virtual absl::StatusOr<std::vector<int32_t>> generate(std::vector<int32_t> prompt,
                                                         int max_new_tokens, float temperature,
@@ -86,5 +90,10 @@ ControllerOptions controller_options(const TrainConfig& config);
 // What evaluate(samples) asks of the model: held-out problems of the
 // config's synthetic task. FailedPrecondition without one.
 absl::StatusOr<actors::EvalRequest> eval_request(const TrainConfig& config, int samples);
+// The validation dataset, opened: FailedPrecondition without data.val_path; TokenDataset::open's
+// errors.
+absl::StatusOr<actors::TokenDataset> validation_dataset(const TrainConfig& config);
+// What validate() asks of data-parallel rank `rank` of `world`; the windows eval_iters allows.
+actors::ValidationRequest validation_request(const TrainConfig& config, int rank, int world);
 
 }  // namespace troupe::trainers
