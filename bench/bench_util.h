@@ -123,10 +123,10 @@ inline std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-// The first interpreter that can import torch, for the benches' PyTorch peers:
-// $TROUPE_TORCH_PYTHON, the virtual environment bench/setup_torch_peers.sh makes
-// (/tmp/torchenv), python3, /usr/bin/python3. Each is probed with a bounded import.
-inline std::optional<std::string> find_torch_python() {
+// The first interpreter that runs `probe` (python code, e.g. "import torch") with exit status 0:
+// $TROUPE_TORCH_PYTHON, the virtual environment bench/setup_torch_peers.sh makes (/tmp/torchenv),
+// python3, /usr/bin/python3. Each is probed with a bounded run.
+inline std::optional<std::string> find_python(const std::string& probe) {
   std::vector<std::string> candidates;
   if (const char* env = std::getenv("TROUPE_TORCH_PYTHON"); env != nullptr && *env != '\0') {
     candidates.push_back(env);
@@ -137,10 +137,16 @@ inline std::optional<std::string> find_torch_python() {
   candidates.push_back("python3");
   candidates.push_back("/usr/bin/python3");
   for (const std::string& python : candidates) {
-    std::string probe = "timeout 120 " + shell_quote(python) + " -c 'import torch' >/dev/null 2>&1";
-    if (std::system(probe.c_str()) == 0) return python;
+    std::string cmd =
+        "timeout 120 " + shell_quote(python) + " -c " + shell_quote(probe) + " >/dev/null 2>&1";
+    if (std::system(cmd.c_str()) == 0) return python;
   }
   return std::nullopt;
+}
+
+// The first interpreter that can import torch, for the benches' PyTorch peers (find_python).
+inline std::optional<std::string> find_torch_python() {
+  return find_python("import torch");
 }
 
 // The value of "key": NUMBER in a flat JSON object (a peer's one-line
