@@ -335,6 +335,7 @@ std::string encode_manifest(const Manifest& m) {
             {"loss_scaler", nullptr},
             {"config_hash", hex64(m.config_hash)},
             {"config", m.config.empty() ? json(nullptr) : json::parse(m.config, nullptr, false)},
+            {"tokenizer", m.tokenizer},
             {"tensors", std::move(tensors)},
             {"shards", std::move(shards)}};
   if (m.loss_scaler) {
@@ -406,6 +407,13 @@ absl::StatusOr<Manifest> decode_manifest(const std::string& text, const std::str
     if (!hash) return data_loss(where, "config_hash is not 16 hex digits");
     m.config_hash = *hash;
     if (const json& c = j.at("config"); !c.is_null()) m.config = c.dump();
+    if (j.contains("tokenizer")) {
+      const json& t = j.at("tokenizer");
+      if (!t.is_string() || t.get<std::string>().empty() || t.get<std::string>().size() > 256) {
+        return data_loss(where, "tokenizer: not a tokenizer id");
+      }
+      m.tokenizer = t.get<std::string>();
+    }
     const json& tensors = j.at("tensors");
     if (!tensors.is_array() || tensors.size() > kMaxTensors) {
       return data_loss(where, "tensors: not an array of at most 2^20");

@@ -132,7 +132,11 @@ struct Manifest {
   std::optional<nn::LossScalerState> loss_scaler;  // dynamic fp16 loss scaling only
   uint64_t config_hash = 0;                        // xxh64 of the training config's JSON
   std::string config;                              // that JSON
-  int64_t created_ms = 0;                          // wall clock, ms since the epoch
+  // The id of the tokenizer the data was made with (text/tokenizer.h: "bytes", "gpt2-8f7b4b3c0d");
+  // its files are in the checkpoint directory's tokenizer/. "bytes" when the key is absent (a
+  // manifest from before tokenizers).
+  std::string tokenizer = "bytes";
+  int64_t created_ms = 0;  // wall clock, ms since the epoch
 };
 
 // The tensor records of `model` split over `tp` slices: slice 0's tensors in

@@ -1,5 +1,7 @@
 #include "text/tokenizer_files.h"
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "core/io/env.h"
 #include "text/file_text.h"
@@ -18,8 +20,10 @@ absl::Status save_tokenizer(const Tokenizer& tokenizer, const std::string& dir) 
   const std::vector<std::string> files = tokenizer.files();
   if (files.empty()) return absl::OkStatus();
   io::Env* env = io::Env::posix();
-  if (!env->exists(dir)) {
-    if (absl::Status s = env->create_dir(dir); !s.ok()) return s;
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
   }
   for (const std::string& file : files) {
     auto bytes = read_file_text(file, size_t{1} << 31);

@@ -227,6 +227,7 @@ CheckpointEvent Checkpointer::complete() {
   m.loss_scaler = p.state.loss_scaler;
   m.config_hash = trajectory_hash(job_.config_json);
   m.config = job_.config_json;
+  m.tokenizer = job_.tokenizer;
   m.created_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();

@@ -43,8 +43,9 @@ struct JobRecord {
   checkpoint::MeshLayout layout;
   std::string optimizer;  // "adamw" or "sgd"
   checkpoint::RngState rng;
-  int64_t samples_per_epoch = 0;  // the data loaders'
-  std::string config_json;        // to_json of the config
+  int64_t samples_per_epoch = 0;    // the data loaders'
+  std::string config_json;          // to_json of the config
+  std::string tokenizer = "bytes";  // the data's tokenizer id (trainers/run_tokenizer.h)
 };
 JobRecord job_record(const TrainConfig& config, int64_t samples_per_epoch);
 

@@ -17,7 +17,8 @@
 #include "checkpoint/consolidate.h"
 #include "core/cluster/flags.h"
 #include "nn/model/model.h"
-#include "text/byte_tokenizer.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_files.h"
 #include "trainers/model_file.h"
 #include "trainers/train_command.h"
 
@@ -31,13 +32,15 @@ void print_generate_help() {
   std::printf(
       "usage: troupe generate (--model DIR | --checkpoint DIR [--step N]) --prompt TEXT\n"
       "                       [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
-      "                       [--seed S] [--no-stop] [--no-kv-cache]\n\n"
+      "                       [--seed S] [--no-stop] [--no-kv-cache] [--tokenizer SPEC]\n\n"
       "Continues TEXT with the model saved in DIR (--model: DIR/model.json + model.bin, as\n"
       "troupe train writes them; --checkpoint: the newest checkpoint in DIR whose files\n"
-      "pass their checksums, or step N), byte-level tokens, the prompt at the start of\n"
-      "the context. Generation stops after a newline (the end of the text; unless\n"
-      "--no-stop) or N new tokens (--max-new-tokens, or its alias --max-tokens; default\n"
-      "32, at most %d).\n\n"
+      "pass their checksums, or step N), the prompt at the start of the context. The text\n"
+      "is encoded and decoded with the tokenizer the model was trained with, saved beside\n"
+      "it (DIR/tokenizer; --tokenizer SPEC names it where it is not, and is refused if it\n"
+      "is another). Generation stops at the end of the text (the end-of-text token; a\n"
+      "newline for a byte-level model; unless --no-stop) or after N new tokens\n"
+      "(--max-new-tokens, or its alias --max-tokens; default 32, at most %d).\n\n"
       "Temperature 0 (the default) is greedy decoding; T goes up to 3.4e38, the largest\n"
       "float (from about 1e3 up every token is about equally likely). With T > 0 the\n"
       "tokens are drawn from the K most likely (--top-k; 0, the default, keeps all), then\n"
@@ -124,15 +127,49 @@ int fail(const std::string& text) {
   return 1;
 }
 
-// A checkpoint's weights as a saved model (byte-level tokens: troupe's only tokenizer).
+// A checkpoint's weights as a saved model, with the id of its tokenizer.
 absl::StatusOr<SavedModel> load_checkpoint_model(const std::string& dir, int64_t step) {
   absl::StatusOr<checkpoint::ConsolidatedWeights> w = checkpoint::consolidate(
       io::Env::posix(), dir, step >= 0 ? std::optional<int64_t>(step) : std::nullopt);
   if (!w.ok()) return w.status();
   for (const std::string& line : w->skipped)
     std::fprintf(stderr, "troupe generate: %s\n", cluster::printable(line).c_str());
-  return SavedModel{
-      .model = w->manifest.model, .params = std::move(w->params), .step = w->manifest.step};
+  return SavedModel{.model = w->manifest.model,
+                    .params = std::move(w->params),
+                    .step = w->manifest.step,
+                    .tokenizer = w->manifest.tokenizer};
+}
+
+// The tokenizer the model was trained with: `spec` when given (refused unless it is that one),
+// else the one saved beside the weights (DIR/tokenizer, checked against the recorded id).
+absl::StatusOr<std::unique_ptr<text::Tokenizer>> model_tokenizer(const SavedModel& saved,
+                                                                 const std::string& dir,
+                                                                 const std::string& spec) {
+  const std::string& id = saved.tokenizer;
+  // A dataset that names only its tokenizer's kind (an llm.c file: "gpt2") has no files to check
+  // against: --tokenizer must give one of that kind.
+  const bool kind_only = id != "bytes" && id.find('-') == std::string::npos;
+  absl::StatusOr<std::unique_ptr<text::Tokenizer>> tok =
+      !spec.empty() ? text::open_tokenizer(spec)
+      : kind_only ? absl::StatusOr<std::unique_ptr<text::Tokenizer>>(absl::FailedPreconditionError(
+                        absl::StrCat("the model was trained on ", id,
+                                     " tokens from a file that names no vocabulary; give it with "
+                                     "--tokenizer ",
+                                     id, ":DIR")))
+                  : text::open_saved_tokenizer(absl::StrCat(dir, "/tokenizer"), id);
+  if (!tok.ok()) return tok.status();
+  const bool same = kind_only ? (*tok)->kind() == text::tokenizer_kind(id) : (*tok)->id() == id;
+  if (!same) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the model was trained with tokenizer ", id, ", not ", (*tok)->id(),
+                     ": its ids would be read as another vocabulary's"));
+  }
+  if ((*tok)->vocab_size() > saved.model.vocab_size()) {
+    return absl::FailedPreconditionError(absl::StrCat("tokenizer ", (*tok)->id(), " has ",
+                                                      (*tok)->vocab_size(), " ids, the model only ",
+                                                      saved.model.vocab_size()));
+  }
+  return tok;
 }
 
 }  // namespace
@@ -141,7 +178,7 @@ int generate_command(const std::vector<std::string>& args) {
   auto flags = cluster::Flags::parse(
       "generate", args,
       {"model", "checkpoint", "step", "prompt", "max-new-tokens", "max-tokens", "temperature",
-       "top-k", "top-p", "seed", "no-stop", "no-kv-cache"},
+       "top-k", "top-p", "seed", "no-stop", "no-kv-cache", "tokenizer"},
       {"no-stop", "no-kv-cache"});
   if (!flags.ok()) {
     std::fprintf(stderr, "%s\n", std::string(flags.status().message()).c_str());
@@ -214,25 +251,31 @@ int generate_command(const std::vector<std::string>& args) {
                                          ? load_model(flags->get("model"))
                                          : load_checkpoint_model(flags->get("checkpoint"), *step);
   if (!saved.ok()) return fail(std::string(saved.status().message()));
-  if (saved->tokenizer != "bytes")
-    return fail("the model's tokenizer is '" + saved->tokenizer + "', not bytes");
+  absl::StatusOr<std::unique_ptr<text::Tokenizer>> tokenizer = model_tokenizer(
+      *saved, flags->get(flags->has("model") ? "model" : "checkpoint"), flags->get("tokenizer"));
+  if (!tokenizer.ok()) return fail(std::string(tokenizer.status().message()));
+  const text::Tokenizer& tok = **tokenizer;
   absl::StatusOr<std::unique_ptr<nn::Model>> model = nn::create_model(saved->model);
   if (!model.ok()) return fail(std::string(model.status().message()));
   std::copy(saved->params.begin(), saved->params.end(), (*model)->params());
   const std::string prompt = flags->get("prompt");
-  std::vector<int32_t> tokens = text::ByteTokenizer::encode(prompt);
+  std::vector<int32_t> tokens = tok.encode(prompt);
+  if (tokens.empty()) return fail("the prompt encodes to no tokens");
+  // Generation stops at the end of the text: a newline for byte-level models (a line, as the
+  // examples are), the end-of-text token for the others.
+  const int32_t stop = flags->has("no-stop") ? -1 : tok.end_of_text().value_or('\n');
   auto out = actors::generate_tokens(**model, {tokens},
                                      {.max_new_tokens = max_tokens,
                                       .temperature = temperature,
                                       .top_k = top_k,
                                       .top_p = top_p,
                                       .seed = seed,
-                                      .stop_token = flags->has("no-stop") ? -1 : '\n',
+                                      .stop_token = stop,
                                       .use_kv_cache = !flags->has("no-kv-cache")});
   if (!out.ok()) return fail(std::string(out.status().message()));
-  std::string text = text::ByteTokenizer::decode((*out)[0]);
-  if (!text.empty() && text.back() == '\n') text.pop_back();
-  std::printf("%s%s\n", prompt.c_str(), text.c_str());
+  std::vector<int32_t>& generated = (*out)[0];
+  if (stop >= 0 && !generated.empty() && generated.back() == stop) generated.pop_back();
+  std::printf("%s%s\n", prompt.c_str(), tok.decode(generated).c_str());
   return 0;
 }
 

@@ -28,6 +28,7 @@
 #include "trainers/interrupt.h"
 #include "trainers/model_file.h"
 #include "trainers/progress.h"
+#include "trainers/run_tokenizer.h"
 #include "trainers/trainer.h"
 
 namespace troupe::trainers {
@@ -337,9 +338,17 @@ int train_command(const std::vector<std::string>& all_args) {
               static_cast<long long>(trainer.data_info().steps_per_epoch),
               static_cast<long long>(steps));
   std::fflush(stdout);
-  Checkpointer checkpoints(trainer.controller(),
-                           job_record(config, trainer.data_info().samples_per_epoch),
-                           config.checkpoint);
+  // The data's tokenizer goes with the checkpoints and the weights (trainers/run_tokenizer.h).
+  absl::StatusOr<RunTokenizer> tokenizer = run_tokenizer(config);
+  if (!tokenizer.ok()) return fail("reading the data's tokenizer", tokenizer.status());
+  if (!config.checkpoint.dir.empty()) {
+    if (absl::Status s = save_run_tokenizer(*tokenizer, config.checkpoint.dir); !s.ok()) {
+      return fail("saving the tokenizer with the checkpoints", s);
+    }
+  }
+  JobRecord job_info = job_record(config, trainer.data_info().samples_per_epoch);
+  job_info.tokenizer = tokenizer->id;
+  Checkpointer checkpoints(trainer.controller(), std::move(job_info), config.checkpoint);
   std::optional<LoadedCheckpoint> resumed;
   if (resume) {
     absl::StatusOr<std::vector<int64_t>> saved =
@@ -552,7 +561,10 @@ int train_command(const std::vector<std::string>& all_args) {
 
   auto params = trainer.master_params();
   if (!params.ok()) return fail("fetching the weights", params.status());
-  SavedModel saved{.model = config.model, .params = *std::move(params), .step = last_step};
+  SavedModel saved{.model = config.model,
+                   .params = *std::move(params),
+                   .step = last_step,
+                   .tokenizer = tokenizer->id};
   // ZeRO-3 without consolidation on save (DeepSpeed's default): each rank's partition.
   const bool partitioned =
       config.zero.stage == 3 && !config.zero.stage3_gather_16bit_weights_on_model_save;
@@ -563,6 +575,9 @@ int train_command(const std::vector<std::string>& all_args) {
   }
   if (absl::Status s = save_model(output_dir, saved); !s.ok()) {
     return fail("saving the weights", s);
+  }
+  if (absl::Status s = save_run_tokenizer(*tokenizer, output_dir); !s.ok()) {
+    return fail("saving the tokenizer with the weights", s);
   }
   const RunTotals& t = progress.totals();
   std::printf(
