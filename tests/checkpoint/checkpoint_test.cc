@@ -3,6 +3,8 @@
 // under every fault the Env can inject.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -100,6 +102,20 @@ TEST_F(CheckpointTest, TheManifestRoundTripsAndNamesEveryTensor) {
   EXPECT_EQ(m->tensors[2].name, "h0.ln1w");
   EXPECT_EQ(m->shards.size(), 2u);
   EXPECT_EQ(m->config, R"({"train_batch_size":8})");
+  EXPECT_EQ(m->tokenizer, "bytes");
+
+  // The tokenizer id round-trips; a manifest from before tokenizers reads as "bytes".
+  Manifest with = *m;
+  with.tokenizer = "gpt2-474c530819";
+  absl::StatusOr<Manifest> back = decode_manifest(encode_manifest(with), "m");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->tokenizer, "gpt2-474c530819");
+  nlohmann::ordered_json old = nlohmann::ordered_json::parse(*text);
+  old.erase("tokenizer");
+  old.erase("manifest_xxh64");
+  absl::StatusOr<Manifest> before = decode_manifest(old.dump(2), "old", /*verify_checksum=*/false);
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->tokenizer, "bytes");
 }
 
 TEST_F(CheckpointTest, SameLayoutAndEveryOtherDpReadTheSameValues) {
@@ -565,6 +581,22 @@ TEST_F(CheckpointReliabilityTest, PruningRemovesStepDirectoriesWithoutALoadableC
   ASSERT_TRUE(prune_checkpoints(io::Env::posix(), dir_, 40, 1).ok());
   EXPECT_EQ(step_dirs(), (std::vector<std::string>{"step-00000030", "step-00000040"}));
   expect_loads(dir_, 30, 0, num_params());
+}
+
+TEST_F(CheckpointReliabilityTest, PruningKeepsTheBestCheckpoint) {
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 10, 2, /*keep=*/0).ok());
+  EXPECT_FALSE(best_checkpoint(io::Env::posix(), dir_).has_value());
+  ASSERT_TRUE(mark_best_checkpoint(io::Env::posix(), dir_, 10).ok());
+  EXPECT_EQ(best_checkpoint(io::Env::posix(), dir_), 10);
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 20, 2, /*keep=*/1).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 30, 2, /*keep=*/1).ok());
+  // keep 1 leaves the newest, and the best besides.
+  EXPECT_EQ(step_dirs(), (std::vector<std::string>{"step-00000010", "step-00000030"}));
+  EXPECT_TRUE(verify_checkpoint(io::Env::posix(), dir_, 10).ok());
+  // A new best lets the old one go at the next prune.
+  ASSERT_TRUE(mark_best_checkpoint(io::Env::posix(), dir_, 30).ok());
+  ASSERT_TRUE(save(io::Env::posix(), dir_, 40, 2, /*keep=*/1).ok());
+  EXPECT_EQ(step_dirs(), (std::vector<std::string>{"step-00000030", "step-00000040"}));
 }
 
 // An env whose manifests cannot be read now (EIO, as a stale NFS handle or

@@ -1053,6 +1053,27 @@ TEST(TrainConfigTest, StepsThatDisagreeWithTheSchedulersTotalAreWarnedAbout) {
   EXPECT_EQ(steps_schedule_mismatch(warmup), std::nullopt);
 }
 
+TEST(TrainConfigTest, ValidationDatasetEvalItersAndKeepBest) {
+  TrainConfig c = parse_ok(patched(
+      R"({"data": {"synthetic": null, "path": "d/train", "val_path": "d/train_val"},
+          "training": {"eval_interval": 50, "eval_iters": 20},
+          "checkpoint": {"dir": "ck", "keep_best": true}})"));
+  EXPECT_EQ(c.data.val_path, "d/train_val");
+  EXPECT_EQ(c.training.eval_iters, 20);
+  EXPECT_TRUE(c.checkpoint.keep_best);
+  // The config's JSON (the manifest's) carries them.
+  TrainConfig back = parse_ok(to_json(c));
+  EXPECT_EQ(back.data.val_path, "d/train_val");
+  EXPECT_EQ(back.training.eval_iters, 20);
+  EXPECT_TRUE(back.checkpoint.keep_best);
+  expect_error(R"({"data": {"val_path": "v"}})", "data.val_path", "synthetic task");
+  expect_error(R"({"checkpoint": {"keep_best": true}})", "checkpoint.keep_best", "checkpoint.dir");
+  expect_error(R"({"data": {"synthetic": null, "path": "t"}, "checkpoint": {"dir": "ck",
+                   "keep_best": true}})",
+               "checkpoint.keep_best", "data.val_path");
+  expect_error(R"({"training": {"eval_iters": -1}})", "training.eval_iters", "");
+}
+
 TEST(TrainConfigTest, EveryExampleConfigParsesWithoutWarnings) {
   int parsed = 0;
   for (const auto& entry : std::filesystem::directory_iterator(EXAMPLE_CONFIGS)) {

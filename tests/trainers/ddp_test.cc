@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "actors/data/token_dataset_writer.h"
 #include "tests/trainers/training_cluster.h"
 #include "trainers/config.h"
 #include "trainers/data_parallel_trainer.h"
@@ -67,6 +69,30 @@ class DdpTest : public testing::TrainingClusterTest {
     return result;
   }
 
+  // Trains kSteps and returns the losses and the validation over config.data.val_path.
+  std::pair<RunResult, actors::ValidationResult> run_and_validate(const TrainConfig& config) {
+    std::pair<RunResult, actors::ValidationResult> out;
+    auto trainer =
+        DataParallelTrainer::start(*driver_, config, "ddp-test-" + std::to_string(++jobs_), 1);
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    if (!trainer.ok()) return out;
+    for (int k = 1; k <= kSteps; ++k) {
+      auto outcome = (*trainer)->step(k);
+      EXPECT_TRUE(outcome.ok()) << outcome.status();
+      if (!outcome.ok()) return out;
+      out.first.losses.push_back(outcome->loss);
+      out.first.norms.push_back(outcome->grad_norm);
+    }
+    auto params = (*trainer)->master_params();
+    EXPECT_TRUE(params.ok()) << params.status();
+    if (params.ok()) out.first.params = *std::move(params);
+    auto validation = (*trainer)->validate();
+    EXPECT_TRUE(validation.ok()) << validation.status();
+    if (validation.ok()) out.second = *validation;
+    EXPECT_TRUE((*trainer)->stop().ok());
+    return out;
+  }
+
   inline static int jobs_ = 0;
 };
 
@@ -78,6 +104,47 @@ void expect_same_training(const RunResult& ddp, const RunResult& single, const c
 // The gradients of dp replicas averaged by allreduce equal one replica's on
 // the whole batch up to the order of the sums (fp32 rounding). SGD carries
 // that difference into the weights linearly, so they must agree to 1e-6.
+// Text from a dataset, validated on held-out text: DDP over 2 and ZeRO-3 over 2 train as one
+// process does, and score every validation window once between them, to the same loss.
+TEST_F(DdpTest, ValidationOnHeldOutTextIsOneProcesssOverTwoReplicasAndZero3) {
+  const std::string dir = ::testing::TempDir() + "/ddp-validation";
+  std::filesystem::create_directories(dir);
+  auto text_tokens = [](const std::string& text, int repeat) {
+    std::vector<int32_t> tokens;
+    for (int r = 0; r < repeat; ++r) {
+      for (char c : text)
+        tokens.push_back(static_cast<unsigned char>(c));
+    }
+    return tokens;
+  };
+  ASSERT_TRUE(actors::write_token_dataset(
+                  dir + "/train", text_tokens("To be, or not to be, that is the question:\n", 40),
+                  256, "bytes", "")
+                  .ok());
+  std::vector<int32_t> val = text_tokens("Whether 'tis nobler in the mind to suffer\n", 30);
+  ASSERT_TRUE(actors::write_token_dataset(dir + "/val", val, 256, "bytes", "").ok());
+  auto with_text = [&](TrainConfig c) {
+    c.data.synthetic.reset();
+    c.data.path = dir + "/train";
+    c.data.val_path = dir + "/val";
+    return c;
+  };
+  auto [single, single_val] = run_and_validate(with_text(config_for(1)));
+  const int64_t windows = (static_cast<int64_t>(val.size()) - 1) / testing::kTinyGpt.max_seq_len();
+  EXPECT_EQ(single_val.windows, windows);
+  EXPECT_EQ(single_val.tokens, windows * testing::kTinyGpt.max_seq_len());
+  EXPECT_GT(single_val.loss(), 0);
+  TrainConfig zero3 = with_text(config_for(2));
+  zero3.zero.stage = 3;
+  for (const auto& [config, what] :
+       {std::pair{with_text(config_for(2)), "ddp, dp 2"}, std::pair{zero3, "zero-3, dp 2"}}) {
+    auto [run, v] = run_and_validate(config);
+    expect_same_training(run, single, what, false);
+    EXPECT_EQ(v.windows, windows) << what;  // every window once
+    EXPECT_NEAR(v.loss(), single_val.loss(), 1e-6 * single_val.loss()) << what;
+  }
+}
+
 TEST_F(DdpTest, DataParallelMatchesOneReplicaOnTheSameGlobalBatchSgd) {
   RunResult single = run(config_for(1, 1, OptimizerType::kSgd));
   ASSERT_EQ(single.losses.size(), static_cast<size_t>(kSteps));
