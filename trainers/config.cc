@@ -72,23 +72,37 @@ std::optional<std::string> steps_schedule_mismatch(const TrainConfig& config) {
       "; set scheduler.params.total_num_steps to ", steps, " to decay over the whole run");
 }
 
-absl::Status check_data_exists(const TrainConfig& config) {
-  if (config.data.path.empty()) return absl::OkStatus();
+namespace {
+
+// OK when `path` names a file (llm.c's format) or PATH.bin and PATH.json both exist.
+absl::Status check_dataset_exists(const std::string& key, const std::string& path) {
   std::error_code file_error;
   // A file itself: llm.c's format (actors/data/llmc_format.h), checked when opened.
-  if (std::filesystem::is_regular_file(config.data.path, file_error)) return absl::OkStatus();
+  if (std::filesystem::is_regular_file(path, file_error)) return absl::OkStatus();
   std::vector<std::string> missing;
   for (const char* suffix : {".bin", ".json"}) {
-    const std::string file = config.data.path + suffix;
+    const std::string file = path + suffix;
     std::error_code error;
     if (!std::filesystem::is_regular_file(file, error)) missing.push_back(file);
   }
   if (missing.empty()) return absl::OkStatus();
   return absl::NotFoundError(absl::StrCat(
-      "data.path: ", absl::StrJoin(missing, " and "), missing.size() > 1 ? " do" : " does",
+      key, ": ", absl::StrJoin(missing, " and "), missing.size() > 1 ? " do" : " does",
       " not exist (a dataset PATH is PATH.bin with its header PATH.json, as `troupe data "
       "prepare` writes them, or an llm.c FILE.bin; relative paths are from the working "
       "directory)"));
+}
+
+}  // namespace
+
+absl::Status check_data_exists(const TrainConfig& config) {
+  if (!config.data.path.empty()) {
+    if (absl::Status s = check_dataset_exists("data.path", config.data.path); !s.ok()) return s;
+  }
+  if (!config.data.val_path.empty()) {
+    return check_dataset_exists("data.val_path", config.data.val_path);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace troupe::trainers

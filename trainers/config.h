@@ -170,6 +170,9 @@ struct TrainingConfig {
   // Validation batches (of the micro-batch size, over all data-parallel ranks) per evaluation, as
   // nanoGPT's eval_iters; 0: the whole validation split.
   int64_t eval_iters = 0;
+  // The peak FLOP/s of one rank, the denominator of MFU (an H100's 989e12 for bf16, say). 0: on the
+  // CPU, a core's measured SGEMM peak (nn/cpu_peak.h) times the rank's compute threads.
+  double peak_flops = 0;
   int threads = 0;  // compute threads per replica; 0: cores / dp
   // Pretrained weights to start from (a safetensors file or a Hugging Face model
   // directory; docs/models.md), their config checked against `model`; empty:
@@ -271,9 +274,9 @@ struct TrainConfig {
 // both set and differ, naming both and what the rate does then; nullopt
 // otherwise.
 std::optional<std::string> steps_schedule_mismatch(const TrainConfig& config);
-// OK when data.path is empty, names a file (llm.c's format, checked when
+// OK when data.path (and data.val_path) is empty, names a file (llm.c's format, checked when
 // opened), or PATH.bin and PATH.json both exist (relative paths from the
-// working directory); NotFound naming the missing files otherwise.
+// working directory); NotFound naming the key and the missing files otherwise.
 [[nodiscard]] absl::Status check_data_exists(const TrainConfig& config);
 // The config back as JSON, indented (every key, defaults filled in, in the
 // order docs/config.md lists them; steps_per_print as training.log_interval):

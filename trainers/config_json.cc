@@ -124,6 +124,7 @@ std::string to_json(const TrainConfig& c) {
                    {"eval_interval", t.eval_interval},
                    {"eval_samples", t.eval_samples},
                    {"eval_iters", t.eval_iters},
+                   {"peak_flops", t.peak_flops},
                    {"threads", t.threads},
                    {"init_from", t.init_from}};
   const CheckpointConfig& k = c.checkpoint;

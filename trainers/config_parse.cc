@@ -103,16 +103,17 @@ constexpr UnimplementedKey kZeroForceDsCpuOptimizer = {"zero_force_ds_cpu_optimi
 // written at the top level.
 constexpr std::array<absl::string_view, 7> kSections = {
     "model", "data", "parallel", "training", "checkpoint", "fault_tolerance", "elasticity"};
-constexpr std::array<std::array<absl::string_view, 9>, 7> kSectionKeys = {{
+constexpr std::array<std::array<absl::string_view, 10>, 7> kSectionKeys = {{
     {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "padded_vocab_size",
-     "recompute_activations", "", ""},
-    {"path", "val_path", "synthetic", "shuffle", "prefetch", "", "", "", ""},
-    {"dp", "pp", "tp", "schedule", "virtual_stages", "partition", "partition_method", "", ""},
+     "recompute_activations", "", "", ""},
+    {"path", "val_path", "synthetic", "shuffle", "prefetch", "", "", "", "", ""},
+    {"dp", "pp", "tp", "schedule", "virtual_stages", "partition", "partition_method", "", "", ""},
     {"steps", "seed", "log_interval", "metrics_file", "output_dir", "eval_interval", "eval_samples",
-     "eval_iters", "threads"},
-    {"dir", "interval_steps", "keep", "keep_best", "async", "", "", "", ""},
-    {"enabled", "spare_nodes", "max_failures", "wait_for_node_s", "step_timeout_s", "", "", "", ""},
-    {"enabled", "min_dp", "max_dp", "micro_batch_sizes", "min_gpus", "max_gpus", "", "", ""},
+     "eval_iters", "threads", "peak_flops"},
+    {"dir", "interval_steps", "keep", "keep_best", "async", "", "", "", "", ""},
+    {"enabled", "spare_nodes", "max_failures", "wait_for_node_s", "step_timeout_s", "", "", "", "",
+     ""},
+    {"enabled", "min_dp", "max_dp", "micro_batch_sizes", "min_gpus", "max_gpus", "", "", "", ""},
 }};
 constexpr std::array<absl::string_view, 4> kOptimizerParams = {"lr", "betas", "eps",
                                                                "weight_decay"};
@@ -388,6 +389,7 @@ absl::Status parse_training(JsonObject& top, TrainConfig* config) {
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("eval_interval", &t.eval_interval, 0));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("eval_samples", &t.eval_samples, 0, kMaxEvalSamples));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("eval_iters", &t.eval_iters, 0));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("peak_flops", &t.peak_flops, 0, 1e21));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("threads", &t.threads, 0, kMaxThreads));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
   }

@@ -20,6 +20,7 @@ void RunTotals::add(const StepOutcome& step) {
   samples += step.samples;
   tokens += step.tokens;
   seconds += step.step_ms / 1000.0;
+  dp_seconds += step.dp * step.step_ms / 1000.0;
   comm_ms += step.comm_ms;
   comm_exposed_ms += step.comm_exposed_ms;
   overhead_ms += step.overhead_ms;
@@ -74,9 +75,15 @@ void ProgressReporter::on_step(const StepOutcome& step) {
   double remaining = static_cast<double>(total_steps_ - step.step) *
                      (totals_.seconds / static_cast<double>(totals_.steps));
   int width = static_cast<int>(std::to_string(total_steps_).size());
-  std::string line = absl::StrFormat("step %*d/%d  loss %.4f  lr %.2e  %s tok/s  %s samples/s",
+  const std::string per_rank =
+      flops_ ? absl::StrCat(" (", rate(tokens / seconds / flops_->ranks(step.dp)), "/rank)") : "";
+  std::string line = absl::StrFormat("step %*d/%d  loss %.4f  lr %.2e  %s tok/s%s  %s samples/s",
                                      width, step.step, total_steps_, step.loss, step.lr,
-                                     rate(tokens / seconds), rate(samples / seconds));
+                                     rate(tokens / seconds), per_rank, rate(samples / seconds));
+  if (flops_ && flops_->peak_per_rank > 0) {
+    absl::StrAppend(&line,
+                    absl::StrFormat("  MFU %.1f%%", 100 * flops_->mfu(tokens / seconds, step.dp)));
+  }
   if (validation_loss_) absl::StrAppend(&line, absl::StrFormat("  val %.4f", *validation_loss_));
   if (totals_.comm_ms > 0) {
     absl::StrAppend(&line, absl::StrFormat("  comm hidden %.0f%%", 100 * totals_.comm_hidden()));
@@ -99,6 +106,16 @@ void ProgressReporter::on_step(const StepOutcome& step) {
     at_last_print_ = totals_;
   }
   std::fflush(out_);
+}
+
+std::string format_flops(double flops_per_s) {
+  const char* units[] = {"FLOP/s", "kFLOP/s", "MFLOP/s", "GFLOP/s", "TFLOP/s", "PFLOP/s"};
+  int u = 0;
+  while (flops_per_s >= 1000 && u < 5) {
+    flops_per_s /= 1000;
+    ++u;
+  }
+  return absl::StrFormat(flops_per_s >= 100 ? "%.0f %s" : "%.3g %s", flops_per_s, units[u]);
 }
 
 absl::StatusOr<MetricsWriter> MetricsWriter::open(const std::string& path, bool append) {
@@ -159,6 +176,12 @@ absl::Status MetricsWriter::write_step(const StepOutcome& s) {
                       {"epoch", s.epoch},
                       {"data_position", s.data_position}};
   if (!s.timelines.empty()) j["bubble"] = s.bubble;  // a pipeline's
+  if (flops_ && s.step_ms > 0) {
+    const double tokens_per_s = s.tokens / (s.step_ms / 1000.0);
+    j["tokens_per_s_per_rank"] = tokens_per_s / flops_->ranks(s.dp);
+    j["model_flops_per_s"] = flops_->flops_per_s(tokens_per_s);
+    if (flops_->peak_per_rank > 0) j["mfu"] = flops_->mfu(tokens_per_s, s.dp);
+  }
   // Per rank (the largest over the ranks).
   const actors::MemoryReport& m = s.memory;
   j["memory"] = {{"model_state", m.model_state()}, {"parameters", m.parameters},

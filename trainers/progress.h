@@ -26,8 +26,9 @@ struct RunTotals {
   int64_t skipped = 0;
   int64_t samples = 0;
   int64_t tokens = 0;
-  double seconds = 0;  // wall time of the steps
-  double comm_ms = 0;  // summed over steps (slowest stage)
+  double seconds = 0;     // wall time of the steps
+  double dp_seconds = 0;  // each step's wall time x its dp: replica-seconds (elasticity varies dp)
+  double comm_ms = 0;     // summed over steps (slowest stage)
   double comm_exposed_ms = 0;
   double overhead_ms = 0;
   int64_t sent_bytes = 0;  // per rank (the largest), summed over steps
@@ -47,6 +48,24 @@ struct RunTotals {
   void add(const StepOutcome& step);
 };
 
+// What turns tokens/s into the numbers people compare: model FLOP/s (training FLOPs per token,
+// nn/model/flops.h) and model FLOP utilisation against the ranks' peak.
+struct FlopsModel {
+  double flops_per_token = 0;  // 6 N + 12 L H Q T
+  double peak_per_rank = 0;    // FLOP/s; 0: unknown (no MFU shown)
+  int ranks_per_replica = 1;   // pp x tp: the ranks of one data-parallel replica
+  // The ranks a step at data-parallel size dp runs on.
+  int ranks(int dp) const { return dp * ranks_per_replica; }
+  double flops_per_s(double tokens_per_s) const { return tokens_per_s * flops_per_token; }
+  // In [0, 1] for an honest peak; 0 when the peak is unknown.
+  double mfu(double tokens_per_s, int dp) const {
+    return peak_per_rank > 0 ? flops_per_s(tokens_per_s) / (peak_per_rank * ranks(dp)) : 0;
+  }
+};
+
+// "12.3 GFLOP/s", "1.05 TFLOP/s".
+std::string format_flops(double flops_per_s);
+
 class ProgressReporter {
  public:
   // Prints to `out` every `log_interval` steps (and the last); on a terminal
@@ -59,6 +78,8 @@ class ProgressReporter {
   const RunTotals& totals() const { return totals_; }
   // The latest validation loss, shown on the progress lines from now on ("val 1.8123").
   void set_validation_loss(double loss) { validation_loss_ = loss; }
+  // Shows tokens/s per rank and MFU on the progress lines from now on.
+  void set_flops(const FlopsModel& flops) { flops_ = flops; }
 
  private:
   FILE* out_;
@@ -69,6 +90,7 @@ class ProgressReporter {
   RunTotals totals_;
   RunTotals at_last_print_;
   std::optional<double> validation_loss_;
+  std::optional<FlopsModel> flops_;
 };
 
 // "1h02m", "3m05s", "42s".
@@ -80,7 +102,7 @@ class MetricsWriter {
   // creating its directory. Internal on failure.
   static absl::StatusOr<MetricsWriter> open(const std::string& path, bool append = false);
   MetricsWriter(MetricsWriter&& other) noexcept
-      : file_(other.file_), path_(std::move(other.path_)) {
+      : file_(other.file_), path_(std::move(other.path_)), flops_(other.flops_) {
     other.file_ = nullptr;
   }
   MetricsWriter& operator=(MetricsWriter&&) = delete;
@@ -97,6 +119,8 @@ class MetricsWriter {
   // {"step":..,"val":{"loss":..,"bits_per_byte":..,"tokens":..,"windows":..,"best":..}}
   // (bits_per_byte left out when the dataset does not know its text bytes).
   absl::Status write_validation(int64_t step, const actors::ValidationResult& result, bool best);
+  // Adds "tokens_per_s_per_rank", "model_flops_per_s" and "mfu" to every step line from now on.
+  void set_flops(const FlopsModel& flops) { flops_ = flops; }
   // {"step":..,"checkpoint":{"dir":..,"ok":true,"bytes":..,"staging_ms":..,"write_ms":..,
   //  "total_ms":..,"waited_ms":..}}, or {"ok":false,"error":..}
   absl::Status write_checkpoint(const CheckpointEvent& event);
@@ -117,6 +141,7 @@ class MetricsWriter {
   absl::Status write_line(const std::string& line);
   FILE* file_;
   std::string path_;
+  std::optional<FlopsModel> flops_;
 };
 
 }  // namespace troupe::trainers

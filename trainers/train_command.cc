@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "actors/pipeline/schedule.h"
 #include "actors/zero_partition.h"
 #include "checkpoint/checkpoint_dir.h"
@@ -20,7 +21,9 @@
 #include "core/cluster/cluster.h"
 #include "core/cluster/flags.h"
 #include "core/cluster/local_cluster.h"
+#include "nn/cpu_peak.h"
 #include "nn/memory.h"
+#include "nn/model/flops.h"
 #include "nn/model/layout.h"
 #include "trainers/checkpointer.h"
 #include "trainers/config.h"
@@ -338,6 +341,28 @@ int train_command(const std::vector<std::string>& all_args) {
               static_cast<long long>(trainer.data_info().steps_per_epoch),
               static_cast<long long>(steps));
   std::fflush(stdout);
+  // Model FLOP/s and MFU: training FLOPs per token against the ranks' peak (the config's, or on
+  // a local cluster a core's measured SGEMM peak times the threads a rank computes on).
+  FlopsModel flops{
+      .flops_per_token = nn::training_flops_per_token(config.model, config.model.max_seq_len()),
+      .ranks_per_replica = config.parallel.pp * config.parallel.tp};
+  std::string peak_note;
+  if (config.training.peak_flops > 0) {
+    flops.peak_per_rank = config.training.peak_flops;
+    peak_note = absl::StrCat(format_flops(flops.peak_per_rank), " a rank (training.peak_flops)");
+  } else if (local_workers > 0 && threads > 0) {
+    const nn::CpuPeak core = nn::cpu_sgemm_peak();
+    flops.peak_per_rank = core.flops_per_s * threads;
+    peak_note = absl::StrCat(format_flops(core.flops_per_s), " a core (SGEMM, ", core.source,
+                             ") x ", threads, threads == 1 ? " thread" : " threads", " a rank");
+  } else {
+    peak_note = "unknown on a running cluster: set training.peak_flops for MFU";
+  }
+  std::printf("  model FLOPs: %s a token (6N + 12 L H Q T); peak %s\n",
+              absl::StrReplaceAll(format_flops(flops.flops_per_token), {{"/s", ""}}).c_str(),
+              peak_note.c_str());
+  std::fflush(stdout);
+
   // The data's tokenizer goes with the checkpoints and the weights (trainers/run_tokenizer.h).
   absl::StatusOr<RunTokenizer> tokenizer = run_tokenizer(config);
   if (!tokenizer.ok()) return fail("reading the data's tokenizer", tokenizer.status());
@@ -386,8 +411,10 @@ int train_command(const std::vector<std::string>& all_args) {
   auto metrics_file = MetricsWriter::open(metrics_path, /*append=*/resumed.has_value());
   if (!metrics_file.ok()) return fail("opening the metrics file", metrics_file.status());
   std::optional<MetricsWriter> metrics(std::move(*metrics_file));
+  metrics->set_flops(flops);
 
   ProgressReporter progress(stdout, steps, config.training.log_interval);
+  progress.set_flops(flops);
   // A metrics file that cannot be written (a full disk) costs the metrics,
   // not the run, as a failed checkpoint save does: the first error is shown,
   // the lines after it are dropped, and the run ends non-zero once its
@@ -580,14 +607,24 @@ int train_command(const std::vector<std::string>& all_args) {
     return fail("saving the tokenizer with the weights", s);
   }
   const RunTotals& t = progress.totals();
+  const double tokens_per_s = t.seconds > 0 ? t.tokens / t.seconds : 0.0;
+  // Per rank and MFU over the run: an elastic job's ranks change, so by replica-seconds.
+  const double rank_seconds = t.dp_seconds * flops.ranks_per_replica;
+  const double per_rank = rank_seconds > 0 ? t.tokens / rank_seconds : 0.0;
+  std::string mfu;
+  if (flops.peak_per_rank > 0 && rank_seconds > 0) {
+    mfu = absl::StrFormat(", MFU %.1f%%", 100 * flops.flops_per_token * t.tokens /
+                                              (flops.peak_per_rank * rank_seconds));
+  }
   std::printf(
       "\ndone: %lld steps in %s (%lld skipped), loss %.4f -> %.4f\n"
-      "  throughput %.0f tokens/s, %.1f samples/s; communication %.0f%% hidden behind compute; "
-      "controller overhead %.2f ms/step\n",
+      "  throughput %.0f tokens/s (%.0f a rank), %.1f samples/s; model %s%s; communication "
+      "%.0f%% hidden behind compute; controller overhead %.2f ms/step\n",
       static_cast<long long>(t.steps), format_duration(t.seconds).c_str(),
-      static_cast<long long>(t.skipped), first_loss, last_loss,
-      t.seconds > 0 ? t.tokens / t.seconds : 0.0, t.seconds > 0 ? t.samples / t.seconds : 0.0,
-      100 * t.comm_hidden(), t.overhead_ms / std::max<int64_t>(1, t.steps));
+      static_cast<long long>(t.skipped), first_loss, last_loss, tokens_per_s, per_rank,
+      t.seconds > 0 ? t.samples / t.seconds : 0.0,
+      format_flops(flops.flops_per_s(tokens_per_s)).c_str(), mfu.c_str(), 100 * t.comm_hidden(),
+      t.overhead_ms / std::max<int64_t>(1, t.steps));
   const actors::MemoryReport& m = t.memory;
   std::printf(
       "  per rank: model state %s (parameters %s, gradients %s, optimizer state %s), gather "
