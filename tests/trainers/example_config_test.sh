@@ -12,6 +12,9 @@
 #   - elastic: on a running cluster (a head and two workers started here, `--head`);
 #   - text_ddp: on a dataset made by `troupe data prepare` from SOURCE_DIR/docs/*.md; the
 #     final training loss must fall below 1.5 nats a byte (from 5.5, uniform over bytes).
+#   - shakespeare_char: on the corpus scripts/fetch_text.sh fetches (into WORKDIR/data), four
+#     works held out as scripts/demo.sh holds them out; the final validation loss must be at
+#     most 1.95 nats a character (nanoGPT's CPU configuration reaches that on its split).
 # Every command is bounded by `timeout`; the cluster this starts is stopped on exit.
 set -euo pipefail
 troupe=$1
@@ -51,6 +54,10 @@ final_accuracy() {
 # The final training loss, from the summary line "done: ... loss A -> B".
 final_loss() {
   sed -n 's/^done: .*loss [0-9.]* -> \([0-9.]*\).*/\1/p' "$log" | tail -n 1
+}
+# The final validation loss, from the summary line "validation loss X ...".
+final_validation_loss() {
+  sed -n 's/^  validation loss \([0-9.]*\) .*/\1/p' "$log" | tail -n 1
 }
 # at_least VALUE MIN WHAT / below VALUE MAX WHAT: the check, printed.
 at_least() {
@@ -106,6 +113,15 @@ case "$name" in
     start_cluster
     train --head "$head" --token-file "$state/token"
     at_least "$(final_accuracy)" 95 "held-out accuracy (%)"
+    ;;
+  shakespeare_char)
+    timeout -s KILL 300 "$source_dir"/scripts/fetch_text.sh data
+    val=data/shakespeare/hamlet.txt,data/shakespeare/julius_caesar.txt
+    val=$val,data/shakespeare/tempest.txt,data/shakespeare/sonnets.txt
+    timeout -s KILL 300 "$troupe" data prepare --tokenizer bytes --val-files "$val" \
+      --output data/shakespeare_char data/shakespeare/*.txt
+    train --local 2
+    below "$(final_validation_loss)" 1.9501 "final validation loss (nats a character)"
     ;;
   text_ddp)
     mkdir -p data
