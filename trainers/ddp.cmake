@@ -7,6 +7,7 @@ target_sources(troupe_trainers PRIVATE
   elastic_batch.cc
   elastic_scaler.cc
   export_command.cc
+  export_tokenizer.cc
   generate_command.cc
   hybrid_trainer.cc
   interrupt.cc

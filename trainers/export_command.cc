@@ -17,11 +17,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "checkpoint/consolidate.h"
 #include "checkpoint/safetensors.h"
 #include "core/cluster/flags.h"
 #include "nn/memory.h"
 #include "nn/model/hf.h"
+#include "trainers/export_tokenizer.h"
 #include "trainers/train_command.h"
 
 namespace troupe::trainers {
@@ -39,7 +41,11 @@ void print_export_help() {
       "  model = AutoModelForCausalLM.from_pretrained(\"OUT\")\n\n"
       "OUT is created if it is not there; it must not be a symbolic link or lie inside\n"
       "DIR. An OUT ending in .safetensors is one file instead, with config.json's text\n"
-      "in its metadata (\"config\"). Each file is written beside itself and renamed.\n");
+      "in its metadata (\"config\"). Each file is written beside itself and renamed.\n\n"
+      "The tokenizer the model was trained with goes into OUT too, as AutoTokenizer reads\n"
+      "it: GPT-2's vocab.json + merges.txt, or a SentencePiece tokenizer.model, with a\n"
+      "tokenizer_config.json (none for a byte-level model); its id is in the weights'\n"
+      "metadata (\"troupe_tokenizer\").\n");
 }
 
 int fail(const std::string& text) {
@@ -248,7 +254,8 @@ int export_command(const std::vector<std::string>& args) {
   const std::string config = nn::hf_config_json(m.model).dump(2) + "\n";
   std::map<std::string, std::string> metadata = {{"format", "pt"},
                                                  {"troupe_step", absl::StrCat(m.step)},
-                                                 {"troupe_checkpoint", weights->step_dir}};
+                                                 {"troupe_checkpoint", weights->step_dir},
+                                                 {"troupe_tokenizer", m.tokenizer}};
   if (one_file) metadata["config"] = config;
   const std::string weights_path = one_file ? output : output + "/model.safetensors";
   if (absl::Status s = checkpoint::write_safetensors(env, weights_path, tensors, metadata);
@@ -262,12 +269,26 @@ int export_command(const std::vector<std::string>& args) {
       return fail(std::string(s.message()));
     }
   }
+  // The tokenizer the model was trained with, as AutoTokenizer reads it (a model directory only).
+  std::string tokenizer_note;
+  if (!one_file && m.tokenizer != "bytes") {
+    absl::StatusOr<std::vector<std::string>> files = export_tokenizer(
+        flags->get("checkpoint") + "/tokenizer", m.tokenizer, m.model.max_seq_len(), output,
+        [&](const std::string& path) { return check_output(path, flags->get("checkpoint")); });
+    if (!files.ok()) {
+      std::fprintf(stderr, "troupe export: the tokenizer (%s) is not exported: %s\n",
+                   m.tokenizer.c_str(), cluster::printable(files.status().message()).c_str());
+    } else {
+      tokenizer_note = absl::StrCat("; tokenizer ", m.tokenizer, ": ", absl::StrJoin(*files, ", "));
+    }
+  }
   int64_t values = 0;
   for (const nn::HfTensor& t : tensors)
     values += static_cast<int64_t>(t.data.size());
-  std::printf("wrote %s: %zu tensors, %lld parameters (%s), %s, from %s\n", output.c_str(),
+  std::printf("wrote %s: %zu tensors, %lld parameters (%s), %s, from %s%s\n", output.c_str(),
               tensors.size(), static_cast<long long>(values), nn::format_bytes(values * 4).c_str(),
-              nn::architecture_name(m.model.architecture()), weights->step_dir.c_str());
+              nn::architecture_name(m.model.architecture()), weights->step_dir.c_str(),
+              tokenizer_note.c_str());
   return 0;
 }
 

@@ -19,8 +19,8 @@ troupe_discovered_test_labels(trainers_checkpoint_test checkpoint reliability tr
 
 # troupe export / troupe generate --checkpoint, and the export against
 # transformers' AutoModelForCausalLM (tests/reference/hf_export_reference.py).
-add_executable(trainers_export_test export_test.cc)
-target_link_libraries(trainers_export_test PRIVATE troupe_checkpoint troupe_nn GTest::gtest
+add_executable(trainers_export_test export_test.cc ${PROJECT_SOURCE_DIR}/trainers/export_tokenizer.cc)
+target_link_libraries(trainers_export_test PRIVATE troupe_checkpoint troupe_nn troupe_text GTest::gtest
                       GTest::gtest_main troupe_warnings)
 target_include_directories(trainers_export_test PRIVATE ${PROJECT_SOURCE_DIR})
 target_compile_definitions(trainers_export_test PRIVATE TROUPE_BINARY="$<TARGET_FILE:troupe>"

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -28,6 +29,9 @@
 #include "nn/model/model.h"
 #include "tests/checkpoint/partitioned_checkpoint.h"
 #include "tests/reference/reference_python.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_files.h"
+#include "trainers/export_tokenizer.h"
 
 namespace troupe::checkpoint {
 namespace {
@@ -177,6 +181,53 @@ TEST_F(ExportTest, AutoModelForCausalLMLoadsTheExportAndGivesTroupesLogits) {
             out + "' '" + dir_ + "/tokens.bin' '" + dir_ + "/logits.bin'");
   std::printf("[ export ] AutoModelForCausalLM against troupe: %s\n", reference.output.c_str());
   EXPECT_EQ(reference.code, 0) << reference.output;
+}
+
+// The tokenizer the model was trained with goes beside the exported weights, under the names
+// AutoTokenizer reads, and gives the same ids there.
+TEST_F(ExportTest, TheTokenizerGoesWithTheWeightsAsAutoTokenizerReadsIt) {
+  const char* env = std::getenv("TROUPE_DATA");
+  const std::string gpt2 =
+      (env != nullptr && *env != '\0' ? std::string(env) : std::string(TROUPE_SOURCE_DIR "/data")) +
+      "/tokenizers/gpt2";
+  if (!fs::exists(gpt2 + "/vocab.bpe")) {
+    GTEST_SKIP() << "GPT-2's files are not in " << gpt2 << ": scripts/fetch_text.sh fetches them";
+  }
+  auto tok = text::open_tokenizer("gpt2:" + gpt2);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  ASSERT_TRUE(text::save_tokenizer(**tok, dir_ + "/ckpt/tokenizer").ok());
+  const std::string out = dir_ + "/model";
+  fs::create_directories(out);
+  auto allow = [](const std::string&) { return absl::OkStatus(); };
+  auto files = trainers::export_tokenizer(dir_ + "/ckpt/tokenizer", (*tok)->id(), 64, out, allow);
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(*files,
+            (std::vector<std::string>{"vocab.json", "merges.txt", "tokenizer_config.json"}));
+  absl::StatusOr<std::string> config = io::Env::posix()->read_file(out + "/tokenizer_config.json");
+  ASSERT_TRUE(config.ok());
+  const nlohmann::json c = nlohmann::json::parse(*config);
+  EXPECT_EQ(c.value("tokenizer_class", ""), "GPT2Tokenizer");
+  EXPECT_EQ(c.value("eos_token", ""), "<|endoftext|>");
+  EXPECT_EQ(c.value("troupe_tokenizer", ""), (*tok)->id());
+  // Another vocabulary than the checkpoint records is refused, and nothing of it written.
+  auto other = trainers::export_tokenizer(dir_ + "/ckpt/tokenizer", "gpt2-0000000000", 64,
+                                          dir_ + "/other", allow);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(fs::exists(dir_ + "/other/vocab.json"));
+
+  const std::optional<std::string> python = reference_python();
+  if (!python) GTEST_SKIP() << "transformers is not installed: AutoTokenizer is not checked";
+  const std::string text = "To be, or not to be: that is the question.";
+  std::string ours;
+  for (int32_t id : (*tok)->encode(text))
+    ours += (ours.empty() ? "" : ",") + std::to_string(id);
+  const Shell hf = shell("'" + *python +
+                         "' -c 'import sys; from transformers import AutoTokenizer; "
+                         "t = AutoTokenizer.from_pretrained(sys.argv[1]); "
+                         "print(\",\".join(map(str, t(sys.argv[2])[\"input_ids\"])))' '" +
+                         out + "' '" + text + "' 2>&1");
+  ASSERT_EQ(hf.code, 0) << hf.output;
+  EXPECT_NE(hf.output.find(ours), std::string::npos) << hf.output << " vs " << ours;
 }
 
 TEST_F(ExportTest, GenerateSamplesFromACheckpointAndExportNamesWhatItSkips) {
