@@ -12,7 +12,8 @@ target_link_libraries(trainers_train_command_test PRIVATE GTest::gtest GTest::gt
                       troupe_warnings absl::time)
 target_compile_definitions(trainers_train_command_test PRIVATE
   TROUPE_BINARY="$<TARGET_FILE:troupe>"
-  EXAMPLE_CONFIGS="${PROJECT_SOURCE_DIR}/examples/configs")
+  EXAMPLE_CONFIGS="${PROJECT_SOURCE_DIR}/examples/configs"
+  TROUPE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 add_dependencies(trainers_train_command_test troupe)
 gtest_discover_tests(trainers_train_command_test TEST_FILTER "-TrainReliabilityTest.*"
                      PROPERTIES LABELS trainers TIMEOUT 300 RUN_SERIAL TRUE

@@ -251,6 +251,62 @@ TEST_F(TrainCommandTest, TextDatasetFromDataPrepare) {
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/out/model.bin"));
 }
 
+// Real text with GPT-2's BPE: a validation split, MFU on the progress line, the best checkpoint
+// kept, and the tokenizer travelling with the weights into troupe generate (which refuses another).
+TEST_F(TrainCommandTest, BpeTextValidatesAndGeneratesWithItsOwnTokenizer) {
+  const char* env = std::getenv("TROUPE_DATA");
+  const std::string gpt2 =
+      (env != nullptr && *env != '\0' ? std::string(env) : std::string(TROUPE_SOURCE_DIR "/data")) +
+      "/tokenizers/gpt2";
+  if (!std::filesystem::exists(gpt2 + "/vocab.bpe")) {
+    GTEST_SKIP() << "GPT-2's files are not in " << gpt2 << ": scripts/fetch_text.sh fetches them";
+  }
+  std::string text;
+  for (int i = 0; i < 200; ++i)
+    text += "The quick brown fox jumps over the lazy dog, " + std::to_string(i) + " times.\n";
+  write("a.txt", text);
+  write("b.txt", text.substr(0, 2000));
+  Result prepared = troupe(dir_, "data prepare --tokenizer gpt2:'" + gpt2 +
+                                     "' --val-files b.txt --output data/fox a.txt b.txt");
+  ASSERT_EQ(prepared.code, 0) << prepared.output;
+  write("bpe.json", R"({
+    "train_batch_size": 4, "train_micro_batch_size_per_gpu": 4,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+    "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "seq_len": 16, "vocab_size": 50257},
+    "data": {"path": "data/fox", "val_path": "data/fox_val"},
+    "checkpoint": {"dir": "ckpt", "keep": 1, "keep_best": true},
+    "training": {"steps": 6, "eval_interval": 3, "output_dir": "out"}})");
+  Result run = troupe(dir_, "train bpe.json --local 1");
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_NE(run.output.find("val at step 3: loss"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("bits/byte"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("MFU"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("model FLOPs"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("validation loss"), std::string::npos) << run.output;
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt/best"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt/tokenizer/vocab.bpe"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/out/tokenizer/encoder.json"));
+  EXPECT_NE(read("out/model.json").find("\"tokenizer\": \"gpt2-"), std::string::npos)
+      << read("out/model.json");
+  EXPECT_NE(read("out/metrics.jsonl").find("\"mfu\""), std::string::npos);
+  EXPECT_NE(read("out/metrics.jsonl").find("\"val\""), std::string::npos);
+
+  Result generated = troupe(dir_, "generate --model out --prompt 'The quick' --max-new-tokens 4");
+  ASSERT_EQ(generated.code, 0) << generated.output;
+  EXPECT_EQ(generated.output.rfind("The quick", 0), 0u) << generated.output;
+  Result from_checkpoint =
+      troupe(dir_, "generate --checkpoint ckpt --prompt 'The quick' --max-new-tokens 4");
+  EXPECT_EQ(from_checkpoint.code, 0) << from_checkpoint.output;
+  Result bytes = troupe(dir_, "generate --model out --prompt 'The quick' --tokenizer bytes");
+  EXPECT_EQ(bytes.code, 1) << bytes.output;
+  EXPECT_NE(bytes.output.find("trained with tokenizer gpt2-"), std::string::npos) << bytes.output;
+  // A vocabulary altered beside the weights is refused, naming where.
+  std::ofstream(dir_ + "/out/tokenizer/vocab.bpe", std::ios::app) << "x y\n";
+  Result altered = troupe(dir_, "generate --model out --prompt 'The quick'");
+  EXPECT_EQ(altered.code, 1) << altered.output;
+  EXPECT_NE(altered.output.find("out/tokenizer"), std::string::npos) << altered.output;
+}
+
 TEST_F(TrainCommandTest, UnknownKeyFailsNamingIt) {
   std::string config = write("bad.json", R"({"train_batch_size": 8, "model": {"n_layers": 2},
     "data": {"synthetic": {"task": "addition"}}})");
