@@ -4,6 +4,7 @@ target_sources(troupe_actors PRIVATE
   data/addition_task.cc
   data/data_loader.cc
   data/llmc_format.cc
+  data/nanogpt_format.cc
   data/data_loader_actor.cc
   data/sampler.cc
   data/token_dataset.cc

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "actors/data/llmc_format.h"
+#include "actors/data/nanogpt_format.h"
 
 namespace troupe::actors {
 
@@ -138,10 +139,33 @@ absl::StatusOr<std::optional<TokenDataset>> TokenDataset::open_llmc(const std::s
   return TokenDataset(std::move(storage));
 }
 
+absl::StatusOr<std::optional<TokenDataset>> TokenDataset::open_nanogpt(const std::string& path) {
+  // A FILE.bin with no troupe header FILE.json beside it (that would make it a troupe dataset's).
+  if (path.size() <= 4 || path.compare(path.size() - 4, 4, ".bin") != 0) return std::nullopt;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  if (::access((path.substr(0, path.size() - 4) + ".json").c_str(), F_OK) == 0) {
+    return std::nullopt;
+  }
+  absl::StatusOr<TokenDatasetHeader> header =
+      nanogpt_header(path, static_cast<uint64_t>(st.st_size));
+  if (!header.ok()) return header.status();
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return posix_error(absl::StrCat("cannot open ", path), errno);
+  auto storage = std::make_shared<Storage>();
+  storage->fd = fd;
+  storage->name = path;
+  storage->header = *std::move(header);
+  return TokenDataset(std::move(storage));
+}
+
 absl::StatusOr<TokenDataset> TokenDataset::open(const std::string& prefix) {
   absl::StatusOr<std::optional<TokenDataset>> llmc = open_llmc(prefix);
   if (!llmc.ok()) return llmc.status();
   if (llmc->has_value()) return **std::move(llmc);
+  absl::StatusOr<std::optional<TokenDataset>> nanogpt = open_nanogpt(prefix);
+  if (!nanogpt.ok()) return nanogpt.status();
+  if (nanogpt->has_value()) return **std::move(nanogpt);
   const std::string json_path = prefix + ".json";
   const std::string bin_path = prefix + ".bin";
   absl::StatusOr<std::string> text = read_text(json_path);

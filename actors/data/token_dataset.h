@@ -31,7 +31,10 @@ class TokenDataset {
  public:
   // Opens PREFIX.bin and checks it against PREFIX.json; or, when `prefix`
   // names a file that starts with one of llm.c's magics, that file as llm.c
-  // wrote it (llmc_format.h: the vocabulary is its format's). NotFound naming
+  // wrote it (llmc_format.h: the vocabulary is its format's); or, when it
+  // names another FILE.bin with no FILE.json beside it, that file as
+  // nanoGPT's prepare.py wrote it (nanogpt_format.h: uint16, GPT-2's
+  // vocabulary or meta.pkl's). NotFound naming
   // the file that is missing; InvalidArgument naming the file for a bad
   // header (see parse_header, parse_llmc_header) or a .bin whose size is not
   // num_tokens x the dtype's width (truncated, or the header of another
@@ -85,6 +88,9 @@ class TokenDataset {
   // `path` as an llm.c file; nullopt when it is not one (not a file, or
   // without llm.c's magic).
   static absl::StatusOr<std::optional<TokenDataset>> open_llmc(const std::string& path);
+  // `path` as nanoGPT's headerless FILE.bin (nanogpt_format.h); nullopt when it is not one (not
+  // a FILE.bin, or a troupe header FILE.json beside it).
+  static absl::StatusOr<std::optional<TokenDataset>> open_nanogpt(const std::string& path);
   explicit TokenDataset(std::shared_ptr<const Storage> storage) : storage_(std::move(storage)) {}
   std::shared_ptr<const Storage> storage_;  // never null
 };

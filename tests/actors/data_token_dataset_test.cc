@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "actors/data/llmc_format.h"
+#include "actors/data/nanogpt_format.h"
 #include "actors/data/token_dataset.h"
 #include "actors/data/token_dataset_writer.h"
 
@@ -359,6 +360,48 @@ TEST(LlmcFileTest, AGpt2FileIsReadAsItIs) {
   EXPECT_EQ(targets, (std::vector<int32_t>{0, 50256, 7}));
 }
 
+// nanoGPT's prepare.py: train.bin and val.bin are uint16 with no header; GPT-2's ids unless a
+// meta.pkl beside them gives a character vocabulary's size.
+TEST(NanoGptFileTest, AHeaderlessBinIsGpt2sOrMetaPklsVocabulary) {
+  TempDir dir;
+  const std::vector<uint16_t> tokens = {15496, 11, 995, 50256, 7, 0};
+  write_text(dir.path("train.bin"),
+             std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2));
+  auto data = TokenDataset::open(dir.path("train.bin"));
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_FALSE(data->llmc_format().has_value());
+  EXPECT_EQ(data->vocab_size(), 50257);
+  EXPECT_EQ(data->header().tokenizer, "gpt2");
+  EXPECT_EQ(read_all(*data), std::vector<int32_t>(tokens.begin(), tokens.end()));
+
+  // pickle.dumps({"vocab_size": 65, "itos": {...}, "stoi": {...}}), protocol 4: BININT1 65.
+  const std::string meta(
+      "\x80\x04\x95\xb4\x02\x00\x00\x00\x00\x00\x00}\x94(\x8c\nvocab_size\x94KA"
+      "\x8c\x04itos\x94}\x94(K",
+      38);
+  write_text(dir.path("meta.pkl"), meta);
+  const std::vector<uint16_t> chars = {20, 64, 0, 33};
+  write_text(dir.path("val.bin"),
+             std::string(reinterpret_cast<const char*>(chars.data()), chars.size() * 2));
+  auto val = TokenDataset::open(dir.path("val.bin"));
+  ASSERT_TRUE(val.ok()) << val.status();
+  EXPECT_EQ(val->vocab_size(), 65);
+  EXPECT_EQ(val->header().tokenizer, "nanogpt-char");
+  EXPECT_TRUE(val->check_tokens().ok());
+
+  EXPECT_EQ(nanogpt_meta_vocab_size(std::string("\x8c\nvocab_size\x94M\xe8\x03", 16)), 1000);
+  EXPECT_EQ(nanogpt_meta_vocab_size(std::string("\x8c\nvocab_size\x94Jp\x11\x01\x00", 18)), 70000);
+  EXPECT_EQ(nanogpt_meta_vocab_size("no such key"), std::nullopt);
+
+  // An odd size is no uint16 file; a troupe header beside a .bin makes it a troupe dataset's.
+  write_text(dir.path("odd.bin"), std::string("abc"));
+  auto odd = TokenDataset::open(dir.path("odd.bin"));
+  ASSERT_EQ(odd.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(odd.status().message().find("odd.bin"), std::string::npos);
+  ASSERT_TRUE(write_token_dataset(dir.path("t"), std::vector<int32_t>{1, 2}, 256, "bytes").ok());
+  EXPECT_FALSE(TokenDataset::open(dir.path("t.bin")).ok());  // named by its prefix, "t"
+}
+
 TEST(LlmcFileTest, ALlama3FileIsReadAsItIs) {
   TempDir dir;
   const std::vector<uint32_t> tokens = {128000, 9906, 1917, 128001};
@@ -383,11 +426,18 @@ TEST(LlmcFileTest, AWrongVersionOrSizeIsRefusedNamingTheFile) {
   data = TokenDataset::open(path);
   EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(data.status().message(), "truncated")) << data.status();
-  // Without the magic it is no llm.c file: PATH is a prefix, and PATH.json is missing.
+  // Without the magic it is no llm.c file: a FILE.bin is then nanoGPT's headerless uint16 (the
+  // would-be header read as tokens), and another name is a prefix whose PREFIX.json is missing.
   write_text(path, llmc_bytes<uint16_t>(12345, 1, {1, 2, 3}));
   data = TokenDataset::open(path);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->header().tokenizer, "gpt2");
+  EXPECT_EQ(data->num_tokens(), 256 * 2 + 3);
+  const std::string other = path + ".tokens";
+  write_text(other, llmc_bytes<uint16_t>(12345, 1, {1, 2, 3}));
+  data = TokenDataset::open(other);
   EXPECT_EQ(data.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE(absl::StrContains(data.status().message(), path + ".json")) << data.status();
+  EXPECT_TRUE(absl::StrContains(data.status().message(), other + ".json")) << data.status();
 }
 
 TEST(LlmcFileTest, ATokenOutsideItsVocabularyIsDataLossWhenRead) {
