@@ -1,6 +1,7 @@
 // Shared helpers for benchmarks: flags, medians, a side-by-side table, JSON.
 #pragma once
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,21 @@
 #include <vector>
 
 namespace troupe::bench {
+
+// The cores this process may run on.
+inline int cores_available() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
+}
+
+// The 1-minute load average, or -1.
+inline double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double load = -1;
+  in >> load;
+  return load;
+}
 
 inline double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

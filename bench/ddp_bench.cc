@@ -79,19 +79,6 @@ const std::vector<ModelConfig>& all_configs() {
   return configs;
 }
 
-int cores_available() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  return sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
-}
-
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double load = -1;
-  in >> load;
-  return load;
-}
-
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::istringstream in(s);

@@ -153,14 +153,6 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-// The 1-minute load average, or -1.
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double load = -1;
-  in >> load;
-  return load;
-}
-
 TroupeResult run_troupe(const ModelConfig& mc, int threads, int steps, int warmup, int repeat) {
   std::unique_ptr<nn::Model> model =
       value_or_die(nn::create_model(mc.model_config()), mc.name + ": create_model");
@@ -356,12 +348,6 @@ bool write_gpt_json(const std::string& path, const std::string& peer, int thread
   }
   out << "  ]\n}\n";
   return static_cast<bool>(out);
-}
-
-int cores_available() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  return sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
 }
 
 }  // namespace

@@ -75,19 +75,6 @@ constexpr int kTokensPerStep = 12 * 64;
 // The works held out for validation, as scripts/demo.sh and docs/data.md hold them out.
 const char* const kValWorks[] = {"hamlet.txt", "julius_caesar.txt", "tempest.txt", "sonnets.txt"};
 
-int cores_available() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  return sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
-}
-
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double load = -1;
-  in >> load;
-  return load;
-}
-
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);) {

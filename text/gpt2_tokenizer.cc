@@ -263,26 +263,7 @@ void Gpt2Tokenizer::encode(absl::string_view text, std::vector<int32_t>* out) co
 }
 
 void Gpt2Tokenizer::encode_with_special(absl::string_view text, std::vector<int32_t>* out) const {
-  const auto& specials = vocab_.specials();
-  size_t at = 0;
-  while (at < text.size()) {
-    // The earliest special token from `at` (the longest where two start at once).
-    size_t best = absl::string_view::npos, best_length = 0;
-    int32_t best_id = -1;
-    for (const auto& [s, id] : specials) {
-      size_t p = text.find(s, at);
-      if (p < best || (p == best && s.size() > best_length)) {
-        best = p;
-        best_length = s.size();
-        best_id = id;
-      }
-    }
-    encode(text.substr(at, best == absl::string_view::npos ? absl::string_view::npos : best - at),
-           out);
-    if (best == absl::string_view::npos) break;
-    out->push_back(best_id);
-    at = best + best_length;
-  }
+  encode_around(text, vocab_.specials(), out);
 }
 
 std::string Gpt2Tokenizer::decode(std::span<const int32_t> ids) const {

@@ -47,26 +47,7 @@ void SentencePieceTokenizer::encode_with_special(absl::string_view text,
   for (std::optional<int32_t> id : {bos_, eos_}) {
     if (id) specials.emplace_back(piece(*id), *id);
   }
-  size_t at = 0;
-  while (at < text.size()) {
-    size_t best = absl::string_view::npos, best_length = 0;
-    int32_t best_id = -1;
-    for (const auto& [s, id] : specials) {
-      size_t p = text.find(s, at);
-      if (p < best || (p == best && s.size() > best_length)) {
-        best = p;
-        best_length = s.size();
-        best_id = id;
-      }
-    }
-    if (best != at) {
-      encode(text.substr(at, best == absl::string_view::npos ? absl::string_view::npos : best - at),
-             out);
-    }
-    if (best == absl::string_view::npos) break;
-    out->push_back(best_id);
-    at = best + best_length;
-  }
+  encode_around(text, specials, out);
 }
 
 std::string SentencePieceTokenizer::decode(std::span<const int32_t> ids) const {

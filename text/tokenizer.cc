@@ -37,6 +37,31 @@ void Tokenizer::encode_with_special(absl::string_view text, std::vector<int32_t>
   encode(text, out);
 }
 
+void Tokenizer::encode_around(absl::string_view text,
+                              std::span<const std::pair<std::string, int32_t>> specials,
+                              std::vector<int32_t>* out) const {
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t best = absl::string_view::npos, best_length = 0;
+    int32_t best_id = -1;
+    for (const auto& [s, id] : specials) {
+      const size_t p = text.find(s, at);
+      if (p < best || (p == best && s.size() > best_length)) {
+        best = p;
+        best_length = s.size();
+        best_id = id;
+      }
+    }
+    if (best != at) {
+      encode(text.substr(at, best == absl::string_view::npos ? absl::string_view::npos : best - at),
+             out);
+    }
+    if (best == absl::string_view::npos) break;
+    out->push_back(best_id);
+    at = best + best_length;
+  }
+}
+
 std::vector<int32_t> Tokenizer::encode(absl::string_view text) const {
   std::vector<int32_t> ids;
   encode(text, &ids);

@@ -22,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 #include "absl/strings/string_view.h"
 
@@ -69,6 +70,14 @@ class Tokenizer {
   // The files that define the vocabulary, as paths (empty for the byte tokenizer), for
   // save_tokenizer (tokenizer_files.h) to copy beside a model.
   virtual std::vector<std::string> files() const = 0;
+
+ protected:
+  // encode_with_special's way for any tokenizer: each occurrence of a special token's text (the
+  // earliest first, the longest where two start at once) becomes its id, and the text between
+  // them is encode()d.
+  void encode_around(absl::string_view text,
+                     std::span<const std::pair<std::string, int32_t>> specials,
+                     std::vector<int32_t>* out) const;
 };
 
 // Opens a tokenizer by spec: "bytes", "gpt2:DIR" (DIR holding encoder.json + vocab.bpe,

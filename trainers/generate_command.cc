@@ -164,7 +164,8 @@ absl::StatusOr<std::unique_ptr<text::Tokenizer>> model_tokenizer(const SavedMode
         absl::StrCat("the model was trained with tokenizer ", id, ", not ", (*tok)->id(),
                      ": its ids would be read as another vocabulary's"));
   }
-  if ((*tok)->vocab_size() > saved.model.vocab_size()) {
+  // (A byte-level model may hold fewer ids than 256: its prompt's bytes are checked instead.)
+  if (id != "bytes" && (*tok)->vocab_size() > saved.model.vocab_size()) {
     return absl::FailedPreconditionError(absl::StrCat("tokenizer ", (*tok)->id(), " has ",
                                                       (*tok)->vocab_size(), " ids, the model only ",
                                                       saved.model.vocab_size()));
