@@ -18,6 +18,7 @@ target_sources(troupe_trainers PRIVATE
   model_file.cc
   progress.cc
   recovery.cc
+  run_metrics.cc
   run_tokenizer.cc
   step_reports.cc
   train_command.cc

@@ -31,6 +31,7 @@
 #include "trainers/interrupt.h"
 #include "trainers/model_file.h"
 #include "trainers/progress.h"
+#include "trainers/run_metrics.h"
 #include "trainers/run_tokenizer.h"
 #include "trainers/trainer.h"
 
@@ -121,43 +122,6 @@ absl::Status evaluate(Trainer& trainer, const TrainConfig& config, int64_t step,
       progress.message("  " + e);
   }
   return absl::OkStatus();
-}
-
-// The validation loss of the run so far: the best and where it was.
-struct ValidationTrack {
-  std::optional<actors::ValidationResult> last;
-  std::optional<actors::ValidationResult> best;
-  int64_t last_step = 0;
-  int64_t best_step = 0;
-};
-
-// Computes the validation loss at `step` and reports it. Returns whether it is the best so far.
-// Errors: those of writing the metrics (a failed validation is reported and training goes on).
-absl::StatusOr<bool> validate(Trainer& trainer, int64_t step, ProgressReporter& progress,
-                              std::optional<MetricsWriter>& metrics, ValidationTrack* track) {
-  absl::StatusOr<actors::ValidationResult> result = trainer.validate();
-  if (!result.ok()) {
-    progress.message(absl::StrCat("validation failed: ", result.status().message()));
-    return false;
-  }
-  const bool best = !track->best || result->loss() < track->best->loss();
-  track->last = *result;
-  track->last_step = step;
-  if (best) {
-    track->best = *result;
-    track->best_step = step;
-  }
-  progress.set_validation_loss(result->loss());
-  std::string line = absl::StrFormat("val at step %d: loss %.4f", step, result->loss());
-  if (result->tokens_per_byte > 0) {
-    absl::StrAppend(&line, absl::StrFormat(", %.4f bits/byte", result->bits_per_byte()));
-  }
-  absl::StrAppend(&line, absl::StrFormat(" (%d windows)%s", result->windows, best ? ", best" : ""));
-  progress.message(line);
-  if (metrics) {
-    if (absl::Status s = metrics->write_validation(step, *result, best); !s.ok()) return s;
-  }
-  return best;
 }
 
 // The job cannot go on: a checkpoint of where it stands, if it has a
@@ -341,23 +305,9 @@ int train_command(const std::vector<std::string>& all_args) {
               static_cast<long long>(trainer.data_info().steps_per_epoch),
               static_cast<long long>(steps));
   std::fflush(stdout);
-  // Model FLOP/s and MFU: training FLOPs per token against the ranks' peak (the config's, or on
-  // a local cluster a core's measured SGEMM peak times the threads a rank computes on).
-  FlopsModel flops{
-      .flops_per_token = nn::training_flops_per_token(config.model, config.model.max_seq_len()),
-      .ranks_per_replica = config.parallel.pp * config.parallel.tp};
+  // Model FLOP/s and MFU: training FLOPs per token against the ranks' peak.
   std::string peak_note;
-  if (config.training.peak_flops > 0) {
-    flops.peak_per_rank = config.training.peak_flops;
-    peak_note = absl::StrCat(format_flops(flops.peak_per_rank), " a rank (training.peak_flops)");
-  } else if (local_workers > 0 && threads > 0) {
-    const nn::CpuPeak core = nn::cpu_sgemm_peak();
-    flops.peak_per_rank = core.flops_per_s * threads;
-    peak_note = absl::StrCat(format_flops(core.flops_per_s), " a core (SGEMM, ", core.source,
-                             ") x ", threads, threads == 1 ? " thread" : " threads", " a rank");
-  } else {
-    peak_note = "unknown on a running cluster: set training.peak_flops for MFU";
-  }
+  const FlopsModel flops = flops_model(config, local_workers > 0 ? threads : 0, &peak_note);
   std::printf("  model FLOPs: %s a token (6N + 12 L H Q T); peak %s\n",
               absl::StrReplaceAll(format_flops(flops.flops_per_token), {{"/s", ""}}).c_str(),
               peak_note.c_str());
@@ -554,7 +504,7 @@ int train_command(const std::vector<std::string>& all_args) {
     }
     if (!config.data.val_path.empty() && config.training.eval_interval > 0 &&
         k % config.training.eval_interval == 0 && k < steps) {
-      absl::StatusOr<bool> best = validate(trainer, k, progress, metrics, &validation);
+      absl::StatusOr<bool> best = validate_and_report(trainer, k, progress, metrics, &validation);
       record_metrics(best.status());
       if (best.ok() && *best && config.checkpoint.keep_best) keep_best(k);
     }
@@ -565,7 +515,8 @@ int train_command(const std::vector<std::string>& all_args) {
   // The last validation comes first, so that keep_best can mark the last checkpoint.
   bool last_is_best = false;
   if (!config.data.val_path.empty() && !interrupted && first_step <= last_step) {
-    absl::StatusOr<bool> best = validate(trainer, last_step, progress, metrics, &validation);
+    absl::StatusOr<bool> best =
+        validate_and_report(trainer, last_step, progress, metrics, &validation);
     record_metrics(best.status());
     last_is_best = best.ok() && *best;
   }
@@ -648,17 +599,7 @@ int train_command(const std::vector<std::string>& all_args) {
   if (accuracy)
     std::printf("  task accuracy (held-out addition problems): %.1f%%\n", 100 * *accuracy);
   if (validation.last) {
-    auto bpb = [](const actors::ValidationResult& v) {
-      return v.tokens_per_byte > 0 ? absl::StrFormat(" (%.4f bits/byte)", v.bits_per_byte())
-                                   : std::string();
-    };
-    std::printf("  validation loss %.4f%s at step %lld; best %.4f at step %lld%s\n",
-                validation.last->loss(), bpb(*validation.last).c_str(),
-                static_cast<long long>(validation.last_step), validation.best->loss(),
-                static_cast<long long>(validation.best_step),
-                config.checkpoint.keep_best
-                    ? absl::StrCat(" (kept: ", config.checkpoint.dir, "/best)").c_str()
-                    : "");
+    std::printf("  %s\n", validation.summary(config.checkpoint).c_str());
   }
   if (!stepper.recoveries().empty()) {
     int64_t rerun = 0;
