@@ -434,4 +434,7 @@ absl::StatusOr<ShardLoadReport> ParamShardActor::load(LoadRequest request) {
       .load_ms = now_ms() - start};
 }
 
+TROUPE_ACTOR_DEFINE(ParamShardActor);
+TROUPE_ACTOR_CONSTRUCTOR_DEFINE(ParamShardActor, ShardOptions);
+
 }  // namespace troupe::actors

@@ -44,6 +44,7 @@
 #include "actors/stage_tensors.h"
 #include "actors/training_types.h"
 #include "core/actor.h"
+#include "core/actor_declare.h"
 #include "nn/dtype.h"
 #include "nn/memory.h"
 #include "nn/model/layout.h"
@@ -269,19 +270,19 @@ class ParamShardActor {
   std::optional<ShardState> fetched_;  // fetch_partition's, until adopt_partition
   int64_t fetches_ = 0;                // fetch_partition calls: a late one's parts are dropped
 };
-TROUPE_ACTOR(ParamShardActor, &ParamShardActor::init, &ParamShardActor::prepare,
-             &ParamShardActor::commit, &ParamShardActor::applied_step,
-             &ParamShardActor::master_params, &ParamShardActor::load_params,
-             &ParamShardActor::applied_updates, &ParamShardActor::save, &ParamShardActor::load,
-             &ParamShardActor::export_state, &ParamShardActor::import_state,
-             &ParamShardActor::restore_from, &ParamShardActor::progress,
-             &ParamShardActor::set_buddy, &ParamShardActor::replicate,
-             &ParamShardActor::hold_replica, &ParamShardActor::hold_update,
-             &ParamShardActor::commit_replica, &ParamShardActor::export_replica,
-             &ParamShardActor::restore_from_buddy, &ParamShardActor::save_replica,
-             &ParamShardActor::export_range, &ParamShardActor::fetch_partition,
-             &ParamShardActor::adopt_partition);
+TROUPE_ACTOR_DECLARE(ParamShardActor, &ParamShardActor::init, &ParamShardActor::prepare,
+                     &ParamShardActor::commit, &ParamShardActor::applied_step,
+                     &ParamShardActor::master_params, &ParamShardActor::load_params,
+                     &ParamShardActor::applied_updates, &ParamShardActor::save,
+                     &ParamShardActor::load, &ParamShardActor::export_state,
+                     &ParamShardActor::import_state, &ParamShardActor::restore_from,
+                     &ParamShardActor::progress, &ParamShardActor::set_buddy,
+                     &ParamShardActor::replicate, &ParamShardActor::hold_replica,
+                     &ParamShardActor::hold_update, &ParamShardActor::commit_replica,
+                     &ParamShardActor::export_replica, &ParamShardActor::restore_from_buddy,
+                     &ParamShardActor::save_replica, &ParamShardActor::export_range,
+                     &ParamShardActor::fetch_partition, &ParamShardActor::adopt_partition);
 // Other processes spawn it with its options: spawn<ParamShardActor>(spawn_options, shardOptions).
-TROUPE_ACTOR_CONSTRUCTOR(ParamShardActor, ShardOptions);
+TROUPE_ACTOR_CONSTRUCTOR_DECLARE(ParamShardActor, ShardOptions);
 
 }  // namespace troupe::actors

@@ -618,4 +618,7 @@ absl::StatusOr<std::vector<int32_t>> PipelineStageActor::generate(std::vector<in
   return std::move((*out)[0]);
 }
 
+TROUPE_ACTOR_DEFINE(PipelineStageActor);
+TROUPE_ACTOR_CONSTRUCTOR_DEFINE(PipelineStageActor, StageOptions);
+
 }  // namespace troupe::actors

@@ -55,6 +55,7 @@
 #include "actors/validation.h"
 #include "actors/zero_partition.h"
 #include "core/actor.h"
+#include "core/actor_declare.h"
 #include "core/cluster/collective_group.h"
 #include "nn/dtype.h"
 #include "nn/memory.h"
@@ -261,13 +262,13 @@ class PipelineStageActor {
   transport::Traffic traffic_at_step_, pipe_traffic_at_step_, tp_traffic_at_step_;
   uint64_t pipe_in_place_at_step_ = 0;  // the pipe group's received_in_place then
 };
-TROUPE_ACTOR(PipelineStageActor, &PipelineStageActor::setup, &PipelineStageActor::rejoin,
-             &PipelineStageActor::resize, &PipelineStageActor::run_step,
-             &PipelineStageActor::discard, &PipelineStageActor::seek_data,
-             &PipelineStageActor::gather_parameters, &PipelineStageActor::evaluate,
-             &PipelineStageActor::generate, &PipelineStageActor::validate);
+TROUPE_ACTOR_DECLARE(PipelineStageActor, &PipelineStageActor::setup, &PipelineStageActor::rejoin,
+                     &PipelineStageActor::resize, &PipelineStageActor::run_step,
+                     &PipelineStageActor::discard, &PipelineStageActor::seek_data,
+                     &PipelineStageActor::gather_parameters, &PipelineStageActor::evaluate,
+                     &PipelineStageActor::generate, &PipelineStageActor::validate);
 // Other processes spawn it with its options: spawn<PipelineStageActor>(spawn_options,
 // stageOptions).
-TROUPE_ACTOR_CONSTRUCTOR(PipelineStageActor, StageOptions);
+TROUPE_ACTOR_CONSTRUCTOR_DECLARE(PipelineStageActor, StageOptions);
 
 }  // namespace troupe::actors

@@ -46,4 +46,7 @@ LoaderInfo DataLoaderActor::info() const {
   return loader_->info();
 }
 
+TROUPE_ACTOR_DEFINE(DataLoaderActor);
+TROUPE_ACTOR_CONSTRUCTOR_DEFINE(DataLoaderActor, LoaderOptions);
+
 }  // namespace troupe::actors

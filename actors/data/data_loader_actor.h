@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "actors/data/data_loader.h"
 #include "core/actor.h"
+#include "core/actor_declare.h"
 
 namespace troupe::actors {
 
@@ -43,9 +44,9 @@ class DataLoaderActor {
   std::string handoff_name_;            // empty: not handed off
   std::shared_ptr<DataLoader> loader_;  // never null
 };
-TROUPE_ACTOR(DataLoaderActor, &DataLoaderActor::next, &DataLoaderActor::position,
-             &DataLoaderActor::seek, &DataLoaderActor::info);
+TROUPE_ACTOR_DECLARE(DataLoaderActor, &DataLoaderActor::next, &DataLoaderActor::position,
+                     &DataLoaderActor::seek, &DataLoaderActor::info);
 // Other processes spawn it with its options: spawn<DataLoaderActor>(spawn_options, loaderOptions).
-TROUPE_ACTOR_CONSTRUCTOR(DataLoaderActor, LoaderOptions);
+TROUPE_ACTOR_CONSTRUCTOR_DECLARE(DataLoaderActor, LoaderOptions);
 
 }  // namespace troupe::actors

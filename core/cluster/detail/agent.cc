@@ -50,4 +50,6 @@ int64_t NodeAgent::actor_count() {
   return static_cast<int64_t>(node_->system().num_actors()) - 1;  // not counting this agent
 }
 
+TROUPE_ACTOR_DEFINE(NodeAgent);
+
 }  // namespace troupe::cluster

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/actor.h"
+#include "core/actor_declare.h"
 #include "core/cluster/detail/node.h"
 #include "core/cluster/protocol.h"
 
@@ -81,7 +82,7 @@ class NodeAgent {
   std::shared_ptr<StopSignal> stop_;
   std::shared_ptr<HostedActors> hosted_;
 };
-TROUPE_ACTOR(NodeAgent, &NodeAgent::host, &NodeAgent::kill, &NodeAgent::shutdown,
-             &NodeAgent::actor_count);
+TROUPE_ACTOR_DECLARE(NodeAgent, &NodeAgent::host, &NodeAgent::kill, &NodeAgent::shutdown,
+                     &NodeAgent::actor_count);
 
 }  // namespace troupe::cluster

@@ -876,4 +876,6 @@ bool HeadServer::wait_stopped(absl::Duration timeout) {
   return true;
 }
 
+TROUPE_ACTOR_DEFINE(HeadService);
+
 }  // namespace troupe::cluster

@@ -33,6 +33,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "core/actor.h"
+#include "core/actor_declare.h"
 #include "core/cluster/detail/head_ids.h"
 #include "core/cluster/detail/node.h"
 #include "core/cluster/detail/scheduler.h"
@@ -210,16 +211,18 @@ class HeadService {
   std::vector<ClusterEvent> events_;
   std::deque<std::string> log_;
 };
-TROUPE_ACTOR(HeadService, &HeadService::register_node, &HeadService::node_ready,
-             &HeadService::heartbeat, &HeadService::report_lost, &HeadService::unregister_node,
-             &HeadService::rejoin_node, &HeadService::spawn_actor, &HeadService::get_actor,
-             &HeadService::node_endpoints, &HeadService::locate, &HeadService::actor_died,
-             &HeadService::kill_actor, &HeadService::watch_actor, &HeadService::task_retries,
-             &HeadService::create_placement_group, &HeadService::placement_group_ready,
-             &HeadService::remove_placement_group, &HeadService::claim_collective_group,
-             &HeadService::kv_put, &HeadService::kv_get, &HeadService::kv_delete,
-             &HeadService::kv_keys, &HeadService::status, &HeadService::stop, &HeadService::tick,
-             &HeadService::fence_node, &HeadService::drain_node);
+TROUPE_ACTOR_DECLARE(HeadService, &HeadService::register_node, &HeadService::node_ready,
+                     &HeadService::heartbeat, &HeadService::report_lost,
+                     &HeadService::unregister_node, &HeadService::rejoin_node,
+                     &HeadService::spawn_actor, &HeadService::get_actor,
+                     &HeadService::node_endpoints, &HeadService::locate, &HeadService::actor_died,
+                     &HeadService::kill_actor, &HeadService::watch_actor,
+                     &HeadService::task_retries, &HeadService::create_placement_group,
+                     &HeadService::placement_group_ready, &HeadService::remove_placement_group,
+                     &HeadService::claim_collective_group, &HeadService::kv_put,
+                     &HeadService::kv_get, &HeadService::kv_delete, &HeadService::kv_keys,
+                     &HeadService::status, &HeadService::stop, &HeadService::tick,
+                     &HeadService::fence_node, &HeadService::drain_node);
 
 // The head process: a node 0 listening on the control port, hosting the
 // HeadService and driving its failure detector.
