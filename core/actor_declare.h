@@ -33,22 +33,11 @@ const ActorTypeInfo& register_actor_list(std::string_view class_name, std::strin
 
 }  // namespace troupe::detail
 
-#define TROUPE_ACTOR_DECLARE(Class, ...)                                                          \
-  inline constexpr ::troupe::detail::MethodList<__VA_ARGS__> troupe_actor_methods(Class*) {       \
-    return {};                                                                                    \
-  }                                                                                               \
-  static_assert(::troupe::detail::MethodTypes<Class>::kSize <= ::troupe::detail::kMaxMethodTypes, \
-                "TROUPE_ACTOR_DECLARE(" #Class                                                    \
-                ", ...): its methods have more distinct signatures than an ActorRef "             \
-                "has slots (detail::kMaxMethodTypes)");                                           \
-  template <class C = Class>                                                                      \
-  requires std::is_default_constructible_v<C>                                                     \
-  inline ::troupe::detail::ConstructorSignature<> troupe_actor_constructor(Class*) {              \
-    return {};                                                                                    \
-  }                                                                                               \
-  inline constexpr std::string_view troupe_actor_method_names(Class*) {                           \
-    return #__VA_ARGS__;                                                                          \
-  }                                                                                               \
+#define TROUPE_ACTOR_DECLARE(Class, ...)                                \
+  TROUPE_DETAIL_ACTOR_SIGNATURES(Class, __VA_ARGS__)                    \
+  inline constexpr std::string_view troupe_actor_method_names(Class*) { \
+    return #__VA_ARGS__;                                                \
+  }                                                                     \
   const ::troupe::ActorTypeInfo& troupe_actor_type(Class*)
 
 // In one .cc, in the class's namespace, after TROUPE_ACTOR_DECLARE is visible.

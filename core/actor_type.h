@@ -149,7 +149,9 @@ const ActorTypeInfo& actor_type_of() {
 
 }  // namespace troupe
 
-#define TROUPE_ACTOR(Class, ...)                                                                  \
+// What TROUPE_ACTOR and TROUPE_ACTOR_DECLARE (core/actor_declare.h) both say of a class: its
+// method list and, when it has one, its default constructor.
+#define TROUPE_DETAIL_ACTOR_SIGNATURES(Class, ...)                                                \
   inline constexpr ::troupe::detail::MethodList<__VA_ARGS__> troupe_actor_methods(Class*) {       \
     return {};                                                                                    \
   }                                                                                               \
@@ -161,11 +163,14 @@ const ActorTypeInfo& actor_type_of() {
   requires std::is_default_constructible_v<C>                                                     \
   inline ::troupe::detail::ConstructorSignature<> troupe_actor_constructor(Class*) {              \
     return {};                                                                                    \
-  }                                                                                               \
-  inline const ::troupe::ActorTypeInfo& troupe_actor_type(Class*) {                               \
-    static const ::troupe::ActorTypeInfo& info =                                                  \
-        ::troupe::detail::register_actor_class<Class>(#Class, #__VA_ARGS__, __VA_ARGS__);         \
-    return info;                                                                                  \
-  }                                                                                               \
-  [[maybe_unused]] inline const bool troupe_actor_registered_##Class =                            \
+  }
+
+#define TROUPE_ACTOR(Class, ...)                                                          \
+  TROUPE_DETAIL_ACTOR_SIGNATURES(Class, __VA_ARGS__)                                      \
+  inline const ::troupe::ActorTypeInfo& troupe_actor_type(Class*) {                       \
+    static const ::troupe::ActorTypeInfo& info =                                          \
+        ::troupe::detail::register_actor_class<Class>(#Class, #__VA_ARGS__, __VA_ARGS__); \
+    return info;                                                                          \
+  }                                                                                       \
+  [[maybe_unused]] inline const bool troupe_actor_registered_##Class =                    \
       (troupe_actor_type(static_cast<Class*>(nullptr)), true)
