@@ -17,16 +17,9 @@
 namespace troupe::nn {
 namespace {
 
-class GPTDecoder final : public Decoder {
+class GPTDecoder final : public CachedDecoder {
  public:
-  GPTDecoder(const GPT& model, KVCache cache) : model_(model), cache_(std::move(cache)) {}
-
-  int batch() const override { return cache_.batch(); }
-  int capacity() const override { return cache_.capacity(); }
-  int length() const override { return cache_.length(); }
-  const float* logits() const override { return logits_; }
-  void reset() override { cache_.reset(); }
-  size_t memory_bytes() const override { return cache_.bytes(); }
+  GPTDecoder(const GPT& model, KVCache cache) : CachedDecoder(std::move(cache)), model_(model) {}
 
   absl::Status append(const int32_t* tokens, int T) override {
     const GPTConfig& config = model_.gpt_config();
@@ -84,8 +77,6 @@ class GPTDecoder final : public Decoder {
 
  private:
   const GPT& model_;
-  KVCache cache_;
-  float* logits_ = nullptr;
 };
 
 }  // namespace

@@ -17,16 +17,10 @@
 
 namespace troupe::nn {
 
-class LlamaDecoder final : public Decoder {
+class LlamaDecoder final : public CachedDecoder {
  public:
-  LlamaDecoder(const Llama& model, KVCache cache) : model_(model), cache_(std::move(cache)) {}
-
-  int batch() const override { return cache_.batch(); }
-  int capacity() const override { return cache_.capacity(); }
-  int length() const override { return cache_.length(); }
-  const float* logits() const override { return logits_; }
-  void reset() override { cache_.reset(); }
-  size_t memory_bytes() const override { return cache_.bytes(); }
+  LlamaDecoder(const Llama& model, KVCache cache)
+      : CachedDecoder(std::move(cache)), model_(model) {}
 
   absl::Status append(const int32_t* tokens, int T) override {
     const LlamaConfig& config = model_.config_;
@@ -98,8 +92,6 @@ class LlamaDecoder final : public Decoder {
 
  private:
   const Llama& model_;
-  KVCache cache_;
-  float* logits_ = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<Decoder>> Llama::make_decoder(int batch, int capacity) {

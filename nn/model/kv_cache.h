@@ -5,10 +5,12 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "nn/memory.h"
+#include "nn/model/decoder.h"
 
 namespace troupe::nn {
 
@@ -53,5 +55,23 @@ class KVCache {
 absl::Status check_decoder_request(const std::string& model, int tp_size, int part_begin,
                                    int part_end, bool head, int layers, bool bound, int batch,
                                    int capacity, int max_seq_len);
+
+// What every architecture's decoder has in common: the cache and the logits of the last append.
+// An architecture derives from it and writes append(), setting logits_ and advancing cache_.
+class CachedDecoder : public Decoder {
+ public:
+  explicit CachedDecoder(KVCache cache) : cache_(std::move(cache)) {}
+
+  int batch() const override { return cache_.batch(); }
+  int capacity() const override { return cache_.capacity(); }
+  int length() const override { return cache_.length(); }
+  const float* logits() const override { return logits_; }
+  void reset() override { cache_.reset(); }
+  size_t memory_bytes() const override { return cache_.bytes(); }
+
+ protected:
+  KVCache cache_;
+  float* logits_ = nullptr;
+};
 
 }  // namespace troupe::nn
