@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "nn/device_backend.h"
 
 namespace troupe::nn {
 namespace {
@@ -21,10 +22,6 @@ std::string format_bytes(int64_t bytes) {
   if (bytes >= (int64_t{1} << 20)) return absl::StrFormat("%.2f MiB", b / (1 << 20));
   if (bytes >= (int64_t{1} << 10)) return absl::StrFormat("%.2f KiB", b / (1 << 10));
   return absl::StrCat(bytes, " B");
-}
-
-const char* to_string(Device device) {
-  return device == Device::kCpu ? "cpu" : "cuda";
 }
 
 const char* to_string(MemoryCategory category) {
@@ -57,29 +54,29 @@ void MemoryTracker::Counter::add(int64_t bytes) {
   }
 }
 
-void MemoryTracker::on_allocate(Device device, MemoryCategory category, int64_t bytes) {
+void MemoryTracker::on_allocate(DeviceKind device, MemoryCategory category, int64_t bytes) {
   counters_[static_cast<int>(device)][static_cast<int>(category)].add(bytes);
   totals_[static_cast<int>(device)].add(bytes);
 }
 
-void MemoryTracker::on_free(Device device, MemoryCategory category, int64_t bytes) {
+void MemoryTracker::on_free(DeviceKind device, MemoryCategory category, int64_t bytes) {
   counters_[static_cast<int>(device)][static_cast<int>(category)].add(-bytes);
   totals_[static_cast<int>(device)].add(-bytes);
 }
 
-int64_t MemoryTracker::live_bytes(MemoryCategory category, Device device) const {
+int64_t MemoryTracker::live_bytes(MemoryCategory category, DeviceKind device) const {
   return counters_[static_cast<int>(device)][static_cast<int>(category)].live.load();
 }
 
-int64_t MemoryTracker::peak_bytes(MemoryCategory category, Device device) const {
+int64_t MemoryTracker::peak_bytes(MemoryCategory category, DeviceKind device) const {
   return counters_[static_cast<int>(device)][static_cast<int>(category)].peak.load();
 }
 
-int64_t MemoryTracker::total_live_bytes(Device device) const {
+int64_t MemoryTracker::total_live_bytes(DeviceKind device) const {
   return totals_[static_cast<int>(device)].live.load();
 }
 
-int64_t MemoryTracker::total_peak_bytes(Device device) const {
+int64_t MemoryTracker::total_peak_bytes(DeviceKind device) const {
   return totals_[static_cast<int>(device)].peak.load();
 }
 
@@ -94,8 +91,8 @@ void MemoryTracker::reset_peak() {
 
 std::string MemoryTracker::summary() const {
   std::string out;
-  for (int d = 0; d < kNumDevices; ++d) {
-    const auto device = static_cast<Device>(d);
+  for (int d = 0; d < kNumDeviceKinds; ++d) {
+    const auto device = static_cast<DeviceKind>(d);
     if (total_peak_bytes(device) == 0 && d != 0) continue;  // the CPU line always
     absl::StrAppend(&out, out.empty() ? "" : "\n", to_string(device), ": live ",
                     format_bytes(total_live_bytes(device)), " (peak ",
@@ -113,73 +110,41 @@ std::string MemoryTracker::summary() const {
 absl::StatusOr<void*> allocate(Device device, MemoryCategory category, int64_t bytes) {
   if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("allocate: ", bytes, " bytes"));
   if (bytes == 0) return nullptr;
+  absl::StatusOr<DeviceBackend*> backend = nn::backend(device.kind);
+  if (!backend.ok()) return backend.status();
   const int64_t rounded = round_up(bytes);
-  void* data = nullptr;
-  if (device == Device::kCpu) {
-    data = std::aligned_alloc(kAlignment, static_cast<size_t>(rounded));
-    if (data == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot allocate ", format_bytes(rounded), " of ", to_string(category),
-                       " on the cpu: out of memory (", MemoryTracker::global().summary(), ")"));
-    }
-  } else {
-    absl::StatusOr<void*> cuda = detail::cuda_allocate(rounded);
-    if (!cuda.ok()) return cuda.status();
-    data = *cuda;
+  absl::StatusOr<void*> data = (*backend)->allocate(device.index, rounded);
+  if (!data.ok()) {
+    return absl::Status(data.status().code(),
+                        absl::StrCat(data.status().message(), " (", to_string(category),
+                                     "; held now: ", MemoryTracker::global().summary(), ")"));
   }
-  MemoryTracker::global().on_allocate(device, category, rounded);
-  return data;
+  MemoryTracker::global().on_allocate(device.kind, category, rounded);
+  return *data;
 }
 
 void deallocate(Device device, MemoryCategory category, void* data, int64_t bytes) {
   if (data == nullptr) return;
-  if (device == Device::kCpu) {
-    std::free(data);
-  } else {
-    detail::cuda_free(data);
-  }
-  MemoryTracker::global().on_free(device, category, round_up(bytes));
+  absl::StatusOr<DeviceBackend*> backend = nn::backend(device.kind);
+  if (backend.ok()) (*backend)->deallocate(device.index, data);  // it allocated, so it is there
+  MemoryTracker::global().on_free(device.kind, category, round_up(bytes));
 }
 
 absl::Status copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
                         int64_t bytes) {
   if (bytes <= 0) return absl::OkStatus();
-  if (dst_device == Device::kCpu && src_device == Device::kCpu) {
-    std::memcpy(dst, src, static_cast<size_t>(bytes));
-    return absl::OkStatus();
-  }
-  return detail::cuda_copy(dst, dst_device, src, src_device, bytes);
+  const DeviceKind kind = dst_device.is_cpu() ? src_device.kind : dst_device.kind;
+  absl::StatusOr<DeviceBackend*> backend = nn::backend(kind);
+  if (!backend.ok()) return backend.status();
+  return (*backend)->copy(dst, dst_device, src, src_device, bytes);
 }
 
 absl::Status zero_bytes(void* data, Device device, int64_t bytes) {
   if (bytes <= 0) return absl::OkStatus();
-  if (device == Device::kCpu) {
-    std::memset(data, 0, static_cast<size_t>(bytes));
-    return absl::OkStatus();
-  }
-  return detail::cuda_zero(data, bytes);
+  absl::StatusOr<DeviceBackend*> backend = nn::backend(device.kind);
+  if (!backend.ok()) return backend.status();
+  return (*backend)->zero(device.index, data, bytes);
 }
-
-#ifndef TROUPE_HAVE_CUDA
-namespace detail {
-namespace {
-absl::Status no_cuda() {
-  return absl::FailedPreconditionError(
-      "CUDA memory requested, but this build of troupe has no CUDA support");
-}
-}  // namespace
-absl::StatusOr<void*> cuda_allocate(int64_t) {
-  return no_cuda();
-}
-void cuda_free(void*) {}
-absl::Status cuda_copy(void*, Device, const void*, Device, int64_t) {
-  return no_cuda();
-}
-absl::Status cuda_zero(void*, int64_t) {
-  return no_cuda();
-}
-}  // namespace detail
-#endif
 
 FloatBuffer& FloatBuffer::operator=(FloatBuffer&& other) noexcept {
   if (this != &other) {
@@ -194,7 +159,7 @@ FloatBuffer& FloatBuffer::operator=(FloatBuffer&& other) noexcept {
 absl::Status FloatBuffer::reset(MemoryCategory category, size_t n, bool zero) {
   release();
   absl::StatusOr<void*> p =
-      allocate(Device::kCpu, category, static_cast<int64_t>(n * sizeof(float)));
+      allocate(Device::cpu(), category, static_cast<int64_t>(n * sizeof(float)));
   if (!p.ok()) return p.status();
   category_ = category;
   data_ = static_cast<float*>(*p);
@@ -205,7 +170,7 @@ absl::Status FloatBuffer::reset(MemoryCategory category, size_t n, bool zero) {
 
 void FloatBuffer::release() {
   if (data_ == nullptr) return;
-  deallocate(Device::kCpu, category_, data_, static_cast<int64_t>(size_ * sizeof(float)));
+  deallocate(Device::cpu(), category_, data_, static_cast<int64_t>(size_ * sizeof(float)));
   data_ = nullptr;
   size_ = 0;
 }

@@ -15,12 +15,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "nn/device.h"
 
 namespace troupe::nn {
-
-enum class Device : uint8_t { kCpu, kCuda };
-inline constexpr int kNumDevices = 2;
-const char* to_string(Device device);  // "cpu", "cuda"
 
 enum class MemoryCategory : uint8_t {
   kParameters,
@@ -37,7 +34,8 @@ const char* to_string(MemoryCategory category);
 // "1.50 GiB", "12.00 MiB", "640.00 KiB", "12 B".
 std::string format_bytes(int64_t bytes);
 
-// Bytes live and peak, per device and category and per device in total.
+// Bytes live and peak, per device kind and category and per kind in total (the CUDA devices of a
+// process are counted together).
 // Thread-safe: every method may be called from any thread at any time (the
 // counters are atomics; a reading is a snapshot of each counter, not of all
 // of them at one instant).
@@ -51,14 +49,14 @@ class MemoryTracker {
   MemoryTracker& operator=(const MemoryTracker&) = delete;
 
   // Counts `bytes` (>= 0) allocated or freed.
-  void on_allocate(Device device, MemoryCategory category, int64_t bytes);
-  void on_free(Device device, MemoryCategory category, int64_t bytes);
+  void on_allocate(DeviceKind device, MemoryCategory category, int64_t bytes);
+  void on_free(DeviceKind device, MemoryCategory category, int64_t bytes);
 
-  int64_t live_bytes(MemoryCategory category, Device device = Device::kCpu) const;
-  int64_t peak_bytes(MemoryCategory category, Device device = Device::kCpu) const;
-  int64_t total_live_bytes(Device device = Device::kCpu) const;
+  int64_t live_bytes(MemoryCategory category, DeviceKind device = DeviceKind::kCpu) const;
+  int64_t peak_bytes(MemoryCategory category, DeviceKind device = DeviceKind::kCpu) const;
+  int64_t total_live_bytes(DeviceKind device = DeviceKind::kCpu) const;
   // The peak of the total, which is at most the sum of the categories' peaks.
-  int64_t total_peak_bytes(Device device = Device::kCpu) const;
+  int64_t total_peak_bytes(DeviceKind device = DeviceKind::kCpu) const;
 
   // Sets every peak to the bytes live now (e.g. at the start of a step).
   // Allocations racing with it may or may not count towards the new peaks.
@@ -75,8 +73,8 @@ class MemoryTracker {
     void add(int64_t bytes);
     void reset_peak() { peak.store(live.load(std::memory_order_relaxed)); }
   };
-  std::array<std::array<Counter, kNumMemoryCategories>, kNumDevices> counters_;
-  std::array<Counter, kNumDevices> totals_;
+  std::array<std::array<Counter, kNumMemoryCategories>, kNumDeviceKinds> counters_;
+  std::array<Counter, kNumDeviceKinds> totals_;
 };
 
 // Alignment of every allocation, in bytes (a cache line; an AVX-512 vector).
@@ -86,14 +84,16 @@ inline constexpr int64_t kAlignment = 64;
 // counted in MemoryTracker::global() under `category` as `bytes` rounded up to
 // a multiple of 64. Returns nullptr for 0 bytes. ResourceExhausted when the
 // memory is not there; FailedPrecondition for kCuda in a build without CUDA or
-// on a machine without a GPU. The caller owns the memory and returns it with
-// deallocate(), passing the same device, category and bytes.
+// on a machine without a GPU (a CUDA device loads the CUDA backend, device_backend.h). The
+// caller owns the memory and returns it with deallocate(), passing the same device, category
+// and bytes.
 [[nodiscard]] absl::StatusOr<void*> allocate(Device device, MemoryCategory category, int64_t bytes);
 void deallocate(Device device, MemoryCategory category, void* data, int64_t bytes);
 
 // Copies `bytes` from `src` on `src_device` to `dst` on `dst_device` (any of
-// cpu<->cuda). Internal (with a CUDA error's text) when the copy fails;
-// FailedPrecondition for kCuda without CUDA. REQUIRES: no overlap.
+// cpu<->cuda), complete when it returns. Internal (with a CUDA error's text)
+// when the copy fails; FailedPrecondition for CUDA without CUDA. REQUIRES: no
+// overlap.
 [[nodiscard]] absl::Status copy_bytes(void* dst, Device dst_device, const void* src,
                                       Device src_device, int64_t bytes);
 
@@ -121,15 +121,5 @@ class FloatBuffer {
   float* data_ = nullptr;
   size_t size_ = 0;
 };
-
-namespace detail {
-// The CUDA side of the functions above: nn/cuda/memory.cc in builds with
-// CUDA, stubs that return FailedPrecondition in builds without.
-absl::StatusOr<void*> cuda_allocate(int64_t bytes);
-void cuda_free(void* data);
-absl::Status cuda_copy(void* dst, Device dst_device, const void* src, Device src_device,
-                       int64_t bytes);
-absl::Status cuda_zero(void* data, int64_t bytes);
-}  // namespace detail
 
 }  // namespace troupe::nn

@@ -1,12 +1,13 @@
-// CUDA side of nn/device.h.
+// The CUDA backend's self test (nn/cuda/self_test.h).
 #include <cuda_runtime.h>
 
 #include <string>
 #include <vector>
 
-#include "nn/device.h"
+#include "nn/cuda/detail/check.h"
+#include "nn/cuda/self_test.h"
 
-namespace troupe::nn {
+namespace troupe::nn::cuda {
 namespace {
 
 __global__ void iota_scaled(float* out, int n, float scale) {
@@ -14,44 +15,29 @@ __global__ void iota_scaled(float* out, int n, float scale) {
   if (i < n) out[i] = scale * static_cast<float>(i);
 }
 
-absl::Status cuda_error(const char* what, cudaError_t err) {
-  return absl::FailedPreconditionError(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
 }  // namespace
 
-bool cuda_compiled() {
-  return true;
-}
-
-int cuda_device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-}
-
-absl::Status cuda_self_test() {
-  int n_devices = 0;
-  if (cudaError_t err = cudaGetDeviceCount(&n_devices); err != cudaSuccess) {
-    return cuda_error("cudaGetDeviceCount", err);
-  }
-  if (n_devices == 0) return absl::FailedPreconditionError("no CUDA device");
+absl::Status self_test(cudaStream_t stream) {
   constexpr int kN = 1 << 16;
   float* device = nullptr;
-  if (cudaError_t err = cudaMalloc(&device, kN * sizeof(float)); err != cudaSuccess) {
-    return cuda_error("cudaMalloc", err);
+  if (absl::Status s = detail::cuda_status(cudaMalloc(&device, kN * sizeof(float)), "cudaMalloc");
+      !s.ok()) {
+    return absl::FailedPreconditionError(s.message());
   }
-  iota_scaled<<<(kN + 255) / 256, 256>>>(device, kN, 0.5f);
+  iota_scaled<<<(kN + 255) / 256, 256, 0, stream>>>(device, kN, 0.5f);
   std::vector<float> host(kN);
-  cudaError_t err = cudaMemcpy(host.data(), device, kN * sizeof(float), cudaMemcpyDeviceToHost);
+  absl::Status copied = detail::cuda_status(
+      cudaMemcpyAsync(host.data(), device, kN * sizeof(float), cudaMemcpyDeviceToHost, stream),
+      "kernel or cudaMemcpy");
+  if (copied.ok()) copied = detail::cuda_status(cudaStreamSynchronize(stream), "self test");
   cudaFree(device);
-  if (err != cudaSuccess) return cuda_error("kernel or cudaMemcpy", err);
+  if (!copied.ok()) return absl::FailedPreconditionError(copied.message());
   for (int i = 0; i < kN; ++i) {
     if (host[i] != 0.5f * static_cast<float>(i)) {
-      return absl::InternalError("cuda_self_test: wrong value at index " + std::to_string(i));
+      return absl::InternalError("cuda self test: wrong value at index " + std::to_string(i));
     }
   }
   return absl::OkStatus();
 }
 
-}  // namespace troupe::nn
+}  // namespace troupe::nn::cuda

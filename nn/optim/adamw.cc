@@ -13,39 +13,10 @@
 namespace troupe::nn {
 namespace {
 
-// The per-step scalars of the update, computed in fp64 as Python computes
-// them in torch.optim.AdamW, then rounded once to fp32 as torch's kernels do.
-struct Coefficients {
-  float decay;  // 1 - lr * wd
-  float beta1;
-  float one_minus_beta1;
-  float beta2;
-  float one_minus_beta2;
-  float bias_correction2_sqrt;  // sqrt(1 - b2^t)
-  float eps;
-  float neg_step_size;  // -lr / (1 - b1^t)
-};
-
-Coefficients coefficients(const AdamWConfig& c, float lr, int step) {
-  const double b1 = c.beta1, b2 = c.beta2, rate = lr;
-  const double bias_correction1 = 1.0 - std::pow(b1, step);
-  const double bias_correction2 = 1.0 - std::pow(b2, step);
-  return {
-      .decay = static_cast<float>(1.0 - rate * static_cast<double>(c.weight_decay)),
-      .beta1 = c.beta1,
-      .one_minus_beta1 = static_cast<float>(1.0 - b1),
-      .beta2 = c.beta2,
-      .one_minus_beta2 = static_cast<float>(1.0 - b2),
-      .bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2)),
-      .eps = c.eps,
-      .neg_step_size = static_cast<float>(-(rate / bias_correction1)),
-  };
-}
-
 // One element (T = float) or four (T = Float4); the formula of adamw.h.
 // `decay` is 1 where weight decay is off, and p * 1 == p.
 template <typename T>
-inline void adamw_element(T& p, T g, T& m, T& v, const Coefficients& k, float decay) {
+inline void adamw_element(T& p, T g, T& m, T& v, const AdamWCoefficients& k, float decay) {
   p = p * decay;
   m = k.beta1 * m + k.one_minus_beta1 * g;
   v = k.beta2 * v + (k.one_minus_beta2 * g) * g;
@@ -54,7 +25,7 @@ inline void adamw_element(T& p, T g, T& m, T& v, const Coefficients& k, float de
 }
 
 void update_range(float* __restrict params, const float* __restrict grads, float* __restrict m,
-                  float* __restrict v, size_t begin, size_t end, const Coefficients& k,
+                  float* __restrict v, size_t begin, size_t end, const AdamWCoefficients& k,
                   float decay) {
   size_t i = begin;
   for (; i + detail::kFloat4Lanes <= end; i += detail::kFloat4Lanes) {
@@ -99,7 +70,7 @@ void adamw_update(float* params, const float* grads, float* m, float* v, size_t 
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                   const AdamWConfig& c, float lr, int step, std::span<const ParamRange> no_decay) {
   assert(step >= 1);
-  const Coefficients k = coefficients(c, lr, step);
+  const AdamWCoefficients k = adamw_coefficients(c, lr, step);
   size_t done = 0;
   for (const ParamRange& r : no_decay) {
     assert(done <= r.begin && r.begin <= r.end && r.end <= n);

@@ -34,6 +34,7 @@
 #include <span>
 
 #include "absl/status/status.h"
+#include "nn/optim/adamw_coefficients.h"
 #include "nn/optim/param_range.h"
 
 namespace troupe::nn {
@@ -47,6 +48,11 @@ struct AdamWConfig {
   float eps = 1e-8f;
   float weight_decay = 0.0f;  // decoupled: p -= lr * weight_decay * p
 };
+
+// The scalars of step `step` at rate `lr` (adamw_coefficients.h).
+inline AdamWCoefficients adamw_coefficients(const AdamWConfig& c, float lr, int step) {
+  return adamw_coefficients(c.beta1, c.beta2, c.eps, c.weight_decay, lr, step);
+}
 
 // OK if `c` is in torch.optim.AdamW's domain (lr >= 0, eps >= 0,
 // 0 <= beta < 1, weight_decay >= 0, all finite); InvalidArgument naming the
