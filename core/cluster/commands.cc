@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -26,6 +27,7 @@
 #include "core/cluster/detail/resources.h"
 #include "core/cluster/detail/state_dir.h"
 #include "core/cluster/flags.h"
+#include "core/cluster/gpu_inventory.h"
 #include "transport/auth.h"
 #include "transport/rdma_inventory.h"
 
@@ -133,18 +135,46 @@ absl::StatusOr<ClusterStatus> fetch_status(const HeadClient& client, const Flags
   return status;
 }
 
-// What a worker offers by default: every core, the machine's memory, and its
-// RDMA NICs' active ports from the node inventory (none: no RDMA entry).
-std::string default_resources(const transport::RdmaInventory& rdma) {
+// What a worker offers by default: every core, the machine's memory, its
+// GPUs and its RDMA NICs' active ports from the node inventories (no RDMA:
+// no RDMA entry).
+std::string default_resources(const transport::RdmaInventory& rdma, const GpuInventory& gpus) {
   long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   long pages = ::sysconf(_SC_PHYS_PAGES);
   long page = ::sysconf(_SC_PAGE_SIZE);
   Resources r;
   r.set(kCpu, static_cast<double>(cores > 0 ? cores : 1));
-  r.set(kGpu, 0);
+  r.set(kGpu, static_cast<double>(gpus.devices.size()));
   if (pages > 0 && page > 0) r.set(kMemory, static_cast<double>(pages) * static_cast<double>(page));
   if (int ports = transport::active_ports(rdma); ports > 0) r.set(kRdma, ports);
   return r.to_string();
+}
+
+// "devices 2-3" / "device 2": indices from..to.
+std::string device_range(size_t from, size_t to) {
+  return from == to ? absl::StrCat("device ", from) : absl::StrCat("devices ", from, "-", to);
+}
+
+// What a worker offering GPU=`offered` should be told of the GPUs it found,
+// when they differ; empty when they agree.
+std::string gpu_offer_note(int offered, const GpuInventory& gpus) {
+  const size_t found = gpus.devices.size();
+  const size_t n = static_cast<size_t>(offered);
+  if (n > found) {
+    return absl::StrCat(
+        "--resources offers GPU=", offered, " but ",
+        found == 0 ? absl::StrCat("no GPUs were found (", gpus.note, ")")
+                   : absl::StrCat(found, found == 1 ? " GPU was" : " GPUs were", " found"),
+        ": ", device_range(found, n - 1), n - found == 1 ? " is a stand-in" : " are stand-ins",
+        " named \"GPU\" of unknown memory");
+  }
+  if (n < found) {
+    return n == 0 ? absl::StrCat("--resources offers none of the ", found,
+                                 " GPUs found (add GPU=", found, " to offer them)")
+                  : absl::StrCat("--resources offers GPU=", offered, " of the ", found,
+                                 " GPUs found: actors get ", device_range(0, n - 1));
+  }
+  return "";
 }
 
 // How long a worker declared dead gives its actors to return before it
@@ -304,15 +334,17 @@ int worker_command(const std::vector<std::string>& args) {
   if (!flags.ok()) return usage(flags.status());
   if (flags->help()) {
     std::printf(
-        "usage: troupe worker --head HOST:PORT [--resources CPU=2,GPU=0,memory=8G,custom=N]\n"
+        "usage: troupe worker --head HOST:PORT [--resources CPU=2,GPU=1,memory=8G,custom=N]\n"
         "                     [--token-file PATH] [--actor-lib PATH]... [--actor-lib-dir DIR]...\n"
         "                     [--host ADDRESS] [--threads N] [--transports ucx,tcp]\n\n"
         "Joins this machine to a cluster as a worker node (as `ray start --address`):\n"
         "it hosts actors the head places here and talks to other nodes directly.\n\n"
         "  --head           the head's control address (default: $TROUPE_HEAD, or the\n"
         "                   head running on this machine)\n"
-        "  --resources      what this node offers (default: every core, all memory, no GPU,\n"
-        "                   RDMA=<active RDMA ports> where it has RDMA NICs)\n"
+        "  --resources      what this node offers (default: every core, all memory,\n"
+        "                   GPU=<the NVIDIA GPUs NVML shows, after CUDA_VISIBLE_DEVICES>,\n"
+        "                   RDMA=<active RDMA ports> where it has RDMA NICs). GPU=N offers\n"
+        "                   devices 0..N-1 (as Ray's --num-gpus); without GPU, none\n"
         "  --token-file     the cluster token (default: $TROUPE_TOKEN, or the local head's)\n"
         "  --actor-lib      a user actor library to load (must lie in an --actor-lib-dir\n"
         "                   or a directory of $TROUPE_ACTOR_LIB_DIRS)\n"
@@ -323,6 +355,8 @@ int worker_command(const std::vector<std::string>& args) {
         "                   rejoining it when it is back (default 60s)\n"
         "  --restart-wait   how long a call from this worker's actors to an actor being\n"
         "                   restarted waits for it before failing (default 30s)\n\n"
+        "An actor spawned with GPU=k is given k devices of this node's (a fraction: a\n"
+        "share of one), which troupe::cluster::gpu_ids() tells it (core/cluster/gpus.h).\n"
         "A worker the head declares dead (missed heartbeats) joins again as a new node.\n",
         kMaxThreads);
     return 0;
@@ -333,11 +367,22 @@ int worker_command(const std::vector<std::string>& args) {
   if (!rdma.devices.empty()) {
     std::printf("troupe worker: RDMA NICs: %s\n", transport::describe(rdma).c_str());
   }
-  std::string resources_text = flags->get("resources", default_resources(rdma));
+  const GpuInventory gpus = gpu_inventory();
+  if (!gpus.devices.empty()) std::printf("troupe worker: GPUs: %s\n", describe(gpus).c_str());
+  std::string resources_text = flags->get("resources", default_resources(rdma, gpus));
   absl::StatusOr<Resources> resources = Resources::parse(resources_text);
   if (!resources.ok()) {
     return usage(absl::InvalidArgumentError(
         absl::StrCat("--resources ", resources_text, ": ", resources.status().message())));
+  }
+  const double offered = resources->get(kGpu);
+  if (offered != std::floor(offered) || offered > kMaxNodeGpus) {
+    return usage(absl::InvalidArgumentError(absl::StrCat(
+        "--resources ", resources_text, ": GPU=", offered, " is not a whole number of GPUs up to ",
+        kMaxNodeGpus, " (as Ray's --num-gpus)")));
+  }
+  if (const std::string note = gpu_offer_note(static_cast<int>(offered), gpus); !note.empty()) {
+    std::printf("troupe worker: %s\n", note.c_str());
   }
   int threads = 0;
   if (flags->has("threads") && (!absl::SimpleAtoi(flags->get("threads"), &threads) || threads < 1 ||
@@ -364,6 +409,7 @@ int worker_command(const std::vector<std::string>& args) {
                                .kind = NodeKind::kWorker,
                                .name = flags->get("name"),
                                .resources = resources->to_string(),
+                               .gpus = gpus.devices,
                                .host = flags->get("host"),
                                .transports = transports,
                                .threads = threads};

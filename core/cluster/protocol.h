@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cluster/gpu_inventory.h"
 #include "core/codec.h"
 #include "core/ids.h"
 
@@ -58,7 +59,11 @@ struct NodeInfo {
   int64_t pid = 0;
   std::vector<std::string> endpoints;  // data plane, best first
   std::string resources;               // total, "CPU=2,GPU=0,memory=8G"
-  TROUPE_FIELDS(index, kind, name, host, pid, endpoints, resources);
+  // A worker's GPUs, one per unit of its GPU resource, by device index (a
+  // stand-in named "GPU" of unknown memory for one it declares but NVML
+  // does not show); empty for drivers.
+  std::vector<GpuDevice> gpus;
+  TROUPE_FIELDS(index, kind, name, host, pid, endpoints, resources, gpus);
 };
 
 // What a node learns at registration and then with each heartbeat: what

@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/cluster/gpus.h"
+
 namespace troupe::testing {
 
 int64_t Probe::pid() const {
@@ -57,6 +59,15 @@ absl::StatusOr<double> Reducer::allreduce(int64_t count, int iterations) {
 
 int64_t Reducer::pid() const {
   return ::getpid();
+}
+
+std::vector<int> GpuUser::gpu_ids() const {
+  return cluster::gpu_ids();
+}
+
+bool GpuUser::hold(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::min(ms, 30000)));
+  return true;
 }
 
 }  // namespace troupe::testing

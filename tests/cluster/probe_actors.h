@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/actor.h"
 #include "core/cluster/cluster.h"
@@ -81,5 +82,14 @@ class Tripwire {
 };
 TROUPE_ACTOR(Tripwire, &Tripwire::pid);
 TROUPE_ACTOR_CONSTRUCTOR(Tripwire, std::string);
+
+// Says which GPUs it holds (troupe::cluster::gpu_ids()).
+class GpuUser {
+ public:
+  std::vector<int> gpu_ids() const;
+  // Runs for `ms` milliseconds (to be caught in flight).
+  bool hold(int ms);
+};
+TROUPE_ACTOR(GpuUser, &GpuUser::gpu_ids, &GpuUser::hold);
 
 }  // namespace troupe::testing

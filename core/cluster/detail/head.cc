@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "core/cluster/detail/agent.h"
+#include "core/cluster/detail/gpu_assignment.h"
 #include "spdlog/spdlog.h"
 
 namespace troupe::cluster {
@@ -421,6 +422,9 @@ Future<ActorLocation> HeadService::spawn_actor(SpawnRequest request) {
   }
   absl::StatusOr<Resources> resources = Resources::parse(request.resources);
   if (!resources.ok()) return Future<ActorLocation>::failed(resources.status());
+  if (absl::Status s = check_gpu_request(resources->get(kGpu)); !s.ok()) {
+    return Future<ActorLocation>::failed(s);
+  }
   absl::StatusOr<uint64_t> sequence = ids_.next_actor();
   if (!sequence.ok()) return Future<ActorLocation>::failed(sequence.status());
   uint64_t id = ActorId::make(kClusterActorNode, *sequence).value;

@@ -30,6 +30,20 @@ std::string usage_of(const std::string& total_text, const std::string& available
   return absl::StrJoin(parts, ", ");
 }
 
+// `text` as a Prometheus label value: backslash, quote and newline escaped.
+std::string label_value(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    if (c == '\\' || c == '"') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string render_status(const ClusterStatus& s) {
@@ -48,6 +62,12 @@ std::string render_status(const ClusterStatus& s) {
                           n.draining ? "DRAIN" : std::string(to_string(n.state)).c_str(),
                           n.info.name.substr(0, 34).c_str(), static_cast<long long>(n.actors),
                           res.c_str());
+    if (n.state == NodeState::kAlive && !n.info.gpus.empty()) {
+      std::vector<std::string> gpus;
+      for (const GpuDevice& g : n.info.gpus)
+        gpus.push_back(describe(g));
+      absl::StrAppendFormat(&out, "        %s\n", absl::StrJoin(gpus, "; "));
+    }
   }
   std::map<ActorState, int> by_state;
   for (const ActorStatus& a : s.actors)
@@ -136,6 +156,15 @@ std::string render_metrics(const ClusterStatus& s) {
                       name, "\"} ", amount, "\n");
       absl::StrAppend(&out, "troupe_node_resource_available{node=\"", n.info.index,
                       "\",resource=\"", name, "\"} ", available->get(name), "\n");
+    }
+  }
+  gauge("troupe_node_gpu_memory_bytes",
+        "Each GPU of a live worker: its total memory (0: unknown).");
+  for (const NodeStatus& n : s.nodes) {
+    if (n.state != NodeState::kAlive) continue;
+    for (const GpuDevice& g : n.info.gpus) {
+      absl::StrAppend(&out, "troupe_node_gpu_memory_bytes{node=\"", n.info.index, "\",gpu=\"",
+                      g.index, "\",name=\"", label_value(g.name), "\"} ", g.memory_bytes, "\n");
     }
   }
   gauge("troupe_actors", "Actors by state.");

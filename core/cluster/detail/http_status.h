@@ -1,6 +1,8 @@
 // The head's HTTP endpoint (Ray's dashboard port, 8265 by default):
-//   GET /metrics   Prometheus text: nodes, actors by state, placement groups
-//   GET /          the cluster status as plain text (what `troupe status` shows)
+//   GET /metrics   Prometheus text: nodes, resources, GPUs, actors by state,
+//                  placement groups
+//   GET /          the cluster status as plain text (what `troupe status` shows,
+//                  each worker's GPUs included)
 // Served from one I/O thread (asio): a connection costs a socket and a
 // buffer of at most kMaxRequestBytes, never a thread, so idle or slow clients
 // do not hold up a scrape. Each has kClientTimeout to send a request (and to

@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "core/cluster/detail/resources.h"
 #include "spdlog/spdlog.h"
 #include "transport/address.h"
 #include "transport/auth.h"
@@ -114,6 +116,19 @@ absl::StatusOr<std::unique_ptr<Member>> Member::join(MemberOptions options) {
     absl::StatusOr<std::string> local = local_address_towards(options.head);
     if (!local.ok()) return local.status();
     options.host = *local;
+  }
+  if (options.kind == NodeKind::kWorker) {
+    absl::StatusOr<Resources> offered = Resources::parse(options.resources);
+    if (!offered.ok()) return offered.status();
+    const double gpus = offered->get(kGpu);
+    if (std::fabs(gpus - std::round(gpus)) > Resources::kEpsilon || gpus > kMaxNodeGpus) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GPU=", gpus, ": a worker offers a whole number of GPUs, up to ",
+                       kMaxNodeGpus, " (as Ray's --num-gpus)"));
+    }
+    options.gpus = gpus_for_count(options.gpus, static_cast<int>(std::llround(gpus)));
+  } else {
+    options.gpus.clear();
   }
   if (options.name.empty()) {
     options.name =
@@ -256,6 +271,7 @@ NodeInfo Member::info() const {
   info.pid = ::getpid();
   info.endpoints = node_->endpoints();
   info.resources = options_.resources;
+  info.gpus = options_.gpus;
   return info;
 }
 

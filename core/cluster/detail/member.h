@@ -20,6 +20,7 @@
 #include "core/cluster/detail/agent.h"
 #include "core/cluster/detail/head.h"
 #include "core/cluster/detail/node.h"
+#include "core/cluster/gpu_inventory.h"
 #include "core/cluster/protocol.h"
 
 namespace troupe::cluster {
@@ -30,6 +31,10 @@ struct MemberOptions {
   NodeKind kind = NodeKind::kWorker;
   std::string name;       // for status and logs; default "<kind> <host> pid <pid>"
   std::string resources;  // workers: what they offer, "CPU=2,GPU=0,memory=8G"
+  // Workers: their GPUs (gpu_inventory()). join() makes them match the GPU
+  // amount of `resources` (gpus_for_count): its first GPU=N, or stand-ins
+  // for those it does not know.
+  std::vector<GpuDevice> gpus;
   // The address other nodes reach this one at; empty: the local address of
   // the route to the head.
   std::string host;
@@ -67,8 +72,9 @@ class NodeDeathListeners {
 
 class Member {
  public:
-  // Errors: InvalidArgument (bad address or resources), Unavailable (head
-  // unreachable), PermissionDenied (wrong token), DeadlineExceeded.
+  // Errors: InvalidArgument (bad address or resources: a worker offers a
+  // whole number of GPUs), Unavailable (head unreachable), PermissionDenied
+  // (wrong token), DeadlineExceeded.
   static absl::StatusOr<std::unique_ptr<Member>> join(MemberOptions options);
   // Leaves the cluster in order (the head is told) and stops the node.
   ~Member();
@@ -119,7 +125,8 @@ class Member {
   std::unique_ptr<Node> node_;
   ActorRef<HeadService> head_;
   std::shared_ptr<StopSignal> stop_ = std::make_shared<StopSignal>();
-  std::shared_ptr<HostedActors> hosted_ = std::make_shared<HostedActors>();
+  std::shared_ptr<HostedActors> hosted_ =
+      std::make_shared<HostedActors>(static_cast<int>(options_.gpus.size()));
   std::shared_ptr<NodeDeathListeners> death_listeners_ = std::make_shared<NodeDeathListeners>();
   uint64_t seen_version_ = 0;      // heartbeat thread only (after start)
   uint64_t head_incarnation_ = 0;  // heartbeat thread only (after start)
