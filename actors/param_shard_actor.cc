@@ -39,6 +39,15 @@ absl::StatusOr<std::unique_ptr<ParamShardActor>> ParamShardActor::create(
                      static_cast<int>(options.precision), " is not fp32, fp16 or bf16"));
   }
   std::unique_ptr<ParamShardActor> shard(new ParamShardActor(options, layout, range));
+  // The state lives on its stage's device (spawned before it, in the same process).
+  if (std::shared_ptr<StageTensors> t =
+          Handoff::find<StageTensors>(actor_name(options.job, "stage", options.at));
+      t != nullptr) {
+    shard->device_ = t->device;
+  }
+  absl::StatusOr<nn::DeviceBackend*> backend = nn::backend(shard->device_.kind);
+  if (!backend.ok()) return Prefixed(absl::StrCat(shard->name_, ": "), backend.status());
+  shard->backend_ = *backend;
   if (absl::Status s = shard->allocate_state(); !s.ok()) return s;
   return shard;
 }
@@ -56,11 +65,11 @@ absl::Status ParamShardActor::allocate_state() {
   const size_t n = range_.size();
   constexpr nn::MemoryCategory kState = nn::MemoryCategory::kOptimizerState;
   if (options_.precision != nn::DType::kFloat32) {
-    if (absl::Status s = master_.reset(kState, n); !s.ok()) return s;
+    if (absl::Status s = master_.reset(kState, n, true, device_); !s.ok()) return s;
   }
-  if (absl::Status s = m_.reset(kState, n); !s.ok()) return s;
+  if (absl::Status s = m_.reset(kState, n, true, device_); !s.ok()) return s;
   if (options_.optimizer.kind == OptimizerSpec::kAdamW) {
-    if (absl::Status s = v_.reset(kState, n); !s.ok()) return s;
+    if (absl::Status s = v_.reset(kState, n, true, device_); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -78,6 +87,11 @@ absl::StatusOr<std::shared_ptr<StageTensors>> ParamShardActor::stage() {
   if (tensors == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat(name_, ": its stage ", stage_name, " is not in this process"));
+  }
+  if (tensors->device != device_) {
+    return absl::FailedPreconditionError(absl::StrCat(name_, ": its state is on ",
+                                                      nn::to_string(device_), ", its stage on ",
+                                                      nn::to_string(tensors->device)));
   }
   if (tensors->n != layout_.num_params()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -109,29 +123,38 @@ float* ParamShardActor::masters(StageTensors& stage) {
   return master_.data() == nullptr ? stage_params(stage) : master_.data();
 }
 
-void ParamShardActor::refresh_compute_copy(StageTensors& stage) {
+absl::Status ParamShardActor::refresh_compute_copy(StageTensors& stage) {
   stage.params_version.fetch_add(1);
-  if (master_.data() == nullptr) return;  // fp32: the stage computes with the masters themselves
+  if (master_.data() == nullptr) return absl::OkStatus();  // fp32: the stage computes with them
   // Round each master to the compute type and back: the stage's kernels read
   // fp32, holding exactly the values a bf16 / fp16 copy holds.
-  const auto n = static_cast<int64_t>(master_.size());
-  rounded_.resize(master_.size());
-  nn::convert(master_.data(), nn::DType::kFloat32, rounded_.data(), options_.precision, n);
-  nn::convert(rounded_.data(), options_.precision, stage_params(stage), nn::DType::kFloat32, n);
+  return backend_->round_to(device_.index, stage_params(stage), master_.data(), master_.size(),
+                            options_.precision);
+}
+
+absl::Status ParamShardActor::write_masters(StageTensors& stage, const float* host) {
+  return nn::copy_bytes(masters(stage), device_, host, nn::Device::cpu(),
+                        static_cast<int64_t>(range_.size() * sizeof(float)));
 }
 
 absl::StatusOr<int64_t> ParamShardActor::init() {
   absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
   if (!s.ok()) return s.status();
+  // The range's weights, made on the host (only the range, without the memory of a whole model)
+  // and written to the masters wherever they live.
+  std::vector<float> weights(device_.is_cpu() ? 0 : range_.size());
+  float* out = device_.is_cpu() ? masters(**s) : weights.data();
   if (!options_.init_from.empty()) {
-    if (absl::Status loaded = load_pretrained(masters(**s)); !loaded.ok()) return loaded;
+    if (absl::Status loaded = load_pretrained(out); !loaded.ok()) return loaded;
   } else {
-    // Only the range, without the memory of a whole model.
     nn::init_parameters(options_.model, layout_.slice(), options_.seed, range_.begin, range_.end,
-                        masters(**s));
+                        out);
   }
-  refresh_compute_copy(**s);
-  clear_state();
+  if (!device_.is_cpu()) {
+    if (absl::Status written = write_masters(**s, out); !written.ok()) return written;
+  }
+  if (absl::Status r = refresh_compute_copy(**s); !r.ok()) return r;
+  if (absl::Status c = clear_state(); !c.ok()) return c;
   prepared_ = 0;
   applied_step_ = 0;
   updates_ = 0;
@@ -153,9 +176,15 @@ absl::Status ParamShardActor::load_pretrained(float* out) {
   return absl::OkStatus();
 }
 
-void ParamShardActor::clear_state() {
-  if (m_.size() > 0) std::memset(m_.data(), 0, m_.bytes());
-  if (v_.size() > 0) std::memset(v_.data(), 0, v_.bytes());
+absl::Status ParamShardActor::clear_state() {
+  for (nn::FloatBuffer* b : {&m_, &v_}) {
+    if (b->size() == 0) continue;
+    if (absl::Status s = nn::zero_bytes(b->data(), device_, static_cast<int64_t>(b->bytes()));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParamShardActor::prepare(int64_t step) {
@@ -205,9 +234,12 @@ absl::StatusOr<int64_t> ParamShardActor::commit(CommitRequest request) {
   }
   failpoint("commit", options_.at, request.step);     // past the commit point
   const int update = static_cast<int>(updates_ + 1);  // AdamW's bias correction counts updates
-  apply_update(request, update, masters(t), stage_grads(t), m_.data(), v_.data(), range_.size(),
-               no_decay_);
-  refresh_compute_copy(t);
+  absl::Status applied =
+      apply_update(*backend_, device_.index, request, update, masters(t), stage_grads(t), m_.data(),
+                   v_.data(), range_.size(), no_decay_);
+  if (applied.ok()) applied = refresh_compute_copy(t);
+  if (!applied.ok())
+    return Prefixed(absl::StrCat(name_, ": commit of step ", request.step, ": "), applied);
   updates_ = update;
   applied_step_ = request.step;
   prepared_ = 0;
@@ -218,24 +250,44 @@ absl::StatusOr<int64_t> ParamShardActor::commit(CommitRequest request) {
   return applied_step_;
 }
 
-void ParamShardActor::apply_update(const CommitRequest& commit, int update, float* p, float* grads,
-                                   float* m, float* v, size_t n,
-                                   const std::vector<nn::ParamRange>& no_decay) const {
-  if (commit.grad_scale != 1.0f) nn::scale_grads(grads, n, commit.grad_scale);
-  if (options_.optimizer.kind == OptimizerSpec::kAdamW) {
-    nn::adamw_update(p, grads, m, v, n, options_.optimizer.adamw(commit.lr), commit.lr, update,
-                     no_decay);
-  } else {
-    nn::sgd_update(p, grads, options_.optimizer.momentum > 0 ? m : nullptr, n,
-                   options_.optimizer.sgd(commit.lr), commit.lr, update);
+absl::Status ParamShardActor::apply_update(nn::DeviceBackend& backend, int device,
+                                           const CommitRequest& commit, int update, float* p,
+                                           float* grads, float* m, float* v, size_t n,
+                                           const std::vector<nn::ParamRange>& no_decay) const {
+  if (commit.grad_scale != 1.0f) {
+    if (absl::Status s = backend.scale(device, grads, n, commit.grad_scale); !s.ok()) return s;
   }
+  if (options_.optimizer.kind == OptimizerSpec::kAdamW) {
+    return backend.adamw_update(device, {.params = p,
+                                         .grads = grads,
+                                         .m = m,
+                                         .v = v,
+                                         .n = n,
+                                         .config = options_.optimizer.adamw(commit.lr),
+                                         .lr = commit.lr,
+                                         .step = update,
+                                         .no_decay = no_decay});
+  }
+  return backend.sgd_update(device,
+                            {.params = p,
+                             .grads = grads,
+                             .momentum_buffer = options_.optimizer.momentum > 0 ? m : nullptr,
+                             .n = n,
+                             .config = options_.optimizer.sgd(commit.lr),
+                             .lr = commit.lr,
+                             .step = update});
 }
 
 absl::StatusOr<std::vector<float>> ParamShardActor::master_params() {
   absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
   if (!s.ok()) return s.status();
-  const float* p = masters(**s);
-  return std::vector<float>(p, p + range_.size());
+  std::vector<float> out(range_.size());
+  if (absl::Status c = nn::copy_bytes(out.data(), nn::Device::cpu(), masters(**s), device_,
+                                      static_cast<int64_t>(out.size() * sizeof(float)));
+      !c.ok()) {
+    return c;
+  }
+  return out;
 }
 
 absl::Status ParamShardActor::load_params(std::vector<float> params) {
@@ -246,9 +298,9 @@ absl::Status ParamShardActor::load_params(std::vector<float> params) {
   }
   absl::StatusOr<std::shared_ptr<StageTensors>> s = stage();
   if (!s.ok()) return s.status();
-  std::memcpy(masters(**s), params.data(), params.size() * sizeof(float));
-  refresh_compute_copy(**s);
-  clear_state();
+  if (absl::Status w = write_masters(**s, params.data()); !w.ok()) return w;
+  if (absl::Status r = refresh_compute_copy(**s); !r.ok()) return r;
+  if (absl::Status c = clear_state(); !c.ok()) return c;
   updates_ = 0;
   initialised_ = true;
   seed_buddy();
@@ -355,10 +407,16 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
   const double start = now_ms();
   constexpr size_t kPiece = (size_t{4} << 20) / sizeof(float);  // the writer's 4 MiB pieces
   uint64_t copied = 0;
+  absl::Status staging_error;
   for (size_t k = 0; k < states.size(); ++k) {
     for (size_t at = 0; at < n; at += kPiece) {
       const size_t len = std::min(kPiece, n - at);
-      std::memcpy(staging_.data() + k * n + at, states[k].second + skip + at, len * sizeof(float));
+      if (absl::Status c = nn::copy_bytes(staging_.data() + k * n + at, nn::Device::cpu(),
+                                          states[k].second + skip + at, device_,
+                                          static_cast<int64_t>(len * sizeof(float)));
+          !c.ok()) {
+        staging_error = c;
+      }
       copied += len * sizeof(float);
       if (copied < staging_.size() * sizeof(float)) {
         staged_.store(copied);
@@ -369,6 +427,13 @@ Future<ShardSaveReport> ParamShardActor::save(SaveRequest request) {
   staging_ms_.store(now_ms() - start);
   staged_.store(staging_.size() * sizeof(float));  // after staging_ms_: the writer reads it
   staged_.notify_all();
+  if (!staging_error.ok()) {
+    // The file holds what the copy left: wait for the writer, and fail the save instead.
+    writer_.join();
+    return Future<ShardSaveReport>::ready_with(
+        Prefixed(absl::StrCat(name_, ": save of step ", request.step, ": copying the state: "),
+                 staging_error));
+  }
   return future;
 }
 
@@ -414,13 +479,18 @@ absl::StatusOr<ShardLoadReport> ParamShardActor::load(LoadRequest request) {
                                                    m->optimizer.type, ", the run's ", optimizer));
   }
   initialised_ = false;  // until every state is read
+  std::vector<float> host(device_.is_cpu() ? 0 : range_.size());
   for (const auto& [state, where] : checkpoint_state(t)) {
-    absl::Status read = checkpoint::read_state(env, request.step_dir, *m, state, want,
-                                               layout_.slice(), static_cast<int64_t>(range_.begin),
-                                               static_cast<int64_t>(range_.end), where);
+    absl::Status read = checkpoint::read_state(
+        env, request.step_dir, *m, state, want, layout_.slice(), static_cast<int64_t>(range_.begin),
+        static_cast<int64_t>(range_.end), device_.is_cpu() ? where : host.data());
+    if (read.ok() && !device_.is_cpu()) {
+      read = nn::copy_bytes(where, device_, host.data(), nn::Device::cpu(),
+                            static_cast<int64_t>(host.size() * sizeof(float)));
+    }
     if (!read.ok()) return read;
   }
-  refresh_compute_copy(t);
+  if (absl::Status r = refresh_compute_copy(t); !r.ok()) return r;
   prepared_ = 0;
   applied_step_ = m->step;
   updates_ = m->optimizer.updates;

@@ -45,6 +45,7 @@
 #include "actors/training_types.h"
 #include "core/actor.h"
 #include "core/actor_declare.h"
+#include "nn/device_backend.h"
 #include "nn/dtype.h"
 #include "nn/memory.h"
 #include "nn/model/layout.h"
@@ -212,7 +213,7 @@ class ParamShardActor {
   // Makes `range` the shard's, its optimizer state allocated anew (its
   // values then set by the caller), unless it is the shard's already.
   absl::Status take_range(nn::ParamRange range);
-  void clear_state();  // the optimizer's moments to zero
+  absl::Status clear_state();  // the optimizer's moments to zero
   // The shard's range of init_from's weights into `out`.
   absl::Status load_pretrained(float* out);
   // The kinds of state a checkpoint holds for this shard, in file order, with
@@ -222,8 +223,10 @@ class ParamShardActor {
   // The optimizer update of step `commit` on state `p`, `m`, `v` of `n`
   // values with gradients `grads` (scaled in place): commit's and the
   // replica's, the same arithmetic.
-  void apply_update(const CommitRequest& commit, int update, float* p, float* grads, float* m,
-                    float* v, size_t n, const std::vector<nn::ParamRange>& no_decay) const;
+  // On `device` of `backend`: the shard's own state on its device, a replica on the CPU.
+  absl::Status apply_update(nn::DeviceBackend& backend, int device, const CommitRequest& commit,
+                            int update, float* p, float* grads, float* m, float* v, size_t n,
+                            const std::vector<nn::ParamRange>& no_decay) const;
   // Sends the whole state to the buddy, if there is one and the shard holds
   // weights; a failure is the next replicate()'s to report.
   void seed_buddy();
@@ -234,19 +237,24 @@ class ParamShardActor {
   // The stage's compute copy and gradients of the range.
   float* stage_params(StageTensors& stage) const;
   float* stage_grads(StageTensors& stage) const;
-  void refresh_compute_copy(StageTensors& stage);
+  absl::Status refresh_compute_copy(StageTensors& stage);
+  // Writes the range's masters from `host` (range_.size() floats in host memory).
+  absl::Status write_masters(StageTensors& stage, const float* host);
 
   ShardOptions options_;
   std::string name_;
   nn::ModelLayout layout_;
   nn::ParamRange range_;
   std::vector<nn::ParamRange> no_decay_;  // AdamW's (biases, norm weights), in the range
-  nn::FloatBuffer master_;                // [range]: empty in fp32
-  nn::FloatBuffer m_;                     // [range]: AdamW's moments, or SGD's momentum in m_
+  // The device of its stage, where its state lives and its update runs (the CPU when it has
+  // no stage in this process).
+  nn::Device device_;
+  nn::DeviceBackend* backend_ = &nn::cpu_backend();
+  nn::FloatBuffer master_;  // [range]: empty in fp32
+  nn::FloatBuffer m_;       // [range]: AdamW's moments, or SGD's momentum in m_
   nn::FloatBuffer v_;
-  std::vector<uint16_t> rounded_;  // bf16/fp16: the compute copy's rounding scratch
-  std::vector<float> staging_;     // a save's copy of the state, while it is written
-  std::thread writer_;             // the save in flight, if any
+  std::vector<float> staging_;  // a save's copy of the state, while it is written
+  std::thread writer_;          // the save in flight, if any
   std::atomic<bool> writing_{false};
   // The bytes of staging_ copied so far (the writer writes no further), and
   // the copy's time, written before the last store of staged_.

@@ -60,7 +60,11 @@ Future<void> ParamShardActor::replicate(CommitRequest commit) {
   failpoint("replicate", options_.at, commit.step);
   ReplicaUpdate update{
       .from = options_.at, .commit = commit, .grads = transport::Buffer(n * sizeof(float))};
-  std::memcpy(update.grads.data(), stage_grads(**s), n * sizeof(float));
+  if (absl::Status c = nn::copy_bytes(update.grads.data(), nn::Device::cpu(), stage_grads(**s),
+                                      device_, static_cast<int64_t>(n * sizeof(float)));
+      !c.ok()) {
+    return Future<void>::failed(c);
+  }
   return buddy_->call(&ParamShardActor::hold_update, std::move(update));
 }
 
@@ -108,8 +112,11 @@ void ParamShardActor::commit_replica(int64_t step) {
   float* m = kinds > 1 ? data + n : nullptr;
   float* v = kinds > 2 ? data + 2 * n : nullptr;
   const int update = static_cast<int>(r.state.updates + 1);
-  apply_update(r.pending->commit, update, data, reinterpret_cast<float*>(r.pending->grads.data()),
-               m, v, n, r.no_decay);
+  // The replica is held in host memory: the CPU applies its update, with the same arithmetic.
+  absl::Status applied =
+      apply_update(nn::cpu_backend(), 0, r.pending->commit, update, data,
+                   reinterpret_cast<float*>(r.pending->grads.data()), m, v, n, r.no_decay);
+  if (!applied.ok()) return;  // the CPU's update does not fail
   r.state.updates = update;
   r.state.step = step;
   r.pending.reset();

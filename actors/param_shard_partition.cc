@@ -77,7 +77,12 @@ absl::StatusOr<ShardState> ParamShardActor::export_range(PartitionPart part) {
   auto* data = reinterpret_cast<float*>(out.data.data());
   for (size_t k = 0; k < states.size(); ++k) {
     out.states.push_back(states[k].first);
-    if (n > 0) std::memcpy(data + k * n, states[k].second + offset, n * sizeof(float));
+    if (n == 0) continue;
+    if (absl::Status c = nn::copy_bytes(data + k * n, nn::Device::cpu(), states[k].second + offset,
+                                        device_, static_cast<int64_t>(n * sizeof(float)));
+        !c.ok()) {
+      return c;
+    }
   }
   return out;
 }

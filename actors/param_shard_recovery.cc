@@ -54,9 +54,14 @@ absl::StatusOr<ShardRestoreReport> ParamShardActor::import_state(ShardState stat
                      " in ", names.size() * n * sizeof(float)));
   }
   const auto* data = reinterpret_cast<const float*>(state.data.data());
-  for (size_t k = 0; k < states.size(); ++k)
-    std::memcpy(states[k].second, data + k * n, n * sizeof(float));
-  refresh_compute_copy(t);
+  for (size_t k = 0; k < states.size(); ++k) {
+    if (absl::Status c = nn::copy_bytes(states[k].second, device_, data + k * n, nn::Device::cpu(),
+                                        static_cast<int64_t>(n * sizeof(float)));
+        !c.ok()) {
+      return c;
+    }
+  }
+  if (absl::Status r = refresh_compute_copy(t); !r.ok()) return r;
   prepared_ = 0;
   applied_step_ = state.step;
   updates_ = state.updates;

@@ -14,6 +14,7 @@
 #include "actors/handoff.h"
 #include "actors/stage_sends.h"
 #include "actors/step_clock.h"
+#include "core/cluster/gpus.h"
 #include "core/status.h"
 #include "nn/optim/clip.h"
 #include "nn/threads.h"
@@ -105,16 +106,32 @@ int64_t peak_rss_bytes() {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // kilobytes on Linux
 }
 
+// The device the stage computes on: the CPU, or the first GPU its actor holds.
+absl::StatusOr<nn::Device> stage_device(const StageOptions& options) {
+  if (options.device == nn::DeviceKind::kCpu) return nn::Device::cpu();
+  const std::vector<int> gpus = cluster::gpu_ids();
+  if (gpus.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stage ", to_string(options.at),
+        ": device cuda, but its actor holds no GPU (a stage on CUDA is spawned with GPU=1 on a "
+        "worker that offers GPUs)"));
+  }
+  return nn::Device::cuda(gpus.front());
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
     const StageOptions& options) {
   if (absl::Status s = check_options(options); !s.ok()) return s;
+  absl::StatusOr<nn::Device> device = stage_device(options);
+  if (!device.ok()) return device.status();
   // A pipeline stage binds buffers of its own range into the model
   // (actors/stage_buffers.h).
-  const nn::ModelStorage storage = options.mesh.pp > 1
-                                       ? nn::ModelStorage{.parameters = false, .gradients = false}
-                                       : model_storage(options.gradient_sync, options.mesh.dp);
+  nn::ModelStorage storage = options.mesh.pp > 1
+                                 ? nn::ModelStorage{.parameters = false, .gradients = false}
+                                 : model_storage(options.gradient_sync, options.mesh.dp);
+  storage.device = *device;
   absl::StatusOr<std::unique_ptr<nn::Model>> model =
       nn::create_model(options.model, options.model_options, storage,
                        {.rank = options.at.t, .size = options.mesh.tp});
@@ -150,13 +167,15 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
   const ZeroPartition& part = stage->partition_;
   if (!storage.parameters && options.mesh.pp == 1) {
     if (absl::Status s =
-            stage->own_params_.reset(nn::MemoryCategory::kParameters, part.own().size());
+            stage->own_params_.reset(nn::MemoryCategory::kParameters, part.own().size(),
+                                     /*zero=*/true, *device);
         !s.ok()) {
       return s;
     }
   }
   if (!storage.gradients && options.mesh.pp == 1) {
-    if (absl::Status s = stage->own_grads_.reset(nn::MemoryCategory::kGradients, part.own().size());
+    if (absl::Status s = stage->own_grads_.reset(nn::MemoryCategory::kGradients, part.own().size(),
+                                                 /*zero=*/true, *device);
         !s.ok()) {
       return s;
     }
@@ -218,6 +237,7 @@ void PipelineStageActor::publish_tensors() {
   tensors_->grads = partitioned_grads ? own_grads_.data() : buffers_->grads(held.begin);
   tensors_->grads_held = partitioned_grads ? partition_.own() : held;
   tensors_->n = model_->num_params();
+  tensors_->device = model_->device();
   Handoff::publish(name_, tensors_);
 }
 

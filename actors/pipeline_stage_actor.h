@@ -104,10 +104,13 @@ struct StageOptions {
   // Tensor parallelism (mesh.tp > 1): the group of the stage's tp ranks
   // (rank t), over which its model sums what its slices computed.
   std::string tp_group;
+  // Where the stage computes (docs/gpu.md): the CPU, or the GPU its actor holds (it is spawned
+  // with GPU=1; cluster::gpu_ids()), which its shard and loader use too.
+  nn::DeviceKind device = nn::DeviceKind::kCpu;
   TROUPE_FIELDS(job, at, mesh, model, model_options, micro_batch, grad_accum, gradient_sync,
                 bucket_elements, overlap_comm, prefetch_elements, persistence_threshold,
                 max_live_parameters, threads, group, precision, schedule, virtual_stages, partition,
-                pipe_group, tp_group);
+                pipe_group, tp_group, device);
 };
 
 class PipelineStageActor {

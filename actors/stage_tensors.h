@@ -20,6 +20,7 @@
 
 #include "actors/training_types.h"
 #include "core/cluster/collective_group.h"
+#include "nn/device.h"
 #include "nn/optim/param_range.h"
 
 namespace troupe::actors {
@@ -33,6 +34,9 @@ struct StageTensors {
   float* grads = nullptr;
   nn::ParamRange grads_held;
   size_t n = 0;  // the model's parameters
+  // Where `params` and `grads` live: the stage's device, on which the shard keeps its state
+  // and runs the optimizer (nn/device_backend.h).
+  nn::Device device;
 
   // Counts the shard's writes of `params` (init, load, commit): the stage
   // gathers the other ranks' partitions again after one (ZeRO).

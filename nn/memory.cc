@@ -150,27 +150,35 @@ FloatBuffer& FloatBuffer::operator=(FloatBuffer&& other) noexcept {
   if (this != &other) {
     release();
     category_ = other.category_;
+    device_ = other.device_;
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }
   return *this;
 }
 
-absl::Status FloatBuffer::reset(MemoryCategory category, size_t n, bool zero) {
+absl::Status FloatBuffer::reset(MemoryCategory category, size_t n, bool zero, Device device) {
   release();
-  absl::StatusOr<void*> p =
-      allocate(Device::cpu(), category, static_cast<int64_t>(n * sizeof(float)));
+  absl::StatusOr<void*> p = allocate(device, category, static_cast<int64_t>(n * sizeof(float)));
   if (!p.ok()) return p.status();
   category_ = category;
+  device_ = device;
   data_ = static_cast<float*>(*p);
   size_ = n;
-  if (n > 0 && zero) std::memset(data_, 0, n * sizeof(float));
+  if (n > 0 && zero) {
+    if (device.is_cpu()) {
+      std::memset(data_, 0, n * sizeof(float));
+    } else if (absl::Status s = zero_bytes(data_, device, static_cast<int64_t>(bytes())); !s.ok()) {
+      release();
+      return s;
+    }
+  }
   return absl::OkStatus();
 }
 
 void FloatBuffer::release() {
   if (data_ == nullptr) return;
-  deallocate(Device::cpu(), category_, data_, static_cast<int64_t>(size_ * sizeof(float)));
+  deallocate(device_, category_, data_, static_cast<int64_t>(size_ * sizeof(float)));
   data_ = nullptr;
   size_ = 0;
 }

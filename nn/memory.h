@@ -100,24 +100,29 @@ void deallocate(Device device, MemoryCategory category, void* data, int64_t byte
 // Sets `bytes` at `data` on `device` to zero.
 [[nodiscard]] absl::Status zero_bytes(void* data, Device device, int64_t bytes);
 
-// fp32 memory from allocate() on the CPU, counted under its category while
-// held; move-only. data() is null while empty.
+// fp32 memory from allocate() on a device (the CPU unless reset names another), counted under
+// its category while held; move-only. data() is null while empty; on a CUDA device it is a
+// device pointer, for that device's kernels and copy_bytes.
 class FloatBuffer {
  public:
   FloatBuffer() = default;
   FloatBuffer(FloatBuffer&& other) noexcept { *this = std::move(other); }
   FloatBuffer& operator=(FloatBuffer&& other) noexcept;
   ~FloatBuffer() { release(); }
-  // Replaces the contents by n zeros (n floats left as they are, with zero = false).
-  // ResourceExhausted without the memory (then empty).
-  [[nodiscard]] absl::Status reset(MemoryCategory category, size_t n, bool zero = true);
+  // Replaces the contents by n zeros (n floats left as they are, with zero = false), on
+  // `device`. ResourceExhausted without the memory (then empty); FailedPrecondition for a device
+  // that is not usable here.
+  [[nodiscard]] absl::Status reset(MemoryCategory category, size_t n, bool zero = true,
+                                   Device device = Device::cpu());
   void release();
   float* data() const { return data_; }
   size_t size() const { return size_; }
   size_t bytes() const { return size_ * sizeof(float); }
+  Device device() const { return device_; }
 
  private:
   MemoryCategory category_ = MemoryCategory::kOther;
+  Device device_ = Device::cpu();
   float* data_ = nullptr;
   size_t size_ = 0;
 };

@@ -224,7 +224,13 @@ struct ElasticityConfig {
   std::vector<int64_t> micro_batch_sizes;  // ascending, distinct; [] as absent
 };
 
+// `device`: where the stages compute (docs/gpu.md). "auto" (the default): "cuda" when every
+// worker of the cluster offers a GPU, else "cpu" (resolve_device, trainers/job_device.h).
+enum class DeviceChoice { kAuto, kCpu, kCuda };
+const char* device_choice_name(DeviceChoice choice);  // "auto", "cpu", "cuda"
+
 struct TrainConfig {
+  DeviceChoice device = DeviceChoice::kAuto;
   int64_t train_batch_size = 0;
   int64_t micro_batch_size = 0;  // train_micro_batch_size_per_gpu
   int64_t gradient_accumulation_steps = 0;

@@ -66,6 +66,7 @@ Json scheduler_json(const SchedulerConfig& scheduler) {
 
 std::string to_json(const TrainConfig& c) {
   Json j;
+  j["device"] = device_choice_name(c.device);
   j["train_batch_size"] = c.train_batch_size;
   j["train_micro_batch_size_per_gpu"] = c.micro_batch_size;
   j["gradient_accumulation_steps"] = c.gradient_accumulation_steps;

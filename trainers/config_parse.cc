@@ -22,7 +22,8 @@ namespace config_detail {
 namespace {
 
 // Top-level keys that parse_train_config reads.
-constexpr std::array<absl::string_view, 21> kImplementedKeys = {
+constexpr std::array<absl::string_view, 22> kImplementedKeys = {
+    "device",
     "train_batch_size",
     "train_micro_batch_size_per_gpu",
     "gradient_accumulation_steps",
@@ -521,7 +522,39 @@ absl::Status parse_batch(JsonObject& top, TrainConfig* config) {
   return absl::OkStatus();
 }
 
+// `device`: "auto", "cpu" or "cuda".
+absl::Status parse_device(JsonObject& top, TrainConfig* config) {
+  std::string device = device_choice_name(config->device);
+  TROUPE_CONFIG_RETURN_IF_ERROR(top.read("device", &device));
+  for (DeviceChoice choice : {DeviceChoice::kAuto, DeviceChoice::kCpu, DeviceChoice::kCuda}) {
+    if (device == device_choice_name(choice)) {
+      config->device = choice;
+      return absl::OkStatus();
+    }
+  }
+  std::string hint;
+  if (device.starts_with("cuda:")) {
+    hint = " (a job's ranks each get a GPU of their own from their worker: name no index)";
+  } else if (device == "gpu") {
+    hint = " (did you mean \"cuda\"?)";
+  }
+  return config_error(absl::StrCat("device: \"", device,
+                                   "\" is not a device; one of \"auto\", \"cpu\", \"cuda\"", hint));
+}
+
 }  // namespace config_detail
+
+const char* device_choice_name(DeviceChoice choice) {
+  switch (choice) {
+    case DeviceChoice::kAuto:
+      return "auto";
+    case DeviceChoice::kCpu:
+      return "cpu";
+    case DeviceChoice::kCuda:
+      return "cuda";
+  }
+  return "auto";
+}
 
 absl::StatusOr<TrainConfig> parse_train_config(const std::string& json_text) {
   using namespace config_detail;
@@ -534,6 +567,7 @@ absl::StatusOr<TrainConfig> parse_train_config(const std::string& json_text) {
   TrainConfig config;
   JsonObject top(*json, "");
   TROUPE_CONFIG_RETURN_IF_ERROR(check_top_level(top, *json, &config.warnings));
+  TROUPE_CONFIG_RETURN_IF_ERROR(parse_device(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_model(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_data(top, &config));
   TROUPE_CONFIG_RETURN_IF_ERROR(parse_parallel(top, &config));

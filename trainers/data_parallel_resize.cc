@@ -30,6 +30,7 @@
 #include "actors/zero_partition.h"
 #include "trainers/data_parallel_trainer.h"
 #include "trainers/elastic_batch.h"
+#include "trainers/job_device.h"
 #include "trainers/mesh_layout.h"
 
 namespace troupe::trainers {
@@ -105,16 +106,17 @@ absl::Status DataParallelTrainer::resize(const std::vector<int>& keep,
     const std::string names = absl::StrCat(job_, "+", ++resizes_);
     for (int i = 0; i < add; ++i) {
       absl::StatusOr<cluster::PlacementGroupId> pg = cluster_.create_placement_group(
-          {"CPU=1"}, cluster::PlacementStrategy::kSpread, absl::StrCat(names, "/rank-", i),
+          {stage_resources(config_)}, cluster::PlacementStrategy::kSpread,
+          absl::StrCat(names, "/rank-", i),
           /*detached=*/false, {target_nodes[i]});
       if (!pg.ok()) return undo(pg.status());
       groups.push_back(*pg);
     }
     for (cluster::PlacementGroupId pg : groups) {
       if (absl::Status s = cluster_.wait_placement_group(pg, left()); !s.ok()) {
-        return undo(absl::ResourceExhaustedError(
-            absl::StrCat("resize to dp ", new_dp, ": no room for ", add,
-                         add == 1 ? " new rank" : " new ranks", " (one CPU each): ", s.message())));
+        return undo(absl::ResourceExhaustedError(absl::StrCat(
+            "resize to dp ", new_dp, ": no room for ", add, add == 1 ? " new rank" : " new ranks",
+            " (", stage_needs(config_, 1), " each): ", s.message())));
       }
     }
     for (int i = 0; i < add; ++i) {

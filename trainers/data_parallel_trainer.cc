@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "actors/mesh.h"
+#include "trainers/job_device.h"
 #include "trainers/mesh_layout.h"
 
 namespace troupe::trainers {
@@ -64,7 +65,8 @@ absl::StatusOr<std::vector<cluster::PlacementGroupId>> DataParallelTrainer::rank
   std::vector<cluster::PlacementGroupId> groups;
   for (int d = 0; d < dp; ++d) {
     absl::StatusOr<cluster::PlacementGroupId> pg = cluster_.create_placement_group(
-        {"CPU=1"}, cluster::PlacementStrategy::kSpread, absl::StrCat(job_, "/rank-", d),
+        {stage_resources(config_)}, cluster::PlacementStrategy::kSpread,
+        absl::StrCat(job_, "/rank-", d),
         /*detached=*/false, {nodes[d]});
     if (!pg.ok()) return pg.status();
     placement_groups_.push_back(*pg);
@@ -80,10 +82,10 @@ absl::Status DataParallelTrainer::spawn_replicas() {
   const int dp = config_.parallel.dp;
   // One bundle per replica, on different nodes where there are enough.
   // A dp the cluster cannot hold is named by its config key.
-  std::vector<std::string> bundles(dp, "CPU=1");
+  std::vector<std::string> bundles(dp, stage_resources(config_));
   auto placing = [&](const absl::Status& s) {
-    return absl::Status(s.code(), absl::StrCat("parallel.dp ", dp, ": placing ", dp,
-                                               " replicas (one CPU each): ", s.message()));
+    return absl::Status(s.code(), absl::StrCat("parallel.dp ", dp, ": placing ", dp, " replicas (",
+                                               stage_needs(config_, 1), " each): ", s.message()));
   };
   absl::StatusOr<cluster::PlacementGroupId> pg = place_spread(bundles, job_ + "/replicas");
   if (!pg.ok()) return placing(pg.status());

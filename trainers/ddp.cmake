@@ -11,6 +11,7 @@ target_sources(troupe_trainers PRIVATE
   generate_command.cc
   hybrid_trainer.cc
   interrupt.cc
+  job_device.cc
   member_spawn.cc
   mesh_layout.cc
   mesh_trainer.cc

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "actors/step_clock.h"
 #include "core/cluster/detail/resources.h"
+#include "trainers/job_device.h"
 
 namespace troupe::trainers {
 namespace {
@@ -19,14 +20,15 @@ constexpr absl::Duration kResizeTimeout = absl::Seconds(60);
 constexpr absl::Duration kDetectBudget = absl::Seconds(10);
 
 // A live worker that hosts no rank of the job, takes new work and has room
-// for a rank (one CPU).
-bool has_room(const cluster::NodeStatus& n, const std::set<uint32_t>& busy) {
+// for a rank (`rank`: a CPU, and a GPU on CUDA).
+bool has_room(const cluster::NodeStatus& n, const std::set<uint32_t>& busy,
+              const cluster::Resources& rank) {
   if (n.state != cluster::NodeState::kAlive || n.info.kind != cluster::NodeKind::kWorker ||
       !n.ready || n.draining || busy.contains(n.info.index)) {
     return false;
   }
   absl::StatusOr<cluster::Resources> free = cluster::Resources::parse(n.available);
-  return free.ok() && free->get("CPU") >= 1;
+  return free.ok() && free->contains(rank);
 }
 
 std::string nodes_text(const std::vector<int32_t>& nodes, const char* what) {
@@ -120,8 +122,9 @@ absl::StatusOr<std::optional<ResizeReport>> ElasticScaler::before_step(int64_t s
     }
   }
   std::vector<int32_t> joined;
+  const cluster::Resources rank = *cluster::Resources::parse(stage_resources(config_));
   for (const cluster::NodeStatus& n : status->nodes) {
-    if (has_room(n, busy)) joined.push_back(static_cast<int32_t>(n.info.index));
+    if (has_room(n, busy, rank)) joined.push_back(static_cast<int32_t>(n.info.index));
   }
   if (keep.empty() && !joined.empty()) {
     // Every rank is on a draining node: the job grows onto the nodes that

@@ -7,6 +7,7 @@
 #include "actors/generation.h"
 #include "actors/stage_plan.h"
 #include "nn/dtype.h"
+#include "trainers/job_device.h"
 
 namespace troupe::trainers {
 
@@ -75,16 +76,17 @@ absl::Status HybridTrainer::spawn_mesh() {
   // enough: the pipeline's stages apart, the replicas apart. An interleaved
   // stage's chunks share its bundle: one process, taking turns on its CPUs.
   const int stages = config_.parallel.pp;
-  std::vector<std::string> bundles(static_cast<size_t>(dp * stages), absl::StrCat("CPU=", tp));
+  std::vector<std::string> bundles(static_cast<size_t>(dp * stages), stage_bundle(config_, tp));
   // A mesh the cluster cannot hold is named by the config keys that sized it
   // (Megatron's, where the config gave pp or tp under those).
   auto placing = [&](const absl::Status& s) {
     const ParallelConfig& p = config_.parallel;
     return absl::Status(
-        s.code(), absl::StrCat("parallel.dp ", dp, " x ", p.pp_key, " ", stages,
-                               tp > 1 ? absl::StrCat(" x ", p.tp_key, " ", tp) : std::string(),
-                               ": placing ", dp, " x ", stages, " stages (", tp,
-                               tp == 1 ? " CPU" : " CPUs on one node", " each): ", s.message()));
+        s.code(),
+        absl::StrCat("parallel.dp ", dp, " x ", p.pp_key, " ", stages,
+                     tp > 1 ? absl::StrCat(" x ", p.tp_key, " ", tp) : std::string(), ": placing ",
+                     dp, " x ", stages, " stages (", stage_needs(config_, tp),
+                     tp == 1 ? "" : " on one node", " each): ", s.message()));
   };
   absl::StatusOr<cluster::PlacementGroupId> pg = place_spread(bundles, job_ + "/mesh");
   if (!pg.ok()) return placing(pg.status());

@@ -1,6 +1,7 @@
 #include "trainers/member_spawn.h"
 
 #include "core/status.h"
+#include "trainers/job_device.h"
 #include "trainers/trainer.h"
 
 namespace troupe::trainers {
@@ -27,7 +28,8 @@ actors::StageOptions stage_options(const TrainConfig& config, const MemberPlace&
           .virtual_stages = config.parallel.virtual_stages,
           .partition = config.parallel.partition,
           .pipe_group = place.pipe_group,
-          .tp_group = place.tp_group};
+          .tp_group = place.tp_group,
+          .device = job_device(config)};
 }
 
 absl::StatusOr<MemberActors> spawn_member(Cluster& cluster, const TrainConfig& config,

@@ -1,4 +1,5 @@
 #include "trainers/mesh_trainer.h"
+#include "trainers/job_device.h"
 
 #include <algorithm>
 #include <type_traits>
@@ -64,6 +65,7 @@ MemberPlace MeshTrainer::member_place(const actors::Coordinate& at, const actors
   if (config.fault_tolerance.enabled) where.max_restarts = config.fault_tolerance.max_failures;
   return {.at = at,
           .mesh = mesh,
+          .stage_resources = stage_resources(config),
           .names = names,
           .where = where,
           .threads = threads_,
@@ -193,7 +195,7 @@ absl::Status MeshTrainer::respawn(const actors::Coordinate& at, absl::Time deadl
   // the new actors' ids differ from the old ones in any case).
   watch_.fence(at, "lost while the head was down").IgnoreError();
   absl::StatusOr<cluster::PlacementGroupId> pg = cluster_.create_placement_group(
-      {"CPU=1"}, cluster::PlacementStrategy::kPack,
+      {stage_resources(config_)}, cluster::PlacementStrategy::kPack,
       absl::StrCat(replacement_group(at), "-", placement_groups_.size()));
   if (!pg.ok()) return pg.status();
   placement_groups_.push_back(*pg);

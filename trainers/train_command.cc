@@ -29,6 +29,7 @@
 #include "trainers/config.h"
 #include "trainers/elastic_scaler.h"
 #include "trainers/interrupt.h"
+#include "trainers/job_device.h"
 #include "trainers/model_file.h"
 #include "trainers/progress.h"
 #include "trainers/run_metrics.h"
@@ -274,11 +275,20 @@ int train_command(const std::vector<std::string>& all_args) {
   }
   auto cluster = Cluster::connect(options);
   if (!cluster.ok()) return fail("connecting to the cluster", cluster.status());
+  // "auto" becomes what the workers offer; what the run records is what it ran on.
+  const DeviceChoice asked_device = config.device;
+  absl::StatusOr<TrainConfig> resolved = with_device_resolved(**cluster, config);
+  if (!resolved.ok()) return fail("choosing the device", resolved.status());
+  config = *std::move(resolved);
 
   std::printf(
-      "job %s: %s: %zu parameters\n"
+      "job %s: %s: %zu parameters, on %s%s\n"
       "  dp %d%s, global batch %lld = micro %lld x accumulation %lld x dp %d%s\n",
       job.c_str(), config.model.describe().c_str(), nn::model_layout(config.model).num_params(),
+      device_choice_name(config.device),
+      asked_device == DeviceChoice::kAuto && config.device == DeviceChoice::kCuda
+          ? " (every worker offers a GPU)"
+          : "",
       config.parallel.dp,
       config.parallel.pp > 1 || config.parallel.tp > 1
           ? absl::StrCat(" x pp ", config.parallel.pp, " x tp ", config.parallel.tp).c_str()

@@ -1,4 +1,5 @@
 #include "trainers/trainer.h"
+#include "trainers/job_device.h"
 
 #include <algorithm>
 
@@ -8,8 +9,11 @@
 
 namespace troupe::trainers {
 
-absl::StatusOr<std::unique_ptr<Trainer>> start_trainer(Cluster& cluster, const TrainConfig& config,
+absl::StatusOr<std::unique_ptr<Trainer>> start_trainer(Cluster& cluster, const TrainConfig& given,
                                                        const std::string& job, int threads) {
+  absl::StatusOr<TrainConfig> resolved = with_device_resolved(cluster, given);
+  if (!resolved.ok()) return resolved.status();
+  const TrainConfig& config = *resolved;
   if (config.parallel.pp > 1 || config.parallel.tp > 1) {
     absl::StatusOr<std::unique_ptr<HybridTrainer>> hybrid =
         HybridTrainer::start(cluster, config, job, threads);

@@ -18,16 +18,32 @@
 // cudaSetDevice(troupe::cluster::gpu_ids()[0]).
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 namespace troupe::cluster {
 
 // The device indices the calling actor holds, ascending: call it from the
-// actor's methods (or its on_restart). Empty outside them (a driver's
-// thread, any other thread, the actor's first constructor, which runs
-// before it is an actor), for an actor that asked for no GPU, and for one
-// not hosted by a cluster worker (an ActorSystem of its own, a driver's
-// local actor). Thread-safe; it takes a lock and copies a few ints.
+// actor's constructor, methods or on_restart (its devices are assigned
+// before it is constructed, so that a model can be made on them there).
+// Empty outside them (a driver's thread, any other thread), for an actor
+// that asked for no GPU, and for one not hosted by a cluster worker (an
+// ActorSystem of its own, a driver's local actor). Thread-safe; it takes a
+// lock and copies a few ints.
 std::vector<int> gpu_ids();
+
+// While alive, gpu_ids() on this thread answers for actor `id`: the node's
+// agent holds one around the constructor of an actor it hosts (which runs on
+// the agent's thread, before the actor exists). Not for actor code.
+class ConstructingActor {
+ public:
+  explicit ConstructingActor(uint64_t id);
+  ~ConstructingActor();
+  ConstructingActor(const ConstructingActor&) = delete;
+  ConstructingActor& operator=(const ConstructingActor&) = delete;
+
+ private:
+  uint64_t previous_;
+};
 
 }  // namespace troupe::cluster

@@ -26,7 +26,8 @@ void zero_floats(float* p, size_t n) {
   }
 }
 
-absl::Status reset_zeroed(FloatBuffer& buffer, MemoryCategory category, size_t n) {
+absl::Status reset_zeroed(FloatBuffer& buffer, MemoryCategory category, size_t n, Device device) {
+  if (!device.is_cpu()) return buffer.reset(category, n, /*zero=*/true, device);
   if (absl::Status s = buffer.reset(category, n, /*zero=*/false); !s.ok()) return s;
   zero_floats(buffer.data(), n);
   return absl::OkStatus();
@@ -47,8 +48,12 @@ absl::Status check_tokens(const std::string& model, const int32_t* tokens, size_
   return absl::OkStatus();
 }
 
-ActivationState::ActivationState(std::string model, int num_layers)
-    : model_(std::move(model)), num_layers_(num_layers), part_end_(num_layers), slots_(1) {}
+ActivationState::ActivationState(std::string model, int num_layers, Device device)
+    : model_(std::move(model)),
+      num_layers_(num_layers),
+      device_(device),
+      part_end_(num_layers),
+      slots_(1) {}
 
 absl::Status ActivationState::set_part(int begin, int end, bool head) {
   const int L = num_layers_;
@@ -158,11 +163,13 @@ absl::Status ActivationState::reserve(size_t per_slot, size_t scratch) {
   for (Slot& slot : slots_) {
     slot.have_inputs = slot.have_targets = false;
     if (slot.buffer.size() >= per_slot) continue;
-    if (absl::Status s = reset_zeroed(slot.buffer, MemoryCategory::kActivations, per_slot); !s.ok())
+    if (absl::Status s = reset_zeroed(slot.buffer, MemoryCategory::kActivations, per_slot, device_);
+        !s.ok()) {
       return s;
+    }
   }
   if (scratch_.size() < scratch) {
-    return reset_zeroed(scratch_, MemoryCategory::kActivations, scratch);
+    return reset_zeroed(scratch_, MemoryCategory::kActivations, scratch, device_);
   }
   return absl::OkStatus();
 }

@@ -44,8 +44,10 @@ class Carver {
 // Sets n floats from p to zero, split across the kernels' threads in whole cache lines (zero_grad
 // runs in the step; the first touch of a new buffer also places its pages).
 void zero_floats(float* p, size_t n);
-// `buffer` replaced by n zeros of `category` (zero_floats); ResourceExhausted without the memory.
-absl::Status reset_zeroed(FloatBuffer& buffer, MemoryCategory category, size_t n);
+// `buffer` replaced by n zeros of `category` on `device` (zero_floats on the CPU);
+// ResourceExhausted without the memory.
+absl::Status reset_zeroed(FloatBuffer& buffer, MemoryCategory category, size_t n,
+                          Device device = Device::cpu());
 // OK when `tokens` is non-null and each of its n tokens lies in [0, vocab_size); otherwise
 // InvalidArgument "<model>: <what>[i] = x is outside the vocabulary [0, V)".
 absl::Status check_tokens(const std::string& model, const int32_t* tokens, size_t n, int vocab_size,
@@ -56,8 +58,9 @@ absl::Status check_tokens(const std::string& model, const int32_t* tokens, size_
 class ActivationState {
  public:
   // `model` names the architecture in errors; it has `num_layers` blocks. One slot; the whole
-  // model is the part.
-  ActivationState(std::string model, int num_layers);
+  // model is the part. The buffers are on `device` (the model's).
+  ActivationState(std::string model, int num_layers, Device device = Device::cpu());
+  Device device() const { return device_; }
 
   // Keeps activations for blocks [begin, end), and the head's when `head`; forgets the batch.
   // InvalidArgument unless 0 <= begin < end <= num_layers and a part with the head ends at the
@@ -132,6 +135,7 @@ class ActivationState {
 
   std::string model_;
   int num_layers_ = 0;
+  Device device_;
   int part_begin_ = 0;
   int part_end_ = 0;
   bool part_head_ = true;

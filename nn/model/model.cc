@@ -5,6 +5,8 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "nn/device_backend.h"
 #include "nn/gpt2/gpt.h"
 #include "nn/llama/llama.h"
 
@@ -14,6 +16,17 @@ absl::StatusOr<std::unique_ptr<Model>> create_model(const ModelConfig& config,
                                                     const ModelOptions& options,
                                                     const ModelStorage& storage,
                                                     const TensorSlice& slice) {
+  if (storage.device.is_cpu()) return detail::create_cpu_model(config, options, storage, slice);
+  if (absl::Status usable = check_device(storage.device); !usable.ok()) return usable;
+  absl::StatusOr<DeviceBackend*> b = backend(storage.device.kind);
+  if (!b.ok()) return b.status();
+  return (*b)->create_model(storage.device.index, config, options, storage, slice);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> detail::create_cpu_model(const ModelConfig& config,
+                                                                const ModelOptions& options,
+                                                                const ModelStorage& storage,
+                                                                const TensorSlice& slice) {
   if (const GPTConfig* g = config.gpt2()) {
     absl::StatusOr<GPT> gpt = GPT::create(*g, options, storage, slice);
     if (!gpt.ok()) return gpt.status();

@@ -43,6 +43,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "nn/device.h"
 #include "nn/layers/parallel.h"
 #include "nn/model/config.h"
 #include "nn/model/decoder.h"
@@ -63,9 +64,15 @@ struct ModelOptions {
 // caller, range by range (bind_parameters, bind_gradients): ZeRO keeps only a partition of the
 // parameters or gradients whole and binds each block to a gathered copy or a bucket just before
 // it runs; a pipeline stage binds only its own range.
+//
+// `device` is where the model computes and keeps its buffers, activations and caches
+// (nn/device.h; docs/gpu.md): its backend makes it (nn/device_backend.h). The CPU's models are
+// those of nn/gpt2 and nn/llama; the CUDA backend's are in nn/cuda (docs/gpu.md says which
+// architectures and options it runs).
 struct ModelStorage {
   bool parameters = true;
   bool gradients = true;
+  Device device = Device::cpu();
 };
 
 // Bytes held by a model, by category. They are also counted in MemoryTracker::global() (memory.h)
@@ -84,6 +91,9 @@ class Model {
 
   virtual const ModelConfig& config() const = 0;
   virtual const ModelOptions& options() const = 0;
+  // Where it computes and keeps its buffers (ModelStorage::device): params(), grads(),
+  // residual(), dresidual() and logits() point into this device's memory.
+  virtual Device device() const { return Device::cpu(); }
   const TensorSlice& tensor_slice() const { return layout().slice(); }
   // Where each parameter lives (this rank's slice's layout under tensor parallelism).
   virtual const ModelLayout& layout() const = 0;
@@ -208,6 +218,14 @@ class Model {
                                                                   const ModelOptions& options = {},
                                                                   const ModelStorage& storage = {},
                                                                   const TensorSlice& slice = {});
+
+namespace detail {
+// create_model on the CPU: the architectures of nn/gpt2 and nn/llama (the CPU backend's).
+[[nodiscard]] absl::StatusOr<std::unique_ptr<Model>> create_cpu_model(const ModelConfig& config,
+                                                                      const ModelOptions& options,
+                                                                      const ModelStorage& storage,
+                                                                      const TensorSlice& slice);
+}  // namespace detail
 
 // OK, or InvalidArgument naming what does not divide over slice.size ranks (heads, KV heads, the
 // MLP, the padded vocabulary), or a rank outside [0, size).

@@ -71,6 +71,12 @@ TEST_F(GpuClusterTest, WholeGpuActorsGetDistinctDevices) {
   std::set<Indices> got = {gpus_of(*a), gpus_of(*b)};
   EXPECT_EQ(got, (std::set<Indices>{{0}, {1}}));
   EXPECT_EQ(gpus_of(*none), Indices{});
+  // Its devices are its own in its constructor already (a model is made on them there).
+  for (const ActorRef<GpuUser>& actor : {*a, *b, *none}) {
+    absl::StatusOr<Indices> at_start = actor.call(&GpuUser::constructed_with).get(kCallTimeout);
+    ASSERT_TRUE(at_start.ok()) << at_start.status();
+    EXPECT_EQ(*at_start, gpus_of(actor));
+  }
   // The driver is no actor of a worker's: it holds none.
   EXPECT_EQ(gpu_ids(), Indices{});
   // Worker 0's two GPUs are taken.

@@ -61,6 +61,8 @@ int64_t Reducer::pid() const {
   return ::getpid();
 }
 
+GpuUser::GpuUser() : constructed_with_(cluster::gpu_ids()) {}
+
 std::vector<int> GpuUser::gpu_ids() const {
   return cluster::gpu_ids();
 }

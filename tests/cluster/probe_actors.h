@@ -83,13 +83,18 @@ class Tripwire {
 TROUPE_ACTOR(Tripwire, &Tripwire::pid);
 TROUPE_ACTOR_CONSTRUCTOR(Tripwire, std::string);
 
-// Says which GPUs it holds (troupe::cluster::gpu_ids()).
+// Says which GPUs it holds (troupe::cluster::gpu_ids()), now and when it was constructed.
 class GpuUser {
  public:
+  GpuUser();
   std::vector<int> gpu_ids() const;
+  std::vector<int> constructed_with() const { return constructed_with_; }
   // Runs for `ms` milliseconds (to be caught in flight).
   bool hold(int ms);
+
+ private:
+  std::vector<int> constructed_with_;
 };
-TROUPE_ACTOR(GpuUser, &GpuUser::gpu_ids, &GpuUser::hold);
+TROUPE_ACTOR(GpuUser, &GpuUser::gpu_ids, &GpuUser::constructed_with, &GpuUser::hold);
 
 }  // namespace troupe::testing

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nn/device_backend.h"
+#include "nn/dtype.h"
 #include "nn/memory.h"
 #include "nn/optim/adamw.h"
 #include "nn/optim/clip.h"
@@ -128,6 +129,23 @@ TEST(DeviceTest, CpuBackendRunsTheOptimizerKernels) {
   EXPECT_FALSE(*cpu.has_inf_or_nan(0, g.data(), kN));
   g[kN - 1] = std::numeric_limits<float>::infinity();
   EXPECT_TRUE(*cpu.has_inf_or_nan(0, g.data(), kN));
+}
+
+// Mixed precision's compute copy: each value as its bf16 / fp16 rounding holds it.
+TEST(DeviceTest, CpuBackendRoundsThroughTheComputeType) {
+  std::vector<float> in = {1.0f, 1.00390625f, 1.005859375f, 3.14159265f, -65504.0f, 1e-8f};
+  for (DType type : {DType::kBFloat16, DType::kFloat16}) {
+    std::vector<float> out(in.size());
+    ASSERT_TRUE(cpu_backend().round_to(0, out.data(), in.data(), in.size(), type).ok());
+    for (size_t i = 0; i < in.size(); ++i) {
+      uint16_t narrow = 0;
+      float expected = 0;
+      convert(&in[i], DType::kFloat32, &narrow, type, 1);
+      convert(&narrow, type, &expected, DType::kFloat32, 1);
+      EXPECT_EQ(out[i], expected) << to_string(type) << " " << in[i];
+    }
+    EXPECT_NE(out[3], in[3]);  // pi is not a bf16 or fp16 value
+  }
 }
 
 }  // namespace

@@ -159,6 +159,20 @@ TEST(TrainConfigTest, ParsesEveryImplementedKey) {
   EXPECT_TRUE(c.warnings.empty()) << warnings_of(c);
 }
 
+TEST(TrainConfigTest, DeviceIsAutoCpuOrCuda) {
+  EXPECT_EQ(parse_ok(kBase).device, DeviceChoice::kAuto);
+  EXPECT_EQ(parse_ok(patched(R"({"device": "cpu"})")).device, DeviceChoice::kCpu);
+  EXPECT_EQ(parse_ok(patched(R"({"device": "cuda"})")).device, DeviceChoice::kCuda);
+  EXPECT_EQ(parse_ok(patched(R"({"device": "auto"})")).device, DeviceChoice::kAuto);
+  expect_error(R"({"device": "gpu"})", "device", "did you mean \"cuda\"?");
+  expect_error(R"({"device": "cuda:1"})", "device", "name no index");
+  expect_error(R"({"device": 1})", "device", "");
+  // Written back as it was resolved.
+  TrainConfig c = parse_ok(kBase);
+  c.device = DeviceChoice::kCuda;
+  EXPECT_EQ(parse_ok(to_json(c)).device, DeviceChoice::kCuda);
+}
+
 TEST(TrainConfigTest, AbsentKeysTakeDefaults) {
   const TrainConfig c = parse_ok(R"({"train_batch_size": 8, "data": {"synthetic": {}}})");
   const TrainConfig d;

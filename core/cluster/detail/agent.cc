@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cluster/detail/head.h"
 #include "core/cluster/detail/resources.h"
+#include "core/cluster/gpus.h"
 
 namespace troupe::cluster {
 
@@ -96,8 +97,11 @@ absl::StatusOr<uint64_t> NodeAgent::host(HostRequest request) {
   args.set_actor_resolver(&node_->actor_resolver());
   RestartInfo restart{.restart_count = request.restart_count,
                       .reason = absl::UnavailableError(request.restart_reason)};
-  auto handle = node_->system().spawn_remote(*type, std::move(options), request.spawn.constructor,
-                                             args, ActorId{request.id}, restart);
+  auto handle = [&] {
+    ConstructingActor constructing(request.id);  // its gpu_ids() in its constructor
+    return node_->system().spawn_remote(*type, std::move(options), request.spawn.constructor, args,
+                                        ActorId{request.id}, restart);
+  }();
   if (!handle.ok()) {
     if (!held) hosted_->release_gpus(request.id);
     return handle.status();
