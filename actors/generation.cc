@@ -7,6 +7,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "nn/memory.h"
 #include "text/byte_tokenizer.h"
 
 namespace troupe::actors {
@@ -45,12 +46,18 @@ class LogitSource {
     }
     absl::StatusOr<float> ran = model_.forward(inputs.data(), nullptr, B, T);
     if (!ran.ok()) return ran.status();
-    // Each row's last position: copied out, as the forward's logits are [B, T, Vp].
+    // Each row's last position: copied out (to the host from the model's device), as the
+    // forward's logits are [B, T, Vp].
     const int Vp = model_.config().padded_vocab();
     last_.resize(static_cast<size_t>(B) * Vp);
     for (int b = 0; b < B; ++b) {
       const float* row = model_.logits() + (static_cast<size_t>(b) * T + T - 1) * Vp;
-      std::copy(row, row + Vp, last_.begin() + static_cast<ptrdiff_t>(b) * Vp);
+      if (absl::Status s =
+              nn::copy_bytes(last_.data() + static_cast<size_t>(b) * Vp, nn::Device::cpu(), row,
+                             model_.device(), static_cast<int64_t>(Vp * sizeof(float)));
+          !s.ok()) {
+        return s;
+      }
     }
     *logits = last_.data();
     return absl::OkStatus();

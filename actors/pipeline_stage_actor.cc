@@ -109,6 +109,13 @@ int64_t peak_rss_bytes() {
 // The device the stage computes on: the CPU, or the first GPU its actor holds.
 absl::StatusOr<nn::Device> stage_device(const StageOptions& options) {
   if (options.device == nn::DeviceKind::kCpu) return nn::Device::cpu();
+  if (options.mesh.dp > 1 || options.mesh.pp > 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stage ", to_string(options.at), " on cuda: ", options.mesh.dp > 1 ? "data" : "pipeline",
+        " parallelism moves gradients and activations in device memory, through NCCL, which "
+        "collective groups do not use yet; a single rank (dp 1, pp 1) trains on CUDA, or set "
+        "\"device\": \"cpu\""));
+  }
   const std::vector<int> gpus = cluster::gpu_ids();
   if (gpus.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -143,6 +150,9 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
   if (!plan.ok()) return plan.status();
   std::unique_ptr<PipelineStageActor> stage(
       new PipelineStageActor(options, *plan, *std::move(model)));
+  absl::StatusOr<nn::DeviceBackend*> device_backend = nn::backend(device->kind);
+  if (!device_backend.ok()) return device_backend.status();
+  stage->device_backend_ = *device_backend;
   if (absl::Status s = stage->reschedule(); !s.ok()) return s;
   if (options.virtual_stages > 1) {
     // Interleaved: this actor is chunk `chunk` of stage `physical` of `stages`.
@@ -501,18 +511,22 @@ absl::StatusOr<Batch> PipelineStageActor::next_batch(StepReport& report) {
   return batch;
 }
 
-void PipelineStageActor::finish_report(StepReport& report, double start) {
+absl::Status PipelineStageActor::finish_report(StepReport& report, double start) {
   const nn::Model& gpt = *model_;
   report.owned = sync_->owned();
   float* owned_grads = sync_->owned_gradients();
   const auto n = static_cast<int64_t>(report.owned.size());
   if (options_.precision == nn::DType::kFloat16) {
     // fp16 gradients: values beyond 65504 become inf, as they would there.
-    half_grads_.resize(report.owned.size());
-    nn::convert(owned_grads, nn::DType::kFloat32, half_grads_.data(), nn::DType::kFloat16, n);
-    nn::convert(half_grads_.data(), nn::DType::kFloat16, owned_grads, nn::DType::kFloat32, n);
+    if (absl::Status s = device_backend_->round_to(model_->device().index, owned_grads, owned_grads,
+                                                   static_cast<size_t>(n), nn::DType::kFloat16);
+        !s.ok()) {
+      return s;
+    }
   }
-  report.grad_norm_sq = owned_norm_squared(report.owned, owned_grads);
+  absl::StatusOr<double> norm_sq = owned_norm_squared(report.owned, owned_grads);
+  if (!norm_sq.ok()) return norm_sq.status();
+  report.grad_norm_sq = *norm_sq;
   report.found_inf = !std::isfinite(report.grad_norm_sq);
   report.samples = static_cast<int64_t>(options_.micro_batch) * options_.grad_accum;
   report.tokens = report.samples * options_.model.max_seq_len();
@@ -542,17 +556,23 @@ void PipelineStageActor::finish_report(StepReport& report, double start) {
     report.sent.tensor_parallel =
         static_cast<int64_t>((tp_->traffic() - tp_traffic_at_step_).total());
   }
+  return absl::OkStatus();
 }
 
-double PipelineStageActor::owned_norm_squared(const nn::ParamRange& owned,
-                                              const float* grads) const {
-  if (options_.at.t == 0) return nn::grad_norm_squared(grads, owned.size());
+absl::StatusOr<double> PipelineStageActor::owned_norm_squared(const nn::ParamRange& owned,
+                                                              const float* grads) const {
+  const int device = model_->device().index;
+  if (options_.at.t == 0) return device_backend_->grad_norm_squared(device, grads, owned.size());
   double sum = 0;
   for (const nn::ParamTensor& t : model_->layout().tensors()) {
     if (t.split == nn::TensorSplit::kReplicated) continue;
     const size_t begin = std::max(t.offset, owned.begin);
     const size_t end = std::min(t.offset + t.size, owned.end);
-    if (begin < end) sum += nn::grad_norm_squared(grads + (begin - owned.begin), end - begin);
+    if (begin >= end) continue;
+    absl::StatusOr<double> part =
+        device_backend_->grad_norm_squared(device, grads + (begin - owned.begin), end - begin);
+    if (!part.ok()) return part.status();
+    sum += *part;
   }
   return sum;
 }

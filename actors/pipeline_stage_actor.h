@@ -57,6 +57,7 @@
 #include "core/actor.h"
 #include "core/actor_declare.h"
 #include "core/cluster/collective_group.h"
+#include "nn/device_backend.h"
 #include "nn/dtype.h"
 #include "nn/memory.h"
 #include "nn/model/model.h"
@@ -223,11 +224,11 @@ class PipelineStageActor {
   // What every step does first: the report's header, the sync's begin_step.
   absl::Status start_step(const StepRequest& request, StepReport& report);
   // The report's fields every step fills the same way, after the reduction.
-  void finish_report(StepReport& report, double start);
+  absl::Status finish_report(StepReport& report, double start);
   // The squared norm of the owned gradients that this rank counts: on a
   // tensor-parallel rank t > 0 without the tensors every rank holds whole
   // (rank 0 counts them), so that the controller's sum counts each once.
-  double owned_norm_squared(const nn::ParamRange& owned, const float* grads) const;
+  absl::StatusOr<double> owned_norm_squared(const nn::ParamRange& owned, const float* grads) const;
 
   StageOptions options_;  // mesh, at, micro_batch and grad_accum as resize last set them
   std::string name_;
@@ -245,8 +246,9 @@ class PipelineStageActor {
   std::shared_ptr<StageTurns> turns_;      // interleaved: its stage's turns
   std::unique_ptr<GradientSync> sync_;
   std::shared_ptr<DataLoader> loader_;
-  int64_t last_run_ = 0;              // the last step run_step was called for (0: none)
-  std::vector<uint16_t> half_grads_;  // fp16: the gradients' rounding scratch
+  int64_t last_run_ = 0;  // the last step run_step was called for (0: none)
+  // Its model's device's backend: the norms and roundings of the gradients it owns.
+  nn::DeviceBackend* device_backend_ = &nn::cpu_backend();
   std::vector<float>
       head_share_;  // pp > 1, first stage, tied head: its share of the embedding's gradient
   // ZeRO: this rank's partition of what the model does not hold whole.

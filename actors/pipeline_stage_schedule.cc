@@ -260,7 +260,7 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
   report.comm_ms = times.comm_ms;
   report.comm_exposed_ms = times.exposed_ms;
   report.loss = plan_.last() ? loss_sum / m : 0;
-  finish_report(report, start);
+  if (absl::Status s = finish_report(report, start); !s.ok()) return s;
   return report;
 }
 
