@@ -1,6 +1,9 @@
 #include "trainers/job_device.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/cluster/cluster.h"
 #include "core/cluster/detail/resources.h"
 
@@ -72,6 +75,38 @@ std::string stage_needs(const TrainConfig& config, int stages) {
   const std::string cpus = stages == 1 ? "one CPU" : absl::StrCat(stages, " CPUs");
   if (job_device(config) != nn::DeviceKind::kCuda) return cpus;
   return absl::StrCat(cpus, " and ", stages == 1 ? "one GPU" : absl::StrCat(stages, " GPUs"));
+}
+
+LocalGpuPlan plan_local_gpus(const std::vector<cluster::GpuDevice>& gpus, int workers,
+                             int cpus_per_worker, DeviceChoice device) {
+  LocalGpuPlan plan;
+  const std::string cpus = absl::StrCat("CPU=", cpus_per_worker);
+  const auto G = static_cast<int>(gpus.size());
+  if (G == 0 || device == DeviceChoice::kCpu || workers < 1) {
+    plan.resources.assign(static_cast<size_t>(std::max(workers, 0)), cpus);
+    plan.visible_devices.assign(plan.resources.size(), "");
+    return plan;
+  }
+  auto id = [&](int g) {
+    const cluster::GpuDevice& d = gpus[static_cast<size_t>(g)];
+    return d.uuid.empty() ? absl::StrCat(d.index) : d.uuid;
+  };
+  const int each = G >= workers ? G / workers : 1;
+  for (int i = 0; i < workers; ++i) {
+    std::vector<std::string> mine;
+    for (int k = 0; k < each; ++k)
+      mine.push_back(id(G >= workers ? i * each + k : i % G));
+    plan.visible_devices.push_back(absl::StrJoin(mine, ","));
+    plan.resources.push_back(absl::StrCat(cpus, ",GPU=", each));
+  }
+  const std::string kinds = cluster::describe(cluster::GpuInventory{.devices = gpus});
+  if (G >= workers) {
+    plan.summary = each == 1 ? absl::StrCat("each with its own GPU (", kinds, ")")
+                             : absl::StrCat("each with ", each, " GPUs of its own (", kinds, ")");
+  } else {
+    plan.summary = absl::StrCat("sharing ", G, G == 1 ? " GPU" : " GPUs", " (", kinds, ")");
+  }
+  return plan;
 }
 
 }  // namespace troupe::trainers

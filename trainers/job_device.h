@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/cluster/cluster.h"
+#include "core/cluster/gpu_inventory.h"
 #include "core/cluster/protocol.h"
 #include "nn/device.h"
 #include "trainers/config.h"
@@ -38,5 +39,18 @@ inline std::string stage_resources(const TrainConfig& config) {
 }
 // What a stage needs of a node, for the words of an error: "one CPU" or "one CPU and one GPU".
 std::string stage_needs(const TrainConfig& config, int stages);
+
+// How `troupe train --local N` lays this machine's GPUs over its workers (as torchrun gives each
+// local rank a device): with at least one GPU a worker each, worker i gets its own block of
+// them (G / N each, whole); with fewer, the workers share them round-robin, one each. A worker
+// sees only its own (CUDA_VISIBLE_DEVICES, by UUID where known) and offers them as GPU=k. No
+// GPUs, or "device": "cpu": the workers offer none.
+struct LocalGpuPlan {
+  std::vector<std::string> resources;        // each worker's --resources
+  std::vector<std::string> visible_devices;  // each worker's CUDA_VISIBLE_DEVICES; empty: none
+  std::string summary;  // "each with its own GPU (2 x NVIDIA H100 80GB HBM3)", or empty
+};
+LocalGpuPlan plan_local_gpus(const std::vector<cluster::GpuDevice>& gpus, int workers,
+                             int cpus_per_worker, DeviceChoice device);
 
 }  // namespace troupe::trainers

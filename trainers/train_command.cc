@@ -252,13 +252,19 @@ int train_command(const std::vector<std::string>& all_args) {
     // offers at least that many.
     const unsigned worker_cpus = std::max(cores, static_cast<unsigned>(config.parallel.tp));
     const int spares = config.fault_tolerance.enabled ? config.fault_tolerance.spare_nodes : 0;
-    std::printf("starting a local cluster: a head and %d workers%s\n", local_workers,
-                spares > 0
-                    ? absl::StrCat(" and ", spares, spares == 1 ? " spare" : " spares").c_str()
-                    : "");
+    // This machine's GPUs, each rank its own where there are enough (NVML: no CUDA runtime).
+    const LocalGpuPlan gpus =
+        plan_local_gpus(cluster::gpu_inventory().devices, local_workers + spares,
+                        static_cast<int>(worker_cpus), config.device);
+    std::printf(
+        "starting a local cluster: a head and %d workers%s%s\n", local_workers,
+        spares > 0 ? absl::StrCat(" and ", spares, spares == 1 ? " spare" : " spares").c_str() : "",
+        gpus.summary.empty() ? "" : (", " + gpus.summary).c_str());
     auto started =
         cluster::LocalCluster::start({.workers = local_workers + spares,
+                                      .worker_resources = gpus.resources,
                                       .default_resources = absl::StrCat("CPU=", worker_cpus),
+                                      .worker_visible_devices = gpus.visible_devices,
                                       .troupe_binary = self_executable(),
                                       .echo_output = false});
     if (!started.ok()) return fail("starting a local cluster", started.status());

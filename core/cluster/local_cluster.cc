@@ -9,9 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -42,13 +44,27 @@ void read_lines(int fd, const std::function<void(std::string)>& line) {
 
 // Runs `argv` with stdout and stderr into a pipe; returns the pid and the
 // pipe's read end. The child dies with this process, in a process group of its own.
-absl::StatusOr<std::pair<pid_t, int>> run(const std::vector<std::string>& argv) {
+absl::StatusOr<std::pair<pid_t, int>> run(const std::vector<std::string>& argv,
+                                          const std::vector<std::string>& env) {
   // Everything the child needs is prepared before fork(): between fork and
   // exec it may only make async-signal-safe calls.
   std::vector<char*> args;
   for (const std::string& arg : argv)
     args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
+  // This process's environment, with `env`'s names replaced or added.
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const bool replaced = std::any_of(env.begin(), env.end(), [&](const std::string& v) {
+      const size_t eq = v.find('=');
+      return entry.substr(0, entry.find('=') + 1) == std::string_view(v).substr(0, eq + 1);
+    });
+    if (!replaced) envp.push_back(*e);
+  }
+  for (const std::string& v : env)
+    envp.push_back(const_cast<char*>(v.c_str()));
+  envp.push_back(nullptr);
   static constexpr char kExecFailed[] = "cannot run the troupe executable\n";
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
@@ -64,7 +80,7 @@ absl::StatusOr<std::pair<pid_t, int>> run(const std::vector<std::string>& argv) 
     ::setpgid(0, 0);
     ::dup2(fds[1], 1);
     ::dup2(fds[1], 2);
-    ::execvp(args[0], args.data());
+    ::execvpe(args[0], args.data(), envp.data());
     static_cast<void>(::write(2, kExecFailed, sizeof(kExecFailed) - 1));
     ::_exit(127);
   }
@@ -117,7 +133,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOp
     std::string resources = i < static_cast<int>(c->options_.worker_resources.size())
                                 ? c->options_.worker_resources[i]
                                 : c->options_.default_resources;
-    auto node = c->start_worker(resources);
+    const std::vector<std::string>& visible = c->options_.worker_visible_devices;
+    auto node = c->start_worker(
+        resources, i < static_cast<int>(visible.size()) ? visible[static_cast<size_t>(i)] : "");
     if (!node.ok()) return node.status();
   }
   return c;
@@ -185,10 +203,11 @@ std::vector<std::string> LocalCluster::worker_output(int i) {
 }
 
 absl::StatusOr<std::unique_ptr<LocalCluster::Child>> LocalCluster::spawn(
-    const std::string& name, const std::vector<std::string>& args) {
+    const std::string& name, const std::vector<std::string>& args,
+    const std::vector<std::string>& env) {
   std::vector<std::string> argv = {binary_};
   argv.insert(argv.end(), args.begin(), args.end());
-  auto started = run(argv);
+  auto started = run(argv, env);
   if (!started.ok()) return started.status();
   auto child = std::make_unique<Child>();
   child->pid = started->first;
@@ -229,13 +248,16 @@ absl::StatusOr<std::string> LocalCluster::wait_line(
   }
 }
 
-absl::StatusOr<uint32_t> LocalCluster::start_worker(const std::string& resources) {
+absl::StatusOr<uint32_t> LocalCluster::start_worker(const std::string& resources,
+                                                    const std::string& visible_devices) {
   std::string name = absl::StrCat("worker ", workers_.size());
   std::vector<std::string> args = {"worker",       "--head",    head_address_,
                                    "--token-file", token_file_, "--resources",
                                    resources,      "--host",    "127.0.0.1"};
   args.insert(args.end(), options_.worker_flags.begin(), options_.worker_flags.end());
-  auto child = spawn(name, args);
+  std::vector<std::string> env;
+  if (!visible_devices.empty()) env.push_back("CUDA_VISIBLE_DEVICES=" + visible_devices);
+  auto child = spawn(name, args, env);
   if (!child.ok()) return child.status();
   const std::string prefix = "troupe worker: node ";
   auto line = wait_line(
@@ -281,7 +303,7 @@ std::pair<int, std::string> LocalCluster::run_cli(const std::vector<std::string>
   };
   if (!given("--head")) argv.insert(argv.end(), {"--head", head_address_});
   if (!given("--token-file")) argv.insert(argv.end(), {"--token-file", token_file_});
-  auto started = run(argv);
+  auto started = run(argv, {});
   if (!started.ok()) return {-1, std::string(started.status().message())};
   std::string out;
   read_lines(started->second, [&](std::string l) { out += l + "\n"; });

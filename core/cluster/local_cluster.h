@@ -29,6 +29,9 @@ struct LocalClusterOptions {
   // Each worker's --resources, by position; missing ones get `default_resources`.
   std::vector<std::string> worker_resources;
   std::string default_resources = "CPU=2";
+  // Each worker's CUDA_VISIBLE_DEVICES, by position ("0", "1,2"): the GPUs of this machine it
+  // sees (and numbers from 0). Missing ones inherit this process's environment.
+  std::vector<std::string> worker_visible_devices;
   // Extra flags for every worker, e.g. {"--actor-lib", path, "--actor-lib-dir", dir}.
   std::vector<std::string> worker_flags;
   // The troupe executable; empty: $TROUPE_BINARY, else "troupe" on the PATH.
@@ -93,13 +96,18 @@ class LocalCluster {
   };
 
   explicit LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
+  // Runs the troupe executable with `args`; `env` ("NAME=value") added to or replacing this
+  // process's environment.
   absl::StatusOr<std::unique_ptr<Child>> spawn(const std::string& name,
-                                               const std::vector<std::string>& args);
+                                               const std::vector<std::string>& args,
+                                               const std::vector<std::string>& env = {});
   // Waits for a line of `child`'s output that `match` accepts; returns it.
   absl::StatusOr<std::string> wait_line(Child& child,
                                         const std::function<bool(const std::string&)>& match,
                                         absl::Duration timeout);
-  absl::StatusOr<uint32_t> start_worker(const std::string& resources);
+  // `visible_devices`: its CUDA_VISIBLE_DEVICES; empty: inherited.
+  absl::StatusOr<uint32_t> start_worker(const std::string& resources,
+                                        const std::string& visible_devices = "");
   absl::Status start_head(uint16_t port);
   void stop(Child& child);
 

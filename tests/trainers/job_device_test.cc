@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -70,6 +72,63 @@ TEST(JobDeviceTest, StagesAskForAGpuEachOnCuda) {
   EXPECT_EQ(stage_bundle(config, 4), "CPU=4,GPU=4");
   EXPECT_EQ(stage_needs(config, 2), "2 CPUs and 2 GPUs");
   EXPECT_EQ(job_device(config), nn::DeviceKind::kCuda);
+}
+
+std::vector<cluster::GpuDevice> h100s(int n) {
+  std::vector<cluster::GpuDevice> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back({.index = i,
+                   .name = "NVIDIA H100 80GB HBM3",
+                   .memory_bytes = int64_t{80} << 30,
+                   .uuid = absl::StrCat("GPU-", i)});
+  }
+  return out;
+}
+
+TEST(LocalGpuPlanTest, EachWorkerGetsItsOwnGpusWhereThereAreEnough) {
+  LocalGpuPlan two = plan_local_gpus(h100s(2), 2, 8, DeviceChoice::kAuto);
+  EXPECT_EQ(two.resources, (std::vector<std::string>{"CPU=8,GPU=1", "CPU=8,GPU=1"}));
+  EXPECT_EQ(two.visible_devices, (std::vector<std::string>{"GPU-0", "GPU-1"}));
+  EXPECT_NE(two.summary.find("each with its own GPU"), std::string::npos) << two.summary;
+
+  LocalGpuPlan blocks = plan_local_gpus(h100s(8), 3, 4, DeviceChoice::kCuda);
+  EXPECT_EQ(blocks.resources[2], "CPU=4,GPU=2");
+  EXPECT_EQ(blocks.visible_devices,
+            (std::vector<std::string>{"GPU-0,GPU-1", "GPU-2,GPU-3", "GPU-4,GPU-5"}));
+
+  // Fewer GPUs than workers: they share, round-robin.
+  LocalGpuPlan shared = plan_local_gpus(h100s(1), 2, 8, DeviceChoice::kAuto);
+  EXPECT_EQ(shared.resources, (std::vector<std::string>{"CPU=8,GPU=1", "CPU=8,GPU=1"}));
+  EXPECT_EQ(shared.visible_devices, (std::vector<std::string>{"GPU-0", "GPU-0"}));
+  EXPECT_NE(shared.summary.find("sharing 1 GPU"), std::string::npos) << shared.summary;
+
+  // A device without a UUID is named by its index.
+  std::vector<cluster::GpuDevice> plain = h100s(1);
+  plain[0].uuid.clear();
+  EXPECT_EQ(plan_local_gpus(plain, 1, 2, DeviceChoice::kAuto).visible_devices[0], "0");
+}
+
+TEST(LocalGpuPlanTest, NoGpusOrCpuJobsOfferNone) {
+  for (const LocalGpuPlan& plan : {plan_local_gpus({}, 2, 2, DeviceChoice::kAuto),
+                                   plan_local_gpus(h100s(2), 2, 2, DeviceChoice::kCpu)}) {
+    EXPECT_EQ(plan.resources, (std::vector<std::string>{"CPU=2", "CPU=2"}));
+    EXPECT_EQ(plan.visible_devices, (std::vector<std::string>{"", ""}));
+    EXPECT_EQ(plan.summary, "");
+  }
+}
+
+// A local cluster's worker sees the devices it was given: its CUDA_VISIBLE_DEVICES reaches it.
+TEST(LocalGpuPlanTest, AWorkerIsStartedWithItsVisibleDevices) {
+  auto local = cluster::LocalCluster::start({.workers = 1,
+                                             .default_resources = "CPU=1",
+                                             .worker_visible_devices = {"GPU-7"},
+                                             .troupe_binary = TROUPE_BINARY,
+                                             .echo_output = false});
+  ASSERT_TRUE(local.ok()) << local.status();
+  const pid_t pid = (*local)->worker_pid(0);
+  std::ifstream environ_file(absl::StrCat("/proc/", pid, "/environ"));
+  std::string all((std::istreambuf_iterator<char>(environ_file)), std::istreambuf_iterator<char>());
+  EXPECT_NE(all.find(std::string("CUDA_VISIBLE_DEVICES=GPU-7\0", 27)), std::string::npos);
 }
 
 // The DDP job of the trainer tests over `dp` ranks, asking for `device`.
