@@ -57,7 +57,7 @@ void print_train_help() {
   std::printf(
       "usage: troupe train (CONFIG.json | --config FILE) [--local N | --head HOST:PORT]\n"
       "                    [--steps N] [--output DIR] [--metrics FILE] [--threads N]\n"
-      "                    [--resume]\n\n"
+      "                    [--device auto|cpu|cuda] [--resume]\n\n"
       "Trains the model the config describes over a mesh of dp x pp stages: dp replicas\n"
       "(DDP or ZeRO-1/2/3), each a pipeline of pp stages running the config's schedule;\n"
       "each stage with a parameter shard and a data loader on one node.\n\n"
@@ -75,6 +75,8 @@ void print_train_help() {
       "  --metrics FILE    override training.metrics_file (default DIR/metrics.jsonl)\n"
       "  --threads N       compute threads per stage (default: cores / stages with\n"
       "                    --local, else each worker's default)\n"
+      "  --device D        override the config's device: cuda (a GPU for each stage),\n"
+      "                    cpu, or auto (cuda when every worker offers a GPU)\n"
       "  --resume          continue from the newest checkpoint in checkpoint.dir (its\n"
       "                    `latest`), in this run's layout: dp and ZeRO stage may differ\n"
       "                    from the saved run's (docs/checkpoint.md)\n\n"
@@ -165,10 +167,10 @@ int train_command(const std::vector<std::string>& all_args) {
     config_path = args.front();
     args.erase(args.begin());
   }
-  auto flags = Flags::parse(
-      "train", args,
-      {"config", "local", "head", "token-file", "steps", "output", "metrics", "threads", "resume"},
-      {"resume"});
+  auto flags = Flags::parse("train", args,
+                            {"config", "local", "head", "token-file", "steps", "output", "metrics",
+                             "threads", "device", "resume"},
+                            {"resume"});
   if (!flags.ok()) {
     std::fprintf(stderr, "%s\n", cluster::printable(flags.status().message()).c_str());
     return 2;
@@ -220,6 +222,18 @@ int train_command(const std::vector<std::string>& all_args) {
   if (flags->has("steps") && (!absl::SimpleAtoi(flags->get("steps"), &config.training.steps) ||
                               config.training.steps < 1)) {
     return usage_error("--steps takes a number >= 1");
+  }
+  if (flags->has("device")) {
+    const std::string device = flags->get("device");
+    if (device == "cpu") {
+      config.device = DeviceChoice::kCpu;
+    } else if (device == "cuda") {
+      config.device = DeviceChoice::kCuda;
+    } else if (device == "auto") {
+      config.device = DeviceChoice::kAuto;
+    } else {
+      return usage_error("--device takes auto, cpu or cuda");
+    }
   }
   if (std::optional<std::string> w = steps_schedule_mismatch(config); w.has_value())
     std::fprintf(stderr, "troupe train: warning: %s\n", w->c_str());
