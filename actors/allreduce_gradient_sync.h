@@ -50,11 +50,14 @@ class AllreduceGradientSync : public GradientSync {
   // The last micro-batch's token mask, reduced while its forward runs.
   void reduce_token_mask(std::span<const int32_t> inputs);
   absl::Status issue_backward(nn::Model& model, float dloss);
-  // The stage is the whole model, the token embedding's rows whole too: its
-  // gradient can be reduced as the rows a batch touched, and the rest as
-  // backward finishes it. Else everything is reduced after the last backward.
+  // The stage is the whole model, the token embedding's rows whole too, on the
+  // CPU: its gradient can be reduced as the rows a batch touched, and the rest
+  // as backward finishes it. Else (a model on a GPU among them, which has no
+  // embed_backward_rows yet) everything is reduced after the last backward,
+  // in buckets, from where the gradients live.
   bool whole_model() const {
-    return plan_.first() && plan_.last() && model_.tensor_slice().size == 1;
+    return plan_.first() && plan_.last() && model_.tensor_slice().size == 1 &&
+           model_.device().is_cpu();
   }
   void issue(const std::vector<size_t>& ready);
   void issue_range(float* data, size_t count);
