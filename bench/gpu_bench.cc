@@ -13,15 +13,15 @@
 // published dense peak for the dtype (--peak-flops, else a table of the GPUs we know: H100 and
 // H200 SXM, A100; none for another GPU).
 //
-// Peer: bench/gpu_bench_torch.py, the same model and AdamW in PyTorch on the same GPU, in eager
+// Peer: bench/gpu_bench_torch.py, the same models and AdamW in PyTorch on the same GPU, in eager
 // mode and under torch.compile, in the dtype asked (bf16: torch.autocast with fp32 masters),
 // run by the first python that imports torch with CUDA (bench_util.h's find_python). Ratios are
 // troupe / PyTorch tokens/s.
 //
-// What troupe runs today: GPT-2 in fp32 (cuBLAS in pedantic fp32, no TF32). With --dtype bf16
-// the bench says that troupe computes in fp32 (bf16 compute is not built yet) and compares that
-// with PyTorch's bf16; a Llama config says its CUDA layers are not built and is skipped. Without
-// a CUDA device the bench says why and exits 0 (1 with TROUPE_REQUIRE_GPU=1).
+// What troupe runs today: GPT-2 and Llama in fp32 (cuBLAS in pedantic fp32, no TF32). With
+// --dtype bf16 the bench says that troupe computes in fp32 (bf16 compute is not built yet) and
+// compares that with PyTorch's bf16. Without a CUDA device the bench says why and exits 0 (1 with
+// TROUPE_REQUIRE_GPU=1).
 #include <unistd.h>
 
 #include <chrono>
@@ -39,6 +39,7 @@
 #include "nn/device.h"
 #include "nn/device_backend.h"
 #include "nn/gpt2/config.h"
+#include "nn/llama/config.h"
 #include "nn/memory.h"
 #include "nn/model/flops.h"
 #include "nn/model/model.h"
@@ -66,23 +67,37 @@ struct Options {
 };
 
 // GPT-2 small (124M: 12 layers, 768 channels, 12 heads, GPT-2's vocabulary padded to 50304 as
-// llm.c pads it), and tiny for the smoke run.
-std::optional<nn::GPTConfig> gpt_config(const std::string& name, int T) {
+// llm.c pads it), a Llama of its size (12 layers, 768 channels, 12 query heads over 4 key/value
+// heads, an MLP of 2048, Llama 2's vocabulary of 32000, an untied head), and tiny ones for the
+// smoke run.
+std::optional<nn::ModelConfig> model_config(const std::string& name, int T) {
+  if (name == "llama-124m" || name == "llama-tiny") {
+    const bool small = name == "llama-124m";
+    nn::LlamaConfig c;
+    c.vocab_size = small ? 32000 : 256;
+    c.hidden_size = small ? 768 : 64;
+    c.intermediate_size = small ? 2048 : 96;
+    c.num_hidden_layers = small ? 12 : 2;
+    c.num_attention_heads = small ? 12 : 4;
+    c.num_key_value_heads = small ? 4 : 2;
+    c.max_position_embeddings = T;
+    return nn::ModelConfig(c);
+  }
   if (name == "gpt2-124m") {
-    return nn::GPTConfig{.max_seq_len = T,
-                         .vocab_size = 50257,
-                         .padded_vocab_size = 50304,
-                         .num_layers = 12,
-                         .num_heads = 12,
-                         .channels = 768};
+    return nn::ModelConfig(nn::GPTConfig{.max_seq_len = T,
+                                         .vocab_size = 50257,
+                                         .padded_vocab_size = 50304,
+                                         .num_layers = 12,
+                                         .num_heads = 12,
+                                         .channels = 768});
   }
   if (name == "gpt2-tiny") {
-    return nn::GPTConfig{.max_seq_len = T,
-                         .vocab_size = 256,
-                         .padded_vocab_size = 256,
-                         .num_layers = 2,
-                         .num_heads = 2,
-                         .channels = 64};
+    return nn::ModelConfig(nn::GPTConfig{.max_seq_len = T,
+                                         .vocab_size = 256,
+                                         .padded_vocab_size = 256,
+                                         .num_layers = 2,
+                                         .num_heads = 2,
+                                         .channels = 64});
   }
   return std::nullopt;
 }
@@ -105,7 +120,7 @@ struct Measured {
 };
 
 // troupe's steps of `config` on the GPU.
-absl::StatusOr<Measured> run_troupe(const nn::GPTConfig& config, const Options& f) {
+absl::StatusOr<Measured> run_troupe(const nn::ModelConfig& config, const Options& f) {
   absl::StatusOr<std::unique_ptr<nn::Model>> made = nn::create_model(config, {}, {.device = kGpu});
   if (!made.ok()) return made.status();
   nn::Model& model = **made;
@@ -120,7 +135,7 @@ absl::StatusOr<Measured> run_troupe(const nn::GPTConfig& config, const Options& 
     return s;
   const std::vector<nn::ParamRange> no_decay = model.layout().no_decay_ranges();
   std::mt19937 rng(7);
-  std::uniform_int_distribution<int32_t> token(0, config.vocab_size - 1);
+  std::uniform_int_distribution<int32_t> token(0, config.vocab_size() - 1);
   const size_t BT = static_cast<size_t>(f.batch) * f.seq;
   std::vector<int32_t> inputs(BT), targets(BT);
   for (size_t i = 0; i < BT; ++i) {
@@ -222,12 +237,12 @@ int run(const Options& f) {
   std::map<std::string, double> flops;
   int failed = 0;
   for (const std::string& name : f.configs) {
-    std::optional<nn::GPTConfig> config = gpt_config(name, f.seq);
+    std::optional<nn::ModelConfig> config = model_config(name, f.seq);
     if (!config) {
-      std::printf("%s: skipped: %s\n", name.c_str(),
-                  name.starts_with("llama")
-                      ? "the Llama layers are not built for CUDA yet"
-                      : "not a config of this bench (gpt2-124m, gpt2-tiny, llama-124m)");
+      std::printf(
+          "%s: skipped: not a config of this bench (gpt2-124m, gpt2-tiny, llama-124m, "
+          "llama-tiny)\n",
+          name.c_str());
       continue;
     }
     absl::StatusOr<Measured> m = run_troupe(*config, f);
@@ -238,7 +253,7 @@ int run(const Options& f) {
       continue;
     }
     troupe[name] = *m;
-    flops[name] = nn::training_flops_per_token(nn::ModelConfig(*config), f.seq);
+    flops[name] = nn::training_flops_per_token(*config, f.seq);
     ran.push_back(name);
     std::printf("%s: troupe %.0f tokens/s (loss %.4f -> %.4f)\n", name.c_str(), m->tokens_per_s,
                 m->loss_first, m->loss_last);

@@ -5,8 +5,10 @@
                        --repeat R --dtype fp32|bf16
 
 NAME is gpt2-124m (12 layers, 768 channels, 12 heads, vocabulary 50304: GPT-2's padded as llm.c
-pads it) or gpt2-tiny. The model is gpt_bench_torch.py's GPT (tied head, pre-LN, tanh GELU,
-F.scaled_dot_product_attention), on cuda:0, trained on a fixed random batch with
+pads it), gpt2-tiny, llama-124m (12 layers, 768 channels, 12 query heads over 4 key/value heads,
+an MLP of 2048, vocabulary 32000, untied head) or llama-tiny. The models are gpt_bench_torch.py's
+GPT (tied head, pre-LN, tanh GELU, F.scaled_dot_product_attention) and PlainLlama (RMSNorm,
+rotary, SwiGLU, grouped-query attention through F.scaled_dot_product_attention), on cuda:0, trained on a fixed random batch with
 torch.optim.AdamW(lr 6e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on the 2-D tensors,
 fused=True) as PyTorch users train on a GPU. fp32: TF32 off (troupe's GEMMs are pedantic fp32);
 bf16: torch.autocast(device_type="cuda", dtype=torch.bfloat16) with fp32 weights and optimizer
@@ -27,17 +29,23 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt_bench_torch import GPT  # noqa: E402
+from gpt_bench_torch import GPT, CausalLM, PlainLlama  # noqa: E402
 
 import torch  # noqa: E402
 
 CONFIGS = {"gpt2-124m": (12, 768, 12, 50304), "gpt2-tiny": (2, 64, 2, 256)}
+# L, C, NH, KV, I, V
+LLAMA_CONFIGS = {"llama-124m": (12, 768, 12, 4, 2048, 32000), "llama-tiny": (2, 64, 4, 2, 96, 256)}
 
 
 def run(name, mode, args):
-    L, C, NH, V = CONFIGS[name]
     torch.manual_seed(1234)
-    model = GPT(L, C, NH, V, args.seq).cuda()
+    if name in LLAMA_CONFIGS:
+        L, C, NH, KV, I, V = LLAMA_CONFIGS[name]
+        model = CausalLM(PlainLlama(L, C, NH, KV, I, V, args.seq)).cuda()
+    else:
+        L, C, NH, V = CONFIGS[name]
+        model = GPT(L, C, NH, V, args.seq).cuda()
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},

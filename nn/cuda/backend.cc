@@ -13,6 +13,7 @@
 #include "nn/cuda/context.h"
 #include "nn/cuda/detail/check.h"
 #include "nn/cuda/gpt.h"
+#include "nn/cuda/llama.h"
 #include "nn/cuda/optim.h"
 #include "nn/cuda/self_test.h"
 #include "nn/device_backend.h"
@@ -165,10 +166,7 @@ class CudaBackend final : public DeviceBackend {
                                                       const ModelStorage& storage,
                                                       const TensorSlice& slice) override {
     if (const GPTConfig* g = config.gpt2()) return create_gpt(index, *g, options, storage, slice);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "a ", config.describe(), " on cuda:", index,
-        ": the Llama layers (RMSNorm, rotary positions, SwiGLU, grouped-query attention) are not "
-        "built for CUDA yet; GPT-2 models are, or set \"device\": \"cpu\""));
+    return create_llama(index, *config.llama(), options, storage, slice);
   }
 
   // The stream of device `index`, made current (context.h).

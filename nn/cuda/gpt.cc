@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nn/cuda/context.h"
+#include "nn/cuda/cuda_model.h"
 #include "nn/cuda/detail/check.h"
 #include "nn/cuda/layers.h"
 #include "nn/gpt2/gpt.h"
@@ -25,30 +26,16 @@
 namespace troupe::nn::cuda {
 namespace {
 
-// Carves a device buffer in pieces aligned to 256 bytes (64 floats), as cudaMalloc aligns.
-class AlignedCarver {
- public:
-  explicit AlignedCarver(float* base) : base_(base) {}
-  float* take(size_t n) {
-    float* p = base_ != nullptr ? base_ + used_ : nullptr;
-    used_ += (n + 63) / 64 * 64;
-    return p;
-  }
-  size_t used() const { return used_; }
-
- private:
-  float* base_;
-  size_t used_ = 0;
+struct GptActivations {
+  float *encoded, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean,
+      *ln2_rstd, *fch, *fch_gelu, *residual3, *lnf, *lnf_mean, *lnf_rstd, *logits, *lse, *losses,
+      *loss;
+};
+struct GptActivationGradients {
+  float *dresidual, *dln, *datty, *dqkv, *dfch, *dfch_gelu, *dlogits, *datt;
 };
 
-#define TROUPE_CUDA_RETURN_IF_ERROR(expr)     \
-  do {                                        \
-    if (absl::Status _s = (expr); !_s.ok()) { \
-      return _s;                              \
-    }                                         \
-  } while (0)
-
-class CudaGPT final : public Model {
+class CudaGPT final : public CudaModel<GptActivations, GptActivationGradients> {
  public:
   static absl::StatusOr<std::unique_ptr<Model>> create(int device, const GPTConfig& config,
                                                        const ModelOptions& options,
@@ -92,9 +79,6 @@ class CudaGPT final : public Model {
   const ModelConfig& config() const override { return model_config_; }
   const ModelOptions& options() const override { return options_; }
   const ModelLayout& layout() const override { return layout_.model(); }
-  Device device() const override { return storage_.device; }
-
-  void set_tensor_parallel(AllReduceFn, AllReduceFn) override {}  // one rank: nothing to reduce
 
   void init_parameters(uint64_t seed) override {
     // Made on the host, as the CPU model makes them, then copied over.
@@ -147,18 +131,6 @@ class CudaGPT final : public Model {
 
   const float* logits() const override { return store_.acts().logits; }
 
-  absl::Status set_part(int block_begin, int block_end, bool head) override {
-    return store_.set_part(block_begin, block_end, head);
-  }
-  absl::Status set_activation_slots(int n) override {
-    TROUPE_CUDA_RETURN_IF_ERROR(store_.set_slots(n));
-    tokens_.clear();  // laid out again by the next prepare
-    tokens_.resize(static_cast<size_t>(n));
-    return absl::OkStatus();
-  }
-  int activation_slots() const override { return store_.slots(); }
-  void use_slot(int j) override { store_.use_slot(j); }
-
   absl::Status prepare(int B, int T) override {
     if (B < 1 || T < 1 || T > config_.max_seq_len) {
       return absl::InvalidArgumentError(
@@ -171,19 +143,11 @@ class CudaGPT final : public Model {
       return absl::InvalidArgumentError(absl::StrCat(kName, ": batch B = ", B, ", T = ", T,
                                                      " makes an activation over INT_MAX elements"));
     }
-    if (B == store_.B() && T == store_.T()) return absl::OkStatus();
-    TROUPE_CUDA_RETURN_IF_ERROR(store_.prepare(
+    return prepare_store(
         B, T, [&](float* base, Activations* a) { return carve_activations(B, T, base, a); },
         [&](float* base, ActivationGradients* d) {
           return carve_activation_gradients(B, T, base, d);
-        }));
-    // Each slot's inputs and targets on the device: 2 BT int32s in float-sized cells.
-    for (FloatBuffer& t : tokens_) {
-      if (t.size() >= 2 * static_cast<size_t>(BT)) continue;
-      TROUPE_CUDA_RETURN_IF_ERROR(t.reset(MemoryCategory::kActivations, 2 * static_cast<size_t>(BT),
-                                          false, storage_.device));
-    }
-    return absl::OkStatus();
+        });
   }
 
   absl::Status embed_forward(const int32_t* inputs) override {
@@ -233,10 +197,7 @@ class CudaGPT final : public Model {
     TROUPE_CUDA_RETURN_IF_ERROR(crossentropy_forward(a.loss, a.losses, a.lse, a.logits,
                                                      device_targets(), B, T, config_.vocab_size,
                                                      config_.padded_vocab(), stream_));
-    float loss = 0;
-    TROUPE_CUDA_RETURN_IF_ERROR(
-        copy_bytes(&loss, Device::cpu(), a.loss, storage_.device, sizeof(float)));
-    return loss;
+    return download_loss(a.loss);
   }
 
   absl::Status head_backward(float dloss) override {
@@ -274,11 +235,6 @@ class CudaGPT final : public Model {
                             device_inputs(), store_.B(), store_.T(), config_.channels, stream_);
   }
 
-  absl::Status embed_backward_rows(float*, std::span<const int32_t>, int) override {
-    return absl::FailedPreconditionError(
-        absl::StrCat(kName, "::embed_backward_rows: not built for CUDA yet; use embed_backward"));
-  }
-
   float* residual(int l) override {
     const size_t BTC = store_.BT() * config_.channels;
     const int begin = store_.part_begin();
@@ -286,27 +242,12 @@ class CudaGPT final : public Model {
   }
   float* dresidual() override { return store_.grads().dresidual; }
 
-  ModelMemory memory() const override {
-    size_t tokens = 0;
-    for (const FloatBuffer& t : tokens_)
-      tokens += t.bytes();
-    return {.parameters = params_.bytes(),
-            .gradients = grads_.bytes(),
-            .activations = store_.activation_bytes() + tokens,
-            .activation_gradients = store_.scratch_bytes()};
-  }
+  ModelMemory memory() const override { return memory_of(params_.bytes(), grads_.bytes()); }
 
  private:
   static constexpr const char* kName = "GPT on cuda";
-
-  struct Activations {
-    float *encoded, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean,
-        *ln2_rstd, *fch, *fch_gelu, *residual3, *lnf, *lnf_mean, *lnf_rstd, *logits, *lse, *losses,
-        *loss;
-  };
-  struct ActivationGradients {
-    float *dresidual, *dln, *datty, *dqkv, *dfch, *dfch_gelu, *dlogits, *datt;
-  };
+  using Activations = GptActivations;
+  using ActivationGradients = GptActivationGradients;
   struct BlockActivations {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean, *ln2_rstd,
         *fch, *fch_gelu, *residual3;
@@ -314,15 +255,12 @@ class CudaGPT final : public Model {
 
   CudaGPT(int device, cudaStream_t stream, Cublas blas, const GPTConfig& config,
           const ModelOptions& options, const ModelStorage& storage, const TensorSlice& slice)
-      : config_(config),
+      : CudaModel(kName, config.num_layers, Device::cuda(device), stream, std::move(blas)),
+        config_(config),
         model_config_(config),
         options_(options),
         storage_(storage),
-        layout_(config, slice),
-        stream_(stream),
-        blas_(std::move(blas)),
-        store_(kName, config.num_layers, storage.device),
-        tokens_(1) {
+        layout_(config, slice) {
     storage_.device = Device::cuda(device);
   }
 
@@ -423,13 +361,8 @@ class CudaGPT final : public Model {
     const GPTBlockTensors& dw = grad_tensors_.blocks[static_cast<size_t>(l)];
     const BlockActivations a = block_activations(l);
     const ActivationGradients& d = store_.grads();
-    // What on_final reports final must be in memory: the device catches up first.
-    auto finished = [&](BlockTensor first_tensor) -> absl::Status {
-      if (!on_final) return absl::OkStatus();
-      TROUPE_CUDA_RETURN_IF_ERROR(
-          detail::cuda_status(cudaStreamSynchronize(stream_), "backward_blocks"));
-      on_final(layout_.block_tensor(l, first_tensor));
-      return absl::OkStatus();
+    auto finished = [&](BlockTensor first_tensor) {
+      return report_final(on_final, layout_.block_tensor(l, first_tensor));
     };
     // d.dresidual holds d residual3 (= d fcproj), and becomes d residual(l) as in the CPU model.
     TROUPE_CUDA_RETURN_IF_ERROR(zero(d.dfch_gelu, 4 * BTC));
@@ -465,35 +398,15 @@ class CudaGPT final : public Model {
     return finished(BlockTensor::kLn1w);
   }
 
-  // n floats at p set to zero, queued on the stream.
-  absl::Status zero(float* p, size_t n) const {
-    return detail::cuda_status(cudaMemsetAsync(p, 0, n * sizeof(float), stream_),
-                               "cudaMemsetAsync");
-  }
-
-  // The current slot's device copy of its inputs (targets): BT int32s each.
-  int32_t* device_inputs() {
-    return reinterpret_cast<int32_t*>(tokens_[static_cast<size_t>(store_.slot())].data());
-  }
-  int32_t* device_targets() { return device_inputs() + store_.BT(); }
-  absl::Status upload_tokens(int32_t* to, const int32_t* host) {
-    return copy_bytes(to, storage_.device, host, Device::cpu(),
-                      static_cast<int64_t>(store_.BT() * sizeof(int32_t)));
-  }
-
   GPTConfig config_;
   ModelConfig model_config_;
   ModelOptions options_;
   ModelStorage storage_;
   GPTParamLayout layout_;
-  cudaStream_t stream_;
-  Cublas blas_;
   FloatBuffer params_;
   FloatBuffer grads_;
   GPTTensors param_tensors_;
   GPTTensors grad_tensors_;
-  ActivationStore<Activations, ActivationGradients> store_;
-  std::vector<FloatBuffer> tokens_;  // a slot's inputs and targets on the device
 };
 
 }  // namespace

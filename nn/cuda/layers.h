@@ -120,4 +120,28 @@ class Cublas {
 [[nodiscard]] absl::Status softmax_forward(float* probs, const float* logits, int B, int T, int V,
                                            int Vp, cudaStream_t stream);
 
+// --- Llama's layers (llama_layers.cu) ---
+// rmsnorm.h: out[B, T, C] = weight * (inp * rstd), rstd [B, T] saved. Backward: dinp += (always
+// accumulates), dweight += (a channel's positions summed in order).
+[[nodiscard]] absl::Status rmsnorm_forward(float* out, float* rstd, const float* inp,
+                                           const float* weight, int B, int T, int C, float eps,
+                                           cudaStream_t stream);
+[[nodiscard]] absl::Status rmsnorm_backward(float* dinp, float* dweight, const float* dout,
+                                            const float* inp, const float* weight,
+                                            const float* rstd, int B, int T, int C,
+                                            cudaStream_t stream);
+// rope.h: out [B, T, 3 NH hd] packed for attention_forward (C = NH hd) from qkv [B, T, (NH + 2 KV)
+// hd]; cos, sin [maxT, hd/2] on the device. Backward writes dqkv (not accumulated).
+[[nodiscard]] absl::Status rope_qkv_forward(float* out, const float* qkv, const float* cos,
+                                            const float* sin, int B, int T, int NH, int KV, int hd,
+                                            cudaStream_t stream);
+[[nodiscard]] absl::Status rope_qkv_backward(float* dqkv, const float* dout, const float* cos,
+                                             const float* sin, int B, int T, int NH, int KV, int hd,
+                                             cudaStream_t stream);
+// swiglu.h: out [B, T, I] = silu(gate) * up from gu [B, T, 2I]; backward writes dgu.
+[[nodiscard]] absl::Status swiglu_forward(float* out, const float* gu, int B, int T, int I,
+                                          cudaStream_t stream);
+[[nodiscard]] absl::Status swiglu_backward(float* dgu, const float* dout, const float* gu, int B,
+                                           int T, int I, cudaStream_t stream);
+
 }  // namespace troupe::nn::cuda

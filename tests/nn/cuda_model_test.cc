@@ -1,4 +1,5 @@
-// GPT-2 on a CUDA device (nn/cuda/gpt.h) against the CPU model on the same weights and batch:
+// GPT-2 and Llama on a CUDA device (nn/cuda/gpt.h, nn/cuda/llama.h) against the CPU models on
+// the same weights and batch:
 // the loss, the logits and every gradient, whole and in a pipeline's pieces, made through
 // nn::create_model as a stage makes it. fp32 with cuBLAS in pedantic fp32 (no TF32): within
 // 1e-5 of the largest value of each tensor (the CPU layers' own parity with PyTorch is 1e-5 to
@@ -17,6 +18,7 @@
 #include "nn/device.h"
 #include "nn/device_backend.h"
 #include "nn/gpt2/config.h"
+#include "nn/llama/config.h"
 #include "nn/memory.h"
 #include "nn/model/model.h"
 
@@ -25,13 +27,27 @@ namespace {
 
 constexpr Device kGpu = Device::cuda(0);
 
-GPTConfig small_config() {
+GPTConfig small_gpt() {
   return {.max_seq_len = 64,
           .vocab_size = 203,
           .padded_vocab_size = 208,
           .num_layers = 3,
           .num_heads = 4,
           .channels = 64};
+}
+
+// Grouped-query attention (4 query heads over 2 key/value heads), an untied head.
+LlamaConfig small_llama() {
+  LlamaConfig c;
+  c.vocab_size = 203;
+  c.padded_vocab_size = 208;
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 64;
+  return c;
 }
 
 // The largest |cpu - gpu| over the tensor, as a fraction of the largest |cpu|.
@@ -52,7 +68,7 @@ std::vector<float> to_host(const float* device, size_t n) {
   return host;
 }
 
-class CudaGptTest : public ::testing::Test {
+class CudaModelTest : public ::testing::TestWithParam<ModelConfig> {
  protected:
   void SetUp() override {
     if (cuda_device_count() > 0) return;
@@ -85,7 +101,7 @@ class CudaGptTest : public ::testing::Test {
     B_ = B;
     T_ = T;
     std::mt19937 rng(7);
-    std::uniform_int_distribution<int32_t> token(0, config_.vocab_size - 1);
+    std::uniform_int_distribution<int32_t> token(0, config_.vocab_size() - 1);
     inputs_.resize(static_cast<size_t>(B) * T);
     targets_.resize(inputs_.size());
     for (size_t i = 0; i < inputs_.size(); ++i) {
@@ -107,13 +123,13 @@ class CudaGptTest : public ::testing::Test {
     }
   }
 
-  GPTConfig config_ = small_config();
+  ModelConfig config_ = GetParam();
   std::unique_ptr<Model> cpu_, gpu_;
   int B_ = 0, T_ = 0;
   std::vector<int32_t> inputs_, targets_;
 };
 
-TEST_F(CudaGptTest, LossLogitsAndGradientsMatchTheCpuModel) {
+TEST_P(CudaModelTest, LossLogitsAndGradientsMatchTheCpuModel) {
   make_models();
   make_batch(3, 37);
   for (int step = 0; step < 2; ++step) {  // the second accumulates onto the first
@@ -142,7 +158,7 @@ TEST_F(CudaGptTest, LossLogitsAndGradientsMatchTheCpuModel) {
 
 // A pipeline's two stages in one process: blocks [0, 2) and [2, 3) with the head, each on
 // buffers it binds, two micro-batches in flight, the activation handed over through the host.
-TEST_F(CudaGptTest, PiecesWithSlotsAndBoundBuffersMatchTheWholeModel) {
+TEST_P(CudaModelTest, PiecesWithSlotsAndBoundBuffersMatchTheWholeModel) {
   make_models({.parameters = false, .gradients = false, .device = kGpu});
   make_batch(2, 64);
   const size_t n = cpu_->num_params();
@@ -188,7 +204,7 @@ TEST_F(CudaGptTest, PiecesWithSlotsAndBoundBuffersMatchTheWholeModel) {
   deallocate(kGpu, MemoryCategory::kGradients, g, n * sizeof(float));
 }
 
-TEST_F(CudaGptTest, SaysWhatCudaDoesNotRunYet) {
+TEST_P(CudaModelTest, SaysWhatCudaDoesNotRunYet) {
   absl::StatusOr<std::unique_ptr<Model>> tp =
       create_model(config_, {}, {.device = kGpu}, {.rank = 0, .size = 2});
   EXPECT_EQ(tp.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -197,10 +213,16 @@ TEST_F(CudaGptTest, SaysWhatCudaDoesNotRunYet) {
   EXPECT_EQ(recompute.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+INSTANTIATE_TEST_SUITE_P(Architectures, CudaModelTest,
+                         ::testing::Values(ModelConfig(small_gpt()), ModelConfig(small_llama())),
+                         [](const ::testing::TestParamInfo<ModelConfig>& p) {
+                           return std::string(p.param.gpt2() != nullptr ? "Gpt2" : "Llama");
+                         });
+
 // On every machine: a CUDA model where there is no GPU is a refusal that says so.
-TEST(CudaGptRefusalTest, NoDeviceNoModel) {
+TEST(CudaModelRefusalTest, NoDeviceNoModel) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "this machine has a CUDA device";
-  absl::StatusOr<std::unique_ptr<Model>> gpu = create_model(small_config(), {}, {.device = kGpu});
+  absl::StatusOr<std::unique_ptr<Model>> gpu = create_model(small_gpt(), {}, {.device = kGpu});
   EXPECT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition) << gpu.status();
   EXPECT_NE(gpu.status().message().find("cuda:0"), std::string_view::npos) << gpu.status();
 }
