@@ -36,10 +36,21 @@ struct Codec<nn::ModelConfig> {
 
 template <>
 struct Codec<nn::ModelOptions> {
-  static constexpr size_t min_bytes() { return 1; }
+  static constexpr size_t min_bytes() { return 2; }
   static std::string name() { return "ModelOptions"; }
-  static void encode(Writer& w, const nn::ModelOptions& o) { w.write(o.recompute_activations); }
-  static bool decode(Reader& r, nn::ModelOptions& o) { return r.read(o.recompute_activations); }
+  static void encode(Writer& w, const nn::ModelOptions& o) {
+    w.write(o.recompute_activations);
+    w.write(static_cast<uint8_t>(o.matmul));
+  }
+  static bool decode(Reader& r, nn::ModelOptions& o) {
+    uint8_t matmul = 0;
+    if (!r.read(o.recompute_activations) || !r.read(matmul)) return false;
+    if (matmul > static_cast<uint8_t>(nn::DType::kBFloat16)) {
+      return r.fail("ModelOptions: matmul is not a dtype");
+    }
+    o.matmul = static_cast<nn::DType>(matmul);
+    return true;
+  }
 };
 
 template <>

@@ -139,9 +139,12 @@ absl::StatusOr<std::unique_ptr<PipelineStageActor>> PipelineStageActor::create(
                                  ? nn::ModelStorage{.parameters = false, .gradients = false}
                                  : model_storage(options.gradient_sync, options.mesh.dp);
   storage.device = *device;
-  absl::StatusOr<std::unique_ptr<nn::Model>> model =
-      nn::create_model(options.model, options.model_options, storage,
-                       {.rank = options.at.t, .size = options.mesh.tp});
+  // On a GPU the products take the compute precision's operands (bf16, fp16), as autocast's do;
+  // the CPU computes in fp32 on the rounded weights.
+  nn::ModelOptions model_options = options.model_options;
+  if (!device->is_cpu()) model_options.matmul = options.precision;
+  absl::StatusOr<std::unique_ptr<nn::Model>> model = nn::create_model(
+      options.model, model_options, storage, {.rank = options.at.t, .size = options.mesh.tp});
   if (!model.ok()) {
     return Prefixed(absl::StrCat("stage ", to_string(options.at), ": "), model.status());
   }

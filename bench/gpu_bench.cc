@@ -18,9 +18,10 @@
 // run by the first python that imports torch with CUDA (bench_util.h's find_python). Ratios are
 // troupe / PyTorch tokens/s.
 //
-// What troupe runs today: GPT-2 and Llama in fp32 (cuBLAS in pedantic fp32, no TF32). With
-// --dtype bf16 the bench says that troupe computes in fp32 (bf16 compute is not built yet) and
-// compares that with PyTorch's bf16. Without a CUDA device the bench says why and exits 0 (1 with
+// What troupe runs: GPT-2 and Llama, fp32 (cuBLAS in pedantic fp32, no TF32), or with --dtype
+// bf16 its fully connected layers' products on bf16 operands accumulating in fp32
+// (ModelOptions::matmul) and everything else in fp32 (attention's products, the norms, the
+// activations). Without a CUDA device the bench says why and exits 0 (1 with
 // TROUPE_REQUIRE_GPU=1).
 #include <unistd.h>
 
@@ -121,7 +122,10 @@ struct Measured {
 
 // troupe's steps of `config` on the GPU.
 absl::StatusOr<Measured> run_troupe(const nn::ModelConfig& config, const Options& f) {
-  absl::StatusOr<std::unique_ptr<nn::Model>> made = nn::create_model(config, {}, {.device = kGpu});
+  const nn::ModelOptions options{.matmul = f.dtype == "bf16" ? nn::DType::kBFloat16
+                                                             : nn::DType::kFloat32};
+  absl::StatusOr<std::unique_ptr<nn::Model>> made =
+      nn::create_model(config, options, {.device = kGpu});
   if (!made.ok()) return made.status();
   nn::Model& model = **made;
   model.init_parameters(1234);
@@ -230,7 +234,9 @@ int run(const Options& f) {
   double peak = f.peak_flops > 0 ? f.peak_flops : published_peak(device, f.dtype);
   std::printf("gpu_bench: %s, B %d x T %d, %s%s, peak %s\n", device.c_str(), f.batch, f.seq,
               f.dtype.c_str(),
-              f.dtype == "bf16" ? " (troupe computes in fp32: bf16 compute is not built yet)" : "",
+              f.dtype == "bf16"
+                  ? " (troupe: the linear layers' products on bf16 operands, the rest in fp32)"
+                  : "",
               peak > 0 ? absl::StrCat(peak / 1e12, " TFLOPS").c_str() : "unknown (no MFU)");
   std::vector<std::string> ran;
   std::map<std::string, Measured> troupe;

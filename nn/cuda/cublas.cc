@@ -41,6 +41,7 @@ Loaded load() {
          resolve(library, "cublasSetMathMode", &a.set_math_mode, &l.status) &&
          resolve(library, "cublasSgemm_v2", &a.sgemm, &l.status) &&
          resolve(library, "cublasSgemmStridedBatched", &a.sgemm_strided_batched, &l.status) &&
+         resolve(library, "cublasGemmEx", &a.gemm_ex, &l.status) &&
          resolve(library, "cublasGetStatusName", &a.status_name, &l.status) &&
          resolve(library, "cublasGetStatusString", &a.status_string, &l.status));
   return l;  // the library stays loaded for the life of the process

@@ -46,6 +46,19 @@ class AlignedCarver {
   size_t used_ = 0;
 };
 
+// The products' inputs ModelOptions::matmul asks for.
+inline GemmInputs gemm_inputs(DType matmul) {
+  switch (matmul) {
+    case DType::kBFloat16:
+      return GemmInputs::kBFloat16;
+    case DType::kFloat16:
+      return GemmInputs::kFloat16;
+    case DType::kFloat32:
+      break;
+  }
+  return GemmInputs::kFloat32;
+}
+
 template <typename Acts, typename Grads>
 class CudaModel : public Model {
  public:

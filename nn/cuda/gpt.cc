@@ -55,7 +55,7 @@ class CudaGPT final : public CudaModel<GptActivations, GptActivationGradients> {
     }
     absl::StatusOr<cudaStream_t> stream = device_stream(device);
     if (!stream.ok()) return stream.status();
-    absl::StatusOr<Cublas> blas = Cublas::create();
+    absl::StatusOr<Cublas> blas = Cublas::create(gemm_inputs(options.matmul));
     if (!blas.ok()) return blas.status();
     std::unique_ptr<CudaGPT> gpt(
         new CudaGPT(device, *stream, *std::move(blas), config, options, storage, slice));

@@ -30,10 +30,15 @@ namespace troupe::nn::cuda {
 // A cuBLAS handle in CUBLAS_PEDANTIC_MATH mode: fp32 GEMMs in fp32 (no TF32 tensor cores, no
 // reduced-precision reductions), for parity with the CPU layers. Created on the calling thread's
 // current device; use it for pointers on that device, from one thread at a time.
+// What the fully connected layers' products take as inputs (ModelOptions::matmul): fp32 (sgemm
+// in pedantic fp32), or operands rounded to bf16 or fp16 with fp32 accumulation and output
+// (cublasGemmEx on tensor cores, as torch.autocast's products). Attention's products stay fp32.
+enum class GemmInputs { kFloat32, kBFloat16, kFloat16 };
+
 class Cublas {
  public:
   // FailedPrecondition without a usable device; Internal if cuBLAS fails to start.
-  [[nodiscard]] static absl::StatusOr<Cublas> create();
+  [[nodiscard]] static absl::StatusOr<Cublas> create(GemmInputs inputs = GemmInputs::kFloat32);
 
   Cublas(Cublas&& other) noexcept;
   Cublas& operator=(Cublas&& other) noexcept;
@@ -42,10 +47,18 @@ class Cublas {
   ~Cublas();
 
   cublasContext* handle() const { return handle_; }
+  GemmInputs inputs() const { return inputs_; }
+  // At least `bytes` of device scratch for rounded operands, valid for work queued on `stream`
+  // after this call (grown stream-ordered; not thread-safe, as the handle is not).
+  [[nodiscard]] absl::StatusOr<void*> scratch(size_t bytes, cudaStream_t stream) const;
 
  private:
-  explicit Cublas(cublasContext* handle) : handle_(handle) {}
+  Cublas(cublasContext* handle, GemmInputs inputs) : handle_(handle), inputs_(inputs) {}
   cublasContext* handle_ = nullptr;
+  GemmInputs inputs_ = GemmInputs::kFloat32;
+  mutable void* scratch_ = nullptr;
+  mutable size_t scratch_bytes_ = 0;
+  mutable cudaStream_t scratch_stream_ = nullptr;
 };
 
 // --- encoder.h ---

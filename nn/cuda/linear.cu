@@ -1,9 +1,12 @@
 // nn/cuda/layers.h: the fully connected layer, the Cublas handle. Row-major products through
 // column-major cuBLAS: a row-major [M, N] matrix is a column-major [N, M] one, so
 // out = inp @ weight^T is out^T = weight @ inp^T in cuBLAS's terms (llm.c's calls).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <type_traits>
 #include <utility>
 
 #include "nn/cuda/detail/check.h"
@@ -36,9 +39,58 @@ __global__ void column_sum_kernel(float* dbias, const float* dout, int BT, int O
   if (threadIdx.y == 0 && o < OC) dbias[o] += sum;
 }
 
+template <typename Half>
+__global__ void round_kernel(Half* out, const float* in, size_t n) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    if constexpr (sizeof(Half) == 2 && std::is_same_v<Half, __nv_bfloat16>) {
+      out[i] = __float2bfloat16_rn(in[i]);
+    } else {
+      out[i] = __float2half_rn(in[i]);
+    }
+  }
+}
+
+// C [m, n] = alpha op(A) op(B) + beta C in column-major terms, A holding a_elems floats and B
+// b_elems: sgemm for fp32 inputs, else both rounded into the handle's scratch and cublasGemmEx
+// accumulating in fp32.
+absl::Status gemm(const Cublas& blas, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                  int k, const float* A, int lda, size_t a_elems, const float* B, int ldb,
+                  size_t b_elems, float beta, float* C, int ldc, const char* what,
+                  cudaStream_t stream) {
+  const float one = 1.0f;
+  cublasHandle_t h = blas.handle();
+  if (blas.inputs() == GemmInputs::kFloat32) {
+    return detail::cublas_status(
+        detail::cublas().sgemm(h, ta, tb, m, n, k, &one, A, lda, B, ldb, &beta, C, ldc), what);
+  }
+  absl::StatusOr<void*> scratch = blas.scratch(2 * (a_elems + b_elems), stream);
+  if (!scratch.ok()) return scratch.status();
+  const bool bf16 = blas.inputs() == GemmInputs::kBFloat16;
+  void* a16 = *scratch;
+  void* b16 = static_cast<char*>(*scratch) + 2 * a_elems;
+  if (bf16) {
+    round_kernel<<<detail::grid_for(a_elems, kThreads), kThreads, 0, stream>>>(
+        static_cast<__nv_bfloat16*>(a16), A, a_elems);
+    round_kernel<<<detail::grid_for(b_elems, kThreads), kThreads, 0, stream>>>(
+        static_cast<__nv_bfloat16*>(b16), B, b_elems);
+  } else {
+    round_kernel<<<detail::grid_for(a_elems, kThreads), kThreads, 0, stream>>>(
+        static_cast<__half*>(a16), A, a_elems);
+    round_kernel<<<detail::grid_for(b_elems, kThreads), kThreads, 0, stream>>>(
+        static_cast<__half*>(b16), B, b_elems);
+  }
+  if (absl::Status s = detail::launch_status(what); !s.ok()) return s;
+  const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  return detail::cublas_status(
+      detail::cublas().gemm_ex(h, ta, tb, m, n, k, &one, a16, type, lda, b16, type, ldb, &beta, C,
+                               CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      what);
+}
+
 }  // namespace
 
-absl::StatusOr<Cublas> Cublas::create() {
+absl::StatusOr<Cublas> Cublas::create(GemmInputs inputs) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     return absl::FailedPreconditionError("cannot create a cuBLAS handle: no usable CUDA device");
@@ -49,28 +101,56 @@ absl::StatusOr<Cublas> Cublas::create() {
       !s.ok()) {
     return s;
   }
-  Cublas blas(handle);
+  Cublas blas(handle, inputs);
+  // fp32 products in fp32 (no TF32); 16-bit operands on the tensor cores.
+  const cublasMath_t mode =
+      inputs == GemmInputs::kFloat32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH;
   if (absl::Status s =
-          detail::cublas_status(detail::cublas().set_math_mode(handle, CUBLAS_PEDANTIC_MATH),
-                                "cublasSetMathMode(CUBLAS_PEDANTIC_MATH)");
+          detail::cublas_status(detail::cublas().set_math_mode(handle, mode), "cublasSetMathMode");
       !s.ok()) {
     return s;
   }
   return blas;
 }
 
-Cublas::Cublas(Cublas&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+Cublas::Cublas(Cublas&& other) noexcept
+    : handle_(std::exchange(other.handle_, nullptr)),
+      inputs_(other.inputs_),
+      scratch_(std::exchange(other.scratch_, nullptr)),
+      scratch_bytes_(std::exchange(other.scratch_bytes_, 0)),
+      scratch_stream_(other.scratch_stream_) {}
 
 Cublas& Cublas::operator=(Cublas&& other) noexcept {
   if (this != &other) {
     if (handle_ != nullptr) detail::cublas().destroy(handle_);
+    if (scratch_ != nullptr) cudaFreeAsync(scratch_, scratch_stream_);
     handle_ = std::exchange(other.handle_, nullptr);
+    inputs_ = other.inputs_;
+    scratch_ = std::exchange(other.scratch_, nullptr);
+    scratch_bytes_ = std::exchange(other.scratch_bytes_, 0);
+    scratch_stream_ = other.scratch_stream_;
   }
   return *this;
 }
 
 Cublas::~Cublas() {
   if (handle_ != nullptr) detail::cublas().destroy(handle_);
+  if (scratch_ != nullptr) cudaFreeAsync(scratch_, scratch_stream_);
+}
+
+absl::StatusOr<void*> Cublas::scratch(size_t bytes, cudaStream_t stream) const {
+  if (bytes <= scratch_bytes_ && stream == scratch_stream_) return scratch_;
+  if (scratch_ != nullptr) cudaFreeAsync(scratch_, scratch_stream_);
+  scratch_ = nullptr;
+  scratch_bytes_ = 0;
+  if (absl::Status s =
+          detail::cuda_status(cudaMallocAsync(&scratch_, bytes, stream), "cudaMallocAsync");
+      !s.ok()) {
+    return s;
+  }
+  scratch_bytes_ = bytes;
+  scratch_stream_ = stream;
+  return scratch_;
 }
 
 absl::Status linear_forward(const Cublas& blas, float* out, const float* inp, const float* weight,
@@ -91,11 +171,10 @@ absl::Status linear_forward(const Cublas& blas, float* out, const float* inp, co
       !s.ok()) {
     return s;
   }
-  const float one = 1.0f;
+  const size_t in = static_cast<size_t>(BT) * C, w = static_cast<size_t>(OC) * C;
   // out^T [OC, BT] = weight [OC, C] @ inp^T [C, BT] (column-major).
-  return detail::cublas_status(detail::cublas().sgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, &one,
-                                                      weight, C, inp, C, &beta, out, OC),
-                               "linear_forward sgemm");
+  return gemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, weight, C, w, inp, C, in, beta, out, OC,
+              "linear_forward gemm", stream);
 }
 
 absl::Status linear_backward(const Cublas& blas, float* dinp, float* dweight, float* dbias,
@@ -109,22 +188,19 @@ absl::Status linear_backward(const Cublas& blas, float* dinp, float* dweight, fl
       !s.ok()) {
     return s;
   }
-  const float one = 1.0f;
+  const size_t in = static_cast<size_t>(BT) * C, w = static_cast<size_t>(OC) * C;
+  const size_t out = static_cast<size_t>(BT) * OC;
   if (dinp != nullptr) {
     // dinp^T [C, BT] += weight^T [C, OC] @ dout^T [OC, BT].
-    if (absl::Status s =
-            detail::cublas_status(detail::cublas().sgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC,
-                                                         &one, weight, C, dout, OC, &one, dinp, C),
-                                  "linear_backward dinp sgemm");
+    if (absl::Status s = gemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, weight, C, w, dout, OC,
+                              out, 1.0f, dinp, C, "linear_backward dinp gemm", stream);
         !s.ok()) {
       return s;
     }
   }
   // dweight^T [C, OC] += inp^T [C, BT] @ dout [BT, OC].
-  if (absl::Status s =
-          detail::cublas_status(detail::cublas().sgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, &one,
-                                                       inp, C, dout, OC, &one, dweight, C),
-                                "linear_backward dweight sgemm");
+  if (absl::Status s = gemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, inp, C, in, dout, OC, out,
+                            1.0f, dweight, C, "linear_backward dweight gemm", stream);
       !s.ok()) {
     return s;
   }

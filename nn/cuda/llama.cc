@@ -53,7 +53,7 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
     }
     absl::StatusOr<cudaStream_t> stream = device_stream(device);
     if (!stream.ok()) return stream.status();
-    absl::StatusOr<Cublas> blas = Cublas::create();
+    absl::StatusOr<Cublas> blas = Cublas::create(gemm_inputs(options.matmul));
     if (!blas.ok()) return blas.status();
     std::unique_ptr<CudaLlama> m(
         new CudaLlama(device, *stream, *std::move(blas), config, options, storage, slice));

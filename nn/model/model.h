@@ -44,6 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "nn/device.h"
+#include "nn/dtype.h"
 #include "nn/layers/parallel.h"
 #include "nn/model/config.h"
 #include "nn/model/decoder.h"
@@ -56,6 +57,11 @@ struct ModelOptions {
   // block's input, the projections' outputs, the norms' statistics) and backward recomputes the
   // rest block by block into one block's buffers. Gradients are bitwise the same.
   bool recompute_activations = false;
+  // The matrix products' input precision on a device that has 16-bit tensor cores (CUDA): with
+  // kBFloat16 or kFloat16 each product's operands are rounded to it and the products accumulate
+  // in fp32, as torch.autocast's do; every other kernel computes in fp32. The CPU computes every
+  // product in fp32 whatever this says (mixed precision there rounds the weights: docs/design.md).
+  DType matmul = DType::kFloat32;
 
   friend bool operator==(const ModelOptions&, const ModelOptions&) = default;
 };
