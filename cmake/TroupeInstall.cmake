@@ -16,6 +16,12 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
+# The NCCL backend (transport/collectives/device_collectives.h) is loaded, not
+# linked, as the CUDA backend is: building troupe builds it.
+if(TARGET troupe_nccl AND TARGET troupe)
+  add_dependencies(troupe troupe_nccl)
+endif()
+
 # The libraries users link, in link order: troupe_X is exported as troupe::X
 # and its headers are the *.h files under X/ in the source tree (troupe_io's,
 # core/io/*.h, go with core's).

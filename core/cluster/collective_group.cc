@@ -83,7 +83,8 @@ absl::StatusOr<uint64_t> declare_collective_group(Cluster& cluster, const std::s
 }
 
 absl::StatusOr<std::unique_ptr<CollectiveGroup>> CollectiveGroup::join(const std::string& name,
-                                                                       absl::Duration timeout) {
+                                                                       absl::Duration timeout,
+                                                                       int device) {
   cluster::Member* member = cluster::Member::current();
   if (member == nullptr)
     return not_in_cluster(absl::StrCat("joining collective group '", name, "'"));
@@ -110,7 +111,8 @@ absl::StatusOr<std::unique_ptr<CollectiveGroup>> CollectiveGroup::join(const std
                    .world_size = static_cast<int>(ids.size()),
                    .rank = static_cast<int>(rank),
                    .generation = generation,
-                   .timeout = timeout});
+                   .timeout = timeout,
+                   .device = device});
     }
   }
   return absl::NotFoundError(absl::StrCat(to_string(*self), " is not a member of generation ",
@@ -140,6 +142,17 @@ absl::StatusOr<std::unique_ptr<CollectiveGroup>> CollectiveGroup::init(
   std::unique_ptr<CollectiveGroup> g(new CollectiveGroup());
   g->name_ = options.name;
   g->store_ = std::make_unique<cluster::HeadKvStore>(member->head());
+  // The members' devices first: a member that cannot use its device fails
+  // here, and the others with it, before anyone waits for the host group.
+  absl::StatusOr<transport::DeviceAgreement> devices =
+      transport::RoutedGroup::agree(*g->store_, {.group = group_prefix(options.name),
+                                                 .generation = options.generation,
+                                                 .rank = options.rank,
+                                                 .size = options.world_size,
+                                                 .device = options.device,
+                                                 .backend = options.device_backend,
+                                                 .timeout = options.timeout});
+  if (!devices.ok()) return devices.status();
   std::vector<std::string> kinds =
       options.transport.empty() ? mo.transports : std::vector<std::string>{options.transport};
   absl::Status last = absl::NotFoundError("no transport to try");
@@ -173,7 +186,9 @@ absl::StatusOr<std::unique_ptr<CollectiveGroup>> CollectiveGroup::init(
                                          .host = mo.host,
                                          .timeout = options.timeout});
   if (!group.ok()) return group.status();
-  g->group_ = *std::move(group);
+  auto routed = transport::RoutedGroup::create(*std::move(group), *g->store_, *devices);
+  if (!routed.ok()) return routed.status();
+  g->group_ = *std::move(routed);
   g->listeners_ = member->node_death_listeners();
   if (absl::Status s = g->watch_member_nodes(options, member->index()); !s.ok()) return s;
   return g;
@@ -193,7 +208,7 @@ absl::Status CollectiveGroup::watch_member_nodes(const CollectiveGroupOptions& o
     }
     if (node != self_node) ranks_on[node].push_back(r);
   }
-  transport::Group* group = group_.get();
+  transport::RoutedGroup* group = group_.get();
   std::string name = options.name;
   listener_ =
       listeners_->add([group, ranks_on, name, self_node](uint32_t node, const std::string& reason) {

@@ -21,6 +21,16 @@
 // connection), not after the operation's timeout. The driver then declares the
 // group again with the survivors and their replacements (a new generation);
 // each of them joins afresh. Operations: see transport/collectives/group.h.
+//
+// Device buffers. A member formed with a device (options.device, or join's
+// `device`: the CUDA ordinal troupe::cluster::gpu_ids() gives an actor) may
+// pass buffers in that device's memory: each operation goes where its buffers
+// live (transport/collectives/routed_group.h). When every member has a device
+// of its own, device buffers go through an NCCL communicator of the same
+// members and generation, formed through the same store; when some member is
+// host-only or two share one GPU, they are staged through host memory and the
+// host collectives. NCCL's backend is loaded on the first group formed with a
+// device; a group without one never loads it, nor CUDA.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +43,9 @@
 #include "absl/time/time.h"
 #include "core/cluster/cluster.h"
 #include "core/ids.h"
+#include "transport/collectives/device_collectives.h"
 #include "transport/collectives/group.h"
+#include "transport/collectives/routed_group.h"
 
 namespace troupe::cluster {
 class NodeDeathListeners;
@@ -42,6 +54,7 @@ class NodeDeathListeners;
 namespace troupe {
 
 using transport::Algorithm;
+using transport::DevicePath;
 using transport::DType;
 using transport::ReduceOp;
 using transport::Work;
@@ -61,6 +74,11 @@ struct CollectiveGroupOptions {
   std::string transport;
   // Rendezvous, and each operation's wait for a peer.
   absl::Duration timeout = absl::Seconds(60);
+  // This member's device (a CUDA ordinal), whose memory its device buffers
+  // are in; -1: host buffers only (the backend is never loaded).
+  int device = -1;
+  // The backend for device buffers; null: NCCL's, loaded when device >= 0.
+  transport::DeviceCollectives* device_backend = nullptr;
 };
 
 class CollectiveGroup {
@@ -69,8 +87,11 @@ class CollectiveGroup {
   // generation. Errors: FailedPrecondition (not inside an actor of a cluster
   // process), NotFound (no such group, or this actor is not in it),
   // DeadlineExceeded (a member did not join within `timeout`).
+  // `device`: as CollectiveGroupOptions::device; FailedPrecondition when
+  // this member or another cannot use its device (no NCCL in this build, no
+  // such GPU here).
   static absl::StatusOr<std::unique_ptr<CollectiveGroup>> join(
-      const std::string& name, absl::Duration timeout = absl::Seconds(60));
+      const std::string& name, absl::Duration timeout = absl::Seconds(60), int device = -1);
   // Forms the group with an explicit rank, from any code in a cluster
   // process (an actor, or a driver). Errors: InvalidArgument (rank outside
   // the world), FailedPrecondition (not in a cluster process), and those of
@@ -82,8 +103,16 @@ class CollectiveGroup {
   int world_size() const { return group_->size(); }
   uint64_t generation() const { return group_->generation(); }
   const std::string& name() const { return name_; }
-  // The rendezvous store the group met through (the head's KV store): an
-  // NcclCommunicator for the same members can meet through it too.
+  // This member's device (-1: none), and the way device buffers go: kNone
+  // (no device), kDevice (NCCL) or kStaged (through host memory, for
+  // device_path_reason()).
+  int device() const { return group_->device(); }
+  DevicePath device_path() const { return group_->path(); }
+  const std::string& device_path_reason() const { return group_->path_reason(); }
+  // The rendezvous store the group met through (the head's KV store). A
+  // group with a device keeps its own NCCL communicator's id there, under
+  // "collective/<name>/<generation>/nccl-id": a communicator formed apart
+  // through it needs a group name of its own.
   transport::Store& store() { return *store_; }
   // The operations, as transport::Group documents them. The synchronous
   // forms (and wait) let the actor runtime run other actors meanwhile.
@@ -103,7 +132,7 @@ class CollectiveGroup {
   }
   absl::Status barrier() { return wait(group_->barrier_async()); }
   absl::Status send(int peer, uint64_t tag, const void* data, size_t bytes) {
-    return group_->send(peer, tag, data, bytes);
+    return wait(group_->send_async(peer, tag, data, bytes));
   }
   absl::Status recv(int peer, uint64_t tag, void* data, size_t bytes) {
     return wait(recv_async(peer, tag, data, bytes));
@@ -159,8 +188,9 @@ class CollectiveGroup {
   // The collective operations this member has issued (transport::Group).
   uint64_t collectives_issued() const { return group_->collectives_issued(); }
 
-  // Fails every pending operation with Aborted on every member; drops the
-  // connections to the `lost` ranks (transport::Group::abort).
+  // Fails every pending operation with Aborted on every member, device ones
+  // too (the NCCL communicator is aborted); drops the connections to the
+  // `lost` ranks (transport::RoutedGroup::abort).
   void abort(const absl::Status& why, const std::vector<int>& lost = {}) {
     group_->abort(why, lost);
   }
@@ -179,7 +209,7 @@ class CollectiveGroup {
   uint64_t listener_ = 0;
   std::unique_ptr<transport::Store> store_;
   std::unique_ptr<transport::Transport> transport_;
-  std::unique_ptr<transport::Group> group_;  // last: goes first
+  std::unique_ptr<transport::RoutedGroup> group_;  // last: goes first
 };
 
 }  // namespace troupe

@@ -90,6 +90,19 @@ class Group {
   // it: it may be written from this call on.
   Work recv_in_place_async(int peer, uint64_t tag, void* data, size_t bytes);
 
+  // The kinds of operation traffic() counts apart.
+  enum class Kind { kAllreduce, kReduceScatter, kAllgather, kOther };
+  // Runs `run` in its turn on the worker thread, ordered with the operations
+  // above on every rank, for an operation composed of those of
+  // collectives.h over the communicator (a collective on device memory
+  // staged through host memory: routed_group.h). What it sends counts in
+  // traffic() under `kind`; `collective`: whether every rank issues it (it
+  // counts in collectives_issued), or it is point to point.
+  Work run_async(Kind kind, std::function<absl::Status(Communicator&)> run,
+                 bool collective = true) {
+    return enqueue(kind, std::move(run), collective);
+  }
+
   // Synchronous forms: the async form, waited for.
   absl::Status allreduce(DType type, ReduceOp op, void* data, size_t count,
                          Algorithm algorithm = Algorithm::kAuto) {
@@ -138,7 +151,6 @@ class Group {
   uint64_t collectives_issued() const { return collectives_issued_.load(); }
 
  private:
-  enum class Kind { kAllreduce, kReduceScatter, kAllgather, kOther };
   struct Op {
     std::function<absl::Status(Communicator&)> run;
     Work work;

@@ -269,6 +269,46 @@ NcclWork NcclCommunicator::barrier(cudaStream_t stream) {
   });
 }
 
+NcclWork NcclCommunicator::allgather_bytes(const void* input, void* output, size_t bytes,
+                                           cudaStream_t stream) {
+  return issue("allgather", stream, [&](ncclComm_t comm, cudaStream_t s) {
+    return ncclAllGather(input, output, bytes, ncclUint8, comm, s);
+  });
+}
+
+NcclWork NcclCommunicator::broadcast_bytes(const void* input, void* output, size_t bytes, int root,
+                                           cudaStream_t stream) {
+  if (absl::Status status = check_rank("broadcast", "root", root); !status.ok()) {
+    return NcclWork(std::move(status));
+  }
+  return issue("broadcast", stream, [&](ncclComm_t comm, cudaStream_t s) {
+    return ncclBroadcast(input, output, bytes, ncclUint8, root, comm, s);
+  });
+}
+
+NcclWork NcclCommunicator::send_bytes(const void* input, size_t bytes, int peer,
+                                      cudaStream_t stream) {
+  if (absl::Status status = check_peer("send", peer); !status.ok()) {
+    return NcclWork(std::move(status));
+  }
+  return issue("send", stream, [&](ncclComm_t comm, cudaStream_t s) {
+    return ncclSend(input, bytes, ncclUint8, peer, comm, s);
+  });
+}
+
+NcclWork NcclCommunicator::recv_bytes(void* output, size_t bytes, int peer, cudaStream_t stream) {
+  if (absl::Status status = check_peer("recv", peer); !status.ok()) {
+    return NcclWork(std::move(status));
+  }
+  return issue("recv", stream, [&](ncclComm_t comm, cudaStream_t s) {
+    return ncclRecv(output, bytes, ncclUint8, peer, comm, s);
+  });
+}
+
+absl::Status NcclCommunicator::failure() const {
+  return state_->failure();
+}
+
 void NcclCommunicator::abort(const absl::Status& why) {
   state_->abort(why);
 }

@@ -124,6 +124,19 @@ class NcclCommunicator {
   // allreduce.
   NcclWork barrier(cudaStream_t stream = nullptr);
 
+  // allgather, broadcast, send and recv of `bytes` bytes of any type (as
+  // NCCL's ncclUint8), for groups that move bytes (routed_group.h).
+  NcclWork allgather_bytes(const void* input, void* output, size_t bytes,
+                           cudaStream_t stream = nullptr);
+  NcclWork broadcast_bytes(const void* input, void* output, size_t bytes, int root,
+                           cudaStream_t stream = nullptr);
+  NcclWork send_bytes(const void* input, size_t bytes, int peer, cudaStream_t stream = nullptr);
+  NcclWork recv_bytes(void* output, size_t bytes, int peer, cudaStream_t stream = nullptr);
+
+  // OK, or the Aborted status every wait returns once the communicator was
+  // aborted.
+  absl::Status failure() const;
+
   // Aborts the communicator (ncclCommAbort): operations running on the
   // device stop, and every pending and later wait returns Aborted naming
   // `why`. Other ranks are not told.

@@ -49,26 +49,31 @@ bool NcclWork::done() const {
   return cudaEventQuery(event_) != cudaErrorNotReady;
 }
 
-absl::Status NcclWork::wait(absl::Duration timeout) {
+std::optional<absl::Status> NcclWork::poll() {
   if (state_ == nullptr) return failed_;
+  if (absl::Status failed = state_->failure(); !failed.ok()) return failed;
+  cudaError_t code = cudaEventQuery(event_);
+  if (code == cudaSuccess) {
+    // An abort makes NCCL's kernels return early, which completes the
+    // event too: the result holds only if the communicator is still sound.
+    if (absl::Status status = state_->check(op_); !status.ok()) return status;
+    return state_->failure();
+  }
+  if (code != cudaErrorNotReady) {
+    absl::Status status = detail::cuda_status(
+        code, absl::StrCat(state_->name(), ": waiting for ", op_, " to complete"));
+    state_->abort(status);
+    return status;
+  }
+  if (absl::Status status = state_->check(op_); !status.ok()) return status;
+  return std::nullopt;
+}
+
+absl::Status NcclWork::wait(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   absl::Duration backoff = absl::Microseconds(5);
   while (true) {
-    if (absl::Status failed = state_->failure(); !failed.ok()) return failed;
-    cudaError_t code = cudaEventQuery(event_);
-    if (code == cudaSuccess) {
-      // An abort makes NCCL's kernels return early, which completes the
-      // event too: the result holds only if the communicator is still sound.
-      if (absl::Status status = state_->check(op_); !status.ok()) return status;
-      return state_->failure();
-    }
-    if (code != cudaErrorNotReady) {
-      absl::Status status = detail::cuda_status(
-          code, absl::StrCat(state_->name(), ": waiting for ", op_, " to complete"));
-      state_->abort(status);
-      return status;
-    }
-    if (absl::Status status = state_->check(op_); !status.ok()) return status;
+    if (std::optional<absl::Status> status = poll()) return *std::move(status);
     if (absl::Now() >= deadline) {
       absl::Status status = absl::DeadlineExceededError(absl::StrCat(
           state_->name(), ": ", op_, " did not complete within ", absl::FormatDuration(timeout),

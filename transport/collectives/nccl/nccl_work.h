@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -46,8 +47,13 @@ class [[nodiscard]] NcclWork {
   //   DeadlineExceeded after `timeout`, after aborting the communicator (a
   //     peer that never calls the matching operation leaves it hanging on the
   //     device, and only an abort frees the stream).
-  // Use done() to poll without that consequence.
+  // Use done() or poll() to poll without that consequence.
   absl::Status wait(absl::Duration timeout);
+
+  // Never blocks: nullopt while the operation runs on the device and NCCL
+  // reports no error; otherwise what wait() would return at once (NCCL's
+  // asynchronous error aborting the communicator, as there).
+  std::optional<absl::Status> poll();
 
   // The CUDA event recorded after the operation (null when it failed to
   // issue), e.g. for cudaStreamWaitEvent on another stream. Owned by the
