@@ -12,11 +12,16 @@ absl::StatusOr<nn::FloatBuffer> BufferPool::take(size_t n, bool zero) {
   if (it != idle_.end()) {
     nn::FloatBuffer b = std::move(*it);
     idle_.erase(it);
-    if (zero && n > 0) std::memset(b.data(), 0, b.bytes());
+    if (zero && n > 0) {
+      if (absl::Status s = nn::zero_bytes(b.data(), device_, static_cast<int64_t>(b.bytes()));
+          !s.ok()) {
+        return s;
+      }
+    }
     return b;
   }
   nn::FloatBuffer b;
-  if (absl::Status s = b.reset(category_, n, zero); !s.ok()) return s;
+  if (absl::Status s = b.reset(category_, n, zero, device_); !s.ok()) return s;
   bytes_ += b.bytes();
   peak_bytes_ = std::max(peak_bytes_, bytes_);
   return b;

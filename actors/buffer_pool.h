@@ -24,8 +24,11 @@ namespace troupe::actors {
 
 class BufferPool {
  public:
-  explicit BufferPool(nn::MemoryCategory category = nn::MemoryCategory::kGatherBuffers)
-      : category_(category) {}
+  // Buffers of `category` on `device` (its stage's).
+  explicit BufferPool(nn::MemoryCategory category = nn::MemoryCategory::kGatherBuffers,
+                      nn::Device device = nn::Device::cpu())
+      : category_(category), device_(device) {}
+  nn::Device device() const { return device_; }
 
   // A buffer of exactly n floats: an idle one of that size, or a new one.
   // Zeroed when `zero`, else its contents are unspecified. ResourceExhausted
@@ -46,6 +49,7 @@ class BufferPool {
 
  private:
   nn::MemoryCategory category_;
+  nn::Device device_;
   std::vector<nn::FloatBuffer> idle_;
   size_t bytes_ = 0;
   size_t peak_bytes_ = 0;

@@ -109,13 +109,6 @@ int64_t peak_rss_bytes() {
 // The device the stage computes on: the CPU, or the first GPU its actor holds.
 absl::StatusOr<nn::Device> stage_device(const StageOptions& options) {
   if (options.device == nn::DeviceKind::kCpu) return nn::Device::cpu();
-  if (options.mesh.dp > 1 || options.mesh.pp > 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "stage ", to_string(options.at), " on cuda: ", options.mesh.dp > 1 ? "data" : "pipeline",
-        " parallelism moves gradients and activations in device memory, through NCCL, which "
-        "collective groups do not use yet; a single rank (dp 1, pp 1) trains on CUDA, or set "
-        "\"device\": \"cpu\""));
-  }
   const std::vector<int> gpus = cluster::gpu_ids();
   if (gpus.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -276,7 +269,8 @@ absl::Status PipelineStageActor::setup() {
     sync_ = *std::move(sync);
   }
   if (options_.mesh.dp > 1 && group_ == nullptr) {
-    absl::StatusOr<std::unique_ptr<CollectiveGroup>> group = CollectiveGroup::join(options_.group);
+    absl::StatusOr<std::unique_ptr<CollectiveGroup>> group =
+        CollectiveGroup::join(options_.group, absl::Seconds(60), group_device());
     if (!group.ok()) return group.status();
     // The partitions follow d; the group's ranks must too.
     if ((*group)->rank() != options_.at.d || (*group)->world_size() != options_.mesh.dp) {
@@ -320,7 +314,7 @@ absl::StatusOr<std::unique_ptr<CollectiveGroup>> PipelineStageActor::join_model_
   // A pipe receive waits out its schedule's bubble, which on a CPU can last
   // long; a failed stage aborts its groups, so the others do not wait that long.
   absl::StatusOr<std::unique_ptr<CollectiveGroup>> group =
-      CollectiveGroup::join(name, kPipeTimeout);
+      CollectiveGroup::join(name, kPipeTimeout, group_device());
   if (!group.ok()) return group.status();
   if ((*group)->rank() != rank || (*group)->world_size() != size) {
     return absl::InternalError(absl::StrCat(name_, ": rank ", (*group)->rank(), " of ",

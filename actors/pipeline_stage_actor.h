@@ -247,10 +247,13 @@ class PipelineStageActor {
   std::unique_ptr<GradientSync> sync_;
   std::shared_ptr<DataLoader> loader_;
   int64_t last_run_ = 0;  // the last step run_step was called for (0: none)
+  // The device its groups move device buffers on (CollectiveGroup::join): its model's GPU, or
+  // -1 on the CPU (host buffers only).
+  int group_device() const { return model_->device().is_cpu() ? -1 : model_->device().index; }
   // Its model's device's backend: the norms and roundings of the gradients it owns.
   nn::DeviceBackend* device_backend_ = &nn::cpu_backend();
-  std::vector<float>
-      head_share_;  // pp > 1, first stage, tied head: its share of the embedding's gradient
+  // pp > 1, first stage, tied head: its share of the embedding's gradient, on its device.
+  nn::FloatBuffer head_share_;
   // ZeRO: this rank's partition of what the model does not hold whole.
   ZeroPartition partition_;
   // The flat buffers it computes with: the model's, or a pipeline stage's

@@ -73,17 +73,20 @@ absl::Status PipelineStageActor::add_embedding_grad(int64_t step) {
   const nn::ModelLayout& layout = model_->layout();
   if (!layout.tied_head() || pipe_ == nullptr) return absl::OkStatus();
   const size_t n = layout.token_embedding().size();
-  head_share_.resize(n);
+  // Received where the gradients live (the model's device), then added there.
+  if (head_share_.size() != n) {
+    if (absl::Status s = head_share_.reset(nn::MemoryCategory::kOther, n, false, model_->device());
+        !s.ok()) {
+      return s;
+    }
+  }
   if (absl::Status s =
           pipe_->recv_in_place(options_.mesh.pp - 1, wire_tag(step, Wire::kEmbeddingGrad, 0),
                                head_share_.data(), n * sizeof(float));
       !s.ok()) {
     return s;
   }
-  float* grad = buffers_->grads(0);
-  for (size_t i = 0; i < n; ++i)
-    grad[i] += head_share_[i];
-  return absl::OkStatus();
+  return device_backend_->add(model_->device().index, buffers_->grads(0), head_share_.data(), n);
 }
 
 void PipelineStageActor::settle_sends(const absl::Status& why) {

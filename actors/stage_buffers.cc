@@ -31,8 +31,15 @@ absl::StatusOr<std::unique_ptr<StageBuffers>> StageBuffers::stage(nn::Model& mod
   b->range_ = range;
   auto allocate = [&](nn::ParamRange r, nn::FloatBuffer& params,
                       nn::FloatBuffer& grads) -> absl::Status {
-    if (absl::Status s = params.reset(nn::MemoryCategory::kParameters, r.size()); !s.ok()) return s;
-    if (absl::Status s = grads.reset(nn::MemoryCategory::kGradients, r.size()); !s.ok()) return s;
+    const nn::Device device = model.device();
+    if (absl::Status s = params.reset(nn::MemoryCategory::kParameters, r.size(), true, device);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = grads.reset(nn::MemoryCategory::kGradients, r.size(), true, device);
+        !s.ok()) {
+      return s;
+    }
     if (absl::Status s = model.bind_parameters(r.begin, r.end, params.data()); !s.ok()) return s;
     return model.bind_gradients(r.begin, r.end, grads.data());
   };
@@ -51,9 +58,11 @@ void StageBuffers::zero_grads() {
     model_->zero_grad();
     return;
   }
-  if (own_grads_.size() > 0) std::memset(own_grads_.data(), 0, own_grads_.bytes());
-  if (embedding_grads_.size() > 0)
-    std::memset(embedding_grads_.data(), 0, embedding_grads_.bytes());
+  for (nn::FloatBuffer* b : {&own_grads_, &embedding_grads_}) {
+    if (b->size() == 0) continue;
+    // Where the buffers are (the model's device); a failed clear there fails the next kernel.
+    nn::zero_bytes(b->data(), b->device(), static_cast<int64_t>(b->bytes())).IgnoreError();
+  }
 }
 
 }  // namespace troupe::actors

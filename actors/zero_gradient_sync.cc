@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "actors/gradient_buckets.h"
 #include "actors/step_clock.h"
+#include "nn/device_backend.h"
 
 namespace troupe::actors {
 namespace {
@@ -63,6 +64,7 @@ ZeroGradientSync::ZeroGradientSync(const GradientSyncOptions& options, int stage
       group_(group),
       partition_(plan.params, group.world_size(), group.rank()),
       buffers_(buffers),
+      pool_(nn::MemoryCategory::kGatherBuffers, gpt.device()),
       gather_({.buffered = stage == 3,
                .prefetch_elements = options.prefetch_elements,
                .max_live_elements = options.max_live_parameters,
@@ -106,7 +108,12 @@ absl::Status ZeroGradientSync::begin_step() {
   if (stage_ == 1) {
     gpt_.zero_grad();
   } else if (partition_.own().size() > 0) {
-    std::memset(buffers_.own_grads, 0, partition_.own().size() * sizeof(float));
+    if (absl::Status s =
+            nn::zero_bytes(buffers_.own_grads, gpt_.device(),
+                           static_cast<int64_t>(partition_.own().size() * sizeof(float)));
+        !s.ok()) {
+      return s;
+    }
   }
   return gather_.begin_step(options_.micro_batches);
 }
@@ -250,8 +257,12 @@ absl::Status ZeroGradientSync::retire_oldest() {
     if (mine.size() > 0) {
       float* dst = buffers_.own_grads + (mine.begin - partition_.own().begin);
       const float* src = red.scratch.data() + (mine.begin - r.begin);
-      for (size_t i = 0; i < mine.size(); ++i)
-        dst[i] += src[i];
+      absl::StatusOr<nn::DeviceBackend*> device = nn::backend(gpt_.device().kind);
+      if (!device.ok()) return device.status();
+      if (absl::Status added = (*device)->add(gpt_.device().index, dst, src, mine.size());
+          !added.ok()) {
+        return added;
+      }
     }
     pool_.give(std::move(red.scratch));
   }

@@ -60,6 +60,11 @@ class CpuBackend final : public DeviceBackend {
     scale_grads(g, n, coef);
     return absl::OkStatus();
   }
+  absl::Status add(int, float* dst, const float* src, size_t n) override {
+    for (size_t i = 0; i < n; ++i)
+      dst[i] += src[i];
+    return absl::OkStatus();
+  }
   absl::StatusOr<bool> has_inf_or_nan(int, const float* g, size_t n) override {
     return nn::has_inf_or_nan(g, n);
   }

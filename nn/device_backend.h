@@ -98,6 +98,8 @@ class DeviceBackend {
   virtual absl::StatusOr<double> grad_norm_squared(int index, const float* g, size_t n) = 0;
   // g[i] *= coef (clipping, averaging).
   virtual absl::Status scale(int index, float* g, size_t n, float coef) = 0;
+  // dst[i] += src[i]: a reduced part or a received gradient joining what is there.
+  virtual absl::Status add(int index, float* dst, const float* src, size_t n) = 0;
   // True if some g[i] is infinite or NaN (the fp16 loss scaler's overflow check).
   virtual absl::StatusOr<bool> has_inf_or_nan(int index, const float* g, size_t n) = 0;
   // out[i] = in[i] rounded to `type` (bf16 or fp16, to nearest even, as nn/dtype.h's convert)

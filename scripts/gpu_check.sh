@@ -92,6 +92,12 @@ export LD_LIBRARY_PATH="$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export TROUPE_REQUIRE_GPU=${TROUPE_REQUIRE_GPU:-1}
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 export TROUPE_GPU_BENCH_TORCH_SCRIPT=${TROUPE_GPU_BENCH_TORCH_SCRIPT:-$PWD/bench/gpu_bench_torch.py}
+if [ "$mode" = bundle ]; then
+  # Tests that start a local cluster run the bundle's troupe and actor library.
+  export TROUPE_BINARY="$troupe"
+  export TROUPE_DEVICE_LIB="$bundle/lib/libtroupe_device_reducer_actors.so"
+  export TROUPE_DEVICE_LIB_DIR="$bundle/lib"
+fi
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || note "nvidia-smi failed (no driver?)"
 
 status=0

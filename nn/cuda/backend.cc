@@ -149,6 +149,12 @@ class CudaBackend final : public DeviceBackend {
     return cuda::scale(g, n, coef, (*d)->stream);
   }
 
+  absl::Status add(int index, float* dst, const float* src, size_t n) override {
+    absl::StatusOr<DeviceState*> d = state(index);
+    if (!d.ok()) return d.status();
+    return cuda::add(dst, src, n, (*d)->stream);
+  }
+
   absl::Status round_to(int index, float* out, const float* in, size_t n, DType type) override {
     absl::StatusOr<DeviceState*> d = state(index);
     if (!d.ok()) return d.status();

@@ -66,6 +66,12 @@ __global__ void round_kernel(float* out, const float* in, size_t n, bool bf16) {
   }
 }
 
+__global__ void add_kernel(float* dst, const float* src, size_t n) {
+  TROUPE_GRID_STRIDE(i, n) {
+    dst[i] = __fadd_rn(dst[i], src[i]);
+  }
+}
+
 __global__ void scale_kernel(float* g, size_t n, float coef) {
   TROUPE_GRID_STRIDE(i, n) {
     g[i] = __fmul_rn(g[i], coef);
@@ -132,6 +138,12 @@ absl::Status round_to(float* out, const float* in, size_t n, bool bf16, cudaStre
   if (n == 0) return absl::OkStatus();
   round_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, in, n, bf16);
   return detail::launch_status("round_to");
+}
+
+absl::Status add(float* dst, const float* src, size_t n, cudaStream_t stream) {
+  if (n == 0) return absl::OkStatus();
+  add_kernel<<<grid_for(n), kThreads, 0, stream>>>(dst, src, n);
+  return detail::launch_status("add");
 }
 
 absl::Status scale(float* g, size_t n, float coef, cudaStream_t stream) {

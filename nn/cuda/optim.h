@@ -33,6 +33,9 @@ namespace troupe::nn::cuda {
 [[nodiscard]] absl::Status round_to(float* out, const float* in, size_t n, bool bf16,
                                     cudaStream_t stream);
 
+// dst[i] += src[i].
+[[nodiscard]] absl::Status add(float* dst, const float* src, size_t n, cudaStream_t stream);
+
 // g[i] *= coef.
 [[nodiscard]] absl::Status scale(float* g, size_t n, float coef, cudaStream_t stream);
 

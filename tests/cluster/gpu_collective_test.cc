@@ -44,12 +44,20 @@ std::string missing_gpus(int n) {
   return why;
 }
 
+// `name` from the environment where set (scripts/gpu_check.sh runs this binary from a bundle on
+// another machine), else what the build knew.
+std::string build_path(const char* name, const char* built) {
+  const char* env = std::getenv(name);
+  return env != nullptr && *env != '\0' ? env : built;
+}
+
 LocalClusterOptions device_cluster() {
   LocalClusterOptions o;
   o.workers = 1;
   o.worker_resources = {absl::StrCat("CPU=4,GPU=", gpu_inventory().devices.size())};
-  o.troupe_binary = TROUPE_BINARY;
-  o.worker_flags = {"--actor-lib-dir", DEVICE_LIB_DIR, "--actor-lib", DEVICE_LIB};
+  o.troupe_binary = build_path("TROUPE_BINARY", TROUPE_BINARY);
+  o.worker_flags = {"--actor-lib-dir", build_path("TROUPE_DEVICE_LIB_DIR", DEVICE_LIB_DIR),
+                    "--actor-lib", build_path("TROUPE_DEVICE_LIB", DEVICE_LIB)};
   return o;
 }
 

@@ -30,3 +30,14 @@ troupe_test(trainers_stage_steps_test trainers SOURCES stage_steps_test.cc LIBS 
 # The layout rules both trainers share: group names, shard ranges, buddies.
 troupe_test(trainers_mesh_layout_test trainers SOURCES mesh_layout_test.cc LIBS troupe_trainers)
 # The codecs of nn's types and the one nn/transport dtype mapping.
+# The trainers on a GPU: DDP, ZeRO-3 and a pipeline over ranks sharing one device against one
+# rank, and a GPU stage against a CPU one (label gpu: they skip without a GPU).
+if(TARGET troupe_nn_cuda)
+  add_executable(trainers_gpu_test gpu_trainers_test.cc)
+  target_link_libraries(trainers_gpu_test PRIVATE troupe_trainers GTest::gtest GTest::gtest_main
+                        troupe_warnings)
+  target_compile_definitions(trainers_gpu_test PRIVATE TROUPE_BINARY="$<TARGET_FILE:troupe>")
+  add_dependencies(trainers_gpu_test troupe troupe_nn_cuda)
+  gtest_discover_tests(trainers_gpu_test PROPERTIES LABELS gpu TIMEOUT 300 RUN_SERIAL TRUE
+                       DISCOVERY_TIMEOUT 60)
+endif()
