@@ -41,88 +41,40 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
                                                        const TensorSlice& slice) {
     if (absl::Status s = config.validate(); !s.ok()) return s;
     if (absl::Status s = validate_slice(config, slice); !s.ok()) return s;
-    if (slice.size > 1) {
-      return absl::FailedPreconditionError(
-          "Llama on cuda: tensor parallelism (a slice of more than one rank) is not built for "
-          "CUDA yet");
+    absl::StatusOr<std::pair<cudaStream_t, Cublas>> opened =
+        open_device(kName, device, options, slice);
+    if (!opened.ok()) return opened.status();
+    std::unique_ptr<CudaLlama> m(new CudaLlama(device, opened->first, std::move(opened->second),
+                                               config, options, storage, slice));
+    const size_t n = m->num_params();
+    TROUPE_CUDA_RETURN_IF_ERROR(m->allocate_buffers());
+    if (m->params_.data() != nullptr) {
+      point_llama_tensors(m->layout(), 0, n, m->params_.data(), &m->param_tensors_);
     }
-    if (options.recompute_activations) {
-      return absl::FailedPreconditionError(
-          "Llama on cuda: recomputed activations (model.recompute_activations) are not built "
-          "for CUDA yet");
-    }
-    absl::StatusOr<cudaStream_t> stream = device_stream(device);
-    if (!stream.ok()) return stream.status();
-    absl::StatusOr<Cublas> blas = Cublas::create(gemm_inputs(options.matmul));
-    if (!blas.ok()) return blas.status();
-    std::unique_ptr<CudaLlama> m(
-        new CudaLlama(device, *stream, *std::move(blas), config, options, storage, slice));
-    const size_t n = m->layout_.num_params();
-    if (storage.parameters) {
-      TROUPE_CUDA_RETURN_IF_ERROR(
-          m->params_.reset(MemoryCategory::kParameters, n, true, m->device_));
-      m->point(m->param_tensors_, 0, n, m->params_.data());
-    }
-    if (storage.gradients) {
-      TROUPE_CUDA_RETURN_IF_ERROR(m->grads_.reset(MemoryCategory::kGradients, n, true, m->device_));
-      m->point(m->grad_tensors_, 0, n, m->grads_.data());
+    if (m->grads_.data() != nullptr) {
+      point_llama_tensors(m->layout(), 0, n, m->grads_.data(), &m->grad_tensors_);
     }
     // The rotary angles and the embedding's zero position table, on the device.
     const int hd = config.head_dim(), maxT = config.max_position_embeddings;
     std::vector<float> cos(static_cast<size_t>(maxT) * (hd / 2)), sin(cos.size());
     rope_table(cos.data(), sin.data(), maxT, hd, config.rope_theta);
+    const Device on = m->device();
     TROUPE_CUDA_RETURN_IF_ERROR(
-        m->tables_.reset(MemoryCategory::kOther, 2 * cos.size(), false, m->device_));
+        m->tables_.reset(MemoryCategory::kOther, 2 * cos.size(), false, on));
     const auto bytes = static_cast<int64_t>(cos.size() * sizeof(float));
     TROUPE_CUDA_RETURN_IF_ERROR(
-        copy_bytes(m->tables_.data(), m->device_, cos.data(), Device::cpu(), bytes));
+        copy_bytes(m->tables_.data(), on, cos.data(), Device::cpu(), bytes));
     TROUPE_CUDA_RETURN_IF_ERROR(
-        copy_bytes(m->tables_.data() + cos.size(), m->device_, sin.data(), Device::cpu(), bytes));
+        copy_bytes(m->tables_.data() + cos.size(), on, sin.data(), Device::cpu(), bytes));
     const size_t positions = static_cast<size_t>(maxT) * config.hidden_size;
     TROUPE_CUDA_RETURN_IF_ERROR(
-        m->zero_positions_.reset(MemoryCategory::kOther, positions, true, m->device_));
+        m->zero_positions_.reset(MemoryCategory::kOther, positions, true, on));
     TROUPE_CUDA_RETURN_IF_ERROR(
-        m->position_grads_.reset(MemoryCategory::kOther, positions, true, m->device_));
+        m->position_grads_.reset(MemoryCategory::kOther, positions, true, on));
     return std::unique_ptr<Model>(std::move(m));
   }
 
-  const ModelConfig& config() const override { return model_config_; }
-  const ModelOptions& options() const override { return options_; }
   const ModelLayout& layout() const override { return layout_.model(); }
-
-  void init_parameters(uint64_t seed) override {
-    if (params_.data() == nullptr) return;  // bound parameters are the caller's to fill
-    std::vector<float> host(num_params());
-    Llama::init_parameters(config_, layout_.model().slice(), seed, 0, host.size(), host.data());
-    (void)copy_bytes(params_.data(), device_, host.data(), Device::cpu(),
-                     static_cast<int64_t>(host.size() * sizeof(float)));
-  }
-
-  float* params() override { return params_.data(); }
-  float* grads() override { return grads_.data(); }
-
-  absl::StatusOr<float> forward(const int32_t* inputs, const int32_t* targets, int B,
-                                int T) override {
-    TROUPE_CUDA_RETURN_IF_ERROR(prepare(B, T));
-    const size_t BT = static_cast<size_t>(B) * T;
-    TROUPE_CUDA_RETURN_IF_ERROR(check_tokens(kName, inputs, BT, config_.vocab_size, "inputs"));
-    if (targets != nullptr) {
-      TROUPE_CUDA_RETURN_IF_ERROR(check_tokens(kName, targets, BT, config_.vocab_size, "targets"));
-    }
-    TROUPE_CUDA_RETURN_IF_ERROR(embed_forward(inputs));
-    TROUPE_CUDA_RETURN_IF_ERROR(forward_blocks(0, config_.num_hidden_layers));
-    return head_forward(targets);
-  }
-
-  absl::Status backward(float dloss) override {
-    TROUPE_CUDA_RETURN_IF_ERROR(head_backward(dloss));
-    TROUPE_CUDA_RETURN_IF_ERROR(backward_blocks(0, config_.num_hidden_layers, nullptr));
-    return embed_backward();
-  }
-
-  void zero_grad() override {
-    if (grads_.data() != nullptr) (void)zero(grads_.data(), grads_.size());
-  }
 
   absl::Status bind_parameters(size_t begin, size_t end, float* base) override {
     return bind(param_tensors_, begin, end, base, storage_.parameters, "parameters");
@@ -131,108 +83,14 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
     return bind(grad_tensors_, begin, end, base, storage_.gradients, "gradients");
   }
 
-  const float* logits() const override { return store_.acts().logits; }
-
   absl::Status prepare(int B, int T) override {
-    const int maxT = config_.max_position_embeddings;
-    if (B < 1 || T < 1 || T > maxT) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kName, ": batch B = ", B, ", T = ", T,
-                       " needs B >= 1 and 1 <= T <= max_position_embeddings = ", maxT));
-    }
-    const int64_t BT = int64_t{B} * T;
     const int64_t widest =
-        std::max<int64_t>({2 * int64_t{config_.intermediate_size}, config_.padded_vocab(),
-                           3 * int64_t{config_.num_attention_heads} * config_.head_dim()});
-    if (BT * widest > INT_MAX || BT * config_.num_attention_heads * T > INT_MAX) {
-      return absl::InvalidArgumentError(absl::StrCat(kName, ": batch B = ", B, ", T = ", T,
-                                                     " makes an activation over INT_MAX elements"));
-    }
+        std::max<int64_t>({2 * int64_t{arch_.intermediate_size}, arch_.padded_vocab(),
+                           3 * int64_t{arch_.num_attention_heads} * arch_.head_dim()});
+    TROUPE_CUDA_RETURN_IF_ERROR(check_shape(B, T, widest, arch_.num_attention_heads));
     return prepare_store(
         B, T, [&](float* base, LlamaActivations* a) { return carve_activations(B, T, base, a); },
         [&](float* base, LlamaActivationGradients* d) { return carve_gradients(B, T, base, d); });
-  }
-
-  absl::Status embed_forward(const int32_t* inputs) override {
-    TROUPE_CUDA_RETURN_IF_ERROR(store_.check_prepared("embed_forward"));
-    if (store_.part_begin() != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(kName, "::embed_forward: its part starts at block ", store_.part_begin()));
-    }
-    TROUPE_CUDA_RETURN_IF_ERROR(
-        check_tokens(kName, inputs, store_.BT(), config_.vocab_size, "inputs"));
-    store_.set_inputs(inputs);
-    TROUPE_CUDA_RETURN_IF_ERROR(upload_tokens(device_inputs(), inputs));
-    return encoder_forward(store_.acts().encoded, device_inputs(), param_tensors_.embed_tokens(),
-                           zero_positions_.data(), store_.B(), store_.T(), config_.hidden_size,
-                           stream_);
-  }
-
-  absl::Status forward_blocks(int begin, int end) override {
-    TROUPE_CUDA_RETURN_IF_ERROR(store_.check_blocks(begin, end, "forward_blocks"));
-    for (int l = begin; l < end; ++l)
-      TROUPE_CUDA_RETURN_IF_ERROR(block_forward(l));
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<float> head_forward(const int32_t* targets) override {
-    TROUPE_CUDA_RETURN_IF_ERROR(store_.check_prepared("head_forward"));
-    if (!store_.part_head()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(kName, "::head_forward: its part has no head (set_part)"));
-    }
-    const int B = store_.B(), T = store_.T(), C = config_.hidden_size;
-    if (targets != nullptr) {
-      TROUPE_CUDA_RETURN_IF_ERROR(
-          check_tokens(kName, targets, store_.BT(), config_.vocab_size, "targets"));
-    }
-    const LlamaActivations& a = store_.acts();
-    TROUPE_CUDA_RETURN_IF_ERROR(rmsnorm_forward(a.lnf, a.lnf_rstd,
-                                                residual(config_.num_hidden_layers),
-                                                param_tensors_.norm(), B, T, C, eps(), stream_));
-    TROUPE_CUDA_RETURN_IF_ERROR(linear_forward(blas_, a.logits, a.lnf, param_tensors_.lm_head(),
-                                               nullptr, B, T, C, config_.padded_vocab(), stream_));
-    if (targets == nullptr) {
-      store_.clear_targets();
-      return std::numeric_limits<float>::quiet_NaN();
-    }
-    store_.set_targets(targets);
-    TROUPE_CUDA_RETURN_IF_ERROR(upload_tokens(device_targets(), targets));
-    TROUPE_CUDA_RETURN_IF_ERROR(crossentropy_forward(a.loss, a.losses, a.lse, a.logits,
-                                                     device_targets(), B, T, config_.vocab_size,
-                                                     config_.padded_vocab(), stream_));
-    return download_loss(a.loss);
-  }
-
-  absl::Status head_backward(float dloss) override {
-    if (!store_.have_targets()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          kName, "::backward: the last forward had no targets; run forward with targets first"));
-    }
-    const int B = store_.B(), T = store_.T(), C = config_.hidden_size;
-    const int V = config_.vocab_size, Vp = config_.padded_vocab();
-    const size_t BT = store_.BT(), BTC = BT * C;
-    const LlamaActivations& a = store_.acts();
-    const LlamaActivationGradients& d = store_.grads();
-    TROUPE_CUDA_RETURN_IF_ERROR(zero(d.dlogits, BT * Vp));
-    TROUPE_CUDA_RETURN_IF_ERROR(crossentropy_backward(d.dlogits, dloss, a.logits, a.lse,
-                                                      device_targets(), B, T, V, Vp, stream_));
-    // A tied head's weight gradient accumulates into the embedding's.
-    TROUPE_CUDA_RETURN_IF_ERROR(zero(d.dln, BTC));
-    TROUPE_CUDA_RETURN_IF_ERROR(linear_backward(blas_, d.dln, grad_tensors_.lm_head(), nullptr,
-                                                d.dlogits, a.lnf, param_tensors_.lm_head(), B, T, C,
-                                                Vp, stream_));
-    TROUPE_CUDA_RETURN_IF_ERROR(zero(d.dresidual, BTC));
-    return rmsnorm_backward(d.dresidual, grad_tensors_.norm(), d.dln,
-                            residual(config_.num_hidden_layers), param_tensors_.norm(), a.lnf_rstd,
-                            B, T, C, stream_);
-  }
-
-  absl::Status backward_blocks(int begin, int end, const GradientsFinal& on_final) override {
-    TROUPE_CUDA_RETURN_IF_ERROR(store_.check_blocks(begin, end, "backward_blocks"));
-    for (int l = end - 1; l >= begin; --l)
-      TROUPE_CUDA_RETURN_IF_ERROR(block_backward(l, on_final));
-    return absl::OkStatus();
   }
 
   absl::Status embed_backward() override {
@@ -241,32 +99,11 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
     TROUPE_CUDA_RETURN_IF_ERROR(zero(position_grads_.data(), position_grads_.size()));
     return encoder_backward(grad_tensors_.embed_tokens(), position_grads_.data(),
                             store_.grads().dresidual, device_inputs(), store_.B(), store_.T(),
-                            config_.hidden_size, stream_);
+                            arch_.hidden_size, stream_);
   }
-
-  float* residual(int l) override {
-    const size_t BTC = store_.BT() * config_.hidden_size;
-    const int begin = store_.part_begin();
-    return l == begin ? store_.acts().encoded : store_.acts().residual3 + (l - 1 - begin) * BTC;
-  }
-  float* dresidual() override { return store_.grads().dresidual; }
-
-  ModelMemory memory() const override { return memory_of(params_.bytes(), grads_.bytes()); }
 
  private:
   static constexpr const char* kName = "Llama on cuda";
-
-  // Pointers to each tensor of one buffer, by index in layout().tensors() (nn/llama/llama.h's).
-  struct Tensors {
-    std::vector<float*> at;
-    bool tied = false;
-    float* embed_tokens() const { return at.front(); }
-    float* block(int l, LlamaTensor t) const {
-      return at[1 + static_cast<size_t>(l) * kNumLlamaBlockTensors + static_cast<size_t>(t)];
-    }
-    float* norm() const { return at[at.size() - (tied ? 1 : 2)]; }
-    float* lm_head() const { return tied ? at.front() : at.back(); }
-  };
   struct BlockActivations {
     float *ln1, *ln1_rstd, *qkv, *qkvr, *atty, *att, *residual2, *ln2, *ln2_rstd, *gu, *mlp,
         *residual3;
@@ -274,31 +111,19 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
 
   CudaLlama(int device, cudaStream_t stream, Cublas blas, const LlamaConfig& config,
             const ModelOptions& options, const ModelStorage& storage, const TensorSlice& slice)
-      : CudaModel(kName, config.num_hidden_layers, Device::cuda(device), stream, std::move(blas)),
-        config_(config),
-        model_config_(config),
-        options_(options),
-        storage_(storage),
+      : CudaModel(kName, config, options, storage, device, stream, std::move(blas)),
+        arch_(config),
         layout_(config, slice) {
-    storage_.device = device_;
     const size_t tensors = layout_.model().tensors().size();
     param_tensors_ = {std::vector<float*>(tensors, nullptr), config.tie_word_embeddings};
     grad_tensors_ = param_tensors_;
   }
 
-  float eps() const { return static_cast<float>(config_.rms_norm_eps); }
+  float eps() const { return static_cast<float>(arch_.rms_norm_eps); }
   const float* rope_cos() const { return tables_.data(); }
   const float* rope_sin() const { return tables_.data() + tables_.size() / 2; }
 
-  void point(Tensors& tensors, size_t begin, size_t end, float* base) const {
-    const std::vector<ParamTensor>& all = layout().tensors();
-    for (size_t i = 0; i < all.size(); ++i) {
-      const ParamTensor& t = all[i];
-      if (t.offset < begin || t.offset + t.size > end || t.size == 0) continue;
-      tensors.at[i] = base + (t.offset - begin);
-    }
-  }
-  absl::Status bind(Tensors& tensors, size_t begin, size_t end, float* base, bool owned,
+  absl::Status bind(LlamaTensors& tensors, size_t begin, size_t end, float* base, bool owned,
                     const char* what) {
     if (owned) {
       return absl::FailedPreconditionError(
@@ -307,20 +132,49 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
     if (absl::Status s = layout().check_range(begin, end); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(kName, "::bind_", what, ": ", s.message()));
     }
-    point(tensors, begin, end, base);
+    point_llama_tensors(layout(), begin, end, base, &tensors);
     return absl::OkStatus();
+  }
+
+  absl::Status embed() override {
+    return encoder_forward(store_.acts().encoded, device_inputs(), param_tensors_.embed_tokens(),
+                           zero_positions_.data(), store_.B(), store_.T(), arch_.hidden_size,
+                           stream_);
+  }
+
+  absl::Status head_logits() override {
+    const int B = store_.B(), T = store_.T(), C = arch_.hidden_size;
+    const LlamaActivations& a = store_.acts();
+    TROUPE_CUDA_RETURN_IF_ERROR(rmsnorm_forward(a.lnf, a.lnf_rstd,
+                                                residual(arch_.num_hidden_layers),
+                                                param_tensors_.norm(), B, T, C, eps(), stream_));
+    return linear_forward(blas_, a.logits, a.lnf, param_tensors_.lm_head(), nullptr, B, T, C,
+                          arch_.padded_vocab(), stream_);
+  }
+
+  absl::Status head_norm_backward() override {
+    const int B = store_.B(), T = store_.T(), C = arch_.hidden_size;
+    const LlamaActivations& a = store_.acts();
+    const LlamaActivationGradients& d = store_.grads();
+    // A tied head's weight gradient accumulates into the embedding's.
+    TROUPE_CUDA_RETURN_IF_ERROR(linear_backward(blas_, d.dln, grad_tensors_.lm_head(), nullptr,
+                                                d.dlogits, a.lnf, param_tensors_.lm_head(), B, T, C,
+                                                arch_.padded_vocab(), stream_));
+    return rmsnorm_backward(d.dresidual, grad_tensors_.norm(), d.dln,
+                            residual(arch_.num_hidden_layers), param_tensors_.norm(), a.lnf_rstd, B,
+                            T, C, stream_);
   }
 
   // Per slot, every block of the part keeps all it computed (attention's whole probabilities:
   // [B, NH, T, T] a block), the head its logits and loss.
   size_t carve_activations(int B, int T, float* base, LlamaActivations* acts) const {
-    const size_t C = config_.hidden_size, hd = config_.head_dim();
-    const size_t NH = config_.num_attention_heads, KV = config_.kv_heads();
-    const size_t Q = NH * hd, QKV = (NH + 2 * KV) * hd, I = config_.intermediate_size;
+    const size_t C = arch_.hidden_size, hd = arch_.head_dim();
+    const size_t NH = arch_.num_attention_heads, KV = arch_.kv_heads();
+    const size_t Q = NH * hd, QKV = (NH + 2 * KV) * hd, I = arch_.intermediate_size;
     const auto L = static_cast<size_t>(store_.part_end() - store_.part_begin());
     const size_t BT = static_cast<size_t>(B) * T, BTC = BT * C;
     const size_t HBT = store_.part_head() ? BT : 0;
-    const size_t Vp = store_.part_head() ? static_cast<size_t>(config_.padded_vocab()) : 0;
+    const size_t Vp = store_.part_head() ? static_cast<size_t>(arch_.padded_vocab()) : 0;
     AlignedCarver c(base);
     LlamaActivations a;
     a.encoded = c.take(BTC);
@@ -347,9 +201,9 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
   }
 
   size_t carve_gradients(int B, int T, float* base, LlamaActivationGradients* dacts) const {
-    const size_t C = config_.hidden_size, hd = config_.head_dim();
-    const size_t NH = config_.num_attention_heads, KV = config_.kv_heads();
-    const size_t Q = NH * hd, QKV = (NH + 2 * KV) * hd, I = config_.intermediate_size;
+    const size_t C = arch_.hidden_size, hd = arch_.head_dim();
+    const size_t NH = arch_.num_attention_heads, KV = arch_.kv_heads();
+    const size_t Q = NH * hd, QKV = (NH + 2 * KV) * hd, I = arch_.intermediate_size;
     const size_t BT = static_cast<size_t>(B) * T;
     AlignedCarver c(base);
     LlamaActivationGradients d;
@@ -360,16 +214,16 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
     d.dqkv = c.take(BT * QKV);
     d.dgu = c.take(BT * 2 * I);
     d.dmlp = c.take(BT * I);
-    d.dlogits = c.take(store_.part_head() ? BT * config_.padded_vocab() : 0);
+    d.dlogits = c.take(store_.part_head() ? BT * arch_.padded_vocab() : 0);
     d.datt = c.take(BT * NH * static_cast<size_t>(T));
     if (dacts != nullptr) *dacts = d;
     return c.used();
   }
 
   BlockActivations block_activations(int block) const {
-    const size_t C = config_.hidden_size, hd = config_.head_dim();
-    const size_t NH = config_.num_attention_heads, KV = config_.kv_heads();
-    const size_t Q = NH * hd, QKV = (NH + 2 * KV) * hd, I = config_.intermediate_size;
+    const size_t C = arch_.hidden_size, hd = arch_.head_dim();
+    const size_t NH = arch_.num_attention_heads, KV = arch_.kv_heads();
+    const size_t Q = NH * hd, QKV = (NH + 2 * KV) * hd, I = arch_.intermediate_size;
     const size_t BT = store_.BT(), BTC = BT * C;
     const auto l = static_cast<size_t>(block - store_.part_begin());
     const LlamaActivations& a = store_.acts();
@@ -381,10 +235,10 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
             a.mlp + l * BT * I,    a.residual3 + l * BTC};
   }
 
-  absl::Status block_forward(int l) {
-    const int B = store_.B(), T = store_.T(), C = config_.hidden_size, hd = config_.head_dim();
-    const int NH = config_.num_attention_heads, KV = config_.kv_heads();
-    const int I = config_.intermediate_size, Q = NH * hd, QKV = (NH + 2 * KV) * hd;
+  absl::Status block_forward(int l) override {
+    const int B = store_.B(), T = store_.T(), C = arch_.hidden_size, hd = arch_.head_dim();
+    const int NH = arch_.num_attention_heads, KV = arch_.kv_heads();
+    const int I = arch_.intermediate_size, Q = NH * hd, QKV = (NH + 2 * KV) * hd;
     const size_t BTC = store_.BT() * C;
     const BlockActivations a = block_activations(l);
     auto w = [&](LlamaTensor t) { return param_tensors_.block(l, t); };
@@ -411,10 +265,10 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
     return residual_forward(a.residual3, a.residual2, a.residual3, BTC, stream_);
   }
 
-  absl::Status block_backward(int l, const GradientsFinal& on_final) {
-    const int B = store_.B(), T = store_.T(), C = config_.hidden_size, hd = config_.head_dim();
-    const int NH = config_.num_attention_heads, KV = config_.kv_heads();
-    const int I = config_.intermediate_size, Q = NH * hd, QKV = (NH + 2 * KV) * hd;
+  absl::Status block_backward(int l, const GradientsFinal& on_final) override {
+    const int B = store_.B(), T = store_.T(), C = arch_.hidden_size, hd = arch_.head_dim();
+    const int NH = arch_.num_attention_heads, KV = arch_.kv_heads();
+    const int I = arch_.intermediate_size, Q = NH * hd, QKV = (NH + 2 * KV) * hd;
     const size_t BT = store_.BT(), BTC = BT * C;
     const BlockActivations a = block_activations(l);
     const LlamaActivationGradients& d = store_.grads();
@@ -459,15 +313,10 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
     return finished(LlamaTensor::kInputNorm);
   }
 
-  LlamaConfig config_;
-  ModelConfig model_config_;
-  ModelOptions options_;
-  ModelStorage storage_;
+  LlamaConfig arch_;  // the architecture's config (CudaModel's config_ is the seam's)
   LlamaLayout layout_;
-  FloatBuffer params_;
-  FloatBuffer grads_;
-  Tensors param_tensors_;
-  Tensors grad_tensors_;
+  LlamaTensors param_tensors_;
+  LlamaTensors grad_tensors_;
   FloatBuffer tables_;          // the rotary cos then sin, [maxT, hd/2] each
   FloatBuffer zero_positions_;  // [maxT, C] zeros: the encoder kernel's position table
   FloatBuffer position_grads_;  // its gradient: scratch

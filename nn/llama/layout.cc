@@ -94,4 +94,14 @@ LlamaLayout::LlamaLayout(const LlamaConfig& config, const TensorSlice& slice) {
                        config.tie_word_embeddings);
 }
 
+void point_llama_tensors(const ModelLayout& layout, size_t begin, size_t end, float* base,
+                         LlamaTensors* tensors) {
+  const std::vector<ParamTensor>& all = layout.tensors();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const ParamTensor& t = all[i];
+    if (t.offset < begin || t.offset + t.size > end || t.size == 0) continue;
+    tensors->at[i] = base + (t.offset - begin);
+  }
+}
+
 }  // namespace troupe::nn

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "nn/llama/config.h"
@@ -43,6 +44,25 @@ enum class LlamaTensor : int {
   kDown,
 };
 inline constexpr int kNumLlamaBlockTensors = 9;
+
+// Pointers to each tensor of one buffer laid out as a LlamaLayout (parameters or gradients), by
+// index in its model().tensors(); null until pointed at.
+struct LlamaTensors {
+  std::vector<float*> at;
+  bool tied = false;
+  float* embed_tokens() const { return at.front(); }
+  float* block(int l, LlamaTensor t) const {
+    return at[1 + static_cast<size_t>(l) * kNumLlamaBlockTensors + static_cast<size_t>(t)];
+  }
+  float* norm() const { return at[at.size() - (tied ? 1 : 2)]; }
+  // The LM head's weight: the embedding's when tied.
+  float* lm_head() const { return tied ? at.front() : at.back(); }
+};
+
+// Points the tensors of `tensors` that lie whole in [begin, end) of `layout` at base (the tensor
+// at offset o at base + o - begin); the others are left as they are.
+void point_llama_tensors(const ModelLayout& layout, size_t begin, size_t end, float* base,
+                         LlamaTensors* tensors);
 
 class LlamaLayout {
  public:

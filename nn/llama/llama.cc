@@ -94,12 +94,7 @@ absl::Status Llama::sum_over_slices(float* data, size_t count) const {
 // --- Parameters: binding and initialisation. ---
 
 void Llama::point(Tensors& tensors, size_t begin, size_t end, float* base) const {
-  const std::vector<ParamTensor>& all = layout().tensors();
-  for (size_t i = 0; i < all.size(); ++i) {
-    const ParamTensor& t = all[i];
-    if (t.offset < begin || t.offset + t.size > end || t.size == 0) continue;
-    tensors.at[i] = base + (t.offset - begin);
-  }
+  point_llama_tensors(layout(), begin, end, base, &tensors);
 }
 
 absl::Status Llama::bind(Tensors& tensors, size_t begin, size_t end, float* base, bool owned,

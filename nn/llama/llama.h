@@ -141,19 +141,7 @@ class Llama final : public Model {
     float *ln1, *ln1_rstd, *qkv, *qkvr, *atty, *att, *residual2, *ln2, *ln2_rstd, *gu, *mlp,
         *residual3;
   };
-  // Pointers to each tensor of one buffer (parameters or gradients), by index in
-  // layout().tensors(); null until bound.
-  struct Tensors {
-    std::vector<float*> at;
-    bool tied = false;
-    float* embed_tokens() const { return at.front(); }
-    float* block(int l, LlamaTensor t) const {
-      return at[1 + static_cast<size_t>(l) * kNumLlamaBlockTensors + static_cast<size_t>(t)];
-    }
-    float* norm() const { return at[at.size() - (tied ? 1 : 2)]; }
-    // The LM head's weight: the embedding's when tied.
-    float* lm_head() const { return tied ? at.front() : at.back(); }
-  };
+  using Tensors = LlamaTensors;
   // Points the tensors of `tensors` that lie in [begin, end) at base (base + offset - begin).
   void point(Tensors& tensors, size_t begin, size_t end, float* base) const;
   // bind_parameters / bind_gradients: FailedPrecondition when `owned`, InvalidArgument when the

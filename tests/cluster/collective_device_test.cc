@@ -20,6 +20,7 @@
 #include "core/cluster/collective_group.h"
 #include "core/cluster/local_cluster.h"
 #include "tests/cluster/cluster_fixture.h"
+#include "tests/common/mapped_libraries.h"
 #include "tests/transport/fake_device_collectives.h"
 #include "transport/collectives/device_collectives.h"
 
@@ -28,23 +29,8 @@ namespace {
 
 using transport::testing::FakeDeviceCollectives;
 
-// The lines of /proc/self/maps naming one of `names`.
-std::vector<std::string> mapped(const std::vector<std::string>& names) {
-  std::ifstream maps("/proc/self/maps");
-  std::vector<std::string> found;
-  for (std::string line; std::getline(maps, line);) {
-    for (const std::string& name : names) {
-      if (line.find(name) != std::string::npos) {
-        found.push_back(line.substr(line.find('/') == std::string::npos ? 0 : line.find('/')));
-        break;
-      }
-    }
-  }
-  return found;
-}
-
-const std::vector<std::string> kGpuLibraries = {
-    "libcudart", "libcublas", "libnccl", "libcuda.so", "libtroupe_nccl", "libtroupe_nn_cuda"};
+using troupe::testing::kGpuLibraries;
+using troupe::testing::mapped_libraries;
 
 class CollectiveDeviceTest : public testing::LocalClusterTest {
  public:
@@ -100,7 +86,7 @@ TEST_F(CollectiveDeviceTest, GroupsWithoutADeviceMapNoGpuLibrary) {
   for (const absl::Status& s : results)
     EXPECT_TRUE(s.ok()) << s;
   EXPECT_FALSE(transport::device_collectives_loaded());
-  EXPECT_EQ(mapped(kGpuLibraries), std::vector<std::string>{});
+  EXPECT_EQ(mapped_libraries(kGpuLibraries), std::vector<std::string>{});
 
   // The check can see them: asking for a device loads the backend and NCCL
   // (where the build has them), even when there is no such device.
@@ -110,8 +96,8 @@ TEST_F(CollectiveDeviceTest, GroupsWithoutADeviceMapNoGpuLibrary) {
   if (!transport::device_collectives_loaded()) {
     GTEST_SKIP() << "this build has no NCCL backend: nothing more to see (" << device[0] << ")";
   }
-  EXPECT_FALSE(mapped({"libtroupe_nccl"}).empty());
-  EXPECT_FALSE(mapped({"libnccl"}).empty());
+  EXPECT_FALSE(mapped_libraries({"libtroupe_nccl"}).empty());
+  EXPECT_FALSE(mapped_libraries({"libnccl"}).empty());
 }
 
 TEST_F(CollectiveDeviceTest, ADeviceThatIsNotThereFailsAtInitSayingWhy) {

@@ -12,27 +12,13 @@
 #include "nn/gpt2/config.h"
 #include "nn/memory.h"
 #include "nn/model/model.h"
+#include "tests/common/mapped_libraries.h"
 
 namespace troupe::nn {
 namespace {
 
-// The libraries of /proc/self/maps whose file name contains one of `names`.
-std::vector<std::string> mapped(const std::vector<std::string>& names) {
-  std::ifstream maps("/proc/self/maps");
-  std::vector<std::string> found;
-  for (std::string line; std::getline(maps, line);) {
-    for (const std::string& name : names) {
-      if (line.find(name) != std::string::npos) {
-        found.push_back(line.substr(line.find('/') == std::string::npos ? 0 : line.find('/')));
-        break;
-      }
-    }
-  }
-  return found;
-}
-
-const std::vector<std::string> kGpuLibraries = {"libcudart", "libcublas", "libnccl", "libcuda.so",
-                                                "libtroupe_nn_cuda"};
+using troupe::testing::kGpuLibraries;
+using troupe::testing::mapped_libraries;
 
 TEST(CpuProcessTest, TrainingOnTheCpuLoadsNoGpuLibrary) {
   const GPTConfig config = {.max_seq_len = 16,
@@ -64,14 +50,14 @@ TEST(CpuProcessTest, TrainingOnTheCpuLoadsNoGpuLibrary) {
   ASSERT_TRUE(check_device(Device::cpu()).ok());
 
   EXPECT_FALSE(cuda_backend_loaded());
-  EXPECT_EQ(mapped(kGpuLibraries), std::vector<std::string>{});
+  EXPECT_EQ(mapped_libraries(kGpuLibraries), std::vector<std::string>{});
 
   // The check can see them: asking for CUDA maps the backend and the runtime (when built in).
   if (!cuda_compiled()) GTEST_SKIP() << "this build has no CUDA: nothing more to see";
   (void)cuda_device_count();
   EXPECT_TRUE(cuda_backend_loaded());
-  EXPECT_FALSE(mapped({"libcudart"}).empty());
-  EXPECT_FALSE(mapped({"libtroupe_nn_cuda"}).empty());
+  EXPECT_FALSE(mapped_libraries({"libcudart"}).empty());
+  EXPECT_FALSE(mapped_libraries({"libtroupe_nn_cuda"}).empty());
 }
 
 }  // namespace
