@@ -126,8 +126,8 @@ run_bundled_tests() {
   local code=0 name binary
   while IFS=$'\t' read -r name binary rest; do
     IFS=$'\t' read -r -a args <<<"$rest"
-    echo "== $name"
-    "$bundle/bin/$binary" "${args[@]}" || { echo "== $name FAILED"; code=1; }
+    echo "== test: $name"
+    "$bundle/bin/$binary" "${args[@]}" || { echo "== failed: $name"; code=1; }
   done <"$bundle/tests.tsv"
   return "$code"
 }
@@ -141,7 +141,7 @@ fi
 if [ "$mode" = build ]; then
   grep -E 'tests passed|tests failed' "$out/tests.log" | tee -a "$summary"
 else
-  note "gpu tests: $(grep -c '^== [^ ]*$' "$out/tests.log") run, $(grep -c '^== .* FAILED$' "$out/tests.log")" \
+  note "gpu tests: $(grep -c '^== test: ' "$out/tests.log") run, $(grep -c '^== failed: ' "$out/tests.log")" \
        "failed, $(grep -c 'SKIPPED \] 1 test' "$out/tests.log") skipped"
 fi
 
