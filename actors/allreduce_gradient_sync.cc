@@ -50,7 +50,7 @@ absl::Status AllreduceGradientSync::begin_step() {
 
 absl::StatusOr<float> AllreduceGradientSync::forward(const int32_t* inputs, const int32_t* targets,
                                                      int B, int T, bool last) {
-  if (last && whole_model()) reduce_token_mask({inputs, static_cast<size_t>(B) * T});
+  if (last && sparse_embedding()) reduce_token_mask({inputs, static_cast<size_t>(B) * T});
   return forward_stage(model_, plan_, inputs, targets, B, T, go_on());
 }
 
@@ -65,7 +65,8 @@ absl::Status AllreduceGradientSync::backward(float dloss, bool last) {
     backward_done_ms_ = now_ms();
     return absl::OkStatus();
   }
-  absl::Status s = issue_backward(model_, dloss);
+  absl::Status s =
+      sparse_embedding() ? issue_backward(model_, dloss) : issue_backward_dense(model_, dloss);
   // A failed backward leaves no reduction running on buffers the stage will clear.
   if (!s.ok()) drain();
   return s;
@@ -122,6 +123,26 @@ absl::Status AllreduceGradientSync::issue_backward(nn::Model& gpt, float dloss) 
   if (!overlap) issue_range(gpt.grads(), embedding_end);
   issue(buckets_.ready(0));
   if (!rows_.empty()) issue_range(rows_.data(), rows_.size());
+  backward_done_ms_ = now_ms();
+  return absl::OkStatus();
+}
+
+absl::Status AllreduceGradientSync::issue_backward_dense(nn::Model& gpt, float dloss) {
+  const nn::ModelLayout& layout = gpt.layout();
+  const int L = layout.num_layers();
+  const bool overlap = options_.overlap_comm;
+  buckets_.reset();
+  if (absl::Status s = gpt.head_backward(dloss); !s.ok()) return s;
+  if (overlap) issue(buckets_.ready(layout.block_begin(L)));
+  nn::Model::GradientsFinal on_final;
+  if (overlap) on_final = [&](size_t from) { issue(buckets_.ready(from)); };
+  for (int l = L - 1; l >= 0; --l) {
+    if (absl::Status s = group_.failed(); !s.ok()) return s;
+    if (absl::Status s = gpt.backward_blocks(l, l + 1, on_final); !s.ok()) return s;
+  }
+  if (absl::Status s = gpt.embed_backward(); !s.ok()) return s;
+  issue_range(gpt.grads(), layout.token_embedding().end);
+  issue(buckets_.ready(0));
   backward_done_ms_ = now_ms();
   return absl::OkStatus();
 }

@@ -50,15 +50,18 @@ class AllreduceGradientSync : public GradientSync {
   // The last micro-batch's token mask, reduced while its forward runs.
   void reduce_token_mask(std::span<const int32_t> inputs);
   absl::Status issue_backward(nn::Model& model, float dloss);
-  // The stage is the whole model, the token embedding's rows whole too, on the
-  // CPU: its gradient can be reduced as the rows a batch touched, and the rest
-  // as backward finishes it. Else (a model on a GPU among them, which has no
-  // embed_backward_rows yet) everything is reduced after the last backward,
-  // in buckets, from where the gradients live.
+  // issue_backward on a GPU: the blocks' buckets as backward finishes them, the embedding's
+  // whole gradient at the end.
+  absl::Status issue_backward_dense(nn::Model& model, float dloss);
+  // The stage is the whole model, the token embedding's rows whole too: its
+  // gradient is reduced on its own and the rest as backward finishes it. On
+  // the CPU the embedding's share is the rows a batch touched; on a GPU (no
+  // embed_backward_rows there yet) the whole table, after embed_backward.
+  // Else everything is reduced after the last backward, in buckets.
   bool whole_model() const {
-    return plan_.first() && plan_.last() && model_.tensor_slice().size == 1 &&
-           model_.device().is_cpu();
+    return plan_.first() && plan_.last() && model_.tensor_slice().size == 1;
   }
+  bool sparse_embedding() const { return whole_model() && model_.device().is_cpu(); }
   void issue(const std::vector<size_t>& ready);
   void issue_range(float* data, size_t count);
   // The token embedding's gradient += the reduced rows_ (after every
