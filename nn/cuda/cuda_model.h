@@ -65,19 +65,13 @@ inline GemmInputs gemm_inputs(DType matmul) {
 
 // What a model on `device` computes with: the device's stream and a cuBLAS handle for
 // options.matmul. FailedPrecondition, naming `model`, for what CUDA models do not run yet: tensor
-// parallelism (a slice of more than one rank) and recomputed activations.
+// parallelism (a slice of more than one rank).
 inline absl::StatusOr<std::pair<cudaStream_t, Cublas>> open_device(const char* model, int device,
                                                                    const ModelOptions& options,
                                                                    const TensorSlice& slice) {
   if (slice.size > 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         model, ": tensor parallelism (a slice of more than one rank) is not built for CUDA yet"));
-  }
-  if (options.recompute_activations) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(model,
-                     ": recomputed activations (model.recompute_activations) are not built for "
-                     "CUDA yet"));
   }
   absl::StatusOr<cudaStream_t> stream = device_stream(device);
   if (!stream.ok()) return stream.status();

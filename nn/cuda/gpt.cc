@@ -143,21 +143,23 @@ class CudaGPT final : public CudaModel<GptActivations, GptActivationGradients> {
     const size_t HBT = store_.part_head() ? BT : 0;
     const size_t Vp = store_.part_head() ? static_cast<size_t>(arch_.padded_vocab()) : 0;
     const size_t att = BT * NH * static_cast<size_t>(T);
+    // Recomputed in backward into one block's buffers (ModelOptions::recompute_activations).
+    const size_t Lr = options_.recompute_activations ? 1 : L;
     AlignedCarver c(base);
     Activations a;
     a.encoded = c.take(BTC);
-    a.ln1 = c.take(L * BTC);
+    a.ln1 = c.take(Lr * BTC);
     a.ln1_mean = c.take(L * BT);
     a.ln1_rstd = c.take(L * BT);
     a.qkv = c.take(L * 3 * BTC);
-    a.atty = c.take(L * BTC);
-    a.att = c.take(L * att);
+    a.atty = c.take(Lr * BTC);
+    a.att = c.take(Lr * att);
     a.residual2 = c.take(L * BTC);
-    a.ln2 = c.take(L * BTC);
+    a.ln2 = c.take(Lr * BTC);
     a.ln2_mean = c.take(L * BT);
     a.ln2_rstd = c.take(L * BT);
     a.fch = c.take(L * 4 * BTC);
-    a.fch_gelu = c.take(L * 4 * BTC);
+    a.fch_gelu = c.take(Lr * 4 * BTC);
     a.residual3 = c.take(L * BTC);
     a.lnf = c.take(HBT * C);
     a.lnf_mean = c.take(HBT);
@@ -190,11 +192,12 @@ class CudaGPT final : public CudaModel<GptActivations, GptActivationGradients> {
     const size_t BT = store_.BT(), BTC = BT * arch_.channels;
     const size_t att = BT * arch_.num_heads * static_cast<size_t>(store_.T());
     const auto l = static_cast<size_t>(block - store_.part_begin());
+    const size_t lr = options_.recompute_activations ? 0 : l;  // recomputed: the one shared block
     const Activations& a = store_.acts();
-    return {a.ln1 + l * BTC,       a.ln1_mean + l * BT, a.ln1_rstd + l * BT,
-            a.qkv + l * 3 * BTC,   a.atty + l * BTC,    a.att + l * att,
-            a.residual2 + l * BTC, a.ln2 + l * BTC,     a.ln2_mean + l * BT,
-            a.ln2_rstd + l * BT,   a.fch + l * 4 * BTC, a.fch_gelu + l * 4 * BTC,
+    return {a.ln1 + lr * BTC,      a.ln1_mean + l * BT, a.ln1_rstd + l * BT,
+            a.qkv + l * 3 * BTC,   a.atty + lr * BTC,   a.att + lr * att,
+            a.residual2 + l * BTC, a.ln2 + lr * BTC,    a.ln2_mean + l * BT,
+            a.ln2_rstd + l * BT,   a.fch + l * 4 * BTC, a.fch_gelu + lr * 4 * BTC,
             a.residual3 + l * BTC};
   }
 
@@ -224,7 +227,23 @@ class CudaGPT final : public CudaModel<GptActivations, GptActivationGradients> {
     return residual_forward(a.residual3, a.residual2, a.residual3, BTC, stream_);
   }
 
+  // What block_forward computed that the backward of block l reads and recompute_activations
+  // did not keep: the same kernels on the same inputs, so the same bits.
+  absl::Status block_recompute(int l) {
+    const int B = store_.B(), T = store_.T(), C = arch_.channels, NH = arch_.num_heads;
+    const GPTBlockTensors& w = param_tensors_.blocks[static_cast<size_t>(l)];
+    const BlockActivations a = block_activations(l);
+    TROUPE_CUDA_RETURN_IF_ERROR(layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual(l),
+                                                  w.ln1w, w.ln1b, B, T, C, stream_));
+    TROUPE_CUDA_RETURN_IF_ERROR(
+        attention_forward(blas_, a.atty, a.att, a.qkv, B, T, C, NH, stream_));
+    TROUPE_CUDA_RETURN_IF_ERROR(layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2,
+                                                  w.ln2w, w.ln2b, B, T, C, stream_));
+    return gelu_forward(a.fch_gelu, a.fch, 4 * store_.BT() * C, stream_);
+  }
+
   absl::Status block_backward(int l, const GradientsFinal& on_final) override {
+    if (options_.recompute_activations) TROUPE_CUDA_RETURN_IF_ERROR(block_recompute(l));
     const int B = store_.B(), T = store_.T(), C = arch_.channels, NH = arch_.num_heads;
     const size_t BTC = store_.BT() * C;
     const GPTBlockTensors& w = param_tensors_.blocks[static_cast<size_t>(l)];

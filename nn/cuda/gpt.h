@@ -9,8 +9,9 @@
 // pointers; pieces that take `on_final` wait for the device before each call, so that what it
 // reports final is final in memory.
 //
-// Not yet on CUDA (FailedPrecondition, naming it): tensor parallelism (a slice of more than one
-// rank), recomputed activations, embed_backward_rows, and Llama; make_decoder is Unimplemented.
+// Recomputed activations (ModelOptions::recompute_activations) work as on the CPU. Not yet on
+// CUDA (FailedPrecondition, naming it): tensor parallelism (a slice of more than one rank) and
+// embed_backward_rows; make_decoder is Unimplemented.
 // Compiled only in builds with CUDA, into libtroupe_nn_cuda.
 #pragma once
 

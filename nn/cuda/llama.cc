@@ -175,20 +175,22 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
     const size_t BT = static_cast<size_t>(B) * T, BTC = BT * C;
     const size_t HBT = store_.part_head() ? BT : 0;
     const size_t Vp = store_.part_head() ? static_cast<size_t>(arch_.padded_vocab()) : 0;
+    // Recomputed in backward into one block's buffers (ModelOptions::recompute_activations).
+    const size_t Lr = options_.recompute_activations ? 1 : L;
     AlignedCarver c(base);
     LlamaActivations a;
     a.encoded = c.take(BTC);
-    a.ln1 = c.take(L * BTC);
+    a.ln1 = c.take(Lr * BTC);
     a.ln1_rstd = c.take(L * BT);
     a.qkv = c.take(L * BT * QKV);
-    a.qkvr = c.take(L * BT * 3 * Q);
-    a.atty = c.take(L * BT * Q);
-    a.att = c.take(L * BT * NH * static_cast<size_t>(T));
+    a.qkvr = c.take(Lr * BT * 3 * Q);
+    a.atty = c.take(Lr * BT * Q);
+    a.att = c.take(Lr * BT * NH * static_cast<size_t>(T));
     a.residual2 = c.take(L * BTC);
-    a.ln2 = c.take(L * BTC);
+    a.ln2 = c.take(Lr * BTC);
     a.ln2_rstd = c.take(L * BT);
     a.gu = c.take(L * BT * 2 * I);
-    a.mlp = c.take(L * BT * I);
+    a.mlp = c.take(Lr * BT * I);
     a.residual3 = c.take(L * BTC);
     a.lnf = c.take(HBT * C);
     a.lnf_rstd = c.take(HBT);
@@ -226,13 +228,14 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
     const size_t Q = NH * hd, QKV = (NH + 2 * KV) * hd, I = arch_.intermediate_size;
     const size_t BT = store_.BT(), BTC = BT * C;
     const auto l = static_cast<size_t>(block - store_.part_begin());
+    const size_t lr = options_.recompute_activations ? 0 : l;  // recomputed: the one shared block
     const LlamaActivations& a = store_.acts();
-    return {a.ln1 + l * BTC,       a.ln1_rstd + l * BT,
-            a.qkv + l * BT * QKV,  a.qkvr + l * BT * 3 * Q,
-            a.atty + l * BT * Q,   a.att + l * BT * NH * static_cast<size_t>(store_.T()),
-            a.residual2 + l * BTC, a.ln2 + l * BTC,
+    return {a.ln1 + lr * BTC,      a.ln1_rstd + l * BT,
+            a.qkv + l * BT * QKV,  a.qkvr + lr * BT * 3 * Q,
+            a.atty + lr * BT * Q,  a.att + lr * BT * NH * static_cast<size_t>(store_.T()),
+            a.residual2 + l * BTC, a.ln2 + lr * BTC,
             a.ln2_rstd + l * BT,   a.gu + l * BT * 2 * I,
-            a.mlp + l * BT * I,    a.residual3 + l * BTC};
+            a.mlp + lr * BT * I,   a.residual3 + l * BTC};
   }
 
   absl::Status block_forward(int l) override {
@@ -265,7 +268,26 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
     return residual_forward(a.residual3, a.residual2, a.residual3, BTC, stream_);
   }
 
+  // What block_forward computed that the backward of block l reads and recompute_activations
+  // did not keep: the same kernels on the same inputs, so the same bits.
+  absl::Status block_recompute(int l) {
+    const int B = store_.B(), T = store_.T(), C = arch_.hidden_size, hd = arch_.head_dim();
+    const int NH = arch_.num_attention_heads, KV = arch_.kv_heads(), I = arch_.intermediate_size;
+    const BlockActivations a = block_activations(l);
+    auto w = [&](LlamaTensor t) { return param_tensors_.block(l, t); };
+    TROUPE_CUDA_RETURN_IF_ERROR(rmsnorm_forward(
+        a.ln1, a.ln1_rstd, residual(l), w(LlamaTensor::kInputNorm), B, T, C, eps(), stream_));
+    TROUPE_CUDA_RETURN_IF_ERROR(
+        rope_qkv_forward(a.qkvr, a.qkv, rope_cos(), rope_sin(), B, T, NH, KV, hd, stream_));
+    TROUPE_CUDA_RETURN_IF_ERROR(
+        attention_forward(blas_, a.atty, a.att, a.qkvr, B, T, NH * hd, NH, stream_));
+    TROUPE_CUDA_RETURN_IF_ERROR(rmsnorm_forward(
+        a.ln2, a.ln2_rstd, a.residual2, w(LlamaTensor::kPostNorm), B, T, C, eps(), stream_));
+    return swiglu_forward(a.mlp, a.gu, B, T, I, stream_);
+  }
+
   absl::Status block_backward(int l, const GradientsFinal& on_final) override {
+    if (options_.recompute_activations) TROUPE_CUDA_RETURN_IF_ERROR(block_recompute(l));
     const int B = store_.B(), T = store_.T(), C = arch_.hidden_size, hd = arch_.head_dim();
     const int NH = arch_.num_attention_heads, KV = arch_.kv_heads();
     const int I = arch_.intermediate_size, Q = NH * hd, QKV = (NH + 2 * KV) * hd;

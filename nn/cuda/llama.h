@@ -2,8 +2,8 @@
 // nn/model/model.h) with its buffers and activations in device memory, its work on the device's
 // stream, through the layers of nn/cuda/layers.h in fp32: RMSNorm, rotary embeddings with
 // grouped-query attention packed for the attention kernel, the SwiGLU MLP, an untied or tied head.
-// The seam is host-facing where values cross it, as nn/cuda/gpt.h says. Not yet on CUDA
-// (FailedPrecondition, naming it): tensor parallelism, recomputed activations,
+// The seam is host-facing where values cross it, as nn/cuda/gpt.h says. Recomputed activations
+// work as on the CPU. Not yet on CUDA (FailedPrecondition, naming it): tensor parallelism and
 // embed_backward_rows; make_decoder is Unimplemented. Compiled only in builds with CUDA.
 #pragma once
 
