@@ -201,8 +201,10 @@ class CudaBackend final : public DeviceBackend {
     std::unique_ptr<DeviceState>& d = devices_[static_cast<size_t>(index)];
     if (d != nullptr) return d.get();
     auto fresh = std::make_unique<DeviceState>();
-    if (absl::Status s = cuda_status(
-            cudaStreamCreateWithFlags(&fresh->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    // A blocking stream: work on the legacy default stream (a collective's staging copy, the
+    // event an NCCL operation waits for) is ordered after the kernels queued here.
+    if (absl::Status s = cuda_status(cudaStreamCreateWithFlags(&fresh->stream, cudaStreamDefault),
+                                     "cudaStreamCreate");
         !s.ok()) {
       return s;
     }

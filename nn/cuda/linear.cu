@@ -64,11 +64,14 @@ absl::Status gemm(const Cublas& blas, cublasOperation_t ta, cublasOperation_t tb
     return detail::cublas_status(
         detail::cublas().sgemm(h, ta, tb, m, n, k, &one, A, lda, B, ldb, &beta, C, ldc), what);
   }
-  absl::StatusOr<void*> scratch = blas.scratch(2 * (a_elems + b_elems), stream);
+  // A's 16-bit copy, then B's from the next 256-byte boundary (cuBLAS's tensor-core kernels want
+  // aligned operands).
+  const size_t b_offset = (2 * a_elems + 255) / 256 * 256;
+  absl::StatusOr<void*> scratch = blas.scratch(b_offset + 2 * b_elems, stream);
   if (!scratch.ok()) return scratch.status();
   const bool bf16 = blas.inputs() == GemmInputs::kBFloat16;
   void* a16 = *scratch;
-  void* b16 = static_cast<char*>(*scratch) + 2 * a_elems;
+  void* b16 = static_cast<char*>(*scratch) + b_offset;
   if (bf16) {
     round_kernel<<<detail::grid_for(a_elems, kThreads), kThreads, 0, stream>>>(
         static_cast<__nv_bfloat16*>(a16), A, a_elems);

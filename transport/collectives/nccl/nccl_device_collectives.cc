@@ -50,23 +50,29 @@ class NcclDeviceCommunicator final : public DeviceCommunicator {
 
   std::unique_ptr<DeviceOperation> allreduce(DType type, ReduceOp op, void* data,
                                              size_t count) override {
+    after_device_work();
     return operation(comm_->allreduce(data, data, count, type, op));
   }
   std::unique_ptr<DeviceOperation> reduce_scatter(DType type, ReduceOp op, const void* input,
                                                   void* output, size_t count) override {
+    after_device_work();
     return operation(comm_->reduce_scatter(input, output, count, type, op));
   }
   std::unique_ptr<DeviceOperation> allgather(const void* input, void* output,
                                              size_t bytes) override {
+    after_device_work();
     return operation(comm_->allgather_bytes(input, output, bytes));
   }
   std::unique_ptr<DeviceOperation> broadcast(void* data, size_t bytes, int root) override {
+    after_device_work();
     return operation(comm_->broadcast_bytes(data, data, bytes, root));
   }
   std::unique_ptr<DeviceOperation> send(int peer, const void* data, size_t bytes) override {
+    after_device_work();
     return operation(comm_->send_bytes(data, bytes, peer));
   }
   std::unique_ptr<DeviceOperation> recv(int peer, void* data, size_t bytes) override {
+    after_device_work();
     return operation(comm_->recv_bytes(data, bytes, peer));
   }
   void abort(const absl::Status& why) override {
@@ -76,6 +82,23 @@ class NcclDeviceCommunicator final : public DeviceCommunicator {
   absl::Status failure() const override { return comm_->failure(); }
 
  private:
+  // The communicator's stream waits for the work already queued on the device's blocking streams
+  // (troupe's compute streams are: nn/cuda/backend.cc), so that an operation reads what the
+  // kernels before it wrote: an event recorded on the legacy default stream completes after all
+  // of that work, and the communicator's stream waits for it without holding up the host.
+  void after_device_work() {
+    use_device(comm_->device());
+    cudaEvent_t queued = nullptr;
+    if (cudaEventCreateWithFlags(&queued, cudaEventDisableTiming) != cudaSuccess) {
+      (void)cudaGetLastError();
+      (void)cudaDeviceSynchronize();  // no event: the host waits instead
+      return;
+    }
+    (void)cudaEventRecord(queued, cudaStreamLegacy);
+    (void)cudaStreamWaitEvent(comm_->stream(), queued, 0);
+    (void)cudaEventDestroy(queued);  // released once the wait is done with it
+  }
+
   std::unique_ptr<DeviceOperation> operation(NcclWork work) {
     return std::make_unique<NcclOperation>(std::move(work), comm_->device());
   }
