@@ -89,9 +89,18 @@ absl::StatusOr<std::shared_ptr<StageTensors>> ParamShardActor::stage() {
         absl::StrCat(name_, ": its stage ", stage_name, " is not in this process"));
   }
   if (tensors->device != device_) {
-    return absl::FailedPreconditionError(absl::StrCat(name_, ": its state is on ",
-                                                      nn::to_string(device_), ", its stage on ",
-                                                      nn::to_string(tensors->device)));
+    // Made before its stage (a restart may bring them back in either order): its state, which
+    // holds nothing yet, moves to the stage's device. Holding weights, it cannot.
+    if (initialised_) {
+      return absl::FailedPreconditionError(absl::StrCat(name_, ": its state is on ",
+                                                        nn::to_string(device_), ", its stage on ",
+                                                        nn::to_string(tensors->device)));
+    }
+    absl::StatusOr<nn::DeviceBackend*> backend = nn::backend(tensors->device.kind);
+    if (!backend.ok()) return Prefixed(absl::StrCat(name_, ": "), backend.status());
+    device_ = tensors->device;
+    backend_ = *backend;
+    if (absl::Status s = allocate_state(); !s.ok()) return s;
   }
   if (tensors->n != layout_.num_params()) {
     return absl::FailedPreconditionError(absl::StrCat(
