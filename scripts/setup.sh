@@ -18,6 +18,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libcaf-dev ucx-utils
   # peers for collective_bench: Gloo, and Open MPI with its mpirun
   libgloo-dev libopenmpi-dev openmpi-bin
+  # the GPU check's bundle (scripts/bundle_gpu_check.sh): objdump, xz, python3
+  binutils xz-utils python3
 )
 
 missing=()
