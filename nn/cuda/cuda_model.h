@@ -310,13 +310,12 @@ class CudaModel : public Model {
                                "cudaMemsetAsync");
   }
 
-  // Reports `offset` to on_final once the device has caught up: what it says is final is final
-  // in memory.
+  // Reports `offset` to on_final as soon as the kernels that finish it are queued: final in the
+  // device's order. What reads it next goes through the device after them - a copy, or a
+  // collective whose stream waits for the work queued before it (the backend's streams are
+  // blocking: nn/cuda/backend.cc) - so the host need not wait, and backward keeps the device busy.
   absl::Status report_final(const GradientsFinal& on_final, size_t offset) const {
-    if (!on_final) return absl::OkStatus();
-    TROUPE_CUDA_RETURN_IF_ERROR(
-        detail::cuda_status(cudaStreamSynchronize(stream_), "backward_blocks"));
-    on_final(offset);
+    if (on_final) on_final(offset);
     return absl::OkStatus();
   }
 

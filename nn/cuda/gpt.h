@@ -6,8 +6,8 @@
 // The seam stays host-facing where it returns values: forward, head_forward and the inputs and
 // targets they take are host memory (copied to the device); the loss comes back to the host,
 // waiting for the device. params(), grads(), logits(), residual() and dresidual() are device
-// pointers; pieces that take `on_final` wait for the device before each call, so that what it
-// reports final is final in memory.
+// pointers; what `on_final` reports is final in the device's order (a copy or a collective
+// issued after it reads it: nn/cuda/cuda_model.h).
 //
 // Recomputed activations (ModelOptions::recompute_activations) work as on the CPU. Not yet on
 // CUDA (FailedPrecondition, naming it): tensor parallelism (a slice of more than one rank) and
