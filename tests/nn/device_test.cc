@@ -146,6 +146,9 @@ TEST(DeviceTest, CpuBackendRoundsThroughTheComputeType) {
     }
     EXPECT_NE(out[3], in[3]);  // pi is not a bf16 or fp16 value
   }
+  std::vector<float> same(in.size());
+  ASSERT_TRUE(cpu_backend().round_to(0, same.data(), in.data(), in.size(), DType::kFloat32).ok());
+  EXPECT_EQ(same, in);
 }
 
 }  // namespace
