@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -228,6 +229,8 @@ struct ElasticityConfig {
 // worker of the cluster offers a GPU, else "cpu" (resolve_device, trainers/job_device.h).
 enum class DeviceChoice { kAuto, kCpu, kCuda };
 const char* device_choice_name(DeviceChoice choice);  // "auto", "cpu", "cuda"
+// The choice `name` names (device_choice_name's inverse); nullopt for any other text.
+std::optional<DeviceChoice> parse_device_choice(std::string_view name);
 
 struct TrainConfig {
   DeviceChoice device = DeviceChoice::kAuto;

@@ -526,11 +526,9 @@ absl::Status parse_batch(JsonObject& top, TrainConfig* config) {
 absl::Status parse_device(JsonObject& top, TrainConfig* config) {
   std::string device = device_choice_name(config->device);
   TROUPE_CONFIG_RETURN_IF_ERROR(top.read("device", &device));
-  for (DeviceChoice choice : {DeviceChoice::kAuto, DeviceChoice::kCpu, DeviceChoice::kCuda}) {
-    if (device == device_choice_name(choice)) {
-      config->device = choice;
-      return absl::OkStatus();
-    }
+  if (std::optional<DeviceChoice> choice = parse_device_choice(device)) {
+    config->device = *choice;
+    return absl::OkStatus();
   }
   std::string hint;
   if (device.starts_with("cuda:")) {
@@ -543,6 +541,13 @@ absl::Status parse_device(JsonObject& top, TrainConfig* config) {
 }
 
 }  // namespace config_detail
+
+std::optional<DeviceChoice> parse_device_choice(std::string_view name) {
+  for (DeviceChoice choice : {DeviceChoice::kAuto, DeviceChoice::kCpu, DeviceChoice::kCuda}) {
+    if (name == device_choice_name(choice)) return choice;
+  }
+  return std::nullopt;
+}
 
 const char* device_choice_name(DeviceChoice choice) {
   switch (choice) {

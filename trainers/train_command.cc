@@ -224,16 +224,9 @@ int train_command(const std::vector<std::string>& all_args) {
     return usage_error("--steps takes a number >= 1");
   }
   if (flags->has("device")) {
-    const std::string device = flags->get("device");
-    if (device == "cpu") {
-      config.device = DeviceChoice::kCpu;
-    } else if (device == "cuda") {
-      config.device = DeviceChoice::kCuda;
-    } else if (device == "auto") {
-      config.device = DeviceChoice::kAuto;
-    } else {
-      return usage_error("--device takes auto, cpu or cuda");
-    }
+    std::optional<DeviceChoice> device = parse_device_choice(flags->get("device"));
+    if (!device) return usage_error("--device takes auto, cpu or cuda");
+    config.device = *device;
   }
   if (std::optional<std::string> w = steps_schedule_mismatch(config); w.has_value())
     std::fprintf(stderr, "troupe train: warning: %s\n", w->c_str());

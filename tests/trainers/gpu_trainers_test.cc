@@ -1,4 +1,4 @@
-// The trainers on a GPU (label gpu): a local cluster of two workers that both see this machine's
+// The trainers on a GPU (label gpu): a local cluster of workers that all see this machine's
 // first GPU, each offering it as GPU=1, so that two ranks share one device (their groups stage
 // device buffers through host memory: docs/collectives.md). Checked against one rank on the same
 // GPU and against the CPU: the same job's losses and gradient norms step by step and its weights
@@ -33,27 +33,12 @@ std::string build_path(const char* name, const char* built) {
   return env != nullptr && *env != '\0' ? env : built;
 }
 
-class GpuTrainersTest : public ::testing::Test {
+// The suite's cluster: three workers that all see this machine's first GPU, started only where
+// there is one.
+class GpuTrainersTest : public testing::TrainingClusterTest {
  protected:
   static void SetUpTestSuite() {
-    if (nn::cuda_device_count() == 0) return;
-    auto local =
-        cluster::LocalCluster::start({.workers = 2,
-                                      .default_resources = "CPU=2,GPU=1",
-                                      .worker_visible_devices = {"0", "0"},
-                                      .troupe_binary = build_path("TROUPE_BINARY", TROUPE_BINARY),
-                                      .echo_output = false});
-    ASSERT_TRUE(local.ok()) << local.status();
-    local_ = local->release();
-    auto driver = Cluster::connect(local_->client_options());
-    ASSERT_TRUE(driver.ok()) << driver.status();
-    driver_ = driver->release();
-  }
-  static void TearDownTestSuite() {
-    delete driver_;
-    delete local_;
-    driver_ = nullptr;
-    local_ = nullptr;
+    if (nn::cuda_device_count() > 0) start_cluster("CPU=2,GPU=1", {"0", "0", "0"});
   }
   void SetUp() override {
     if (driver_ != nullptr) return;
@@ -84,9 +69,6 @@ class GpuTrainersTest : public ::testing::Test {
     ASSERT_EQ(run.params.size(), base.params.size()) << what;
     EXPECT_LT(testing::relative_difference(run.params, base.params), tolerance) << what;
   }
-
-  inline static cluster::LocalCluster* local_ = nullptr;
-  inline static Cluster* driver_ = nullptr;
 };
 
 constexpr int kSteps = 20;

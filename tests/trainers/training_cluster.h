@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -74,12 +75,19 @@ class TrainingClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { start_cluster("CPU=2"); }
   // Three workers, each offering `resources` (a suite whose bundles need
-  // more hides SetUpTestSuite with its own).
-  static void start_cluster(const std::string& resources) {
-    auto local = cluster::LocalCluster::start({.workers = 3,
-                                               .default_resources = resources,
-                                               .troupe_binary = TROUPE_BINARY,
-                                               .echo_output = false});
+  // more hides SetUpTestSuite with its own), and seeing the GPUs
+  // `visible_devices` names (CUDA_VISIBLE_DEVICES, by worker). The troupe
+  // executable is $TROUPE_BINARY where set (a bundle run on another
+  // machine: scripts/gpu_check.sh), else the build's.
+  static void start_cluster(const std::string& resources,
+                            std::vector<std::string> visible_devices = {}) {
+    const char* binary = std::getenv("TROUPE_BINARY");
+    auto local = cluster::LocalCluster::start(
+        {.workers = 3,
+         .default_resources = resources,
+         .worker_visible_devices = std::move(visible_devices),
+         .troupe_binary = binary != nullptr && *binary != '\0' ? binary : TROUPE_BINARY,
+         .echo_output = false});
     ASSERT_TRUE(local.ok()) << local.status();
     local_ = local->release();
     auto driver = Cluster::connect(local_->client_options());
