@@ -15,6 +15,7 @@ target_sources(troupe_actors PRIVATE
   param_shard_partition.cc
   param_shard_recovery.cc
   pipeline_stage_actor.cc
+  pipeline_stage_report.cc
   pipeline_stage_schedule.cc
   stage_buffers.cc
   stage_plan.cc
