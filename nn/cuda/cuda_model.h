@@ -64,15 +64,9 @@ inline GemmInputs gemm_inputs(DType matmul) {
 }
 
 // What a model on `device` computes with: the device's stream and a cuBLAS handle for
-// options.matmul. FailedPrecondition, naming `model`, for what CUDA models do not run yet: tensor
-// parallelism (a slice of more than one rank).
-inline absl::StatusOr<std::pair<cudaStream_t, Cublas>> open_device(const char* model, int device,
-                                                                   const ModelOptions& options,
-                                                                   const TensorSlice& slice) {
-  if (slice.size > 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        model, ": tensor parallelism (a slice of more than one rank) is not built for CUDA yet"));
-  }
+// options.matmul.
+inline absl::StatusOr<std::pair<cudaStream_t, Cublas>> open_device(int device,
+                                                                   const ModelOptions& options) {
   absl::StatusOr<cudaStream_t> stream = device_stream(device);
   if (!stream.ok()) return stream.status();
   absl::StatusOr<Cublas> blas = Cublas::create(gemm_inputs(options.matmul));
@@ -81,21 +75,31 @@ inline absl::StatusOr<std::pair<cudaStream_t, Cublas>> open_device(const char* m
 }
 
 // The model seam's pieces that are the same for every architecture on the device: the forward
-// and backward in pieces, the head's loss and its gradient, the buffers, the slots. An
-// architecture gives its embedding, its blocks, its head's norm and product and their backward.
+// and backward in pieces, the head's loss and its gradient, the buffers, the slots, and tensor
+// parallelism's vocabulary split, sums over the group and row-parallel products. An architecture
+// gives its embedding, its blocks, its head's norm and product and their backward.
 // `Acts` must have encoded, residual3, lnf, logits, lse, losses and loss; `Grads` dresidual, dln
 // and dlogits.
+//
+// Tensor parallelism (nn/layers/parallel.h's scheme, as the CPU models): the group's all-reduces
+// (set_tensor_parallel) take device pointers. Before each the model waits for its stream, so the
+// buffer is ready when the collective starts (a CollectiveGroup's contract for device buffers);
+// the collective returns with the result in device memory, ready for the kernels queued after.
 template <typename Acts, typename Grads>
 class CudaModel : public Model {
  public:
   const ModelConfig& config() const override { return config_; }
   const ModelOptions& options() const override { return options_; }
   Device device() const override { return storage_.device; }
-  void set_tensor_parallel(AllReduceFn, AllReduceFn) override {}  // one rank: nothing to reduce
+  void set_tensor_parallel(AllReduceFn allreduce_sum, AllReduceFn allreduce_max) override {
+    tp_sum_ = std::move(allreduce_sum);
+    tp_max_ = std::move(allreduce_max);
+  }
 
   // Made on the host, as the CPU models make them, then copied over.
   void init_parameters(uint64_t seed) override {
     if (params_.data() == nullptr) return;  // bound parameters are the caller's to fill
+    if (!make_current().ok()) return;       // an unusable device fails the next piece, saying why
     std::vector<float> host(num_params());
     nn::init_parameters(config_, layout().slice(), seed, 0, host.size(), host.data());
     (void)copy_bytes(params_.data(), device(), host.data(), Device::cpu(),
@@ -104,7 +108,7 @@ class CudaModel : public Model {
   float* params() override { return params_.data(); }
   float* grads() override { return grads_.data(); }
   void zero_grad() override {
-    if (grads_.data() != nullptr) (void)zero(grads_.data(), grads_.size());
+    if (grads_.data() != nullptr && make_current().ok()) (void)zero(grads_.data(), grads_.size());
   }
 
   absl::StatusOr<float> forward(const int32_t* inputs, const int32_t* targets, int B,
@@ -142,6 +146,7 @@ class CudaModel : public Model {
 
   absl::Status embed_forward(const int32_t* inputs) override {
     TROUPE_CUDA_RETURN_IF_ERROR(store_.check_prepared("embed_forward"));
+    TROUPE_CUDA_RETURN_IF_ERROR(make_current());
     if (store_.part_begin() != 0) {
       return absl::FailedPreconditionError(
           absl::StrCat(name_, "::embed_forward: its part starts at block ", store_.part_begin()));
@@ -154,12 +159,14 @@ class CudaModel : public Model {
   }
   absl::Status forward_blocks(int begin, int end) override {
     TROUPE_CUDA_RETURN_IF_ERROR(store_.check_blocks(begin, end, "forward_blocks"));
+    TROUPE_CUDA_RETURN_IF_ERROR(make_current());
     for (int l = begin; l < end; ++l)
       TROUPE_CUDA_RETURN_IF_ERROR(block_forward(l));
     return absl::OkStatus();
   }
   absl::StatusOr<float> head_forward(const int32_t* targets) override {
     TROUPE_CUDA_RETURN_IF_ERROR(store_.check_prepared("head_forward"));
+    TROUPE_CUDA_RETURN_IF_ERROR(make_current());
     if (!store_.part_head()) {
       return absl::FailedPreconditionError(
           absl::StrCat(name_, "::head_forward: its part has no head (set_part)"));
@@ -176,9 +183,16 @@ class CudaModel : public Model {
     }
     store_.set_targets(targets);
     TROUPE_CUDA_RETURN_IF_ERROR(upload_tokens(device_targets(), targets));
-    TROUPE_CUDA_RETURN_IF_ERROR(
-        crossentropy_forward(a.loss, a.losses, a.lse, a.logits, device_targets(), store_.B(),
-                             store_.T(), config_.vocab_size(), config_.padded_vocab(), stream_));
+    if (sliced()) {
+      if (absl::Status s = sliced_loss(a); !s.ok()) {
+        store_.clear_targets();
+        return s;
+      }
+    } else {
+      TROUPE_CUDA_RETURN_IF_ERROR(
+          crossentropy_forward(a.loss, a.losses, a.lse, a.logits, device_targets(), store_.B(),
+                               store_.T(), config_.vocab_size(), config_.padded_vocab(), stream_));
+    }
     float loss = 0;
     TROUPE_CUDA_RETURN_IF_ERROR(copy_bytes(&loss, Device::cpu(), a.loss, device(), sizeof(float)));
     return loss;
@@ -188,22 +202,32 @@ class CudaModel : public Model {
       return absl::FailedPreconditionError(absl::StrCat(
           name_, "::backward: the last forward had no targets; run forward with targets first"));
     }
-    const int B = store_.B(), T = store_.T(), Vp = config_.padded_vocab();
+    TROUPE_CUDA_RETURN_IF_ERROR(make_current());
+    const int B = store_.B(), T = store_.T(), V = config_.vocab_size();
     const size_t BT = store_.BT(), BTC = BT * config_.hidden_size();
     const Acts& a = store_.acts();
     const Grads& d = store_.grads();
-    TROUPE_CUDA_RETURN_IF_ERROR(zero(d.dlogits, BT * Vp));
-    TROUPE_CUDA_RETURN_IF_ERROR(crossentropy_backward(d.dlogits, dloss, a.logits, a.lse,
-                                                      device_targets(), B, T, config_.vocab_size(),
-                                                      Vp, stream_));
-    // dln = dlogits @ head (a tied head's weight gradient into the embedding's), then the
-    // final norm's backward into dresidual.
+    // Its columns of the vocabulary, padding included (which the loss leaves at zero).
+    TROUPE_CUDA_RETURN_IF_ERROR(zero(d.dlogits, BT * local_vocab_));
+    if (sliced()) {
+      TROUPE_CUDA_RETURN_IF_ERROR(
+          vocab_parallel_crossentropy_backward(d.dlogits, dloss, a.logits, a.lse, device_targets(),
+                                               vocab_begin_, local_vocab_, V, B, T, stream_));
+    } else {
+      TROUPE_CUDA_RETURN_IF_ERROR(crossentropy_backward(
+          d.dlogits, dloss, a.logits, a.lse, device_targets(), B, T, V, local_vocab_, stream_));
+    }
+    // dln = dlogits @ head (a tied head's weight gradient into the embedding's), summed over the
+    // group's vocabularies, then the final norm's backward into dresidual.
     TROUPE_CUDA_RETURN_IF_ERROR(zero(d.dln, BTC));
     TROUPE_CUDA_RETURN_IF_ERROR(zero(d.dresidual, BTC));
+    TROUPE_CUDA_RETURN_IF_ERROR(head_product_backward());
+    TROUPE_CUDA_RETURN_IF_ERROR(sum_over_slices(d.dln, BTC));
     return head_norm_backward();
   }
   absl::Status backward_blocks(int begin, int end, const GradientsFinal& on_final) override {
     TROUPE_CUDA_RETURN_IF_ERROR(store_.check_blocks(begin, end, "backward_blocks"));
+    TROUPE_CUDA_RETURN_IF_ERROR(make_current());
     for (int l = end - 1; l >= begin; --l)
       TROUPE_CUDA_RETURN_IF_ERROR(block_backward(l, on_final));
     return absl::OkStatus();
@@ -226,17 +250,21 @@ class CudaModel : public Model {
       tokens += t.bytes();
     return {.parameters = params_.bytes(),
             .gradients = grads_.bytes(),
-            .activations = store_.activation_bytes() + tokens,
+            .activations = store_.activation_bytes() + tokens + tp_sums_.bytes(),
             .activation_gradients = store_.scratch_bytes()};
   }
 
  protected:
   CudaModel(std::string name, const ModelConfig& config, const ModelOptions& options,
-            const ModelStorage& storage, int device, cudaStream_t stream, Cublas blas)
+            const ModelStorage& storage, const TensorSlice& slice, int device, cudaStream_t stream,
+            Cublas blas)
       : name_(std::move(name)),
         config_(config),
         options_(options),
         storage_(storage),
+        slice_(slice),
+        local_vocab_(config.padded_vocab() / slice.size),
+        vocab_begin_(slice.rank * local_vocab_),
         stream_(stream),
         blas_(std::move(blas)),
         store_(name_, config.num_layers(), Device::cuda(device)),
@@ -246,13 +274,15 @@ class CudaModel : public Model {
 
   // The architecture's: the embedding of the current inputs into residual(0) (on the device:
   // device_inputs()); block l's forward and backward (reporting each run of final gradients with
-  // report_final); the final norm and the head's product into logits; and their backward from
-  // dlogits into dln (zeroed) and dresidual (zeroed).
+  // report_final); the final norm and the head's product into logits (this rank's local_vocab()
+  // columns); and their backward from dlogits into dln (zeroed; summed over the group between
+  // the two) and dresidual (zeroed).
   virtual absl::Status embed() = 0;
   virtual absl::Status block_forward(int l) = 0;
   virtual absl::Status block_backward(int l, const GradientsFinal& on_final) = 0;
   virtual absl::Status head_logits() = 0;
-  virtual absl::Status head_norm_backward() = 0;
+  virtual absl::Status head_product_backward() = 0;  // dln += dlogits @ head (this rank's rows)
+  virtual absl::Status head_norm_backward() = 0;     // dresidual from dln
 
   // The model's own buffers, as storage_ asks (zeroed), or none.
   absl::Status allocate_buffers() {
@@ -284,6 +314,12 @@ class CudaModel : public Model {
   // The store laid out for (B, T) (already checked) with the carvers, and each slot's tokens.
   template <typename CarveActs, typename CarveGrads>
   absl::Status prepare_store(int B, int T, CarveActs&& carve_acts, CarveGrads&& carve_grads) {
+    if (sliced() && (!tp_sum_ || !tp_max_)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(name_, ": tensor-parallel rank ", slice_.rank, " of ", slice_.size,
+                       " has no group to reduce over (set_tensor_parallel)"));
+    }
+    TROUPE_CUDA_RETURN_IF_ERROR(make_current());
     if (B == store_.B() && T == store_.T()) return absl::OkStatus();
     TROUPE_CUDA_RETURN_IF_ERROR(store_.prepare(B, T, carve_acts, carve_grads));
     // Each slot's inputs and targets on the device: 2 BT int32s in float-sized cells.
@@ -304,6 +340,56 @@ class CudaModel : public Model {
     return copy_bytes(to, device(), host, Device::cpu(),
                       static_cast<int64_t>(store_.BT() * sizeof(int32_t)));
   }
+  // The model's device made current on the calling thread: an actor's handlers may run on any of
+  // its scheduler's threads, and a kernel must be launched with its stream's device current.
+  absl::Status make_current() const {
+    return detail::cuda_status(cudaSetDevice(storage_.device.index), "cudaSetDevice");
+  }
+
+  // --- Tensor parallelism (a slice of more than one rank). ---
+  bool sliced() const { return slice_.size > 1; }
+  int local_vocab() const { return local_vocab_; }  // the padded vocabulary for one rank
+  int vocab_begin() const { return vocab_begin_; }
+  // `reduce` (the group's sum or max) over n floats at device pointer p, once the stream has
+  // written them.
+  absl::Status reduce_over_slices(const AllReduceFn& reduce, float* p, size_t n) const {
+    TROUPE_CUDA_RETURN_IF_ERROR(
+        detail::cuda_status(cudaStreamSynchronize(stream_), "tensor-parallel all-reduce"));
+    return reduce(p, n);
+  }
+  // The group's sum of n floats at p: a column-parallel product's partial input gradient. Nothing
+  // for one rank.
+  absl::Status sum_over_slices(float* p, size_t n) const {
+    if (!sliced()) return absl::OkStatus();
+    return reduce_over_slices(tp_sum_, p, n);
+  }
+  // out[B*T, C] = in[B*T, in_channels] @ weight^T + bias (bias may be null): with tensor
+  // parallelism a row-parallel product, in and weight this rank's columns, the group's sum taken
+  // before the bias (or it would be added tp times).
+  absl::Status project_rows(float* out, const float* in, const float* weight, const float* bias,
+                            int in_channels) {
+    const int B = store_.B(), T = store_.T(), C = config_.hidden_size();
+    if (!sliced()) {
+      return linear_forward(blas_, out, in, weight, bias, B, T, in_channels, C, stream_);
+    }
+    TROUPE_CUDA_RETURN_IF_ERROR(
+        linear_forward(blas_, out, in, weight, nullptr, B, T, in_channels, C, stream_));
+    TROUPE_CUDA_RETURN_IF_ERROR(sum_over_slices(out, store_.BT() * C));
+    if (bias == nullptr) return absl::OkStatus();
+    return add_rows(out, bias, store_.BT(), 1, C, stream_);
+  }
+  // The embedding of the current inputs into residual(0) from this rank's rows of `table`, summed
+  // over the group, then the positions wpe [maxT, C] added (null: none). One rank copies rows.
+  absl::Status embed_rows(const float* table, const float* wpe) {
+    const int B = store_.B(), T = store_.T(), C = config_.hidden_size();
+    float* out = store_.acts().encoded;
+    TROUPE_CUDA_RETURN_IF_ERROR(embedding_rows_forward(
+        out, device_inputs(), table, vocab_begin_, vocab_begin_ + local_vocab_, B, T, C, stream_));
+    TROUPE_CUDA_RETURN_IF_ERROR(sum_over_slices(out, store_.BT() * C));
+    if (wpe == nullptr) return absl::OkStatus();
+    return add_rows(out, wpe, store_.BT(), T, C, stream_);
+  }
+
   // n floats at p set to zero, queued on the stream.
   absl::Status zero(float* p, size_t n) const {
     return detail::cuda_status(cudaMemsetAsync(p, 0, n * sizeof(float), stream_),
@@ -323,12 +409,37 @@ class CudaModel : public Model {
   ModelConfig config_;
   ModelOptions options_;
   ModelStorage storage_;
+  TensorSlice slice_;
+  int local_vocab_;  // this rank's columns of the padded vocabulary: all of it for one rank
+  int vocab_begin_;
+  AllReduceFn tp_sum_, tp_max_;  // the tensor-parallel group's, on device buffers
   cudaStream_t stream_;
   Cublas blas_;
   ActivationStore<Acts, Grads> store_;
   std::vector<FloatBuffer> tokens_;  // a slot's inputs and targets on the device
   FloatBuffer params_;               // the model's own, when storage_ asks for them
   FloatBuffer grads_;
+  FloatBuffer tp_sums_;  // the vocab-parallel loss's sums over the group: 2 BT floats
+
+ private:
+  // The head's mean loss into a.loss across the group's vocabularies: the rows' maxes (in lse)
+  // and sums, each all-reduced, then lse and the losses (parallel.h's vocab-parallel loss).
+  absl::Status sliced_loss(const Acts& a) {
+    const int B = store_.B(), T = store_.T(), V = config_.vocab_size();
+    const size_t BT = store_.BT();
+    if (tp_sums_.size() < 2 * BT) {
+      TROUPE_CUDA_RETURN_IF_ERROR(
+          tp_sums_.reset(MemoryCategory::kActivations, 2 * BT, false, device()));
+    }
+    TROUPE_CUDA_RETURN_IF_ERROR(
+        vocab_parallel_max(a.lse, a.logits, vocab_begin_, local_vocab_, V, B, T, stream_));
+    TROUPE_CUDA_RETURN_IF_ERROR(reduce_over_slices(tp_max_, a.lse, BT));
+    TROUPE_CUDA_RETURN_IF_ERROR(vocab_parallel_sums(tp_sums_.data(), a.logits, a.lse,
+                                                    device_targets(), vocab_begin_, local_vocab_, V,
+                                                    B, T, stream_));
+    TROUPE_CUDA_RETURN_IF_ERROR(reduce_over_slices(tp_sum_, tp_sums_.data(), 2 * BT));
+    return vocab_parallel_loss(a.loss, a.losses, a.lse, a.lse, tp_sums_.data(), B, T, stream_);
+  }
 };
 
 }  // namespace troupe::nn::cuda

@@ -9,9 +9,10 @@
 // pointers; what `on_final` reports is final in the device's order (a copy or a collective
 // issued after it reads it: nn/cuda/cuda_model.h).
 //
-// Recomputed activations (ModelOptions::recompute_activations) work as on the CPU. Not yet on
-// CUDA (FailedPrecondition, naming it): tensor parallelism (a slice of more than one rank) and
-// embed_backward_rows; make_decoder is Unimplemented.
+// Recomputed activations (ModelOptions::recompute_activations) and tensor parallelism (a slice
+// of more than one rank, its group's all-reduces on device buffers: nn/cuda/cuda_model.h) work as
+// on the CPU. Not yet on CUDA: embed_backward_rows (FailedPrecondition, naming it); make_decoder
+// is Unimplemented.
 // Compiled only in builds with CUDA, into libtroupe_nn_cuda.
 #pragma once
 

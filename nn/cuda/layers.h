@@ -72,6 +72,23 @@ class Cublas {
                                             const int32_t* inp, int B, int T, int C,
                                             cudaStream_t stream);
 
+// The embedding's pieces, which a vocab-parallel embedding (parallel.h) runs around its group's
+// sum, and Llama's embedding (no positions) runs alone:
+// out[B, T, C] = table[inp - v0] for the tokens in [v0, v1), zeros for the others' tokens.
+[[nodiscard]] absl::Status embedding_rows_forward(float* out, const int32_t* inp,
+                                                  const float* table, int v0, int v1, int B, int T,
+                                                  int C, cudaStream_t stream);
+// dtable[inp - v0] += dout for the tokens in [v0, v1), in (b, t) order as encoder_backward.
+[[nodiscard]] absl::Status embedding_rows_backward(float* dtable, const float* dout,
+                                                   const int32_t* inp, int v0, int v1, int B, int T,
+                                                   int C, cudaStream_t stream);
+// out[r, :] += rows[r % period, :] for r in [0, n): positions (period T) or a bias (period 1).
+[[nodiscard]] absl::Status add_rows(float* out, const float* rows, size_t n, int period, int C,
+                                    cudaStream_t stream);
+// dwpe[t, :] += dout[b, t, :] summed over b in order.
+[[nodiscard]] absl::Status position_backward(float* dwpe, const float* dout, int B, int T, int C,
+                                             cudaStream_t stream);
+
 // --- layernorm.h --- (a warp per position; dweight and dbias summed per column in a fixed tree)
 [[nodiscard]] absl::Status layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                              const float* weight, const float* bias, int B, int T,
@@ -129,6 +146,29 @@ class Cublas {
 [[nodiscard]] absl::Status crossentropy_backward(float* dlogits, float dloss, const float* logits,
                                                  const float* lse, const int32_t* targets, int B,
                                                  int T, int V, int Vp, cudaStream_t stream);
+// parallel.h's vocab-parallel cross-entropy in three pieces around the group's all-reduces, on a
+// rank's logits_shard [B, T, Vl], the columns [v0, v0 + Vl) of the padded vocabulary (columns
+// >= V are padding; a rank may hold only padding):
+//   vocab_parallel_max   maxes [B*T] = each row's largest real logit (-inf for only padding);
+//                        then the group's max all-reduce of maxes;
+//   vocab_parallel_sums  sums [2*B*T] = each row's sum of exp(logit - maxes), then its target's
+//                        logit where this rank holds it (else 0); then the group's sum of sums;
+//   vocab_parallel_loss  lse = maxes + log(sums) (lse may alias maxes), losses [B, T] (may be
+//                        null) = lse - the target's logit, loss (one device float) their mean.
+// REQUIRES: 0 <= targets[i] < V.
+[[nodiscard]] absl::Status vocab_parallel_max(float* maxes, const float* logits_shard, int v0,
+                                              int Vl, int V, int B, int T, cudaStream_t stream);
+[[nodiscard]] absl::Status vocab_parallel_sums(float* sums, const float* logits_shard,
+                                               const float* maxes, const int32_t* targets, int v0,
+                                               int Vl, int V, int B, int T, cudaStream_t stream);
+[[nodiscard]] absl::Status vocab_parallel_loss(float* loss, float* losses, float* lse,
+                                               const float* maxes, const float* sums, int B, int T,
+                                               cudaStream_t stream);
+// dlogits_shard [B, T, Vl] += dloss / (B*T) * (softmax - onehot(targets)) on this rank's real
+// columns; padding is untouched. No communication.
+[[nodiscard]] absl::Status vocab_parallel_crossentropy_backward(
+    float* dlogits_shard, float dloss, const float* logits_shard, const float* lse,
+    const int32_t* targets, int v0, int Vl, int V, int B, int T, cudaStream_t stream);
 // probs[B, T, Vp] = softmax over columns [0, V), 0 on the padding.
 [[nodiscard]] absl::Status softmax_forward(float* probs, const float* logits, int B, int T, int V,
                                            int Vp, cudaStream_t stream);

@@ -1,7 +1,8 @@
 // nn/cuda/llama.h: nn/llama's passes (nn/llama/passes.cc) on the device, layer for layer. The
-// embedding is the GPT encoder's kernel with a zero position table (x + 0 is x); the attention is
-// GPT's over rope_qkv_forward's packing, every query head beside its own copy of its group's key
-// and value, as on the CPU. Backward scratch is zeroed before layers that accumulate into it.
+// embedding copies rows of the table (a tensor-parallel rank's rows, summed over the group); the
+// attention is GPT's over rope_qkv_forward's packing, every query head beside its own copy of its
+// group's key and value, as on the CPU. Backward scratch is zeroed before layers that accumulate
+// into it.
 #include "nn/cuda/llama.h"
 
 #include <cuda_runtime_api.h>
@@ -41,8 +42,7 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
                                                        const TensorSlice& slice) {
     if (absl::Status s = config.validate(); !s.ok()) return s;
     if (absl::Status s = validate_slice(config, slice); !s.ok()) return s;
-    absl::StatusOr<std::pair<cudaStream_t, Cublas>> opened =
-        open_device(kName, device, options, slice);
+    absl::StatusOr<std::pair<cudaStream_t, Cublas>> opened = open_device(device, options);
     if (!opened.ok()) return opened.status();
     std::unique_ptr<CudaLlama> m(new CudaLlama(device, opened->first, std::move(opened->second),
                                                config, options, storage, slice));
@@ -54,7 +54,7 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
     if (m->grads_.data() != nullptr) {
       point_llama_tensors(m->layout(), 0, n, m->grads_.data(), &m->grad_tensors_);
     }
-    // The rotary angles and the embedding's zero position table, on the device.
+    // The rotary angles, on the device.
     const int hd = config.head_dim(), maxT = config.max_position_embeddings;
     std::vector<float> cos(static_cast<size_t>(maxT) * (hd / 2)), sin(cos.size());
     rope_table(cos.data(), sin.data(), maxT, hd, config.rope_theta);
@@ -66,11 +66,6 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
         copy_bytes(m->tables_.data(), on, cos.data(), Device::cpu(), bytes));
     TROUPE_CUDA_RETURN_IF_ERROR(
         copy_bytes(m->tables_.data() + cos.size(), on, sin.data(), Device::cpu(), bytes));
-    const size_t positions = static_cast<size_t>(maxT) * config.hidden_size;
-    TROUPE_CUDA_RETURN_IF_ERROR(
-        m->zero_positions_.reset(MemoryCategory::kOther, positions, true, on));
-    TROUPE_CUDA_RETURN_IF_ERROR(
-        m->position_grads_.reset(MemoryCategory::kOther, positions, true, on));
     return std::unique_ptr<Model>(std::move(m));
   }
 
@@ -95,11 +90,11 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
 
   absl::Status embed_backward() override {
     TROUPE_CUDA_RETURN_IF_ERROR(store_.check_inputs("embed_backward"));
-    // The zero position table's gradient is scratch, never read.
-    TROUPE_CUDA_RETURN_IF_ERROR(zero(position_grads_.data(), position_grads_.size()));
-    return encoder_backward(grad_tensors_.embed_tokens(), position_grads_.data(),
-                            store_.grads().dresidual, device_inputs(), store_.B(), store_.T(),
-                            arch_.hidden_size, stream_);
+    TROUPE_CUDA_RETURN_IF_ERROR(make_current());
+    // One rank's rows [vocab_begin, + local_vocab); the whole vocabulary for one rank.
+    return embedding_rows_backward(grad_tensors_.embed_tokens(), store_.grads().dresidual,
+                                   device_inputs(), vocab_begin(), vocab_begin() + local_vocab(),
+                                   store_.B(), store_.T(), arch_.hidden_size, stream_);
   }
 
  private:
@@ -111,9 +106,12 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
 
   CudaLlama(int device, cudaStream_t stream, Cublas blas, const LlamaConfig& config,
             const ModelOptions& options, const ModelStorage& storage, const TensorSlice& slice)
-      : CudaModel(kName, config, options, storage, device, stream, std::move(blas)),
+      : CudaModel(kName, config, options, storage, slice, device, stream, std::move(blas)),
         arch_(config),
-        layout_(config, slice) {
+        layout_(config, slice),
+        local_heads_(config.num_attention_heads / slice.size),
+        local_kv_heads_(config.kv_heads() / slice.size),
+        local_mlp_(config.intermediate_size / slice.size) {
     const size_t tensors = layout_.model().tensors().size();
     param_tensors_ = {std::vector<float*>(tensors, nullptr), config.tie_word_embeddings};
     grad_tensors_ = param_tensors_;
@@ -136,11 +134,7 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
     return absl::OkStatus();
   }
 
-  absl::Status embed() override {
-    return encoder_forward(store_.acts().encoded, device_inputs(), param_tensors_.embed_tokens(),
-                           zero_positions_.data(), store_.B(), store_.T(), arch_.hidden_size,
-                           stream_);
-  }
+  absl::Status embed() override { return embed_rows(param_tensors_.embed_tokens(), nullptr); }
 
   absl::Status head_logits() override {
     const int B = store_.B(), T = store_.T(), C = arch_.hidden_size;
@@ -148,18 +142,24 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
     TROUPE_CUDA_RETURN_IF_ERROR(rmsnorm_forward(a.lnf, a.lnf_rstd,
                                                 residual(arch_.num_hidden_layers),
                                                 param_tensors_.norm(), B, T, C, eps(), stream_));
+    // The head is column-parallel over the vocabulary: this rank's logits are its rows'.
     return linear_forward(blas_, a.logits, a.lnf, param_tensors_.lm_head(), nullptr, B, T, C,
-                          arch_.padded_vocab(), stream_);
+                          local_vocab(), stream_);
+  }
+
+  absl::Status head_product_backward() override {
+    const LlamaActivations& a = store_.acts();
+    const LlamaActivationGradients& d = store_.grads();
+    // A tied head's weight gradient accumulates into the embedding's.
+    return linear_backward(blas_, d.dln, grad_tensors_.lm_head(), nullptr, d.dlogits, a.lnf,
+                           param_tensors_.lm_head(), store_.B(), store_.T(), arch_.hidden_size,
+                           local_vocab(), stream_);
   }
 
   absl::Status head_norm_backward() override {
     const int B = store_.B(), T = store_.T(), C = arch_.hidden_size;
     const LlamaActivations& a = store_.acts();
     const LlamaActivationGradients& d = store_.grads();
-    // A tied head's weight gradient accumulates into the embedding's.
-    TROUPE_CUDA_RETURN_IF_ERROR(linear_backward(blas_, d.dln, grad_tensors_.lm_head(), nullptr,
-                                                d.dlogits, a.lnf, param_tensors_.lm_head(), B, T, C,
-                                                arch_.padded_vocab(), stream_));
     return rmsnorm_backward(d.dresidual, grad_tensors_.norm(), d.dln,
                             residual(arch_.num_hidden_layers), param_tensors_.norm(), a.lnf_rstd, B,
                             T, C, stream_);
@@ -169,12 +169,12 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
   // [B, NH, T, T] a block), the head its logits and loss.
   size_t carve_activations(int B, int T, float* base, LlamaActivations* acts) const {
     const size_t C = arch_.hidden_size, hd = arch_.head_dim();
-    const size_t NH = arch_.num_attention_heads, KV = arch_.kv_heads();
-    const size_t Q = NH * hd, QKV = (NH + 2 * KV) * hd, I = arch_.intermediate_size;
+    const size_t NH = local_heads_, KV = local_kv_heads_;
+    const size_t Q = NH * hd, QKV = (NH + 2 * KV) * hd, I = local_mlp_;
     const auto L = static_cast<size_t>(store_.part_end() - store_.part_begin());
     const size_t BT = static_cast<size_t>(B) * T, BTC = BT * C;
     const size_t HBT = store_.part_head() ? BT : 0;
-    const size_t Vp = store_.part_head() ? static_cast<size_t>(arch_.padded_vocab()) : 0;
+    const size_t Vp = store_.part_head() ? static_cast<size_t>(local_vocab()) : 0;
     // Recomputed in backward into one block's buffers (ModelOptions::recompute_activations).
     const size_t Lr = options_.recompute_activations ? 1 : L;
     AlignedCarver c(base);
@@ -204,8 +204,8 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
 
   size_t carve_gradients(int B, int T, float* base, LlamaActivationGradients* dacts) const {
     const size_t C = arch_.hidden_size, hd = arch_.head_dim();
-    const size_t NH = arch_.num_attention_heads, KV = arch_.kv_heads();
-    const size_t Q = NH * hd, QKV = (NH + 2 * KV) * hd, I = arch_.intermediate_size;
+    const size_t NH = local_heads_, KV = local_kv_heads_;
+    const size_t Q = NH * hd, QKV = (NH + 2 * KV) * hd, I = local_mlp_;
     const size_t BT = static_cast<size_t>(B) * T;
     AlignedCarver c(base);
     LlamaActivationGradients d;
@@ -216,7 +216,7 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
     d.dqkv = c.take(BT * QKV);
     d.dgu = c.take(BT * 2 * I);
     d.dmlp = c.take(BT * I);
-    d.dlogits = c.take(store_.part_head() ? BT * arch_.padded_vocab() : 0);
+    d.dlogits = c.take(store_.part_head() ? BT * local_vocab() : 0);
     d.datt = c.take(BT * NH * static_cast<size_t>(T));
     if (dacts != nullptr) *dacts = d;
     return c.used();
@@ -224,8 +224,8 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
 
   BlockActivations block_activations(int block) const {
     const size_t C = arch_.hidden_size, hd = arch_.head_dim();
-    const size_t NH = arch_.num_attention_heads, KV = arch_.kv_heads();
-    const size_t Q = NH * hd, QKV = (NH + 2 * KV) * hd, I = arch_.intermediate_size;
+    const size_t NH = local_heads_, KV = local_kv_heads_;
+    const size_t Q = NH * hd, QKV = (NH + 2 * KV) * hd, I = local_mlp_;
     const size_t BT = store_.BT(), BTC = BT * C;
     const auto l = static_cast<size_t>(block - store_.part_begin());
     const size_t lr = options_.recompute_activations ? 0 : l;  // recomputed: the one shared block
@@ -240,8 +240,8 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
 
   absl::Status block_forward(int l) override {
     const int B = store_.B(), T = store_.T(), C = arch_.hidden_size, hd = arch_.head_dim();
-    const int NH = arch_.num_attention_heads, KV = arch_.kv_heads();
-    const int I = arch_.intermediate_size, Q = NH * hd, QKV = (NH + 2 * KV) * hd;
+    const int NH = local_heads_, KV = local_kv_heads_;  // this rank's
+    const int I = local_mlp_, Q = NH * hd, QKV = (NH + 2 * KV) * hd;
     const size_t BTC = store_.BT() * C;
     const BlockActivations a = block_activations(l);
     auto w = [&](LlamaTensor t) { return param_tensors_.block(l, t); };
@@ -255,16 +255,16 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
         rope_qkv_forward(a.qkvr, a.qkv, rope_cos(), rope_sin(), B, T, NH, KV, hd, stream_));
     TROUPE_CUDA_RETURN_IF_ERROR(
         attention_forward(blas_, a.atty, a.att, a.qkvr, B, T, Q, NH, stream_));
-    TROUPE_CUDA_RETURN_IF_ERROR(linear_forward(blas_, a.residual2, a.atty, w(LlamaTensor::kO),
-                                               nullptr, B, T, Q, C, stream_));
+    // o and down are row-parallel under tensor parallelism (project_rows), as on the CPU.
+    TROUPE_CUDA_RETURN_IF_ERROR(project_rows(a.residual2, a.atty, w(LlamaTensor::kO), nullptr, Q));
     TROUPE_CUDA_RETURN_IF_ERROR(residual_forward(a.residual2, inp, a.residual2, BTC, stream_));
     TROUPE_CUDA_RETURN_IF_ERROR(rmsnorm_forward(
         a.ln2, a.ln2_rstd, a.residual2, w(LlamaTensor::kPostNorm), B, T, C, eps(), stream_));
     TROUPE_CUDA_RETURN_IF_ERROR(linear_forward(blas_, a.gu, a.ln2, w(LlamaTensor::kGate), nullptr,
                                                B, T, C, 2 * I, stream_));
     TROUPE_CUDA_RETURN_IF_ERROR(swiglu_forward(a.mlp, a.gu, B, T, I, stream_));
-    TROUPE_CUDA_RETURN_IF_ERROR(linear_forward(blas_, a.residual3, a.mlp, w(LlamaTensor::kDown),
-                                               nullptr, B, T, I, C, stream_));
+    TROUPE_CUDA_RETURN_IF_ERROR(
+        project_rows(a.residual3, a.mlp, w(LlamaTensor::kDown), nullptr, I));
     return residual_forward(a.residual3, a.residual2, a.residual3, BTC, stream_);
   }
 
@@ -272,7 +272,7 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
   // did not keep: the same kernels on the same inputs, so the same bits.
   absl::Status block_recompute(int l) {
     const int B = store_.B(), T = store_.T(), C = arch_.hidden_size, hd = arch_.head_dim();
-    const int NH = arch_.num_attention_heads, KV = arch_.kv_heads(), I = arch_.intermediate_size;
+    const int NH = local_heads_, KV = local_kv_heads_, I = local_mlp_;
     const BlockActivations a = block_activations(l);
     auto w = [&](LlamaTensor t) { return param_tensors_.block(l, t); };
     TROUPE_CUDA_RETURN_IF_ERROR(rmsnorm_forward(
@@ -289,8 +289,8 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
   absl::Status block_backward(int l, const GradientsFinal& on_final) override {
     if (options_.recompute_activations) TROUPE_CUDA_RETURN_IF_ERROR(block_recompute(l));
     const int B = store_.B(), T = store_.T(), C = arch_.hidden_size, hd = arch_.head_dim();
-    const int NH = arch_.num_attention_heads, KV = arch_.kv_heads();
-    const int I = arch_.intermediate_size, Q = NH * hd, QKV = (NH + 2 * KV) * hd;
+    const int NH = local_heads_, KV = local_kv_heads_;  // this rank's
+    const int I = local_mlp_, Q = NH * hd, QKV = (NH + 2 * KV) * hd;
     const size_t BT = store_.BT(), BTC = BT * C;
     const BlockActivations a = block_activations(l);
     const LlamaActivationGradients& d = store_.grads();
@@ -299,7 +299,9 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
     auto finished = [&](LlamaTensor first_tensor) {
       return report_final(on_final, layout_.block_tensor(l, first_tensor));
     };
-    // d.dresidual holds d residual3 (= d down), and becomes d residual(l) as on the CPU.
+    // d.dresidual holds d residual3 (= d down), and becomes d residual(l) as on the CPU. With
+    // tensor parallelism the row-parallel projections' backward is local; the column-parallel
+    // layers' input gradients dln are partial sums, summed over the group.
     TROUPE_CUDA_RETURN_IF_ERROR(zero(d.dmlp, BT * I));
     TROUPE_CUDA_RETURN_IF_ERROR(linear_backward(blas_, d.dmlp, dw(LlamaTensor::kDown), nullptr,
                                                 d.dresidual, a.mlp, w(LlamaTensor::kDown), B, T, I,
@@ -310,6 +312,7 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
     TROUPE_CUDA_RETURN_IF_ERROR(linear_backward(blas_, d.dln, dw(LlamaTensor::kGate), nullptr,
                                                 d.dgu, a.ln2, w(LlamaTensor::kGate), B, T, C, 2 * I,
                                                 stream_));
+    TROUPE_CUDA_RETURN_IF_ERROR(sum_over_slices(d.dln, BTC));
     TROUPE_CUDA_RETURN_IF_ERROR(finished(LlamaTensor::kGate));
     TROUPE_CUDA_RETURN_IF_ERROR(rmsnorm_backward(d.dresidual, dw(LlamaTensor::kPostNorm), d.dln,
                                                  a.residual2, w(LlamaTensor::kPostNorm), a.ln2_rstd,
@@ -328,6 +331,7 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
     TROUPE_CUDA_RETURN_IF_ERROR(zero(d.dln, BTC));
     TROUPE_CUDA_RETURN_IF_ERROR(linear_backward(blas_, d.dln, dw(LlamaTensor::kQ), nullptr, d.dqkv,
                                                 a.ln1, w(LlamaTensor::kQ), B, T, C, QKV, stream_));
+    TROUPE_CUDA_RETURN_IF_ERROR(sum_over_slices(d.dln, BTC));
     TROUPE_CUDA_RETURN_IF_ERROR(finished(LlamaTensor::kQ));
     TROUPE_CUDA_RETURN_IF_ERROR(rmsnorm_backward(d.dresidual, dw(LlamaTensor::kInputNorm), d.dln,
                                                  residual(l), w(LlamaTensor::kInputNorm),
@@ -339,9 +343,8 @@ class CudaLlama final : public CudaModel<LlamaActivations, LlamaActivationGradie
   LlamaLayout layout_;
   LlamaTensors param_tensors_;
   LlamaTensors grad_tensors_;
-  FloatBuffer tables_;          // the rotary cos then sin, [maxT, hd/2] each
-  FloatBuffer zero_positions_;  // [maxT, C] zeros: the encoder kernel's position table
-  FloatBuffer position_grads_;  // its gradient: scratch
+  int local_heads_, local_kv_heads_, local_mlp_;  // this rank's: the whole for one rank
+  FloatBuffer tables_;                            // the rotary cos then sin, [maxT, hd/2] each
 };
 
 }  // namespace

@@ -3,8 +3,9 @@
 // stream, through the layers of nn/cuda/layers.h in fp32: RMSNorm, rotary embeddings with
 // grouped-query attention packed for the attention kernel, the SwiGLU MLP, an untied or tied head.
 // The seam is host-facing where values cross it, as nn/cuda/gpt.h says. Recomputed activations
-// work as on the CPU. Not yet on CUDA (FailedPrecondition, naming it): tensor parallelism and
-// embed_backward_rows; make_decoder is Unimplemented. Compiled only in builds with CUDA.
+// and tensor parallelism work as on the CPU. Not yet on CUDA: embed_backward_rows
+// (FailedPrecondition, naming it); make_decoder is Unimplemented. Compiled only in builds with
+// CUDA.
 #pragma once
 
 #include <memory>

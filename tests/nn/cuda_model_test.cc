@@ -1,6 +1,7 @@
 // GPT-2 and Llama on a CUDA device (nn/cuda/gpt.h, nn/cuda/llama.h) against the CPU models on
 // the same weights and batch:
-// the loss, the logits and every gradient, whole and in a pipeline's pieces, made through
+// the loss, the logits and every gradient, whole, in a pipeline's pieces and in tensor-parallel
+// ranks, made through
 // nn::create_model as a stage makes it. fp32 with cuBLAS in pedantic fp32 (no TF32): within
 // 1e-5 of the largest value of each tensor (the CPU layers' own parity with PyTorch is 1e-5 to
 // 1e-4; nn_cuda_layers_test holds each layer to its tolerance). Without a CUDA device every test
@@ -22,6 +23,7 @@
 #include "nn/llama/config.h"
 #include "nn/memory.h"
 #include "nn/model/model.h"
+#include "tests/nn/simulated_group.h"
 
 namespace troupe::nn {
 namespace {
@@ -67,6 +69,21 @@ std::vector<float> to_host(const float* device, size_t n) {
       copy_bytes(host.data(), Device::cpu(), device, kGpu, static_cast<int64_t>(n * sizeof(float)))
           .ok());
   return host;
+}
+
+std::vector<float> read(Device device, const float* p, size_t n) {
+  return device.is_cpu() ? std::vector<float>(p, p + n) : to_host(p, n);
+}
+
+// A host all-reduce over a device buffer: copied out, reduced, copied back (as a collective group
+// stages a device buffer when its members share one device).
+AllReduceFn on_host(AllReduceFn host) {
+  return [host = std::move(host)](float* data, size_t n) -> absl::Status {
+    std::vector<float> staged = to_host(data, n);
+    if (absl::Status s = host(staged.data(), n); !s.ok()) return s;
+    return copy_bytes(data, kGpu, staged.data(), Device::cpu(),
+                      static_cast<int64_t>(n * sizeof(float)));
+  };
 }
 
 class CudaModelTest : public ::testing::TestWithParam<ModelConfig> {
@@ -258,11 +275,77 @@ TEST_P(CudaModelTest, RecomputedActivationsGiveTheSameBits) {
   EXPECT_LT((*recomputed)->memory().activations, (*kept)->memory().activations);
 }
 
-TEST_P(CudaModelTest, SaysWhatCudaDoesNotRunYet) {
+// Tensor parallelism: two ranks of the CUDA model (threads sharing the device, their group's
+// all-reduces staged through the host as a collective group stages them) against the same two
+// ranks of the CPU model. The loss, each rank's logits (its columns of the vocabulary) and each
+// rank's gradients (its slice of every tensor) within the fp32 tolerance above.
+TEST_P(CudaModelTest, TensorParallelRanksMatchTheCpuRanks) {
+  constexpr int kTp = 2;
+  make_batch(2, 24);
+  struct Result {
+    float loss = NAN;
+    std::vector<float> logits, grads;
+  };
+  auto run = [&](Device device) {
+    std::vector<Result> results(kTp);
+    SimulatedGroup group(kTp);
+    group.run([&](int rank) {
+      absl::StatusOr<std::unique_ptr<Model>> m =
+          create_model(config_, {.recompute_activations = rank == 1}, {.device = device},
+                       {.rank = rank, .size = kTp});
+      if (!m.ok()) {
+        ADD_FAILURE() << m.status();
+        return;
+      }
+      (*m)->init_parameters(42);
+      if (device.is_cpu()) {
+        (*m)->set_tensor_parallel(group.sum(rank), group.max(rank));
+      } else {
+        (*m)->set_tensor_parallel(on_host(group.sum(rank)), on_host(group.max(rank)));
+      }
+      absl::StatusOr<float> loss = (*m)->forward(inputs_.data(), targets_.data(), B_, T_);
+      if (!loss.ok()) {
+        ADD_FAILURE() << loss.status();
+        return;
+      }
+      EXPECT_TRUE((*m)->backward(0.5f).ok());
+      const size_t logits =
+          static_cast<size_t>(B_) * T_ * static_cast<size_t>(config_.padded_vocab() / kTp);
+      Result& r = results[static_cast<size_t>(rank)];
+      r.loss = *loss;
+      r.logits = read(device, (*m)->logits(), logits);
+      r.grads = read(device, (*m)->grads(), (*m)->num_params());
+    });
+    return results;
+  };
+  const std::vector<Result> cpu = run(Device::cpu());
+  const std::vector<Result> gpu = run(kGpu);
+  const ModelLayout layout = model_layout(config_, {.rank = 0, .size = kTp});
+  for (int rank = 0; rank < kTp; ++rank) {
+    const Result& c = cpu[static_cast<size_t>(rank)];
+    const Result& g = gpu[static_cast<size_t>(rank)];
+    EXPECT_NEAR(g.loss, c.loss, 1e-5 * std::abs(c.loss)) << "rank " << rank;
+    EXPECT_LT(relative_error(c.logits, g.logits), 1e-5) << "rank " << rank;
+    ASSERT_EQ(c.grads.size(), g.grads.size());
+    for (const ParamTensor& t : layout.tensors()) {
+      const auto from = static_cast<ptrdiff_t>(t.offset),
+                 to = static_cast<ptrdiff_t>(t.offset + t.size);
+      EXPECT_LT(relative_error(std::vector<float>(c.grads.begin() + from, c.grads.begin() + to),
+                               std::vector<float>(g.grads.begin() + from, g.grads.begin() + to)),
+                1e-5)
+          << "rank " << rank << " " << t.name;
+    }
+  }
+}
+
+TEST_P(CudaModelTest, ATensorParallelRankWithoutAGroupSaysSo) {
   absl::StatusOr<std::unique_ptr<Model>> tp =
       create_model(config_, {}, {.device = kGpu}, {.rank = 0, .size = 2});
-  EXPECT_EQ(tp.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(tp.status().message().find("tensor parallelism"), std::string_view::npos);
+  ASSERT_TRUE(tp.ok()) << tp.status();
+  make_batch(1, 8);
+  absl::StatusOr<float> loss = (*tp)->forward(inputs_.data(), targets_.data(), B_, T_);
+  EXPECT_EQ(loss.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(loss.status().message().find("set_tensor_parallel"), std::string_view::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, CudaModelTest,

@@ -5,8 +5,9 @@
 // at the end, within 1e-4 (cuBLAS picks its own kernels per shape, so the GPU's sums differ in
 // the last bits between a batch of 8 and two of 4; 1e-5 for the CPU against the GPU at step 1,
 // the figure for one stage on the same weights and batch). Without a GPU every test
-// skips, saying why; TROUPE_REQUIRE_GPU=1 makes that a failure (scripts/gpu_check.sh). Last, a
-// rank SIGKILLed mid-step on a GPU recovers bitwise.
+// skips, saying why; TROUPE_REQUIRE_GPU=1 makes that a failure (scripts/gpu_check.sh). Then a tp
+// pair on two GPUs (where the machine has them), and a rank SIGKILLed mid-step on a GPU recovers
+// bitwise.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -107,6 +108,43 @@ TEST_F(GpuTrainersTest, TwoPipelineStagesOnOneGpuMatchOneStage) {
   testing::RunResult one = testing::run_steps(*driver_, one_stage, "pp-1", kSteps, 8);
   testing::RunResult two = testing::run_steps(*driver_, pipeline, "pp-2", kSteps, 8);
   expect_close(two, one, 1e-4, "2 pipeline stages on one GPU against 1");
+}
+
+// Tensor parallelism on GPUs: a tp group's bundle holds a GPU per rank on one node, so it needs a
+// machine with two; its group all-reduces device buffers through NCCL. Two ranks against one
+// whole model on one GPU, 20 steps, within 1e-4 (the row-parallel sums run in another order).
+TEST(GpuTensorParallelTest, ATpPairOnTwoGpusMatchesOneGpu) {
+  const int gpus = nn::cuda_device_count();
+  if (gpus < 2) {
+    const char* require = std::getenv("TROUPE_REQUIRE_GPU");
+    if (gpus == 0 && require != nullptr && std::string(require) == "1") {
+      FAIL() << "TROUPE_REQUIRE_GPU=1";
+    }
+    GTEST_SKIP() << "needs two CUDA devices, this machine has " << gpus << ": "
+                 << nn::describe_devices();
+  }
+  auto local =
+      cluster::LocalCluster::start({.workers = 1,
+                                    .default_resources = "CPU=2,GPU=2",
+                                    .worker_visible_devices = {"0,1"},
+                                    .troupe_binary = build_path("TROUPE_BINARY", TROUPE_BINARY),
+                                    .echo_output = false});
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto driver = Cluster::connect((*local)->client_options());
+  ASSERT_TRUE(driver.ok()) << driver.status();
+  TrainConfig whole = testing::elastic_sgd_config(1, /*global_batch=*/8);
+  whole.elasticity.enabled = false;
+  whole.device = DeviceChoice::kCuda;
+  TrainConfig sliced = whole;
+  sliced.parallel.tp = 2;
+  testing::RunResult one = testing::run_steps(**driver, whole, "tp-1", kSteps, 8);
+  testing::RunResult two = testing::run_steps(**driver, sliced, "tp-2", kSteps, 8);
+  ASSERT_EQ(two.losses.size(), one.losses.size());
+  for (size_t k = 0; k < one.losses.size(); ++k) {
+    EXPECT_NEAR(two.losses[k], one.losses[k], 1e-4 * std::abs(one.losses[k])) << "step " << k + 1;
+  }
+  ASSERT_EQ(two.params.size(), one.params.size());
+  EXPECT_LT(testing::relative_difference(two.params, one.params), 1e-4);
 }
 
 // A rank SIGKILLed mid-step on a GPU: its group's members abort (NCCL between two GPUs, where
