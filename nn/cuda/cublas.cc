@@ -42,6 +42,7 @@ Loaded load() {
          resolve(library, "cublasSgemm_v2", &a.sgemm, &l.status) &&
          resolve(library, "cublasSgemmStridedBatched", &a.sgemm_strided_batched, &l.status) &&
          resolve(library, "cublasGemmEx", &a.gemm_ex, &l.status) &&
+         resolve(library, "cublasGemmStridedBatchedEx", &a.gemm_strided_batched_ex, &l.status) &&
          resolve(library, "cublasGetStatusName", &a.status_name, &l.status) &&
          resolve(library, "cublasGetStatusString", &a.status_string, &l.status));
   return l;  // the library stays loaded for the life of the process

@@ -29,7 +29,7 @@ absl::Status self_test(cudaStream_t stream) {
   absl::Status copied = detail::cuda_status(
       cudaMemcpyAsync(host.data(), device, kN * sizeof(float), cudaMemcpyDeviceToHost, stream),
       "kernel or cudaMemcpy");
-  if (copied.ok()) copied = detail::cuda_status(cudaStreamSynchronize(stream), "self test");
+  if (copied.ok()) copied.Update(detail::cuda_status(cudaStreamSynchronize(stream), "self test"));
   cudaFree(device);
   if (!copied.ok()) return absl::FailedPreconditionError(copied.message());
   for (int i = 0; i < kN; ++i) {

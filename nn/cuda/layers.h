@@ -32,7 +32,8 @@ namespace troupe::nn::cuda {
 // current device; use it for pointers on that device, from one thread at a time.
 // What the fully connected layers' products take as inputs (ModelOptions::matmul): fp32 (sgemm
 // in pedantic fp32), or operands rounded to bf16 or fp16 with fp32 accumulation and output
-// (cublasGemmEx on tensor cores, as torch.autocast's products). Attention's products stay fp32.
+// (cublasGemmEx on tensor cores, as torch.autocast's products). The same goes for attention's
+// products; the softmax, norms and every other kernel compute in fp32.
 enum class GemmInputs { kFloat32, kBFloat16, kFloat16 };
 
 class Cublas {
@@ -111,8 +112,9 @@ class Cublas {
                                            const float* weight, int B, int T, int C, int OC,
                                            cudaStream_t stream);
 
-// --- attention.h --- (per batch row, a strided-batched sgemm over the heads, the causal softmax
-// as a kernel; the whole T x T scores are computed and the upper triangle overwritten with 0)
+// --- attention.h --- (per batch row, a strided-batched GEMM over the heads on the handle's
+// GemmInputs, the causal softmax as a kernel in fp32; the whole T x T scores are computed and
+// the upper triangle overwritten with 0)
 // inp [B, T, 3C] fused qkv; att [B, NH, T, T] saved for backward; out [B, T, C].
 // REQUIRES: C % NH == 0.
 [[nodiscard]] absl::Status attention_forward(const Cublas& blas, float* out, float* att,

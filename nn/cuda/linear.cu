@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "nn/cuda/detail/check.h"
+#include "nn/cuda/detail/operands.h"
 #include "nn/cuda/detail/reduce.h"
 #include "nn/cuda/layers.h"
 
@@ -60,31 +61,21 @@ absl::Status gemm(const Cublas& blas, cublasOperation_t ta, cublasOperation_t tb
                   cudaStream_t stream) {
   const float one = 1.0f;
   cublasHandle_t h = blas.handle();
-  if (blas.inputs() == GemmInputs::kFloat32) {
+  const GemmInputs inputs = blas.inputs();
+  if (inputs == GemmInputs::kFloat32) {
     return detail::cublas_status(
         detail::cublas().sgemm(h, ta, tb, m, n, k, &one, A, lda, B, ldb, &beta, C, ldc), what);
   }
-  // A's 16-bit copy, then B's from the next 256-byte boundary (cuBLAS's tensor-core kernels want
-  // aligned operands).
-  const size_t b_offset = (2 * a_elems + 255) / 256 * 256;
-  absl::StatusOr<void*> scratch = blas.scratch(b_offset + 2 * b_elems, stream);
+  // A's 16-bit copy, then B's from the next 256-byte boundary.
+  const size_t b_offset = detail::operand_bytes(a_elems, inputs);
+  absl::StatusOr<void*> scratch =
+      blas.scratch(b_offset + detail::operand_bytes(b_elems, inputs), stream);
   if (!scratch.ok()) return scratch.status();
-  const bool bf16 = blas.inputs() == GemmInputs::kBFloat16;
   void* a16 = *scratch;
   void* b16 = static_cast<char*>(*scratch) + b_offset;
-  if (bf16) {
-    round_kernel<<<detail::grid_for(a_elems, kThreads), kThreads, 0, stream>>>(
-        static_cast<__nv_bfloat16*>(a16), A, a_elems);
-    round_kernel<<<detail::grid_for(b_elems, kThreads), kThreads, 0, stream>>>(
-        static_cast<__nv_bfloat16*>(b16), B, b_elems);
-  } else {
-    round_kernel<<<detail::grid_for(a_elems, kThreads), kThreads, 0, stream>>>(
-        static_cast<__half*>(a16), A, a_elems);
-    round_kernel<<<detail::grid_for(b_elems, kThreads), kThreads, 0, stream>>>(
-        static_cast<__half*>(b16), B, b_elems);
-  }
-  if (absl::Status s = detail::launch_status(what); !s.ok()) return s;
-  const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  if (absl::Status s = detail::round_operand(a16, A, a_elems, inputs, stream); !s.ok()) return s;
+  if (absl::Status s = detail::round_operand(b16, B, b_elems, inputs, stream); !s.ok()) return s;
+  const cudaDataType type = detail::operand_type(inputs);
   return detail::cublas_status(
       detail::cublas().gemm_ex(h, ta, tb, m, n, k, &one, a16, type, lda, b16, type, ldb, &beta, C,
                                CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -92,6 +83,39 @@ absl::Status gemm(const Cublas& blas, cublasOperation_t ta, cublasOperation_t tb
 }
 
 }  // namespace
+
+namespace detail {
+
+cudaDataType operand_type(GemmInputs inputs) {
+  switch (inputs) {
+    case GemmInputs::kBFloat16:
+      return CUDA_R_16BF;
+    case GemmInputs::kFloat16:
+      return CUDA_R_16F;
+    case GemmInputs::kFloat32:
+      break;
+  }
+  return CUDA_R_32F;
+}
+
+size_t operand_bytes(size_t n, GemmInputs inputs) {
+  const size_t bytes = n * (inputs == GemmInputs::kFloat32 ? 4 : 2);
+  return (bytes + 255) / 256 * 256;
+}
+
+absl::Status round_operand(void* out, const float* in, size_t n, GemmInputs inputs,
+                           cudaStream_t stream) {
+  if (n == 0) return absl::OkStatus();
+  if (inputs == GemmInputs::kBFloat16) {
+    round_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(out),
+                                                                 in, n);
+  } else {
+    round_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<__half*>(out), in, n);
+  }
+  return launch_status("round_operand");
+}
+
+}  // namespace detail
 
 absl::StatusOr<Cublas> Cublas::create(GemmInputs inputs) {
   int devices = 0;

@@ -248,6 +248,8 @@ TEST(CublasTest, LoadsOnFirstUseNotWhenTheProgramStarts) {
   EXPECT_TRUE(cuda::detail::cublas_loaded());
   EXPECT_NE(cuda::detail::cublas().sgemm, nullptr);
   EXPECT_NE(cuda::detail::cublas().sgemm_strided_batched, nullptr);
+  EXPECT_NE(cuda::detail::cublas().gemm_ex, nullptr);
+  EXPECT_NE(cuda::detail::cublas().gemm_strided_batched_ex, nullptr);
   EXPECT_TRUE(mapped());
   EXPECT_EQ(cuda::detail::load_cublas(), loaded);  // once per process
 }
@@ -397,6 +399,36 @@ TEST_P(CudaLayersTest, Attention) {
     for (int t2 = t + 1; t2 < s.T; t2++)
       ASSERT_EQ(gpu_att[r * s.T + t2], 0.0f) << "att row " << r << " column " << t2;
   }
+}
+
+// Attention's products on bf16 operands (a bf16 model's handle): the fp32 CPU layer within the
+// rounding of 8-bit mantissas, 1% of each output's largest value; the same bits run after run.
+TEST_P(CudaLayersTest, AttentionOnBf16Operands) {
+  const Shape& s = GetParam();
+  const size_t nqkv = static_cast<size_t>(s.B) * s.T * 3 * s.C;
+  const size_t nout = static_cast<size_t>(s.B) * s.T * s.C;
+  const size_t natt = static_cast<size_t>(s.B) * s.NH * s.T * s.T;
+  const Floats inp = random_floats(nqkv, 1), dout = random_floats(nout, 2);
+  Floats out(nout), att(natt), dinp = prefilled(nqkv);
+  attention_forward(out.data(), att.data(), inp.data(), s.B, s.T, s.C, s.NH);
+  attention_backward(dinp.data(), dout.data(), inp.data(), att.data(), s.B, s.T, s.C, s.NH);
+  const Outputs cpu = {{"out", out}, {"att", att}, {"dinp", dinp}};
+
+  absl::StatusOr<cuda::Cublas> bf16 = cuda::Cublas::create(cuda::GemmInputs::kBFloat16);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  auto run = [&] {
+    DeviceFloats d_inp(inp), d_dout(dout), d_out(nout), d_att(Floats(natt, NAN)),
+        d_datt(Floats(natt, NAN)), d_dinp(prefilled(nqkv));
+    check(cuda::attention_forward(*bf16, d_out.get(), d_att.get(), d_inp.get(), s.B, s.T, s.C, s.NH,
+                                  stream_));
+    check(cuda::attention_backward(*bf16, d_dinp.get(), d_datt.get(), d_dout.get(), d_inp.get(),
+                                   d_att.get(), s.B, s.T, s.C, s.NH, stream_));
+    sync();
+    return Outputs{{"out", d_out.to_host()}, {"att", d_att.to_host()}, {"dinp", d_dinp.to_host()}};
+  };
+  const Outputs first = run();
+  expect_close(layer("attention_bf16"), first, cpu, 1e-2);
+  expect_same_bits(layer("attention_bf16"), first, run());
 }
 
 TEST_P(CudaLayersTest, Gelu) {

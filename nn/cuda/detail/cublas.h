@@ -26,6 +26,13 @@ struct CublasApi {
                             const void*, const void*, cudaDataType, int, const void*, cudaDataType,
                             int, const void*, void*, cudaDataType, int, cublasComputeType_t,
                             cublasGemmAlgo_t) = nullptr;
+  // cublasGemmStridedBatchedEx, likewise.
+  cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
+                                            int, int, int, const void*, const void*, cudaDataType,
+                                            int, long long, const void*, cudaDataType, int,
+                                            long long, const void*, void*, cudaDataType, int,
+                                            long long, int, cublasComputeType_t,
+                                            cublasGemmAlgo_t) = nullptr;
   decltype(&cublasGetStatusName) status_name = nullptr;
   decltype(&cublasGetStatusString) status_string = nullptr;
 };
