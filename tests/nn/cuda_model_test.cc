@@ -295,6 +295,7 @@ TEST_P(CudaModelTest, TensorParallelRanksMatchTheCpuRanks) {
                        {.rank = rank, .size = kTp});
       if (!m.ok()) {
         ADD_FAILURE() << m.status();
+        group.leave();  // the other rank's collectives fail rather than wait for this one
         return;
       }
       (*m)->init_parameters(42);
@@ -304,11 +305,12 @@ TEST_P(CudaModelTest, TensorParallelRanksMatchTheCpuRanks) {
         (*m)->set_tensor_parallel(on_host(group.sum(rank)), on_host(group.max(rank)));
       }
       absl::StatusOr<float> loss = (*m)->forward(inputs_.data(), targets_.data(), B_, T_);
-      if (!loss.ok()) {
-        ADD_FAILURE() << loss.status();
+      absl::Status backward = loss.ok() ? (*m)->backward(0.5f) : loss.status();
+      if (!backward.ok()) {
+        ADD_FAILURE() << "rank " << rank << ": " << backward;
+        group.leave();
         return;
       }
-      EXPECT_TRUE((*m)->backward(0.5f).ok());
       const size_t logits =
           static_cast<size_t>(B_) * T_ * static_cast<size_t>(config_.padded_vocab() / kTp);
       Result& r = results[static_cast<size_t>(rank)];
@@ -324,7 +326,9 @@ TEST_P(CudaModelTest, TensorParallelRanksMatchTheCpuRanks) {
   for (int rank = 0; rank < kTp; ++rank) {
     const Result& c = cpu[static_cast<size_t>(rank)];
     const Result& g = gpu[static_cast<size_t>(rank)];
+    ASSERT_FALSE(std::isnan(c.loss) || std::isnan(g.loss)) << "rank " << rank << " did not finish";
     EXPECT_NEAR(g.loss, c.loss, 1e-5 * std::abs(c.loss)) << "rank " << rank;
+    ASSERT_EQ(c.logits.size(), g.logits.size());
     EXPECT_LT(relative_error(c.logits, g.logits), 1e-5) << "rank " << rank;
     ASSERT_EQ(c.grads.size(), g.grads.size());
     for (const ParamTensor& t : layout.tensors()) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cstddef>
 #include <functional>
@@ -22,16 +23,16 @@ class SimulatedGroup {
   explicit SimulatedGroup(int tp) : tp_(tp), sync_(tp), slots_(tp) {}
 
   AllReduceFn sum(int rank) {
-    return [this, rank](float* data, size_t n) {
-      reduce(rank, data, n, false);
-      return absl::OkStatus();
-    };
+    return [this, rank](float* data, size_t n) { return reduce(rank, data, n, false); };
   }
   AllReduceFn max(int rank) {
-    return [this, rank](float* data, size_t n) {
-      reduce(rank, data, n, true);
-      return absl::OkStatus();
-    };
+    return [this, rank](float* data, size_t n) { return reduce(rank, data, n, true); };
+  }
+  // A rank whose work failed leaves the group for good, between collectives: the others'
+  // collectives, the one they wait in and every later one, return Aborted instead of waiting.
+  void leave() {
+    aborted_ = true;
+    sync_.arrive_and_drop();
   }
   void run(const std::function<void(int rank)>& body) {
     std::vector<std::thread> ranks;
@@ -47,9 +48,10 @@ class SimulatedGroup {
     float* data;
     size_t n;
   };
-  void reduce(int rank, float* data, size_t n, bool is_max) {
+  absl::Status reduce(int rank, float* data, size_t n, bool is_max) {
     slots_[rank] = {data, n};
     sync_.arrive_and_wait();
+    if (aborted_) return absl::AbortedError("a rank of the simulated group left it");
     if (rank == 0) {
       calls_++;
       result_.assign(slots_[0].data, slots_[0].data + n);
@@ -64,6 +66,7 @@ class SimulatedGroup {
     sync_.arrive_and_wait();
     std::copy(result_.begin(), result_.end(), data);
     sync_.arrive_and_wait();
+    return absl::OkStatus();
   }
 
   const int tp_;
@@ -71,6 +74,7 @@ class SimulatedGroup {
   std::vector<Slot> slots_;
   std::vector<float> result_;
   int calls_ = 0;
+  std::atomic<bool> aborted_ = false;
 };
 
 }  // namespace troupe::nn

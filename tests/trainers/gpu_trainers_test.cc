@@ -140,8 +140,10 @@ TEST(GpuTensorParallelTest, ATpPairOnTwoGpusMatchesOneGpu) {
   testing::RunResult one = testing::run_steps(**driver, whole, "tp-1", kSteps, 8);
   testing::RunResult two = testing::run_steps(**driver, sliced, "tp-2", kSteps, 8);
   ASSERT_EQ(two.losses.size(), one.losses.size());
+  ASSERT_EQ(two.norms.size(), one.norms.size());
   for (size_t k = 0; k < one.losses.size(); ++k) {
     EXPECT_NEAR(two.losses[k], one.losses[k], 1e-4 * std::abs(one.losses[k])) << "step " << k + 1;
+    EXPECT_NEAR(two.norms[k], one.norms[k], 1e-4 * one.norms[k]) << "step " << k + 1;
   }
   ASSERT_EQ(two.params.size(), one.params.size());
   EXPECT_LT(testing::relative_difference(two.params, one.params), 1e-4);
