@@ -19,6 +19,7 @@ target_sources(troupe_trainers PRIVATE
   model_file.cc
   progress.cc
   recovery.cc
+  job_metrics.cc
   run_metrics.cc
   run_tokenizer.cc
   step_reports.cc

@@ -152,6 +152,9 @@ absl::StatusOr<StepTotals> combine_reports(int64_t step,
   for (const auto& [at, rank] : ranks) {
     out.memory = out.memory.max_with(rank.first);
     out.sent = out.sent.max_with(rank.second);
+    const auto [d, p, t] = at;
+    out.ranks.push_back(
+        {.at = {.d = d, .p = p, .t = t}, .memory = rank.first, .sent = rank.second});
   }
   if (out.samples == 0) {
     return absl::InternalError(

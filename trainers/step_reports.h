@@ -24,6 +24,14 @@
 
 namespace troupe::trainers {
 
+// What one rank held and sent in a step (an interleaved stage's chunks summed: one rank), at
+// its coordinate (p: its pipeline stage, not its chunk).
+struct RankUsage {
+  actors::Coordinate at;
+  actors::MemoryReport memory;
+  actors::TrafficReport sent;
+};
+
 struct StepTotals {
   double loss = 0;          // mean over the global batch (unscaled)
   double grad_norm_sq = 0;  // global, still multiplied by the loss scale
@@ -42,6 +50,8 @@ struct StepTotals {
   // bytes sent in the step (an interleaved stage's chunks summed: one rank).
   actors::MemoryReport memory;
   actors::TrafficReport sent;
+  // The same for each rank (d, stage, t), in mesh order.
+  std::vector<RankUsage> ranks;
   // pp > 1: the pipeline's bubble, the stages' idle share of the schedule
   // (pipeline_bubble), averaged over the replicas; 0 otherwise.
   double bubble = 0;

@@ -30,6 +30,7 @@
 #include "trainers/elastic_scaler.h"
 #include "trainers/interrupt.h"
 #include "trainers/job_device.h"
+#include "trainers/job_metrics.h"
 #include "trainers/model_file.h"
 #include "trainers/progress.h"
 #include "trainers/run_metrics.h"
@@ -335,6 +336,14 @@ int train_command(const std::vector<std::string>& all_args) {
               absl::StrReplaceAll(format_flops(flops.flops_per_token), {{"/s", ""}}).c_str(),
               peak_note.c_str());
   std::fflush(stdout);
+  // Where to watch it: the head's HTTP status, which it publishes when it serves one.
+  if (absl::StatusOr<std::optional<std::string>> url = (*cluster)->kv_get(cluster::kHttpUrlKey);
+      url.ok() && url->has_value()) {
+    std::printf("  watch it: %s (Prometheus: %smetrics; job %u)\n",
+                cluster::printable(**url).c_str(), cluster::printable(**url).c_str(),
+                (*cluster)->node_index());
+    std::fflush(stdout);
+  }
 
   // The data's tokenizer goes with the checkpoints and the weights (trainers/run_tokenizer.h).
   absl::StatusOr<RunTokenizer> tokenizer = run_tokenizer(config);
@@ -388,6 +397,10 @@ int train_command(const std::vector<std::string>& all_args) {
 
   ProgressReporter progress(stdout, steps, config.training.log_interval);
   progress.set_flops(flops);
+  // The head's /metrics and dashboard: each step's values, sent without waiting.
+  JobMetricsReporter job_metrics(
+      [&cluster](cluster::MetricsReport r) { (*cluster)->report_metrics(std::move(r)); }, flops,
+      config.training.log_interval);
   // A metrics file that cannot be written (a full disk) costs the metrics,
   // not the run, as a failed checkpoint save does: the first error is shown,
   // the lines after it are dropped, and the run ends non-zero once its
@@ -417,6 +430,7 @@ int train_command(const std::vector<std::string>& all_args) {
                                       " failed: ", e.status.message(), "; training goes on"));
       }
       record_metrics(metrics->write_checkpoint(e));
+      job_metrics.on_checkpoint(e);
     }
   };
   RecoveringStepper stepper(trainer, config.checkpoint.dir.empty() ? nullptr : &checkpoints,
@@ -426,6 +440,7 @@ int train_command(const std::vector<std::string>& all_args) {
   auto on_recovery = [&](const RecoveryReport& r) {
     progress.message(cluster::printable(r.summary()));
     record_metrics(metrics->write_recovery(r));
+    job_metrics.on_recovery(r);
   };
   // Elasticity: the job grows onto workers that join and leaves drained or
   // lost ones, between steps (docs/elasticity.md).
@@ -448,6 +463,7 @@ int train_command(const std::vector<std::string>& all_args) {
     progress.message(cluster::printable(r.summary()));
     publish(r.step - 1);
     record_metrics(metrics->write_resize(r));
+    job_metrics.on_resize(r);
   };
   double first_loss = 0, last_loss = 0;
   ValidationTrack validation;
@@ -519,6 +535,7 @@ int train_command(const std::vector<std::string>& all_args) {
     last_loss = outcome->loss;
     record_metrics(metrics->write_step(*outcome));
     progress.on_step(*outcome);
+    job_metrics.on_step(*outcome);
     if (k % config.training.log_interval == 0) publish(k);
     report_checkpoints(checkpoints.after_step(k));
     if (config.data.synthetic && config.training.eval_interval > 0 &&
@@ -529,6 +546,7 @@ int train_command(const std::vector<std::string>& all_args) {
         k % config.training.eval_interval == 0 && k < steps) {
       absl::StatusOr<bool> best = validate_and_report(trainer, k, progress, metrics, &validation);
       record_metrics(best.status());
+      if (best.ok() && validation.last) job_metrics.on_validation(k, *validation.last);
       if (best.ok() && *best && config.checkpoint.keep_best) keep_best(k);
     }
   }
@@ -541,6 +559,7 @@ int train_command(const std::vector<std::string>& all_args) {
     absl::StatusOr<bool> best =
         validate_and_report(trainer, last_step, progress, metrics, &validation);
     record_metrics(best.status());
+    if (best.ok() && validation.last) job_metrics.on_validation(last_step, *validation.last);
     last_is_best = best.ok() && *best;
   }
   const int interval = config.checkpoint.interval_steps;

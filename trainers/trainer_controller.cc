@@ -437,6 +437,7 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
   out.comm_exposed_ms = totals->comm_exposed_ms;
   out.memory = totals->memory;
   out.sent = totals->sent;
+  out.ranks = totals->ranks;
   out.bubble = totals->bubble;
   for (const actors::StepReport& r : reports) {
     if (!r.timeline.empty()) {

@@ -51,6 +51,7 @@
 #include "nn/optim/loss_scaler.h"
 #include "nn/optim/lr_schedule.h"
 #include "trainers/mesh_members.h"
+#include "trainers/step_reports.h"
 
 namespace troupe::trainers {
 
@@ -105,6 +106,7 @@ struct StepOutcome {
   // state, buffers, activations, peak RSS) and sent to its group this step.
   actors::MemoryReport memory;
   actors::TrafficReport sent;
+  std::vector<RankUsage> ranks;  // each rank's, in mesh order
   // pp > 1: the pipeline's idle share of the step's schedule (StepTotals).
   double bubble = 0;
   // pp > 1: each stage's schedule as it ran, in mesh order.

@@ -119,6 +119,14 @@ absl::StatusOr<cluster::ClusterStatus> Cluster::status() {
   return head().call(&HeadService::status).get(timeout_);
 }
 
+void Cluster::report_metrics(cluster::MetricsReport report) {
+  head().tell(&HeadService::report_metrics, member_->index(), std::move(report));
+}
+
+absl::StatusOr<cluster::JobMetrics> Cluster::job_metrics(uint32_t job) {
+  return head().call(&HeadService::job_metrics, job).get(timeout_);
+}
+
 std::optional<Cluster::HeadAway> Cluster::head_away() const {
   std::optional<absl::Time> since = member_->head_away_since();
   if (!since) return std::nullopt;

@@ -139,6 +139,16 @@ class Cluster {
   absl::StatusOr<std::optional<std::string>> kv_get(std::string key);
 
   absl::StatusOr<cluster::ClusterStatus> status();
+
+  // What this driver's job reports of itself, sent to the head without
+  // waiting (a lost report costs a point of a curve, never a step): the
+  // head's /metrics shows the latest values as troupe_train_*, its dashboard
+  // their history (docs/observability.md).
+  void report_metrics(cluster::MetricsReport report);
+  // What the head keeps of job `job`'s reports. NotFound for a job it does
+  // not keep.
+  absl::StatusOr<cluster::JobMetrics> job_metrics(uint32_t job);
+
   // While the head does not answer this process (it is down, or
   // restarting): since when (its last answer), and how long after that this
   // process gives up on the cluster - as workers do, by default as long

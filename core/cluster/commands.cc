@@ -219,14 +219,14 @@ std::string wait_for_end(F stopped) {
 
 int head_command(const std::vector<std::string>& args) {
   auto flags = Flags::parse("head", args,
-                            {"port", "host", "state-dir", "http-port", "heartbeat-timeout",
-                             "heartbeat-interval", "threads"});
+                            {"port", "host", "state-dir", "http-port", "http-host",
+                             "heartbeat-timeout", "heartbeat-interval", "threads"});
   if (!flags.ok()) return usage(flags.status());
   if (flags->help()) {
     std::printf(
         "usage: troupe head [--port 6380] [--host 127.0.0.1] [--state-dir %s]\n"
         "                   [--heartbeat-timeout 1s] [--heartbeat-interval 100ms]\n"
-        "                   [--http-port 8265]\n\n"
+        "                   [--http-port 8265] [--http-host 127.0.0.1]\n\n"
         "Starts the head of a cluster (as `ray start --head`): the control plane workers\n"
         "and drivers connect to. Writes a fresh cluster token to STATE_DIR/token (mode\n"
         "0600) and the head's address to STATE_DIR/head_address, then runs until\n"
@@ -239,7 +239,9 @@ int head_command(const std::vector<std::string>& args) {
         "  --state-dir          where the token and address files go\n"
         "  --heartbeat-timeout  declare a node dead after this long without a heartbeat\n"
         "  --http-port          plain-text status at / and Prometheus metrics at /metrics\n"
-        "                       (0: any free port)\n",
+        "                       (0: any free port)\n"
+        "  --http-host          address the HTTP status listens on: loopback unless given\n"
+        "                       (it answers without the cluster token: docs/security.md)\n",
         kDefaultStateDir);
     return 0;
   }
@@ -280,13 +282,21 @@ int head_command(const std::vector<std::string>& args) {
   if (!server.ok()) return fail(server.status());
   std::string address = (*server)->address().substr(6);  // "tcp://h:p" -> "h:p"
   ActorRef<HeadService> service = (*server)->service();
-  auto http = HttpStatusServer::start(options.host, *http_port, [service]() {
+  const std::string http_host = flags->get("http-host", "127.0.0.1");
+  auto http = HttpStatusServer::start(http_host, *http_port, [service]() {
     return service.call(&HeadService::status).get(absl::Seconds(5));
   });
   std::string http_line;
   if (http.ok()) {
-    http_line = absl::StrCat("  status over HTTP: http://", options.host, ":", (*http)->port(),
-                             "/ (Prometheus: /metrics)\n");
+    const std::string url = absl::StrCat("http://", http_host, ":", (*http)->port(), "/");
+    http_line = absl::StrCat("  status over HTTP: ", url, " (Prometheus: /metrics)\n");
+    // For drivers to show where their job can be watched.
+    if (absl::StatusOr<bool> put =
+            service.call(&HeadService::kv_put, std::string(kHttpUrlKey), url, true)
+                .get(absl::Seconds(5));
+        !put.ok()) {
+      return fail(put.status());
+    }
   } else if (flags->has("http-port")) {
     return fail(http.status());
   } else {

@@ -39,6 +39,10 @@ inline std::string collective_group_kv_prefix(const std::string& name) {
   return "collective/" + name + "/";
 }
 
+// The KV key under which the head publishes its HTTP status's URL
+// ("http://HOST:PORT/") when it serves one.
+inline constexpr char kHttpUrlKey[] = "cluster/http_url";
+
 enum class NodeKind : uint8_t { kWorker = 0, kDriver = 1 };
 // A job is a driver's run: it starts when the driver joins and ends when it
 // leaves in order (finished) or is lost (failed).
@@ -193,6 +197,51 @@ struct PlacementGroupStatus {
   TROUPE_FIELDS(id, name, strategy, bundles, placed, bundle_nodes, job);
 };
 
+// One value a job reports of itself (a training job's: trainers/job_metrics.h
+// names them): `name` as Prometheus spells it, without the "troupe_train_"
+// prefix the head adds (a name ending in "_total" is a counter, the rest
+// gauges); `labels` as Prometheus writes them between braces, without the
+// job's (`rank="d0.p0.t0",category="parameters"`), or empty.
+struct MetricPoint {
+  std::string name;
+  std::string labels;
+  double value = 0;
+  TROUPE_FIELDS(name, labels, value);
+};
+
+// What a metric means, for Prometheus' HELP line and the dashboard.
+struct MetricHelp {
+  std::string name;
+  std::string text;
+  TROUPE_FIELDS(name, text);
+};
+
+// What a job's driver tells the head after a step (Cluster::report_metrics):
+// its values then - each replaces the last of its name and labels - and the
+// events since the last report, one line each for people ("recovery: ...").
+struct MetricsReport {
+  int64_t step = 0;
+  double unix_seconds = 0;  // when the driver measured them
+  std::vector<MetricPoint> points;
+  std::vector<std::string> events;
+  std::vector<MetricHelp> help;  // new names' meanings (sent again is harmless)
+  TROUPE_FIELDS(step, unix_seconds, points, events, help);
+};
+
+// A job's reports as the head keeps them: the latest value of every series,
+// and a bounded history of the reports' job-wide values (those without
+// labels; thinned evenly as it grows: it spans the whole run at a coarser
+// grain) and of the events, for the dashboard.
+struct JobMetrics {
+  uint32_t job = 0;
+  int64_t step = 0;  // of the latest report
+  std::vector<MetricPoint> latest;
+  std::vector<MetricsReport> history;  // oldest first; their events are in `events`
+  std::vector<std::string> events;     // oldest first, each "step N: ..."
+  std::vector<MetricHelp> help;
+  TROUPE_FIELDS(job, step, latest, history, events, help);
+};
+
 // A job and what it owns (removed with it when it ends, but for what was
 // made detached).
 struct JobStatus {
@@ -207,8 +256,12 @@ struct JobStatus {
   // What the job says of itself, for people: a training job's layout, step
   // and dp history (the KV key "job/<id>/training"); empty if nothing.
   std::string training;
+  // Its latest reported values (Cluster::report_metrics), and their step.
+  int64_t step = 0;
+  std::vector<MetricPoint> metrics;
+  std::vector<MetricHelp> metrics_help;
   TROUPE_FIELDS(id, driver, pid, state, end_reason, actors, placement_groups, collective_groups,
-                training);
+                training, step, metrics, metrics_help);
 };
 
 struct ClusterStatus {

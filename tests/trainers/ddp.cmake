@@ -41,3 +41,6 @@ if(TARGET troupe_nn_cuda)
   gtest_discover_tests(trainers_gpu_test PROPERTIES LABELS gpu TIMEOUT 300 RUN_SERIAL TRUE
                        DISCOVERY_TIMEOUT 60)
 endif()
+# What a training job reports to the head's /metrics (label observability).
+troupe_test(trainers_job_metrics_test observability SOURCES job_metrics_test.cc
+  LIBS troupe_trainers)

@@ -15,6 +15,7 @@ namespace {
 
 constexpr size_t kLogLines = 1000;
 constexpr size_t kEndedJobsKept = 100;
+constexpr size_t kEndedJobsWithHistory = 5;  // their metrics' history; the rest keep the latest
 // Times an actor is placed for its first start when its node is lost before
 // it started there.
 constexpr uint64_t kMaxPlacements = 8;
@@ -357,6 +358,14 @@ void HeadService::end_job(uint32_t job, JobState state, const std::string& reaso
       k = kv_.erase(k);
     collectives.push_back(c->first);
     c = collective_jobs_.erase(c);
+  }
+  // Ended jobs keep the history of their metrics while they are among the latest few.
+  {
+    size_t newer = 0;
+    for (auto j = jobs_.rbegin(); j != jobs_.rend(); ++j) {
+      if (j->second.state == JobState::kRunning || j->first == job) continue;
+      if (++newer >= kEndedJobsWithHistory) j->second.metrics.drop_history();
+    }
   }
   // Ended jobs are kept for `troupe status`, the latest few.
   size_t ended = 0;
@@ -795,6 +804,9 @@ ClusterStatus HeadService::status() {
     if (auto t = kv_.find(absl::StrCat("job/", job, "/training")); t != kv_.end()) {
       js.training = t->second;
     }
+    js.step = record.metrics.step();
+    js.metrics = record.metrics.latest();
+    js.metrics_help = record.metrics.help();
     for (const auto& [group, owner] : group_jobs_) {
       if (owner == job) js.placement_groups.push_back(group);
     }
@@ -805,6 +817,20 @@ ClusterStatus HeadService::status() {
   }
   s.events.assign(log_.begin(), log_.end());
   return s;
+}
+
+void HeadService::report_metrics(uint32_t job, MetricsReport report) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return;  // an ended job no longer kept, or no job
+  it->second.metrics.add(std::move(report));
+}
+
+absl::StatusOr<JobMetrics> HeadService::job_metrics(uint32_t job) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("job ", job, " is not known (or ended long ago)"));
+  }
+  return it->second.metrics.snapshot(job);
 }
 
 void HeadService::stop() {

@@ -35,6 +35,7 @@
 #include "core/actor.h"
 #include "core/actor_declare.h"
 #include "core/cluster/detail/head_ids.h"
+#include "core/cluster/detail/metrics_store.h"
 #include "core/cluster/detail/node.h"
 #include "core/cluster/detail/scheduler.h"
 #include "core/cluster/protocol.h"
@@ -133,6 +134,13 @@ class HeadService {
   bool kv_delete(std::string key);
   std::vector<std::string> kv_keys(std::string prefix);
 
+  // What job `job`'s driver reports of it after a step (Cluster::report_metrics): kept while
+  // the job is (among the latest ended ones) in status(). A report for no job is dropped.
+  void report_metrics(uint32_t job, MetricsReport report);
+  // All the head keeps of job `job`'s reports (MetricsStore). NotFound for a job it does not
+  // keep.
+  absl::StatusOr<JobMetrics> job_metrics(uint32_t job);
+
   ClusterStatus status();
   // Asks every worker to exit, then the head itself.
   void stop();
@@ -153,6 +161,7 @@ class HeadService {
     NodeInfo driver;
     JobState state = JobState::kRunning;
     std::string end_reason;
+    MetricsStore metrics;
   };
   struct ActorRecord {
     uint64_t id = 0;
@@ -222,7 +231,8 @@ TROUPE_ACTOR_DECLARE(HeadService, &HeadService::register_node, &HeadService::nod
                      &HeadService::claim_collective_group, &HeadService::kv_put,
                      &HeadService::kv_get, &HeadService::kv_delete, &HeadService::kv_keys,
                      &HeadService::status, &HeadService::stop, &HeadService::tick,
-                     &HeadService::fence_node, &HeadService::drain_node);
+                     &HeadService::fence_node, &HeadService::drain_node,
+                     &HeadService::report_metrics, &HeadService::job_metrics);
 
 // The head process: a node 0 listening on the control port, hosting the
 // HeadService and driving its failure detector.

@@ -1,6 +1,11 @@
 #include "core/cluster/detail/http_status.h"
 
+#include <charconv>
+#include <cmath>
 #include <map>
+#include <optional>
+#include <string_view>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -42,6 +47,75 @@ std::string label_value(std::string_view text) {
     out += c;
   }
   return out;
+}
+
+// A sample's value as Prometheus' text format writes it: the shortest decimal that reads back as
+// the same double, NaN, +Inf or -Inf.
+std::string sample_value(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buffer[32];
+  auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), v);
+  return error == std::errc() ? std::string(buffer, end) : absl::StrCat(v);
+}
+
+bool name_char(char c, bool first) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+         (!first && c >= '0' && c <= '9');
+}
+
+// Whether `name` is a metric name and `labels` label pairs (name="value" joined by commas,
+// values escaped as label_value escapes them) as the text format takes them: what a job
+// reported is shown only if it cannot break the page for a scraper.
+bool well_formed(std::string_view name, std::string_view labels) {
+  if (name.empty()) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (!name_char(name[i], i == 0)) return false;
+  }
+  size_t i = 0;
+  while (i < labels.size()) {
+    const size_t start = i;
+    while (i < labels.size() && name_char(labels[i], i == start))
+      ++i;
+    if (i == start || i + 1 >= labels.size() || labels[i] != '=' || labels[i + 1] != '"') {
+      return false;
+    }
+    i += 2;
+    while (i < labels.size() && labels[i] != '"') {
+      if (labels[i] == '\\') {
+        if (i + 1 >= labels.size() ||
+            (labels[i + 1] != '\\' && labels[i + 1] != '"' && labels[i + 1] != 'n')) {
+          return false;
+        }
+        ++i;
+      } else if (labels[i] == '\n') {
+        return false;
+      }
+      ++i;
+    }
+    if (i >= labels.size()) return false;  // no closing quote
+    ++i;
+    if (i == labels.size()) break;
+    if (labels[i] != ',') return false;
+    ++i;
+  }
+  return true;
+}
+
+// "1.23k", "45.6M": a rate for people.
+std::string human(double v) {
+  if (v >= 1e9) return absl::StrFormat("%.3gG", v / 1e9);
+  if (v >= 1e6) return absl::StrFormat("%.3gM", v / 1e6);
+  if (v >= 1e3) return absl::StrFormat("%.3gk", v / 1e3);
+  return absl::StrFormat("%.3g", v);
+}
+
+// A job's latest value of unlabelled series `name`, if it reported one.
+std::optional<double> job_value(const JobStatus& j, std::string_view name) {
+  for (const MetricPoint& p : j.metrics) {
+    if (p.name == name && p.labels.empty()) return p.value;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -124,6 +198,16 @@ std::string render_status(const ClusterStatus& s) {
                           static_cast<long long>(j->pid), absl::StrJoin(owns, ", ").c_str(),
                           j->state == JobState::kRunning ? "" : ("; " + j->end_reason).c_str());
     if (!j->training.empty()) absl::StrAppendFormat(&out, "    %s\n", j->training.c_str());
+    if (!j->metrics.empty()) {
+      std::string line = absl::StrCat("step ", j->step);
+      if (std::optional<double> loss = job_value(*j, "loss")) {
+        absl::StrAppend(&line, ", loss ", absl::StrFormat("%.4f", *loss));
+      }
+      if (std::optional<double> rate = job_value(*j, "tokens_per_second")) {
+        absl::StrAppend(&line, ", ", human(*rate), " tokens/s");
+      }
+      absl::StrAppendFormat(&out, "    %s\n", line.c_str());
+    }
   }
   absl::StrAppendFormat(&out, "\nRecent events\n");
   size_t from = s.events.size() > 10 ? s.events.size() - 10 : 0;
@@ -144,18 +228,20 @@ std::string render_metrics(const ClusterStatus& s) {
   for (const auto& [key, count] : nodes)
     absl::StrAppend(&out, "troupe_nodes{kind=\"", key.first, "\",state=\"", key.second, "\"} ",
                     count, "\n");
-  gauge("troupe_node_resource_total", "Resources a live worker offers.");
-  gauge("troupe_node_resource_available", "Resources not held by actors or placement groups.");
-  for (const NodeStatus& n : s.nodes) {
-    if (n.state != NodeState::kAlive || n.info.kind != NodeKind::kWorker) continue;
-    absl::StatusOr<Resources> total = Resources::parse(n.info.resources);
-    absl::StatusOr<Resources> available = Resources::parse(n.available);
-    if (!total.ok() || !available.ok()) continue;
-    for (const auto& [name, amount] : total->amounts()) {
-      absl::StrAppend(&out, "troupe_node_resource_total{node=\"", n.info.index, "\",resource=\"",
-                      name, "\"} ", amount, "\n");
-      absl::StrAppend(&out, "troupe_node_resource_available{node=\"", n.info.index,
-                      "\",resource=\"", name, "\"} ", available->get(name), "\n");
+  // Each family's samples together, as the format requires: the totals, then what is free.
+  for (const bool totals : {true, false}) {
+    const char* family = totals ? "troupe_node_resource_total" : "troupe_node_resource_available";
+    gauge(family, totals ? "Resources a live worker offers."
+                         : "Resources not held by actors or placement groups.");
+    for (const NodeStatus& n : s.nodes) {
+      if (n.state != NodeState::kAlive || n.info.kind != NodeKind::kWorker) continue;
+      absl::StatusOr<Resources> total = Resources::parse(n.info.resources);
+      absl::StatusOr<Resources> available = Resources::parse(n.available);
+      if (!total.ok() || !available.ok()) continue;
+      for (const auto& [name, amount] : total->amounts()) {
+        absl::StrAppend(&out, family, "{node=\"", n.info.index, "\",resource=\"", name, "\"} ",
+                        totals ? amount : available->get(name), "\n");
+      }
     }
   }
   gauge("troupe_node_gpu_memory_bytes",
@@ -180,7 +266,38 @@ std::string render_metrics(const ClusterStatus& s) {
   absl::StrAppend(&out, "troupe_placement_groups{state=\"placed\"} ", placed, "\n",
                   "troupe_placement_groups{state=\"pending\"} ",
                   s.placement_groups.size() - static_cast<size_t>(placed), "\n");
+  render_job_metrics(s, &out);
   return out;
+}
+
+void render_job_metrics(const ClusterStatus& s, std::string* out) {
+  // A family's samples together, whatever job reported them: by name, then job.
+  struct Sample {
+    uint32_t job;
+    const MetricPoint* point;
+  };
+  std::map<std::string, std::vector<Sample>> families;
+  std::map<std::string, std::string> help;
+  for (const JobStatus& j : s.jobs) {
+    for (const MetricPoint& p : j.metrics) {
+      if (well_formed(p.name, p.labels)) families[p.name].push_back({j.id, &p});
+    }
+    for (const MetricHelp& h : j.metrics_help)
+      help.try_emplace(h.name, h.text);
+  }
+  for (const auto& [name, samples] : families) {
+    const std::string family = absl::StrCat("troupe_train_", name);
+    auto h = help.find(name);
+    std::string text = h == help.end() ? "Reported by a training job." : h->second;
+    for (char& c : text)
+      if (c == '\n') c = ' ';
+    absl::StrAppend(out, "# HELP ", family, " ", text, "\n# TYPE ", family,
+                    name.ends_with("_total") ? " counter\n" : " gauge\n");
+    for (const Sample& x : samples) {
+      absl::StrAppend(out, family, "{job=\"", x.job, "\"", x.point->labels.empty() ? "" : ",",
+                      x.point->labels, "} ", sample_value(x.point->value), "\n");
+    }
+  }
 }
 
 HttpResponse answer(const HttpRequest& request, const StatusSource& status) {

@@ -1,6 +1,7 @@
 // The head's HTTP endpoint (Ray's dashboard port, 8265 by default):
 //   GET /metrics   Prometheus text: nodes, resources, GPUs, actors by state,
-//                  placement groups
+//                  placement groups, and what training jobs report
+//                  (troupe_train_*: loss, throughput, step time, memory, ...)
 //   GET /          the cluster status as plain text (what `troupe status` shows,
 //                  each worker's GPUs included)
 // Served from one I/O thread (asio): a connection costs a socket and a
@@ -55,8 +56,14 @@ HttpResponse answer(const HttpRequest& request, const StatusSource& status);
 // The same from a status already asked for (unused for other paths).
 HttpResponse answer(const HttpRequest& request, const absl::StatusOr<ClusterStatus>& status);
 
-// The cluster status in the Prometheus text format.
+// The cluster status in the Prometheus text format, the jobs' reported values among it
+// (render_job_metrics).
 std::string render_metrics(const ClusterStatus& s);
+// The jobs' latest reported values (Cluster::report_metrics) as the troupe_train_ families, one
+// family per name with a sample per job (label job="<id>" before the reported labels); a name
+// ending in "_total" is a counter, the rest gauges. A value whose name or labels are not what
+// the text format takes is left out. Appended to *out.
+void render_job_metrics(const ClusterStatus& s, std::string* out);
 // The cluster status as the table `troupe status` prints.
 std::string render_status(const ClusterStatus& s);
 

@@ -1,0 +1,299 @@
+// A running job seen from outside (docs/observability.md): `troupe train --local 2` on the
+// README's DDP job, its head's /metrics scraped while it trains and read by a strict parser of
+// Prometheus' text format (and by prometheus_client's, where the reference environment has it),
+// the troupe_train_ families present with values a run can have, and the status page showing
+// the job's step, loss and throughput.
+#include <gtest/gtest.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "tests/reference/reference_python.h"
+
+namespace troupe {
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int connect_tcp(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return -1;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(address.substr(0, colon).c_str(), address.substr(colon + 1).c_str(), &hints,
+                    &found) != 0) {
+    return -1;
+  }
+  int fd = ::socket(found->ai_family, found->ai_socktype, found->ai_protocol);
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) != 0) {
+    ::close(fd);
+    fd = -1;
+  }
+  ::freeaddrinfo(found);
+  return fd;
+}
+
+// The body of one HTTP GET of `path` from `address` ("" on any failure or a status other
+// than 200).
+std::string http_get(const std::string& address, const std::string& path) {
+  int fd = connect_tcp(address);
+  if (fd < 0) return "";
+  const std::string request =
+      "GET " + path + " HTTP/1.1\r\nHost: troupe\r\nConnection: close\r\n\r\n";
+  static_cast<void>(::send(fd, request.data(), request.size(), MSG_NOSIGNAL));
+  std::string response;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  char buffer[4096];
+  while (absl::Now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (n <= 0) break;
+    response.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (!response.starts_with("HTTP/1.1 200")) return "";
+  const size_t body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+// --- A strict reader of the Prometheus text format (0.0.4). ---
+
+struct Sample {
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
+struct Family {
+  std::string type, help;
+  std::vector<Sample> samples;
+};
+
+bool metric_name(const std::string& s) {
+  return std::regex_match(s, std::regex("[a-zA-Z_:][a-zA-Z0-9_:]*"));
+}
+
+// The families of `text`, or an error naming the first line that breaks the format: a sample
+// before its family's TYPE, a family's samples not together, a TYPE twice, a malformed label
+// or value.
+std::map<std::string, Family> parse_prometheus(const std::string& text, std::string* error) {
+  std::map<std::string, Family> families;
+  std::set<std::string> closed;  // families whose samples ended
+  std::string current;
+  auto fail = [&](int line, const std::string& why, const std::string& content) {
+    *error = absl::StrCat("line ", line, ": ", why, ": ", content);
+    return std::map<std::string, Family>{};
+  };
+  if (!text.empty() && text.back() != '\n') return fail(0, "no final newline", "");
+  int number = 0;
+  for (const absl::string_view view : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    const std::string line(view);
+    ++number;
+    if (line.starts_with("# HELP ") || line.starts_with("# TYPE ")) {
+      const std::vector<std::string> parts =
+          absl::StrSplit(line.substr(7), absl::MaxSplits(' ', 1));
+      if (parts.size() != 2 || !metric_name(parts[0])) return fail(number, "bad comment", line);
+      if (parts[0] != current) {
+        if (!current.empty()) closed.insert(current);
+        if (closed.contains(parts[0])) return fail(number, "family resumed", line);
+        current = parts[0];
+      }
+      Family& f = families[parts[0]];
+      if (line[2] == 'H') {
+        f.help = parts[1];
+        continue;
+      }
+      if (!f.type.empty()) return fail(number, "second TYPE", line);
+      if (!f.samples.empty()) return fail(number, "TYPE after samples", line);
+      if (parts[1] != "gauge" && parts[1] != "counter") return fail(number, "type", line);
+      f.type = parts[1];
+      continue;
+    }
+    if (line.starts_with("#")) continue;
+    static const std::regex sample(R"(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+))");
+    std::smatch m;
+    if (!std::regex_match(line, m, sample)) return fail(number, "not a sample", line);
+    const std::string name = m[1];
+    if (name != current) return fail(number, "sample outside its family", line);
+    Family& f = families[name];
+    if (f.type.empty()) return fail(number, "sample before TYPE", line);
+    Sample s;
+    const std::string labels = m[3];
+    static const std::regex pair(R"rx(([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"(,|$))rx");
+    size_t at = 0;
+    while (at < labels.size()) {
+      std::smatch p;
+      const std::string rest = labels.substr(at);
+      if (!std::regex_search(rest, p, pair, std::regex_constants::match_continuous)) {
+        return fail(number, "bad labels", line);
+      }
+      if (!s.labels.emplace(p[1], p[2]).second) return fail(number, "label twice", line);
+      at += static_cast<size_t>(p.length(0));
+    }
+    const std::string value = m[4];
+    if (value == "NaN") {
+      s.value = NAN;
+    } else if (value == "+Inf" || value == "-Inf") {
+      s.value = value[0] == '+' ? INFINITY : -INFINITY;
+    } else if (!absl::SimpleAtod(value, &s.value) || value.find_first_of("iInN") != value.npos) {
+      return fail(number, "bad value", line);
+    }
+    f.samples.push_back(std::move(s));
+  }
+  return families;
+}
+
+// The value of family `name`'s sample whose labels include `want`, if any.
+std::optional<double> value_of(const std::map<std::string, Family>& families,
+                               const std::string& name,
+                               const std::map<std::string, std::string>& want = {}) {
+  auto f = families.find(name);
+  if (f == families.end()) return std::nullopt;
+  for (const Sample& s : f->second.samples) {
+    bool all = true;
+    for (const auto& [k, v] : want) {
+      auto l = s.labels.find(k);
+      all = all && l != s.labels.end() && l->second == v;
+    }
+    if (all) return s.value;
+  }
+  return std::nullopt;
+}
+
+TEST(ParsePrometheusTest, RefusesWhatAScraperWould) {
+  std::string error;
+  EXPECT_FALSE(parse_prometheus("# TYPE a gauge\na 1\n", &error).empty()) << error;
+  parse_prometheus("# HELP a x\na 1\n", &error);
+  EXPECT_NE(error.find("before TYPE"), std::string::npos) << error;
+  parse_prometheus("# TYPE a gauge\n# TYPE b gauge\na 1\n", &error);
+  EXPECT_NE(error.find("outside its family"), std::string::npos) << error;
+  parse_prometheus("# TYPE a gauge\na{x=\"1} 1\n", &error);
+  EXPECT_NE(error.find("bad labels"), std::string::npos) << error;
+  parse_prometheus("# TYPE a gauge\na 1\n# TYPE b gauge\nb 2\n# HELP a again\n", &error);
+  EXPECT_NE(error.find("resumed"), std::string::npos) << error;
+  parse_prometheus("# TYPE a gauge\na nan\n", &error);
+  EXPECT_NE(error.find("bad value"), std::string::npos) << error;
+}
+
+TEST(ObservabilityTest, ATrainingRunsMetricsAreOnTheHeadsPage) {
+  char path[] = "/tmp/troupe-observability-XXXXXX";
+  ASSERT_NE(mkdtemp(path), nullptr);
+  const std::string dir = path;
+  const std::string log = dir + "/train.log";
+  std::thread train([&] {
+    const std::string command = "cd '" + dir +
+                                "' && timeout -s KILL 240 '" TROUPE_BINARY
+                                "' train --config '" EXAMPLE_CONFIGS
+                                "/addition_ddp.json' --local 2 --steps 300 --output out >'" +
+                                log + "' 2>&1";
+    EXPECT_EQ(std::system(command.c_str()), 0) << read_file(log);
+  });
+  // The run says where to watch it.
+  std::string address;
+  std::smatch m;
+  const std::regex watch(R"(watch it: http://([^/ ]+)/)");
+  for (absl::Time deadline = absl::Now() + absl::Seconds(120);
+       address.empty() && absl::Now() < deadline;) {
+    const std::string text = read_file(log);
+    if (std::regex_search(text, m, watch)) address = m[1];
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_FALSE(address.empty()) << read_file(log);
+  // Scraped while it trains: the first step's values are there within its first steps.
+  std::string metrics;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(120); absl::Now() < deadline;) {
+    metrics = http_get(address, "/metrics");
+    if (metrics.find("troupe_train_loss{") != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  const std::string status = http_get(address, "/");
+  train.join();
+  std::filesystem::remove_all(dir);
+
+  std::string error;
+  const std::map<std::string, Family> families = parse_prometheus(metrics, &error);
+  ASSERT_TRUE(error.empty()) << error << "\n" << metrics;
+  const std::optional<double> loss = value_of(families, "troupe_train_loss");
+  ASSERT_TRUE(loss.has_value()) << metrics;
+  EXPECT_TRUE(std::isfinite(*loss) && *loss > 0 && *loss < 20) << *loss;
+  EXPECT_EQ(families.at("troupe_train_loss").type, "gauge");
+  EXPECT_FALSE(families.at("troupe_train_loss").help.empty());
+  EXPECT_GE(value_of(families, "troupe_train_step").value_or(0), 1);
+  EXPECT_GT(value_of(families, "troupe_train_tokens_per_second").value_or(0), 0);
+  EXPECT_GT(value_of(families, "troupe_train_learning_rate").value_or(0), 0);
+  EXPECT_EQ(value_of(families, "troupe_train_data_parallel_size").value_or(0), 2);
+  EXPECT_GT(value_of(families, "troupe_train_step_seconds", {{"part", "total"}}).value_or(0), 0);
+  EXPECT_GT(value_of(families, "troupe_train_step_seconds", {{"part", "compute"}}).value_or(0), 0);
+  for (const char* rank : {"d0.p0.t0", "d1.p0.t0"}) {
+    EXPECT_GT(value_of(families, "troupe_train_memory_bytes",
+                       {{"rank", rank}, {"category", "parameters"}})
+                  .value_or(0),
+              0)
+        << rank;
+    EXPECT_GT(
+        value_of(families, "troupe_train_sent_bytes", {{"rank", rank}, {"collective", "allreduce"}})
+            .value_or(0),
+        0)
+        << rank;
+  }
+  ASSERT_TRUE(families.contains("troupe_train_recoveries_total"));
+  EXPECT_EQ(families.at("troupe_train_recoveries_total").type, "counter");
+  EXPECT_EQ(value_of(families, "troupe_train_recoveries_total"), 0.0);
+  // Every sample of the family names its job.
+  for (const Sample& s : families.at("troupe_train_loss").samples)
+    EXPECT_TRUE(s.labels.contains("job"));
+  // The cluster's own families are still there.
+  EXPECT_TRUE(families.contains("troupe_nodes"));
+  // The status page shows the job's progress.
+  EXPECT_TRUE(std::regex_search(status, std::regex(R"(step [0-9]+, loss [0-9.]+, )"))) << status;
+
+  // prometheus_client's parser, where the reference environment has it.
+  std::optional<std::string> python;
+  for (const std::string candidate : {"/tmp/torchenv/bin/python", "python3"}) {
+    if (testing::shell("timeout 60 '" + candidate + "' -c 'import prometheus_client'").code == 0) {
+      python = candidate;
+      break;
+    }
+  }
+  if (!python) {
+    std::printf("[ skipped ] prometheus_client is not installed: the strict parser above only\n");
+    return;
+  }
+  const std::string file = "/tmp/troupe-observability-metrics.txt";
+  std::ofstream(file) << metrics;
+  const testing::Shell parsed = testing::shell(
+      "'" + *python +
+      "' -c 'import sys; from prometheus_client.parser import text_string_to_metric_families as "
+      "p; f = {x.name: x for x in p(open(sys.argv[1]).read())}; "
+      "assert f[\"troupe_train_loss\"].samples[0].value > 0; "
+      "assert f[\"troupe_train_recoveries\"].type == \"counter\"; print(len(f))' " +
+      file);
+  std::filesystem::remove(file);
+  EXPECT_EQ(parsed.code, 0) << parsed.output;
+}
+
+}  // namespace
+}  // namespace troupe
