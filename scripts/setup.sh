@@ -20,6 +20,8 @@ packages=(
   libgloo-dev libopenmpi-dev openmpi-bin
   # the GPU check's bundle (scripts/bundle_gpu_check.sh): objdump, xz, python3
   binutils xz-utils python3
+  # the dashboard's test loads the head's page in a headless browser (docs/observability.md)
+  chromium fonts-dejavu-core
 )
 
 missing=()

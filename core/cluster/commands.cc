@@ -238,7 +238,8 @@ int head_command(const std::vector<std::string>& args) {
         "  --host               address to listen on (0.0.0.0: every interface)\n"
         "  --state-dir          where the token and address files go\n"
         "  --heartbeat-timeout  declare a node dead after this long without a heartbeat\n"
-        "  --http-port          plain-text status at / and Prometheus metrics at /metrics\n"
+        "  --http-port          the dashboard at /, the status as text at /status and\n"
+        "                       Prometheus metrics at /metrics\n"
         "                       (0: any free port)\n"
         "  --http-host          address the HTTP status listens on: loopback unless given\n"
         "                       (it answers without the cluster token: docs/security.md)\n",
@@ -283,13 +284,18 @@ int head_command(const std::vector<std::string>& args) {
   std::string address = (*server)->address().substr(6);  // "tcp://h:p" -> "h:p"
   ActorRef<HeadService> service = (*server)->service();
   const std::string http_host = flags->get("http-host", "127.0.0.1");
-  auto http = HttpStatusServer::start(http_host, *http_port, [service]() {
-    return service.call(&HeadService::status).get(absl::Seconds(5));
-  });
+  auto http = HttpStatusServer::start(
+      http_host, *http_port,
+      {.status = [service]() { return service.call(&HeadService::status).get(absl::Seconds(5)); },
+       .job_metrics =
+           [service](uint32_t job) {
+             return service.call(&HeadService::job_metrics, job).get(absl::Seconds(5));
+           }});
   std::string http_line;
   if (http.ok()) {
     const std::string url = absl::StrCat("http://", http_host, ":", (*http)->port(), "/");
-    http_line = absl::StrCat("  status over HTTP: ", url, " (Prometheus: /metrics)\n");
+    http_line = absl::StrCat("  status over HTTP: ", url,
+                             " (the dashboard; text at /status, Prometheus at /metrics)\n");
     // For drivers to show where their job can be watched.
     if (absl::StatusOr<bool> put =
             service.call(&HeadService::kv_put, std::string(kHttpUrlKey), url, true)

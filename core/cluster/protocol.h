@@ -229,9 +229,9 @@ struct MetricsReport {
 };
 
 // A job's reports as the head keeps them: the latest value of every series,
-// and a bounded history of the reports' job-wide values (those without
-// labels; thinned evenly as it grows: it spans the whole run at a coarser
-// grain) and of the events, for the dashboard.
+// and a bounded history of the reports' job-wide values (all but those
+// labelled rank=...; thinned evenly as it grows: it spans the whole run at a
+// coarser grain) and of the events, for the dashboard.
 struct JobMetrics {
   uint32_t job = 0;
   int64_t step = 0;  // of the latest report

@@ -229,7 +229,9 @@ TEST(ObservabilityTest, ATrainingRunsMetricsAreOnTheHeadsPage) {
     if (metrics.find("troupe_train_loss{") != std::string::npos) break;
     absl::SleepFor(absl::Milliseconds(100));
   }
-  const std::string status = http_get(address, "/");
+  const std::string status = http_get(address, "/status");
+  const std::string status_json = http_get(address, "/api/status");
+  const std::string page = http_get(address, "/");
   train.join();
   std::filesystem::remove_all(dir);
 
@@ -269,6 +271,9 @@ TEST(ObservabilityTest, ATrainingRunsMetricsAreOnTheHeadsPage) {
   EXPECT_TRUE(families.contains("troupe_nodes"));
   // The status page shows the job's progress.
   EXPECT_TRUE(std::regex_search(status, std::regex(R"(step [0-9]+, loss [0-9.]+, )"))) << status;
+  // The dashboard's page, and the status it reads.
+  EXPECT_NE(page.find("<title>troupe</title>"), std::string::npos);
+  EXPECT_NE(status_json.find("\"jobs\":[{\"id\":"), std::string::npos) << status_json;
 
   // prometheus_client's parser, where the reference environment has it.
   std::optional<std::string> python;
@@ -293,6 +298,112 @@ TEST(ObservabilityTest, ATrainingRunsMetricsAreOnTheHeadsPage) {
       file);
   std::filesystem::remove(file);
   EXPECT_EQ(parsed.code, 0) << parsed.output;
+}
+
+// The headless browser the dashboard test loads the page in, if the machine has one.
+std::optional<std::string> browser() {
+  for (const char* candidate : {"chromium", "chromium-browser", "google-chrome"}) {
+    if (testing::shell(absl::StrCat("command -v ", candidate, " >/dev/null")).code == 0) {
+      return std::string(candidate);
+    }
+  }
+  return std::nullopt;
+}
+
+// Where the test leaves its screenshot: $TROUPE_ARTIFACT_DIR, else /tmp/troupe-artifacts.
+std::string artifact_dir() {
+  const char* env = std::getenv("TROUPE_ARTIFACT_DIR");
+  std::string dir = env != nullptr && *env != '\0' ? env : "/tmp/troupe-artifacts";
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// The head's dashboard loaded in headless Chromium while a real run trains: its charts are
+// drawn from the run's values (the loss curve has points, the latest loss is the run's), the
+// cluster's nodes are listed, and the page logs no error. The screenshot is saved as an artifact.
+TEST(ObservabilityTest, TheDashboardDrawsARunningJob) {
+  const std::optional<std::string> chromium = browser();
+  if (!chromium) {
+    GTEST_SKIP() << "no headless browser (Debian's chromium; scripts/setup.sh installs it)";
+  }
+  char path[] = "/tmp/troupe-dashboard-XXXXXX";
+  ASSERT_NE(mkdtemp(path), nullptr);
+  const std::string dir = path;
+  const std::string log = dir + "/train.log";
+  std::thread train([&] {
+    // Ctrl-C ends it once the page was read (bounded by its steps and the timeout otherwise).
+    const std::string command = "cd '" + dir +
+                                "' && timeout -s KILL 240 '" TROUPE_BINARY
+                                "' train --config '" EXAMPLE_CONFIGS
+                                "/addition_ddp.json' --local 2 --steps 20000 --output out >'" +
+                                log + "' 2>&1";
+    static_cast<void>(std::system(command.c_str()));
+  });
+  std::string address;
+  std::smatch m;
+  const std::regex watch(R"(watch it: http://([^/ ]+)/)");
+  for (absl::Time deadline = absl::Now() + absl::Seconds(120);
+       address.empty() && absl::Now() < deadline;) {
+    if (const std::string text = read_file(log); std::regex_search(text, m, watch)) address = m[1];
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  // A few dozen steps in, so that the curves have points.
+  for (absl::Time deadline = absl::Now() + absl::Seconds(60); absl::Now() < deadline;) {
+    const std::string metrics = address.empty() ? "" : http_get(address, "/metrics");
+    std::smatch step;
+    if (std::regex_search(metrics, step,
+                          std::regex(R"(troupe_train_step\{job="[0-9]+"\} ([0-9]+))")) &&
+        std::stoi(step[1]) >= 40) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  const std::string png = artifact_dir() + "/dashboard.png";
+  std::filesystem::remove(png);
+  const std::string flags =
+      "--headless=new --no-sandbox --disable-gpu --hide-scrollbars --window-size=1400,1700 "
+      "--virtual-time-budget=6000 --enable-logging=stderr --v=0 --user-data-dir='" +
+      dir + "/profile'";
+  const testing::Shell dom =
+      testing::shell(absl::StrCat("timeout 120 ", *chromium, " ", flags, " --dump-dom 'http://",
+                                  address, "/' 2>", dir, "/console.log"));
+  const std::string console = read_file(dir + "/console.log");
+  const testing::Shell shot = testing::shell(absl::StrCat(
+      "timeout 120 ", *chromium, " ", flags, " --screenshot='", png, "' 'http://", address, "/'"));
+  // Ends the run: Ctrl-C to the training process (it saves and exits).
+  // (The pattern matches the troupe process alone, not the shell or timeout around it.)
+  static_cast<void>(
+      testing::shell("pkill -INT -f -- '^" TROUPE_BINARY " train .*--steps 20000 --output out'"));
+  train.join();
+  ASSERT_FALSE(address.empty()) << read_file(log);
+  std::filesystem::remove_all(dir);
+
+  ASSERT_EQ(dom.code, 0) << dom.output;
+  const std::string& page = dom.output;
+  // The charts, drawn from the run's history.
+  std::smatch points;
+  ASSERT_TRUE(std::regex_search(page, points,
+                                std::regex(R"rx(data-series="training" data-points="([0-9]+)")rx")))
+      << page.substr(0, 4000);
+  EXPECT_GE(std::stoi(points[1]), 2) << "the loss curve has the run's points";
+  EXPECT_NE(page.find("data-series=\"tokens/s\""), std::string::npos);
+  EXPECT_NE(page.find("data-series=\"compute\""), std::string::npos);
+  // The latest values, the job's row, the ranks' memory, the nodes.
+  std::smatch loss;
+  ASSERT_TRUE(std::regex_search(page, loss, std::regex(R"(data-metric="loss">([0-9.]+)<)")))
+      << page.substr(0, 4000);
+  EXPECT_GT(std::stod(loss[1]), 0);
+  EXPECT_NE(page.find("d1.p0.t0"), std::string::npos) << "the second rank's memory";
+  EXPECT_NE(page.find("class=\"state-RUNNING\""), std::string::npos);
+  EXPECT_NE(page.find("worker"), std::string::npos);
+  // No script error, no failed request.
+  EXPECT_EQ(console.find("Uncaught"), std::string::npos) << console;
+  EXPECT_EQ(console.find("Failed to load resource"), std::string::npos) << console;
+  EXPECT_EQ(page.find("class=\"error\""), std::string::npos);
+  // The screenshot, for a person to look at.
+  EXPECT_EQ(shot.code, 0) << shot.output;
+  EXPECT_GT(std::filesystem::exists(png) ? std::filesystem::file_size(png) : 0, 10000u) << png;
+  std::printf("[ artifact ] %s\n", png.c_str());
 }
 
 }  // namespace

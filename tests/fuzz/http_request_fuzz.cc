@@ -32,7 +32,17 @@ troupe::cluster::ClusterStatus sample_status() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace troupe::cluster;
-  static const StatusSource status = [] { return absl::StatusOr<ClusterStatus>(sample_status()); };
+  static const HttpSources sources{
+      .status = [] { return absl::StatusOr<ClusterStatus>(sample_status()); },
+      .job_metrics = [](uint32_t job) -> absl::StatusOr<JobMetrics> {
+        if (job != 3) return absl::NotFoundError("no such job");
+        JobMetrics m{.job = 3, .step = 7};
+        m.latest = {{.name = "loss", .value = 1.5},
+                    {.name = "memory_bytes", .labels = "rank=\"d0.p0.t0\"", .value = 8}};
+        m.history = {{.step = 7, .points = {{.name = "loss", .value = 1.5}}}};
+        m.events = {"step 7: checkpoint \"</script>\x01"};
+        return m;
+      }};
   std::string_view received(reinterpret_cast<const char*>(data), size);
   // As the server does: answer each whole request in turn (pipelined), stop
   // at an error or an incomplete head.
@@ -51,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (r.head_bytes == 0 || r.head_bytes > received.size() || r.head_bytes > kMaxRequestBytes) {
       std::abort();
     }
-    std::string out = serialize(answer(r, status), r.keep_alive, r.method == "HEAD");
+    std::string out = serialize(answer(r, sources), r.keep_alive, r.method == "HEAD");
     if (out.rfind("HTTP/1.1 ", 0) != 0) std::abort();
     received.remove_prefix(r.head_bytes);
   }

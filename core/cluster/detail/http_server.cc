@@ -1,13 +1,16 @@
 // The head's HTTP status server (http_status.h): one I/O thread, every
 // connection a socket, a request buffer and a deadline, the oldest closed
-// when kMaxHttpConnections are open. The status is asked of its source on a
-// thread of its own, one request at a time, its answer serving every client
-// that waited for it: a slow head holds up the scrapes, not the I/O thread.
+// when kMaxHttpConnections are open. What a request needs (the status, a
+// job's metrics) is asked of its source on a thread of its own, one asking at
+// a time, its answer serving every client that waited for the same: a slow
+// head holds up those requests, not the I/O thread.
 #include <asio.hpp>
 
 #include <array>
 #include <condition_variable>
+#include <deque>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -46,7 +49,7 @@ struct Client {
 
 class HttpStatusServer::Impl {
  public:
-  explicit Impl(StatusSource status) : status_(std::move(status)), acceptor_(io_), retry_(io_) {}
+  explicit Impl(HttpSources sources) : sources_(std::move(sources)), acceptor_(io_), retry_(io_) {}
 
   ~Impl() {
     {
@@ -173,29 +176,31 @@ class HttpStatusServer::Impl {
     if (!request->has_value()) return read_more(c);
     HttpRequest r = **std::move(request);
     c->received.erase(0, r.head_bytes);
-    if (r.path == "/" || r.path == "/metrics") {
-      // Answered once the status comes (with everyone else who asks meanwhile).
-      c->deadline_generation++;  // the request is whole: no deadline while the status is asked
-      arm_status_wait(c);
-      waiting_.emplace_back(c, std::move(r));
-      if (!fetch_pending_) {
-        fetch_pending_ = true;
-        {
-          std::lock_guard<std::mutex> lock(fetch_mu_);
-          fetch_wanted_ = true;
-        }
-        fetch_cv_.notify_one();
+    const HttpRoute route = route_of(r);
+    if (route.needs == HttpRoute::kNothing) return respond(c, r, HttpFetched{});
+    // Answered once what it needs comes (with everyone else who asks for it meanwhile).
+    c->deadline_generation++;  // the request is whole: no deadline while the status is asked
+    arm_status_wait(c);
+    auto& waiters = waiting_[key_of(route)];
+    const bool ask = waiters.empty();
+    waiters.emplace_back(c, std::move(r));
+    if (ask) {
+      {
+        std::lock_guard<std::mutex> lock(fetch_mu_);
+        wanted_.push_back(route);
       }
-      return;
+      fetch_cv_.notify_one();
     }
-    respond(c, r, absl::UnavailableError("no status asked"));
   }
 
-  // Answers `r` on `c`: from `status` at / and /metrics, as answer() does.
-  void respond(const std::shared_ptr<Client>& c, const HttpRequest& r,
-               const absl::StatusOr<ClusterStatus>& status) {
+  static std::pair<int, uint32_t> key_of(const HttpRoute& route) {
+    return {static_cast<int>(route.needs), route.job};
+  }
+
+  // Answers `r` on `c` from what was fetched for it, as answer() does.
+  void respond(const std::shared_ptr<Client>& c, const HttpRequest& r, const HttpFetched& fetched) {
     const bool keep_alive = r.keep_alive && ++c->served < kMaxRequestsPerConnection;
-    write(c, serialize(answer(r, status), keep_alive, r.method == "HEAD"), keep_alive);
+    write(c, serialize(answer(r, fetched), keep_alive, r.method == "HEAD"), keep_alive);
   }
 
   // A client waiting for the status has kStatusWait.
@@ -207,26 +212,36 @@ class HttpStatusServer::Impl {
     });
   }
 
-  // The fetcher thread: asks the source whenever the I/O thread wants the
-  // status, and hands the answer back to it.
+  // The fetcher thread: asks the sources for what the I/O thread wants, in
+  // turn, and hands each answer back to it.
   void fetch_loop() {
     for (;;) {
+      HttpRoute route;
       {
         std::unique_lock<std::mutex> lock(fetch_mu_);
-        fetch_cv_.wait(lock, [this] { return fetch_wanted_ || stopping_; });
+        fetch_cv_.wait(lock, [this] { return !wanted_.empty() || stopping_; });
         if (stopping_) return;
-        fetch_wanted_ = false;
+        route = wanted_.front();
+        wanted_.pop_front();
       }
-      auto status = std::make_shared<absl::StatusOr<ClusterStatus>>(status_());
-      asio::post(io_, [this, status] { answer_waiting(*status); });
+      auto fetched = std::make_shared<HttpFetched>();
+      if (route.needs == HttpRoute::kStatus) fetched->status = sources_.status();
+      if (route.needs == HttpRoute::kJob) {
+        fetched->job = sources_.job_metrics ? sources_.job_metrics(route.job)
+                                            : absl::NotFoundError("no job metrics here");
+      }
+      asio::post(io_, [this, route, fetched] { answer_waiting(route, *fetched); });
     }
   }
 
-  // I/O thread: every client that waited gets its answer from `status`.
-  void answer_waiting(const absl::StatusOr<ClusterStatus>& status) {
-    fetch_pending_ = false;
-    for (auto& [c, r] : std::exchange(waiting_, {})) {
-      if (!c->closed) respond(c, r, status);
+  // I/O thread: every client that waited for `route` gets its answer.
+  void answer_waiting(const HttpRoute& route, const HttpFetched& fetched) {
+    auto it = waiting_.find(key_of(route));
+    if (it == waiting_.end()) return;
+    auto waiters = std::move(it->second);
+    waiting_.erase(it);
+    for (auto& [c, r] : waiters) {
+      if (!c->closed) respond(c, r, fetched);
     }
   }
 
@@ -246,14 +261,14 @@ class HttpStatusServer::Impl {
                       });
   }
 
-  const StatusSource status_;
-  // The status asked of its source (fetcher thread), and who waits for it.
+  const HttpSources sources_;
+  // What is asked of the sources (fetcher thread), and who waits for each.
   std::mutex fetch_mu_;
   std::condition_variable fetch_cv_;
-  bool fetch_wanted_ = false;                                             // guarded by fetch_mu_
-  bool stopping_ = false;                                                 // guarded by fetch_mu_
-  bool fetch_pending_ = false;                                            // I/O thread
-  std::vector<std::pair<std::shared_ptr<Client>, HttpRequest>> waiting_;  // I/O thread
+  std::deque<HttpRoute> wanted_;  // guarded by fetch_mu_
+  bool stopping_ = false;         // guarded by fetch_mu_
+  std::map<std::pair<int, uint32_t>, std::vector<std::pair<std::shared_ptr<Client>, HttpRequest>>>
+      waiting_;  // I/O thread
   std::thread fetcher_;
   asio::io_context io_;
   tcp::acceptor acceptor_;
@@ -273,8 +288,8 @@ uint16_t HttpStatusServer::port() const {
 
 absl::StatusOr<std::unique_ptr<HttpStatusServer>> HttpStatusServer::start(const std::string& host,
                                                                           uint16_t port,
-                                                                          StatusSource status) {
-  auto impl = std::make_unique<Impl>(std::move(status));
+                                                                          HttpSources sources) {
+  auto impl = std::make_unique<Impl>(std::move(sources));
   if (absl::Status s = impl->listen(host, port); !s.ok()) return s;
   return std::unique_ptr<HttpStatusServer>(new HttpStatusServer(std::move(impl)));
 }

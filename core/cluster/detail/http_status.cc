@@ -1,5 +1,6 @@
 #include "core/cluster/detail/http_status.h"
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <map>
@@ -7,9 +8,12 @@
 #include <string_view>
 #include <system_error>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/cluster/detail/dashboard_page.h"
+#include "core/cluster/detail/http_json.h"
 #include "core/cluster/detail/resources.h"
 
 namespace troupe::cluster {
@@ -300,26 +304,65 @@ void render_job_metrics(const ClusterStatus& s, std::string* out) {
   }
 }
 
-HttpResponse answer(const HttpRequest& request, const StatusSource& status) {
-  if (request.path != "/" && request.path != "/metrics") {
-    return answer(request, absl::UnavailableError("not asked"));  // (a 404: unused)
+HttpRoute route_of(const HttpRequest& request) {
+  const std::string& path = request.path;
+  if (path == "/status" || path == "/metrics" || path == "/api/status") {
+    return {.needs = HttpRoute::kStatus};
   }
-  return answer(request, status());
+  constexpr std::string_view kJobs = "/api/jobs/";
+  uint32_t job = 0;
+  if (path.starts_with(kJobs) && absl::SimpleAtoi(path.substr(kJobs.size()), &job) &&
+      path.size() > kJobs.size() && std::isdigit(static_cast<unsigned char>(path.back()))) {
+    return {.needs = HttpRoute::kJob, .job = job};
+  }
+  return {};
 }
 
-HttpResponse answer(const HttpRequest& request, const absl::StatusOr<ClusterStatus>& s) {
+HttpResponse answer(const HttpRequest& request, const HttpSources& sources) {
+  const HttpRoute route = route_of(request);
+  HttpFetched fetched;
+  if (route.needs == HttpRoute::kStatus) fetched.status = sources.status();
+  if (route.needs == HttpRoute::kJob) {
+    fetched.job = sources.job_metrics ? sources.job_metrics(route.job)
+                                      : absl::NotFoundError("no job metrics here");
+  }
+  return answer(request, fetched);
+}
+
+HttpResponse answer(const HttpRequest& request, const HttpFetched& fetched) {
   HttpResponse response;
-  if (request.path != "/" && request.path != "/metrics") {
-    response.status = 404;
-    response.body = "not found: try / or /metrics\n";
+  const std::string& path = request.path;
+  const HttpRoute route = route_of(request);
+  if (path == "/") {
+    response.content_type = "text/html; charset=utf-8";
+    response.body = std::string(dashboard_page());
     return response;
   }
+  if (route.needs == HttpRoute::kNothing) {
+    response.status = 404;
+    response.body = "not found: try /, /status, /metrics, /api/status or /api/jobs/ID\n";
+    return response;
+  }
+  if (route.needs == HttpRoute::kJob) {
+    if (!fetched.job.ok()) {
+      response.status = fetched.job.status().code() == absl::StatusCode::kNotFound ? 404 : 503;
+      response.body = absl::StrCat(fetched.job.status().message(), "\n");
+      return response;
+    }
+    response.content_type = "application/json";
+    response.body = render_job_json(*fetched.job);
+    return response;
+  }
+  const absl::StatusOr<ClusterStatus>& s = fetched.status;
   if (!s.ok()) {
     response.status = 503;
     response.body = absl::StrCat(s.status().message(), "\n");
-  } else if (request.path == "/metrics") {
+  } else if (path == "/metrics") {
     response.content_type = "text/plain; version=0.0.4";
     response.body = render_metrics(*s);
+  } else if (path == "/api/status") {
+    response.content_type = "application/json";
+    response.body = render_status_json(*s);
   } else {
     response.body = render_status(*s);
   }

@@ -1,18 +1,24 @@
 // The head's HTTP endpoint (Ray's dashboard port, 8265 by default):
-//   GET /metrics   Prometheus text: nodes, resources, GPUs, actors by state,
-//                  placement groups, and what training jobs report
-//                  (troupe_train_*: loss, throughput, step time, memory, ...)
-//   GET /          the cluster status as plain text (what `troupe status` shows,
-//                  each worker's GPUs included)
+//   GET /              the dashboard: one self-contained page (dashboard_page.h)
+//                      that reads the two /api/ paths and draws the cluster and
+//                      each job's curves, step times, memory and events
+//   GET /status        the cluster status as plain text (what `troupe status`
+//                      shows, each worker's GPUs and each job's progress)
+//   GET /metrics       Prometheus text: nodes, resources, GPUs, actors by state,
+//                      placement groups, and what training jobs report
+//                      (troupe_train_*: loss, throughput, step time, memory, ...)
+//   GET /api/status    the cluster status as JSON (http_json.h)
+//   GET /api/jobs/ID   what job ID reported, with its history, as JSON
 // Served from one I/O thread (asio): a connection costs a socket and a
 // buffer of at most kMaxRequestBytes, never a thread, so idle or slow clients
 // do not hold up a scrape. Each has kClientTimeout to send a request (and to
 // take its answer); past kMaxHttpConnections open at once, the oldest
-// is closed to make room. The status is asked of its source on a thread of
-// its own, one asking serving every request waiting for it, so a slow head
-// holds up only those. Nothing here changes the cluster. It binds the
-// head's host, so by default only local processes reach it.
-// docs/security.md has what it exposes.
+// is closed to make room. What a request needs (the status, or a job's
+// metrics) is asked of its source on a thread of its own, one asking serving
+// every request waiting for the same, so a slow head holds up only those.
+// Nothing here changes the cluster. It binds the address it is given (the
+// head's --http-host, loopback by default). docs/security.md has what it
+// exposes.
 #pragma once
 
 #include <functional>
@@ -33,14 +39,32 @@ inline constexpr int kMaxRequestsPerConnection = 100;
 
 // Where the endpoints read the cluster's status from (the head's service).
 using StatusSource = std::function<absl::StatusOr<ClusterStatus>()>;
+// Where /api/jobs/ID reads a job's metrics from (the head's service).
+using JobMetricsSource = std::function<absl::StatusOr<JobMetrics>(uint32_t job)>;
+struct HttpSources {
+  StatusSource status;
+  JobMetricsSource job_metrics;  // may be empty: /api/jobs/ answers 404
+};
+
+// What a request needs fetched before it can be answered.
+struct HttpRoute {
+  enum Needs { kNothing, kStatus, kJob } needs = kNothing;
+  uint32_t job = 0;  // kJob: which
+};
+HttpRoute route_of(const HttpRequest& request);
+// What was fetched for a request: the status, or a job's metrics (the other Unavailable).
+struct HttpFetched {
+  absl::StatusOr<ClusterStatus> status = absl::UnavailableError("not asked");
+  absl::StatusOr<JobMetrics> job = absl::UnavailableError("not asked");
+};
 
 class HttpStatusServer {
  public:
-  // Serves on host:port (0: any free port) with `status` as the source.
+  // Serves on host:port (0: any free port) from `sources`.
   // Errors: Unavailable naming the address when it cannot listen there.
   static absl::StatusOr<std::unique_ptr<HttpStatusServer>> start(const std::string& host,
                                                                  uint16_t port,
-                                                                 StatusSource status);
+                                                                 HttpSources sources);
   ~HttpStatusServer();
   uint16_t port() const;
 
@@ -50,11 +74,11 @@ class HttpStatusServer {
   std::unique_ptr<Impl> impl_;
 };
 
-// The answer to a parsed request: the status at / and /metrics (503 when
-// the source fails), 404 elsewhere.
-HttpResponse answer(const HttpRequest& request, const StatusSource& status);
-// The same from a status already asked for (unused for other paths).
-HttpResponse answer(const HttpRequest& request, const absl::StatusOr<ClusterStatus>& status);
+// The answer to a parsed request, fetching what its route needs from `sources` (503 when a
+// source fails, 404 for a job it does not know or a path that is not served).
+HttpResponse answer(const HttpRequest& request, const HttpSources& sources);
+// The same from what was already fetched for it (route_of says what).
+HttpResponse answer(const HttpRequest& request, const HttpFetched& fetched);
 
 // The cluster status in the Prometheus text format, the jobs' reported values among it
 // (render_job_metrics).

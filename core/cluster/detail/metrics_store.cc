@@ -26,7 +26,10 @@ void MetricsStore::add(MetricsReport report) {
   }
   report.events.clear();
   if (reports_++ % stride_ != 0) return;
-  std::erase_if(report.points, [](const MetricPoint& p) { return !p.labels.empty(); });
+  // Per-rank values are kept as the latest only: a job of thousands of ranks would fill the
+  // history with them.
+  std::erase_if(report.points,
+                [](const MetricPoint& p) { return p.labels.find("rank=") != std::string::npos; });
   history_.push_back(std::move(report));
   if (history_.size() < kHistory) return;
   // Full: keep every other one (the first stays), and take every other report from now on.

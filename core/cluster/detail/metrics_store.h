@@ -1,7 +1,7 @@
 // MetricsStore: what the head keeps of one job's reports (Cluster::report_metrics) - the latest
-// value of every series, a bounded history of the reports' job-wide values (those without
-// labels: a curve per name; per-rank values are kept only as the latest) and a bounded list of
-// the events. The history keeps at most kHistory reports: when full, every other one is dropped and
+// value of every series, a bounded history of the reports' job-wide values (all but the per-rank
+// ones, those labelled rank=..., which are kept only as the latest) and a bounded list of the
+// events. The history keeps at most kHistory reports: when full, every other one is dropped and
 // from then on only every other report is kept, so it always spans the run, evenly, at a grain that
 // doubles as the run grows (what TensorBoard's reservoir does for long runs, deterministically).
 // Pure bookkeeping; NOT thread-safe (the head's service calls it from its actor).
