@@ -503,11 +503,13 @@ TEST_F(ReliabilityTest, IdleHttpClientsDoNotDelayAMetricsScrape) {
   EXPECT_LT(took, absl::Seconds(1));
   std::printf("[ scrape ] /metrics in %s with 1,000 idle connections open\n",
               absl::FormatDuration(took).c_str());
-  std::string status = http_get(local_->http_address(), "/", absl::Seconds(20));
+  std::string status = http_get(local_->http_address(), "/status", absl::Seconds(20));
   EXPECT_NE(status.find("Nodes"), std::string::npos) << status;
+  std::string page = http_get(local_->http_address(), "/", absl::Seconds(20));
+  EXPECT_NE(page.find("<title>troupe</title>"), std::string::npos) << page.substr(0, 200);
   std::string missing = http_get(local_->http_address(), "/nope", absl::Seconds(20));
   EXPECT_TRUE(missing.starts_with("HTTP/1.1 404")) << missing;
-  EXPECT_NE(missing.find("try / or /metrics"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("try /, /status, /metrics"), std::string::npos) << missing;
   // A request larger than the bound is refused, not read.
   std::string huge =
       http_get(local_->http_address(), "/" + std::string(100000, 'a'), absl::Seconds(20));
