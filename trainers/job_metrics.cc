@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "actors/pipeline/schedule.h"
 
 namespace troupe::trainers {
 namespace {
@@ -37,6 +38,26 @@ const std::vector<cluster::MetricHelp>& help() {
       {"checkpoints_total", "Checkpoints committed."},
   };
   return *h;
+}
+
+// A pipeline op's kind (actors/pipeline/schedule.h's OpKind) for the timeline: its colour group
+// and its name.
+std::pair<const char*, const char*> op_names(int32_t kind) {
+  switch (static_cast<actors::pipeline::OpKind>(kind)) {
+    case actors::pipeline::OpKind::kForward:
+      return {"forward", "forward"};
+    case actors::pipeline::OpKind::kBackward:
+      return {"backward", "backward"};
+    case actors::pipeline::OpKind::kSendActivation:
+      return {"send", "send activation"};
+    case actors::pipeline::OpKind::kRecvActivation:
+      return {"receive", "receive activation"};
+    case actors::pipeline::OpKind::kSendGradient:
+      return {"send", "send gradient"};
+    case actors::pipeline::OpKind::kRecvGradient:
+      return {"receive", "receive gradient"};
+  }
+  return {"other", "op"};
 }
 
 }  // namespace
@@ -108,6 +129,21 @@ void JobMetricsReporter::on_step(const StepOutcome& s) {
     sent("allgather", r.sent.allgather);
     sent("pipeline", r.sent.pipeline);
     sent("tensor_parallel", r.sent.tensor_parallel);
+  }
+  if (ranks) {
+    // A pipeline's schedule as each stage ran it, each from its own start (stages are processes
+    // of their own: their clocks are not compared).
+    for (const StageTimeline& t : s.timelines) {
+      const std::string track = actors::to_string(t.at);
+      for (const actors::TimelineEvent& e : t.events) {
+        const auto [kind, what] = op_names(e.kind);
+        pending_.timeline.push_back({.track = track,
+                                     .kind = kind,
+                                     .name = absl::StrCat(what, " ", e.micro),
+                                     .begin_ms = e.begin_ms,
+                                     .end_ms = e.end_ms});
+      }
+    }
   }
   if (!s.applied) pending_.events.push_back("skipped: the gradients overflowed in fp16");
   send(s.step);

@@ -15,8 +15,9 @@
 //   skipped_steps_total, recoveries_total, recovery_seconds_total,
 //   steps_lost_total, dp_changes_total, checkpoints_total                     counters
 //
-// The reporter gathers what happened between steps (a recovery, a resize, a checkpoint, a
-// validation) and sends it with the next step's values; `send` must not block (the cluster's is
+// With the per-rank values goes a pipeline's schedule as each stage ran it (the dashboard's
+// timeline). The reporter gathers what happened between steps (a recovery, a resize, a checkpoint,
+// a validation) and sends it with the next step's values; `send` must not block (the cluster's is
 // a tell). Not thread-safe: the driver's step loop calls it.
 #pragma once
 

@@ -216,6 +216,19 @@ struct MetricHelp {
   TROUPE_FIELDS(name, text);
 };
 
+// One span of a job's timeline: what ran on `track` (a rank, "d0.p1.t0")
+// from begin_ms to end_ms (each track's times from its own start), named for
+// people ("forward 3"); `kind` groups spans for colour ("forward",
+// "backward", "send", "receive").
+struct TimelineSpan {
+  std::string track;
+  std::string kind;
+  std::string name;
+  double begin_ms = 0;
+  double end_ms = 0;
+  TROUPE_FIELDS(track, kind, name, begin_ms, end_ms);
+};
+
 // What a job's driver tells the head after a step (Cluster::report_metrics):
 // its values then - each replaces the last of its name and labels - and the
 // events since the last report, one line each for people ("recovery: ...").
@@ -225,7 +238,10 @@ struct MetricsReport {
   std::vector<MetricPoint> points;
   std::vector<std::string> events;
   std::vector<MetricHelp> help;  // new names' meanings (sent again is harmless)
-  TROUPE_FIELDS(step, unix_seconds, points, events, help);
+  // The step's schedule as it ran on each rank, when the job sends one (a
+  // pipeline's): the head keeps the latest.
+  std::vector<TimelineSpan> timeline;
+  TROUPE_FIELDS(step, unix_seconds, points, events, help, timeline);
 };
 
 // A job's reports as the head keeps them: the latest value of every series,
@@ -239,7 +255,9 @@ struct JobMetrics {
   std::vector<MetricsReport> history;  // oldest first; their events are in `events`
   std::vector<std::string> events;     // oldest first, each "step N: ..."
   std::vector<MetricHelp> help;
-  TROUPE_FIELDS(job, step, latest, history, events, help);
+  int64_t timeline_step = 0;  // of the latest timeline a report carried
+  std::vector<TimelineSpan> timeline;
+  TROUPE_FIELDS(job, step, latest, history, events, help, timeline_step, timeline);
 };
 
 // A job and what it owns (removed with it when it ends, but for what was

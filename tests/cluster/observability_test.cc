@@ -318,9 +318,10 @@ std::string artifact_dir() {
   return dir;
 }
 
-// The head's dashboard loaded in headless Chromium while a real run trains: its charts are
-// drawn from the run's values (the loss curve has points, the latest loss is the run's), the
-// cluster's nodes are listed, and the page logs no error. The screenshot is saved as an artifact.
+// The head's dashboard loaded in headless Chromium while a real run trains (the pipeline example,
+// dp 2 x pp 2): its charts are drawn from the run's values (the loss curve has points, the latest
+// loss is the run's), the pipeline's timeline has every stage's ops, the cluster's nodes are
+// listed, and the page logs no error. The screenshot is saved as an artifact.
 TEST(ObservabilityTest, TheDashboardDrawsARunningJob) {
   const std::optional<std::string> chromium = browser();
   if (!chromium) {
@@ -335,7 +336,7 @@ TEST(ObservabilityTest, TheDashboardDrawsARunningJob) {
     const std::string command = "cd '" + dir +
                                 "' && timeout -s KILL 240 '" TROUPE_BINARY
                                 "' train --config '" EXAMPLE_CONFIGS
-                                "/addition_ddp.json' --local 2 --steps 20000 --output out >'" +
+                                "/addition_pipeline.json' --local 2 --steps 20000 --output out >'" +
                                 log + "' 2>&1";
     static_cast<void>(std::system(command.c_str()));
   });
@@ -361,7 +362,7 @@ TEST(ObservabilityTest, TheDashboardDrawsARunningJob) {
   const std::string png = artifact_dir() + "/dashboard.png";
   std::filesystem::remove(png);
   const std::string flags =
-      "--headless=new --no-sandbox --disable-gpu --hide-scrollbars --window-size=1400,1700 "
+      "--headless=new --no-sandbox --disable-gpu --hide-scrollbars --window-size=1400,1900 "
       "--virtual-time-budget=6000 --enable-logging=stderr --v=0 --user-data-dir='" +
       dir + "/profile'";
   const testing::Shell dom =
@@ -393,7 +394,13 @@ TEST(ObservabilityTest, TheDashboardDrawsARunningJob) {
   ASSERT_TRUE(std::regex_search(page, loss, std::regex(R"(data-metric="loss">([0-9.]+)<)")))
       << page.substr(0, 4000);
   EXPECT_GT(std::stod(loss[1]), 0);
-  EXPECT_NE(page.find("d1.p0.t0"), std::string::npos) << "the second rank's memory";
+  EXPECT_NE(page.find("d1.p1.t0"), std::string::npos) << "the last rank's memory";
+  // The timeline: the four stages' forwards and backwards.
+  std::smatch spans;
+  ASSERT_TRUE(std::regex_search(page, spans, std::regex(R"rx(data-spans="([0-9]+)")rx")))
+      << page.substr(0, 4000);
+  EXPECT_GE(std::stoi(spans[1]), 4 * 2 * 4) << "4 stages, forward and backward of 4 micro-batches";
+  EXPECT_NE(page.find("data-kind=\"backward\""), std::string::npos);
   EXPECT_NE(page.find("class=\"state-RUNNING\""), std::string::npos);
   EXPECT_NE(page.find("worker"), std::string::npos);
   // No script error, no failed request.

@@ -134,6 +134,47 @@ function chart(title, series, yunit) {
   return box;
 }
 
+// The step's schedule, a row per rank: each span a bar from its begin to its end.
+const KIND_COLORS = {forward: "#1a73e8", backward: "#e8710a", send: "#137333", receive: "#9334e6"};
+function timeline(step, spans) {
+  const box = el("div", {class: "chart", id: "timeline"},
+                 el("h3", {}, `Timeline of step ${step} (each rank from its own start)`));
+  const tracks = [...new Set(spans.map(s => s.track))].sort();
+  const W = 1200, L = 80, R = 10, row = 22, T = 6, B = 22;
+  const H = T + B + row * tracks.length;
+  const end = Math.max(...spans.map(s => s.end_ms), 1e-3);
+  const X = t => L + t / end * (W - L - R);
+  const s = svg("svg", {viewBox: `0 0 ${W} ${H}`, style: `height: ${H}px`, "data-spans": spans.length});
+  tracks.forEach((track, i) => {
+    const label = svg("text", {x: L - 6, y: T + row * i + 15, "text-anchor": "end", "font-size": 11, fill: "#333"});
+    label.textContent = track;
+    s.append(label);
+  });
+  for (const span of spans) {
+    const i = tracks.indexOf(span.track);
+    const rect = svg("rect", {x: X(span.begin_ms), y: T + row * i + 3, height: row - 6,
+                              width: Math.max(0.5, X(span.end_ms) - X(span.begin_ms)),
+                              fill: KIND_COLORS[span.kind] || "#888", "data-kind": span.kind});
+    const tip = svg("title");
+    tip.textContent = `${span.track}: ${span.name}, ${span.begin_ms.toFixed(2)}-${span.end_ms.toFixed(2)} ms`;
+    rect.append(tip);
+    s.append(rect);
+  }
+  for (const [t, anchor] of [[0, "start"], [end, "end"]]) {
+    const label = svg("text", {x: X(t), y: H - 6, "text-anchor": anchor, "font-size": 10, fill: "#666"});
+    label.textContent = t.toFixed(1) + " ms";
+    s.append(label);
+  }
+  const legend = el("div", {class: "legend"});
+  for (const [kind, color] of Object.entries(KIND_COLORS)) {
+    const swatch = el("i");
+    swatch.style.background = color;
+    legend.append(el("span", {}, swatch, kind));
+  }
+  box.append(s, legend);
+  return box;
+}
+
 function seriesOf(history, key, name) {
   return {name: name || key, points: history.filter(h => key in h.values).map(h => [h.step, h.values[key]])};
 }
@@ -196,6 +237,7 @@ function renderJob(job) {
   for (const e of [...job.events].reverse()) events.append(el("div", {}, e));
   if (job.events.length === 0) events.append(el("div", {class: "muted"}, "no events yet"));
   box.replaceChildren(charts,
+    job.timeline.length ? timeline(job.timeline_step, job.timeline) : "",
     el("div", {class: "charts"},
        el("div", {}, el("h3", {}, "Latest"), values),
        el("div", {}, el("h3", {}, "Events"), events)),

@@ -25,6 +25,12 @@ void MetricsStore::add(MetricsReport report) {
     if (events_.size() > kEvents) events_.pop_front();
   }
   report.events.clear();
+  if (!report.timeline.empty()) {
+    if (report.timeline.size() > kSpans) report.timeline.resize(kSpans);
+    timeline_step_ = report.step;
+    timeline_ = std::move(report.timeline);
+  }
+  report.timeline.clear();
   if (reports_++ % stride_ != 0) return;
   // Per-rank values are kept as the latest only: a job of thousands of ranks would fill the
   // history with them.
@@ -61,7 +67,9 @@ JobMetrics MetricsStore::snapshot(uint32_t job) const {
           .latest = latest(),
           .history = {history_.begin(), history_.end()},
           .events = {events_.begin(), events_.end()},
-          .help = help()};
+          .help = help(),
+          .timeline_step = timeline_step_,
+          .timeline = timeline_};
 }
 
 }  // namespace troupe::cluster

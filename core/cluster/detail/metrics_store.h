@@ -1,10 +1,11 @@
 // MetricsStore: what the head keeps of one job's reports (Cluster::report_metrics) - the latest
-// value of every series, a bounded history of the reports' job-wide values (all but the per-rank
-// ones, those labelled rank=..., which are kept only as the latest) and a bounded list of the
-// events. The history keeps at most kHistory reports: when full, every other one is dropped and
-// from then on only every other report is kept, so it always spans the run, evenly, at a grain that
-// doubles as the run grows (what TensorBoard's reservoir does for long runs, deterministically).
-// Pure bookkeeping; NOT thread-safe (the head's service calls it from its actor).
+// value of every series, the latest timeline, a bounded history of the reports' job-wide values
+// (all but the per-rank ones, those labelled rank=..., which are kept only as the latest) and a
+// bounded list of the events. The history keeps at most kHistory reports: when full, every other
+// one is dropped and from then on only every other report is kept, so it always spans the run,
+// evenly, at a grain that doubles as the run grows (what TensorBoard's reservoir does for long
+// runs, deterministically). Pure bookkeeping; NOT thread-safe (the head's service calls it from its
+// actor).
 #pragma once
 
 #include <cstddef>
@@ -24,6 +25,7 @@ class MetricsStore {
   static constexpr size_t kEvents = 256;
   // Distinct (name, labels) kept, later new ones dropped; and the most points a report keeps.
   static constexpr size_t kSeries = 65536;
+  static constexpr size_t kSpans = 16384;  // of a timeline
 
   // Takes a report: its values replace the latest of their series, it joins the history (as the
   // grain allows), its events the list (the oldest dropped past kEvents).
@@ -46,8 +48,10 @@ class MetricsStore {
   std::map<std::string, std::string> help_;
   std::deque<MetricsReport> history_;
   std::deque<std::string> events_;
-  uint64_t reports_ = 0;  // taken so far
-  uint64_t stride_ = 1;   // every stride_-th report joins the history
+  int64_t timeline_step_ = 0;
+  std::vector<TimelineSpan> timeline_;  // the latest report's that had one
+  uint64_t reports_ = 0;                // taken so far
+  uint64_t stride_ = 1;                 // every stride_-th report joins the history
 };
 
 }  // namespace troupe::cluster
