@@ -165,9 +165,12 @@ struct TrainingConfig {
   uint64_t seed = 1234;      // parameters' initialisation and the data order
   int log_interval = 1;      // steps between progress lines ("steps_per_print" too)
   std::string metrics_file;  // JSONL, a line per step; empty: none
-  std::string output_dir;    // final weights (and metrics, if metrics_file is empty)
-  int eval_interval = 0;     // steps between task-accuracy evaluations; 0: at the end
-  int eval_samples = 200;    // held-out problems per evaluation (synthetic tasks)
+  // Where TensorBoard event files go (a file per run, scalars by step: trainers/tensorboard.h);
+  // empty: none. DeepSpeed's tensorboard {enabled, output_path, job_name} sets it.
+  std::string tensorboard_dir;
+  std::string output_dir;  // final weights (and metrics, if metrics_file is empty)
+  int eval_interval = 0;   // steps between task-accuracy evaluations; 0: at the end
+  int eval_samples = 200;  // held-out problems per evaluation (synthetic tasks)
   // Validation batches (of the micro-batch size, over all data-parallel ranks) per evaluation, as
   // nanoGPT's eval_iters; 0: the whole validation split.
   int64_t eval_iters = 0;

@@ -121,6 +121,7 @@ std::string to_json(const TrainConfig& c) {
                    {"seed", t.seed},
                    {"log_interval", t.log_interval},
                    {"metrics_file", t.metrics_file},
+                   {"tensorboard_dir", t.tensorboard_dir},
                    {"output_dir", t.output_dir},
                    {"eval_interval", t.eval_interval},
                    {"eval_samples", t.eval_samples},

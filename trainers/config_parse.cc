@@ -22,8 +22,9 @@ namespace config_detail {
 namespace {
 
 // Top-level keys that parse_train_config reads.
-constexpr std::array<absl::string_view, 22> kImplementedKeys = {
+constexpr std::array<absl::string_view, 23> kImplementedKeys = {
     "device",
+    "tensorboard",
     "train_batch_size",
     "train_micro_batch_size_per_gpu",
     "gradient_accumulation_steps",
@@ -54,7 +55,7 @@ struct UnimplementedKey {
   absl::string_view default_json;  // DeepSpeed's default when it asks for nothing; "": none
   absl::string_view hint;          // appended to the warning; "": none
 };
-constexpr std::array<UnimplementedKey, 41> kUnimplementedKeys = {{
+constexpr std::array<UnimplementedKey, 40> kUnimplementedKeys = {{
     {"activation_checkpointing", "", "model.recompute_activations is troupe's"},
     {"aio", "", ""},
     {"amp", "", "fp16 and bf16 are troupe's"},
@@ -88,7 +89,6 @@ constexpr std::array<UnimplementedKey, 41> kUnimplementedKeys = {{
     {"sparse_attention", "", ""},
     {"sparse_gradients", "", ""},
     {"tensor_parallel", "", "parallel.tp is troupe's"},
-    {"tensorboard", "", "training.metrics_file is troupe's"},
     {"timers", "", ""},
     {"torch_autocast", "", ""},
     {"use_data_before_expert_parallelism", "", ""},
@@ -104,17 +104,16 @@ constexpr UnimplementedKey kZeroForceDsCpuOptimizer = {"zero_force_ds_cpu_optimi
 // written at the top level.
 constexpr std::array<absl::string_view, 7> kSections = {
     "model", "data", "parallel", "training", "checkpoint", "fault_tolerance", "elasticity"};
-constexpr std::array<std::array<absl::string_view, 10>, 7> kSectionKeys = {{
+constexpr std::array<std::array<absl::string_view, 12>, 7> kSectionKeys = {{
     {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "padded_vocab_size",
-     "recompute_activations", "", "", ""},
-    {"path", "val_path", "synthetic", "shuffle", "prefetch", "", "", "", "", ""},
-    {"dp", "pp", "tp", "schedule", "virtual_stages", "partition", "partition_method", "", "", ""},
-    {"steps", "seed", "log_interval", "metrics_file", "output_dir", "eval_interval", "eval_samples",
-     "eval_iters", "threads", "peak_flops"},
-    {"dir", "interval_steps", "keep", "keep_best", "async", "", "", "", "", ""},
-    {"enabled", "spare_nodes", "max_failures", "wait_for_node_s", "step_timeout_s", "", "", "", "",
-     ""},
-    {"enabled", "min_dp", "max_dp", "micro_batch_sizes", "min_gpus", "max_gpus", "", "", "", ""},
+     "recompute_activations"},
+    {"path", "val_path", "synthetic", "shuffle", "prefetch"},
+    {"dp", "pp", "tp", "schedule", "virtual_stages", "partition", "partition_method"},
+    {"steps", "seed", "log_interval", "metrics_file", "tensorboard_dir", "output_dir",
+     "eval_interval", "eval_samples", "eval_iters", "threads", "peak_flops", "init_from"},
+    {"dir", "interval_steps", "keep", "keep_best", "async"},
+    {"enabled", "spare_nodes", "max_failures", "wait_for_node_s", "step_timeout_s"},
+    {"enabled", "min_dp", "max_dp", "micro_batch_sizes", "min_gpus", "max_gpus"},
 }};
 constexpr std::array<absl::string_view, 4> kOptimizerParams = {"lr", "betas", "eps",
                                                                "weight_decay"};
@@ -385,6 +384,7 @@ absl::Status parse_training(JsonObject& top, TrainConfig* config) {
     has_log_interval = s.has("log_interval");
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("log_interval", &t.log_interval, 1));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("metrics_file", &t.metrics_file));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("tensorboard_dir", &t.tensorboard_dir));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("init_from", &t.init_from));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("output_dir", &t.output_dir));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("eval_interval", &t.eval_interval, 0));
@@ -393,6 +393,27 @@ absl::Status parse_training(JsonObject& top, TrainConfig* config) {
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("peak_flops", &t.peak_flops, 0, 1e21));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("threads", &t.threads, 0, kMaxThreads));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.check_unknown());
+  }
+  // DeepSpeed's tensorboard section: its event files in output_path/job_name.
+  absl::StatusOr<std::optional<JsonObject>> tensorboard = top.section("tensorboard");
+  if (!tensorboard.ok()) return tensorboard.status();
+  if (tensorboard->has_value()) {
+    JsonObject& tb = **tensorboard;
+    bool enabled = false;
+    std::string output_path, job_name = "DeepSpeedJobName";
+    TROUPE_CONFIG_RETURN_IF_ERROR(tb.read("enabled", &enabled));
+    TROUPE_CONFIG_RETURN_IF_ERROR(tb.read("output_path", &output_path));
+    TROUPE_CONFIG_RETURN_IF_ERROR(tb.read("job_name", &job_name));
+    TROUPE_CONFIG_RETURN_IF_ERROR(tb.check_unknown());
+    if (enabled) {
+      const std::string dir = absl::StrCat(output_path.empty() ? "." : output_path, "/", job_name);
+      if (!t.tensorboard_dir.empty() && t.tensorboard_dir != dir) {
+        return config_error(absl::StrCat("tensorboard: writes to ", dir,
+                                         " but training.tensorboard_dir is ", t.tensorboard_dir,
+                                         "; give one of them"));
+      }
+      t.tensorboard_dir = dir;
+    }
   }
   // DeepSpeed's steps_per_print is the same setting.
   int steps_per_print = 0;

@@ -20,6 +20,7 @@ target_sources(troupe_trainers PRIVATE
   progress.cc
   recovery.cc
   job_metrics.cc
+  tensorboard.cc
   run_metrics.cc
   run_tokenizer.cc
   step_reports.cc

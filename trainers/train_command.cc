@@ -35,6 +35,7 @@
 #include "trainers/progress.h"
 #include "trainers/run_metrics.h"
 #include "trainers/run_tokenizer.h"
+#include "trainers/tensorboard.h"
 #include "trainers/trainer.h"
 
 namespace troupe::trainers {
@@ -397,10 +398,33 @@ int train_command(const std::vector<std::string>& all_args) {
 
   ProgressReporter progress(stdout, steps, config.training.log_interval);
   progress.set_flops(flops);
+  // training.tensorboard_dir: the same values as TensorBoard scalars. A file that cannot be
+  // written later costs the scalars, not the run, as the metrics file.
+  std::optional<TensorBoardWriter> tensorboard;
+  if (!config.training.tensorboard_dir.empty()) {
+    absl::StatusOr<TensorBoardWriter> opened =
+        TensorBoardWriter::open(config.training.tensorboard_dir);
+    if (!opened.ok()) return fail("opening the TensorBoard file", opened.status());
+    tensorboard.emplace(*std::move(opened));
+    std::printf("  TensorBoard: %s (tensorboard --logdir %s)\n",
+                cluster::printable(tensorboard->path()).c_str(),
+                cluster::printable(config.training.tensorboard_dir).c_str());
+    std::fflush(stdout);
+  }
+  bool tensorboard_failed = false;
   // The head's /metrics and dashboard: each step's values, sent without waiting.
   JobMetricsReporter job_metrics(
-      [&cluster](cluster::MetricsReport r) { (*cluster)->report_metrics(std::move(r)); }, flops,
-      config.training.log_interval);
+      [&](cluster::MetricsReport r) {
+        if (tensorboard && !tensorboard_failed) {
+          if (absl::Status s = tensorboard->report(r); !s.ok()) {
+            tensorboard_failed = true;
+            progress.message(cluster::printable(
+                absl::StrCat(s.message(), "; training goes on without TensorBoard's scalars")));
+          }
+        }
+        (*cluster)->report_metrics(std::move(r));
+      },
+      flops, config.training.log_interval);
   // A metrics file that cannot be written (a full disk) costs the metrics,
   // not the run, as a failed checkpoint save does: the first error is shown,
   // the lines after it are dropped, and the run ends non-zero once its

@@ -300,6 +300,59 @@ TEST(ObservabilityTest, ATrainingRunsMetricsAreOnTheHeadsPage) {
   EXPECT_EQ(parsed.code, 0) << parsed.output;
 }
 
+// A run with DeepSpeed's tensorboard section writes TensorBoard event files in its
+// output_path/job_name, which the tensorboard package's own reader reads back: the loss at every
+// step, the step time's parts.
+TEST(ObservabilityTest, TensorBoardReadsTheRunsScalars) {
+  char path[] = "/tmp/troupe-tensorboard-XXXXXX";
+  ASSERT_NE(mkdtemp(path), nullptr);
+  const std::string dir = path;
+  std::string config = read_file(EXAMPLE_CONFIGS "/addition_ddp.json");
+  ASSERT_EQ(config.front(), '{');
+  config.insert(1, R"("tensorboard": {"enabled": true, "output_path": "tb", "job_name": "run"}, )");
+  std::ofstream(dir + "/config.json") << config;
+  const testing::Shell run = testing::shell("cd '" + dir +
+                                            "' && timeout -s KILL 240 '" TROUPE_BINARY
+                                            "' train --config config.json --local 2 --steps 30 "
+                                            "--output out");
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_NE(run.output.find("TensorBoard: tb/run/events.out.tfevents."), std::string::npos)
+      << run.output;
+  std::vector<std::string> files;
+  for (const auto& f : std::filesystem::directory_iterator(dir + "/tb/run"))
+    files.push_back(f.path());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_GT(std::filesystem::file_size(files[0]), 30u * 10);
+
+  std::optional<std::string> python;
+  for (const std::string candidate : {"/tmp/torchenv/bin/python", "python3"}) {
+    if (testing::shell("timeout 60 '" + candidate + "' -c 'import tensorboard'").code == 0) {
+      python = candidate;
+      break;
+    }
+  }
+  if (!python) {
+    std::filesystem::remove_all(dir);
+    GTEST_SKIP() << "the tensorboard package is not installed "
+                    "(tests/reference/setup_reference_env.sh installs it)";
+  }
+  const testing::Shell read = testing::shell(
+      "timeout 120 '" + *python +
+      "' -c 'import sys\n"
+      "from tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n"
+      "a = EventAccumulator(sys.argv[1]); a.Reload()\n"
+      "loss = a.Scalars(\"loss\")\n"
+      "print(len(loss), [e.step for e in loss][:3], loss[-1].value,\n"
+      "      len(a.Scalars(\"step_seconds/compute\")))' '" +
+      dir + "/tb/run'");
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(read.code, 0) << read.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(read.output, m, std::regex(R"rx(30 \[1, 2, 3\] ([0-9.]+) 30)rx")))
+      << read.output;
+  EXPECT_GT(std::stod(m[1]), 0);
+}
+
 // The headless browser the dashboard test loads the page in, if the machine has one.
 std::optional<std::string> browser() {
   for (const char* candidate : {"chromium", "chromium-browser", "google-chrome"}) {

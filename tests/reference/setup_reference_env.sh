@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Python side of the reference checks (tests/reference/hf_export_reference.py,
 # tests/reference/tokenizer_reference.py) and of the benchmarks' peers: a virtual environment
-# with CPU PyTorch, transformers and safetensors, tiktoken, sentencepiece and prometheus_client
-# from PyPI.
+# with CPU PyTorch, transformers and safetensors, tiktoken, sentencepiece, prometheus_client and
+# tensorboard from PyPI.
 #
 #   tests/reference/setup_reference_env.sh [VENV]    VENV: default /tmp/torchenv, where the
 #                                                    tests (and the benchmarks) look first
@@ -36,9 +36,13 @@ fi
 if ! "$py" -c 'import sentencepiece' >/dev/null 2>&1; then
   pip_install sentencepiece || skip_part "cannot install sentencepiece"
 fi
-# The observability tests read the head's /metrics with Prometheus' own Python parser too.
+# The observability tests read the head's /metrics with Prometheus' own Python parser too, and
+# the TensorBoard files troupe writes with the tensorboard package's reader.
 if ! "$py" -c 'import prometheus_client' >/dev/null 2>&1; then
   pip_install prometheus_client || skip_part "cannot install prometheus_client"
+fi
+if ! "$py" -c 'import tensorboard' >/dev/null 2>&1; then
+  pip_install tensorboard || skip_part "cannot install tensorboard"
 fi
 if ! "$py" -c 'import torch' >/dev/null 2>&1; then
   pip_install torch --index-url https://download.pytorch.org/whl/cpu || pip_install torch ||

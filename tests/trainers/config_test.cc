@@ -509,8 +509,8 @@ TEST(TrainConfigTest, UnimplementedFeaturesAreErrors) {
 
 TEST(TrainConfigTest, UnimplementedDeepSpeedKeysWarn) {
   const TrainConfig c = parse_ok(patched(R"({
-    "wall_clock_breakdown": true, "flops_profiler": {"enabled": true}, "tensorboard":
-    {"enabled": true, "output_path": "tb"}, "activation_checkpointing": {"partition_activations":
+    "wall_clock_breakdown": true, "flops_profiler": {"enabled": true}, "activation_checkpointing":
+    {"partition_activations":
     true}, "communication_data_type": "fp32", "prescale_gradients": true, "amp": {"enabled": true},
     "gradient_predivide_factor": 2.0,
     "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2, "zero_quantized_weights": true,
@@ -522,7 +522,6 @@ TEST(TrainConfigTest, UnimplementedDeepSpeedKeysWarn) {
   for (const char* expected : {
            "wall_clock_breakdown is not implemented by troupe; ignored",
            "flops_profiler is not implemented by troupe; ignored",
-           "tensorboard is not implemented by troupe; ignored (training.metrics_file is troupe's)",
            "activation_checkpointing is not implemented by troupe; ignored "
            "(model.recompute_activations is troupe's)",
            "communication_data_type is not implemented",
@@ -540,7 +539,26 @@ TEST(TrainConfigTest, UnimplementedDeepSpeedKeysWarn) {
        }) {
     EXPECT_TRUE(has_warning(c, expected)) << expected << " not in:" << warnings_of(c);
   }
-  EXPECT_EQ(c.warnings.size(), 15u) << warnings_of(c);
+  EXPECT_EQ(c.warnings.size(), 14u) << warnings_of(c);
+}
+
+// DeepSpeed's tensorboard section is troupe's training.tensorboard_dir: output_path/job_name.
+TEST(TrainConfigTest, DeepSpeedsTensorboardSectionSetsTheDirectory) {
+  EXPECT_EQ(parse_ok(patched(R"({"tensorboard": {"enabled": true, "output_path": "tb",
+                                                  "job_name": "gpt"}})"))
+                .training.tensorboard_dir,
+            "tb/gpt");
+  EXPECT_EQ(parse_ok(patched(R"({"tensorboard": {"enabled": false, "output_path": "tb"}})"))
+                .training.tensorboard_dir,
+            "");
+  EXPECT_EQ(
+      parse_ok(patched(R"({"training": {"tensorboard_dir": "runs/x"}})")).training.tensorboard_dir,
+      "runs/x");
+  expect_error(R"({"tensorboard": {"enabled": true, "output_path": "a", "job_name": "b"},
+                   "training": {"tensorboard_dir": "c"}})",
+               "tensorboard", "give one of them");
+  expect_error(R"({"tensorboard": {"enabled": true, "output": "a"}})", "tensorboard.output",
+               "unknown key");
 }
 
 TEST(TrainConfigTest, FaultToleranceSection) {

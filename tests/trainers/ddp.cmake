@@ -44,3 +44,6 @@ endif()
 # What a training job reports to the head's /metrics (label observability).
 troupe_test(trainers_job_metrics_test observability SOURCES job_metrics_test.cc
   LIBS troupe_trainers)
+# TensorBoard event files written by troupe, read back (label observability).
+troupe_test(trainers_tensorboard_test observability SOURCES tensorboard_test.cc
+  LIBS troupe_trainers)
