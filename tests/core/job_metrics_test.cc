@@ -122,5 +122,40 @@ TEST(JobMetricsRenderTest, StatusShowsEachJobsStepLossAndThroughput) {
   EXPECT_TRUE(absl::StrContains(status, "step 12, loss 1.2500, 45.2k tokens/s")) << status;
 }
 
+// `troupe status` a person can read: each living actor's whole name (a training job's
+// JOB/kind/d0.p0.t0), the dead counted by why rather than listed.
+TEST(JobMetricsRenderTest, StatusNamesActorsInFullAndCountsTheDead) {
+  ClusterStatus s;
+  s.actors.push_back({.id = 1,
+                      .type = "PipelineStageActor",
+                      .name = "train-13441-84345/stage/d1.p0.t0",
+                      .node = 2,
+                      .state = ActorState::kAlive,
+                      .job = 3});
+  s.actors.push_back({.id = 2,
+                      .type = "ParamShardActor",
+                      .name = "train-13441-84345/shard/d1.p0.t0",
+                      .node = 2,
+                      .state = ActorState::kRestarting,
+                      .restarts = 1,
+                      .death_reason = "node 2 is dead",
+                      .job = 3});
+  for (uint64_t i = 0; i < 30; ++i) {
+    s.actors.push_back({.id = 10 + i,
+                        .type = "Probe",
+                        .name = absl::StrCat("old-", i),
+                        .state = ActorState::kDead,
+                        .death_reason = i < 20 ? "its job 2 ended (finished)" : "node 1 is dead"});
+  }
+  const std::string out = render_status(s);
+  EXPECT_TRUE(absl::StrContains(out, "train-13441-84345/stage/d1.p0.t0\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "train-13441-84345/shard/d1.p0.t0  (node 2 is dead)")) << out;
+  EXPECT_TRUE(absl::StrContains(out,
+                                "  30 dead:\n    20  its job 2 ended (finished)\n"
+                                "    10  node 1 is dead\n"))
+      << out;
+  EXPECT_FALSE(absl::StrContains(out, "old-")) << "the dead are counted, not listed";
+}
+
 }  // namespace
 }  // namespace troupe::cluster

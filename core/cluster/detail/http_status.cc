@@ -1,5 +1,6 @@
 #include "core/cluster/detail/http_status.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -155,16 +156,45 @@ std::string render_status(const ClusterStatus& s) {
     counts.push_back(absl::StrCat(n, " ", std::string(to_string(state))));
   absl::StrAppendFormat(&out, "\nActors: %zu (%s)\n", s.actors.size(),
                         counts.empty() ? "none" : absl::StrJoin(counts, ", ").c_str());
-  if (!s.actors.empty()) {
-    absl::StrAppendFormat(&out, "  %-20s %-24s %-16s %-5s %-8s %-10s %-8s %s\n", "ID", "TYPE",
-                          "NAME", "NODE", "JOB", "STATE", "RESTARTS", "NOTE");
-    for (const ActorStatus& a : s.actors) {
-      std::string job = a.job == 0 ? "detached" : absl::StrCat(a.job);
-      absl::StrAppendFormat(&out, "  %-20s %-24s %-16s %-5u %-8s %-10s %-8d %s\n",
-                            to_string(ActorId{a.id}).c_str(), a.type.substr(0, 24).c_str(),
-                            a.name.substr(0, 16).c_str(), a.node, job.c_str(),
-                            std::string(to_string(a.state)).c_str(), a.restarts,
-                            a.state == ActorState::kAlive ? "" : a.death_reason.c_str());
+  // The living (and those on their way back) a line each, named in full (a training job's are
+  // JOB/kind/d0.p0.t0); the dead counted by why, the commonest first.
+  std::map<std::string, int> dead_because;
+  bool header = false;
+  for (const ActorStatus& a : s.actors) {
+    if (a.state == ActorState::kDead) {
+      ++dead_because[a.death_reason.empty() ? "no reason given" : a.death_reason];
+      continue;
+    }
+    if (!header) {
+      absl::StrAppendFormat(&out, "  %-20s %-5s %-8s %-10s %-8s %-22s %s\n", "ID", "NODE", "JOB",
+                            "STATE", "RESTARTS", "TYPE", "NAME");
+      header = true;
+    }
+    const std::string job = a.job == 0 ? "detached" : absl::StrCat(a.job);
+    absl::StrAppendFormat(&out, "  %-20s %-5u %-8s %-10s %-8d %-22s %s%s\n",
+                          to_string(ActorId{a.id}).c_str(), a.node, job.c_str(),
+                          std::string(to_string(a.state)).c_str(), a.restarts,
+                          a.type.substr(0, 22).c_str(), a.name.empty() ? "-" : a.name.c_str(),
+                          a.state == ActorState::kAlive || a.death_reason.empty()
+                              ? ""
+                              : ("  (" + a.death_reason + ")").c_str());
+  }
+  if (!dead_because.empty()) {
+    std::vector<std::pair<int, std::string>> reasons;
+    int dead = 0;
+    for (const auto& [why, n] : dead_because) {
+      reasons.emplace_back(n, why);
+      dead += n;
+    }
+    std::sort(reasons.begin(), reasons.end(),
+              [](const auto& x, const auto& y) { return x.first > y.first; });
+    absl::StrAppendFormat(&out, "  %d dead:\n", dead);
+    constexpr size_t kReasonsShown = 5;
+    for (size_t i = 0; i < reasons.size() && i < kReasonsShown; ++i) {
+      absl::StrAppendFormat(&out, "    %d  %s\n", reasons[i].first, reasons[i].second.c_str());
+    }
+    if (reasons.size() > kReasonsShown) {
+      absl::StrAppendFormat(&out, "    (and %zu other reasons)\n", reasons.size() - kReasonsShown);
     }
   }
   absl::StrAppendFormat(&out, "\nPlacement groups: %zu\n", s.placement_groups.size());
