@@ -21,6 +21,7 @@ target_sources(troupe_trainers PRIVATE
   recovery.cc
   job_metrics.cc
   tensorboard.cc
+  trace.cc
   run_metrics.cc
   run_tokenizer.cc
   step_reports.cc

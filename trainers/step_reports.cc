@@ -143,18 +143,23 @@ absl::StatusOr<StepTotals> combine_reports(int64_t step,
   }
   // Per rank: an interleaved stage's chunks are one rank's.
   const int virtual_stages = virtual_stages_of(reports);
-  std::map<std::tuple<int, int, int>, std::pair<actors::MemoryReport, actors::TrafficReport>> ranks;
+  std::map<std::tuple<int, int, int>, RankUsage> ranks;
   for (const actors::StepReport& r : reports) {
-    auto& [memory, sent] = ranks[{r.at.d, stage_of(r, virtual_stages), r.at.t}];
-    memory = memory.plus(r.memory);
-    sent = sent.plus(r.sent);
+    const int p = stage_of(r, virtual_stages);
+    RankUsage& u = ranks[{r.at.d, p, r.at.t}];
+    u.at = {.d = r.at.d, .p = p, .t = r.at.t};
+    u.memory = u.memory.plus(r.memory);
+    u.sent = u.sent.plus(r.sent);
+    u.forward_ms += r.forward_ms;
+    u.backward_ms += r.backward_ms;
+    u.comm_ms += r.comm_ms;
+    u.comm_exposed_ms += r.comm_exposed_ms;
+    u.step_ms = std::max(u.step_ms, r.step_ms);
   }
   for (const auto& [at, rank] : ranks) {
-    out.memory = out.memory.max_with(rank.first);
-    out.sent = out.sent.max_with(rank.second);
-    const auto [d, p, t] = at;
-    out.ranks.push_back(
-        {.at = {.d = d, .p = p, .t = t}, .memory = rank.first, .sent = rank.second});
+    out.memory = out.memory.max_with(rank.memory);
+    out.sent = out.sent.max_with(rank.sent);
+    out.ranks.push_back(rank);
   }
   if (out.samples == 0) {
     return absl::InternalError(

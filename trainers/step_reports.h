@@ -30,6 +30,9 @@ struct RankUsage {
   actors::Coordinate at;
   actors::MemoryReport memory;
   actors::TrafficReport sent;
+  // Its times in the step (ms), its chunks' summed: forward, backward, gradient reductions issue
+  // to completion, the wait for them after backward, and the whole step on the stage.
+  double forward_ms = 0, backward_ms = 0, comm_ms = 0, comm_exposed_ms = 0, step_ms = 0;
 };
 
 struct StepTotals {

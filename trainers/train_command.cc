@@ -36,6 +36,7 @@
 #include "trainers/run_metrics.h"
 #include "trainers/run_tokenizer.h"
 #include "trainers/tensorboard.h"
+#include "trainers/trace.h"
 #include "trainers/trainer.h"
 
 namespace troupe::trainers {
@@ -59,7 +60,8 @@ void print_train_help() {
   std::printf(
       "usage: troupe train (CONFIG.json | --config FILE) [--local N | --head HOST:PORT]\n"
       "                    [--steps N] [--output DIR] [--metrics FILE] [--threads N]\n"
-      "                    [--device auto|cpu|cuda] [--resume]\n\n"
+      "                    [--device auto|cpu|cuda] [--resume]\n"
+      "                    [--trace FILE [--trace-steps A:B]]\n\n"
       "Trains the model the config describes over a mesh of dp x pp stages: dp replicas\n"
       "(DDP or ZeRO-1/2/3), each a pipeline of pp stages running the config's schedule;\n"
       "each stage with a parameter shard and a data loader on one node.\n\n"
@@ -81,7 +83,11 @@ void print_train_help() {
       "                    cpu, or auto (cuda when every worker offers a GPU)\n"
       "  --resume          continue from the newest checkpoint in checkpoint.dir (its\n"
       "                    `latest`), in this run's layout: dp and ZeRO stage may differ\n"
-      "                    from the saved run's (docs/checkpoint.md)\n\n"
+      "                    from the saved run's (docs/checkpoint.md)\n"
+      "  --trace FILE      write the run as a Chrome/Perfetto trace (ui.perfetto.dev):\n"
+      "                    each step, each rank's forward, backward and collectives,\n"
+      "                    checkpoints, recoveries (docs/observability.md)\n"
+      "  --trace-steps A:B only steps A to B in the trace (A: or :B for open ends)\n\n"
       "Shows a progress line per training.log_interval steps, evaluates the task accuracy\n"
       "of a synthetic task, writes DIR/model.json + model.bin (for troupe generate) and a\n"
       "metrics line per step. With checkpoint.interval_steps, saves a checkpoint into\n"
@@ -171,7 +177,7 @@ int train_command(const std::vector<std::string>& all_args) {
   }
   auto flags = Flags::parse("train", args,
                             {"config", "local", "head", "token-file", "steps", "output", "metrics",
-                             "threads", "device", "resume"},
+                             "threads", "device", "resume", "trace", "trace-steps"},
                             {"resume"});
   if (!flags.ok()) {
     std::fprintf(stderr, "%s\n", cluster::printable(flags.status().message()).c_str());
@@ -411,6 +417,22 @@ int train_command(const std::vector<std::string>& all_args) {
                 cluster::printable(config.training.tensorboard_dir).c_str());
     std::fflush(stdout);
   }
+  // --trace FILE: the run as a Perfetto trace, valid after every step.
+  std::optional<TraceWriter> trace;
+  if (flags->has("trace")) {
+    TraceWindow window;
+    if (flags->has("trace-steps")) {
+      absl::StatusOr<TraceWindow> w = parse_trace_window(flags->get("trace-steps"));
+      if (!w.ok()) return usage_error(std::string(w.status().message()));
+      window = *w;
+    }
+    absl::StatusOr<TraceWriter> opened = TraceWriter::open(flags->get("trace"), window);
+    if (!opened.ok()) return fail("opening the trace", opened.status());
+    trace.emplace(*std::move(opened));
+    std::printf("  trace: %s (open it in ui.perfetto.dev)\n",
+                cluster::printable(trace->path()).c_str());
+    std::fflush(stdout);
+  }
   bool tensorboard_failed = false;
   // The head's /metrics and dashboard: each step's values, sent without waiting.
   JobMetricsReporter job_metrics(
@@ -455,6 +477,7 @@ int train_command(const std::vector<std::string>& all_args) {
       }
       record_metrics(metrics->write_checkpoint(e));
       job_metrics.on_checkpoint(e);
+      if (trace) trace->checkpoint(e, trace->now_us());
     }
   };
   RecoveringStepper stepper(trainer, config.checkpoint.dir.empty() ? nullptr : &checkpoints,
@@ -465,6 +488,7 @@ int train_command(const std::vector<std::string>& all_args) {
     progress.message(cluster::printable(r.summary()));
     record_metrics(metrics->write_recovery(r));
     job_metrics.on_recovery(r);
+    if (trace) trace->recovery(r, trace->now_us());
   };
   // Elasticity: the job grows onto workers that join and leaves drained or
   // lost ones, between steps (docs/elasticity.md).
@@ -488,6 +512,7 @@ int train_command(const std::vector<std::string>& all_args) {
     publish(r.step - 1);
     record_metrics(metrics->write_resize(r));
     job_metrics.on_resize(r);
+    if (trace) trace->resize(r, trace->now_us());
   };
   double first_loss = 0, last_loss = 0;
   ValidationTrack validation;
@@ -525,6 +550,7 @@ int train_command(const std::vector<std::string>& all_args) {
         on_resize(**resized);
       }
     }
+    const double step_began_us = trace ? trace->now_us() : 0;
     absl::StatusOr<StepOutcome> outcome = stepper.step(k, on_recovery);
     if (!outcome.ok() && scaler) {
       // A lost rank without a replacement (no fault tolerance, or none came
@@ -560,6 +586,7 @@ int train_command(const std::vector<std::string>& all_args) {
     record_metrics(metrics->write_step(*outcome));
     progress.on_step(*outcome);
     job_metrics.on_step(*outcome);
+    if (trace) trace->step(*outcome, step_began_us, trace->now_us());
     if (k % config.training.log_interval == 0) publish(k);
     report_checkpoints(checkpoints.after_step(k));
     if (config.data.synthetic && config.training.eval_interval > 0 &&
@@ -568,9 +595,13 @@ int train_command(const std::vector<std::string>& all_args) {
     }
     if (!config.data.val_path.empty() && config.training.eval_interval > 0 &&
         k % config.training.eval_interval == 0 && k < steps) {
+      const double began_us = trace ? trace->now_us() : 0;
       absl::StatusOr<bool> best = validate_and_report(trainer, k, progress, metrics, &validation);
       record_metrics(best.status());
-      if (best.ok() && validation.last) job_metrics.on_validation(k, *validation.last);
+      if (best.ok() && validation.last) {
+        job_metrics.on_validation(k, *validation.last);
+        if (trace) trace->validation(k, validation.last->loss(), began_us, trace->now_us());
+      }
       if (best.ok() && *best && config.checkpoint.keep_best) keep_best(k);
     }
   }
@@ -580,10 +611,14 @@ int train_command(const std::vector<std::string>& all_args) {
   // The last validation comes first, so that keep_best can mark the last checkpoint.
   bool last_is_best = false;
   if (!config.data.val_path.empty() && !interrupted && first_step <= last_step) {
+    const double began_us = trace ? trace->now_us() : 0;
     absl::StatusOr<bool> best =
         validate_and_report(trainer, last_step, progress, metrics, &validation);
     record_metrics(best.status());
-    if (best.ok() && validation.last) job_metrics.on_validation(last_step, *validation.last);
+    if (best.ok() && validation.last) {
+      job_metrics.on_validation(last_step, *validation.last);
+      if (trace) trace->validation(last_step, validation.last->loss(), began_us, trace->now_us());
+    }
     last_is_best = best.ok() && *best;
   }
   const int interval = config.checkpoint.interval_steps;
@@ -597,6 +632,10 @@ int train_command(const std::vector<std::string>& all_args) {
     }
   }
   report_checkpoints(checkpoints.finish());
+  if (trace && !trace->status().ok()) {
+    progress.message(cluster::printable(
+        absl::StrCat(trace->status().message(), "; the trace ends where the writing failed")));
+  }
   std::optional<double> accuracy;
   if (config.data.synthetic && !interrupted) {
     record_metrics(evaluate(trainer, config, steps, progress, metrics, &accuracy));

@@ -353,6 +353,106 @@ TEST(ObservabilityTest, TensorBoardReadsTheRunsScalars) {
   EXPECT_GT(std::stod(m[1]), 0);
 }
 
+// What a trace file holds, as Python's json module reads it: the step spans' numbers, the ranks'
+// process names and the forward spans of rank d0.p0.t0, or the error. Every span's duration is
+// checked to be >= 0 and every event to be a complete span, a counter or metadata.
+struct TraceSummary {
+  bool valid = false;
+  std::string error;
+  std::vector<int> steps;
+  int ranks = 0;
+  int forwards = 0;  // spans named "forward ..." on the first rank
+  int checkpoints = 0;
+};
+TraceSummary read_trace(const std::string& path) {
+  const testing::Shell out = testing::shell(
+      "python3 -c 'import json, sys\n"
+      "t = json.load(open(sys.argv[1]))\n"
+      "ev = t[\"traceEvents\"]\n"
+      "assert all(e[\"ph\"] in (\"X\", \"C\", \"M\") for e in ev)\n"
+      "assert all(e[\"dur\"] >= 0 for e in ev if e[\"ph\"] == \"X\")\n"
+      "names = {e[\"pid\"]: e[\"args\"][\"name\"] for e in ev if e[\"name\"] == \"process_name\"}\n"
+      "first = [p for p, n in names.items() if n == \"rank d0.p0.t0\"]\n"
+      "steps = [int(e[\"name\"].split()[1]) for e in ev if e[\"ph\"] == \"X\" and e[\"cat\"] == "
+      "\"step\"]\n"
+      "fw = [e for e in ev if e[\"ph\"] == \"X\" and first and e[\"pid\"] == first[0] and "
+      "e[\"name\"].startswith(\"forward\")]\n"
+      "ck = [e for e in ev if e[\"ph\"] == \"X\" and e[\"cat\"] == \"checkpoint\"]\n"
+      "print(\"steps\", \" \".join(map(str, steps)) or \"-\", \"ranks\", len(names) - 1, "
+      "\"forwards\", len(fw), \"checkpoints\", len(ck))' '" +
+      path + "'");
+  TraceSummary t;
+  std::smatch m;
+  if (out.code != 0 ||
+      !std::regex_search(out.output, m,
+                         std::regex(R"(steps ([0-9 -]+) ranks ([0-9]+) forwards ([0-9]+) )"
+                                    R"(checkpoints ([0-9]+))"))) {
+    t.error = out.output;
+    return t;
+  }
+  t.valid = true;
+  for (const absl::string_view n : absl::StrSplit(std::string(m[1]), ' ', absl::SkipEmpty())) {
+    int step = 0;
+    if (absl::SimpleAtoi(n, &step)) t.steps.push_back(step);
+  }
+  t.ranks = std::stoi(m[2]);
+  t.forwards = std::stoi(m[3]);
+  t.checkpoints = std::stoi(m[4]);
+  return t;
+}
+
+// `troupe train --trace`: a Perfetto trace of the pipeline example, a span per step, each rank's
+// forwards per micro-batch; --trace-steps bounds it; and a run interrupted with Ctrl-C mid-way
+// leaves a trace that is valid JSON up to its last step, with the checkpoint Ctrl-C saved.
+TEST(ObservabilityTest, TheTraceHasEveryStepAndStaysValidWhenInterrupted) {
+  if (testing::shell("command -v python3 >/dev/null").code != 0) {
+    GTEST_SKIP() << "no python3 to read the trace's JSON with";
+  }
+  char path[] = "/tmp/troupe-trace-XXXXXX";
+  ASSERT_NE(mkdtemp(path), nullptr);
+  const std::string dir = path;
+  auto train = [&](const std::string& flags, const std::string& config = "addition_pipeline") {
+    return testing::shell("cd '" + dir +
+                          "' && timeout -s KILL 240 '" TROUPE_BINARY
+                          "' train --config '" EXAMPLE_CONFIGS "/" +
+                          config + ".json' --local 2 --output out " + flags);
+  };
+  const testing::Shell whole = train("--steps 12 --trace whole.json");
+  ASSERT_EQ(whole.code, 0) << whole.output;
+  EXPECT_NE(whole.output.find("trace: whole.json"), std::string::npos) << whole.output;
+  const TraceSummary t = read_trace(dir + "/whole.json");
+  ASSERT_TRUE(t.valid) << t.error;
+  EXPECT_EQ(t.steps, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(t.ranks, 4) << "dp 2 x pp 2";
+  EXPECT_EQ(t.forwards, 12 * 4) << "4 micro-batches a step";
+
+  const testing::Shell window = train("--steps 12 --trace window.json --trace-steps 5:8");
+  ASSERT_EQ(window.code, 0) << window.output;
+  EXPECT_EQ(read_trace(dir + "/window.json").steps, (std::vector<int>{5, 6, 7, 8}));
+  const testing::Shell bad = train("--steps 12 --trace bad.json --trace-steps 8:5");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--trace-steps '8:5'"), std::string::npos) << bad.output;
+
+  // Interrupted: Ctrl-C once it has traced a few steps (the DDP example, whose checkpoint.dir
+  // makes Ctrl-C save a checkpoint).
+  std::thread run(
+      [&] { static_cast<void>(train("--steps 100000 --trace cut.json", "addition_ddp")); });
+  for (absl::Time deadline = absl::Now() + absl::Seconds(120); absl::Now() < deadline;) {
+    if (read_file(dir + "/cut.json").find("\"step 20\"") != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  static_cast<void>(testing::shell("pkill -INT -f -- '^" TROUPE_BINARY
+                                   " train .*--steps 100000 --trace cut.json'"));
+  run.join();
+  const TraceSummary cut = read_trace(dir + "/cut.json");
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(cut.valid) << cut.error;
+  ASSERT_GE(cut.steps.size(), 20u);
+  for (size_t i = 0; i < cut.steps.size(); ++i)
+    EXPECT_EQ(cut.steps[i], static_cast<int>(i) + 1);
+  EXPECT_GE(cut.checkpoints, 1) << "Ctrl-C saves a checkpoint, and the trace shows it";
+}
+
 // The headless browser the dashboard test loads the page in, if the machine has one.
 std::optional<std::string> browser() {
   for (const char* candidate : {"chromium", "chromium-browser", "google-chrome"}) {
