@@ -32,8 +32,9 @@ uint64_t trajectory_hash(const std::string& config_json) {
     j.erase("checkpoint");
     j.erase("fault_tolerance");
     if (j.contains("training") && j["training"].is_object()) {
-      for (const char* key : {"steps", "log_interval", "metrics_file", "tensorboard_dir",
-                              "output_dir", "eval_interval", "eval_samples", "threads"}) {
+      for (const char* key :
+           {"steps", "log_interval", "metrics_file", "tensorboard_dir", "report_metrics",
+            "output_dir", "eval_interval", "eval_samples", "threads"}) {
         j["training"].erase(key);
       }
     }

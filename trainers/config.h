@@ -168,6 +168,9 @@ struct TrainingConfig {
   // Where TensorBoard event files go (a file per run, scalars by step: trainers/tensorboard.h);
   // empty: none. DeepSpeed's tensorboard {enabled, output_path, job_name} sets it.
   std::string tensorboard_dir;
+  // Whether the driver reports each step's values to the head (its /metrics, its dashboard and
+  // `troupe status`: trainers/job_metrics.h). Off costs the run nothing but its visibility.
+  bool report_metrics = true;
   std::string output_dir;  // final weights (and metrics, if metrics_file is empty)
   int eval_interval = 0;   // steps between task-accuracy evaluations; 0: at the end
   int eval_samples = 200;  // held-out problems per evaluation (synthetic tasks)

@@ -122,6 +122,7 @@ std::string to_json(const TrainConfig& c) {
                    {"log_interval", t.log_interval},
                    {"metrics_file", t.metrics_file},
                    {"tensorboard_dir", t.tensorboard_dir},
+                   {"report_metrics", t.report_metrics},
                    {"output_dir", t.output_dir},
                    {"eval_interval", t.eval_interval},
                    {"eval_samples", t.eval_samples},

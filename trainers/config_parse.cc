@@ -109,8 +109,8 @@ constexpr std::array<std::array<absl::string_view, 12>, 7> kSectionKeys = {{
      "recompute_activations"},
     {"path", "val_path", "synthetic", "shuffle", "prefetch"},
     {"dp", "pp", "tp", "schedule", "virtual_stages", "partition", "partition_method"},
-    {"steps", "seed", "log_interval", "metrics_file", "tensorboard_dir", "output_dir",
-     "eval_interval", "eval_samples", "eval_iters", "threads", "peak_flops", "init_from"},
+    {"steps", "seed", "log_interval", "metrics_file", "tensorboard_dir", "report_metrics",
+     "output_dir", "eval_interval", "eval_samples", "eval_iters", "threads", "peak_flops"},
     {"dir", "interval_steps", "keep", "keep_best", "async"},
     {"enabled", "spare_nodes", "max_failures", "wait_for_node_s", "step_timeout_s"},
     {"enabled", "min_dp", "max_dp", "micro_batch_sizes", "min_gpus", "max_gpus"},
@@ -385,6 +385,7 @@ absl::Status parse_training(JsonObject& top, TrainConfig* config) {
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("log_interval", &t.log_interval, 1));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("metrics_file", &t.metrics_file));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("tensorboard_dir", &t.tensorboard_dir));
+    TROUPE_CONFIG_RETURN_IF_ERROR(s.read("report_metrics", &t.report_metrics));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("init_from", &t.init_from));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("output_dir", &t.output_dir));
     TROUPE_CONFIG_RETURN_IF_ERROR(s.read("eval_interval", &t.eval_interval, 0));

@@ -1,5 +1,7 @@
 #include "trainers/progress.h"
 
+#include "absl/time/clock.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -174,7 +176,8 @@ absl::Status MetricsWriter::write_step(const StepOutcome& s) {
                       {"comm_exposed_ms", s.comm_exposed_ms},
                       {"overhead_ms", s.overhead_ms},
                       {"epoch", s.epoch},
-                      {"data_position", s.data_position}};
+                      {"data_position", s.data_position},
+                      {"time", absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())}};
   if (!s.timelines.empty()) j["bubble"] = s.bubble;  // a pipeline's
   if (flops_ && s.step_ms > 0) {
     const double tokens_per_s = s.tokens / (s.step_ms / 1000.0);

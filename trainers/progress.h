@@ -110,7 +110,8 @@ class MetricsWriter {
 
   // {"step":..,"loss":..,"lr":..,"grad_norm":..,"loss_scale":..,"applied":..,
   //  "samples":..,"tokens":..,"tokens_per_s":..,"step_ms":..,"compute_ms":..,
-  //  "comm_ms":..,"comm_exposed_ms":..,"overhead_ms":..,"epoch":..,"data_position":..}
+  //  "comm_ms":..,"comm_exposed_ms":..,"overhead_ms":..,"epoch":..,"data_position":..,
+  //  "time": unix seconds when it was written}
   // Each line is flushed as it is written. Errors: Internal naming the file
   // and the reason (a full disk), after which nothing more is written.
   absl::Status write_step(const StepOutcome& step);

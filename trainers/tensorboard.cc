@@ -111,13 +111,14 @@ absl::StatusOr<TensorBoardWriter> TensorBoardWriter::open(const std::string& dir
 TensorBoardWriter::TensorBoardWriter(TensorBoardWriter&& other) noexcept
     : file_(std::exchange(other.file_, nullptr)),
       path_(std::move(other.path_)),
-      failed_(std::move(other.failed_)) {}
+      failed_(std::move(other.failed_)),
+      flushed_(other.flushed_) {}
 
 TensorBoardWriter::~TensorBoardWriter() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
-absl::Status TensorBoardWriter::record(const std::string& data) {
+absl::Status TensorBoardWriter::record(const std::string& data, bool flush) {
   if (!failed_.ok()) return failed_;
   std::string header;
   little_endian(&header, static_cast<uint64_t>(data.size()));
@@ -126,7 +127,7 @@ absl::Status TensorBoardWriter::record(const std::string& data) {
   framed += data;
   little_endian(&framed, masked_crc32c(data));
   if (std::fwrite(framed.data(), 1, framed.size(), file_) != framed.size() ||
-      std::fflush(file_) != 0) {
+      (flush && std::fflush(file_) != 0)) {
     failed_ = absl::InternalError(
         absl::StrCat("TensorBoard: writing ", path_, ": ", std::strerror(errno)));
   }
@@ -134,7 +135,7 @@ absl::Status TensorBoardWriter::record(const std::string& data) {
 }
 
 absl::Status TensorBoardWriter::scalar(std::string_view tag, int64_t step, double value,
-                                       double wall_seconds) {
+                                       double wall_seconds, bool flush) {
   std::string v;
   bytes_field(&v, 1, tag);
   key(&v, 2, 5);
@@ -143,7 +144,7 @@ absl::Status TensorBoardWriter::scalar(std::string_view tag, int64_t step, doubl
   bytes_field(&summary, 1, v);
   std::string e = event(wall_seconds, step);
   bytes_field(&e, 5, summary);
-  return record(e);
+  return record(e, flush);
 }
 
 absl::Status TensorBoardWriter::report(const cluster::MetricsReport& report) {
@@ -159,9 +160,20 @@ absl::Status TensorBoardWriter::report(const cluster::MetricsReport& report) {
       }
       tag = absl::StrCat(p.name, "/", p.labels.substr(eq + 2, p.labels.size() - eq - 3));
     }
-    if (absl::Status s = scalar(tag, report.step, p.value, report.unix_seconds); !s.ok()) return s;
+    if (absl::Status s = scalar(tag, report.step, p.value, report.unix_seconds, false); !s.ok()) {
+      return s;
+    }
   }
-  return absl::OkStatus();
+  // A step's scalars reach the file together, at most every second (TensorBoard's own writer
+  // flushes every two minutes); the rest at close.
+  const absl::Time now = absl::Now();
+  if (now - flushed_ < absl::Seconds(1)) return failed_;
+  flushed_ = now;
+  if (failed_.ok() && std::fflush(file_) != 0) {
+    failed_ = absl::InternalError(
+        absl::StrCat("TensorBoard: writing ", path_, ": ", std::strerror(errno)));
+  }
+  return failed_;
 }
 
 }  // namespace troupe::trainers

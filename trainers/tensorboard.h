@@ -7,8 +7,8 @@
 // The format: a TFRecord stream (each record its length, the length's masked CRC-32C, the data
 // and the data's masked CRC-32C) of tensorflow.Event protocol buffers, the first carrying
 // file_version "brain.Event:2", each scalar an Event {wall_time, step, summary {value {tag,
-// simple_value}}}. Every record is flushed as it is written, so that TensorBoard shows a run
-// live and an interrupted run keeps every scalar written before it stopped.
+// simple_value}}}. The reports' scalars are flushed at most every second and when the writer
+// closes (a run's end, Ctrl-C, a failure), so that TensorBoard shows a run live at little cost.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/cluster/protocol.h"
 
 namespace troupe::trainers {
@@ -32,20 +33,23 @@ class TensorBoardWriter {
 
   const std::string& path() const { return path_; }
 
-  // One scalar at `step`. Errors: Internal naming the file (a full disk); later writes fail too.
-  absl::Status scalar(std::string_view tag, int64_t step, double value, double wall_seconds);
+  // One scalar at `step`, flushed unless `flush` is false. Errors: Internal naming the file (a
+  // full disk); later writes fail too.
+  absl::Status scalar(std::string_view tag, int64_t step, double value, double wall_seconds,
+                      bool flush = true);
   // A job's report (trainers/job_metrics.h) as scalars: each job-wide value under its name, a
   // value with one label other than a rank's under "name/label" (step_seconds/compute); per-rank
-  // values are left to /metrics.
+  // values are left to /metrics. Flushed at most every second (and at close).
   absl::Status report(const cluster::MetricsReport& report);
 
  private:
   TensorBoardWriter(FILE* file, std::string path) : file_(file), path_(std::move(path)) {}
-  absl::Status record(const std::string& data);
+  absl::Status record(const std::string& data, bool flush = true);
 
   FILE* file_;
   std::string path_;
   absl::Status failed_;
+  absl::Time flushed_ = absl::InfinitePast();  // a report's scalars last flushed
 };
 
 // CRC-32C (Castagnoli) of `data`, and the masking TFRecord applies to it.

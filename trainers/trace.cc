@@ -18,6 +18,7 @@ namespace {
 constexpr int kDriverPid = 0;
 enum DriverThread { kSteps = 1, kCheckpoints = 2, kRecovery = 3, kValidation = 4 };
 constexpr int kStageThread = 1;
+constexpr double kFlushIntervalUs = 500'000;
 
 // A time in microseconds (to the nanosecond), or an argument's value (9 significant digits).
 std::string num(double v) {
@@ -201,7 +202,12 @@ void TraceWriter::step(const StepOutcome& s, double begin_us, double end_us) {
                          ", \"buffers\": ", r.memory.buffers,
                          ", \"activations\": ", r.memory.activations, "}"));
   }
-  flush();
+  // Steps are flushed at most every kFlushInterval (the trace is then valid up to them), the rare
+  // events at once.
+  if (end_us - flushed_us_ >= kFlushIntervalUs) {
+    flush();
+    flushed_us_ = end_us;
+  }
 }
 
 void TraceWriter::checkpoint(const CheckpointEvent& e, double end_us) {

@@ -15,8 +15,10 @@
 // Times are the driver's: each step's span is when the driver ran it, and a rank's spans start
 // at the step's start (a stage's own clock is not the driver's; its ops keep their order and
 // durations). Every event is a complete ("X") span or a counter, so begins and ends always
-// match. The file is valid JSON after every step: the closing "]}" is written each time and
-// overwritten by the next events, so an interrupted or failed run leaves a file that opens.
+// match. The file is valid JSON whenever it is written: the closing "]}" is written each time and
+// overwritten by the next events, so an interrupted or failed run leaves a file that opens. Steps
+// are written at most every half second (and when the writer closes: a run's end, Ctrl-C, a
+// failure), checkpoints, recoveries, resizes and validations at once.
 // `window` bounds the steps recorded (--trace-steps A:B), and so its size.
 #pragma once
 
@@ -85,6 +87,7 @@ class TraceWriter {
   std::string pending_;  // events not written yet, each "{...}" after a ",\n"
   long tail_ = 0;        // where the closing "]}" starts in the file
   bool first_event_ = true;
+  double flushed_us_ = 0;  // when step events were last written
   std::map<std::string, int> pids_;
   absl::Status failed_;
 };

@@ -444,7 +444,7 @@ int train_command(const std::vector<std::string>& all_args) {
                 absl::StrCat(s.message(), "; training goes on without TensorBoard's scalars")));
           }
         }
-        (*cluster)->report_metrics(std::move(r));
+        if (config.training.report_metrics) (*cluster)->report_metrics(std::move(r));
       },
       flops, config.training.log_interval);
   // A metrics file that cannot be written (a full disk) costs the metrics,
