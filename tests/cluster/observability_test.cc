@@ -198,30 +198,55 @@ TEST(ParsePrometheusTest, RefusesWhatAScraperWould) {
   EXPECT_NE(error.find("bad value"), std::string::npos) << error;
 }
 
-TEST(ObservabilityTest, ATrainingRunsMetricsAreOnTheHeadsPage) {
-  char path[] = "/tmp/troupe-observability-XXXXXX";
-  ASSERT_NE(mkdtemp(path), nullptr);
-  const std::string dir = path;
-  const std::string log = dir + "/train.log";
-  std::thread train([&] {
-    const std::string command = "cd '" + dir +
-                                "' && timeout -s KILL 240 '" TROUPE_BINARY
-                                "' train --config '" EXAMPLE_CONFIGS
-                                "/addition_ddp.json' --local 2 --steps 300 --output out >'" +
-                                log + "' 2>&1";
-    EXPECT_EQ(std::system(command.c_str()), 0) << read_file(log);
-  });
-  // The run says where to watch it.
-  std::string address;
-  std::smatch m;
-  const std::regex watch(R"(watch it: http://([^/ ]+)/)");
-  for (absl::Time deadline = absl::Now() + absl::Seconds(120);
-       address.empty() && absl::Now() < deadline;) {
-    const std::string text = read_file(log);
-    if (std::regex_search(text, m, watch)) address = m[1];
-    absl::SleepFor(absl::Milliseconds(50));
+// `troupe train` on example CONFIG (--local 2, `steps` steps) in a directory of its own, its
+// output in DIR/train.log; wait() joins it and gives its exit code; address() waits (up to
+// 120 s) for the head's HTTP address the run prints ("watch it: http://HOST:PORT/").
+class TrainingRun {
+ public:
+  TrainingRun(const std::string& config, int steps) {
+    char path[] = "/tmp/troupe-observability-XXXXXX";
+    EXPECT_NE(mkdtemp(path), nullptr);
+    dir_ = path;
+    log_ = dir_ + "/train.log";
+    thread_ = std::thread([this, config, steps] {
+      const std::string command =
+          absl::StrCat("cd '", dir_, "' && timeout -s KILL 240 '", TROUPE_BINARY,
+                       "' train --config '", EXAMPLE_CONFIGS, "/", config,
+                       ".json' --local 2 --steps ", steps, " --output out >'", log_, "' 2>&1");
+      code_ = std::system(command.c_str());
+    });
   }
-  ASSERT_FALSE(address.empty()) << read_file(log);
+  ~TrainingRun() {
+    if (thread_.joinable()) thread_.join();
+    std::filesystem::remove_all(dir_);
+  }
+  std::string address() const {
+    const std::regex watch(R"(watch it: http://([^/ ]+)/)");
+    std::smatch m;
+    for (absl::Time deadline = absl::Now() + absl::Seconds(120); absl::Now() < deadline;) {
+      if (const std::string text = read_file(log_); std::regex_search(text, m, watch)) return m[1];
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return "";
+  }
+  int wait() {
+    if (thread_.joinable()) thread_.join();
+    return code_;
+  }
+  std::string output() const { return read_file(log_); }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_, log_;
+  std::thread thread_;
+  int code_ = -1;
+};
+
+TEST(ObservabilityTest, ATrainingRunsMetricsAreOnTheHeadsPage) {
+  TrainingRun run("addition_ddp", 300);
+  // The run says where to watch it.
+  const std::string address = run.address();
+  ASSERT_FALSE(address.empty()) << run.output();
   // Scraped while it trains: the first step's values are there within its first steps.
   std::string metrics;
   for (absl::Time deadline = absl::Now() + absl::Seconds(120); absl::Now() < deadline;) {
@@ -232,8 +257,7 @@ TEST(ObservabilityTest, ATrainingRunsMetricsAreOnTheHeadsPage) {
   const std::string status = http_get(address, "/status");
   const std::string status_json = http_get(address, "/api/status");
   const std::string page = http_get(address, "/");
-  train.join();
-  std::filesystem::remove_all(dir);
+  EXPECT_EQ(run.wait(), 0) << run.output();
 
   std::string error;
   const std::map<std::string, Family> families = parse_prometheus(metrics, &error);
@@ -480,27 +504,10 @@ TEST(ObservabilityTest, TheDashboardDrawsARunningJob) {
   if (!chromium) {
     GTEST_SKIP() << "no headless browser (Debian's chromium; scripts/setup.sh installs it)";
   }
-  char path[] = "/tmp/troupe-dashboard-XXXXXX";
-  ASSERT_NE(mkdtemp(path), nullptr);
-  const std::string dir = path;
-  const std::string log = dir + "/train.log";
-  std::thread train([&] {
-    // Ctrl-C ends it once the page was read (bounded by its steps and the timeout otherwise).
-    const std::string command = "cd '" + dir +
-                                "' && timeout -s KILL 240 '" TROUPE_BINARY
-                                "' train --config '" EXAMPLE_CONFIGS
-                                "/addition_pipeline.json' --local 2 --steps 20000 --output out >'" +
-                                log + "' 2>&1";
-    static_cast<void>(std::system(command.c_str()));
-  });
-  std::string address;
-  std::smatch m;
-  const std::regex watch(R"(watch it: http://([^/ ]+)/)");
-  for (absl::Time deadline = absl::Now() + absl::Seconds(120);
-       address.empty() && absl::Now() < deadline;) {
-    if (const std::string text = read_file(log); std::regex_search(text, m, watch)) address = m[1];
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  // Ctrl-C ends it once the page was read (bounded by its steps and the timeout otherwise).
+  TrainingRun run("addition_pipeline", 20000);
+  const std::string address = run.address();
+  const std::string dir = run.dir();
   // A few dozen steps in, so that the curves have points.
   for (absl::Time deadline = absl::Now() + absl::Seconds(60); absl::Now() < deadline;) {
     const std::string metrics = address.empty() ? "" : http_get(address, "/metrics");
@@ -528,9 +535,8 @@ TEST(ObservabilityTest, TheDashboardDrawsARunningJob) {
   // (The pattern matches the troupe process alone, not the shell or timeout around it.)
   static_cast<void>(
       testing::shell("pkill -INT -f -- '^" TROUPE_BINARY " train .*--steps 20000 --output out'"));
-  train.join();
-  ASSERT_FALSE(address.empty()) << read_file(log);
-  std::filesystem::remove_all(dir);
+  run.wait();
+  ASSERT_FALSE(address.empty()) << run.output();
 
   ASSERT_EQ(dom.code, 0) << dom.output;
   const std::string& page = dom.output;

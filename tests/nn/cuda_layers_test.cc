@@ -227,8 +227,10 @@ class CudaTest : public testing::Test {
 };
 
 class CudaLayersTest : public CudaTest, public testing::WithParamInterface<Shape> {
- protected:
+ public:
   std::string layer(const char* name) const { return absl::StrCat(name, "/", GetParam().name); }
+  cudaStream_t stream() const { return stream_; }
+  void synchronize() { sync(); }
 };
 
 // cuBLAS is not mapped until a GPU needs it (libcublasLt holds ~150 MB resident in a process
@@ -366,8 +368,11 @@ TEST_P(CudaLayersTest, Linear) {
   }
 }
 
-TEST_P(CudaLayersTest, Attention) {
-  const Shape& s = GetParam();
+// Attention through `handle` against the CPU layer, to `rtol`: the output, the probabilities
+// (exactly 0 above the diagonal, as on the CPU) and the input's gradient; the same bits twice.
+void check_attention(CudaLayersTest& test, const cuda::Cublas& handle, const std::string& name,
+                     double rtol) {
+  const Shape& s = test.GetParam();
   const size_t nqkv = static_cast<size_t>(s.B) * s.T * 3 * s.C;
   const size_t nout = static_cast<size_t>(s.B) * s.T * s.C;
   const size_t natt = static_cast<size_t>(s.B) * s.NH * s.T * s.T;
@@ -382,17 +387,16 @@ TEST_P(CudaLayersTest, Attention) {
     // att and the scratch start as NaN: every element must be written.
     DeviceFloats d_inp(inp), d_dout(dout), d_out(nout), d_att(Floats(natt, NAN)),
         d_datt(Floats(natt, NAN)), d_dinp(prefilled(nqkv));
-    check(cuda::attention_forward(blas(), d_out.get(), d_att.get(), d_inp.get(), s.B, s.T, s.C,
-                                  s.NH, stream_));
-    check(cuda::attention_backward(blas(), d_dinp.get(), d_datt.get(), d_dout.get(), d_inp.get(),
-                                   d_att.get(), s.B, s.T, s.C, s.NH, stream_));
-    sync();
+    check(cuda::attention_forward(handle, d_out.get(), d_att.get(), d_inp.get(), s.B, s.T, s.C,
+                                  s.NH, test.stream()));
+    check(cuda::attention_backward(handle, d_dinp.get(), d_datt.get(), d_dout.get(), d_inp.get(),
+                                   d_att.get(), s.B, s.T, s.C, s.NH, test.stream()));
+    test.synchronize();
     return Outputs{{"out", d_out.to_host()}, {"att", d_att.to_host()}, {"dinp", d_dinp.to_host()}};
   };
   const Outputs first = run();
-  expect_close(layer("attention"), first, cpu, kGemmRtol);
-  expect_same_bits(layer("attention"), first, run());
-  // Above the diagonal att is exactly 0, as on the CPU.
+  expect_close(test.layer(name.c_str()), first, cpu, rtol);
+  expect_same_bits(test.layer(name.c_str()), first, run());
   const Floats& gpu_att = first[1].second;
   for (size_t r = 0; r < natt / s.T; r++) {
     const int t = static_cast<int>(r % s.T);
@@ -401,34 +405,16 @@ TEST_P(CudaLayersTest, Attention) {
   }
 }
 
+TEST_P(CudaLayersTest, Attention) {
+  check_attention(*this, blas(), "attention", kGemmRtol);
+}
+
 // Attention's products on bf16 operands (a bf16 model's handle): the fp32 CPU layer within the
 // rounding of 8-bit mantissas, 1% of each output's largest value; the same bits run after run.
 TEST_P(CudaLayersTest, AttentionOnBf16Operands) {
-  const Shape& s = GetParam();
-  const size_t nqkv = static_cast<size_t>(s.B) * s.T * 3 * s.C;
-  const size_t nout = static_cast<size_t>(s.B) * s.T * s.C;
-  const size_t natt = static_cast<size_t>(s.B) * s.NH * s.T * s.T;
-  const Floats inp = random_floats(nqkv, 1), dout = random_floats(nout, 2);
-  Floats out(nout), att(natt), dinp = prefilled(nqkv);
-  attention_forward(out.data(), att.data(), inp.data(), s.B, s.T, s.C, s.NH);
-  attention_backward(dinp.data(), dout.data(), inp.data(), att.data(), s.B, s.T, s.C, s.NH);
-  const Outputs cpu = {{"out", out}, {"att", att}, {"dinp", dinp}};
-
   absl::StatusOr<cuda::Cublas> bf16 = cuda::Cublas::create(cuda::GemmInputs::kBFloat16);
   ASSERT_TRUE(bf16.ok()) << bf16.status();
-  auto run = [&] {
-    DeviceFloats d_inp(inp), d_dout(dout), d_out(nout), d_att(Floats(natt, NAN)),
-        d_datt(Floats(natt, NAN)), d_dinp(prefilled(nqkv));
-    check(cuda::attention_forward(*bf16, d_out.get(), d_att.get(), d_inp.get(), s.B, s.T, s.C, s.NH,
-                                  stream_));
-    check(cuda::attention_backward(*bf16, d_dinp.get(), d_datt.get(), d_dout.get(), d_inp.get(),
-                                   d_att.get(), s.B, s.T, s.C, s.NH, stream_));
-    sync();
-    return Outputs{{"out", d_out.to_host()}, {"att", d_att.to_host()}, {"dinp", d_dinp.to_host()}};
-  };
-  const Outputs first = run();
-  expect_close(layer("attention_bf16"), first, cpu, 1e-2);
-  expect_same_bits(layer("attention_bf16"), first, run());
+  check_attention(*this, *bf16, "attention_bf16", 1e-2);
 }
 
 TEST_P(CudaLayersTest, Gelu) {
