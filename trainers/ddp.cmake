@@ -20,6 +20,7 @@ target_sources(troupe_trainers PRIVATE
   progress.cc
   recovery.cc
   job_metrics.cc
+  run_watchers.cc
   tensorboard.cc
   trace.cc
   run_metrics.cc

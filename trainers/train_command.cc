@@ -30,13 +30,11 @@
 #include "trainers/elastic_scaler.h"
 #include "trainers/interrupt.h"
 #include "trainers/job_device.h"
-#include "trainers/job_metrics.h"
 #include "trainers/model_file.h"
 #include "trainers/progress.h"
 #include "trainers/run_metrics.h"
 #include "trainers/run_tokenizer.h"
-#include "trainers/tensorboard.h"
-#include "trainers/trace.h"
+#include "trainers/run_watchers.h"
 #include "trainers/trainer.h"
 
 namespace troupe::trainers {
@@ -404,49 +402,24 @@ int train_command(const std::vector<std::string>& all_args) {
 
   ProgressReporter progress(stdout, steps, config.training.log_interval);
   progress.set_flops(flops);
-  // training.tensorboard_dir: the same values as TensorBoard scalars. A file that cannot be
-  // written later costs the scalars, not the run, as the metrics file.
-  std::optional<TensorBoardWriter> tensorboard;
-  if (!config.training.tensorboard_dir.empty()) {
-    absl::StatusOr<TensorBoardWriter> opened =
-        TensorBoardWriter::open(config.training.tensorboard_dir);
-    if (!opened.ok()) return fail("opening the TensorBoard file", opened.status());
-    tensorboard.emplace(*std::move(opened));
-    std::printf("  TensorBoard: %s (tensorboard --logdir %s)\n",
-                cluster::printable(tensorboard->path()).c_str(),
-                cluster::printable(config.training.tensorboard_dir).c_str());
-    std::fflush(stdout);
+  // What watches the run besides the lines above: the head's metrics, --trace, TensorBoard.
+  RunWatchersOptions watching{.cluster = cluster->get(),
+                              .report_metrics = config.training.report_metrics,
+                              .flops = flops,
+                              .rank_every = config.training.log_interval,
+                              .tensorboard_dir = config.training.tensorboard_dir,
+                              .trace_path = flags->get("trace", "")};
+  if (flags->has("trace-steps")) {
+    absl::StatusOr<TraceWindow> w = parse_trace_window(flags->get("trace-steps"));
+    if (!w.ok()) return usage_error(std::string(w.status().message()));
+    watching.trace_window = *w;
   }
-  // --trace FILE: the run as a Perfetto trace, valid after every step.
-  std::optional<TraceWriter> trace;
-  if (flags->has("trace")) {
-    TraceWindow window;
-    if (flags->has("trace-steps")) {
-      absl::StatusOr<TraceWindow> w = parse_trace_window(flags->get("trace-steps"));
-      if (!w.ok()) return usage_error(std::string(w.status().message()));
-      window = *w;
-    }
-    absl::StatusOr<TraceWriter> opened = TraceWriter::open(flags->get("trace"), window);
-    if (!opened.ok()) return fail("opening the trace", opened.status());
-    trace.emplace(*std::move(opened));
-    std::printf("  trace: %s (open it in ui.perfetto.dev)\n",
-                cluster::printable(trace->path()).c_str());
-    std::fflush(stdout);
-  }
-  bool tensorboard_failed = false;
-  // The head's /metrics and dashboard: each step's values, sent without waiting.
-  JobMetricsReporter job_metrics(
-      [&](cluster::MetricsReport r) {
-        if (tensorboard && !tensorboard_failed) {
-          if (absl::Status s = tensorboard->report(r); !s.ok()) {
-            tensorboard_failed = true;
-            progress.message(cluster::printable(
-                absl::StrCat(s.message(), "; training goes on without TensorBoard's scalars")));
-          }
-        }
-        if (config.training.report_metrics) (*cluster)->report_metrics(std::move(r));
-      },
-      flops, config.training.log_interval);
+  absl::StatusOr<std::unique_ptr<RunWatchers>> watchers = RunWatchers::open(
+      watching, [&](const std::string& line) { progress.message(cluster::printable(line)); });
+  if (!watchers.ok()) return fail("opening the trace or TensorBoard file", watchers.status());
+  for (const std::string& line : (*watchers)->describe())
+    std::printf("  %s\n", cluster::printable(line).c_str());
+  std::fflush(stdout);
   // A metrics file that cannot be written (a full disk) costs the metrics,
   // not the run, as a failed checkpoint save does: the first error is shown,
   // the lines after it are dropped, and the run ends non-zero once its
@@ -476,8 +449,7 @@ int train_command(const std::vector<std::string>& all_args) {
                                       " failed: ", e.status.message(), "; training goes on"));
       }
       record_metrics(metrics->write_checkpoint(e));
-      job_metrics.on_checkpoint(e);
-      if (trace) trace->checkpoint(e, trace->now_us());
+      (*watchers)->on_checkpoint(e);
     }
   };
   RecoveringStepper stepper(trainer, config.checkpoint.dir.empty() ? nullptr : &checkpoints,
@@ -487,8 +459,7 @@ int train_command(const std::vector<std::string>& all_args) {
   auto on_recovery = [&](const RecoveryReport& r) {
     progress.message(cluster::printable(r.summary()));
     record_metrics(metrics->write_recovery(r));
-    job_metrics.on_recovery(r);
-    if (trace) trace->recovery(r, trace->now_us());
+    (*watchers)->on_recovery(r);
   };
   // Elasticity: the job grows onto workers that join and leaves drained or
   // lost ones, between steps (docs/elasticity.md).
@@ -511,8 +482,7 @@ int train_command(const std::vector<std::string>& all_args) {
     progress.message(cluster::printable(r.summary()));
     publish(r.step - 1);
     record_metrics(metrics->write_resize(r));
-    job_metrics.on_resize(r);
-    if (trace) trace->resize(r, trace->now_us());
+    (*watchers)->on_resize(r);
   };
   double first_loss = 0, last_loss = 0;
   ValidationTrack validation;
@@ -550,7 +520,7 @@ int train_command(const std::vector<std::string>& all_args) {
         on_resize(**resized);
       }
     }
-    const double step_began_us = trace ? trace->now_us() : 0;
+    const double step_began_us = (*watchers)->now_us();
     absl::StatusOr<StepOutcome> outcome = stepper.step(k, on_recovery);
     if (!outcome.ok() && scaler) {
       // A lost rank without a replacement (no fault tolerance, or none came
@@ -585,8 +555,7 @@ int train_command(const std::vector<std::string>& all_args) {
     last_loss = outcome->loss;
     record_metrics(metrics->write_step(*outcome));
     progress.on_step(*outcome);
-    job_metrics.on_step(*outcome);
-    if (trace) trace->step(*outcome, step_began_us, trace->now_us());
+    (*watchers)->on_step(*outcome, step_began_us);
     if (k % config.training.log_interval == 0) publish(k);
     report_checkpoints(checkpoints.after_step(k));
     if (config.data.synthetic && config.training.eval_interval > 0 &&
@@ -595,13 +564,10 @@ int train_command(const std::vector<std::string>& all_args) {
     }
     if (!config.data.val_path.empty() && config.training.eval_interval > 0 &&
         k % config.training.eval_interval == 0 && k < steps) {
-      const double began_us = trace ? trace->now_us() : 0;
+      const double began_us = (*watchers)->now_us();
       absl::StatusOr<bool> best = validate_and_report(trainer, k, progress, metrics, &validation);
       record_metrics(best.status());
-      if (best.ok() && validation.last) {
-        job_metrics.on_validation(k, *validation.last);
-        if (trace) trace->validation(k, validation.last->loss(), began_us, trace->now_us());
-      }
+      if (best.ok() && validation.last) (*watchers)->on_validation(k, *validation.last, began_us);
       if (best.ok() && *best && config.checkpoint.keep_best) keep_best(k);
     }
   }
@@ -611,13 +577,12 @@ int train_command(const std::vector<std::string>& all_args) {
   // The last validation comes first, so that keep_best can mark the last checkpoint.
   bool last_is_best = false;
   if (!config.data.val_path.empty() && !interrupted && first_step <= last_step) {
-    const double began_us = trace ? trace->now_us() : 0;
+    const double began_us = (*watchers)->now_us();
     absl::StatusOr<bool> best =
         validate_and_report(trainer, last_step, progress, metrics, &validation);
     record_metrics(best.status());
     if (best.ok() && validation.last) {
-      job_metrics.on_validation(last_step, *validation.last);
-      if (trace) trace->validation(last_step, validation.last->loss(), began_us, trace->now_us());
+      (*watchers)->on_validation(last_step, *validation.last, began_us);
     }
     last_is_best = best.ok() && *best;
   }
@@ -632,10 +597,7 @@ int train_command(const std::vector<std::string>& all_args) {
     }
   }
   report_checkpoints(checkpoints.finish());
-  if (trace && !trace->status().ok()) {
-    progress.message(cluster::printable(
-        absl::StrCat(trace->status().message(), "; the trace ends where the writing failed")));
-  }
+  (*watchers)->finish();
   std::optional<double> accuracy;
   if (config.data.synthetic && !interrupted) {
     record_metrics(evaluate(trainer, config, steps, progress, metrics, &accuracy));
