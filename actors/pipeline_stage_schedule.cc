@@ -163,9 +163,9 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
   const float dloss = request.loss_scale / static_cast<float>(m);
   double loss_sum = 0;
   const double began = now_ms();
-  // A pipeline's stages report when each op ran (the controller's bubble).
-  const bool pipelined = pipe_ != nullptr;
-  if (pipelined) report.timeline.reserve(program.size());
+  // Every stage reports when each op ran: a pipeline's bubble (the controller's), and the run's
+  // timeline and trace (docs/observability.md).
+  report.timeline.reserve(program.size());
   for (size_t i = 0; i < program.size(); ++i) {
     const PipelineOp& op = program[i];
     if (absl::Status s = go_on(); !s.ok()) return s;
@@ -243,18 +243,14 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
         break;
       }
     }
-    if (pipelined) {
-      report.timeline.push_back({.kind = static_cast<int32_t>(op.kind),
-                                 .micro = op.micro,
-                                 .begin_ms = t0 - began,
-                                 .end_ms = now_ms() - began});
-    }
+    report.timeline.push_back({.kind = static_cast<int32_t>(op.kind),
+                               .micro = op.micro,
+                               .begin_ms = t0 - began,
+                               .end_ms = now_ms() - began});
     if (turns_ != nullptr) turns_->ran(chunk_, program_.turns[i]);
   }
-  if (pipelined) {
-    report.schedule_ms = now_ms() - began;
-    report.began_ms = began;
-  }
+  report.schedule_ms = now_ms() - began;
+  report.began_ms = began;
   // What was sent is read no more before the reduction and the update write it.
   if (absl::Status s = sends.await_all(go_on, deadline); !s.ok()) return s;
   SyncTimes times;

@@ -94,7 +94,7 @@ struct TrafficReport {
                 pipeline_received_in_place);
 };
 
-// One op of a pipeline stage's schedule as it ran (pp > 1): its kind
+// One op of a stage's schedule as it ran (a pipeline's or not): its kind
 // (pipeline::OpKind), micro-batch, and when it began and ended, in
 // milliseconds since the stage began its schedule. A receive's time is the
 // wait for its sender.
@@ -137,7 +137,7 @@ struct StepReport {
   double step_ms = 0;
   MemoryReport memory;
   TrafficReport sent;
-  // pp > 1: the schedule's ops as they ran, and how long the schedule took
+  // The schedule's ops as they ran, and how long the schedule took
   // (from its first op to the end of its last); `chunks`: the model chunks
   // its stage holds (interleaved 1F1B: this rank is one of them).
   // `began_ms`: when the schedule began, on the steady clock (the timeline's

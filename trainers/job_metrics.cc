@@ -21,8 +21,9 @@ const std::vector<cluster::MetricHelp>& help() {
       {"model_flops_per_second", "Training FLOP/s of the model at this throughput."},
       {"mfu", "Model FLOPs utilization: model FLOP/s over the ranks' peak (0 when unknown)."},
       {"step_seconds",
-       "Wall time of the step (part=total) and of its parts on the slowest stage: compute, "
-       "exposed communication (waiting for reductions after backward) and the rest (waiting)."},
+       "Wall time of the step (part=total) and of its parts: the slowest stage's compute and "
+       "exposed communication (waiting for reductions after backward), the optimizer's commit "
+       "on the shards, and the rest (waiting)."},
       {"pipeline_bubble_ratio", "The pipeline's idle share of the step's schedule (pp > 1)."},
       {"memory_bytes", "What each rank holds, by category (peak_rss: its process's peak)."},
       {"sent_bytes", "Bytes each rank sent in the step, by collective."},
@@ -105,7 +106,8 @@ void JobMetricsReporter::on_step(const StepOutcome& s) {
   gauge("step_seconds", s.compute_ms / 1000.0, "part=\"compute\"");
   gauge("step_seconds", s.comm_exposed_ms / 1000.0, "part=\"exposed_communication\"");
   gauge("step_seconds", s.overhead_ms / 1000.0, "part=\"waiting\"");
-  if (!s.timelines.empty() || s.bubble > 0) gauge("pipeline_bubble_ratio", s.bubble);
+  gauge("step_seconds", s.commit_ms / 1000.0, "part=\"commit\"");
+  if (s.pipelined()) gauge("pipeline_bubble_ratio", s.bubble);
   const bool ranks = !ranks_sent_ || s.step % rank_every_ == 0;
   ranks_sent_ = true;
   for (const RankUsage& r : ranks ? s.ranks : std::vector<RankUsage>{}) {
@@ -131,8 +133,8 @@ void JobMetricsReporter::on_step(const StepOutcome& s) {
     sent("tensor_parallel", r.sent.tensor_parallel);
   }
   if (ranks) {
-    // A pipeline's schedule as each stage ran it, each from its own start (stages are processes
-    // of their own: their clocks are not compared).
+    // The schedule as each stage ran it, each from its own start (stages are processes of their
+    // own: their clocks are not compared).
     for (const StageTimeline& t : s.timelines) {
       const std::string track = actors::to_string(t.at);
       for (const actors::TimelineEvent& e : t.events) {

@@ -4,7 +4,7 @@
 //
 //   loss, learning_rate, grad_norm, loss_scale, step, data_parallel_size     gauges
 //   tokens_per_second, model_flops_per_second, mfu                            gauges
-//   step_seconds{part="total|compute|exposed_communication|waiting"}         gauges
+//   step_seconds{part="total|compute|exposed_communication|commit|waiting"}  gauges
 //   pipeline_bubble_ratio                                                     gauge (pp > 1)
 //   memory_bytes{rank="d0.p0.t0",category="parameters|gradients|optimizer_state|buffers|
 //                activations|peak_rss"}                                       gauges
@@ -15,7 +15,7 @@
 //   skipped_steps_total, recoveries_total, recovery_seconds_total,
 //   steps_lost_total, dp_changes_total, checkpoints_total                     counters
 //
-// With the per-rank values goes a pipeline's schedule as each stage ran it (the dashboard's
+// With the per-rank values goes the step's schedule as each stage ran it (the dashboard's
 // timeline). The reporter gathers what happened between steps (a recovery, a resize, a checkpoint,
 // a validation) and sends it with the next step's values; `send` must not block (the cluster's is
 // a tell). Not thread-safe: the driver's step loop calls it.

@@ -27,7 +27,7 @@ void RunTotals::add(const StepOutcome& step) {
   comm_exposed_ms += step.comm_exposed_ms;
   overhead_ms += step.overhead_ms;
   sent_bytes += step.sent.total();
-  if (!step.timelines.empty()) {
+  if (step.pipelined()) {
     bubble_sum += step.bubble;
     ++pipelined;
   }
@@ -90,7 +90,7 @@ void ProgressReporter::on_step(const StepOutcome& step) {
   if (totals_.comm_ms > 0) {
     absl::StrAppend(&line, absl::StrFormat("  comm hidden %.0f%%", 100 * totals_.comm_hidden()));
   }
-  if (!step.timelines.empty()) {
+  if (step.pipelined()) {
     absl::StrAppend(&line, absl::StrFormat("  bubble %.0f%%", 100 * step.bubble));
   }
   if (!step.applied) absl::StrAppend(&line, "  (skipped: overflow)");
@@ -178,7 +178,7 @@ absl::Status MetricsWriter::write_step(const StepOutcome& s) {
                       {"epoch", s.epoch},
                       {"data_position", s.data_position},
                       {"time", absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())}};
-  if (!s.timelines.empty()) j["bubble"] = s.bubble;  // a pipeline's
+  if (s.pipelined()) j["bubble"] = s.bubble;
   if (flops_ && s.step_ms > 0) {
     const double tokens_per_s = s.tokens / (s.step_ms / 1000.0);
     j["tokens_per_s_per_rank"] = tokens_per_s / flops_->ranks(s.dp);

@@ -16,7 +16,7 @@ namespace troupe::trainers {
 namespace {
 
 constexpr int kDriverPid = 0;
-enum DriverThread { kSteps = 1, kCheckpoints = 2, kRecovery = 3, kValidation = 4 };
+enum DriverThread { kSteps = 1, kCommits = 2, kCheckpoints = 3, kRecovery = 4, kValidation = 5 };
 constexpr int kStageThread = 1;
 constexpr double kFlushIntervalUs = 500'000;
 
@@ -76,6 +76,7 @@ absl::StatusOr<TraceWriter> TraceWriter::open(const std::string& path, TraceWind
   TraceWriter writer(file, path, window);
   writer.metadata(kDriverPid, 0, "process_name", "driver");
   writer.metadata(kDriverPid, kSteps, "thread_name", "steps");
+  writer.metadata(kDriverPid, kCommits, "thread_name", "optimizer commits");
   writer.metadata(kDriverPid, kCheckpoints, "thread_name", "checkpoints");
   writer.metadata(kDriverPid, kRecovery, "thread_name", "recovery and resizes");
   writer.metadata(kDriverPid, kValidation, "thread_name", "validation");
@@ -169,6 +170,12 @@ void TraceWriter::step(const StepOutcome& s, double begin_us, double end_us) {
        absl::StrCat("{\"loss\": ", value(s.loss), ", \"lr\": ", value(s.lr),
                     ", \"grad_norm\": ", value(s.grad_norm), ", \"tokens\": ", s.tokens,
                     ", \"dp\": ", s.dp, ", \"applied\": ", s.applied ? "true" : "false", "}"));
+  // The two-phase commit of the shards' update ends the step.
+  if (s.applied) {
+    span(kDriverPid, kCommits, absl::StrCat("commit step ", s.step), "commit",
+         end_us - 1000 * s.commit_ms, 1000 * s.commit_ms,
+         absl::StrCat("{\"lr\": ", value(s.lr), "}"));
+  }
   std::map<std::string, const StageTimeline*> timelines;
   for (const StageTimeline& t : s.timelines)
     timelines[actors::to_string(t.at)] = &t;

@@ -2,14 +2,14 @@
 // ui.perfetto.dev and chrome://tracing open, one process per rank and one for the driver.
 //
 //   driver   steps        a span per step (its loss, rate, norm, tokens and dp as args)
+//            optimizer commits  the shards' update closing each applied step
 //            checkpoints  each save, from its start to its commit (bytes, staging, writing)
 //            recovery     each recovery and its detect / replace / restore parts; resizes
 //            validation   each evaluation of the validation split
 //   rank d0.p1.t0
-//            stage        a pipeline's ops as the stage ran them (forward, backward, send,
-//                         receive per micro-batch); without a pipeline, the step's forward,
-//                         backward and the wait for its gradient reductions, with the bytes
-//                         each collective sent
+//            stage        its ops as the stage ran them (forward and backward per
+//                         micro-batch, a pipeline's sends and receives), then the wait for its
+//                         gradient reductions, with the bytes each collective sent
 //            memory       a counter track of what the rank holds, by category
 //
 // Times are the driver's: each step's span is when the driver ran it, and a rank's spans start

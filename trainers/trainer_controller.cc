@@ -494,9 +494,9 @@ absl::StatusOr<StepOutcome> TrainerController::step(int64_t step) {
   if (scaler_) scaler_->update(false).IgnoreError();  // only refuses an overflow's update
   out.applied = true;
   const absl::Status committed = commit_all(commit);
-  const double commit_ms = now_ms() - commit_start;
+  out.commit_ms = now_ms() - commit_start;
   out.step_ms = now_ms() - start;
-  out.overhead_ms = std::max(0.0, out.step_ms - totals->stage_ms - commit_ms);
+  out.overhead_ms = std::max(0.0, out.step_ms - totals->stage_ms - out.commit_ms);
   last_outcome_ = out;
   if (!committed.ok()) return committed;
   return out;

@@ -102,6 +102,7 @@ struct StepOutcome {
   double comm_ms = 0;          // slowest stage: gradient reductions, issue to completion, summed
   double comm_exposed_ms = 0;  // slowest stage: waiting for reductions after backward
   double overhead_ms = 0;      // step_ms minus the slowest stage's run_step and the commit
+  double commit_ms = 0;  // the optimizer's update: prepare, replicate and commit on the shards
   // Per rank, the largest over the stages of each: what a rank holds (model
   // state, buffers, activations, peak RSS) and sent to its group this step.
   actors::MemoryReport memory;
@@ -109,8 +110,14 @@ struct StepOutcome {
   std::vector<RankUsage> ranks;  // each rank's, in mesh order
   // pp > 1: the pipeline's idle share of the step's schedule (StepTotals).
   double bubble = 0;
-  // pp > 1: each stage's schedule as it ran, in mesh order.
+  // Each stage's schedule as it ran, in mesh order.
   std::vector<StageTimeline> timelines;
+  // Whether the step ran a pipeline (pp > 1): `bubble` means something.
+  bool pipelined() const {
+    for (const StageTimeline& t : timelines)
+      if (t.at.p > 0) return true;
+    return false;
+  }
 };
 
 // A coordinate whose actors were lost, or hung (found so by the controller,

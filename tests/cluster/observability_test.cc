@@ -247,12 +247,14 @@ TEST(ObservabilityTest, ATrainingRunsMetricsAreOnTheHeadsPage) {
   // The run says where to watch it.
   const std::string address = run.address();
   ASSERT_FALSE(address.empty()) << run.output();
-  // Scraped while it trains: the first step's values are there within its first steps.
+  // Scraped while it trains, a few steps in (the learning rate warms up from 0 at step 1).
   std::string metrics;
+  const std::regex step(R"(troupe_train_step\{job="[0-9]+"\} ([0-9]+))");
   for (absl::Time deadline = absl::Now() + absl::Seconds(120); absl::Now() < deadline;) {
     metrics = http_get(address, "/metrics");
-    if (metrics.find("troupe_train_loss{") != std::string::npos) break;
-    absl::SleepFor(absl::Milliseconds(100));
+    std::smatch m;
+    if (std::regex_search(metrics, m, step) && std::stoi(m[1]) >= 5) break;
+    absl::SleepFor(absl::Milliseconds(20));
   }
   const std::string status = http_get(address, "/status");
   const std::string status_json = http_get(address, "/api/status");

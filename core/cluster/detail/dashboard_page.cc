@@ -204,6 +204,7 @@ function renderJob(job) {
     seriesOf(h, 'step_seconds{part="total"}', "total"),
     seriesOf(h, 'step_seconds{part="compute"}', "compute"),
     seriesOf(h, 'step_seconds{part="exposed_communication"}', "exposed communication"),
+    seriesOf(h, 'step_seconds{part="commit"}', "optimizer commit"),
     seriesOf(h, 'step_seconds{part="waiting"}', "waiting")]));
   charts.append(chart("Gradient norm (before clipping)", [seriesOf(h, "grad_norm", "grad norm")]));
   charts.append(chart("Learning rate", [seriesOf(h, "learning_rate", "learning rate")]));
