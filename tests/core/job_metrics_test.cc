@@ -122,6 +122,19 @@ TEST(JobMetricsRenderTest, StatusShowsEachJobsStepLossAndThroughput) {
   EXPECT_TRUE(absl::StrContains(status, "step 12, loss 1.2500, 45.2k tokens/s")) << status;
 }
 
+// Memory in people's units in `troupe status`, not a count of bytes.
+TEST(JobMetricsRenderTest, StatusShowsMemoryInHumanUnits) {
+  ClusterStatus s;
+  NodeStatus n;
+  n.info.index = 1;
+  n.info.name = "worker";
+  n.info.resources = "CPU=2,memory=1234567890";
+  n.available = "CPU=1,memory=234567890";
+  s.nodes.push_back(n);
+  const std::string out = render_status(s);
+  EXPECT_TRUE(absl::StrContains(out, "CPU 1/2, memory 954 MiB/1.15 GiB")) << out;
+}
+
 // `troupe status` a person can read: each living actor's whole name (a training job's
 // JOB/kind/d0.p0.t0), the dead counted by why rather than listed.
 TEST(JobMetricsRenderTest, StatusNamesActorsInFullAndCountsTheDead) {

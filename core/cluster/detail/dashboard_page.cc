@@ -47,7 +47,7 @@ constexpr std::string_view kPage = R"page(<!doctype html>
   <div id="job"></div>
 </section>
 <section><h2>Nodes</h2><table id="nodes"><thead><tr><th>Node</th><th>Kind</th><th>State</th>
-  <th>Name</th><th>Resources (available / total)</th><th>Actors</th><th>GPUs</th></tr></thead>
+  <th>Name</th><th>Resources (in use / total)</th><th>Actors</th><th>GPUs</th></tr></thead>
   <tbody></tbody></table></section>
 <section><h2>Actors and placement groups</h2><div id="actors"></div><table id="groups"><thead>
   <tr><th>Group</th><th>Name</th><th>Strategy</th><th>Bundles</th><th>State</th><th>Nodes</th>
@@ -267,7 +267,7 @@ async function refresh() {
 
   fill(document.querySelector("#nodes tbody"), status.nodes.map(n => el("tr", {},
     el("td", {}, n.index), el("td", {}, n.kind), el("td", {class: "state-" + n.state}, n.draining ? "DRAINING" : n.state),
-    el("td", {}, n.name), el("td", {}, n.kind === "worker" ? n.available + " / " + n.resources : ""),
+    el("td", {}, n.name), el("td", {}, n.usage),
     el("td", {}, n.actors),
     el("td", {}, n.gpus.map(g => `${g.index}: ${g.name} ${human(g.memory_bytes, "B")}`).join("; ")))));
   document.getElementById("actors").textContent =

@@ -1,5 +1,7 @@
 #include "core/cluster/detail/http_json.h"
 
+#include "core/cluster/detail/http_status.h"
+
 #include <charconv>
 #include <cmath>
 #include <map>
@@ -72,12 +74,14 @@ std::string render_status_json(const ClusterStatus& s) {
     nodes.push_back(absl::StrCat(
         "{\"index\":", n.info.index, ",\"kind\":", json_string(to_string(n.info.kind)),
         ",\"state\":", json_string(to_string(n.state)), ",\"name\":", json_string(n.info.name),
-        ",\"host\":", json_string(n.info.host), ",\"pid\":", n.info.pid,
-        ",\"resources\":", json_string(n.info.resources),
-        ",\"available\":", json_string(n.available), ",\"actors\":", n.actors,
-        ",\"ready\":", n.ready ? "true" : "false", ",\"draining\":", n.draining ? "true" : "false",
-        ",\"death_reason\":", json_string(n.death_reason), ",\"gpus\":[", absl::StrJoin(gpus, ","),
-        "]}"));
+        ",\"host\":", json_string(n.info.host), ",\"pid\":", n.info.pid, ",\"resources\":",
+        json_string(n.info.resources), ",\"available\":", json_string(n.available), ",\"usage\":",
+        json_string(n.info.kind == NodeKind::kWorker && n.state == NodeState::kAlive
+                        ? resource_usage(n.info.resources, n.available)
+                        : ""),
+        ",\"actors\":", n.actors, ",\"ready\":", n.ready ? "true" : "false", ",\"draining\":",
+        n.draining ? "true" : "false", ",\"death_reason\":", json_string(n.death_reason),
+        ",\"gpus\":[", absl::StrJoin(gpus, ","), "]}"));
   }
   std::map<std::string, int> by_state;
   std::vector<std::string> actors;

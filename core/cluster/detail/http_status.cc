@@ -22,14 +22,31 @@ namespace {
 
 constexpr size_t kEndedJobsShown = 5;
 
-// "CPU 1/2, GPU 0/1, memory 2G/8G": in use out of total.
-std::string usage_of(const std::string& total_text, const std::string& available_text) {
+// Bytes for people: "512 B", "1.5 GiB".
+std::string human_bytes(double v) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  size_t i = 0;
+  while (v >= 1024 && i + 1 < std::size(kUnits)) {
+    v /= 1024;
+    ++i;
+  }
+  return i == 0 ? absl::StrFormat("%.0f B", v) : absl::StrFormat("%.3g %s", v, kUnits[i]);
+}
+
+}  // namespace
+
+std::string resource_usage(const std::string& total_text, const std::string& available_text) {
   absl::StatusOr<Resources> total = Resources::parse(total_text);
   absl::StatusOr<Resources> available = Resources::parse(available_text);
   if (!total.ok()) return total_text;
   std::vector<std::string> parts;
   for (const auto& [name, amount] : total->amounts()) {
     double used = amount - (available.ok() ? available->get(name) : amount);
+    if (name == "memory") {
+      parts.push_back(
+          absl::StrCat(name, " ", human_bytes(std::max(0.0, used)), "/", human_bytes(amount)));
+      continue;
+    }
     Resources u, t;
     u.set(name, used < 0 ? 0 : used);
     t.set(name, amount);
@@ -39,6 +56,8 @@ std::string usage_of(const std::string& total_text, const std::string& available
   }
   return absl::StrJoin(parts, ", ");
 }
+
+namespace {
 
 // `text` as a Prometheus label value: backslash, quote and newline escaped.
 std::string label_value(std::string_view text) {
@@ -132,7 +151,7 @@ std::string render_status(const ClusterStatus& s) {
                         "ACTORS", "RESOURCES (used/total)");
   for (const NodeStatus& n : s.nodes) {
     std::string res = n.info.kind == NodeKind::kWorker && n.state == NodeState::kAlive
-                          ? usage_of(n.info.resources, n.available)
+                          ? resource_usage(n.info.resources, n.available)
                           : "";
     if (n.state == NodeState::kDead) res = "dead: " + n.death_reason;
     if (n.draining) res += "; draining: " + n.drain_reason;

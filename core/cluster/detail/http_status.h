@@ -88,6 +88,8 @@ std::string render_metrics(const ClusterStatus& s);
 // ending in "_total" is a counter, the rest gauges. A value whose name or labels are not what
 // the text format takes is left out. Appended to *out.
 void render_job_metrics(const ClusterStatus& s, std::string* out);
+// A worker's resources in use out of its total, for people: "CPU 1/2, GPU 0/1, memory 2 GiB/8 GiB".
+std::string resource_usage(const std::string& total, const std::string& available);
 // The cluster status as the table `troupe status` prints.
 std::string render_status(const ClusterStatus& s);
 
