@@ -229,6 +229,13 @@ struct TimelineSpan {
   TROUPE_FIELDS(track, kind, name, begin_ms, end_ms);
 };
 
+// A step's timeline as a report carried it.
+struct JobTimeline {
+  int64_t step = 0;
+  std::vector<TimelineSpan> spans;
+  TROUPE_FIELDS(step, spans);
+};
+
 // What a job's driver tells the head after a step (Cluster::report_metrics):
 // its values then - each replaces the last of its name and labels - and the
 // events since the last report, one line each for people ("recovery: ...").
@@ -255,9 +262,8 @@ struct JobMetrics {
   std::vector<MetricsReport> history;  // oldest first; their events are in `events`
   std::vector<std::string> events;     // oldest first, each "step N: ..."
   std::vector<MetricHelp> help;
-  int64_t timeline_step = 0;  // of the latest timeline a report carried
-  std::vector<TimelineSpan> timeline;
-  TROUPE_FIELDS(job, step, latest, history, events, help, timeline_step, timeline);
+  std::vector<JobTimeline> timelines;  // the last few reports' that carried one, oldest first
+  TROUPE_FIELDS(job, step, latest, history, events, help, timelines);
 };
 
 // A job and what it owns (removed with it when it ends, but for what was

@@ -62,6 +62,21 @@ TEST(MetricsStoreTest, HistoryStaysBoundedAndSpansTheRunEvenly) {
   EXPECT_GT(all.history.back().step, steps - 1 - grain) << "it reaches the end of the run";
 }
 
+TEST(MetricsStoreTest, KeepsTheLastTimelines) {
+  MetricsStore store;
+  for (int64_t k = 1; k <= 10; ++k) {
+    MetricsReport r = report(k, 1.0);
+    if (k % 2 == 0) r.timeline = {{.track = "d0.p0.t0", .kind = "forward", .end_ms = 1}};
+    store.add(std::move(r));
+  }
+  const JobMetrics all = store.snapshot(1);
+  ASSERT_EQ(all.timelines.size(), MetricsStore::kTimelines);
+  EXPECT_EQ(all.timelines.front().step, 6);
+  EXPECT_EQ(all.timelines.back().step, 10);
+  EXPECT_EQ(all.timelines.back().spans.size(), 1u);
+  EXPECT_TRUE(all.history.back().timeline.empty()) << "kept once, not in the history";
+}
+
 TEST(MetricsStoreTest, EventsAreStampedAndBounded) {
   MetricsStore store;
   for (size_t k = 0; k < MetricsStore::kEvents + 10; ++k) {

@@ -137,7 +137,7 @@ function chart(title, series, yunit) {
 // The step's schedule, a row per rank: each span a bar from its begin to its end.
 const KIND_COLORS = {forward: "#1a73e8", backward: "#e8710a", send: "#137333", receive: "#9334e6"};
 function timeline(step, spans) {
-  const box = el("div", {class: "chart", id: "timeline"},
+  const box = el("div", {class: "chart timeline"},
                  el("h3", {}, `Timeline of step ${step} (each rank from its own start)`));
   const tracks = [...new Set(spans.map(s => s.track))].sort();
   const W = 1200, L = 80, R = 10, row = 22, T = 6, B = 22;
@@ -238,7 +238,7 @@ function renderJob(job) {
   for (const e of [...job.events].reverse()) events.append(el("div", {}, e));
   if (job.events.length === 0) events.append(el("div", {class: "muted"}, "no events yet"));
   box.replaceChildren(charts,
-    job.timeline.length ? timeline(job.timeline_step, job.timeline) : "",
+    ...[...job.timelines].reverse().map(t => timeline(t.step, t.spans)),
     el("div", {class: "charts"},
        el("div", {}, el("h3", {}, "Latest"), values),
        el("div", {}, el("h3", {}, "Events"), events)),

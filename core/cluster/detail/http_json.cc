@@ -146,12 +146,17 @@ std::string render_job_json(const JobMetrics& m) {
     history.push_back(absl::StrCat("{\"step\":", r.step, ",\"time\":", number(r.unix_seconds),
                                    ",\"values\":{", absl::StrJoin(values, ","), "}}"));
   }
-  std::vector<std::string> spans;
-  for (const TimelineSpan& t : m.timeline) {
-    spans.push_back(
-        absl::StrCat("{\"track\":", json_string(t.track), ",\"kind\":", json_string(t.kind),
-                     ",\"name\":", json_string(t.name), ",\"begin_ms\":", number(t.begin_ms),
-                     ",\"end_ms\":", number(t.end_ms), "}"));
+  std::vector<std::string> timelines;
+  for (const JobTimeline& timeline : m.timelines) {
+    std::vector<std::string> spans;
+    for (const TimelineSpan& t : timeline.spans) {
+      spans.push_back(
+          absl::StrCat("{\"track\":", json_string(t.track), ",\"kind\":", json_string(t.kind),
+                       ",\"name\":", json_string(t.name), ",\"begin_ms\":", number(t.begin_ms),
+                       ",\"end_ms\":", number(t.end_ms), "}"));
+    }
+    timelines.push_back(
+        absl::StrCat("{\"step\":", timeline.step, ",\"spans\":[", absl::StrJoin(spans, ","), "]}"));
   }
   std::vector<std::string> help;
   for (const MetricHelp& h : m.help)
@@ -159,8 +164,7 @@ std::string render_job_json(const JobMetrics& m) {
   return absl::StrCat("{\"job\":", m.job, ",\"step\":", m.step, ",\"latest\":[",
                       absl::StrJoin(latest, ","), "],\"history\":[", absl::StrJoin(history, ","),
                       "],\"events\":", strings(m.events), ",\"help\":{", absl::StrJoin(help, ","),
-                      "},\"timeline_step\":", m.timeline_step, ",\"timeline\":[",
-                      absl::StrJoin(spans, ","), "]}");
+                      "},\"timelines\":[", absl::StrJoin(timelines, ","), "]}");
 }
 
 }  // namespace troupe::cluster

@@ -18,8 +18,8 @@ std::string render_status_json(const ClusterStatus& s);
 // {"job": id, "step": N, "latest": [{"name", "labels", "value"}...],
 //  "history": [{"step", "time", "values": {"name" or "name{labels}": value...}}...],
 //  "events": [...],
-//  "help": {"name": "text"...}, "timeline_step": N,
-//  "timeline": [{"track", "kind", "name", "begin_ms", "end_ms"}...]}.
+//  "help": {"name": "text"...},
+//  "timelines": [{"step", "spans": [{"track", "kind", "name", "begin_ms", "end_ms"}...]}...]}.
 std::string render_job_json(const JobMetrics& m);
 // `text` as a JSON string, quotes included.
 std::string json_string(std::string_view text);

@@ -27,8 +27,8 @@ void MetricsStore::add(MetricsReport report) {
   report.events.clear();
   if (!report.timeline.empty()) {
     if (report.timeline.size() > kSpans) report.timeline.resize(kSpans);
-    timeline_step_ = report.step;
-    timeline_ = std::move(report.timeline);
+    timelines_.push_back({.step = report.step, .spans = std::move(report.timeline)});
+    if (timelines_.size() > kTimelines) timelines_.pop_front();
   }
   report.timeline.clear();
   if (reports_++ % stride_ != 0) return;
@@ -68,8 +68,7 @@ JobMetrics MetricsStore::snapshot(uint32_t job) const {
           .history = {history_.begin(), history_.end()},
           .events = {events_.begin(), events_.end()},
           .help = help(),
-          .timeline_step = timeline_step_,
-          .timeline = timeline_};
+          .timelines = {timelines_.begin(), timelines_.end()}};
 }
 
 }  // namespace troupe::cluster

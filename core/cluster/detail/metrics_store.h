@@ -1,9 +1,9 @@
 // MetricsStore: what the head keeps of one job's reports (Cluster::report_metrics) - the latest
-// value of every series, the latest timeline, a bounded history of the reports' job-wide values
-// (all but the per-rank ones, those labelled rank=..., which are kept only as the latest) and a
-// bounded list of the events. The history keeps at most kHistory reports: when full, every other
-// one is dropped and from then on only every other report is kept, so it always spans the run,
-// evenly, at a grain that doubles as the run grows (what TensorBoard's reservoir does for long
+// value of every series, the last kTimelines timelines, a bounded history of the reports' job-wide
+// values (all but the per-rank ones, those labelled rank=..., which are kept only as the latest)
+// and a bounded list of the events. The history keeps at most kHistory reports: when full, every
+// other one is dropped and from then on only every other report is kept, so it always spans the
+// run, evenly, at a grain that doubles as the run grows (what TensorBoard's reservoir does for long
 // runs, deterministically). Pure bookkeeping; NOT thread-safe (the head's service calls it from its
 // actor).
 #pragma once
@@ -26,6 +26,7 @@ class MetricsStore {
   // Distinct (name, labels) kept, later new ones dropped; and the most points a report keeps.
   static constexpr size_t kSeries = 65536;
   static constexpr size_t kSpans = 16384;  // of a timeline
+  static constexpr size_t kTimelines = 3;
 
   // Takes a report: its values replace the latest of their series, it joins the history (as the
   // grain allows), its events the list (the oldest dropped past kEvents).
@@ -48,10 +49,9 @@ class MetricsStore {
   std::map<std::string, std::string> help_;
   std::deque<MetricsReport> history_;
   std::deque<std::string> events_;
-  int64_t timeline_step_ = 0;
-  std::vector<TimelineSpan> timeline_;  // the latest report's that had one
-  uint64_t reports_ = 0;                // taken so far
-  uint64_t stride_ = 1;                 // every stride_-th report joins the history
+  std::deque<JobTimeline> timelines_;  // the last reports' that had one
+  uint64_t reports_ = 0;               // taken so far
+  uint64_t stride_ = 1;                // every stride_-th report joins the history
 };
 
 }  // namespace troupe::cluster
