@@ -524,7 +524,8 @@ TEST(ObservabilityTest, TheDashboardDrawsARunningJob) {
   const std::string png = artifact_dir() + "/dashboard.png";
   std::filesystem::remove(png);
   const std::string flags =
-      "--headless=new --no-sandbox --disable-gpu --hide-scrollbars --window-size=1400,1900 "
+      "--headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars "
+      "--window-size=1400,1900 "
       "--virtual-time-budget=6000 --enable-logging=stderr --v=0 --user-data-dir='" +
       dir + "/profile'";
   const testing::Shell dom =
