@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "actors/failpoint.h"
 #include "actors/handoff.h"
 #include "actors/step_clock.h"
@@ -243,6 +244,7 @@ absl::StatusOr<int64_t> ParamShardActor::commit(CommitRequest request) {
   }
   failpoint("commit", options_.at, request.step);     // past the commit point
   const int update = static_cast<int>(updates_ + 1);  // AdamW's bias correction counts updates
+  const absl::Time update_began = absl::Now();
   absl::Status applied =
       apply_update(*backend_, device_.index, request, update, masters(t), stage_grads(t), m_.data(),
                    v_.data(), range_.size(), no_decay_);
@@ -252,6 +254,7 @@ absl::StatusOr<int64_t> ParamShardActor::commit(CommitRequest request) {
   updates_ = update;
   applied_step_ = request.step;
   prepared_ = 0;
+  t.update_us.store(absl::ToInt64Microseconds(absl::Now() - update_began));
   t.applied_step.store(applied_step_);
   t.held_step.store(0);
   // The buddy holds the step's update (replicate): it applies it now.

@@ -38,6 +38,8 @@ absl::Status PipelineStageActor::finish_report(StepReport& report, double start)
   report.samples = static_cast<int64_t>(options_.micro_batch) * options_.grad_accum;
   report.tokens = report.samples * options_.model.max_seq_len();
   report.step_ms = now_ms() - start;
+  report.updated_step = tensors_->applied_step.load();
+  report.update_ms = static_cast<double>(tensors_->update_us.load()) / 1000.0;
   const nn::ModelMemory held = gpt.memory();
   report.memory = {
       .parameters =

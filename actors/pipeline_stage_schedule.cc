@@ -181,6 +181,7 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
       if (absl::Status s = use_slot(op.micro); !s.ok()) return s;
     }
     double t0 = now_ms();
+    const double op_began = t0;  // t0 moves past what the op waits for
     switch (op.kind) {
       case OpKind::kRecvActivation:
         if (absl::Status s =
@@ -246,7 +247,8 @@ absl::StatusOr<StepReport> PipelineStageActor::run_schedule(const StepRequest& r
     report.timeline.push_back({.kind = static_cast<int32_t>(op.kind),
                                .micro = op.micro,
                                .begin_ms = t0 - began,
-                               .end_ms = now_ms() - began});
+                               .end_ms = now_ms() - began,
+                               .wait_ms = t0 - op_began});
     if (turns_ != nullptr) turns_->ran(chunk_, program_.turns[i]);
   }
   report.schedule_ms = now_ms() - began;

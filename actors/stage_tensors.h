@@ -50,6 +50,9 @@ struct StageTensors {
   std::atomic<int64_t> held_step{0};
   // The last step whose update the shard applied to `params` (0: none yet).
   std::atomic<int64_t> applied_step{0};
+  // How long the shard's update of applied_step took (its optimizer kernel and the compute copy's
+  // refresh), in microseconds: the stage reports it with its next step (the trace's shard track).
+  std::atomic<int64_t> update_us{0};
   // Set by the shard when it loaded a checkpoint of this step: the stage's
   // next run_step takes it as the last step run (and clears it); -1: none.
   std::atomic<int64_t> restored_step{-1};

@@ -103,7 +103,10 @@ struct TimelineEvent {
   int32_t micro = 0;
   double begin_ms = 0;
   double end_ms = 0;
-  TROUPE_FIELDS(kind, micro, begin_ms, end_ms);
+  // Just before begin_ms: how long the op waited for what it works on (a forward for its batch
+  // from the loader, the first stage's last backward for the tied embedding's gradient).
+  double wait_ms = 0;
+  TROUPE_FIELDS(kind, micro, begin_ms, end_ms, wait_ms);
 };
 
 // What a stage did in a step. Timings in milliseconds.
@@ -147,9 +150,14 @@ struct StepReport {
   double schedule_ms = 0;
   double began_ms = 0;
   int32_t chunks = 1;
+  // The shard's update of the step before (`updated_step`, 0: none): how long its optimizer kernel
+  // took, which the shard only learns after this stage reported that step.
+  int64_t updated_step = 0;
+  double update_ms = 0;
   TROUPE_FIELDS(step, at, owned, slice_params, holds_loss, loss, grad_norm_sq, found_inf, samples,
                 tokens, sample_ids, data_position, epoch, forward_ms, backward_ms, comm_ms,
-                comm_exposed_ms, step_ms, memory, sent, timeline, schedule_ms, began_ms, chunks);
+                comm_exposed_ms, step_ms, memory, sent, timeline, schedule_ms, began_ms, chunks,
+                updated_step, update_ms);
 };
 
 // Applies step `step`: params -= update(lr, grads * grad_scale). grad_scale

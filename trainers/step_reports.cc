@@ -155,6 +155,8 @@ absl::StatusOr<StepTotals> combine_reports(int64_t step,
     u.comm_ms += r.comm_ms;
     u.comm_exposed_ms += r.comm_exposed_ms;
     u.step_ms = std::max(u.step_ms, r.step_ms);
+    u.updated_step = r.updated_step;
+    u.update_ms += r.update_ms;
   }
   for (const auto& [at, rank] : ranks) {
     out.memory = out.memory.max_with(rank.memory);

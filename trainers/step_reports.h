@@ -33,6 +33,10 @@ struct RankUsage {
   // Its times in the step (ms), its chunks' summed: forward, backward, gradient reductions issue
   // to completion, the wait for them after backward, and the whole step on the stage.
   double forward_ms = 0, backward_ms = 0, comm_ms = 0, comm_exposed_ms = 0, step_ms = 0;
+  // Its shard's update of step `updated_step` (the step before, reported late: the shard applies
+  // it after the stage reported), chunks summed.
+  int64_t updated_step = 0;
+  double update_ms = 0;
 };
 
 struct StepTotals {

@@ -18,6 +18,7 @@ namespace {
 constexpr int kDriverPid = 0;
 enum DriverThread { kSteps = 1, kCommits = 2, kCheckpoints = 3, kRecovery = 4, kValidation = 5 };
 constexpr int kStageThread = 1;
+constexpr int kShardThread = 2;
 constexpr double kFlushIntervalUs = 500'000;
 
 // A time in microseconds (to the nanosecond), or an argument's value (9 significant digits).
@@ -102,6 +103,9 @@ TraceWriter::TraceWriter(TraceWriter&& other) noexcept
       pending_(std::move(other.pending_)),
       tail_(other.tail_),
       first_event_(other.first_event_),
+      flushed_us_(other.flushed_us_),
+      committed_step_(other.committed_step_),
+      commit_began_us_(other.commit_began_us_),
       pids_(std::move(other.pids_)),
       failed_(std::move(other.failed_)) {}
 
@@ -145,6 +149,7 @@ int TraceWriter::rank_pid(const std::string& rank) {
   if (added) {
     metadata(it->second, 0, "process_name", "rank " + rank);
     metadata(it->second, kStageThread, "thread_name", "stage");
+    metadata(it->second, kShardThread, "thread_name", "shard");
   }
   return it->second;
 }
@@ -191,6 +196,12 @@ void TraceWriter::step(const StepOutcome& s, double begin_us, double end_us) {
     if (auto t = timelines.find(rank); t != timelines.end()) {
       for (const actors::TimelineEvent& e : t->second->events) {
         const std::string kind = op_name(e.kind);
+        if (e.wait_ms >= 0.001) {
+          span(pid, kStageThread,
+               absl::StrCat(kind == "forward" ? "wait for batch " : "wait before backward ",
+                            e.micro),
+               "wait", begin_us + 1000 * (e.begin_ms - e.wait_ms), 1000 * e.wait_ms);
+        }
         span(pid, kStageThread, absl::StrCat(kind, " ", e.micro), kind.substr(0, kind.find(' ')),
              begin_us + 1000 * e.begin_ms, 1000 * (e.end_ms - e.begin_ms));
       }
@@ -203,11 +214,19 @@ void TraceWriter::step(const StepOutcome& s, double begin_us, double end_us) {
     }
     span(pid, kStageThread, "gradient reductions (exposed)", "collective", at,
          1000 * r.comm_exposed_ms, sent);
+    if (r.updated_step > 0 && r.updated_step == committed_step_) {
+      span(pid, kShardThread, absl::StrCat("update step ", r.updated_step), "optimizer",
+           commit_began_us_, 1000 * r.update_ms);
+    }
     counter(pid, "memory", begin_us,
             absl::StrCat("{\"parameters\": ", r.memory.parameters, ", \"gradients\": ",
                          r.memory.gradients, ", \"optimizer_state\": ", r.memory.optimizer_state,
                          ", \"buffers\": ", r.memory.buffers,
                          ", \"activations\": ", r.memory.activations, "}"));
+  }
+  if (s.applied) {
+    committed_step_ = s.step;
+    commit_began_us_ = end_us - 1000 * s.commit_ms;
   }
   // Steps are flushed at most every kFlushInterval (the trace is then valid up to them), the rare
   // events at once.

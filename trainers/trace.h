@@ -8,8 +8,11 @@
 //            validation   each evaluation of the validation split
 //   rank d0.p1.t0
 //            stage        its ops as the stage ran them (forward and backward per
-//                         micro-batch, a pipeline's sends and receives), then the wait for its
-//                         gradient reductions, with the bytes each collective sent
+//                         micro-batch, a pipeline's sends and receives, a forward's wait for its
+//                         batch from the loader), then the wait for its gradient reductions,
+//                         with the bytes each collective sent
+//            shard        its parameter shard's update of each step (the optimizer kernel),
+//                         from the start of that step's commit
 //            memory       a counter track of what the rank holds, by category
 //
 // Times are the driver's: each step's span is when the driver ran it, and a rank's spans start
@@ -88,6 +91,10 @@ class TraceWriter {
   long tail_ = 0;        // where the closing "]}" starts in the file
   bool first_event_ = true;
   double flushed_us_ = 0;  // when step events were last written
+  // The last step's commit, on the driver's clock: its ranks' shard updates, reported with the
+  // next step, are drawn from its start.
+  int64_t committed_step_ = 0;
+  double commit_began_us_ = 0;
   std::map<std::string, int> pids_;
   absl::Status failed_;
 };

@@ -389,6 +389,7 @@ struct TraceSummary {
   int ranks = 0;
   int forwards = 0;  // spans named "forward ..." on the first rank
   int checkpoints = 0;
+  int updates = 0;  // the first rank's shard updates
 };
 TraceSummary read_trace(const std::string& path) {
   const testing::Shell out = testing::shell(
@@ -404,15 +405,17 @@ TraceSummary read_trace(const std::string& path) {
       "fw = [e for e in ev if e[\"ph\"] == \"X\" and first and e[\"pid\"] == first[0] and "
       "e[\"name\"].startswith(\"forward\")]\n"
       "ck = [e for e in ev if e[\"ph\"] == \"X\" and e[\"cat\"] == \"checkpoint\"]\n"
+      "up = [e for e in ev if e[\"ph\"] == \"X\" and first and e[\"pid\"] == first[0] and "
+      "e[\"cat\"] == \"optimizer\"]\n"
       "print(\"steps\", \" \".join(map(str, steps)) or \"-\", \"ranks\", len(names) - 1, "
-      "\"forwards\", len(fw), \"checkpoints\", len(ck))' '" +
+      "\"forwards\", len(fw), \"checkpoints\", len(ck), \"updates\", len(up))' '" +
       path + "'");
   TraceSummary t;
   std::smatch m;
   if (out.code != 0 ||
       !std::regex_search(out.output, m,
                          std::regex(R"(steps ([0-9 -]+) ranks ([0-9]+) forwards ([0-9]+) )"
-                                    R"(checkpoints ([0-9]+))"))) {
+                                    R"(checkpoints ([0-9]+) updates ([0-9]+))"))) {
     t.error = out.output;
     return t;
   }
@@ -424,6 +427,7 @@ TraceSummary read_trace(const std::string& path) {
   t.ranks = std::stoi(m[2]);
   t.forwards = std::stoi(m[3]);
   t.checkpoints = std::stoi(m[4]);
+  t.updates = std::stoi(m[5]);
   return t;
 }
 
@@ -451,6 +455,7 @@ TEST(ObservabilityTest, TheTraceHasEveryStepAndStaysValidWhenInterrupted) {
   EXPECT_EQ(t.steps, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
   EXPECT_EQ(t.ranks, 4) << "dp 2 x pp 2";
   EXPECT_EQ(t.forwards, 12 * 4) << "4 micro-batches a step";
+  EXPECT_EQ(t.updates, 11) << "each step's update, reported with the next step";
 
   const testing::Shell window = train("--steps 12 --trace window.json --trace-steps 5:8");
   ASSERT_EQ(window.code, 0) << window.output;
