@@ -41,26 +41,6 @@ const std::vector<cluster::MetricHelp>& help() {
   return *h;
 }
 
-// A pipeline op's kind (actors/pipeline/schedule.h's OpKind) for the timeline: its colour group
-// and its name.
-std::pair<const char*, const char*> op_names(int32_t kind) {
-  switch (static_cast<actors::pipeline::OpKind>(kind)) {
-    case actors::pipeline::OpKind::kForward:
-      return {"forward", "forward"};
-    case actors::pipeline::OpKind::kBackward:
-      return {"backward", "backward"};
-    case actors::pipeline::OpKind::kSendActivation:
-      return {"send", "send activation"};
-    case actors::pipeline::OpKind::kRecvActivation:
-      return {"receive", "receive activation"};
-    case actors::pipeline::OpKind::kSendGradient:
-      return {"send", "send gradient"};
-    case actors::pipeline::OpKind::kRecvGradient:
-      return {"receive", "receive gradient"};
-  }
-  return {"other", "op"};
-}
-
 }  // namespace
 
 JobMetricsReporter::JobMetricsReporter(Send send, std::optional<FlopsModel> flops,
@@ -138,12 +118,13 @@ void JobMetricsReporter::on_step(const StepOutcome& s) {
     for (const StageTimeline& t : s.timelines) {
       const std::string track = actors::to_string(t.at);
       for (const actors::TimelineEvent& e : t.events) {
-        const auto [kind, what] = op_names(e.kind);
-        pending_.timeline.push_back({.track = track,
-                                     .kind = kind,
-                                     .name = absl::StrCat(what, " ", e.micro),
-                                     .begin_ms = e.begin_ms,
-                                     .end_ms = e.end_ms});
+        const auto op = static_cast<actors::pipeline::OpKind>(e.kind);
+        pending_.timeline.push_back(
+            {.track = track,
+             .kind = std::string(actors::pipeline::op_kind_group(op)),
+             .name = absl::StrCat(std::string(actors::pipeline::op_kind_name(op)), " ", e.micro),
+             .begin_ms = e.begin_ms,
+             .end_ms = e.end_ms});
       }
     }
   }

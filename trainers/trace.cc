@@ -29,25 +29,6 @@ std::string value(double v) {
   return std::isfinite(v) ? absl::StrFormat("%.9g", v) : "null";
 }
 
-const char* op_name(int32_t kind) {
-  using actors::pipeline::OpKind;
-  switch (static_cast<OpKind>(kind)) {
-    case OpKind::kForward:
-      return "forward";
-    case OpKind::kBackward:
-      return "backward";
-    case OpKind::kSendActivation:
-      return "send activation";
-    case OpKind::kRecvActivation:
-      return "receive activation";
-    case OpKind::kSendGradient:
-      return "send gradient";
-    case OpKind::kRecvGradient:
-      return "receive gradient";
-  }
-  return "op";
-}
-
 }  // namespace
 
 absl::StatusOr<TraceWindow> parse_trace_window(const std::string& text) {
@@ -195,15 +176,17 @@ void TraceWriter::step(const StepOutcome& s, double begin_us, double end_us) {
     double at = begin_us;
     if (auto t = timelines.find(rank); t != timelines.end()) {
       for (const actors::TimelineEvent& e : t->second->events) {
-        const std::string kind = op_name(e.kind);
+        const auto op = static_cast<actors::pipeline::OpKind>(e.kind);
+        const std::string kind(actors::pipeline::op_kind_name(op));
         if (e.wait_ms >= 0.001) {
           span(pid, kStageThread,
                absl::StrCat(kind == "forward" ? "wait for batch " : "wait before backward ",
                             e.micro),
                "wait", begin_us + 1000 * (e.begin_ms - e.wait_ms), 1000 * e.wait_ms);
         }
-        span(pid, kStageThread, absl::StrCat(kind, " ", e.micro), kind.substr(0, kind.find(' ')),
-             begin_us + 1000 * e.begin_ms, 1000 * (e.end_ms - e.begin_ms));
+        span(pid, kStageThread, absl::StrCat(kind, " ", e.micro),
+             std::string(actors::pipeline::op_kind_group(op)), begin_us + 1000 * e.begin_ms,
+             1000 * (e.end_ms - e.begin_ms));
       }
       at = begin_us + 1000 * t->second->schedule_ms;
     } else {

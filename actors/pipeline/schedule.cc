@@ -49,6 +49,29 @@ absl::StatusOr<Schedule> make_schedule(ScheduleKind kind, int stages, int micro_
       absl::StrCat("pipeline schedule ", static_cast<int>(kind), " is not one of the schedules"));
 }
 
+std::string_view op_kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::kForward:
+      return "forward";
+    case OpKind::kBackward:
+      return "backward";
+    case OpKind::kSendActivation:
+      return "send activation";
+    case OpKind::kRecvActivation:
+      return "receive activation";
+    case OpKind::kSendGradient:
+      return "send gradient";
+    case OpKind::kRecvGradient:
+      return "receive gradient";
+  }
+  return "op";
+}
+
+std::string_view op_kind_group(OpKind kind) {
+  const std::string_view name = op_kind_name(kind);
+  return name.substr(0, name.find(' '));
+}
+
 std::string to_string(const PipelineOp& op, bool with_chunk) {
   const char* kind = "";
   switch (op.kind) {

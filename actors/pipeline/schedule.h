@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -66,6 +67,12 @@ absl::StatusOr<Schedule> interleaved_one_f_one_b(int stages, int micro_batches, 
 // errors.
 absl::StatusOr<Schedule> make_schedule(ScheduleKind kind, int stages, int micro_batches,
                                        int chunks);
+
+// An op's kind for people ("forward", "backward", "send activation", "receive activation",
+// "send gradient", "receive gradient"), and its group ("forward", "backward", "send",
+// "receive"): the timelines' and traces' names and colours.
+std::string_view op_kind_name(OpKind kind);
+std::string_view op_kind_group(OpKind kind);
 
 // "F3.1" (forward of micro-batch 3 through chunk 1; chunk shown only when a
 // stage holds several), "B3", "sendA3", "recvA3", "sendG3", "recvG3".

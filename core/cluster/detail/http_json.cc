@@ -15,10 +15,7 @@ namespace troupe::cluster {
 namespace {
 
 std::string number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buffer[32];
-  auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), v);
-  return error == std::errc() ? std::string(buffer, end) : "null";
+  return std::isfinite(v) ? shortest_decimal(v) : "null";
 }
 
 std::string strings(const std::vector<std::string>& list) {
@@ -30,6 +27,12 @@ std::string strings(const std::vector<std::string>& list) {
 }
 
 }  // namespace
+
+std::string shortest_decimal(double v) {
+  char buffer[32];
+  auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), v);
+  return error == std::errc() ? std::string(buffer, end) : absl::StrFormat("%.17g", v);
+}
 
 std::string json_string(std::string_view text) {
   std::string out = "\"";

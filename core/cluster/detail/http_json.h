@@ -21,6 +21,8 @@ std::string render_status_json(const ClusterStatus& s);
 //  "help": {"name": "text"...},
 //  "timelines": [{"step", "spans": [{"track", "kind", "name", "begin_ms", "end_ms"}...]}...]}.
 std::string render_job_json(const JobMetrics& m);
+// The shortest decimal that reads back as `v` (finite), for the JSON and the Prometheus page.
+std::string shortest_decimal(double v);
 // `text` as a JSON string, quotes included.
 std::string json_string(std::string_view text);
 

@@ -2,12 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cmath>
 #include <map>
 #include <optional>
 #include <string_view>
-#include <system_error>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -78,9 +76,7 @@ std::string label_value(std::string_view text) {
 std::string sample_value(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buffer[32];
-  auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), v);
-  return error == std::errc() ? std::string(buffer, end) : absl::StrCat(v);
+  return shortest_decimal(v);
 }
 
 bool name_char(char c, bool first) {
