@@ -1,6 +1,7 @@
 #include "core/cluster/commands.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -28,6 +30,7 @@
 #include "core/cluster/detail/state_dir.h"
 #include "core/cluster/flags.h"
 #include "core/cluster/gpu_inventory.h"
+#include "spdlog/spdlog.h"
 #include "transport/auth.h"
 #include "transport/rdma_inventory.h"
 
@@ -215,6 +218,18 @@ std::string wait_for_end(F stopped) {
   }
 }
 
+// A head holds a connection to every node, and a worker one to each peer it
+// calls: the soft limit on open files (often 1,024) is raised to the hard one.
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    spdlog::warn("cannot raise the open-file limit to {}: {}", limit.rlim_max,
+                 std::strerror(errno));
+  }
+}
+
 }  // namespace
 
 int head_command(const std::vector<std::string>& args) {
@@ -246,6 +261,7 @@ int head_command(const std::vector<std::string>& args) {
         kDefaultStateDir);
     return 0;
   }
+  raise_open_file_limit();
   absl::StatusOr<uint16_t> port = parse_port("port", flags->get("port", "6380"));
   if (!port.ok()) return usage(port.status());
   HeadOptions options;
@@ -377,6 +393,7 @@ int worker_command(const std::vector<std::string>& args) {
         kMaxThreads);
     return 0;
   }
+  raise_open_file_limit();
   absl::StatusOr<std::string> head = resolve_head(*flags);
   if (!head.ok()) return usage(head.status());
   const transport::RdmaInventory rdma = transport::rdma_inventory();

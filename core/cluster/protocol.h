@@ -72,6 +72,13 @@ struct NodeInfo {
 
 // What a node learns at registration and then with each heartbeat: what
 // changed in the cluster since the version it last saw.
+//
+// Who is told what. Every node learns of nodes that died and actors that
+// moved (its calls there must fail or follow). Only drivers learn of nodes
+// that joined, became ready or are draining (an elastic job watches the
+// membership): a worker asks the head for a node's endpoints when it first
+// calls there, so that a cluster of N nodes does not send N x N joins.
+// kActorDied is not sent (a call to a dead actor is refused by its node).
 struct ClusterEvent {
   // kNodeReady: a worker that joined can host actors now; kNodeDraining: a
   // node is being drained (`reason` non-empty) or no longer (empty).
@@ -93,10 +100,12 @@ struct ClusterEvent {
 };
 
 struct Registration {
-  uint32_t index = 0;                // the node's index, for its lifetime
-  int64_t heartbeat_ms = 100;        // how often to send heartbeats
-  std::vector<ClusterEvent> events;  // the cluster so far: every live node
-  uint64_t head_incarnation = 0;     // which start of the head this is
+  uint32_t index = 0;          // the node's index, for its lifetime
+  int64_t heartbeat_ms = 100;  // how often to send heartbeats (until a reply says otherwise)
+  // The cluster so far, then the node's own join (whose version it carries
+  // on from): for a driver every live node, for a worker nothing else.
+  std::vector<ClusterEvent> events;
+  uint64_t head_incarnation = 0;  // which start of the head this is
   TROUPE_FIELDS(index, heartbeat_ms, events, head_incarnation);
 };
 
@@ -106,9 +115,15 @@ struct HeartbeatReply {
   // join again as a new node); with another, the head was restarted and the
   // node rejoins it (HeadService::rejoin_node).
   bool known = true;
-  std::vector<ClusterEvent> events;
+  std::vector<ClusterEvent> events;  // those for this node since the version it saw
   uint64_t head_incarnation = 0;
-  TROUPE_FIELDS(known, events, head_incarnation);
+  // The head's version now: what the node has seen, the events above
+  // included (it sends it with its next heartbeat).
+  uint64_t version = 0;
+  // How often to send heartbeats from now on: the head spaces them out as
+  // the cluster grows (HeadConfig), 0 if unchanged.
+  int64_t heartbeat_ms = 0;
+  TROUPE_FIELDS(known, events, head_incarnation, version, heartbeat_ms);
 };
 
 // Spawning an actor somewhere in the cluster.

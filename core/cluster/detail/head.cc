@@ -19,6 +19,8 @@ constexpr size_t kEndedJobsWithHistory = 5;  // their metrics' history; the rest
 // Times an actor is placed for its first start when its node is lost before
 // it started there.
 constexpr uint64_t kMaxPlacements = 8;
+// How often the head process runs the failure detector (HeadService::tick).
+constexpr absl::Duration kTickPeriod = absl::Milliseconds(50);
 
 std::string seconds(absl::Duration d) {
   return absl::StrFormat("%.3g s", absl::ToDoubleSeconds(d));
@@ -27,9 +29,11 @@ std::string seconds(absl::Duration d) {
 }  // namespace
 
 HeadService::HeadService(Node* node, HeadConfig config, std::shared_ptr<std::atomic<bool>> stopped,
-                         HeadIds ids, uint64_t incarnation)
+                         HeadIds ids, uint64_t incarnation,
+                         std::function<void(uint32_t)> watch_node)
     : node_(node),
       config_(config),
+      watch_node_(std::move(watch_node)),
       ids_(std::move(ids)),
       incarnation_(incarnation),
       stopped_(std::move(stopped)) {
@@ -43,6 +47,41 @@ ActorRef<NodeAgent> HeadService::agent(uint32_t node) {
 void HeadService::record(ClusterEvent event) {
   event.version = ++version_;
   events_.push_back(std::move(event));
+}
+
+bool HeadService::tells(const ClusterEvent& event, NodeKind kind) {
+  switch (event.kind) {
+    case ClusterEvent::kNodeDied:
+    case ClusterEvent::kActorMoved:
+      return true;
+    case ClusterEvent::kNodeJoined:
+    case ClusterEvent::kNodeReady:
+    case ClusterEvent::kNodeDraining:
+      return kind == NodeKind::kDriver;
+    case ClusterEvent::kActorDied:
+      return false;
+  }
+  return false;
+}
+
+void HeadService::trim_events() {
+  uint64_t seen_by_all = version_;
+  for (const auto& [index, n] : nodes_) {
+    if (n.state == NodeState::kAlive) seen_by_all = std::min(seen_by_all, n.seen_version);
+  }
+  while (!events_.empty() && events_.front().version <= seen_by_all)
+    events_.pop_front();
+}
+
+absl::Duration HeadService::heartbeat_interval() const {
+  absl::Duration spaced = absl::Seconds(static_cast<double>(alive_) / config_.max_heartbeat_rate);
+  // In whole 10 ms, so that nodes are not told of every node that joins.
+  spaced = absl::Ceil(spaced, absl::Milliseconds(10));
+  return std::max(config_.heartbeat_interval, spaced);
+}
+
+absl::Duration HeadService::failure_budget() const {
+  return std::max(config_.heartbeat_timeout, 5 * heartbeat_interval());
 }
 
 void HeadService::log(std::string line) {
@@ -86,6 +125,7 @@ absl::StatusOr<Registration> HeadService::rejoin_node(RejoinRequest request) {
     absl::StatusOr<Resources> total = Resources::parse(info.resources);
     scheduler_.add_node(info.index, total.ok() ? *total : Resources());
     nodes_[info.index].ready = true;
+    if (watch_node_) watch_node_(info.index);
     for (const HostRequest& a : request.actors)
       adopt(info.index, a);
   }
@@ -135,11 +175,12 @@ void HeadService::adopt(uint32_t node, const HostRequest& a) {
 Registration HeadService::admit(const NodeInfo& info) {
   Registration reply;
   reply.index = info.index;
-  reply.heartbeat_ms = absl::ToInt64Milliseconds(config_.heartbeat_interval);
   reply.head_incarnation = incarnation_;
-  // The cluster so far: every live node, as if it had just joined.
+  // A driver learns of the cluster so far: every live node, as if it had
+  // just joined. (A worker asks for a node's endpoints when it first calls
+  // there.)
   for (const auto& [index, n] : nodes_) {
-    if (n.state != NodeState::kAlive) continue;
+    if (n.state != NodeState::kAlive || info.kind != NodeKind::kDriver) continue;
     ClusterEvent joined;
     joined.version = version_;
     joined.kind = ClusterEvent::kNodeJoined;
@@ -150,12 +191,15 @@ Registration HeadService::admit(const NodeInfo& info) {
   NodeRecord& n = nodes_[info.index];
   n.info = info;
   n.last_heartbeat = absl::Now();
+  ++alive_;
+  reply.heartbeat_ms = absl::ToInt64Milliseconds(heartbeat_interval());
   ClusterEvent joined;
   joined.kind = ClusterEvent::kNodeJoined;
   joined.node = info;
   record(joined);
   // Its own join comes last: the node carries on from that version.
   reply.events.push_back(events_.back());
+  n.seen_version = version_;
   return reply;
 }
 
@@ -174,6 +218,7 @@ void HeadService::node_ready(uint32_t node) {
   ready.node.index = node;
   ready.node.name = it->second.info.name;
   record(ready);
+  if (watch_node_) watch_node_(node);
   scheduler_.retry_pending();
   retry_waiting();
 }
@@ -218,10 +263,15 @@ HeartbeatReply HeadService::heartbeat(uint32_t node, uint64_t seen_version) {
     reply.known = false;
     return reply;
   }
-  it->second.last_heartbeat = absl::Now();
-  for (auto e = events_.rbegin(); e != events_.rend() && e->version > seen_version; ++e)
-    reply.events.push_back(*e);
+  NodeRecord& n = it->second;
+  n.last_heartbeat = absl::Now();
+  n.seen_version = std::max(n.seen_version, seen_version);
+  for (auto e = events_.rbegin(); e != events_.rend() && e->version > seen_version; ++e) {
+    if (tells(*e, n.info.kind)) reply.events.push_back(*e);
+  }
   std::reverse(reply.events.begin(), reply.events.end());
+  reply.version = version_;
+  reply.heartbeat_ms = absl::ToInt64Milliseconds(heartbeat_interval());
   return reply;
 }
 
@@ -268,16 +318,32 @@ void HeadService::unregister_node(uint32_t node, std::string reason) {
 
 void HeadService::tick() {
   absl::Time now = absl::Now();
+  // The clock asks every 50 ms at most. A longer gap is time the head was
+  // away - stopped, or too busy to get here - and heartbeats that came
+  // meanwhile wait unread: the nodes get that time back.
+  absl::Duration away = now - last_tick_ - kTickPeriod;
+  last_tick_ = now;
+  if (away > kTickPeriod) {
+    for (auto& [index, n] : nodes_)
+      n.last_heartbeat = std::min(now, n.last_heartbeat + away);
+    if (away > absl::Milliseconds(500)) {
+      log(absl::StrCat("the head was held up for ", seconds(away),
+                       "; nodes get that time back before any is declared dead"));
+    }
+  }
+  absl::Duration budget = failure_budget();
   std::vector<uint32_t> late;
   for (const auto& [index, n] : nodes_) {
-    if (n.state == NodeState::kAlive && now - n.last_heartbeat > config_.heartbeat_timeout) {
-      late.push_back(index);
-    }
+    if (n.state == NodeState::kAlive && now - n.last_heartbeat > budget) late.push_back(index);
   }
   for (uint32_t index : late) {
     declare_dead(index,
                  absl::StrCat("no heartbeat for ", seconds(now - nodes_[index].last_heartbeat),
-                              " (budget ", seconds(config_.heartbeat_timeout), ")"));
+                              " (budget ", seconds(budget), ")"));
+  }
+  if (now - last_trim_ > absl::Seconds(1)) {
+    last_trim_ = now;
+    trim_events();
   }
 }
 
@@ -285,6 +351,7 @@ void HeadService::declare_dead(uint32_t node, const std::string& reason) {
   NodeRecord& n = nodes_[node];
   n.state = NodeState::kDead;
   n.death_reason = reason;
+  --alive_;
   log(absl::StrCat(std::string(to_string(n.info.kind)), " ", node, " (", n.info.name,
                    ") is dead: ", reason));
   ClusterEvent died;
@@ -564,11 +631,6 @@ void HeadService::actor_gone(ActorRecord& actor, const std::string& reason) {
     auto it = names_.find(actor.spawn.name);
     if (it != names_.end() && it->second == actor.id) names_.erase(it);
   }
-  ClusterEvent e;
-  e.kind = ClusterEvent::kActorDied;
-  e.actor = actor.id;
-  e.reason = reason;
-  record(e);
   for (Promise<std::string>& w : actor.watchers)
     w.set_value(reason);
   actor.watchers.clear();
@@ -866,9 +928,17 @@ absl::StatusOr<std::unique_ptr<HeadServer>> HeadServer::start(HeadOptions option
   uint64_t incarnation = (static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) ^
                           (static_cast<uint64_t>(::getpid()) << 40)) |
                          1;
+  HeadServer* s = server.get();
+  auto watch = [s](uint32_t index) {
+    {
+      std::lock_guard<std::mutex> lock(s->watch_mu_);
+      s->to_watch_.push_back(index);
+    }
+    s->watch_cv_.notify_one();
+  };
   auto service = server->node_->system().spawn_at<HeadService>(
       head_service_id(), {.name = "head"}, server->node_.get(), options.config, server->stopped_,
-      *std::move(ids), incarnation);
+      *std::move(ids), incarnation, std::function<void(uint32_t)>(watch));
   if (!service.ok()) return service.status();
   server->service_ = *service;
   // The head's own connections to the nodes it placed actors on (TCP) break
@@ -877,18 +947,40 @@ absl::StatusOr<std::unique_ptr<HeadServer>> HeadServer::start(HeadOptions option
   server->node_->set_hooks({.peer_lost = [head = *service](uint32_t peer, absl::Status why) {
     head.tell(&HeadService::report_lost, kHeadNode, peer, std::string(why.message()));
   }});
-  absl::Duration period = std::min(options.config.heartbeat_interval, absl::Milliseconds(50));
-  server->clock_ = std::thread([s = server.get(), period] {
+  absl::Duration period = std::min(options.config.heartbeat_interval, kTickPeriod);
+  server->clock_ = std::thread([s, period] {
     while (!s->done_.load()) {
       s->service_.tell(&HeadService::tick);
       absl::SleepFor(period);
     }
   });
+  server->watcher_ = std::thread([s] { s->watch_nodes(); });
   return server;
 }
 
+void HeadServer::watch_nodes() {
+  for (;;) {
+    uint32_t node = 0;
+    {
+      std::unique_lock<std::mutex> lock(watch_mu_);
+      watch_cv_.wait(lock, [&] { return done_.load() || !to_watch_.empty(); });
+      if (done_.load()) return;
+      node = to_watch_.front();
+      to_watch_.pop_front();
+    }
+    // One that cannot be reached now is left to its heartbeats.
+    absl::Status s = node_->connect(node);
+    if (!s.ok()) spdlog::debug("head: no connection to node {}: {}", node, s.ToString());
+  }
+}
+
 HeadServer::~HeadServer() {
-  done_.store(true);
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    done_.store(true);
+  }
+  watch_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
   if (clock_.joinable()) clock_.join();
   node_.reset();
 }

@@ -13,17 +13,21 @@
 // killed or removed (`troupe kill`, `troupe pg remove`).
 //
 // Failure semantics. A node is declared dead when it misses heartbeats for
-// the budget (1 s by default) or at once when a peer reports a broken
-// connection to it. Its actors with restarts left are re-created on live
-// nodes (same ActorId; their on_restart runs); the others die with ActorDied
+// the budget (1 s by default, longer in a cluster so big that heartbeats are
+// spaced out: HeadConfig) or at once when its connection breaks: the head
+// holds one to every ready worker, and peers report those they hold. Its actors with restarts left
+// are re-created on live nodes (same ActorId; their on_restart runs); the others die with ActorDied
 // naming the node and the reason. Every node learns of it with its next
 // heartbeat and fails the calls it has in flight there.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -45,8 +49,15 @@ namespace troupe::cluster {
 class NodeAgent;
 
 struct HeadConfig {
+  // How often nodes heartbeat, at the least. As the cluster grows the head
+  // spaces heartbeats out so that all of them together come at most
+  // `max_heartbeat_rate` a second (2,000 nodes: every 200 ms), telling each
+  // node with its replies.
   absl::Duration heartbeat_interval = absl::Milliseconds(100);
-  absl::Duration heartbeat_timeout = absl::Seconds(1);  // the failure-detection budget
+  double max_heartbeat_rate = 10000;
+  // The failure-detection budget: a node silent this long is declared dead.
+  // At least 5 heartbeat intervals, whatever is set.
+  absl::Duration heartbeat_timeout = absl::Seconds(1);
 };
 
 class HeadService {
@@ -55,8 +66,10 @@ class HeadService {
   // `ids`: where node, actor and group ids come from (kept in the state
   // directory, so that a restarted head hands out none twice);
   // `incarnation`: this start of the head, told to every node.
+  // `watch_node`: opens the head's connection to a worker that became ready,
+  // off the head's thread (so that its loss is heard of at once); may be empty.
   HeadService(Node* node, HeadConfig config, std::shared_ptr<std::atomic<bool>> stopped,
-              HeadIds ids, uint64_t incarnation);
+              HeadIds ids, uint64_t incarnation, std::function<void(uint32_t)> watch_node);
 
   // Nodes. Errors: those of drawing an id (HeadIds::next_node).
   absl::StatusOr<Registration> register_node(NodeInfo info);
@@ -145,6 +158,9 @@ class HeadService {
   // Asks every worker to exit, then the head itself.
   void stop();
   // The failure detector's clock: called by the head process every few ms.
+  // When the head itself was held up (stopped, swapped out, or too busy to
+  // run it) for longer than a tick, the nodes are given that time back: no
+  // one is declared dead for heartbeats the head was not there to hear.
   void tick();
 
  private:
@@ -153,6 +169,7 @@ class HeadService {
     NodeState state = NodeState::kAlive;
     std::string death_reason;
     absl::Time last_heartbeat;
+    uint64_t seen_version = 0;  // of the events, as its last heartbeat said
     bool ready = false;
     bool draining = false;
     std::string drain_reason;
@@ -189,6 +206,13 @@ class HeadService {
   // Takes actor `a`, hosted on `node` under an earlier head, into the directory.
   void adopt(uint32_t node, const HostRequest& a);
   void record(ClusterEvent event);
+  // Whether nodes of `kind` are told of `event` (see ClusterEvent).
+  static bool tells(const ClusterEvent& event, NodeKind kind);
+  // Drops the events every live node has seen.
+  void trim_events();
+  // How often nodes heartbeat now, and the budget for missing them.
+  absl::Duration heartbeat_interval() const;
+  absl::Duration failure_budget() const;
   void log(std::string line);
   void declare_dead(uint32_t node, const std::string& reason);
   // Places and hosts `actor` (its first start, or a restart after its node
@@ -203,10 +227,14 @@ class HeadService {
 
   Node* const node_;
   const HeadConfig config_;
+  const std::function<void(uint32_t)> watch_node_;
   Scheduler scheduler_;
   HeadIds ids_;
   const uint64_t incarnation_;
   const absl::Time started_ = absl::Now();
+  absl::Time last_tick_ = absl::Now();
+  absl::Time last_trim_ = absl::Now();
+  int64_t alive_ = 0;  // nodes alive, the head's own not counted
   uint64_t version_ = 0;
   std::shared_ptr<std::atomic<bool>> stopped_;
   std::map<uint32_t, NodeRecord> nodes_;
@@ -217,7 +245,7 @@ class HeadService {
   absl::flat_hash_map<std::string, uint64_t> names_;
   std::set<uint64_t> waiting_;  // restarts that found no room yet
   std::map<std::string, std::string> kv_;
-  std::vector<ClusterEvent> events_;
+  std::deque<ClusterEvent> events_;  // those some live node has not seen, oldest first
   std::deque<std::string> log_;
 };
 TROUPE_ACTOR_DECLARE(HeadService, &HeadService::register_node, &HeadService::node_ready,
@@ -260,12 +288,19 @@ class HeadServer {
 
  private:
   HeadServer() = default;
+  // The watcher thread: opens the head's connection to each node queued.
+  void watch_nodes();
 
   std::unique_ptr<Node> node_;
   ActorRef<HeadService> service_;
   std::shared_ptr<std::atomic<bool>> stopped_ = std::make_shared<std::atomic<bool>>(false);
   std::thread clock_;
   std::atomic<bool> done_{false};
+  // Opens the head's connections to workers that became ready, one at a time.
+  std::thread watcher_;
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  std::deque<uint32_t> to_watch_;
 };
 
 }  // namespace troupe::cluster

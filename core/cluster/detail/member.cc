@@ -315,6 +315,8 @@ void Member::heartbeats(absl::Duration interval) {
         break;
       } else {
         apply(reply->events);
+        seen_version_ = std::max(seen_version_, reply->version);
+        if (reply->heartbeat_ms > 0) interval = absl::Milliseconds(reply->heartbeat_ms);
       }
     } else if (absl::Now() - last_contact > options_.head_grace) {
       stop_->request(absl::StrCat("lost contact with the head at ", options_.head, " for ",

@@ -35,6 +35,8 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>, public detail::A
   uint32_t index() const { return index_.load(std::memory_order_acquire); }
   void set_index(uint32_t index) { index_.store(index, std::memory_order_release); }
   const std::vector<std::string>& endpoints() const { return endpoints_; }
+  // The connection to `node`, opened now if there is none.
+  absl::StatusOr<std::shared_ptr<Connection>> connection_to(uint32_t node);
   uint64_t calls_served() const { return calls_served_.load(std::memory_order_relaxed); }
 
   void set_hooks(NodeHooks hooks) {
@@ -91,7 +93,6 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>, public detail::A
     return !p->lost.ok();
   }
   std::shared_ptr<Peer> peer(uint32_t node);
-  absl::StatusOr<std::shared_ptr<Connection>> connection_to(uint32_t node);
   void send_local(ActorId id, detail::Message* m);
   void on_reply(Frame frame);
   void on_connection_lost(uint32_t node, const std::shared_ptr<Peer>& p, absl::Status why);
@@ -627,6 +628,9 @@ const std::vector<std::string>& Node::endpoints() const {
 }
 void Node::set_node_endpoints(uint32_t node, std::vector<std::string> endpoints) {
   core_->set_node_endpoints(node, std::move(endpoints));
+}
+absl::Status Node::connect(uint32_t node) {
+  return core_->connection_to(node).status();
 }
 void Node::fail_node(uint32_t node, const absl::Status& reason) {
   core_->fail_node(node, reason);

@@ -81,6 +81,10 @@ class Node {
 
   // Where node `node` listens; calls to its actors connect there.
   void set_node_endpoints(uint32_t node, std::vector<std::string> endpoints);
+  // Opens the connection to node `node` now, if there is none, as its first
+  // call would; blocks while connecting. Once open, the node's loss breaks it
+  // and the peer_lost hook hears of it at once. Errors: those of connecting.
+  absl::Status connect(uint32_t node);
   // Node `node` is gone: calls in flight to it, and later calls to actors
   // last seen there that have not moved, fail with ActorDied(reason).
   void fail_node(uint32_t node, const absl::Status& reason);
