@@ -21,7 +21,7 @@ int default_threads(int requested) {
 ActorSystem::ActorSystem(ActorSystemOptions options)
     : options_(options),
       node_(options.node),
-      pool_(std::make_unique<ThreadPool>(default_threads(options.threads))) {
+      pool_(std::make_unique<ThreadPool>(default_threads(options.threads), 0, options.spin)) {
   spdlog::default_logger_raw();  // create the logger before actor threads race to
 }
 

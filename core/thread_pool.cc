@@ -52,8 +52,9 @@ struct alignas(64) ThreadPool::Worker {
 
 thread_local ThreadPool::Worker* ThreadPool::current_worker_ = nullptr;
 
-ThreadPool::ThreadPool(int threads, int max_threads)
+ThreadPool::ThreadPool(int threads, int max_threads, bool spin)
     : target_threads_(std::max(1, threads)),
+      spin_rounds_(spin ? kSpinRounds : 0),
       max_threads_(max_threads > 0 ? std::max(max_threads, target_threads_)
                                    : target_threads_ * 8 + 16),
       workers_(new std::atomic<Worker*>[max_threads_]) {
@@ -224,7 +225,7 @@ Resumable* ThreadPool::find_other_work(Worker* w) {
 Resumable* ThreadPool::spin_then_park(Worker* w) {
   while (!stop_.load(std::memory_order_acquire)) {
     spinning_.fetch_add(1, std::memory_order_seq_cst);
-    for (int round = 0; round < kSpinRounds; ++round) {
+    for (int round = 0; round < spin_rounds_; ++round) {
       Resumable* r = find_own_work(w);
       if (r == nullptr) r = find_other_work(w);
       if (r != nullptr) {

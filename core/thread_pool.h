@@ -28,8 +28,11 @@ class ThreadPool final : public Executor {
  public:
   // Starts `threads` workers (at least one). While workers are blocked inside a
   // BlockingRegion the pool adds workers so that `threads` can still run, up to
-  // `max_threads` in all (0 picks 8 x threads + 16).
-  explicit ThreadPool(int threads, int max_threads = 0);
+  // `max_threads` in all (0 picks 8 x threads + 16). Without `spin`, an idle
+  // worker parks at once: each hand-off from outside then costs a wake-up, but
+  // a process whose messages come steadily, a little apart (a head taking
+  // thousands of heartbeats a second), does not burn its cores between them.
+  explicit ThreadPool(int threads, int max_threads = 0, bool spin = true);
   // Stops and joins all workers. REQUIRES: nothing is scheduled any more.
   ~ThreadPool() override;
 
@@ -60,6 +63,7 @@ class ThreadPool final : public Executor {
   void exit_blocking();
 
   const int target_threads_;
+  const int spin_rounds_;
   const int max_threads_;
   std::unique_ptr<std::atomic<Worker*>[]> workers_;  // max_threads_ slots
   std::atomic<int> num_workers_{0};

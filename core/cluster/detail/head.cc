@@ -915,7 +915,10 @@ absl::StatusOr<std::unique_ptr<HeadServer>> HeadServer::start(HeadOptions option
                            .host = options.host,
                            .transports = {"tcp"},
                            .tcp_port = options.port,
-                           .threads = options.threads});
+                           .threads = options.threads,
+                           // Heartbeats come steadily, a little apart: spinning
+                           // between them would burn the head's cores.
+                           .spin = false});
   if (!node.ok()) {
     return absl::Status(node.status().code(),
                         absl::StrCat("cannot listen on ", options.host, ":", options.port, ": ",

@@ -605,7 +605,7 @@ void RemoteActor::monitor(DeathCallback cb) {
 absl::StatusOr<std::unique_ptr<Node>> Node::start(NodeOptions options) {
   std::unique_ptr<Node> node(new Node());
   node->system_ = std::make_unique<ActorSystem>(
-      ActorSystemOptions{.threads = options.threads, .node = options.index});
+      ActorSystemOptions{.threads = options.threads, .node = options.index, .spin = options.spin});
   node->core_ = std::make_shared<NodeCore>(std::move(options), node->system_.get());
   if (absl::Status s = node->core_->start_listening(); !s.ok()) return s;
   return node;

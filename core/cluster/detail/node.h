@@ -38,6 +38,7 @@ struct NodeOptions {
   std::vector<std::string> transports = {"ucx", "tcp"};
   uint16_t tcp_port = 0;  // the tcp listener's port (the head's control port); 0: any
   int threads = 0;        // actor threads; 0: one per core
+  bool spin = true;       // idle actor threads spin before they sleep (ActorSystemOptions)
   absl::Duration connect_timeout = absl::Seconds(10);
 };
 

@@ -119,23 +119,37 @@ absl::StatusOr<Resources> Resources::parse(std::string_view text) {
     if (std::any_of(name.begin(), name.end(), is_blank)) {
       return bad_item(text, item, "resource name contains a blank");
     }
-    if (result.amounts_.count(std::string(name)) != 0) {
+    if (result.find(name) != nullptr) {
       return bad_item(text, item, absl::StrCat("'", to_absl(name), "' is given twice"));
     }
     absl::StatusOr<double> amount = parse_amount(name, value, text, item);
     if (!amount.ok()) return amount.status();
-    result.amounts_.emplace(std::string(name), *amount);
+    result.at(name) = *amount;
   }
   return result;
 }
 
+const double* Resources::find(std::string_view name) const {
+  for (const auto& [n, amount] : amounts_) {
+    if (n == name) return &amount;
+  }
+  return nullptr;
+}
+
+double& Resources::at(std::string_view name) {
+  auto it = std::lower_bound(amounts_.begin(), amounts_.end(), name,
+                             [](const auto& entry, std::string_view n) { return entry.first < n; });
+  if (it == amounts_.end() || it->first != name) it = amounts_.emplace(it, std::string(name), 0.0);
+  return it->second;
+}
+
 double Resources::get(std::string_view name) const {
-  auto it = amounts_.find(std::string(name));
-  return it == amounts_.end() ? 0.0 : it->second;
+  const double* amount = find(name);
+  return amount == nullptr ? 0.0 : *amount;
 }
 
 void Resources::set(std::string_view name, double amount) {
-  amounts_[std::string(name)] = amount;
+  at(name) = amount;
 }
 
 bool Resources::contains(const Resources& request) const {
@@ -146,7 +160,7 @@ bool Resources::contains(const Resources& request) const {
 
 Resources& Resources::operator+=(const Resources& other) {
   for (const auto& [name, amount] : other.amounts_) {
-    double& mine = amounts_[name];
+    double& mine = at(name);
     mine = snap_to_zero(mine + amount);
   }
   return *this;
@@ -154,7 +168,7 @@ Resources& Resources::operator+=(const Resources& other) {
 
 Resources& Resources::operator-=(const Resources& other) {
   for (const auto& [name, amount] : other.amounts_) {
-    double& mine = amounts_[name];
+    double& mine = at(name);
     mine = snap_to_zero(mine - amount);
   }
   return *this;

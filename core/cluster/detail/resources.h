@@ -15,9 +15,10 @@
 // fractions (0.1 + 0.2 - 0.3) still balance.
 #pragma once
 
-#include <map>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -63,7 +64,8 @@ class Resources {
   bool any_negative() const;
 
   // Every entry, zeros included, sorted by name.
-  const std::map<std::string, double>& amounts() const { return amounts_; }
+  using Amounts = std::vector<std::pair<std::string, double>>;
+  const Amounts& amounts() const { return amounts_; }
 
   // "CPU=2,GPU=0,memory=8G": sorted by name, memory with the largest suffix
   // that divides it, other amounts in the shortest decimal that parses back
@@ -74,7 +76,14 @@ class Resources {
   friend bool operator==(const Resources& a, const Resources& b);
 
  private:
-  std::map<std::string, double> amounts_;
+  // The amount named `name`, added as 0 if absent.
+  double& at(std::string_view name);
+  const double* find(std::string_view name) const;
+
+  // Sorted by name, and short (a few names): a flat vector copies in one
+  // allocation and looks up without building a string - the scheduler copies
+  // and compares one per node for every placement.
+  Amounts amounts_;
 };
 
 Resources operator+(Resources a, const Resources& b);
