@@ -29,6 +29,25 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::connect(ClusterOptions options
   return std::unique_ptr<Cluster>(new Cluster(*std::move(member), options.timeout));
 }
 
+absl::StatusOr<std::unique_ptr<Cluster>> Cluster::connect(int argc, char** argv,
+                                                          ClusterOptions options) {
+  auto flag = [&](std::string_view name, std::string& out) {
+    const std::string eq = std::string(name) + "=";
+    for (int i = 1; i < argc; ++i) {
+      std::string_view arg = argv[i];
+      if (arg == name && i + 1 < argc) out = argv[i + 1];
+      if (arg.starts_with(eq)) out = std::string(arg.substr(eq.size()));
+    }
+  };
+  flag("--head", options.head);
+  flag("--token-file", options.token_file);
+  if (options.name.empty() && argc > 0) {
+    std::string_view program = argv[0];
+    options.name = std::string(program.substr(program.rfind('/') + 1));
+  }
+  return connect(std::move(options));
+}
+
 absl::StatusOr<cluster::ActorLocation> Cluster::spawn_actor(const std::string& type,
                                                             uint64_t constructor, Writer& args,
                                                             const SpawnOptions& options) {

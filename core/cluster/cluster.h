@@ -9,8 +9,14 @@
 //   int n = *shard->call(&Shard::size).get();                           //
 //   ray.get(shard.size.remote())
 //
-// The head address comes from ClusterOptions::head or TROUPE_HEAD; the token
-// from ClusterOptions::token, the token file, or TROUPE_TOKEN.
+// The head address comes from ClusterOptions::head, TROUPE_HEAD, the launch
+// environment (Slurm, torchrun/Kubeflow, a JobSet: core/cluster/launch_env.h)
+// or the head running on this machine; the token from ClusterOptions::token,
+// the token file, TROUPE_TOKEN or that head's state directory. A driver's
+// main() does all of it in one call:
+//
+//   int main(int argc, char** argv) {
+//     auto cluster = troupe::Cluster::connect(argc, argv);  // --head, --token-file, or the above
 #pragma once
 
 #include <memory>
@@ -45,6 +51,12 @@ struct ClusterOptions {
 class Cluster {
  public:
   static absl::StatusOr<std::unique_ptr<Cluster>> connect(ClusterOptions options = {});
+  // The same, with --head HOST:PORT and --token-file PATH (or --head=...)
+  // taken from the program's arguments when given there - other arguments
+  // are the program's own and left alone - and the program's name as the
+  // driver's name unless `options` has one.
+  static absl::StatusOr<std::unique_ptr<Cluster>> connect(int argc, char** argv,
+                                                          ClusterOptions options = {});
 
   // Spawns a T somewhere in the cluster (options.resources, placement_group,
   // bundle_index, node say where; it belongs to this driver's job unless

@@ -1,8 +1,10 @@
 #include "core/cluster/commands.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -30,6 +32,7 @@
 #include "core/cluster/detail/state_dir.h"
 #include "core/cluster/flags.h"
 #include "core/cluster/gpu_inventory.h"
+#include "core/cluster/launch_env.h"
 #include "spdlog/spdlog.h"
 #include "transport/auth.h"
 #include "transport/rdma_inventory.h"
@@ -209,6 +212,43 @@ class ExitUnlessDismissed {
   std::shared_ptr<std::atomic<bool>> dismissed_ = std::make_shared<std::atomic<bool>>(false);
 };
 
+// A `troupe head` this process started (the head of a launch, on rank 0):
+// stopped with it, and gone with it should this process die.
+class HeadChild {
+ public:
+  explicit HeadChild(pid_t pid) : pid_(pid) {}
+  HeadChild(const HeadChild&) = delete;
+  HeadChild& operator=(const HeadChild&) = delete;
+  ~HeadChild() {
+    ::kill(pid_, SIGTERM);
+    for (int i = 0; i < 100; ++i) {
+      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) return;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+
+ private:
+  pid_t pid_;
+};
+
+// Starts `troupe head --port PORT` (this executable) in a child process,
+// which inherits the launch environment (its host, its token).
+absl::StatusOr<pid_t> start_head_process(uint16_t port) {
+  std::string port_text = absl::StrCat(port);
+  pid_t pid = ::fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    ::execl("/proc/self/exe", "troupe", "head", "--port", port_text.c_str(),
+            static_cast<char*>(nullptr));
+    std::fprintf(stderr, "troupe worker: cannot start the head: %s\n", std::strerror(errno));
+    ::_exit(kExitFailed);
+  }
+  return pid;
+}
+
 // Waits until `stopped()` says why, or a signal arrives.
 template <class F>
 std::string wait_for_end(F stopped) {
@@ -235,7 +275,7 @@ void raise_open_file_limit() {
 int head_command(const std::vector<std::string>& args) {
   auto flags = Flags::parse("head", args,
                             {"port", "host", "state-dir", "http-port", "http-host",
-                             "heartbeat-timeout", "heartbeat-interval", "threads"});
+                             "heartbeat-timeout", "heartbeat-interval", "threads", "token-file"});
   if (!flags.ok()) return usage(flags.status());
   if (flags->help()) {
     std::printf(
@@ -257,16 +297,24 @@ int head_command(const std::vector<std::string>& args) {
         "                       Prometheus metrics at /metrics\n"
         "                       (0: any free port)\n"
         "  --http-host          address the HTTP status listens on: loopback unless given\n"
-        "                       (it answers without the cluster token: docs/security.md)\n",
+        "                       (it answers without the cluster token: docs/security.md)\n"
+        "  --token-file         use this cluster token (default: $TROUPE_TOKEN, else the\n"
+        "                       state directory's, else a fresh one)\n\n"
+        "Under Slurm, torchrun/Kubeflow or a JobSet the port (and 0.0.0.0 as the host)\n"
+        "come from the launch environment unless given (docs/cluster.md, \"Launching\").\n",
         kDefaultStateDir);
     return 0;
   }
+  absl::StatusOr<std::optional<LaunchEnv>> launched = detect_launch_env();
+  if (!launched.ok()) return usage(launched.status());
   raise_open_file_limit();
-  absl::StatusOr<uint16_t> port = parse_port("port", flags->get("port", "6380"));
+  absl::StatusOr<uint16_t> port = parse_port(
+      "port", flags->get("port", *launched ? absl::StrCat((*launched)->head_port) : "6380"));
   if (!port.ok()) return usage(port.status());
   HeadOptions options;
   options.port = *port;
-  options.host = flags->get("host", "127.0.0.1");
+  // Launched on many machines, the others must reach it.
+  options.host = flags->get("host", *launched ? "0.0.0.0" : "127.0.0.1");
   if (flags->has("heartbeat-timeout")) {
     auto d = parse_seconds("heartbeat-timeout", flags->get("heartbeat-timeout"));
     if (!d.ok()) return usage(d.status());
@@ -289,8 +337,21 @@ int head_command(const std::vector<std::string>& args) {
   std::string dir = flags->get("state-dir", kDefaultStateDir);
   if (absl::Status s = prepare_state_dir(dir); !s.ok()) return fail(s);
   bool fresh_token = true;
-  absl::StatusOr<std::string> token = load_or_create_token(dir, &fresh_token);
+  absl::StatusOr<std::string> token = absl::UnknownError("no token");
+  if (flags->has("token-file") || std::getenv("TROUPE_TOKEN") != nullptr) {
+    // Given (a cluster manager's secret): the workers have it already. Kept
+    // in the state directory too, for the commands run on this machine.
+    token = transport::resolve_token(flags->get("token-file"));
+    if (!token.ok()) return fail(token.status());
+    if (absl::Status s = write_state_file(dir, "token", *token + "\n"); !s.ok()) return fail(s);
+    fresh_token = false;
+  } else {
+    token = load_or_create_token(dir, &fresh_token);
+  }
   if (!token.ok()) return fail(token.status());
+  if (*launched) {
+    std::printf("troupe head: launched by %s\n", (*launched)->describe().c_str());
+  }
   options.token = *token;
   options.state_dir = dir;
   std::string token_file = state_file(dir, "token");
@@ -423,8 +484,30 @@ int worker_command(const std::vector<std::string>& args) {
     return usage(absl::InvalidArgumentError(
         absl::StrCat("--threads ", flags->get("threads"), ": expected 1-", kMaxThreads)));
   }
+  absl::StatusOr<std::optional<LaunchEnv>> launched = detect_launch_env();
+  if (!launched.ok()) return usage(launched.status());
+  if (*launched && !flags->has("token-file") && std::getenv("TROUPE_TOKEN") == nullptr) {
+    return usage(absl::InvalidArgumentError(absl::StrCat(
+        "launched by ", (*launched)->manager,
+        ": give every rank the same cluster token in TROUPE_TOKEN (64 hex digits, e.g. "
+        "`export TROUPE_TOKEN=$(openssl rand -hex 32)` before srun) or --token-file")));
+  }
   absl::StatusOr<std::string> token = resolve_token(*flags);
   if (!token.ok()) return fail(token.status());
+  // Rank 0 of a launch brings up the head the others join (unless one is named).
+  std::optional<HeadChild> head_child;
+  const char* named_head = std::getenv("TROUPE_HEAD");
+  if (*launched && (*launched)->runs_head() && !flags->has("head") &&
+      (named_head == nullptr || *named_head == '\0')) {
+    std::printf("troupe worker: %s: starting the head\n", (*launched)->describe().c_str());
+    std::fflush(stdout);
+    absl::StatusOr<pid_t> pid = start_head_process((*launched)->head_port);
+    if (!pid.ok()) return fail(pid.status());
+    head_child.emplace(*pid);
+  } else if (*launched) {
+    std::printf("troupe worker: %s\n", (*launched)->describe().c_str());
+    std::fflush(stdout);
+  }
   std::vector<std::string> dirs = flags->all("actor-lib-dir");
   for (std::string& d : actor_library_dirs_from_env())
     dirs.push_back(std::move(d));
@@ -460,6 +543,21 @@ int worker_command(const std::vector<std::string>& args) {
   // has lost its actors to restarts elsewhere: it joins again as a new node.
   for (int joins = 0;; ++joins) {
     auto member = Member::join(member_options);
+    // Launched together, a rank may start before the head listens: it waits,
+    // as a raylet waits for its GCS, up to --head-timeout.
+    const absl::Time wait_until = absl::Now() + member_options.head_grace;
+    bool said = false;
+    while (*launched && !member.ok() && absl::IsUnavailable(member.status()) &&
+           absl::Now() < wait_until && g_signal.load() == 0) {
+      if (!said) {
+        std::printf("troupe worker: waiting for the head at %s (%s)\n", head->c_str(),
+                    std::string(member.status().message()).c_str());
+        std::fflush(stdout);
+        said = true;
+      }
+      absl::SleepFor(absl::Milliseconds(500));
+      member = Member::join(member_options);
+    }
     if (!member.ok()) return fail(member.status());
     Member& m = **member;
     auto agent = m.node().system().spawn_at<NodeAgent>(node_agent_id(m.index()), {.name = "agent"},
@@ -475,12 +573,13 @@ int worker_command(const std::vector<std::string>& args) {
     std::printf("troupe worker: node %u stopping (%s)%s\n", m.index(), why.c_str(),
                 again ? "; joining again as a new node" : "");
     std::fflush(stdout);
+    const bool head_lost = m.stop_signal()->head_lost.load();
     {
       std::optional<ExitUnlessDismissed> watchdog;
       if (m.stop_signal()->declared_dead.load()) watchdog.emplace(m.index());
       member->reset();
     }
-    if (!again) return 0;
+    if (!again) return head_lost ? kExitHeadLost : kExitOk;
   }
 }
 

@@ -10,14 +10,26 @@
 //                                                     (ray.util.remove_placement_group)
 //
 // Each takes its arguments after the command name and returns the process's
-// exit code: 0 on success, 1 on failure (with a message on stderr), 2 for a
-// usage error.
+// exit code (the Exit values below), which Slurm's --kill-on-bad-exit and a
+// Kubernetes podFailurePolicy can act on.
+//
+// Under a cluster manager (core/cluster/launch_env.h) `troupe head` listens
+// where the launch environment says, and `troupe worker` finds the head
+// there; the worker of rank 0 starts that head itself, so one
+// `srun troupe worker` (or one container command) brings up the cluster.
 #pragma once
 
 #include <string>
 #include <vector>
 
 namespace troupe::cluster {
+
+enum Exit : int {
+  kExitOk = 0,       // done: stopped in order (`troupe stop`, SIGTERM, Ctrl-C)
+  kExitFailed = 1,   // could not start or join (the message says why)
+  kExitUsage = 2,    // bad flags or launch environment
+  kExitHeadLost = 3  // a worker lost its head for longer than --head-timeout: the cluster is gone
+};
 
 int head_command(const std::vector<std::string>& args);
 int worker_command(const std::vector<std::string>& args);

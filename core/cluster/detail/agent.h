@@ -26,17 +26,20 @@ class HeadService;
 
 // Set when the node should exit, with the reason; `declared_dead` when the
 // head declared it dead (a worker then joins again as a new node).
+// `head_lost` when it lost contact with the head for longer than its grace.
 struct StopSignal {
   std::atomic<bool> requested{false};
   std::atomic<bool> declared_dead{false};
+  std::atomic<bool> head_lost{false};
   std::mutex mu;
   std::string reason;
-  void request(std::string why, bool dead = false) {
+  void request(std::string why, bool dead = false, bool lost = false) {
     {
       std::lock_guard<std::mutex> lock(mu);
       if (requested.load()) return;
       reason = std::move(why);
       declared_dead.store(dead);
+      head_lost.store(lost);
     }
     requested.store(true);
   }

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cluster/detail/resources.h"
+#include "core/cluster/launch_env.h"
 #include "spdlog/spdlog.h"
 #include "transport/address.h"
 #include "transport/auth.h"
@@ -46,12 +47,16 @@ void NodeDeathListeners::notify(uint32_t node, const std::string& reason) {
 absl::StatusOr<std::string> find_head_address(const std::string& given) {
   if (!given.empty()) return given;
   if (const char* env = std::getenv("TROUPE_HEAD"); env != nullptr && *env != '\0') return env;
+  absl::StatusOr<std::optional<LaunchEnv>> launched = detect_launch_env();
+  if (!launched.ok()) return launched.status();
+  if (launched->has_value()) return (*launched)->head_address();
   std::ifstream in(std::string(kDefaultStateDir) + "/head_address");
   std::string address;
   if (in && std::getline(in, address) && !address.empty()) return address;
   return absl::InvalidArgumentError(
       "no head address: give one (--head HOST:PORT, e.g. 127.0.0.1:6380) or set TROUPE_HEAD "
-      "(no head runs on this machine)");
+      "(no head runs on this machine, and no Slurm, torchrun or JobSet launch environment "
+      "names one)");
 }
 
 absl::StatusOr<std::string> find_cluster_token(const std::string& token_file) {
@@ -321,7 +326,8 @@ void Member::heartbeats(absl::Duration interval) {
     } else if (absl::Now() - last_contact > options_.head_grace) {
       stop_->request(absl::StrCat("lost contact with the head at ", options_.head, " for ",
                                   absl::FormatDuration(options_.head_grace), ": ",
-                                  head_error_text(reply.status())));
+                                  head_error_text(reply.status())),
+                     /*dead=*/false, /*lost=*/true);
       break;
     } else if (!away) {
       away = true;

@@ -151,8 +151,9 @@ absl::StatusOr<ActorLocation> find_named_actor(Member& member, std::string_view 
 inline constexpr char kDefaultStateDir[] = "/tmp/troupe";
 
 // Finding the cluster, as ray.init() finds one: `given` if not empty, else
-// $TROUPE_HEAD / $TROUPE_TOKEN, else the state directory of a head running on
-// this machine. Errors name what to pass.
+// $TROUPE_HEAD / $TROUPE_TOKEN, else (the head only) the launch environment
+// of Slurm, torchrun or a JobSet (core/cluster/launch_env.h), else the state
+// directory of a head running on this machine. Errors name what to pass.
 absl::StatusOr<std::string> find_head_address(const std::string& given);
 absl::StatusOr<std::string> find_cluster_token(const std::string& token_file);
 
