@@ -233,16 +233,19 @@ class HeadChild {
   pid_t pid_;
 };
 
-// Starts `troupe head --port PORT` (this executable) in a child process,
-// which inherits the launch environment (its host, its token).
-absl::StatusOr<pid_t> start_head_process(uint16_t port) {
-  std::string port_text = absl::StrCat(port);
+// Starts `troupe head` (this executable) in a child process for launch
+// `launched`: on its port, with a state directory of its own (two jobs may
+// share a machine), inheriting the launch environment (its token).
+absl::StatusOr<pid_t> start_head_process(const LaunchEnv& launched) {
+  std::string port_text = absl::StrCat(launched.head_port);
+  std::string state_dir =
+      absl::StrCat(kDefaultStateDir, "-", launched.manager, "-", launched.head_port);
   pid_t pid = ::fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    ::execl("/proc/self/exe", "troupe", "head", "--port", port_text.c_str(),
-            static_cast<char*>(nullptr));
+    ::execl("/proc/self/exe", "troupe", "head", "--port", port_text.c_str(), "--state-dir",
+            state_dir.c_str(), static_cast<char*>(nullptr));
     std::fprintf(stderr, "troupe worker: cannot start the head: %s\n", std::strerror(errno));
     ::_exit(kExitFailed);
   }
@@ -501,7 +504,7 @@ int worker_command(const std::vector<std::string>& args) {
       (named_head == nullptr || *named_head == '\0')) {
     std::printf("troupe worker: %s: starting the head\n", (*launched)->describe().c_str());
     std::fflush(stdout);
-    absl::StatusOr<pid_t> pid = start_head_process((*launched)->head_port);
+    absl::StatusOr<pid_t> pid = start_head_process(**launched);
     if (!pid.ok()) return fail(pid.status());
     head_child.emplace(*pid);
   } else if (*launched) {
