@@ -20,6 +20,7 @@
 #include "checkpoint/pretrained.h"
 #include "core/cluster/cluster.h"
 #include "core/cluster/flags.h"
+#include "core/cluster/launch_env.h"
 #include "core/cluster/local_cluster.h"
 #include "nn/cpu_peak.h"
 #include "nn/memory.h"
@@ -70,7 +71,8 @@ void print_train_help() {
       "                    fault_tolerance.spare_nodes more) for this run and stop it at\n"
       "                    the end (as ray.init() with no address)\n"
       "  --head HOST:PORT  use a running cluster (`troupe head`, `troupe worker`); also\n"
-      "                    $TROUPE_HEAD. Its token: --token-file or $TROUPE_TOKEN\n"
+      "                    $TROUPE_HEAD, or the Slurm, torchrun or JobSet launch this\n"
+      "                    runs in. Its token: --token-file or $TROUPE_TOKEN\n"
       "  --steps N         override training.steps (a scheduler decaying over another\n"
       "                    total_num_steps is warned about)\n"
       "  --output DIR      override training.output_dir (default runs/<job>)\n"
@@ -290,7 +292,12 @@ int train_command(const std::vector<std::string>& all_args) {
     }
   } else if (const char* env = std::getenv("TROUPE_HEAD");
              options.head.empty() && (env == nullptr || *env == '\0')) {
-    return usage_error("give --local N to start a local cluster, or --head HOST:PORT");
+    // Inside a Slurm, torchrun or JobSet launch the head is where it says.
+    absl::StatusOr<std::optional<cluster::LaunchEnv>> launched = cluster::detect_launch_env();
+    if (!launched.ok()) return usage_error(std::string(launched.status().message()));
+    if (!launched->has_value()) {
+      return usage_error("give --local N to start a local cluster, or --head HOST:PORT");
+    }
   }
   auto cluster = Cluster::connect(options);
   if (!cluster.ok()) return fail("connecting to the cluster", cluster.status());

@@ -1,6 +1,10 @@
 #include "core/cluster/cluster.h"
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
+#include "core/cluster/launch_env.h"
+#include "spdlog/spdlog.h"
 
 namespace troupe {
 
@@ -9,6 +13,12 @@ using cluster::HeadService;
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::connect(ClusterOptions options) {
   // Like ray.init(): the options, else the environment, else the head
   // running on this machine.
+  std::optional<cluster::LaunchEnv> launched;
+  if (const char* env = std::getenv("TROUPE_HEAD");
+      options.head.empty() && (env == nullptr || *env == '\0')) {
+    absl::StatusOr<std::optional<cluster::LaunchEnv>> e = cluster::detect_launch_env();
+    if (e.ok()) launched = *e;
+  }
   absl::StatusOr<std::string> head = cluster::find_head_address(options.head);
   if (!head.ok()) return head.status();
   options.head = *head;
@@ -17,16 +27,48 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::connect(ClusterOptions options
     if (!token.ok()) return token.status();
     options.token = *token;
   }
-  auto member = cluster::Member::join({.head = options.head,
-                                       .token = options.token,
-                                       .kind = cluster::NodeKind::kDriver,
-                                       .name = options.name,
-                                       .transports = options.transports,
-                                       .threads = options.threads,
-                                       .timeout = std::min(options.timeout, absl::Seconds(10)),
-                                       .restart_wait = options.restart_wait});
+  const cluster::MemberOptions member_options{
+      .head = options.head,
+      .token = options.token,
+      .kind = cluster::NodeKind::kDriver,
+      .name = options.name,
+      .transports = options.transports,
+      .threads = options.threads,
+      .timeout = std::min(options.timeout, absl::Seconds(10)),
+      .restart_wait = options.restart_wait};
+  auto member = cluster::Member::join(member_options);
+  // Started with the cluster, the driver may come before its head.
+  const absl::Time deadline = absl::Now() + options.launch_wait;
+  while (launched && !member.ok() && absl::IsUnavailable(member.status()) &&
+         absl::Now() < deadline) {
+    spdlog::info("{}: waiting for the head at {} ({})", launched->manager, options.head,
+                 std::string(member.status().message()));
+    absl::SleepFor(absl::Milliseconds(500));
+    member = cluster::Member::join(member_options);
+  }
   if (!member.ok()) return member.status();
-  return std::unique_ptr<Cluster>(new Cluster(*std::move(member), options.timeout));
+  std::unique_ptr<Cluster> cluster(new Cluster(*std::move(member), options.timeout));
+  // ... and before the launch's other workers: it waits for them (what it
+  // places next may need every one).
+  if (launched && launched->world_size > 0) {
+    size_t ready = 0;
+    while (absl::Now() < deadline) {
+      absl::StatusOr<cluster::ClusterStatus> s = cluster->status();
+      ready = 0;
+      if (s.ok()) {
+        for (const cluster::NodeStatus& n : s->nodes)
+          ready += n.ready && n.state == cluster::NodeState::kAlive ? 1 : 0;
+      }
+      if (ready >= static_cast<size_t>(launched->world_size)) break;
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    if (ready < static_cast<size_t>(launched->world_size)) {
+      spdlog::warn("{}: {} of the launch's {} workers joined within {}; going on without the rest",
+                   launched->manager, ready, launched->world_size,
+                   absl::FormatDuration(options.launch_wait));
+    }
+  }
+  return cluster;
 }
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::connect(int argc, char** argv,

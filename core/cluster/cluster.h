@@ -46,6 +46,10 @@ struct ClusterOptions {
   // waits for it to be back before it fails with Unavailable; a call to an
   // actor that is gone for good fails at once with ActorDied.
   absl::Duration restart_wait = absl::Seconds(30);
+  // Found through a launch environment (Slurm, torchrun, a JobSet), the
+  // cluster is starting with this driver: connect() waits up to this long for
+  // the head to answer and for the launch's workers (its world size) to join.
+  absl::Duration launch_wait = absl::Seconds(120);
 };
 
 class Cluster {

@@ -340,6 +340,7 @@ int head_command(const std::vector<std::string>& args) {
   std::string dir = flags->get("state-dir", kDefaultStateDir);
   if (absl::Status s = prepare_state_dir(dir); !s.ok()) return fail(s);
   bool fresh_token = true;
+  bool given_token = false;
   absl::StatusOr<std::string> token = absl::UnknownError("no token");
   if (flags->has("token-file") || std::getenv("TROUPE_TOKEN") != nullptr) {
     // Given (a cluster manager's secret): the workers have it already. Kept
@@ -348,6 +349,7 @@ int head_command(const std::vector<std::string>& args) {
     if (!token.ok()) return fail(token.status());
     if (absl::Status s = write_state_file(dir, "token", *token + "\n"); !s.ok()) return fail(s);
     fresh_token = false;
+    given_token = true;
   } else {
     token = load_or_create_token(dir, &fresh_token);
   }
@@ -397,7 +399,9 @@ int head_command(const std::vector<std::string>& args) {
       "  join a worker:  troupe worker --head %s --token-file %s\n"
       "  see the cluster: troupe status --head %s --token-file %s\n%s",
       address.c_str(), token_file.c_str(),
-      fresh_token ? "" : " (kept from an earlier head: its workers rejoin this one)",
+      given_token   ? " (given)"
+      : fresh_token ? ""
+                    : " (kept from an earlier head: its workers rejoin this one)",
       address.c_str(), token_file.c_str(), address.c_str(), token_file.c_str(), http_line.c_str());
   std::fflush(stdout);
   HeadServer* s = server->get();

@@ -12,8 +12,10 @@
 //   torchrun  MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (Kubeflow:
 //             PET_MASTER_ADDR, PET_MASTER_PORT, PET_NODE_RANK, PET_NNODES).
 //             The head listens at MASTER_ADDR:MASTER_PORT.
-//   JobSet    JOBSET_NAME, REPLICATED_JOB_NAME, JOB_INDEX,
-//             JOB_COMPLETION_INDEX. The head is pod 0 of job 0, by its stable
+//   JobSet    JOBSET_NAME, REPLICATED_JOB_NAME, JOB_INDEX (set from the
+//             JobSet's labels by the downward API: examples/kubernetes/
+//             jobset.yaml) and the indexed Job's JOB_COMPLETION_INDEX. The
+//             head is pod 0 of job 0, by its stable
 //             host name "<jobset>-<replicated job>-0-0.<subdomain>" (the
 //             subdomain is the JobSet's name unless TROUPE_JOBSET_SUBDOMAIN
 //             says otherwise), on port 6380.

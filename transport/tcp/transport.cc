@@ -1,11 +1,15 @@
 #include "transport/tcp/transport.h"
 
+#include <netdb.h>
+
 #include <asio.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -38,6 +42,43 @@ struct Io {
 std::string endpoint_name(const tcp::endpoint& e) {
   if (e.address().is_v6()) return absl::StrCat("[", e.address().to_string(), "]:", e.port());
   return absl::StrCat(e.address().to_string(), ":", e.port());
+}
+
+// `host` as an address: an IP literal, or a name resolved now (a cluster
+// manager names machines: "gpu07", "llama-workers-0-0.llama"). IPv4 first.
+// Unavailable when the name does not resolve (yet: a pod's DNS record may
+// come after the pod).
+absl::StatusOr<asio::ip::address> resolve(const std::string& host) {
+  asio::error_code ec;
+  asio::ip::address ip = asio::ip::make_address(host, ec);
+  if (!ec) return ip;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve host '", host, "': ", ::gai_strerror(rc)));
+  }
+  std::optional<asio::ip::address> v4, v6;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET && !v4) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      asio::ip::address_v4::bytes_type b;
+      std::memcpy(b.data(), &in->sin_addr, b.size());
+      v4 = asio::ip::address_v4(b);
+    } else if (a->ai_family == AF_INET6 && !v6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+      asio::ip::address_v6::bytes_type b;
+      std::memcpy(b.data(), &in6->sin6_addr, b.size());
+      v6 = asio::ip::address_v6(b);
+    }
+  }
+  ::freeaddrinfo(found);
+  if (v4) return *v4;
+  if (v6) return *v6;
+  return absl::UnavailableError(absl::StrCat("host '", host, "' has no IP address"));
 }
 
 class TcpSession final : public detail::Session {
@@ -359,10 +400,9 @@ class TcpTransport final : public Transport {
     absl::Time deadline = absl::Now() + timeout;
     absl::StatusOr<HostPort> hp = parse_address(address, "tcp");
     if (!hp.ok()) return hp.status();
-    asio::error_code ec;
-    asio::ip::address ip = asio::ip::make_address(hp->host, ec);
-    if (ec) return absl::InvalidArgumentError(absl::StrCat("bad IP address '", hp->host, "'"));
-    tcp::endpoint endpoint(ip, hp->port);
+    absl::StatusOr<asio::ip::address> ip = resolve(hp->host);
+    if (!ip.ok()) return ip.status();
+    tcp::endpoint endpoint(*ip, hp->port);
     // A listener busy with unauthenticated peers may close our connection to
     // make room; the node is alive (it accepted), so we try again.
     absl::Duration pause = kRetryPauseFirst;
