@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -343,51 +344,50 @@ void failures(Bench& b, const Config& config, std::set<int>& faulted) {
   }
 }
 
-// Spawns `count` actors from driver `driver`, at most `rate` a second (0: as
-// fast as the head answers, `window` in flight); returns the latencies (ms).
-struct SpawnRun {
-  Latencies latency;
+// Calls HeadService method `method` `count` times from driver `driver`, the
+// i-th call's arguments written by `args(i, w)` and its result decoded as T:
+// at most `rate` calls a second (0: as fast as the head answers, `window` in
+// flight). Waits for every answer, up to 2 minutes.
+struct CallRun {
+  Latencies latency;  // ms
   double seconds = 0;
   int failed = 0;
   std::string first_error;
 };
 
-SpawnRun spawn_actors(SimFleet& fleet, int driver, int count, int rate, int window) {
+template <class T>
+CallRun call_many(SimFleet& fleet, int driver, const std::string& method, int count, int rate,
+                  int window, const std::function<void(int, Writer&)>& args) {
   struct State {
     std::mutex mu;
     std::condition_variable cv;
     int in_flight = 0;
     int done = 0;
-    SpawnRun run;
+    CallRun run;
   };
   auto state = std::make_shared<State>();
-  uint32_t owner = fleet.node_of(driver);
   absl::Time start = absl::Now();
   for (int i = 0; i < count; ++i) {
     if (rate > 0) {
       absl::Time at = start + absl::Seconds(1) * i / rate;
       if (absl::Now() < at) absl::SleepFor(at - absl::Now());
-    } else {
-      std::unique_lock<std::mutex> lock(state->mu);
-      state->cv.wait(lock, [&] { return state->in_flight < window; });
     }
     {
-      std::lock_guard<std::mutex> lock(state->mu);
+      std::unique_lock<std::mutex> lock(state->mu);
+      if (rate <= 0) state->cv.wait(lock, [&] { return state->in_flight < window; });
       ++state->in_flight;
     }
-    cluster::SpawnRequest request;
-    request.type = "SimActor";
-    request.resources = "sim=1";
-    request.owner = owner;
-    Writer args;
-    args.write(request);
+    Writer w;
+    args(i, w);
     absl::Time sent = absl::Now();
     fleet.call_head(
-        driver, "spawn_actor", args, [state, sent](absl::StatusOr<std::span<const std::byte>> in) {
-          absl::Status s = in.ok() ? decode<cluster::ActorLocation>(*in).status() : in.status();
+        driver, method, w, [state, sent](absl::StatusOr<std::span<const std::byte>> in) {
+          absl::Status s = in.ok() ? decode<T>(*in).status() : in.status();
           std::lock_guard<std::mutex> lock(state->mu);
           state->run.latency.ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - sent));
-          if (!s.ok() && state->run.failed++ == 0) state->run.first_error = s.ToString();
+          if (!s.ok() && state->run.failed++ == 0) {
+            state->run.first_error = s.ToString();
+          }
           --state->in_flight;
           ++state->done;
           state->cv.notify_all();
@@ -399,51 +399,28 @@ SpawnRun spawn_actors(SimFleet& fleet, int driver, int count, int rate, int wind
   return state->run;
 }
 
-struct GroupRun {
-  double seconds = 0;
-  int failed = 0;
-  std::string first_error;
-};
+// `count` actors of one unit of "sim" each, owned by the driver's job.
+CallRun spawn_actors(SimFleet& fleet, int driver, int count, int rate, int window) {
+  cluster::SpawnRequest request;
+  request.type = "SimActor";
+  request.resources = "sim=1";
+  request.owner = fleet.node_of(driver);
+  return call_many<cluster::ActorLocation>(fleet, driver, "spawn_actor", count, rate, window,
+                                           [&](int, Writer& w) { w.write(request); });
+}
 
-GroupRun create_groups(SimFleet& fleet, int driver, int count, int window) {
-  struct State {
-    std::mutex mu;
-    std::condition_variable cv;
-    int in_flight = 0;
-    int done = 0;
-    GroupRun run;
-  };
-  auto state = std::make_shared<State>();
+// `count` placement groups of 4 bundles, PACK and SPREAD in turn.
+CallRun create_groups(SimFleet& fleet, int driver, int count, int window) {
   uint32_t owner = fleet.node_of(driver);
-  absl::Time start = absl::Now();
-  for (int i = 0; i < count; ++i) {
-    {
-      std::unique_lock<std::mutex> lock(state->mu);
-      state->cv.wait(lock, [&] { return state->in_flight < window; });
-      ++state->in_flight;
-    }
-    Writer args;
-    args.write(std::vector<std::string>(4, "sim=1"));
-    args.write(std::string(i % 2 == 0 ? "PACK" : "SPREAD"));
-    args.write(std::string());
-    args.write(owner);
-    args.write(false);
-    args.write(std::vector<int32_t>());
-    fleet.call_head(driver, "create_placement_group", args,
-                    [state](absl::StatusOr<std::span<const std::byte>> in) {
-                      absl::Status s = in.ok() ? decode<uint64_t>(*in).status() : in.status();
-                      std::lock_guard<std::mutex> lock(state->mu);
-                      if (!s.ok() && state->run.failed++ == 0)
-                        state->run.first_error = s.ToString();
-                      --state->in_flight;
-                      ++state->done;
-                      state->cv.notify_all();
-                    });
-  }
-  std::unique_lock<std::mutex> lock(state->mu);
-  state->cv.wait_for(lock, std::chrono::seconds(120), [&] { return state->done == count; });
-  state->run.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  return state->run;
+  return call_many<uint64_t>(fleet, driver, "create_placement_group", count, 0, window,
+                             [&](int i, Writer& w) {
+                               w.write(std::vector<std::string>(4, "sim=1"));
+                               w.write(std::string(i % 2 == 0 ? "PACK" : "SPREAD"));
+                               w.write(std::string());
+                               w.write(owner);
+                               w.write(false);
+                               w.write(std::vector<int32_t>());
+                             });
 }
 
 absl::StatusOr<ClusterStatus> fetch_status(SimFleet& fleet, int slot) {
@@ -461,12 +438,12 @@ void actors_and_groups(Bench& b, const Config& config) {
   double rss0 = rss_mib(head);
   // Latency at a steady rate.
   int paced = std::min(config.actors / 4, config.actor_rate * 3);
-  SpawnRun at_rate = spawn_actors(fleet, *driver, paced, config.actor_rate, 0);
+  CallRun at_rate = spawn_actors(fleet, *driver, paced, config.actor_rate, 0);
   double p99 = at_rate.latency.quantile(0.99);
   report(absl::StrCat("actor creation p99 at ", config.actor_rate, "/s"), fmt(p99, " ms"),
          "<= 10 ms", "-", at_rate.failed == 0 && p99 <= 10);
   // Then as fast as the head takes them.
-  SpawnRun fast = spawn_actors(fleet, *driver, config.actors - paced, 0, 1024);
+  CallRun fast = spawn_actors(fleet, *driver, config.actors - paced, 0, 1024);
   double rate = (config.actors - paced) / fast.seconds;
   report(absl::StrCat("actors created per second (", config.actors, " in all)"), fmt(rate, "/s"),
          ">= 5000/s",
@@ -491,7 +468,7 @@ void actors_and_groups(Bench& b, const Config& config) {
   // Placement groups.
   auto pg_driver = fleet.add_driver(absl::Seconds(30));
   if (!pg_driver.ok()) die("adding a driver", pg_driver.status());
-  GroupRun groups = create_groups(fleet, *pg_driver, config.groups, 256);
+  CallRun groups = create_groups(fleet, *pg_driver, config.groups, 256);
   double group_rate = config.groups / groups.seconds;
   if (groups.failed > 0)
     std::printf("  %d groups failed: %s\n", groups.failed, groups.first_error.c_str());

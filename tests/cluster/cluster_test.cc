@@ -165,14 +165,16 @@ TEST_F(ClusterTest, KilledWorkerIsDeclaredDeadAndItsCallersGetActorDied) {
   EXPECT_TRUE(IsActorDied(later.status())) << later.status();
 }
 
-TEST_F(ClusterTest, ASilentWorkerIsDeclaredDeadWithinTheHeartbeatBudget) {
-  // Stopped, not killed: its connections stay open, only its missing
-  // heartbeats tell.
-  uint32_t node = local_->worker_node(2);
-  absl::Time stopped = absl::Now();
-  local_->kill_worker(2, SIGSTOP);
+// Sends worker `i` signal `sig` and waits until the head declares its node
+// dead: the reason given, and how long that took (nullopt if it did not).
+std::optional<std::pair<std::string, absl::Duration>> declared_dead_after(ClusterTest& t,
+                                                                          LocalCluster& local,
+                                                                          int i, int sig) {
+  uint32_t node = local.worker_node(i);
+  absl::Time sent = absl::Now();
+  local.kill_worker(i, sig);
   std::string reason;
-  ASSERT_TRUE(wait_status([&](const ClusterStatus& s) {
+  bool dead = t.wait_status([&](const ClusterStatus& s) {
     for (const NodeStatus& n : s.nodes) {
       if (n.info.index == node && n.state == NodeState::kDead) {
         reason = n.death_reason;
@@ -180,33 +182,30 @@ TEST_F(ClusterTest, ASilentWorkerIsDeclaredDeadWithinTheHeartbeatBudget) {
       }
     }
     return false;
-  }));
-  absl::Duration took = absl::Now() - stopped;
+  });
+  if (!dead) return std::nullopt;
+  return std::make_pair(reason, absl::Now() - sent);
+}
+
+TEST_F(ClusterTest, ASilentWorkerIsDeclaredDeadWithinTheHeartbeatBudget) {
+  // Stopped, not killed: its connections stay open, only its missing
+  // heartbeats tell.
+  auto dead = declared_dead_after(*this, *local_, 2, SIGSTOP);
   local_->kill_worker(2, SIGKILL);
+  ASSERT_TRUE(dead.has_value());
   // The budget (1 s) after its last heartbeat, plus slack for a detector
   // tick and a status poll on a busy machine.
-  EXPECT_LT(took, absl::Milliseconds(1500)) << reason;
-  EXPECT_NE(reason.find("no heartbeat"), std::string::npos) << reason;
+  EXPECT_LT(dead->second, absl::Milliseconds(1500)) << dead->first;
+  EXPECT_NE(dead->first.find("no heartbeat"), std::string::npos) << dead->first;
 }
 
 TEST_F(ClusterTest, AKilledWorkerIsDeclaredDeadAtOnceThroughTheHeadsConnection) {
   // The head holds a connection to every ready worker, hosting actors or not:
   // the process dying breaks it, well inside the heartbeat budget.
-  uint32_t node = local_->worker_node(2);
-  absl::Time killed = absl::Now();
-  local_->kill_worker(2, SIGKILL);
-  std::string reason;
-  ASSERT_TRUE(wait_status([&](const ClusterStatus& s) {
-    for (const NodeStatus& n : s.nodes) {
-      if (n.info.index == node && n.state == NodeState::kDead) {
-        reason = n.death_reason;
-        return true;
-      }
-    }
-    return false;
-  }));
-  EXPECT_LT(absl::Now() - killed, absl::Milliseconds(900)) << reason;
-  EXPECT_NE(reason.find("lost its connection"), std::string::npos) << reason;
+  auto dead = declared_dead_after(*this, *local_, 2, SIGKILL);
+  ASSERT_TRUE(dead.has_value());
+  EXPECT_LT(dead->second, absl::Milliseconds(900)) << dead->first;
+  EXPECT_NE(dead->first.find("lost its connection"), std::string::npos) << dead->first;
 }
 
 TEST_F(ClusterTest, RestartableActorComesBackOnAnotherNode) {

@@ -196,12 +196,7 @@ TEST_F(LaunchTest, SlurmRanksFindTheHeadRankZeroStartsAndStopInOrder) {
          {"SLURM_JOB_NODELIST", "127.0.0.1"},
          {"TROUPE_HEAD_PORT", absl::StrCat(port_)},
          {"TROUPE_TOKEN", kToken}});
-  absl::StatusOr<std::unique_ptr<Cluster>> cluster = absl::UnavailableError("not yet");
-  for (absl::Time deadline = absl::Now() + absl::Seconds(30);
-       !cluster.ok() && absl::Now() < deadline;) {
-    cluster = Cluster::connect();
-    if (!cluster.ok()) absl::SleepFor(absl::Milliseconds(200));
-  }
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::connect();
   ASSERT_TRUE(cluster.ok()) << cluster.status() << "\n" << ranks[0]->output();
   EXPECT_EQ(wait_workers(**cluster, 3).size(), 3u) << ranks[0]->output();
   EXPECT_NE(ranks[0]->output().find("slurm rank 0 of 3"), std::string::npos);
@@ -230,12 +225,7 @@ TEST_F(LaunchTest, TorchrunRanksJoinAndOneThatLosesItsHeadExitsWithHeadLost) {
     ranks[r] = start(args, vars, log(absl::StrCat("rank", r)));
   }
   enter(env);
-  absl::StatusOr<std::unique_ptr<Cluster>> cluster = absl::UnavailableError("not yet");
-  for (absl::Time deadline = absl::Now() + absl::Seconds(30);
-       !cluster.ok() && absl::Now() < deadline;) {
-    cluster = Cluster::connect();
-    if (!cluster.ok()) absl::SleepFor(absl::Milliseconds(200));
-  }
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::connect();
   ASSERT_TRUE(cluster.ok()) << cluster.status() << "\n" << ranks[0]->output();
   EXPECT_EQ(wait_workers(**cluster, 2).size(), 2u) << ranks[1]->output();
   cluster->reset();
