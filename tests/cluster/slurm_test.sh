@@ -36,6 +36,9 @@ free_port() {
 }
 host=$(hostname -s)
 cpus=$(nproc)
+# Slurm names the node by its host name, and so does the launch environment.
+getent hosts "$host" >/dev/null || skip "this machine's host name '$host' does not resolve"
+[ -z "$(pgrep -x slurmctld)" ] || skip "a slurmctld already runs on this machine"
 
 # munge, with a key and socket of its own.
 mkdir -p "$work/munge"
