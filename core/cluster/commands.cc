@@ -1,10 +1,7 @@
 #include "core/cluster/commands.h"
 
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -27,6 +24,7 @@
 #include "core/cluster/detail/agent.h"
 #include "core/cluster/detail/head.h"
 #include "core/cluster/detail/http_status.h"
+#include "core/cluster/detail/launch_process.h"
 #include "core/cluster/detail/member.h"
 #include "core/cluster/detail/resources.h"
 #include "core/cluster/detail/state_dir.h"
@@ -212,64 +210,12 @@ class ExitUnlessDismissed {
   std::shared_ptr<std::atomic<bool>> dismissed_ = std::make_shared<std::atomic<bool>>(false);
 };
 
-// A `troupe head` this process started (the head of a launch, on rank 0):
-// stopped with it, and gone with it should this process die.
-class HeadChild {
- public:
-  explicit HeadChild(pid_t pid) : pid_(pid) {}
-  HeadChild(const HeadChild&) = delete;
-  HeadChild& operator=(const HeadChild&) = delete;
-  ~HeadChild() {
-    ::kill(pid_, SIGTERM);
-    for (int i = 0; i < 100; ++i) {
-      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) return;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-
- private:
-  pid_t pid_;
-};
-
-// Starts `troupe head` (this executable) in a child process for launch
-// `launched`: on its port, with a state directory of its own (two jobs may
-// share a machine), inheriting the launch environment (its token).
-absl::StatusOr<pid_t> start_head_process(const LaunchEnv& launched) {
-  std::string port_text = absl::StrCat(launched.head_port);
-  std::string state_dir =
-      absl::StrCat(kDefaultStateDir, "-", launched.manager, "-", launched.head_port);
-  pid_t pid = ::fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    ::execl("/proc/self/exe", "troupe", "head", "--port", port_text.c_str(), "--state-dir",
-            state_dir.c_str(), static_cast<char*>(nullptr));
-    std::fprintf(stderr, "troupe worker: cannot start the head: %s\n", std::strerror(errno));
-    ::_exit(kExitFailed);
-  }
-  return pid;
-}
-
 // Waits until `stopped()` says why, or a signal arrives.
 template <class F>
 std::string wait_for_end(F stopped) {
   while (true) {
     if (int sig = g_signal.load(); sig != 0) return absl::StrCat("signal ", strsignal(sig));
     if (std::optional<std::string> why = stopped(absl::Milliseconds(100))) return *why;
-  }
-}
-
-// A head holds a connection to every node, and a worker one to each peer it
-// calls: the soft limit on open files (often 1,024) is raised to the hard one.
-void raise_open_file_limit() {
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
-  limit.rlim_cur = limit.rlim_max;
-  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
-    spdlog::warn("cannot raise the open-file limit to {}: {}", limit.rlim_max,
-                 std::strerror(errno));
   }
 }
 

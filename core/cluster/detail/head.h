@@ -60,6 +60,9 @@ struct HeadConfig {
   absl::Duration heartbeat_timeout = absl::Seconds(1);
 };
 
+// How often the head process runs the failure detector (HeadService::tick).
+inline constexpr absl::Duration kTickPeriod = absl::Milliseconds(50);
+
 class HeadService {
  public:
   // `stopped` is set when stop() is called (the head process then exits).
