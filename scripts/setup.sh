@@ -23,7 +23,7 @@ packages=(
   # the dashboard's test loads the head's page in a headless browser (docs/observability.md)
   chromium fonts-dejavu-core
   # the launch test runs a real single-node Slurm (tests/cluster/slurm_test.sh)
-  slurm-wlm munge
+  slurm-wlm munge openssl
 )
 
 missing=()
