@@ -24,6 +24,8 @@ packages=(
   chromium fonts-dejavu-core
   # the launch test runs a real single-node Slurm (tests/cluster/slurm_test.sh)
   slurm-wlm munge openssl
+  # the head's store on etcd: its client is tested against a real etcd (tests/cluster/etcd_client_test.cc)
+  etcd-server
 )
 
 missing=()
