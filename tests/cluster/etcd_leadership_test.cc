@@ -6,6 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
+#include "core/cluster/detail/head_ids.h"
+#include "core/cluster/detail/head_store.h"
 #include "tests/cluster/etcd_fixture.h"
 
 namespace troupe::cluster {
@@ -60,6 +64,42 @@ TEST_F(EtcdLeadershipTest, APausedLeaderIsReplacedAndCannotWriteWhenItWakes) {
   EXPECT_FALSE((*client_->get("troupe/jobs/1")).has_value());
   ASSERT_TRUE(b->write({EtcdOp::put("troupe/jobs/1", "fresh")}).ok());
   EXPECT_EQ((*client_->get("troupe/jobs/1"))->value, "fresh");
+}
+
+TEST_F(EtcdLeadershipTest, IdsSurviveATakeoverAndADeposedHeadReservesNoMore) {
+  auto a = candidate(*client_, "head-a");
+  auto b = candidate(*client_, "head-b");
+  ASSERT_TRUE(a->campaign(absl::Seconds(5)).ok());
+  absl::StatusOr<HeadIds> ids_a =
+      HeadIds::open(std::shared_ptr<HeadStore>(etcd_store(*client_, a.get(), "troupe/test/")));
+  ASSERT_TRUE(ids_a.ok()) << ids_a.status();
+  std::set<uint32_t> nodes_a;
+  for (int i = 0; i < 20; ++i)
+    nodes_a.insert(*ids_a->next_node());
+  a->stop_renewing();
+  ASSERT_TRUE(b->campaign(absl::Seconds(15)).ok());
+  absl::StatusOr<HeadIds> ids_b =
+      HeadIds::open(std::shared_ptr<HeadStore>(etcd_store(*client_, b.get(), "troupe/test/")));
+  ASSERT_TRUE(ids_b.ok()) << ids_b.status();
+  std::set<uint32_t> nodes_b;
+  for (int i = 0; i < 20; ++i) {
+    absl::StatusOr<uint32_t> n = ids_b->next_node();
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_FALSE(nodes_a.contains(*n)) << "node " << *n << " handed out by both heads";
+    nodes_b.insert(*n);
+  }
+  // The old head hands out what is left of its reserved block (no one else
+  // will), then cannot reserve another.
+  absl::Status refused;
+  for (int i = 0; i < 100 && refused.ok(); ++i) {
+    absl::StatusOr<uint32_t> n = ids_a->next_node();
+    if (!n.ok()) {
+      refused = n.status();
+    } else {
+      EXPECT_FALSE(nodes_b.contains(*n)) << "node " << *n << " handed out by both heads";
+    }
+  }
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
 }
 
 TEST_F(EtcdLeadershipTest, ACandidateThatNeverLedCannotWrite) {

@@ -3,7 +3,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/cluster/detail/state_dir.h"
 #include "core/cluster/protocol.h"
 #include "core/ids.h"
 
@@ -15,17 +14,20 @@ constexpr char kFile[] = "head_ids";
 }  // namespace
 
 absl::StatusOr<HeadIds> HeadIds::open(std::string state_dir) {
+  return open(std::shared_ptr<HeadStore>(state_dir_store(std::move(state_dir))));
+}
+
+absl::StatusOr<HeadIds> HeadIds::open(std::shared_ptr<HeadStore> store) {
   HeadIds ids;
-  ids.dir_ = std::move(state_dir);
+  ids.store_ = std::move(store);
   ids.nodes_ = {.block = 16, .last = kLastNode};
   ids.actors_ = {.block = 1 << 16, .last = (uint64_t{1} << ActorId::kSequenceBits) - 1};
   ids.groups_ = {.block = 1 << 10, .last = UINT64_MAX - (1 << 10)};
-  if (ids.dir_.empty()) return ids;
-  absl::StatusOr<std::string> text = read_state_file(ids.dir_, kFile);
-  if (absl::IsNotFound(text.status())) return ids;
+  absl::StatusOr<std::optional<std::string>> text = ids.store_->read(kFile);
   if (!text.ok()) return text.status();
+  if (!text->has_value()) return ids;
   // "node N", "actor N", "group N": the end of each block an earlier head reserved.
-  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+  for (absl::string_view line : absl::StrSplit(**text, '\n', absl::SkipEmpty())) {
     std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits(' ', 1));
     uint64_t value = 0;
     Counter* c = kv.first == "node"    ? &ids.nodes_
@@ -33,8 +35,9 @@ absl::StatusOr<HeadIds> HeadIds::open(std::string state_dir) {
                  : kv.first == "group" ? &ids.groups_
                                        : nullptr;
     if (c == nullptr || !absl::SimpleAtoi(kv.second, &value) || value < 1 || value > c->last + 1) {
-      return absl::InvalidArgumentError(absl::StrCat(ids.dir_, "/", kFile, ": malformed line '",
-                                                     line, "' (remove the file to start afresh)"));
+      return absl::InvalidArgumentError(absl::StrCat(ids.store_->where(kFile), ": malformed line '",
+                                                     std::string(line),
+                                                     "' (remove it to start afresh)"));
     }
     c->next = c->reserved = value;
   }
@@ -43,9 +46,9 @@ absl::StatusOr<HeadIds> HeadIds::open(std::string state_dir) {
 
 absl::StatusOr<uint64_t> HeadIds::take(Counter& c, const char* what) {
   if (c.next > c.last) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("this state directory's ", what,
-                     " ids are used up; start the head on a fresh --state-dir"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        store_->where(kFile), ": the ", what,
+        " ids are used up; start the head on a fresh --state-dir (with etcd, a fresh key prefix)"));
   }
   if (absl::Status s = reserve_past_next(c); !s.ok()) return s;
   return c.next++;
@@ -85,10 +88,8 @@ absl::Status HeadIds::saw_actor(uint64_t sequence) {
 }
 
 absl::Status HeadIds::persist() {
-  if (dir_.empty()) return absl::OkStatus();
-  return write_state_file(dir_, kFile,
-                          absl::StrCat("node ", nodes_.reserved, "\nactor ", actors_.reserved,
-                                       "\ngroup ", groups_.reserved, "\n"));
+  return store_->write(kFile, absl::StrCat("node ", nodes_.reserved, "\nactor ", actors_.reserved,
+                                           "\ngroup ", groups_.reserved, "\n"));
 }
 
 }  // namespace troupe::cluster

@@ -1,28 +1,34 @@
 // The ids a head hands out - node indices, actor sequence numbers and
-// placement group ids - kept in its state directory, so that a head
-// restarted there never hands out one its predecessor did: the nodes that
-// rejoin it still hold them. Reserved in blocks, so that the file is
-// rewritten when a block is used up rather than for every id; a restart skips
-// the rest of the block.
+// placement group ids - kept in its store (its state directory, or etcd:
+// head_store.h), so that a head started again there, or a standby that takes
+// over, never hands out one its predecessor did: the nodes that rejoin it
+// still hold them. Reserved in blocks, so that the record is rewritten when a
+// block is used up rather than for every id; a restart skips the rest of the
+// block.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/cluster/detail/head_store.h"
 
 namespace troupe::cluster {
 
 class HeadIds {
  public:
-  // Ids kept in file "head_ids" of `state_dir`; empty: kept nowhere (a head
-  // inside a test process). Errors: those of reading the file, and
-  // InvalidArgument if it is malformed.
+  // Ids kept in record "head_ids" of `store`. Errors: those of reading it,
+  // and InvalidArgument if it is malformed.
+  static absl::StatusOr<HeadIds> open(std::shared_ptr<HeadStore> store);
+  // The same in file "head_ids" of `state_dir`; empty: kept nowhere (a head
+  // inside a test process).
   static absl::StatusOr<HeadIds> open(std::string state_dir);
 
   // The next node index (1 to kLastNode). Errors: ResourceExhausted when the
-  // state directory's indices are used up; Internal when the file cannot be
-  // written (nothing is handed out then).
+  // store's indices are used up; those of writing the store when a new block
+  // is reserved (nothing is handed out then; with etcd, FailedPrecondition
+  // once this head no longer leads).
   absl::StatusOr<uint32_t> next_node();
   absl::StatusOr<uint64_t> next_actor();  // sequence numbers from 1
   absl::StatusOr<uint64_t> next_group();  // from 1
@@ -45,7 +51,7 @@ class HeadIds {
   absl::Status reserve_past_next(Counter& c);
   absl::Status persist();
 
-  std::string dir_;
+  std::shared_ptr<HeadStore> store_;
   Counter nodes_, actors_, groups_;
 };
 

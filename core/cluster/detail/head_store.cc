@@ -1,0 +1,68 @@
+#include "core/cluster/detail/head_store.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/cluster/detail/etcd_leadership.h"
+#include "core/cluster/detail/state_dir.h"
+
+namespace troupe::cluster {
+namespace {
+
+class StateDirStore final : public HeadStore {
+ public:
+  explicit StateDirStore(std::string dir) : dir_(std::move(dir)) {}
+
+  absl::StatusOr<std::optional<std::string>> read(const std::string& name) override {
+    if (dir_.empty()) return std::nullopt;
+    absl::StatusOr<std::string> text = read_state_file(dir_, name);
+    if (absl::IsNotFound(text.status())) return std::nullopt;
+    if (!text.ok()) return text.status();
+    return *std::move(text);
+  }
+  absl::Status write(const std::string& name, const std::string& contents) override {
+    if (dir_.empty()) return absl::OkStatus();
+    return write_state_file(dir_, name, contents);
+  }
+  std::string where(const std::string& name) const override {
+    return absl::StrCat(dir_, "/", name);
+  }
+
+ private:
+  const std::string dir_;
+};
+
+class EtcdStore final : public HeadStore {
+ public:
+  EtcdStore(EtcdClient etcd, EtcdLeadership* leadership, std::string prefix)
+      : etcd_(std::move(etcd)), leadership_(leadership), prefix_(std::move(prefix)) {}
+
+  absl::StatusOr<std::optional<std::string>> read(const std::string& name) override {
+    absl::StatusOr<std::optional<EtcdKv>> kv = etcd_.get(prefix_ + name);
+    if (!kv.ok()) return kv.status();
+    if (!kv->has_value()) return std::nullopt;
+    return (*kv)->value;
+  }
+  absl::Status write(const std::string& name, const std::string& contents) override {
+    return leadership_->write({EtcdOp::put(prefix_ + name, contents)}).status();
+  }
+  std::string where(const std::string& name) const override {
+    return absl::StrCat("etcd ", prefix_, name);
+  }
+
+ private:
+  EtcdClient etcd_;
+  EtcdLeadership* const leadership_;
+  const std::string prefix_;
+};
+
+}  // namespace
+
+std::unique_ptr<HeadStore> state_dir_store(std::string state_dir) {
+  return std::make_unique<StateDirStore>(std::move(state_dir));
+}
+
+std::unique_ptr<HeadStore> etcd_store(EtcdClient etcd, EtcdLeadership* leadership,
+                                      std::string prefix) {
+  return std::make_unique<EtcdStore>(std::move(etcd), leadership, std::move(prefix));
+}
+
+}  // namespace troupe::cluster
