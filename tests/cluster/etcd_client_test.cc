@@ -126,7 +126,7 @@ TEST_F(EtcdClientTest, RevokingALeaseDeletesItsKeysAtOnce) {
 }
 
 TEST_F(EtcdClientTest, AnEndpointThatDoesNotAnswerIsSkipped) {
-  const std::string dead = absl::StrCat("http://127.0.0.1:", free_port());
+  const std::string dead = absl::StrCat("http://127.0.0.1:", free_loopback_port());
   auto both = EtcdClient::connect({dead, *endpoint_}, absl::Seconds(2));
   ASSERT_TRUE(both.ok()) << both.status();
   EXPECT_TRUE(both->put("troupe/k", "v").ok());

@@ -20,20 +20,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/cluster/detail/etcd_client.h"
+#include "tests/common/free_port.h"
 
 namespace troupe::cluster {
 
-inline uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using ::troupe::testing::free_loopback_port;
 
 inline std::string find_etcd() {
   for (const char* dir : {"/usr/bin", "/usr/local/bin", "/usr/sbin"}) {
@@ -51,8 +42,8 @@ class EtcdTest : public ::testing::Test {
     dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
                                      absl::StrCat("troupe-etcd-test-", ::getpid()));
     std::filesystem::create_directories(*dir_);
-    uint16_t client = free_port();
-    uint16_t peer = free_port();
+    uint16_t client = free_loopback_port();
+    uint16_t peer = free_loopback_port();
     endpoint_ = new std::string(absl::StrCat("http://127.0.0.1:", client));
     std::string peer_url = absl::StrCat("http://127.0.0.1:", peer);
     std::string data = (*dir_ / "data").string();

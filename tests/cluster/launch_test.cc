@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "core/cluster/cluster.h"
 #include "core/cluster/commands.h"
+#include "tests/common/free_port.h"
 
 extern char** environ;
 
@@ -115,17 +116,7 @@ std::unique_ptr<Proc> start(const std::vector<std::string>& args,
   return p;
 }
 
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using ::troupe::testing::free_loopback_port;
 
 class LaunchTest : public ::testing::Test {
  protected:
@@ -134,7 +125,7 @@ class LaunchTest : public ::testing::Test {
            absl::StrCat("troupe-launch-test-", ::getpid(), "-",
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::create_directories(dir_);
-    port_ = free_port();
+    port_ = free_loopback_port();
   }
   void TearDown() override {
     std::filesystem::remove_all(dir_);
