@@ -1,7 +1,5 @@
 #include "core/cluster/cluster.h"
 
-#include <cstdlib>
-
 #include "absl/strings/str_cat.h"
 #include "core/cluster/launch_env.h"
 #include "spdlog/spdlog.h"
@@ -14,12 +12,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::connect(ClusterOptions options
   // Like ray.init(): the options, else the environment, else the head
   // running on this machine.
   std::optional<cluster::LaunchEnv> launched;
-  if (const char* env = std::getenv("TROUPE_HEAD");
-      options.head.empty() && (env == nullptr || *env == '\0')) {
-    absl::StatusOr<std::optional<cluster::LaunchEnv>> e = cluster::detect_launch_env();
-    if (e.ok()) launched = *e;
-  }
-  absl::StatusOr<std::string> head = cluster::find_head_address(options.head);
+  absl::StatusOr<std::string> head = cluster::find_head_address(options.head, &launched);
   if (!head.ok()) return head.status();
   options.head = *head;
   if (options.token.empty()) {
@@ -36,16 +29,14 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::connect(ClusterOptions options
       .threads = options.threads,
       .timeout = std::min(options.timeout, absl::Seconds(10)),
       .restart_wait = options.restart_wait};
-  auto member = cluster::Member::join(member_options);
   // Started with the cluster, the driver may come before its head.
   const absl::Time deadline = absl::Now() + options.launch_wait;
-  while (launched && !member.ok() && absl::IsUnavailable(member.status()) &&
-         absl::Now() < deadline) {
-    spdlog::info("{}: waiting for the head at {} ({})", launched->manager, options.head,
-                 std::string(member.status().message()));
-    absl::SleepFor(absl::Milliseconds(500));
-    member = cluster::Member::join(member_options);
-  }
+  auto member = cluster::Member::join_when_head_up(
+      member_options, launched ? options.launch_wait : absl::ZeroDuration(),
+      [&](const absl::Status& why) {
+        spdlog::info("{}: waiting for the head at {} ({})", launched->manager, options.head,
+                     std::string(why.message()));
+      });
   if (!member.ok()) return member.status();
   std::unique_ptr<Cluster> cluster(new Cluster(*std::move(member), options.timeout));
   // ... and before the launch's other workers: it waits for them (what it

@@ -495,22 +495,16 @@ int worker_command(const std::vector<std::string>& args) {
   // A node the head declared dead (it missed heartbeats in a slow moment)
   // has lost its actors to restarts elsewhere: it joins again as a new node.
   for (int joins = 0;; ++joins) {
-    auto member = Member::join(member_options);
-    // Launched together, a rank may start before the head listens: it waits,
-    // as a raylet waits for its GCS, up to --head-timeout.
-    const absl::Time wait_until = absl::Now() + member_options.head_grace;
-    bool said = false;
-    while (*launched && !member.ok() && absl::IsUnavailable(member.status()) &&
-           absl::Now() < wait_until && g_signal.load() == 0) {
-      if (!said) {
-        std::printf("troupe worker: waiting for the head at %s (%s)\n", head->c_str(),
-                    std::string(member.status().message()).c_str());
-        std::fflush(stdout);
-        said = true;
-      }
-      absl::SleepFor(absl::Milliseconds(500));
-      member = Member::join(member_options);
-    }
+    // Launched together, a rank may start before the head listens: it waits
+    // up to --head-timeout.
+    auto member = Member::join_when_head_up(
+        member_options, *launched ? member_options.head_grace : absl::ZeroDuration(),
+        [&](const absl::Status& why) {
+          std::printf("troupe worker: waiting for the head at %s (%s)\n", head->c_str(),
+                      std::string(why.message()).c_str());
+          std::fflush(stdout);
+        },
+        [] { return g_signal.load() != 0; });
     if (!member.ok()) return fail(member.status());
     Member& m = **member;
     auto agent = m.node().system().spawn_at<NodeAgent>(node_agent_id(m.index()), {.name = "agent"},

@@ -44,12 +44,17 @@ void NodeDeathListeners::notify(uint32_t node, const std::string& reason) {
     listener(node, reason);
 }
 
-absl::StatusOr<std::string> find_head_address(const std::string& given) {
+absl::StatusOr<std::string> find_head_address(const std::string& given,
+                                              std::optional<LaunchEnv>* launched) {
+  if (launched != nullptr) launched->reset();
   if (!given.empty()) return given;
   if (const char* env = std::getenv("TROUPE_HEAD"); env != nullptr && *env != '\0') return env;
-  absl::StatusOr<std::optional<LaunchEnv>> launched = detect_launch_env();
-  if (!launched.ok()) return launched.status();
-  if (launched->has_value()) return (*launched)->head_address();
+  absl::StatusOr<std::optional<LaunchEnv>> launch = detect_launch_env();
+  if (!launch.ok()) return launch.status();
+  if (launch->has_value()) {
+    if (launched != nullptr) *launched = *launch;
+    return (*launch)->head_address();
+  }
   std::ifstream in(std::string(kDefaultStateDir) + "/head_address");
   std::string address;
   if (in && std::getline(in, address) && !address.empty()) return address;
@@ -109,6 +114,22 @@ absl::StatusOr<std::string> local_address_towards(const std::string& head) {
   freeaddrinfo(found);
   if (local.empty()) return absl::UnavailableError(absl::StrCat("no route to the head at ", head));
   return local;
+}
+
+absl::StatusOr<std::unique_ptr<Member>> Member::join_when_head_up(
+    const MemberOptions& options, absl::Duration wait,
+    const std::function<void(const absl::Status&)>& waiting,
+    const std::function<bool()>& cancelled) {
+  const absl::Time deadline = absl::Now() + wait;
+  absl::StatusOr<std::unique_ptr<Member>> member = join(options);
+  for (bool told = false; !member.ok() && absl::IsUnavailable(member.status()) &&
+                          absl::Now() < deadline && !(cancelled && cancelled());) {
+    if (!told && waiting) waiting(member.status());
+    told = true;
+    absl::SleepFor(absl::Milliseconds(500));
+    member = join(options);
+  }
+  return member;
 }
 
 absl::StatusOr<std::unique_ptr<Member>> Member::join(MemberOptions options) {

@@ -21,6 +21,7 @@
 #include "core/cluster/detail/head.h"
 #include "core/cluster/detail/node.h"
 #include "core/cluster/gpu_inventory.h"
+#include "core/cluster/launch_env.h"
 #include "core/cluster/protocol.h"
 
 namespace troupe::cluster {
@@ -76,6 +77,14 @@ class Member {
   // whole number of GPUs), Unavailable (head unreachable), PermissionDenied
   // (wrong token), DeadlineExceeded.
   static absl::StatusOr<std::unique_ptr<Member>> join(MemberOptions options);
+  // join(), tried again while the head is unreachable (Unavailable), for up
+  // to `wait`: a node started with its cluster (a launch) may come before the
+  // head listens, as a raylet before its GCS. `waiting` hears why, once, when
+  // the first try fails so; `cancelled` (may be empty) ends the wait early.
+  static absl::StatusOr<std::unique_ptr<Member>> join_when_head_up(
+      const MemberOptions& options, absl::Duration wait,
+      const std::function<void(const absl::Status&)>& waiting,
+      const std::function<bool()>& cancelled = {});
   // Leaves the cluster in order (the head is told) and stops the node.
   ~Member();
 
@@ -154,7 +163,10 @@ inline constexpr char kDefaultStateDir[] = "/tmp/troupe";
 // $TROUPE_HEAD / $TROUPE_TOKEN, else (the head only) the launch environment
 // of Slurm, torchrun or a JobSet (core/cluster/launch_env.h), else the state
 // directory of a head running on this machine. Errors name what to pass.
-absl::StatusOr<std::string> find_head_address(const std::string& given);
+// `launched`, if given, is set to the launch environment the address came
+// from (nullopt when it came from elsewhere).
+absl::StatusOr<std::string> find_head_address(const std::string& given,
+                                              std::optional<LaunchEnv>* launched = nullptr);
 absl::StatusOr<std::string> find_cluster_token(const std::string& token_file);
 
 // A failed call to the head, as a user should read it: without the runtime's
