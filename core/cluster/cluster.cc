@@ -31,10 +31,13 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::connect(ClusterOptions options
       .restart_wait = options.restart_wait};
   // Started with the cluster, the driver may come before its head.
   const absl::Time deadline = absl::Now() + options.launch_wait;
+  // Given standby heads, it may come while one takes over: it waits too.
+  const bool standbys = options.head.find(',') != std::string::npos;
   auto member = cluster::Member::join_when_head_up(
-      member_options, launched ? options.launch_wait : absl::ZeroDuration(),
+      member_options, launched || standbys ? options.launch_wait : absl::ZeroDuration(),
       [&](const absl::Status& why) {
-        spdlog::info("{}: waiting for the head at {} ({})", launched->manager, options.head,
+        spdlog::info("{}: waiting for the head at {} ({})",
+                     launched ? launched->manager : std::string("driver"), options.head,
                      std::string(why.message()));
       });
   if (!member.ok()) return member.status();

@@ -22,6 +22,8 @@
 #include "absl/strings/str_split.h"
 #include "core/cluster/actor_library.h"
 #include "core/cluster/detail/agent.h"
+#include "core/cluster/detail/etcd_head.h"
+#include "core/cluster/detail/etcd_leadership.h"
 #include "core/cluster/detail/head.h"
 #include "core/cluster/detail/http_status.h"
 #include "core/cluster/detail/launch_process.h"
@@ -115,7 +117,13 @@ absl::StatusOr<HeadClient> head_client(const Flags& flags) {
   if (!node.ok()) return node.status();
   HeadClient c;
   c.node = *std::move(node);
-  c.node->set_node_endpoints(kHeadNode, {"tcp://" + *address});
+  // With standby heads, the one that answers leads (standbys do not listen).
+  std::vector<std::string> heads = absl::StrSplit(*address, ',', absl::SkipWhitespace());
+  if (heads.empty()) return absl::InvalidArgumentError("--head: no address");
+  for (size_t i = 0; i < heads.size(); ++i) {
+    c.node->redirect(kHeadNode, {"tcp://" + heads[i]});
+    if (heads.size() == 1 || c.node->connect(kHeadNode).ok()) break;
+  }
   c.head = c.node->ref<HeadService>(head_service_id(), kHeadNode);
   return c;
 }
@@ -222,15 +230,17 @@ std::string wait_for_end(F stopped) {
 }  // namespace
 
 int head_command(const std::vector<std::string>& args) {
-  auto flags = Flags::parse("head", args,
-                            {"port", "host", "state-dir", "http-port", "http-host",
-                             "heartbeat-timeout", "heartbeat-interval", "threads", "token-file"});
+  auto flags =
+      Flags::parse("head", args,
+                   {"port", "host", "state-dir", "http-port", "http-host", "heartbeat-timeout",
+                    "heartbeat-interval", "threads", "token-file", "store", "lease-ttl"});
   if (!flags.ok()) return usage(flags.status());
   if (flags->help()) {
     std::printf(
         "usage: troupe head [--port 6380] [--host 127.0.0.1] [--state-dir %s]\n"
         "                   [--heartbeat-timeout 1s] [--heartbeat-interval 100ms]\n"
-        "                   [--http-port 8265] [--http-host 127.0.0.1]\n\n"
+        "                   [--http-port 8265] [--http-host 127.0.0.1]\n"
+        "                   [--store etcd://HOST:PORT,... [--lease-ttl 2s]]\n\n"
         "Starts the head of a cluster (as `ray start --head`): the control plane workers\n"
         "and drivers connect to. Writes a fresh cluster token to STATE_DIR/token (mode\n"
         "0600) and the head's address to STATE_DIR/head_address, then runs until\n"
@@ -248,7 +258,14 @@ int head_command(const std::vector<std::string>& args) {
         "  --http-host          address the HTTP status listens on: loopback unless given\n"
         "                       (it answers without the cluster token: docs/security.md)\n"
         "  --token-file         use this cluster token (default: $TROUPE_TOKEN, else the\n"
-        "                       state directory's, else a fresh one)\n\n"
+        "                       state directory's (with --store, etcd's), else a fresh one)\n"
+        "  --store              keep the head's decisions in etcd "
+        "(etcd://HOST:PORT,...[/PREFIX/])\n"
+        "                       and run standby heads: start several on the same store;\n"
+        "                       one leads, the others stand by and take over when it is\n"
+        "                       lost. Give workers and drivers every head's address,\n"
+        "                       comma-separated (docs/fault_tolerance.md)\n"
+        "  --lease-ttl          with --store: how long a lost leader keeps the lead\n\n"
         "Under Slurm, torchrun/Kubeflow or a JobSet the port (and 0.0.0.0 as the host)\n"
         "come from the launch environment unless given (docs/cluster.md, \"Launching\").\n",
         kDefaultStateDir);
@@ -285,10 +302,43 @@ int head_command(const std::vector<std::string>& args) {
   if (!http_port.ok()) return usage(http_port.status());
   std::string dir = flags->get("state-dir", kDefaultStateDir);
   if (absl::Status s = prepare_state_dir(dir); !s.ok()) return fail(s);
+  // With etcd: the store, and the lead to win before serving.
+  std::optional<EtcdStoreUrl> etcd_url;
+  std::optional<EtcdClient> etcd;
+  absl::Duration lease_ttl = absl::Seconds(2);
+  if (flags->has("store")) {
+    absl::StatusOr<EtcdStoreUrl> url = parse_etcd_store_url(flags->get("store"));
+    if (!url.ok()) return usage(url.status());
+    if (*port == 0) {
+      return usage(absl::InvalidArgumentError(
+          "--store needs a fixed --port: workers and drivers are given every head's address"));
+    }
+    if (flags->has("lease-ttl")) {
+      auto d = parse_seconds("lease-ttl", flags->get("lease-ttl"));
+      if (!d.ok()) return usage(d.status());
+      lease_ttl = *d;
+    }
+    absl::StatusOr<EtcdClient> client = EtcdClient::connect(url->endpoints);
+    if (!client.ok()) return usage(client.status());
+    etcd_url = *std::move(url);
+    etcd = *std::move(client);
+  }
   bool fresh_token = true;
   bool given_token = false;
   absl::StatusOr<std::string> token = absl::UnknownError("no token");
-  if (flags->has("token-file") || std::getenv("TROUPE_TOKEN") != nullptr) {
+  if (etcd) {
+    std::string given;
+    if (flags->has("token-file") || std::getenv("TROUPE_TOKEN") != nullptr) {
+      absl::StatusOr<std::string> t = transport::resolve_token(flags->get("token-file"));
+      if (!t.ok()) return fail(t.status());
+      given = *t;
+      given_token = true;
+    }
+    token = etcd_cluster_token(*etcd, *etcd_url, given);
+    if (!token.ok()) return fail(token.status());
+    if (absl::Status s = write_state_file(dir, "token", *token + "\n"); !s.ok()) return fail(s);
+    fresh_token = false;
+  } else if (flags->has("token-file") || std::getenv("TROUPE_TOKEN") != nullptr) {
     // Given (a cluster manager's secret): the workers have it already. Kept
     // in the state directory too, for the commands run on this machine.
     token = transport::resolve_token(flags->get("token-file"));
@@ -307,6 +357,30 @@ int head_command(const std::vector<std::string>& args) {
   options.state_dir = dir;
   std::string token_file = state_file(dir, "token");
   catch_signals();
+  std::unique_ptr<EtcdLeadership> leadership;
+  auto store_failed = std::make_shared<std::atomic<bool>>(false);
+  if (etcd) {
+    const std::string me = absl::StrCat(options.host, ":", *port);
+    leadership = std::make_unique<EtcdLeadership>(
+        *etcd, LeadershipOptions{.key = etcd_url->leader_key(), .name = me, .ttl = lease_ttl});
+    absl::StatusOr<int64_t> epoch = absl::DeadlineExceededError("not yet");
+    for (bool told = false; !epoch.ok() && g_signal.load() == 0;) {
+      epoch = leadership->campaign(absl::Milliseconds(500));
+      if (!epoch.ok() && !told) {
+        std::printf("troupe head %s: standing by (%s)\n", me.c_str(),
+                    std::string(epoch.status().message()).c_str());
+        std::fflush(stdout);
+        told = true;
+      }
+    }
+    if (!epoch.ok()) return 0;  // stopped while standing by
+    std::printf("troupe head %s: leading (epoch %lld)\n", me.c_str(),
+                static_cast<long long>(*epoch));
+    std::fflush(stdout);
+    options.store =
+        std::shared_ptr<HeadStore>(etcd_store(*etcd, leadership.get(), etcd_url->records_prefix()));
+    options.on_store_failure = [store_failed](absl::Status) { store_failed->store(true); };
+  }
   auto server = HeadServer::start(options);
   if (!server.ok()) return fail(server.status());
   std::string address = (*server)->address().substr(6);  // "tcp://h:p" -> "h:p"
@@ -352,7 +426,14 @@ int head_command(const std::vector<std::string>& args) {
   std::fflush(stdout);
   HeadServer* s = server->get();
   bool cluster_stopped = false;
+  bool lost_lead = false;
   std::string why = wait_for_end([&](absl::Duration d) -> std::optional<std::string> {
+    if (leadership && (!leadership->leading() || store_failed->load())) {
+      // Deposed (its lease lapsed: it was paused, or cut off from etcd):
+      // another head leads, and this one can no longer write.
+      lost_lead = true;
+      return std::string("it no longer leads: another head took over");
+    }
     if (!s->wait_stopped(d)) return std::nullopt;
     cluster_stopped = true;
     return std::string("troupe stop");
@@ -368,8 +449,19 @@ int head_command(const std::vector<std::string>& args) {
     // them back.
     remove_state_file(dir, "token");
     remove_state_file(dir, "head_ids");
+    if (leadership) {
+      absl::Status cleared = leadership
+                                 ->write({EtcdOp::delete_prefix(etcd_url->records_prefix()),
+                                          EtcdOp::delete_key(etcd_url->token_key())})
+                                 .status();
+      if (!cleared.ok()) {
+        spdlog::warn("troupe head: cannot clear its records in etcd: {}", cleared.ToString());
+      }
+    }
   }
-  return 0;
+  // (A leader that stops resigns here, so that a standby takes over at once.)
+  leadership.reset();
+  return lost_lead ? kExitHeadLost : 0;
 }
 
 int worker_command(const std::vector<std::string>& args) {
@@ -495,10 +587,12 @@ int worker_command(const std::vector<std::string>& args) {
   // A node the head declared dead (it missed heartbeats in a slow moment)
   // has lost its actors to restarts elsewhere: it joins again as a new node.
   for (int joins = 0;; ++joins) {
-    // Launched together, a rank may start before the head listens: it waits
-    // up to --head-timeout.
+    // Launched together, a rank may start before the head listens; given
+    // standby heads, it may come while one takes over: it waits up to
+    // --head-timeout.
+    const bool standbys = head->find(',') != std::string::npos;
     auto member = Member::join_when_head_up(
-        member_options, *launched ? member_options.head_grace : absl::ZeroDuration(),
+        member_options, *launched || standbys ? member_options.head_grace : absl::ZeroDuration(),
         [&](const absl::Status& why) {
           std::printf("troupe worker: waiting for the head at %s (%s)\n", head->c_str(),
                       std::string(why.message()).c_str());

@@ -1,10 +1,13 @@
 #include "core/cluster/local_cluster.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -88,6 +91,23 @@ absl::StatusOr<std::pair<pid_t, int>> run(const std::vector<std::string>& argv,
   return std::pair{pid, fds[0]};
 }
 
+// A free TCP port on loopback (bound, then released), or 0.
+uint16_t free_loopback_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  uint16_t port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
 // A local cluster's state directory (its token inside): PREFIX<pid>-XXXXXX.
 constexpr char kStateDirPrefix[] = "/tmp/troupe-local-";
 
@@ -127,7 +147,24 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOp
   c->state_dir_ = dir;
   c->token_file_ = c->state_dir_ + "/token";
 
-  if (absl::Status s = c->start_head(0); !s.ok()) return s;
+  if (c->options_.store.empty()) {
+    if (absl::Status s = c->start_head(0); !s.ok()) return s;
+  } else {
+    std::vector<uint16_t> ports;
+    for (int i = 0; i < std::max(1, c->options_.heads); ++i) {
+      uint16_t port = free_loopback_port();
+      if (port == 0) return absl::UnavailableError("no free port for a head");
+      ports.push_back(port);
+    }
+    if (absl::Status s = c->start_head(ports[0]); !s.ok()) return s;
+    for (size_t i = 1; i < ports.size(); ++i) {
+      if (absl::Status s = c->start_standby(ports[i]); !s.ok()) return s;
+    }
+    std::vector<std::string> all;
+    for (uint16_t port : ports)
+      all.push_back(absl::StrCat("127.0.0.1:", port));
+    c->head_address_ = absl::StrJoin(all, ",");
+  }
 
   for (int i = 0; i < c->options_.workers; ++i) {
     std::string resources = i < static_cast<int>(c->options_.worker_resources.size())
@@ -141,10 +178,88 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOp
   return c;
 }
 
+std::vector<std::string> LocalCluster::head_args(uint16_t port) const {
+  std::vector<std::string> args = {"head",
+                                   "--port",
+                                   absl::StrCat(port),
+                                   "--http-port",
+                                   "0",
+                                   "--state-dir",
+                                   state_dir_,
+                                   "--heartbeat-timeout",
+                                   absl::StrCat(absl::ToDoubleSeconds(options_.heartbeat_timeout))};
+  if (!options_.store.empty()) args.insert(args.end(), {"--store", options_.store});
+  args.insert(args.end(), options_.head_flags.begin(), options_.head_flags.end());
+  return args;
+}
+
+absl::Status LocalCluster::start_standby(uint16_t port) {
+  auto head = spawn(absl::StrCat("head ", port), head_args(port));
+  if (!head.ok()) return head.status();
+  auto line = wait_line(
+      **head, [&](const std::string& l) { return l.find(": standing by") != std::string::npos; },
+      options_.start_timeout);
+  standbys_.push_back(*std::move(head));
+  return line.status();
+}
+
+absl::StatusOr<absl::Duration> LocalCluster::wait_for_new_leader(absl::Duration timeout) {
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + timeout;
+  const std::string prefix = "troupe head listening on ";
+  while (absl::Now() < deadline) {
+    for (size_t i = 0; i < standbys_.size(); ++i) {
+      Child& c = *standbys_[i];
+      std::string address;
+      {
+        std::lock_guard<std::mutex> lock(c.mu);
+        for (const std::string& l : c.lines) {
+          if (l.starts_with(prefix)) address = l.substr(prefix.size());
+        }
+      }
+      if (address.empty()) continue;
+      const absl::Duration took = absl::Now() - start;
+      deposed_ = std::move(head_);
+      head_ = std::move(standbys_[i]);
+      standbys_.erase(standbys_.begin() + static_cast<std::ptrdiff_t>(i));
+      leader_address_ = address;
+      const std::string http = "  status over HTTP: http://";
+      auto http_line = wait_line(
+          *head_, [&](const std::string& l) { return l.starts_with(http); },
+          options_.start_timeout);
+      if (http_line.ok()) {
+        std::string rest = http_line->substr(http.size());
+        http_address_ = rest.substr(0, rest.find('/'));
+      }
+      return took;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("no standby head led within ", absl::FormatDuration(timeout)));
+}
+
+std::optional<int> LocalCluster::deposed_exit_code(absl::Duration timeout) {
+  if (!deposed_ || deposed_->pid <= 0) return std::nullopt;
+  const absl::Time deadline = absl::Now() + timeout;
+  int status = 0;
+  while (::waitpid(deposed_->pid, &status, WNOHANG) == 0) {
+    if (absl::Now() >= deadline) return std::nullopt;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  deposed_->pid = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::vector<pid_t> LocalCluster::standby_pids() const {
+  std::vector<pid_t> pids;
+  for (const auto& c : standbys_)
+    pids.push_back(c->pid);
+  return pids;
+}
+
 absl::Status LocalCluster::start_head(uint16_t port) {
-  auto head = spawn("head", {"head", "--port", absl::StrCat(port), "--http-port", "0",
-                             "--state-dir", state_dir_, "--heartbeat-timeout",
-                             absl::StrCat(absl::ToDoubleSeconds(options_.heartbeat_timeout))});
+  auto head = spawn(port == 0 ? std::string("head") : absl::StrCat("head ", port), head_args(port));
   if (!head.ok()) return head.status();
   head_ = *std::move(head);
   const std::string prefix = "troupe head listening on ";
@@ -152,6 +267,7 @@ absl::Status LocalCluster::start_head(uint16_t port) {
       *head_, [&](const std::string& l) { return l.starts_with(prefix); }, options_.start_timeout);
   if (!line.ok()) return line.status();
   head_address_ = line->substr(prefix.size());
+  leader_address_ = head_address_;
   const std::string http = "  status over HTTP: http://";
   auto http_line = wait_line(
       *head_,
@@ -170,6 +286,17 @@ void LocalCluster::kill_head(int sig) {
 }
 
 absl::Status LocalCluster::restart_head() {
+  if (deposed_) {
+    // After a failover: the old leader comes back as a standby.
+    const std::string name = deposed_->name;
+    uint32_t port = 0;
+    if (!absl::SimpleAtoi(name.substr(name.rfind(' ') + 1), &port) || port > 65535) {
+      return absl::InternalError(absl::StrCat("no port in ", name));
+    }
+    stop(*deposed_);
+    deposed_.reset();
+    return start_standby(static_cast<uint16_t>(port));
+  }
   uint32_t port = 0;
   if (!absl::SimpleAtoi(head_address_.substr(head_address_.rfind(':') + 1), &port) ||
       port > 65535) {
@@ -334,6 +461,9 @@ LocalCluster::~LocalCluster() {
   for (auto& w : workers_)
     stop(*w);
   if (head_) stop(*head_);
+  for (auto& h : standbys_)
+    stop(*h);
+  if (deposed_) stop(*deposed_);
   std::error_code ignored;
   std::filesystem::remove_all(state_dir_, ignored);
 }

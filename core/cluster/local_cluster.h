@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +38,13 @@ struct LocalClusterOptions {
   // The troupe executable; empty: $TROUPE_BINARY, else "troupe" on the PATH.
   std::string troupe_binary;
   absl::Duration heartbeat_timeout = absl::Seconds(1);
+  // "etcd://HOST:PORT/PREFIX/": the heads keep their decisions there
+  // (`troupe head --store`), and `heads` of them run: one leads, the others
+  // stand by. Workers and drivers are given every head's address.
+  std::string store;
+  int heads = 1;
+  // Extra flags for every head, e.g. {"--lease-ttl", "1s"}.
+  std::vector<std::string> head_flags;
   absl::Duration start_timeout = absl::Seconds(30);
   // Forward the children's output to this process's stderr, prefixed.
   bool echo_output = true;
@@ -49,7 +57,10 @@ class LocalCluster {
   // period) and removes the state directory.
   ~LocalCluster();
 
+  // Every head's "HOST:PORT", comma-separated (one, without a store).
   const std::string& head_address() const { return head_address_; }
+  // The leading head's.
+  const std::string& leader_address() const { return leader_address_; }
   // "HOST:PORT" of the head's HTTP status endpoint.
   const std::string& http_address() const { return http_address_; }
   const std::string& token_file() const { return token_file_; }
@@ -67,12 +78,22 @@ class LocalCluster {
   // Lines worker `i` has printed so far.
   std::vector<std::string> worker_output(int i);
   pid_t head_pid() const { return head_ ? head_->pid : -1; }
-  // Sends `sig` to the head (SIGKILL: the head's machine failing).
+  // Sends `sig` to the head (SIGKILL: the head's machine failing); with
+  // standbys, to the leader.
   void kill_head(int sig = 9);
   // Starts the head again on the same port and state directory, after it
   // was killed; it keeps the token, so the workers rejoin it. Returns when
-  // it listens.
+  // it listens. With a store, after a failover (wait_for_new_leader), the
+  // killed head starts again as a standby: returns when it stands by.
   absl::Status restart_head();
+  // With standbys: waits until one of them leads (after kill_head), which
+  // is the head from then on; the time it took from the call.
+  absl::StatusOr<absl::Duration> wait_for_new_leader(absl::Duration timeout);
+  // The standby heads' pids.
+  std::vector<pid_t> standby_pids() const;
+  // The exit code of the head that led before the last failover, once it
+  // exits (within `timeout`; nullopt if it does not, or there is none).
+  std::optional<int> deposed_exit_code(absl::Duration timeout);
   // Starts another worker; returns its position. It has joined when this
   // returns. Not thread-safe with the other calls. The worker dies with the
   // thread that started it (PR_SET_PDEATHSIG follows the thread): call it
@@ -109,6 +130,9 @@ class LocalCluster {
   absl::StatusOr<uint32_t> start_worker(const std::string& resources,
                                         const std::string& visible_devices = "");
   absl::Status start_head(uint16_t port);
+  // Starts a head that stands by (with a store): returns when it says so.
+  absl::Status start_standby(uint16_t port);
+  std::vector<std::string> head_args(uint16_t port) const;
   void stop(Child& child);
 
   const LocalClusterOptions options_;
@@ -116,8 +140,11 @@ class LocalCluster {
   std::string state_dir_;
   std::string token_file_;
   std::string head_address_;
+  std::string leader_address_;
   std::string http_address_;
-  std::unique_ptr<Child> head_;
+  std::unique_ptr<Child> head_;  // the leader
+  std::vector<std::unique_ptr<Child>> standbys_;
+  std::unique_ptr<Child> deposed_;  // the leader before the last failover
   std::vector<std::unique_ptr<Child>> workers_;
   std::vector<uint32_t> worker_nodes_;
 };

@@ -56,6 +56,10 @@ class EtcdTest : public ::testing::Test {
               endpoint_->c_str(), "--advertise-client-urls", endpoint_->c_str(),
               "--listen-peer-urls", peer_url.c_str(), "--initial-advertise-peer-urls",
               peer_url.c_str(), "--initial-cluster", ("default=" + peer_url).c_str(),
+              // One member: quick elections, so that leases as short as
+              // the tests' (1 s) are granted as asked (etcd's shortest
+              // lease is 15 heartbeats).
+              "--heartbeat-interval", "10", "--election-timeout", "100",
               static_cast<char*>(nullptr));
       ::_exit(127);
     }
@@ -85,6 +89,9 @@ class EtcdTest : public ::testing::Test {
     // Each test on a clean key space.
     ASSERT_TRUE(client_->delete_prefix("").ok());
   }
+
+  // "HOST:PORT" of the etcd.
+  static std::string host_port() { return endpoint_->substr(std::string("http://").size()); }
 
   static inline pid_t pid_ = -1;
   static inline bool up_ = false;

@@ -57,7 +57,7 @@ absl::StatusOr<int64_t> EtcdLeadership::campaign(absl::Duration timeout) {
     if (absl::Now() >= deadline) return last;
     // The holder's lease must lapse first: look again soon after.
     absl::SleepFor(
-        std::min(options_.ttl / 6, std::max(deadline - absl::Now(), absl::ZeroDuration())));
+        std::min(options_.ttl / 10, std::max(deadline - absl::Now(), absl::ZeroDuration())));
   }
 }
 

@@ -24,18 +24,32 @@ std::string seconds(absl::Duration d) {
   return absl::StrFormat("%.3g s", absl::ToDoubleSeconds(d));
 }
 
+// `value`, once `kept` (a record's change) is committed; its error if not.
+// At once when it is (a store that keeps no records).
+template <class T>
+Future<T> once_kept(Future<void> kept, T value) {
+  if (kept.ready()) {
+    if (absl::Status s = kept.get(); !s.ok()) return Future<T>::failed(std::move(s));
+    return make_ready_future(std::move(value));
+  }
+  return std::move(kept).then([value = std::move(value)]() mutable { return std::move(value); });
+}
+
 }  // namespace
 
 HeadService::HeadService(Node* node, HeadConfig config, std::shared_ptr<std::atomic<bool>> stopped,
                          HeadIds ids, uint64_t incarnation,
-                         std::function<void(uint32_t)> watch_node)
+                         std::function<void(uint32_t)> watch_node,
+                         std::shared_ptr<RecordWriter> records, HeadRecords restored)
     : node_(node),
       config_(config),
       watch_node_(std::move(watch_node)),
+      records_(std::move(records)),
       ids_(std::move(ids)),
       incarnation_(incarnation),
       stopped_(std::move(stopped)) {
   log("head started");
+  restore(std::move(restored));
 }
 
 ActorRef<NodeAgent> HeadService::agent(uint32_t node) {
@@ -89,43 +103,192 @@ void HeadService::log(std::string line) {
   if (log_.size() > kLogLines) log_.pop_front();
 }
 
-// --- Nodes ---------------------------------------------------------------------
+// --- Records ---------------------------------------------------------------------
 
-absl::StatusOr<Registration> HeadService::register_node(NodeInfo info) {
-  absl::StatusOr<uint32_t> index = ids_.next_node();
-  if (!index.ok()) return index.status();
-  info.index = *index;
-  Registration reply = admit(info);
-  if (info.kind == NodeKind::kDriver) jobs_[info.index] = JobRecord{.driver = info};
-  log(absl::StrCat(std::string(to_string(info.kind)), " ", info.index, " joined: ", info.name,
-                   info.kind == NodeKind::kWorker ? absl::StrCat(" [", info.resources, "]") : ""));
-  return reply;
+Future<void> HeadService::save_node(const NodeInfo& info) {
+  if (!records_->keeps_records()) return make_ready_future();
+  return records_->put(node_record(info.index), encode_record(info));
 }
 
-absl::StatusOr<Registration> HeadService::rejoin_node(RejoinRequest request) {
+Future<void> HeadService::save_job(uint32_t job) {
+  if (!records_->keeps_records()) return make_ready_future();
+  const JobRecord& j = jobs_.at(job);
+  return records_->put(job_record(job), encode_record(StoredJob{j.driver, j.state, j.end_reason}));
+}
+
+Future<void> HeadService::save_actor(const ActorRecord& actor) {
+  if (!records_->keeps_records()) return make_ready_future();
+  return records_->put(
+      actor_record(actor.id),
+      encode_record(StoredActor{actor.spawn, actor.job, actor.node, actor.restarts}));
+}
+
+Future<void> HeadService::save_group(uint64_t group) {
+  if (!records_->keeps_records()) return make_ready_future();
+  std::optional<Scheduler::GroupInfo> g = scheduler_.group(PlacementGroupId{group});
+  if (!g) return make_ready_future();
+  StoredGroup stored;
+  for (const Resources& b : g->bundles)
+    stored.bundles.push_back(b.to_string());
+  stored.strategy = std::string(to_string(g->strategy));
+  stored.name = g->name;
+  auto owner = group_jobs_.find(group);
+  stored.job = owner == group_jobs_.end() ? 0 : owner->second;
+  return records_->put(group_record(group), encode_record(stored));
+}
+
+Future<void> HeadService::forget(std::string record) {
+  if (!records_->keeps_records()) return make_ready_future();
+  return records_->erase(std::move(record));
+}
+
+void HeadService::restore(HeadRecords restored) {
+  if (restored.nodes.empty() && restored.jobs.empty() && restored.actors.empty() &&
+      restored.groups.empty() && restored.kv.empty()) {
+    return;
+  }
+  const absl::Duration grace = config_.rejoin_grace > absl::ZeroDuration()
+                                   ? config_.rejoin_grace
+                                   : 3 * config_.heartbeat_timeout;
+  rejoin_deadline_ = absl::Now() + grace;
+  expected_ = std::move(restored.nodes);
+  kv_ = std::move(restored.kv);
+  for (auto& [job, stored] : restored.jobs) {
+    JobRecord& j = jobs_[job];
+    j.driver = std::move(stored.driver);
+    j.state = stored.state;
+    j.end_reason = std::move(stored.end_reason);
+  }
+  for (auto& [group, stored] : restored.groups) {
+    std::vector<Resources> bundles;
+    for (const std::string& b : stored.bundles) {
+      absl::StatusOr<Resources> r = Resources::parse(b);
+      bundles.push_back(r.ok() ? *r : Resources());
+    }
+    absl::StatusOr<PlacementStrategy> strategy = parse_placement_strategy(stored.strategy);
+    absl::StatusOr<PlacementGroupId> id = scheduler_.create_placement_group(
+        std::move(bundles), strategy.ok() ? *strategy : PlacementStrategy::kPack, stored.name,
+        PlacementGroupId{group});
+    if (!id.ok()) {
+      log(absl::StrCat("placement group ", group,
+                       " kept by the previous head is lost: ", id.status().message()));
+      continue;
+    }
+    if (stored.job != 0) group_jobs_[group] = stored.job;
+  }
+  for (auto& [id, stored] : restored.actors) {
+    ActorRecord& a = actors_[id];
+    a.id = id;
+    a.job = stored.job;
+    a.spawn = std::move(stored.spawn);
+    a.node = stored.node;
+    a.restarts = stored.restarts;
+    a.state = ActorState::kRestarting;
+    a.awaiting_rejoin = true;
+    a.death_reason = absl::StrCat("the head changed; waiting for node ", stored.node, " to rejoin");
+    absl::StatusOr<Resources> r = Resources::parse(a.spawn.resources);
+    a.resources = r.ok() ? *r : Resources();
+    if (!a.spawn.name.empty()) names_[a.spawn.name] = id;
+  }
+  log(absl::StrCat("took over: ", expected_.size(), " nodes, ", jobs_.size(), " jobs, ",
+                   actors_.size(), " actors, ", scheduler_.groups().size(),
+                   " placement groups and ", kv_.size(), " KV keys kept; waiting up to ",
+                   seconds(grace), " for the nodes to rejoin"));
+}
+
+void HeadService::end_rejoin_grace() {
+  std::map<uint32_t, NodeInfo> missing = std::exchange(expected_, {});
+  for (const auto& [index, info] : missing) {
+    if (nodes_.contains(index)) continue;
+    NodeRecord& n = nodes_[index];
+    n.info = info;
+    n.state = NodeState::kDead;
+    n.death_reason = "it did not rejoin the head that took over";
+    static_cast<void>(forget(node_record(index)));
+    log(absl::StrCat(std::string(to_string(info.kind)), " ", index, " (", info.name,
+                     ") is dead: ", n.death_reason));
+    ClusterEvent died;
+    died.kind = ClusterEvent::kNodeDied;
+    died.node = info;
+    died.reason = n.death_reason;
+    record(died);
+    if (info.kind == NodeKind::kDriver) {
+      end_job(index, JobState::kFailed, "its driver did not rejoin the head that took over");
+    }
+  }
+  // The actors kept on them: restarted elsewhere if they may be.
+  for (auto& [id, actor] : actors_) {
+    if (!actor.awaiting_rejoin) continue;
+    actor.awaiting_rejoin = false;
+    std::string lost =
+        absl::StrCat("its node ", actor.node, " did not rejoin the head that took over");
+    if (!restartable(actor)) {
+      actor_gone(actor, lost);
+      continue;
+    }
+    actor.death_reason = lost;
+    ++actor.restarts;
+    waiting_.insert(id);
+  }
+  scheduler_.retry_pending();
+  retry_waiting();
+}
+
+// --- Nodes ---------------------------------------------------------------------
+
+Future<Registration> HeadService::register_node(NodeInfo info) {
+  absl::StatusOr<uint32_t> index = ids_.next_node();
+  if (!index.ok()) return Future<Registration>::failed(index.status());
+  info.index = *index;
+  Registration reply = admit(info);
+  Future<void> kept = save_node(info);
+  if (info.kind == NodeKind::kDriver) {
+    jobs_[info.index] = JobRecord{.driver = info};
+    kept = save_job(info.index);
+  }
+  log(absl::StrCat(std::string(to_string(info.kind)), " ", info.index, " joined: ", info.name,
+                   info.kind == NodeKind::kWorker ? absl::StrCat(" [", info.resources, "]") : ""));
+  return once_kept(std::move(kept), std::move(reply));
+}
+
+Future<Registration> HeadService::rejoin_node(RejoinRequest request) {
+  auto refuse = [](absl::Status s) { return Future<Registration>::failed(std::move(s)); };
   const NodeInfo& info = request.info;
   if (info.index == kHeadNode || info.index > kLastNode) {
-    return absl::InvalidArgumentError(absl::StrCat(info.index, " is not a node index"));
+    return refuse(absl::InvalidArgumentError(absl::StrCat(info.index, " is not a node index")));
   }
   if (auto it = nodes_.find(info.index); it != nodes_.end()) {
-    return absl::AlreadyExistsError(
+    return refuse(absl::AlreadyExistsError(
         it->second.state == NodeState::kAlive
             ? absl::StrCat("node ", info.index, " has rejoined already")
-            : absl::StrCat("node ", info.index, " was declared dead: ", it->second.death_reason));
+            : absl::StrCat("node ", info.index, " was declared dead: ", it->second.death_reason)));
   }
-  if (absl::Status s = ids_.saw_node(info.index); !s.ok()) return s;
+  if (absl::Status s = ids_.saw_node(info.index); !s.ok()) return refuse(s);
   for (const HostRequest& a : request.actors) {
-    if (absl::Status s = ids_.saw_actor(ActorId{a.id}.sequence()); !s.ok()) return s;
+    if (absl::Status s = ids_.saw_actor(ActorId{a.id}.sequence()); !s.ok()) return refuse(s);
   }
+  const bool expected = expected_.erase(info.index) > 0;
   Registration reply = admit(info);
-  if (info.kind == NodeKind::kDriver) jobs_.try_emplace(info.index, JobRecord{.driver = info});
+  Future<void> kept = expected ? make_ready_future() : save_node(info);
+  if (info.kind == NodeKind::kDriver &&
+      jobs_.try_emplace(info.index, JobRecord{.driver = info}).second) {
+    kept = save_job(info.index);
+  }
   if (info.kind == NodeKind::kWorker) {
     absl::StatusOr<Resources> total = Resources::parse(info.resources);
     scheduler_.add_node(info.index, total.ok() ? *total : Resources());
     nodes_[info.index].ready = true;
     if (watch_node_) watch_node_(info.index);
-    for (const HostRequest& a : request.actors)
+    // Groups kept by an earlier leader are placed first, so that their
+    // actors find their bundles.
+    scheduler_.retry_pending();
+    for (const HostRequest& a : request.actors) {
+      auto known = actors_.find(a.id);
+      bool new_here = known == actors_.end() || known->second.awaiting_rejoin == false ||
+                      known->second.node != info.index;
       adopt(info.index, a);
+      if (new_here) kept = save_actor(actors_[a.id]);
+    }
   }
   log(absl::StrCat(std::string(to_string(info.kind)), " ", info.index, " rejoined: ", info.name,
                    info.kind == NodeKind::kWorker ? absl::StrCat(" [", info.resources, "] with ",
@@ -133,28 +296,44 @@ absl::StatusOr<Registration> HeadService::rejoin_node(RejoinRequest request) {
                                                   : ""));
   scheduler_.retry_pending();
   retry_waiting();
-  return reply;
+  return once_kept(std::move(kept), std::move(reply));
 }
 
 void HeadService::adopt(uint32_t node, const HostRequest& a) {
-  if (actors_.contains(a.id)) return;
+  auto known = actors_.find(a.id);
+  if (known != actors_.end() && !known->second.awaiting_rejoin) return;
   ActorRecord& actor = actors_[a.id];
+  const bool kept = actor.awaiting_rejoin;
+  actor.awaiting_rejoin = false;
   actor.id = a.id;
   actor.spawn = a.spawn;
   // Its job, if its driver rejoins too (a job the restarted head never
-  // hears of again leaves the actor as if detached).
-  actor.job = a.spawn.detached ? 0 : a.spawn.owner;
-  // Its placement group was the earlier head's: it now holds its resources
-  // on its node directly.
-  actor.spawn.placement_group = 0;
-  actor.spawn.bundle_index = -1;
+  // hears of again leaves the actor as if detached). A head that took over
+  // knows the job from its predecessor's records.
+  if (!kept) actor.job = a.spawn.detached ? 0 : a.spawn.owner;
   actor.node = node;
   actor.state = ActorState::kAlive;
+  actor.death_reason.clear();
   actor.restarts = a.restart_count;
   absl::StatusOr<Resources> resources = Resources::parse(a.spawn.resources);
   PlacementRequest where;
   where.resources = resources.ok() ? *resources : Resources();
   where.node = node;
+  // Its placement group, if the head kept it and placed the bundle on this
+  // node again; otherwise the group was an earlier head's, and the actor now
+  // holds its resources on its node directly.
+  std::optional<Scheduler::GroupInfo> group =
+      a.spawn.placement_group != 0 ? scheduler_.group(PlacementGroupId{a.spawn.placement_group})
+                                   : std::nullopt;
+  const int b = a.spawn.bundle_index;
+  if (group && group->placed && b >= 0 && static_cast<size_t>(b) < group->bundle_nodes.size() &&
+      group->bundle_nodes[b] == node) {
+    where.group = group->id;
+    where.bundle_index = b;
+  } else {
+    actor.spawn.placement_group = 0;
+    actor.spawn.bundle_index = -1;
+  }
   absl::StatusOr<Placement> placed = scheduler_.place_actor(where);
   if (placed.ok()) {
     actor.resources = where.resources;
@@ -343,6 +522,10 @@ void HeadService::tick() {
     last_trim_ = now;
     trim_events();
   }
+  if (rejoin_deadline_ != absl::Time() && now >= rejoin_deadline_) {
+    rejoin_deadline_ = absl::Time();
+    end_rejoin_grace();
+  }
 }
 
 void HeadService::declare_dead(uint32_t node, const std::string& reason) {
@@ -350,6 +533,7 @@ void HeadService::declare_dead(uint32_t node, const std::string& reason) {
   n.state = NodeState::kDead;
   n.death_reason = reason;
   --alive_;
+  static_cast<void>(forget(node_record(node)));
   log(absl::StrCat(std::string(to_string(n.info.kind)), " ", node, " (", n.info.name,
                    ") is dead: ", reason));
   ClusterEvent died;
@@ -397,6 +581,7 @@ void HeadService::end_job(uint32_t job, JobState state, const std::string& reaso
   if (it == jobs_.end() || it->second.state != JobState::kRunning) return;
   it->second.state = state;
   it->second.end_reason = reason;
+  static_cast<void>(save_job(job));
   std::string why = absl::StrCat("its job ", job, " ended (", reason, ")");
   // Placement groups first: removing one removes the actors in it.
   std::vector<uint64_t> groups;
@@ -419,8 +604,10 @@ void HeadService::end_job(uint32_t job, JobState state, const std::string& reaso
       continue;
     }
     std::string prefix = collective_group_kv_prefix(c->first);
-    for (auto k = kv_.lower_bound(prefix); k != kv_.end() && k->first.starts_with(prefix);)
+    for (auto k = kv_.lower_bound(prefix); k != kv_.end() && k->first.starts_with(prefix);) {
+      static_cast<void>(forget(kv_record(k->first)));
       k = kv_.erase(k);
+    }
     collectives.push_back(c->first);
     c = collective_jobs_.erase(c);
   }
@@ -438,6 +625,7 @@ void HeadService::end_job(uint32_t job, JobState state, const std::string& reaso
     ended += record.state == JobState::kRunning ? 0 : 1;
   for (auto j = jobs_.begin(); ended > kEndedJobsKept && j != jobs_.end();) {
     if (j->second.state != JobState::kRunning && j->first != job) {
+      static_cast<void>(forget(job_record(j->first)));
       j = jobs_.erase(j);
       --ended;
     } else {
@@ -607,7 +795,7 @@ Future<ActorLocation> HeadService::host(uint64_t id, int32_t restart_count,
           log(absl::StrCat(to_string(ActorId{id}), " (", a.spawn.type, ") restarted on node ", node,
                            " (restart ", a.restarts, ")"));
         }
-        return make_ready_future(ActorLocation{id, node, a.spawn.type});
+        return once_kept(save_actor(a), ActorLocation{id, node, a.spawn.type});
       });
 }
 
@@ -625,6 +813,8 @@ void HeadService::actor_gone(ActorRecord& actor, const std::string& reason) {
   if (actor.state == ActorState::kDead) return;
   actor.state = ActorState::kDead;
   actor.death_reason = reason;
+  actor.awaiting_rejoin = false;
+  static_cast<void>(forget(actor_record(actor.id)));
   if (!actor.spawn.name.empty()) {
     auto it = names_.find(actor.spawn.name);
     if (it != names_.end() && it->second == actor.id) names_.erase(it);
@@ -718,32 +908,32 @@ Future<std::string> HeadService::watch_actor(uint64_t id) {
 
 // --- Placement groups ----------------------------------------------------------
 
-absl::StatusOr<uint64_t> HeadService::create_placement_group(std::vector<std::string> bundles,
-                                                             std::string strategy, std::string name,
-                                                             uint32_t owner, bool detached,
-                                                             std::vector<int32_t> targets) {
+Future<uint64_t> HeadService::create_placement_group(std::vector<std::string> bundles,
+                                                     std::string strategy, std::string name,
+                                                     uint32_t owner, bool detached,
+                                                     std::vector<int32_t> targets) {
   absl::StatusOr<PlacementStrategy> s = parse_placement_strategy(strategy);
-  if (!s.ok()) return s.status();
+  if (!s.ok()) return Future<uint64_t>::failed(s.status());
   std::vector<Resources> parsed;
   for (const std::string& b : bundles) {
     absl::StatusOr<Resources> r = Resources::parse(b);
-    if (!r.ok()) return r.status();
+    if (!r.ok()) return Future<uint64_t>::failed(r.status());
     parsed.push_back(*r);
   }
   absl::StatusOr<uint64_t> next = ids_.next_group();
-  if (!next.ok()) return next.status();
+  if (!next.ok()) return Future<uint64_t>::failed(next.status());
   std::vector<std::optional<NodeIndex>> soft_targets;
   for (int32_t t : targets)
     soft_targets.push_back(t >= 0 ? std::optional<NodeIndex>(static_cast<NodeIndex>(t))
                                   : std::nullopt);
   absl::StatusOr<PlacementGroupId> id = scheduler_.create_placement_group(
       std::move(parsed), *s, std::move(name), PlacementGroupId{*next}, std::move(soft_targets));
-  if (!id.ok()) return id.status();
+  if (!id.ok()) return Future<uint64_t>::failed(id.status());
   if (uint32_t job = job_of(owner, detached); job != 0) group_jobs_[id->value] = job;
   auto info = scheduler_.group(*id);
   log(absl::StrCat("placement group ", id->value, " (", std::string(to_string(*s)), ", ",
                    bundles.size(), " bundles) ", info && info->placed ? "placed" : "pending"));
-  return id->value;
+  return once_kept(save_group(id->value), id->value);
 }
 
 absl::StatusOr<bool> HeadService::placement_group_ready(uint64_t id) {
@@ -767,6 +957,7 @@ absl::Status HeadService::remove_placement_group(uint64_t id) {
   }
   absl::Status s = scheduler_.remove_placement_group(PlacementGroupId{id});
   group_jobs_.erase(id);
+  if (s.ok()) static_cast<void>(forget(group_record(id)));
   if (s.ok()) {
     log(absl::StrCat("placement group ", id, " removed"));
     scheduler_.retry_pending();
@@ -777,13 +968,14 @@ absl::Status HeadService::remove_placement_group(uint64_t id) {
 
 // --- KV --------------------------------------------------------------------------
 
-bool HeadService::kv_put(std::string key, std::string value, bool overwrite) {
-  auto [it, inserted] = kv_.try_emplace(std::move(key), value);
+Future<bool> HeadService::kv_put(std::string key, std::string value, bool overwrite) {
+  auto [it, inserted] = kv_.try_emplace(key, value);
   if (!inserted) {
-    if (!overwrite) return false;
-    it->second = std::move(value);
+    if (!overwrite) return make_ready_future(false);
+    it->second = value;
   }
-  return true;
+  if (!records_->keeps_records()) return make_ready_future(true);
+  return once_kept(records_->put(kv_record(key), std::move(value)), true);
 }
 
 std::optional<std::string> HeadService::kv_get(std::string key) {
@@ -792,8 +984,9 @@ std::optional<std::string> HeadService::kv_get(std::string key) {
   return it->second;
 }
 
-bool HeadService::kv_delete(std::string key) {
-  return kv_.erase(key) > 0;
+Future<bool> HeadService::kv_delete(std::string key) {
+  if (kv_.erase(key) == 0) return make_ready_future(false);
+  return once_kept(forget(kv_record(key)), true);
 }
 
 std::vector<std::string> HeadService::kv_keys(std::string prefix) {

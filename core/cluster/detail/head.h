@@ -39,6 +39,7 @@
 #include "core/actor.h"
 #include "core/actor_declare.h"
 #include "core/cluster/detail/head_ids.h"
+#include "core/cluster/detail/head_records.h"
 #include "core/cluster/detail/metrics_store.h"
 #include "core/cluster/detail/node.h"
 #include "core/cluster/detail/scheduler.h"
@@ -58,6 +59,11 @@ struct HeadConfig {
   // The failure-detection budget: a node silent this long is declared dead.
   // At least 5 heartbeat intervals, whatever is set.
   absl::Duration heartbeat_timeout = absl::Seconds(1);
+  // A head that took over from another (its store keeps records: etcd)
+  // waits this long for the nodes its predecessor knew to rejoin it; those
+  // that do not are declared dead then (their actors restarted elsewhere,
+  // their jobs failed). Zero: 3 heartbeat timeouts.
+  absl::Duration rejoin_grace = absl::ZeroDuration();
 };
 
 // How often the head process runs the failure detector (HeadService::tick).
@@ -71,18 +77,26 @@ class HeadService {
   // `incarnation`: this start of the head, told to every node.
   // `watch_node`: opens the head's connection to a worker that became ready,
   // off the head's thread (so that its loss is heard of at once); may be empty.
+  // `records`: where its decisions are kept (head_records.h), committed
+  // before the requests that made them are answered; `restored`: what an
+  // earlier leader kept there (empty for a fresh cluster, and with the state
+  // directory).
   HeadService(Node* node, HeadConfig config, std::shared_ptr<std::atomic<bool>> stopped,
-              HeadIds ids, uint64_t incarnation, std::function<void(uint32_t)> watch_node);
+              HeadIds ids, uint64_t incarnation, std::function<void(uint32_t)> watch_node,
+              std::shared_ptr<RecordWriter> records, HeadRecords restored);
 
-  // Nodes. Errors: those of drawing an id (HeadIds::next_node).
-  absl::StatusOr<Registration> register_node(NodeInfo info);
+  // Nodes. Errors: those of drawing an id (HeadIds::next_node), and of
+  // keeping the node's record.
+  Future<Registration> register_node(NodeInfo info);
   // A node of an earlier start of this head (which stopped or crashed) joins
   // this one under the index it had, with the actors it hosts; the head's
   // directory takes them as alive there. Placement groups are not restored:
   // the rejoined actors hold their resources on their node directly.
   // Errors: AlreadyExists (this head knows the index: the node was declared
   // dead, or rejoined already), InvalidArgument (not a node index).
-  absl::StatusOr<Registration> rejoin_node(RejoinRequest request);
+  // A head that took over from another (HeadConfig::rejoin_grace) takes back
+  // the actors and placement groups its predecessor kept too.
+  Future<Registration> rejoin_node(RejoinRequest request);
   // A registered worker is ready to host actors (its agent runs): from now
   // on the scheduler may place actors there.
   void node_ready(uint32_t node);
@@ -128,10 +142,9 @@ class HeadService {
   // for by node `owner`: a driver's job owns the group unless `detached`.
   // `targets`: empty, or per bundle the node it should go to, -1 for none
   // (Scheduler::create_placement_group).
-  absl::StatusOr<uint64_t> create_placement_group(std::vector<std::string> bundles,
-                                                  std::string strategy, std::string name,
-                                                  uint32_t owner, bool detached,
-                                                  std::vector<int32_t> targets);
+  Future<uint64_t> create_placement_group(std::vector<std::string> bundles, std::string strategy,
+                                          std::string name, uint32_t owner, bool detached,
+                                          std::vector<int32_t> targets);
   // Whether group `id` is placed. ResourceExhausted, naming the shortfall,
   // if it cannot be placed even on an idle cluster of the nodes there are.
   absl::StatusOr<bool> placement_group_ready(uint64_t id);
@@ -144,10 +157,11 @@ class HeadService {
   absl::Status claim_collective_group(std::string name, uint32_t node, uint64_t actor);
 
   // KV store (rendezvous): put returns false when the key exists and
-  // `overwrite` is false.
-  bool kv_put(std::string key, std::string value, bool overwrite);
+  // `overwrite` is false. A put or delete is answered once it is kept
+  // (with etcd: committed).
+  Future<bool> kv_put(std::string key, std::string value, bool overwrite);
   std::optional<std::string> kv_get(std::string key);
-  bool kv_delete(std::string key);
+  Future<bool> kv_delete(std::string key);
   std::vector<std::string> kv_keys(std::string prefix);
 
   // What job `job`'s driver reports of it after a step (Cluster::report_metrics): kept while
@@ -193,6 +207,9 @@ class HeadService {
     ActorState state = ActorState::kPending;
     int32_t restarts = 0;
     uint64_t attempt = 0;  // of hosting it; a late answer to an older one is ignored
+    // Kept by the head this one took over from; its node has not rejoined
+    // yet (state kRestarting meanwhile).
+    bool awaiting_rejoin = false;
     std::string death_reason;
     std::vector<Promise<std::string>> watchers;
   };
@@ -228,9 +245,22 @@ class HeadService {
     return actor.spawn.max_restarts < 0 || actor.restarts < actor.spawn.max_restarts;
   }
 
+  // Keeping records (head_records.h). Each returns when the change is
+  // committed; changes commit in the order they were made, so waiting for
+  // the last one made waits for all.
+  Future<void> save_node(const NodeInfo& info);
+  Future<void> save_job(uint32_t job);
+  Future<void> save_actor(const ActorRecord& actor);
+  Future<void> save_group(uint64_t group);
+  Future<void> forget(std::string record);
+  // Takes what the head before this one kept (the constructor).
+  void restore(HeadRecords restored);
+  // The rejoin grace ran out: the nodes kept that did not rejoin are dead.
+  void end_rejoin_grace();
   Node* const node_;
   const HeadConfig config_;
   const std::function<void(uint32_t)> watch_node_;
+  const std::shared_ptr<RecordWriter> records_;
   Scheduler scheduler_;
   HeadIds ids_;
   const uint64_t incarnation_;
@@ -247,6 +277,10 @@ class HeadService {
   std::map<std::string, uint32_t> collective_jobs_;  // collective group -> its job
   absl::flat_hash_map<std::string, uint64_t> names_;
   std::set<uint64_t> waiting_;  // restarts that found no room yet
+  // The nodes kept by the head this one took over from that have not
+  // rejoined, until rejoin_deadline_.
+  std::map<uint32_t, NodeInfo> expected_;
+  absl::Time rejoin_deadline_;
   std::map<std::string, std::string> kv_;
   std::deque<ClusterEvent> events_;  // those some live node has not seen, oldest first
   std::deque<std::string> log_;
@@ -275,6 +309,12 @@ struct HeadOptions {
   int threads = 2;
   // Where the ids handed out are kept (HeadIds); empty: nowhere.
   std::string state_dir;
+  // Where the head keeps its decisions (head_store.h); null: `state_dir`.
+  std::shared_ptr<HeadStore> store;
+  // Called once, from another thread, when the store refuses a write (with
+  // etcd: this head no longer leads). The head answers nothing more that
+  // would change a record; the process should exit.
+  std::function<void(absl::Status)> on_store_failure;
 };
 
 class HeadServer {
@@ -294,6 +334,7 @@ class HeadServer {
   // The watcher thread: opens the head's connection to each node queued.
   void watch_nodes();
 
+  std::shared_ptr<RecordWriter> records_;
   std::unique_ptr<Node> node_;
   ActorRef<HeadService> service_;
   std::shared_ptr<std::atomic<bool>> stopped_ = std::make_shared<std::atomic<bool>>(false);

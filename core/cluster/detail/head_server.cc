@@ -28,8 +28,18 @@ absl::StatusOr<std::unique_ptr<HeadServer>> HeadServer::start(HeadOptions option
                                      node.status().message()));
   }
   server->node_ = *std::move(node);
-  absl::StatusOr<HeadIds> ids = HeadIds::open(options.state_dir);
+  std::shared_ptr<HeadStore> store =
+      options.store ? options.store
+                    : std::shared_ptr<HeadStore>(state_dir_store(options.state_dir));
+  absl::StatusOr<HeadIds> ids = HeadIds::open(store);
   if (!ids.ok()) return ids.status();
+  absl::StatusOr<HeadRecords> restored = load_head_records(*store);
+  if (!restored.ok()) return restored.status();
+  server->records_ =
+      std::make_shared<RecordWriter>(store, [failed = options.on_store_failure](absl::Status s) {
+        spdlog::error("head: cannot keep its records: {}", s.ToString());
+        if (failed) failed(std::move(s));
+      });
   // Distinct for every start of a head (0 is never one).
   uint64_t incarnation = (static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) ^
                           (static_cast<uint64_t>(::getpid()) << 40)) |
@@ -44,7 +54,8 @@ absl::StatusOr<std::unique_ptr<HeadServer>> HeadServer::start(HeadOptions option
   };
   auto service = server->node_->system().spawn_at<HeadService>(
       head_service_id(), {.name = "head"}, server->node_.get(), options.config, server->stopped_,
-      *std::move(ids), incarnation, std::function<void(uint32_t)>(watch));
+      *std::move(ids), incarnation, std::function<void(uint32_t)>(watch), server->records_,
+      *std::move(restored));
   if (!service.ok()) return service.status();
   server->service_ = *service;
   // The head's own connections to the nodes it placed actors on (TCP) break

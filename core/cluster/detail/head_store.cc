@@ -47,6 +47,30 @@ class EtcdStore final : public HeadStore {
   std::string where(const std::string& name) const override {
     return absl::StrCat("etcd ", prefix_, name);
   }
+  bool keeps_records() const override { return true; }
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> read_prefix(
+      const std::string& prefix) override {
+    absl::StatusOr<std::vector<EtcdKv>> kvs = etcd_.get_prefix(prefix_ + prefix);
+    if (!kvs.ok()) return kvs.status();
+    std::vector<std::pair<std::string, std::string>> out;
+    out.reserve(kvs->size());
+    for (EtcdKv& kv : *kvs)
+      out.emplace_back(kv.key.substr(prefix_.size()), std::move(kv.value));
+    return out;
+  }
+  absl::Status apply(const std::vector<StoreChange>& changes) override {
+    std::vector<EtcdOp> ops;
+    for (size_t i = 0; i < changes.size(); ++i) {
+      const StoreChange& c = changes[i];
+      ops.push_back(c.contents ? EtcdOp::put(prefix_ + c.name, *c.contents)
+                               : EtcdOp::delete_key(prefix_ + c.name));
+      if (ops.size() == kMaxChangesPerWrite || i + 1 == changes.size()) {
+        if (absl::Status s = leadership_->write(std::move(ops)).status(); !s.ok()) return s;
+        ops.clear();
+      }
+    }
+    return absl::OkStatus();
+  }
 
  private:
   EtcdClient etcd_;

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/cluster/detail/resources.h"
 #include "core/cluster/launch_env.h"
 #include "spdlog/spdlog.h"
@@ -138,8 +139,18 @@ absl::StatusOr<std::unique_ptr<Member>> Member::join(MemberOptions options) {
         "no cluster token: pass --token-file PATH (the head writes one to its state directory) "
         "or set TROUPE_TOKEN");
   }
+  std::vector<std::string> heads = absl::StrSplit(options.head, ',', absl::SkipWhitespace());
+  if (heads.empty()) {
+    return absl::InvalidArgumentError("no head address: --head HOST:PORT, e.g. 10.0.0.1:6380");
+  }
+  for (const std::string& h : heads) {
+    if (!transport::parse_address("tcp://" + h, "tcp").ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--head ", h, ": expected HOST:PORT, e.g. 10.0.0.1:6380"));
+    }
+  }
   if (options.host.empty()) {
-    absl::StatusOr<std::string> local = local_address_towards(options.head);
+    absl::StatusOr<std::string> local = local_address_towards(heads.front());
     if (!local.ok()) return local.status();
     options.host = *local;
   }
@@ -179,20 +190,12 @@ absl::Status Member::start() {
                            .connect_timeout = options_.timeout});
   if (!node.ok()) return node.status();
   node_ = *std::move(node);
-  node_->set_node_endpoints(kHeadNode, {"tcp://" + options_.head});
+  heads_ = absl::StrSplit(options_.head, ',', absl::SkipWhitespace());
+  node_->set_node_endpoints(kHeadNode, {"tcp://" + heads_.front()});
   head_ = node_->ref<HeadService>(head_service_id(), kHeadNode);
 
-  auto registration = head_.call(&HeadService::register_node, info()).get(options_.timeout);
-  if (!registration.ok()) {
-    absl::Status s = registration.status();
-    if (absl::IsPermissionDenied(s)) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("the head at ", options_.head, " refused this node: ", head_error_text(s)));
-    }
-    return absl::Status(
-        IsActorDied(s) ? absl::StatusCode::kUnavailable : s.code(),
-        absl::StrCat("cannot register with the head at ", options_.head, ": ", head_error_text(s)));
-  }
+  auto registration = register_with_a_head();
+  if (!registration.ok()) return registration.status();
   node_->set_index(registration->index);
   head_incarnation_ = registration->head_incarnation;
   apply(registration->events);
@@ -243,9 +246,41 @@ absl::Status Member::start() {
   });
   absl::Duration interval = absl::Milliseconds(registration->heartbeat_ms);
   heartbeat_ = std::thread([this, interval] { heartbeats(interval); });
-  spdlog::info("joined the cluster at {} as {} {}", options_.head, to_string(options_.kind),
+  spdlog::info("joined the cluster at {} as {} {}", current_head(), to_string(options_.kind),
                registration->index);
   return absl::OkStatus();
+}
+
+absl::StatusOr<Registration> Member::register_with_a_head() {
+  absl::Status last;
+  for (size_t tried = 0; tried < heads_.size(); ++tried) {
+    if (tried > 0) try_next_head();
+    const std::string head = current_head();
+    auto registration = head_.call(&HeadService::register_node, info()).get(options_.timeout);
+    if (registration.ok()) return registration;
+    absl::Status s = registration.status();
+    if (absl::IsPermissionDenied(s)) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("the head at ", head, " refused this node: ", head_error_text(s)));
+    }
+    last = absl::Status(
+        IsActorDied(s) ? absl::StatusCode::kUnavailable : s.code(),
+        absl::StrCat("cannot register with the head at ", head, ": ", head_error_text(s)));
+    // Another head may lead: one that is down or standing by does not answer.
+    if (!absl::IsUnavailable(last) && !absl::IsDeadlineExceeded(last)) return last;
+  }
+  return last;
+}
+
+void Member::try_next_head() {
+  if (heads_.size() < 2) return;
+  const size_t next = (head_at_.load() + 1) % heads_.size();
+  head_at_.store(next);
+  node_->redirect(kHeadNode, {"tcp://" + heads_[next]});
+}
+
+std::string Member::current_head() const {
+  return heads_.empty() ? options_.head : heads_[head_at_.load() % heads_.size()];
 }
 
 void Member::apply(const std::vector<ClusterEvent>& events) {
@@ -310,7 +345,7 @@ void Member::rejoin(uint64_t incarnation) {
     if (absl::IsUnavailable(reply.status()) || absl::IsDeadlineExceeded(reply.status())) {
       return;  // the head went away again
     }
-    stop_->request(absl::StrCat("the restarted head at ", options_.head,
+    stop_->request(absl::StrCat("the restarted head at ", current_head(),
                                 " refused this node: ", head_error_text(reply.status())));
     return;
   }
@@ -318,7 +353,7 @@ void Member::rejoin(uint64_t incarnation) {
   seen_version_ = 0;
   apply(reply->events);
   ++rejoins_;
-  spdlog::info("rejoined the restarted head at {} as {} {} with {} actors", options_.head,
+  spdlog::info("rejoined the restarted head at {} as {} {} with {} actors", current_head(),
                to_string(options_.kind), node_->index(), request.actors.size());
 }
 
@@ -331,7 +366,7 @@ void Member::heartbeats(absl::Duration interval) {
                      .get(std::max(interval * 10, absl::Seconds(1)));
     if (reply.ok()) {
       last_contact = absl::Now();
-      if (away) spdlog::info("the head at {} answers again", options_.head);
+      if (away) spdlog::info("the head at {} answers again", current_head());
       away = false;
       head_away_since_->store(0);
       if (reply->head_incarnation != head_incarnation_) {
@@ -344,20 +379,24 @@ void Member::heartbeats(absl::Duration interval) {
         seen_version_ = std::max(seen_version_, reply->version);
         if (reply->heartbeat_ms > 0) interval = absl::Milliseconds(reply->heartbeat_ms);
       }
-    } else if (absl::Now() - last_contact > options_.head_grace) {
-      stop_->request(absl::StrCat("lost contact with the head at ", options_.head, " for ",
-                                  absl::FormatDuration(options_.head_grace), ": ",
-                                  head_error_text(reply.status())),
-                     /*dead=*/false, /*lost=*/true);
-      break;
-    } else if (!away) {
-      away = true;
-      head_away_since_->store(std::max<int64_t>(1, absl::ToUnixNanos(last_contact)));
-      spdlog::warn(
-          "lost contact with the head at {} ({}); serving peers meanwhile, and rejoining when it "
-          "is back (giving up after {})",
-          options_.head, head_error_text(reply.status()),
-          absl::FormatDuration(options_.head_grace));
+    } else {
+      try_next_head();  // with standby heads, another may lead now
+      if (absl::Now() - last_contact > options_.head_grace) {
+        stop_->request(absl::StrCat("lost contact with the head at ", options_.head, " for ",
+                                    absl::FormatDuration(options_.head_grace), ": ",
+                                    head_error_text(reply.status())),
+                       /*dead=*/false, /*lost=*/true);
+        break;
+      }
+      if (!away) {
+        away = true;
+        head_away_since_->store(std::max<int64_t>(1, absl::ToUnixNanos(last_contact)));
+        spdlog::warn(
+            "lost contact with the head at {} ({}); serving peers meanwhile, and rejoining when it "
+            "is back (giving up after {})",
+            options_.head, head_error_text(reply.status()),
+            absl::FormatDuration(options_.head_grace));
+      }
     }
     while (!leaving_.load() && absl::Now() < next)
       absl::SleepFor(std::min(next - absl::Now(), absl::Milliseconds(20)));

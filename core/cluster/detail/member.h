@@ -27,7 +27,11 @@
 namespace troupe::cluster {
 
 struct MemberOptions {
-  std::string head;   // "HOST:PORT" of the head's control port
+  // "HOST:PORT" of the head's control port; with standby heads (a store on
+  // etcd) every head's, comma-separated: the node registers with the one
+  // that answers (the leader: standbys do not listen) and, when it stops
+  // answering, tries the others in turn and rejoins the one that took over.
+  std::string head;
   std::string token;  // the cluster token
   NodeKind kind = NodeKind::kWorker;
   std::string name;       // for status and logs; default "<kind> <host> pid <pid>"
@@ -98,6 +102,8 @@ class Member {
   uint32_t index() const { return node_->index(); }
   ActorRef<HeadService> head() const { return head_; }
   const std::string& head_address() const { return options_.head; }
+  // The head this node registered with last (one of head_address()'s).
+  std::string current_head() const;
   std::shared_ptr<StopSignal> stop_signal() const { return stop_; }
   // The actors this node hosts, kept by its agent (told to a restarted head).
   std::shared_ptr<HostedActors> hosted() const { return hosted_; }
@@ -130,7 +136,14 @@ class Member {
   // index; if the head did not answer, the next heartbeat tries again.
   void rejoin(uint64_t incarnation);
 
+  // Registers with the heads in turn, from heads_[head_at_], until one answers.
+  absl::StatusOr<Registration> register_with_a_head();
+  // Points the head's node index at the next head of heads_ (a failover).
+  void try_next_head();
+
   const MemberOptions options_;
+  std::vector<std::string> heads_;  // options_.head, split
+  std::atomic<size_t> head_at_{0};  // the one in use
   std::unique_ptr<Node> node_;
   ActorRef<HeadService> head_;
   std::shared_ptr<StopSignal> stop_ = std::make_shared<StopSignal>();

@@ -49,6 +49,7 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>, public detail::A
   }
 
   void set_node_endpoints(uint32_t node, std::vector<std::string> endpoints);
+  void redirect(uint32_t node, std::vector<std::string> endpoints);
   void fail_node(uint32_t node, const absl::Status& reason);
   void relocate(ActorId id, uint32_t node) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -75,6 +76,9 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>, public detail::A
     std::shared_ptr<Connection> conn;
     std::vector<std::string> endpoints;
     absl::Status lost;  // set once the node is declared gone
+    // Bumped when the node moves (redirect): the loss of a connection to
+    // where it was is no longer news.
+    uint64_t generation = 0;
   };
   struct Pending {
     detail::Message* message;
@@ -95,7 +99,8 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>, public detail::A
   std::shared_ptr<Peer> peer(uint32_t node);
   void send_local(ActorId id, detail::Message* m);
   void on_reply(Frame frame);
-  void on_connection_lost(uint32_t node, const std::shared_ptr<Peer>& p, absl::Status why);
+  void on_connection_lost(uint32_t node, const std::shared_ptr<Peer>& p, uint64_t generation,
+                          absl::Status why);
   ConnectionCallbacks accept(const std::shared_ptr<Connection>& conn);
   void on_call(const std::weak_ptr<Connection>& conn, Frame frame);
   // Fails the calls in flight to `node` with `why`, but for those that may
@@ -226,6 +231,20 @@ void NodeCore::set_node_endpoints(uint32_t node, std::vector<std::string> endpoi
   p->lost = absl::OkStatus();  // a node index is never reused, but a re-announced one is alive
 }
 
+void NodeCore::redirect(uint32_t node, std::vector<std::string> endpoints) {
+  std::shared_ptr<Peer> p = peer(node);
+  std::shared_ptr<Connection> conn;
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    p->endpoints = std::move(endpoints);
+    p->lost = absl::OkStatus();
+    ++p->generation;
+    conn = std::exchange(p->conn, nullptr);
+  }
+  fail_pending(node, absl::UnavailableError(absl::StrCat("node ", node, " moved")));
+  if (conn) conn->close();
+}
+
 void NodeCore::fail_node(uint32_t node, const absl::Status& reason) {
   std::shared_ptr<Peer> p = peer(node);
   std::shared_ptr<Connection> conn;
@@ -319,9 +338,11 @@ absl::StatusOr<std::shared_ptr<Connection>> NodeCore::connection_to(uint32_t nod
   std::lock_guard<std::mutex> attempt(p->connect_mu);
   if (auto now = usable_now()) return *std::move(now);  // another thread connected meanwhile
   std::vector<std::string> endpoints;
+  uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(p->mu);
     endpoints = p->endpoints;
+    generation = p->generation;
   }
   if (endpoints.empty()) {
     // A node that joined after our last heartbeat: ask the head.
@@ -343,29 +364,33 @@ absl::StatusOr<std::shared_ptr<Connection>> NodeCore::connection_to(uint32_t nod
   ConnectionCallbacks callbacks{[weak](Frame f) {
                                   if (auto self = weak.lock()) self->on_reply(std::move(f));
                                 },
-                                [weak, weak_peer, node](absl::Status why) {
+                                [weak, weak_peer, node, generation](absl::Status why) {
                                   auto self = weak.lock();
                                   auto peer = weak_peer.lock();
-                                  if (self && peer) self->on_connection_lost(node, peer, why);
+                                  if (self && peer) {
+                                    self->on_connection_lost(node, peer, generation, why);
+                                  }
                                 }};
   auto conn = transport::connect_best(usable, endpoints, callbacks, options_.connect_timeout);
   if (!conn.ok()) return conn.status();
   absl::Status lost;
   {
     std::lock_guard<std::mutex> lock(p->mu);
-    if (p->lost.ok()) {
+    if (p->lost.ok() && p->generation == generation) {
       p->conn = *conn;
       return p->conn;
     }
-    lost = p->lost;
+    lost = p->lost.ok() ? absl::UnavailableError(absl::StrCat("node ", node, " moved")) : p->lost;
   }
   (*conn)->close();  // declared gone while we connected
   return lost;
 }
 
-void NodeCore::on_connection_lost(uint32_t node, const std::shared_ptr<Peer>& p, absl::Status why) {
+void NodeCore::on_connection_lost(uint32_t node, const std::shared_ptr<Peer>& p,
+                                  uint64_t generation, absl::Status why) {
   {
     std::lock_guard<std::mutex> lock(p->mu);
+    if (p->generation != generation) return;  // a connection to where it was before it moved
     p->conn = nullptr;                 // the next call reconnects, if the node is still alive
     if (!p->lost.ok()) why = p->lost;  // declared gone: that is the reason
   }
@@ -628,6 +653,9 @@ const std::vector<std::string>& Node::endpoints() const {
 }
 void Node::set_node_endpoints(uint32_t node, std::vector<std::string> endpoints) {
   core_->set_node_endpoints(node, std::move(endpoints));
+}
+void Node::redirect(uint32_t node, std::vector<std::string> endpoints) {
+  core_->redirect(node, std::move(endpoints));
 }
 absl::Status Node::connect(uint32_t node) {
   return core_->connection_to(node).status();

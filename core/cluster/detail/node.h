@@ -82,6 +82,10 @@ class Node {
 
   // Where node `node` listens; calls to its actors connect there.
   void set_node_endpoints(uint32_t node, std::vector<std::string> endpoints);
+  // Node `node` moved to `endpoints` (the head failed over to a standby):
+  // the connection to where it was is closed (calls in flight on it fail
+  // with Unavailable) and the next call connects there.
+  void redirect(uint32_t node, std::vector<std::string> endpoints);
   // Opens the connection to node `node` now, if there is none, as its first
   // call would; blocks while connecting. Once open, the node's loss breaks it
   // and the peer_lost hook hears of it at once. Errors: those of connecting.

@@ -1,0 +1,60 @@
+#include "core/cluster/detail/etcd_head.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "transport/address.h"
+#include "transport/auth.h"
+
+namespace troupe::cluster {
+
+absl::StatusOr<EtcdStoreUrl> parse_etcd_store_url(const std::string& url) {
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--store ", url, ": ", why,
+                     " (expected etcd://HOST:PORT[,HOST:PORT...][/PREFIX/], e.g. "
+                     "etcd://10.0.0.1:2379,10.0.0.2:2379)"));
+  };
+  const std::string scheme = "etcd://";
+  if (!url.starts_with(scheme)) return bad("not an etcd:// address");
+  std::string rest = url.substr(scheme.size());
+  EtcdStoreUrl out;
+  if (size_t slash = rest.find('/'); slash != std::string::npos) {
+    out.prefix = rest.substr(slash + 1);
+    rest.resize(slash);
+    if (out.prefix.empty()) return bad("an empty key prefix");
+    if (!out.prefix.ends_with('/')) out.prefix += '/';
+  }
+  for (absl::string_view e : absl::StrSplit(rest, ',', absl::SkipWhitespace())) {
+    std::string endpoint(e);
+    if (!transport::parse_address("tcp://" + endpoint, "tcp").ok()) {
+      return bad(absl::StrCat("'", endpoint, "' is not HOST:PORT"));
+    }
+    out.endpoints.push_back(std::move(endpoint));
+  }
+  if (out.endpoints.empty()) return bad("no endpoint");
+  return out;
+}
+
+absl::StatusOr<std::string> etcd_cluster_token(EtcdClient& etcd, const EtcdStoreUrl& url,
+                                               const std::string& token) {
+  EtcdTxn keep;
+  keep.compares.push_back(EtcdCompare::absent(url.token_key()));
+  keep.success.push_back(
+      EtcdOp::put(url.token_key(), token.empty() ? transport::generate_token() : token));
+  keep.success.push_back(EtcdOp::get(url.token_key()));
+  keep.failure.push_back(EtcdOp::get(url.token_key()));
+  absl::StatusOr<EtcdTxnResult> r = etcd.txn(keep);
+  if (!r.ok()) return r.status();
+  if (r->ranges.empty() || r->ranges[0].empty()) {
+    return absl::InternalError(absl::StrCat("etcd lost ", url.token_key(), " as it was set"));
+  }
+  std::string kept = r->ranges[0][0].value;
+  if (!token.empty() && kept != token) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the token given differs from the one the cluster's heads keep in etcd (",
+                     url.token_key(), "): give every head the same token, or none"));
+  }
+  return kept;
+}
+
+}  // namespace troupe::cluster
