@@ -6,6 +6,7 @@
 //              [--actors 100000] [--actor-rate 1000] [--groups 10000]
 //              [--crashes 20] [--hangs 20] [--partitions 5] [--stall-seconds 5]
 //              [--soak-seconds 600] [--real-workers 2]
+//              [--store etcd [--failovers 30]]
 //
 // For each cluster size (--sizes, then --nodes) a fresh head takes a
 // registration storm (every node connecting within 1 s), then steady
@@ -18,6 +19,12 @@
 // then as fast as the head takes them, and the head's memory per actor) and
 // placement groups of 4 bundles (rate, and no node over-committed).
 //
+// With --store etcd the heads keep their decisions in a real etcd started
+// here (LocalEtcd; skipped, saying so, where none is installed), with a
+// standby head beside the leader: the same figures then show what the store
+// costs. At the end the leader is killed --failovers times, and the time
+// from its death to the first request the new leader serves is measured.
+//
 // The head runs on core 0 and the simulator on core 1 (where there are two).
 // The simulator measures its own lag: a window in which it sent heartbeats
 // late measured itself, not the head, and is discarded.
@@ -26,6 +33,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -42,8 +50,11 @@
 #include "absl/strings/strip.h"
 #include "bench/bench_util.h"
 #include "bench/head_sim.h"
+#include "core/cluster/detail/head.h"
+#include "core/cluster/detail/node.h"
 #include "core/cluster/detail/resources.h"
 #include "core/cluster/local_cluster.h"
+#include "core/cluster/local_etcd.h"
 
 namespace troupe::bench {
 namespace {
@@ -70,6 +81,8 @@ struct Config {
   double stall_seconds = 5;
   double soak_seconds = 600;
   int real_workers = 2;
+  std::string store;  // "" (the state directory) or "etcd://HOST:PORT" (LocalEtcd's)
+  int failovers = 30;
 };
 
 [[noreturn]] void die(const std::string& what, const absl::Status& s) {
@@ -135,14 +148,27 @@ struct Bench {
 };
 
 Bench start_bench(const Config& config, bool pinned) {
+  static int started = 0;
   Bench b;
-  auto cluster = cluster::LocalCluster::start(
-      {.workers = config.real_workers, .troupe_binary = TROUPE_BINARY, .echo_output = false});
+  cluster::LocalClusterOptions options{
+      .workers = config.real_workers, .troupe_binary = TROUPE_BINARY, .echo_output = false};
+  if (!config.store.empty()) {
+    // A key prefix of its own for each fresh cluster, and a standby head.
+    options.store = absl::StrCat(config.store, "/bench-", ::getpid(), "-", ++started, "/");
+    options.heads = 2;
+    // A leader stopped longer than its lease loses the lead (that is the
+    // point): the stalled-head phase stops it for --stall-seconds, so its
+    // lease outlasts that here.
+    options.head_flags = {
+        "--lease-ttl",
+        absl::StrCat(static_cast<int>(std::ceil(std::max(2.0, config.stall_seconds + 3))), "s")};
+  }
+  auto cluster = cluster::LocalCluster::start(options);
   if (!cluster.ok()) die("cannot start the cluster", cluster.status());
   b.cluster = *std::move(cluster);
   if (pinned) pin_process(b.cluster->head_pid(), 0);
-  auto fleet = SimFleet::start(
-      {.head = "tcp://" + b.cluster->head_address(), .token = read_token(b.cluster->token_file())});
+  auto fleet = SimFleet::start({.head = "tcp://" + b.cluster->leader_address(),
+                                .token = read_token(b.cluster->token_file())});
   if (!fleet.ok()) die("cannot start the simulator", fleet.status());
   b.fleet = *std::move(fleet);
   return b;
@@ -506,6 +532,56 @@ void actors_and_groups(Bench& b, const Config& config) {
          "-", real_alive == config.real_workers);
 }
 
+// The leader killed `kills` times (SIGKILL, at a moment of no particular
+// work): the time from its death to the first request a new leader serves,
+// asked of every head in turn by a client that knows them all.
+void failovers(const Config& config, int kills) {
+  cluster::LocalClusterOptions options{
+      .workers = 1, .troupe_binary = TROUPE_BINARY, .echo_output = false};
+  options.store = absl::StrCat(config.store, "/bench-failover-", ::getpid(), "/");
+  options.heads = 2;
+  auto local = cluster::LocalCluster::start(options);
+  if (!local.ok()) die("cannot start the cluster", local.status());
+  auto node = cluster::Node::start({.index = cluster::kUnassignedNode,
+                                    .token = read_token((*local)->token_file()),
+                                    .name = "failover probe",
+                                    .transports = {"tcp"},
+                                    .threads = 1,
+                                    .connect_timeout = absl::Milliseconds(200)});
+  if (!node.ok()) die("starting a client", node.status());
+  std::vector<std::string> heads = absl::StrSplit((*local)->head_address(), ',');
+  auto head = (*node)->ref<cluster::HeadService>(cluster::head_service_id(), cluster::kHeadNode);
+  Latencies took;
+  for (int k = 0; k < kills; ++k) {
+    const std::string dead = (*local)->leader_address();
+    (*local)->kill_head(SIGKILL);
+    const absl::Time killed = absl::Now();
+    bool served = false;
+    for (size_t i = 0; !served && absl::Now() - killed < absl::Seconds(30); ++i) {
+      const std::string& h = heads[i % heads.size()];
+      if (h == dead) continue;
+      (*node)->redirect(cluster::kHeadNode, {"tcp://" + h});
+      served = head.call(&cluster::HeadService::kv_get, std::string("probe"))
+                   .get(absl::Milliseconds(200))
+                   .ok();
+      if (!served) absl::SleepFor(absl::Milliseconds(5));
+    }
+    if (!served) die("failover", absl::DeadlineExceededError("no head served within 30 s"));
+    took.ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - killed));
+    if (auto s = (*local)->wait_for_new_leader(absl::Seconds(30)); !s.ok())
+      die("failover", s.status());
+    if (absl::Status s = (*local)->restart_head(); !s.ok()) die("restarting a head", s);
+  }
+  const double p50 = took.quantile(0.5), p99 = took.quantile(0.99);
+  std::printf(
+      "  failovers: %d leader kills, first request served by the new leader after "
+      "p50 %.0f ms, p99 %.0f ms (lease TTL 2 s)\n",
+      kills, p50, p99);
+  report(absl::StrCat("failover: leader death to first request served (", kills, " kills)"),
+         absl::StrCat(fmt(p50, " ms"), " / ", fmt(p99, " ms")), "p99 <= 3 s",
+         "GCS restart: minutes", p99 <= 3000);
+}
+
 std::vector<int> parse_sizes(const std::string& text) {
   std::vector<int> out;
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
@@ -526,7 +602,8 @@ int main(int argc, char** argv) {
         "usage: head_bench [--nodes 2000] [--sizes 250,500,1000] [--steady-seconds 5]\n"
         "                  [--actors 100000] [--actor-rate 1000] [--groups 10000]\n"
         "                  [--crashes 20] [--hangs 20] [--partitions 5] [--stall-seconds 5]\n"
-        "                  [--soak-seconds 600] [--real-workers 2]\n");
+        "                  [--soak-seconds 600] [--real-workers 2]\n"
+        "                  [--store etcd [--failovers 30]]\n");
     return 0;
   }
   Config config;
@@ -549,6 +626,23 @@ int main(int argc, char** argv) {
   config.stall_seconds = get_double("--stall-seconds", config.stall_seconds);
   config.soak_seconds = get_double("--soak-seconds", config.soak_seconds);
   config.real_workers = get_int("--real-workers", config.real_workers);
+  config.failovers = get_int("--failovers", config.failovers);
+  std::unique_ptr<troupe::cluster::LocalEtcd> etcd;
+  if (flags.has("--store")) {
+    if (flags.get("--store", "") != "etcd") {
+      std::fprintf(stderr, "head_bench: --store etcd is the one store to choose\n");
+      return 2;
+    }
+    auto started = troupe::cluster::LocalEtcd::start();
+    if (absl::IsNotFound(started.status())) {
+      std::printf("head_bench: skipped --store etcd: %s\n",
+                  std::string(started.status().message()).c_str());
+      return 0;
+    }
+    if (!started.ok()) die("cannot start etcd", started.status());
+    etcd = *std::move(started);
+    config.store = "etcd://" + etcd->host_port();
+  }
 
   bool pinned = cores_available() >= 2;
   if (pinned) {
@@ -557,9 +651,10 @@ int main(int argc, char** argv) {
     CPU_SET(1, &set);
     pinned = ::sched_setaffinity(0, sizeof(set), &set) == 0;
   }
-  std::printf("head_bench: up to %d simulated nodes (+%d real workers); %s\n", config.nodes,
-              config.real_workers,
-              pinned ? "head on core 0, simulator on core 1" : "not pinned (fewer than 2 cores)");
+  std::printf("head_bench: up to %d simulated nodes (+%d real workers); %s; the head's store: %s\n",
+              config.nodes, config.real_workers,
+              pinned ? "head on core 0, simulator on core 1" : "not pinned (fewer than 2 cores)",
+              config.store.empty() ? "its state directory" : "etcd, with a standby head");
   std::vector<int> sizes;
   for (int s : config.sizes)
     if (s < config.nodes) sizes.push_back(s);
@@ -604,6 +699,8 @@ int main(int argc, char** argv) {
                       all_valid ? fmt(worst_cpu, " us") : "discarded", ")"),
          top.valid ? fmt(top.cpu_us_per_heartbeat, " us") : "discarded", "<= 25 us", "-",
          top.valid && top.cpu_us_per_heartbeat <= 25);
+
+  if (!config.store.empty() && config.failovers > 0) failovers(config, config.failovers);
 
   std::printf("\n%-58s %16s %14s %24s\n", "", "troupe", "goal", "Ray");
   int missed = 0;

@@ -50,6 +50,10 @@ struct LocalClusterOptions {
   bool echo_output = true;
 };
 
+// A free TCP port on loopback (bound, then released: another process may
+// take it before it is used), or 0 if none.
+uint16_t free_loopback_port();
+
 class LocalCluster {
  public:
   static absl::StatusOr<std::unique_ptr<LocalCluster>> start(LocalClusterOptions options);

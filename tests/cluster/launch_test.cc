@@ -24,7 +24,7 @@
 #include "absl/time/clock.h"
 #include "core/cluster/cluster.h"
 #include "core/cluster/commands.h"
-#include "tests/common/free_port.h"
+#include "core/cluster/local_cluster.h"
 
 extern char** environ;
 
@@ -115,8 +115,6 @@ std::unique_ptr<Proc> start(const std::vector<std::string>& args,
   }
   return p;
 }
-
-using ::troupe::testing::free_loopback_port;
 
 class LaunchTest : public ::testing::Test {
  protected:
