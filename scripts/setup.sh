@@ -24,7 +24,7 @@ packages=(
   chromium fonts-dejavu-core
   # the launch test runs a real single-node Slurm (tests/cluster/slurm_test.sh)
   slurm-wlm munge openssl
-  # the head's store on etcd: its client is tested against a real etcd (tests/cluster/etcd_client_test.cc)
+  # the head's store on etcd: standby heads, tested against a real etcd (ctest -L failover)
   etcd-server
 )
 

@@ -302,6 +302,59 @@ TEST_F(FailoverTest, PausedOldLeaderResumedAfterTheTakeoverCannotWrite) {
       << "the deposed leader did not exit saying it lost its head role";
 }
 
+// What the leader kept outlives it: an actor on a node that rejoins is taken
+// back with its name, and one whose node is lost with the leader is
+// restarted elsewhere by the new leader (the same ActorId), from the record
+// alone.
+TEST_F(FailoverTest, ActorsTheLeaderKeptAreTakenBackOrRestartedByTheNewOne) {
+  auto moving = driver_->spawn<Probe>({.max_restarts = 1}, std::string("moving"));
+  ASSERT_TRUE(moving.ok()) << moving.status();
+  auto s = driver_->status();
+  ASSERT_TRUE(s.ok()) << s.status();
+  uint32_t doomed = 0;
+  for (const ActorStatus& a : s->actors)
+    if (a.id == moving->id().value) doomed = a.node;
+  const int doomed_worker = local_->worker_node(0) == doomed ? 0 : 1;
+  const int surviving_worker = 1 - doomed_worker;
+  ASSERT_EQ(local_->worker_node(doomed_worker), doomed);
+  auto kept = driver_->spawn<Probe>(
+      {.name = "kept", .node = static_cast<int>(local_->worker_node(surviving_worker))},
+      std::string("kept"));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+
+  // The leader and the moving actor's machine go together.
+  local_->kill_head(SIGKILL);
+  local_->kill_worker(doomed_worker, SIGKILL);
+  auto took = local_->wait_for_new_leader(absl::Seconds(30));
+  ASSERT_TRUE(took.ok()) << took.status();
+
+  absl::StatusOr<ActorRef<Probe>> found = absl::UnavailableError("not asked");
+  for (absl::Time deadline = absl::Now() + absl::Seconds(30); !found.ok() && absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(50))) {
+    found = driver_->get_actor<Probe>("kept");
+  }
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->id(), kept->id());
+  EXPECT_EQ(*found->call(&Probe::tag).get(kCallTimeout), "kept");
+  // Restarted on the surviving worker once the grace for its node ran out.
+  absl::StatusOr<int> restarts = absl::UnavailableError("not asked");
+  for (absl::Time deadline = absl::Now() + absl::Seconds(60); absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(100))) {
+    restarts = moving->call(&Probe::restarts).get(kCallTimeout);
+    if (restarts.ok()) break;
+  }
+  ASSERT_TRUE(restarts.ok()) << restarts.status();
+  EXPECT_EQ(*restarts, 1);
+  EXPECT_TRUE(wait_status([&](const ClusterStatus& st) {
+    for (const ActorStatus& a : st.actors) {
+      if (a.id == moving->id().value) {
+        return a.state == ActorState::kAlive && a.node == local_->worker_node(surviving_worker);
+      }
+    }
+    return false;
+  }));
+}
+
 // A worker that starts while the leader is down and no standby leads yet
 // waits, and joins the standby that takes over.
 TEST_F(FailoverTest, WorkerJoiningDuringTheTakeoverJoinsTheNewLeader) {

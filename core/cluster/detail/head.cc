@@ -152,6 +152,14 @@ void HeadService::restore(HeadRecords restored) {
                                    : 3 * config_.heartbeat_timeout;
   rejoin_deadline_ = absl::Now() + grace;
   expected_ = std::move(restored.nodes);
+  // The ids in the records were handed out: never again (the ids' own
+  // record is committed before them, but a head must not rely on that).
+  for (const auto& [index, info] : expected_)
+    static_cast<void>(ids_.saw_node(index));
+  for (const auto& [id, stored] : restored.actors)
+    static_cast<void>(ids_.saw_actor(ActorId{id}.sequence()));
+  for (const auto& [group, stored] : restored.groups)
+    static_cast<void>(ids_.saw_group(group));
   kv_ = std::move(restored.kv);
   for (auto& [job, stored] : restored.jobs) {
     JobRecord& j = jobs_[job];
@@ -207,6 +215,7 @@ void HeadService::end_rejoin_grace() {
     static_cast<void>(forget(node_record(index)));
     log(absl::StrCat(std::string(to_string(info.kind)), " ", index, " (", info.name,
                      ") is dead: ", n.death_reason));
+    node_->fail_node(index, absl::UnavailableError(n.death_reason));
     ClusterEvent died;
     died.kind = ClusterEvent::kNodeDied;
     died.node = info;
@@ -283,11 +292,14 @@ Future<Registration> HeadService::rejoin_node(RejoinRequest request) {
     // actors find their bundles.
     scheduler_.retry_pending();
     for (const HostRequest& a : request.actors) {
+      // Kept again unless the record says so already (a head that took over
+      // kept it, on this node).
       auto known = actors_.find(a.id);
-      bool new_here = known == actors_.end() || known->second.awaiting_rejoin == false ||
-                      known->second.node != info.index;
+      const bool recorded = known != actors_.end() && known->second.awaiting_rejoin &&
+                            known->second.node == info.index;
+      const bool alive_elsewhere = known != actors_.end() && !known->second.awaiting_rejoin;
       adopt(info.index, a);
-      if (new_here) kept = save_actor(actors_[a.id]);
+      if (!recorded && !alive_elsewhere) kept = save_actor(actors_[a.id]);
     }
   }
   log(absl::StrCat(std::string(to_string(info.kind)), " ", info.index, " rejoined: ", info.name,

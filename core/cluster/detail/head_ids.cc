@@ -86,10 +86,20 @@ absl::Status HeadIds::saw_node(uint32_t index) {
 absl::Status HeadIds::saw_actor(uint64_t sequence) {
   return see(actors_, sequence);
 }
+absl::Status HeadIds::saw_group(uint64_t id) {
+  return see(groups_, id);
+}
 
 absl::Status HeadIds::persist() {
-  return store_->write(kFile, absl::StrCat("node ", nodes_.reserved, "\nactor ", actors_.reserved,
-                                           "\ngroup ", groups_.reserved, "\n"));
+  std::string text = absl::StrCat("node ", nodes_.reserved, "\nactor ", actors_.reserved,
+                                  "\ngroup ", groups_.reserved, "\n");
+  if (writer_ && writer_->keeps_records()) {
+    Future<void> queued = writer_->put(kFile, std::move(text));
+    // Failed at once only when the writer has failed already.
+    if (queued.ready()) return queued.get();
+    return absl::OkStatus();
+  }
+  return store_->write(kFile, text);
 }
 
 }  // namespace troupe::cluster

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/cluster/detail/head_records.h"
 #include "core/cluster/detail/head_store.h"
 
 namespace troupe::cluster {
@@ -25,6 +26,13 @@ class HeadIds {
   // inside a test process).
   static absl::StatusOr<HeadIds> open(std::string state_dir);
 
+  // From now on a new block is reserved through `writer` (when it keeps
+  // records) instead of written at once: the head does not wait for it.
+  // Safe because the writer commits in order - whatever uses an id is
+  // answered after a later change commits, so after the block does - and
+  // fails every change after one it could not make.
+  void write_through(std::shared_ptr<RecordWriter> writer) { writer_ = std::move(writer); }
+
   // The next node index (1 to kLastNode). Errors: ResourceExhausted when the
   // store's indices are used up; those of writing the store when a new block
   // is reserved (nothing is handed out then; with etcd, FailedPrecondition
@@ -36,6 +44,7 @@ class HeadIds {
   // never handed out again.
   absl::Status saw_node(uint32_t index);
   absl::Status saw_actor(uint64_t sequence);
+  absl::Status saw_group(uint64_t id);
 
  private:
   struct Counter {
@@ -52,6 +61,7 @@ class HeadIds {
   absl::Status persist();
 
   std::shared_ptr<HeadStore> store_;
+  std::shared_ptr<RecordWriter> writer_;
   Counter nodes_, actors_, groups_;
 };
 

@@ -40,6 +40,7 @@ absl::StatusOr<std::unique_ptr<HeadServer>> HeadServer::start(HeadOptions option
         spdlog::error("head: cannot keep its records: {}", s.ToString());
         if (failed) failed(std::move(s));
       });
+  ids->write_through(server->records_);
   // Distinct for every start of a head (0 is never one).
   uint64_t incarnation = (static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) ^
                           (static_cast<uint64_t>(::getpid()) << 40)) |

@@ -1,5 +1,8 @@
 #include "core/cluster/detail/head_store.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "core/cluster/detail/etcd_leadership.h"
 #include "core/cluster/detail/state_dir.h"
@@ -32,6 +35,9 @@ class StateDirStore final : public HeadStore {
 
 class EtcdStore final : public HeadStore {
  public:
+  // Transactions of one apply() in flight at once.
+  static constexpr size_t kConcurrentWrites = 8;
+
   EtcdStore(EtcdClient etcd, EtcdLeadership* leadership, std::string prefix)
       : etcd_(std::move(etcd)), leadership_(leadership), prefix_(std::move(prefix)) {}
 
@@ -59,15 +65,29 @@ class EtcdStore final : public HeadStore {
     return out;
   }
   absl::Status apply(const std::vector<StoreChange>& changes) override {
-    std::vector<EtcdOp> ops;
+    std::vector<std::vector<EtcdOp>> chunks;
     for (size_t i = 0; i < changes.size(); ++i) {
+      if (i % kMaxChangesPerWrite == 0) chunks.emplace_back();
       const StoreChange& c = changes[i];
-      ops.push_back(c.contents ? EtcdOp::put(prefix_ + c.name, *c.contents)
-                               : EtcdOp::delete_key(prefix_ + c.name));
-      if (ops.size() == kMaxChangesPerWrite || i + 1 == changes.size()) {
-        if (absl::Status s = leadership_->write(std::move(ops)).status(); !s.ok()) return s;
-        ops.clear();
+      chunks.back().push_back(c.contents ? EtcdOp::put(prefix_ + c.name, *c.contents)
+                                         : EtcdOp::delete_key(prefix_ + c.name));
+    }
+    if (chunks.size() == 1) return leadership_->write(std::move(chunks[0])).status();
+    // Several at once (the records are distinct, so their order does not
+    // matter): etcd commits concurrent transactions together, one fsync for
+    // several.
+    std::vector<absl::Status> results(chunks.size());
+    for (size_t first = 0; first < chunks.size(); first += kConcurrentWrites) {
+      std::vector<std::thread> writers;
+      for (size_t i = first; i < std::min(chunks.size(), first + kConcurrentWrites); ++i) {
+        writers.emplace_back(
+            [&, i] { results[i] = leadership_->write(std::move(chunks[i])).status(); });
       }
+      for (std::thread& w : writers)
+        w.join();
+    }
+    for (const absl::Status& r : results) {
+      if (!r.ok()) return r;
     }
     return absl::OkStatus();
   }

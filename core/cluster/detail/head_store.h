@@ -57,9 +57,10 @@ class HeadStore {
     static_cast<void>(prefix);
     return std::vector<std::pair<std::string, std::string>>{};
   }
-  // Makes `changes` in order. With etcd they go in transactions of at most
-  // kMaxChangesPerWrite, each all or nothing, each fenced (FailedPrecondition
-  // once this head no longer leads: that one and those after it are not made).
+  // Makes `changes`, each to a different record. With etcd they go in
+  // transactions of at most kMaxChangesPerWrite, each all or nothing, each
+  // fenced (FailedPrecondition once this head no longer leads), several in
+  // flight at once: on an error some may have been made and others not.
   virtual absl::Status apply(const std::vector<StoreChange>& changes) {
     static_cast<void>(changes);
     return absl::UnimplementedError("this store keeps only the head's ids");
