@@ -4,6 +4,8 @@
 // cannot write.
 #include "core/cluster/detail/etcd_leadership.h"
 
+#include <signal.h>
+
 #include <gtest/gtest.h>
 
 #include <set>
@@ -100,6 +102,31 @@ TEST_F(EtcdLeadershipTest, IdsSurviveATakeoverAndADeposedHeadReservesNoMore) {
     }
   }
   EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+}
+
+// A leader cut off from etcd (etcd stopped here: the same to the leader as a
+// partition) cannot tell whether its lease lapsed: once etcd has not
+// answered its renewals for a whole TTL it steps down, so that it does not
+// go on serving beside a standby that took over.
+TEST_F(EtcdLeadershipTest, ALeaderCutOffFromEtcdStepsDownWithinItsLease) {
+  auto a = candidate(*client_, "head-a");
+  ASSERT_TRUE(a->campaign(absl::Seconds(5)).ok());
+  ASSERT_EQ(::kill(etcd_->pid(), SIGSTOP), 0);
+  const absl::Time cut = absl::Now();
+  bool stepped_down = false;
+  for (absl::Time deadline = cut + absl::Seconds(20); absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(20))) {
+    if (!a->leading()) {
+      stepped_down = true;
+      break;
+    }
+  }
+  const absl::Duration took = absl::Now() - cut;
+  ASSERT_EQ(::kill(etcd_->pid(), SIGCONT), 0);
+  EXPECT_TRUE(stepped_down);
+  // Its last renewal was sent at most a third of the TTL before the cut,
+  // and renewals give up after a third of it.
+  EXPECT_LT(took, absl::Seconds(2) + absl::Seconds(2)) << absl::FormatDuration(took);
 }
 
 TEST_F(EtcdLeadershipTest, ACandidateThatNeverLedCannotWrite) {

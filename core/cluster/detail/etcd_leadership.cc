@@ -10,7 +10,10 @@
 namespace troupe::cluster {
 
 EtcdLeadership::EtcdLeadership(EtcdClient etcd, LeadershipOptions options)
-    : etcd_(std::move(etcd)), options_(std::move(options)) {}
+    : etcd_(std::move(etcd)),
+      options_(std::move(options)),
+      // A renewal must not wait longer than the lease lasts.
+      renewing_(EtcdClient::connect(etcd_.endpoints(), options_.ttl / 3).value_or(etcd_)) {}
 
 EtcdLeadership::~EtcdLeadership() {
   resign();
@@ -63,20 +66,30 @@ absl::StatusOr<int64_t> EtcdLeadership::campaign(absl::Duration timeout) {
 
 void EtcdLeadership::renew_loop() {
   const absl::Duration every = options_.ttl / 3;
+  // When the last renewal that succeeded was sent: the lease lasts the TTL
+  // from then at most, in etcd's eyes.
+  absl::Time renewed = absl::Now();
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     cv_.wait_for(lock, absl::ToChronoNanoseconds(every), [this] { return stop_; });
     if (stop_) return;
     lock.unlock();
-    absl::Status s = etcd_.keep_alive(lease_.load());
+    const absl::Time sent = absl::Now();
+    absl::Status s = renewing_.keep_alive(lease_.load());
     lock.lock();
-    if (absl::IsNotFound(s)) {
-      // The lease lapsed (we could not renew it in time): no longer leading.
+    if (s.ok()) {
+      renewed = sent;
+      continue;
+    }
+    if (absl::IsNotFound(s) || absl::Now() - renewed >= options_.ttl) {
+      // The lease lapsed (we could not renew it in time), or may have (etcd
+      // has not answered for a whole TTL): no longer leading - a standby
+      // that can reach etcd may lead now.
       leading_.store(false);
       spdlog::warn("{}: lost the lead (epoch {}): {}", options_.name, epoch_.load(), s.ToString());
       return;
     }
-    if (!s.ok()) spdlog::warn("{}: cannot renew the lead: {}", options_.name, s.ToString());
+    spdlog::warn("{}: cannot renew the lead: {}", options_.name, s.ToString());
   }
 }
 

@@ -48,8 +48,9 @@ class EtcdLeadership {
   // leader; Unavailable when etcd cannot be reached for the whole timeout.
   absl::StatusOr<int64_t> campaign(absl::Duration timeout);
   // Whether this candidate led at its last renewal (within a third of the
-  // TTL). A leader that stops leading - its lease lapsed, it was deposed -
-  // finds out here and through write().
+  // TTL). A leader that stops leading - its lease lapsed, it was deposed,
+  // or etcd did not answer its renewals for a whole TTL - finds out here
+  // and through write().
   bool leading() const { return leading_.load(); }
   int64_t epoch() const { return epoch_.load(); }
   // Runs `ops` only while the leader key still holds this candidate's epoch.
@@ -71,6 +72,7 @@ class EtcdLeadership {
 
   EtcdClient etcd_;
   const LeadershipOptions options_;
+  EtcdClient renewing_;  // etcd_'s endpoints, its requests bounded by a third of the TTL
   std::atomic<bool> leading_{false};
   std::atomic<int64_t> epoch_{0};
   std::atomic<int64_t> lease_{0};
