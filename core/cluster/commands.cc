@@ -450,10 +450,10 @@ int head_command(const std::vector<std::string>& args) {
     remove_state_file(dir, "token");
     remove_state_file(dir, "head_ids");
     if (leadership) {
-      absl::Status cleared = leadership
-                                 ->write({EtcdOp::delete_prefix(etcd_url->records_prefix()),
-                                          EtcdOp::delete_key(etcd_url->token_key())})
-                                 .status();
+      // The records go (a head that leads next starts an empty cluster);
+      // the token stays, for the standbys that still hold it.
+      absl::Status cleared =
+          leadership->write({EtcdOp::delete_prefix(etcd_url->records_prefix())}).status();
       if (!cleared.ok()) {
         spdlog::warn("troupe head: cannot clear its records in etcd: {}", cleared.ToString());
       }

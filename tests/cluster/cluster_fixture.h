@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -23,6 +24,27 @@ inline LocalClusterOptions probe_cluster(std::vector<std::string> resources) {
   o.troupe_binary = TROUPE_BINARY;
   o.worker_flags = {"--actor-lib-dir", PROBE_LIB_DIR, "--actor-lib", PROBE_LIB};
   return o;
+}
+
+// A tiny `troupe train` job with fault tolerance, for the tests that lose a
+// worker under it: `dp` ranks (one CPU each), `steps` steps, its metrics in
+// DIR/out/metrics.jsonl. Returns the config's path.
+inline std::string fault_tolerant_job(const std::string& dir, int dp, int steps) {
+  const std::string config = dir + "/job.json";
+  std::ofstream(config) << R"({
+    "train_batch_size": )"
+                        << 2 * dp << R"(, "train_micro_batch_size_per_gpu": 2,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+    "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "seq_len": 16, "vocab_size": 256},
+    "data": {"synthetic": {"task": "addition", "digits": 2, "num_samples": 100000, "seed": 1}},
+    "parallel": {"dp": )"
+                        << dp << R"(},
+    "fault_tolerance": {"enabled": true, "spare_nodes": 0, "wait_for_node_s": 3},
+    "steps_per_print": 1000,
+    "training": {"steps": )"
+                        << steps << R"(, "eval_interval": 0, "output_dir": ")" << dir << R"(/out"}
+  })";
+  return config;
 }
 
 class LocalClusterTest : public ::testing::Test {

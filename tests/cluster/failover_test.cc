@@ -93,24 +93,6 @@ class FailoverTest : public EtcdTest {
   std::unique_ptr<Cluster> driver_;
 };
 
-// A `troupe train` job with fault tolerance (2 data-parallel ranks), its
-// metrics in DIR/out/metrics.jsonl. Returns the config's path.
-std::string training_job(const std::string& dir, int steps) {
-  const std::string config = dir + "/job.json";
-  std::ofstream(config) << R"({
-    "train_batch_size": 4, "train_micro_batch_size_per_gpu": 2,
-    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-    "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "seq_len": 16, "vocab_size": 256},
-    "data": {"synthetic": {"task": "addition", "digits": 2, "num_samples": 100000, "seed": 1}},
-    "parallel": {"dp": 2},
-    "fault_tolerance": {"enabled": true, "spare_nodes": 0, "wait_for_node_s": 3},
-    "steps_per_print": 1000,
-    "training": {"steps": )"
-                        << steps << R"(, "eval_interval": 0, "output_dir": ")" << dir << R"(/out"}
-  })";
-  return config;
-}
-
 // The losses of metrics.jsonl, in order, as written (bitwise: the text of
 // each double is exact).
 std::vector<std::string> losses(const std::string& path) {
@@ -142,12 +124,13 @@ TEST_F(FailoverTest, LeaderKilledMidTrainingAStandbyLeadsAndTrainingEndsBitwiseE
   ASSERT_NE(::mkdtemp(dir_a), nullptr);
   ASSERT_NE(::mkdtemp(dir_b), nullptr);
 
-  auto [code_a, out_a] = local_->run_cli({"train", "--config", training_job(dir_a, kSteps)});
+  auto [code_a, out_a] =
+      local_->run_cli({"train", "--config", testing::fault_tolerant_job(dir_a, 2, kSteps)});
   ASSERT_EQ(code_a, 0) << out_a;
 
   std::pair<int, std::string> run_b;
   std::thread train([&] {
-    run_b = local_->run_cli({"train", "--config", training_job(dir_b, kSteps)});
+    run_b = local_->run_cli({"train", "--config", testing::fault_tolerant_job(dir_b, 2, kSteps)});
   });
   const std::string metrics_b = std::string(dir_b) + "/out/metrics.jsonl";
   bool started = false;

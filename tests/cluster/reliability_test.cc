@@ -265,27 +265,6 @@ TEST_F(ReliabilityTest, UnsatisfiablePlacementFailsFastNamingTheShortfall) {
   EXPECT_NE(pp_out.find("can never be placed"), std::string::npos) << pp_out;
 }
 
-// A tiny `troupe train` job with fault tolerance, for the tests that lose a
-// worker under it: `dp` ranks (one CPU each), `steps` steps, its metrics in
-// DIR/out/metrics.jsonl. Returns the config's path.
-std::string fault_tolerant_job(const std::string& dir, int dp, int steps) {
-  const std::string config = dir + "/job.json";
-  std::ofstream(config) << R"({
-    "train_batch_size": )"
-                        << 2 * dp << R"(, "train_micro_batch_size_per_gpu": 2,
-    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-    "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "seq_len": 16, "vocab_size": 256},
-    "data": {"synthetic": {"task": "addition", "digits": 2, "num_samples": 100000, "seed": 1}},
-    "parallel": {"dp": )"
-                        << dp << R"(},
-    "fault_tolerance": {"enabled": true, "spare_nodes": 0, "wait_for_node_s": 3},
-    "steps_per_print": 1000,
-    "training": {"steps": )"
-                        << steps << R"(, "eval_interval": 0, "output_dir": ")" << dir << R"(/out"}
-  })";
-  return config;
-}
-
 // Until `path` has `lines` lines (false after 60 s).
 bool wait_for_lines(const std::string& path, int lines) {
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
@@ -313,7 +292,7 @@ LossRun train_and_signal_a_worker(LocalCluster& local, int dp, int steps, int li
   char dir[] = "/tmp/troupe-reliability-XXXXXX";
   LossRun out;
   if (::mkdtemp(dir) == nullptr) return out;
-  const std::string config = fault_tolerant_job(dir, dp, steps);
+  const std::string config = testing::fault_tolerant_job(dir, dp, steps);
   std::pair<int, std::string> run;
   std::thread train([&] { run = local.run_cli({"train", "--config", config}); });
   out.trained = wait_for_lines(std::string(dir) + "/out/metrics.jsonl", lines);
