@@ -118,7 +118,7 @@ size_t lines_of(const std::string& path) {
 // rejoin it, and the job goes on to end bitwise equal to a run without the
 // failure.
 TEST_F(FailoverTest, LeaderKilledMidTrainingAStandbyLeadsAndTrainingEndsBitwiseEqual) {
-  constexpr int kSteps = 150;
+  constexpr int kSteps = 200;
   char dir_a[] = "/tmp/troupe-failover-XXXXXX";
   char dir_b[] = "/tmp/troupe-failover-XXXXXX";
   ASSERT_NE(::mkdtemp(dir_a), nullptr);
