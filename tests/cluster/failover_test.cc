@@ -358,6 +358,10 @@ TEST_F(FailoverTest, WorkerJoiningDuringTheTakeoverJoinsTheNewLeader) {
   auto probe = driver_->spawn<Probe>({.node = static_cast<int>(node)}, std::string("late"));
   ASSERT_TRUE(probe.ok()) << probe.status();
   EXPECT_EQ(*probe->call(&Probe::tag).get(kCallTimeout), "late");
+  // The CLI, given every head, asks the one that leads.
+  auto [code, out] = local_->run_cli({"status"});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("took over"), std::string::npos) << out;
 }
 
 }  // namespace
