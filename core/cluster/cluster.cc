@@ -1,6 +1,7 @@
 #include "core/cluster/cluster.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/cluster/detail/etcd_head.h"
 #include "core/cluster/launch_env.h"
 #include "spdlog/spdlog.h"
 
@@ -32,7 +33,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::connect(ClusterOptions options
   // Started with the cluster, the driver may come before its head.
   const absl::Time deadline = absl::Now() + options.launch_wait;
   // Given standby heads, it may come while one takes over: it waits too.
-  const bool standbys = options.head.find(',') != std::string::npos;
+  const bool standbys =
+      options.head.find(',') != std::string::npos || cluster::is_etcd_url(options.head);
   auto member = cluster::Member::join_when_head_up(
       member_options, launched || standbys ? options.launch_wait : absl::ZeroDuration(),
       [&](const absl::Status& why) {

@@ -117,8 +117,16 @@ absl::StatusOr<HeadClient> head_client(const Flags& flags) {
   if (!node.ok()) return node.status();
   HeadClient c;
   c.node = *std::move(node);
-  // With standby heads, the one that answers leads (standbys do not listen).
-  std::vector<std::string> heads = absl::StrSplit(*address, ',', absl::SkipWhitespace());
+  // With standby heads, the one that answers leads (standbys do not listen);
+  // given their etcd, the one it names.
+  std::vector<std::string> heads;
+  if (is_etcd_url(*address)) {
+    absl::StatusOr<std::string> leader = etcd_leader_address(*address);
+    if (!leader.ok()) return leader.status();
+    heads.push_back(*leader);
+  } else {
+    heads = absl::StrSplit(*address, ',', absl::SkipWhitespace());
+  }
   if (heads.empty()) return absl::InvalidArgumentError("--head: no address");
   for (size_t i = 0; i < heads.size(); ++i) {
     c.node->redirect(kHeadNode, {"tcp://" + heads[i]});
@@ -360,7 +368,15 @@ int head_command(const std::vector<std::string>& args) {
   std::unique_ptr<EtcdLeadership> leadership;
   auto store_failed = std::make_shared<std::atomic<bool>>(false);
   if (etcd) {
-    const std::string me = absl::StrCat(options.host, ":", *port);
+    // What the others reach it at (the leader key's value, for those given
+    // the etcd rather than every head): this machine's name when it listens
+    // on every interface.
+    std::string advertised = options.host;
+    if (advertised == "0.0.0.0" || advertised == "::") {
+      char name[256] = {};
+      if (::gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') advertised = name;
+    }
+    const std::string me = absl::StrCat(advertised, ":", *port);
     leadership = std::make_unique<EtcdLeadership>(
         *etcd, LeadershipOptions{.key = etcd_url->leader_key(), .name = me, .ttl = lease_ttl});
     absl::StatusOr<int64_t> epoch = absl::DeadlineExceededError("not yet");
@@ -479,7 +495,8 @@ int worker_command(const std::vector<std::string>& args) {
         "it hosts actors the head places here and talks to other nodes directly.\n\n"
         "  --head           the head's control address (default: $TROUPE_HEAD, or the\n"
         "                   head running on this machine); with standby heads\n"
-        "                   (`troupe head --store`), every head's, comma-separated\n"
+        "                   (`troupe head --store`), every head's, comma-separated,\n"
+        "                   or their etcd (etcd://HOST:PORT[/PREFIX/])\n"
         "  --resources      what this node offers (default: every core, all memory,\n"
         "                   GPU=<the NVIDIA GPUs NVML shows, after CUDA_VISIBLE_DEVICES>,\n"
         "                   RDMA=<active RDMA ports> where it has RDMA NICs). GPU=N offers\n"
@@ -591,7 +608,7 @@ int worker_command(const std::vector<std::string>& args) {
     // Launched together, a rank may start before the head listens; given
     // standby heads, it may come while one takes over: it waits up to
     // --head-timeout.
-    const bool standbys = head->find(',') != std::string::npos;
+    const bool standbys = head->find(',') != std::string::npos || is_etcd_url(*head);
     auto member = Member::join_when_head_up(
         member_options, *launched || standbys ? member_options.head_grace : absl::ZeroDuration(),
         [&](const absl::Status& why) {

@@ -46,6 +46,7 @@ class FailoverTest : public EtcdTest {
     o.heartbeat_timeout = absl::Seconds(2);
     o.store = absl::StrCat("etcd://", host_port(), "/",
                            ::testing::UnitTest::GetInstance()->current_test_info()->name(), "/");
+    store_ = o.store;
     o.heads = 3;
     o.head_flags = {"--lease-ttl", "1s"};
     o.echo_output = false;
@@ -89,6 +90,7 @@ class FailoverTest : public EtcdTest {
     return n;
   }
 
+  std::string store_;  // the heads' --store
   std::unique_ptr<LocalCluster> local_;
   std::unique_ptr<Cluster> driver_;
 };
@@ -360,6 +362,32 @@ TEST_F(FailoverTest, WorkerJoiningDuringTheTakeoverJoinsTheNewLeader) {
   EXPECT_EQ(*probe->call(&Probe::tag).get(kCallTimeout), "late");
   // The CLI, given every head, asks the one that leads.
   auto [code, out] = local_->run_cli({"status"});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("took over"), std::string::npos) << out;
+}
+
+// A driver and the CLI given the heads' etcd instead of every head ask it
+// which head leads, and follow a takeover.
+TEST_F(FailoverTest, ADriverAndTheCliGivenTheEtcdFollowTheLeader) {
+  ClusterOptions options = local_->client_options();
+  options.head = store_;
+  options.timeout = absl::Seconds(5);
+  auto other = Cluster::connect(options);
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto before = (*other)->kv_put("before", "1");
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  local_->kill_head(SIGKILL);
+  auto took = local_->wait_for_new_leader(absl::Seconds(30));
+  ASSERT_TRUE(took.ok()) << took.status();
+  absl::StatusOr<bool> after = absl::UnavailableError("not sent");
+  for (absl::Time deadline = absl::Now() + absl::Seconds(30); !after.ok() && absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(50))) {
+    after = (*other)->kv_put("after", "2");
+  }
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(*(*other)->kv_get("before"), std::optional<std::string>("1"));
+  auto [code, out] = local_->run_cli({"status", "--head", store_});
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("took over"), std::string::npos) << out;
 }

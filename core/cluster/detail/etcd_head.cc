@@ -10,7 +10,7 @@ namespace troupe::cluster {
 absl::StatusOr<EtcdStoreUrl> parse_etcd_store_url(const std::string& url) {
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--store ", url, ": ", why,
+        absl::StrCat(url, ": ", why,
                      " (expected etcd://HOST:PORT[,HOST:PORT...][/PREFIX/], e.g. "
                      "etcd://10.0.0.1:2379,10.0.0.2:2379)"));
   };
@@ -33,6 +33,20 @@ absl::StatusOr<EtcdStoreUrl> parse_etcd_store_url(const std::string& url) {
   }
   if (out.endpoints.empty()) return bad("no endpoint");
   return out;
+}
+
+absl::StatusOr<std::string> etcd_leader_address(const std::string& url) {
+  absl::StatusOr<EtcdStoreUrl> parsed = parse_etcd_store_url(url);
+  if (!parsed.ok()) return parsed.status();
+  absl::StatusOr<EtcdClient> etcd = EtcdClient::connect(parsed->endpoints, absl::Seconds(2));
+  if (!etcd.ok()) return etcd.status();
+  absl::StatusOr<std::optional<EtcdKv>> leader = etcd->get(parsed->leader_key());
+  if (!leader.ok()) return leader.status();
+  if (!leader->has_value()) {
+    return absl::UnavailableError(
+        absl::StrCat("no head leads now (", url, " has no ", parsed->leader_key(), ")"));
+  }
+  return (*leader)->value;
 }
 
 absl::StatusOr<std::string> etcd_cluster_token(EtcdClient& etcd, const EtcdStoreUrl& url,

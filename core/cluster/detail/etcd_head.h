@@ -28,6 +28,17 @@ struct EtcdStoreUrl {
 // InvalidArgument, with an example, for anything but the form above.
 absl::StatusOr<EtcdStoreUrl> parse_etcd_store_url(const std::string& url);
 
+// Whether `address` names the heads' etcd rather than heads ("etcd://...").
+inline bool is_etcd_url(const std::string& address) {
+  return address.starts_with("etcd://");
+}
+
+// The "HOST:PORT" of the head that leads, read from the leader key at `url`
+// (what workers, drivers and the CLI given the etcd rather than every head
+// use). Errors: InvalidArgument (a bad url), Unavailable (etcd does not
+// answer, or no head leads now).
+absl::StatusOr<std::string> etcd_leader_address(const std::string& url);
+
 // The token kept in etcd; if none is yet, `token` (or a fresh one if empty)
 // is kept and returned - whichever head comes first sets it. A head given a
 // token that differs from the one kept gets InvalidArgument (its workers

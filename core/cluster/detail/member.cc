@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/cluster/detail/etcd_head.h"
 #include "core/cluster/detail/resources.h"
 #include "core/cluster/launch_env.h"
 #include "spdlog/spdlog.h"
@@ -139,7 +140,15 @@ absl::StatusOr<std::unique_ptr<Member>> Member::join(MemberOptions options) {
         "no cluster token: pass --token-file PATH (the head writes one to its state directory) "
         "or set TROUPE_TOKEN");
   }
-  std::vector<std::string> heads = absl::StrSplit(options.head, ',', absl::SkipWhitespace());
+  // Given the heads' etcd: the one that leads now.
+  std::vector<std::string> heads;
+  if (is_etcd_url(options.head)) {
+    absl::StatusOr<std::string> leader = etcd_leader_address(options.head);
+    if (!leader.ok()) return leader.status();
+    heads.push_back(*leader);
+  } else {
+    heads = absl::StrSplit(options.head, ',', absl::SkipWhitespace());
+  }
   if (heads.empty()) {
     return absl::InvalidArgumentError("no head address: --head HOST:PORT, e.g. 10.0.0.1:6380");
   }
@@ -172,6 +181,7 @@ absl::StatusOr<std::unique_ptr<Member>> Member::join(MemberOptions options) {
         absl::StrCat(std::string(to_string(options.kind)), " ", options.host, " pid ", ::getpid());
   }
   std::unique_ptr<Member> member(new Member(std::move(options)));
+  member->heads_ = std::move(heads);
   if (absl::Status s = member->start(); !s.ok()) return s;
   {
     std::lock_guard<std::mutex> lock(current_mu);
@@ -190,7 +200,6 @@ absl::Status Member::start() {
                            .connect_timeout = options_.timeout});
   if (!node.ok()) return node.status();
   node_ = *std::move(node);
-  heads_ = absl::StrSplit(options_.head, ',', absl::SkipWhitespace());
   node_->set_node_endpoints(kHeadNode, {"tcp://" + heads_.front()});
   head_ = node_->ref<HeadService>(head_service_id(), kHeadNode);
 
@@ -273,6 +282,15 @@ absl::StatusOr<Registration> Member::register_with_a_head() {
 }
 
 void Member::try_next_head() {
+  if (is_etcd_url(options_.head)) {
+    // The leader key names the head that leads now (none: wait for one).
+    absl::StatusOr<std::string> leader = etcd_leader_address(options_.head);
+    if (!leader.ok() || *leader == current_head()) return;
+    std::lock_guard<std::mutex> lock(heads_mu_);
+    heads_.front() = *leader;
+    node_->redirect(kHeadNode, {"tcp://" + *leader});
+    return;
+  }
   if (heads_.size() < 2) return;
   const size_t next = (head_at_.load() + 1) % heads_.size();
   head_at_.store(next);
@@ -280,6 +298,7 @@ void Member::try_next_head() {
 }
 
 std::string Member::current_head() const {
+  std::lock_guard<std::mutex> lock(heads_mu_);
   return heads_.empty() ? options_.head : heads_[head_at_.load() % heads_.size()];
 }
 

@@ -31,6 +31,8 @@ struct MemberOptions {
   // etcd) every head's, comma-separated: the node registers with the one
   // that answers (the leader: standbys do not listen) and, when it stops
   // answering, tries the others in turn and rejoins the one that took over.
+  // Or the heads' etcd, "etcd://HOST:PORT,...[/PREFIX/]": the node asks it
+  // which head leads, at first and whenever the head stops answering.
   std::string head;
   std::string token;  // the cluster token
   NodeKind kind = NodeKind::kWorker;
@@ -142,7 +144,8 @@ class Member {
   void try_next_head();
 
   const MemberOptions options_;
-  std::vector<std::string> heads_;  // options_.head, split
+  mutable std::mutex heads_mu_;     // guards heads_'s contents (etcd: the leader changes)
+  std::vector<std::string> heads_;  // options_.head, split; or the leader etcd names
   std::atomic<size_t> head_at_{0};  // the one in use
   std::unique_ptr<Node> node_;
   ActorRef<HeadService> head_;
