@@ -368,31 +368,12 @@ int head_command(const std::vector<std::string>& args) {
   std::unique_ptr<EtcdLeadership> leadership;
   auto store_failed = std::make_shared<std::atomic<bool>>(false);
   if (etcd) {
-    // What the others reach it at (the leader key's value, for those given
-    // the etcd rather than every head): this machine's name when it listens
-    // on every interface.
-    std::string advertised = options.host;
-    if (advertised == "0.0.0.0" || advertised == "::") {
-      char name[256] = {};
-      if (::gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') advertised = name;
-    }
-    const std::string me = absl::StrCat(advertised, ":", *port);
+    const std::string me = advertised_head_address(options.host, *port);
     leadership = std::make_unique<EtcdLeadership>(
         *etcd, LeadershipOptions{.key = etcd_url->leader_key(), .name = me, .ttl = lease_ttl});
-    absl::StatusOr<int64_t> epoch = absl::DeadlineExceededError("not yet");
-    for (bool told = false; !epoch.ok() && g_signal.load() == 0;) {
-      epoch = leadership->campaign(absl::Milliseconds(500));
-      if (!epoch.ok() && !told) {
-        std::printf("troupe head %s: standing by (%s)\n", me.c_str(),
-                    std::string(epoch.status().message()).c_str());
-        std::fflush(stdout);
-        told = true;
-      }
+    if (!stand_by_until_leading(*leadership, me, [] { return g_signal.load() != 0; })) {
+      return 0;  // stopped while standing by
     }
-    if (!epoch.ok()) return 0;  // stopped while standing by
-    std::printf("troupe head %s: leading (epoch %lld)\n", me.c_str(),
-                static_cast<long long>(*epoch));
-    std::fflush(stdout);
     options.store =
         std::shared_ptr<HeadStore>(etcd_store(*etcd, leadership.get(), etcd_url->records_prefix()));
     options.on_store_failure = [store_failed](absl::Status) { store_failed->store(true); };

@@ -1,5 +1,9 @@
 #include "core/cluster/detail/etcd_head.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "transport/address.h"
@@ -69,6 +73,33 @@ absl::StatusOr<std::string> etcd_cluster_token(EtcdClient& etcd, const EtcdStore
                      url.token_key(), "): give every head the same token, or none"));
   }
   return kept;
+}
+
+std::string advertised_head_address(const std::string& host, uint16_t port) {
+  std::string advertised = host;
+  if (advertised == "0.0.0.0" || advertised == "::") {
+    char name[256] = {};
+    if (::gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') advertised = name;
+  }
+  return absl::StrCat(advertised, ":", port);
+}
+
+std::optional<int64_t> stand_by_until_leading(EtcdLeadership& leadership, const std::string& me,
+                                              const std::function<bool()>& cancelled) {
+  absl::StatusOr<int64_t> epoch = absl::DeadlineExceededError("not yet");
+  for (bool told = false; !epoch.ok() && !cancelled();) {
+    epoch = leadership.campaign(absl::Milliseconds(500));
+    if (!epoch.ok() && !told) {
+      std::printf("troupe head %s: standing by (%s)\n", me.c_str(),
+                  std::string(epoch.status().message()).c_str());
+      std::fflush(stdout);
+      told = true;
+    }
+  }
+  if (!epoch.ok()) return std::nullopt;
+  std::printf("troupe head %s: leading (epoch %lld)\n", me.c_str(), static_cast<long long>(*epoch));
+  std::fflush(stdout);
+  return *epoch;
 }
 
 }  // namespace troupe::cluster

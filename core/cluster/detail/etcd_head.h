@@ -9,11 +9,15 @@
 //   head/    the head's records (head_records.h) and ids (head_ids.h)
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/cluster/detail/etcd_client.h"
+#include "core/cluster/detail/etcd_leadership.h"
 
 namespace troupe::cluster {
 
@@ -45,5 +49,15 @@ absl::StatusOr<std::string> etcd_leader_address(const std::string& url);
 // could not join the others). Errors: those of etcd.
 absl::StatusOr<std::string> etcd_cluster_token(EtcdClient& etcd, const EtcdStoreUrl& url,
                                                const std::string& token);
+
+// What the other nodes reach a head at, "HOST:PORT" (the leader key's value,
+// for those given the etcd rather than every head): `host`, or this
+// machine's name when it listens on every interface.
+std::string advertised_head_address(const std::string& host, uint16_t port);
+
+// Campaigns until `leadership` leads (its epoch) or `cancelled` (nullopt),
+// printing once that head `me` stands by, and when it leads.
+std::optional<int64_t> stand_by_until_leading(EtcdLeadership& leadership, const std::string& me,
+                                              const std::function<bool()>& cancelled);
 
 }  // namespace troupe::cluster
