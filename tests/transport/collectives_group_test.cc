@@ -15,13 +15,18 @@
 namespace troupe::transport::testing {
 namespace {
 
-// Runs body(group) on n ranks over `kind`, each rank a thread.
+// Runs body(group) on n ranks over `kind`, each rank a thread, all on this
+// host: through shared memory unless `shared_memory` is false.
 std::vector<absl::Status> run_groups(const std::string& kind, int n,
-                                     const std::function<absl::Status(Group&)>& body) {
-  return run_group_owning(kind, n, [&](std::unique_ptr<Communicator> c) {
-    Group group(std::move(c));
-    return body(group);
-  });
+                                     const std::function<absl::Status(Group&)>& body,
+                                     bool shared_memory = true) {
+  return run_group_owning(
+      kind, n,
+      [&](std::unique_ptr<Communicator> c) {
+        Group group(std::move(c));
+        return body(group);
+      },
+      0, shared_memory);
 }
 
 absl::Status expect(bool ok, const std::string& what) {
@@ -228,57 +233,61 @@ TEST_P(CollectiveGroupTest, BorrowedSendsAndReceivesPostedEarlyCopyNothingWhereT
 
 // The traffic a rank reports is what the ring sends: of a reduce-scatter or
 // allgather over n blocks, every block but one of its own, once; of a ring
-// allreduce, both; point-to-point sends are counted apart.
+// allreduce, both; point-to-point sends are counted apart. (Through the
+// transport: shared memory sends nothing.)
 TEST_P(CollectiveGroupTest, TrafficCountsWhatEachKindOfOperationSent) {
   const int n = 3;
   const size_t block = 100000;  // ring sizes (at least 64 KiB), several segments
-  auto results = run_groups(GetParam(), n, [&](Group& g) -> absl::Status {
-    std::vector<float> data(block * n, 1.0f), out(block * n);
-    const Traffic start = g.traffic();
-    if (absl::Status s = g.allreduce(DType::kFloat32, ReduceOp::kSum, data.data(), data.size(),
-                                     Algorithm::kRing);
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s =
-            g.reduce_scatter(DType::kFloat32, ReduceOp::kSum, data.data(), out.data(), block);
-        !s.ok()) {
-      return s;
-    }
-    const size_t counts[] = {block, 2 * block, 0};
-    if (absl::Status s = g.reduce_scatter_v_async(DType::kFloat32, ReduceOp::kSum, data.data(),
-                                                  out.data(), counts)
-                             .wait();
-        !s.ok()) {
-      return s;
-    }
-    const size_t bytes[] = {4 * block, 8 * block, 0};
-    if (absl::Status s = g.allgather_v_async(out.data(), data.data(), bytes).wait(); !s.ok()) {
-      return s;
-    }
-    const int right = (g.rank() + 1) % n, left = (g.rank() + n - 1) % n;
-    if (absl::Status s = g.send(right, 3, data.data(), 40); !s.ok()) return s;
-    if (absl::Status s = g.recv(left, 3, out.data(), 40); !s.ok()) return s;
-    const Traffic t = g.traffic() - start;
-    // In bytes, the blocks of the _v operations are b, 2b and 0 of 3b. A
-    // reduce-scatter rank m sends every block but block m; an allgather
-    // rank every block but block m + 1.
-    const uint64_t b = block * sizeof(float);
-    const uint64_t sizes[] = {b, 2 * b, 0};
-    const int m = g.rank();
-    const Traffic want{.allreduce = 4 * b,
-                       .reduce_scatter = 2 * b + 3 * b - sizes[m],
-                       .allgather = 3 * b - sizes[(m + 1) % n],
-                       .other = 40};
-    if (t.allreduce != want.allreduce || t.reduce_scatter != want.reduce_scatter ||
-        t.allgather != want.allgather || t.other != want.other) {
-      return absl::InternalError(absl::StrCat(
-          "rank ", m, ": allreduce ", t.allreduce, " reduce_scatter ", t.reduce_scatter,
-          " allgather ", t.allgather, " other ", t.other, "; expected ", want.allreduce, ", ",
-          want.reduce_scatter, ", ", want.allgather, ", ", want.other));
-    }
-    return absl::OkStatus();
-  });
+  auto results = run_groups(
+      GetParam(), n,
+      [&](Group& g) -> absl::Status {
+        std::vector<float> data(block * n, 1.0f), out(block * n);
+        const Traffic start = g.traffic();
+        if (absl::Status s = g.allreduce(DType::kFloat32, ReduceOp::kSum, data.data(), data.size(),
+                                         Algorithm::kRing);
+            !s.ok()) {
+          return s;
+        }
+        if (absl::Status s =
+                g.reduce_scatter(DType::kFloat32, ReduceOp::kSum, data.data(), out.data(), block);
+            !s.ok()) {
+          return s;
+        }
+        const size_t counts[] = {block, 2 * block, 0};
+        if (absl::Status s = g.reduce_scatter_v_async(DType::kFloat32, ReduceOp::kSum, data.data(),
+                                                      out.data(), counts)
+                                 .wait();
+            !s.ok()) {
+          return s;
+        }
+        const size_t bytes[] = {4 * block, 8 * block, 0};
+        if (absl::Status s = g.allgather_v_async(out.data(), data.data(), bytes).wait(); !s.ok()) {
+          return s;
+        }
+        const int right = (g.rank() + 1) % n, left = (g.rank() + n - 1) % n;
+        if (absl::Status s = g.send(right, 3, data.data(), 40); !s.ok()) return s;
+        if (absl::Status s = g.recv(left, 3, out.data(), 40); !s.ok()) return s;
+        const Traffic t = g.traffic() - start;
+        // In bytes, the blocks of the _v operations are b, 2b and 0 of 3b. A
+        // reduce-scatter rank m sends every block but block m; an allgather
+        // rank every block but block m + 1.
+        const uint64_t b = block * sizeof(float);
+        const uint64_t sizes[] = {b, 2 * b, 0};
+        const int m = g.rank();
+        const Traffic want{.allreduce = 4 * b,
+                           .reduce_scatter = 2 * b + 3 * b - sizes[m],
+                           .allgather = 3 * b - sizes[(m + 1) % n],
+                           .other = 40};
+        if (t.allreduce != want.allreduce || t.reduce_scatter != want.reduce_scatter ||
+            t.allgather != want.allgather || t.other != want.other) {
+          return absl::InternalError(absl::StrCat(
+              "rank ", m, ": allreduce ", t.allreduce, " reduce_scatter ", t.reduce_scatter,
+              " allgather ", t.allgather, " other ", t.other, "; expected ", want.allreduce, ", ",
+              want.reduce_scatter, ", ", want.allgather, ", ", want.other));
+        }
+        return absl::OkStatus();
+      },
+      /*shared_memory=*/false);
   for (int r = 0; r < n; ++r)
     EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
 }

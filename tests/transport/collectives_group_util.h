@@ -29,10 +29,12 @@ inline std::string collective_listen_address(const std::string& kind, int rank, 
 // Runs `body(comm)` on `n` ranks at once, handing each its communicator;
 // returns each rank's status. With hosts > 0, rank r claims to be on host
 // r % hosts (for the hierarchical algorithm); with 0 all ranks are on this
-// host. Each rank's transport lives until every rank is done.
+// host, and share memory unless `shared_memory` is false. Each rank's
+// transport lives until every rank is done.
 inline std::vector<absl::Status> run_group_owning(
     const std::string& kind, int n,
-    const std::function<absl::Status(std::unique_ptr<Communicator>)>& body, int hosts = 0) {
+    const std::function<absl::Status(std::unique_ptr<Communicator>)>& body, int hosts = 0,
+    bool shared_memory = true, absl::Duration timeout = absl::Seconds(30)) {
   static std::atomic<int> runs{0};
   int run = runs.fetch_add(1);
   InMemoryStore store;
@@ -54,7 +56,8 @@ inline std::vector<absl::Status> run_group_owning(
            .group = absl::StrCat("g", run),
            .listen_address = collective_listen_address(kind, r, run),
            .host = hosts > 0 ? absl::StrCat("host-", r % hosts) : std::string(),
-           .timeout = absl::Seconds(30)});
+           .timeout = timeout,
+           .shared_memory = shared_memory});
       if (!comm.ok()) {
         results[r] = comm.status();
         finished.fetch_add(1);
@@ -78,9 +81,11 @@ inline std::vector<absl::Status> run_group_owning(
 // As run_group_owning, for a body that only uses the communicator.
 inline std::vector<absl::Status> run_group(const std::string& kind, int n,
                                            const std::function<absl::Status(Communicator&)>& body,
-                                           int hosts = 0) {
+                                           int hosts = 0, bool shared_memory = true,
+                                           absl::Duration timeout = absl::Seconds(30)) {
   return run_group_owning(
-      kind, n, [&](std::unique_ptr<Communicator> c) { return body(*c); }, hosts);
+      kind, n, [&](std::unique_ptr<Communicator> c) { return body(*c); }, hosts, shared_memory,
+      timeout);
 }
 
 // A case's transport, from kTransports; skipped, saying why, where that

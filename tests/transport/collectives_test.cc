@@ -6,9 +6,11 @@
 // abort.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <bit>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -262,13 +264,45 @@ INSTANTIATE_TEST_SUITE_P(OneMebibytePlusThree, EveryOperationTest,
                                             ::testing::Values((size_t{1} << 20) + 3)),
                          shape_name);
 
+// Every rank on this host: kAuto takes shared memory for allreduce,
+// reduce-scatter, allgather and barrier, and the other algorithms run
+// between its operations.
+class SharedMemoryTest : public GroupShapeTest {};
+
+TEST_P(SharedMemoryTest, MatchesClosedForms) {
+  const int n = ranks();
+  auto results = run_group(transport(), n, [&](Communicator& c) -> absl::Status {
+    if (n > 1 && c.shared_segment() == nullptr) {
+      return absl::InternalError("ranks on one host have no shared segment");
+    }
+    if (n > 1 && choose_algorithm(c, 8) != Algorithm::kSharedMemory) {
+      return absl::InternalError("kAuto does not take shared memory");
+    }
+    return every_operation(c, {count()});
+  });
+  for (int r = 0; r < n; ++r)
+    ASSERT_TRUE(results[r].ok()) << results[r];
+}
+
+// Sizes: none, fewer elements than ranks, one exchange of the whole vector,
+// and several pieces of a segment buffer (1 MiB) in every dtype.
+INSTANTIATE_TEST_SUITE_P(Sizes, SharedMemoryTest,
+                         ::testing::Combine(::testing::ValuesIn(kTransports),
+                                            ::testing::Values(1, 2, 3, 5, 8),
+                                            ::testing::Values<size_t>(0, 3, 1003, 20000)),
+                         shape_name);
+INSTANTIATE_TEST_SUITE_P(OneMebibytePlusThree, SharedMemoryTest,
+                         ::testing::Combine(::testing::Values("inproc"), ::testing::Values(2, 3),
+                                            ::testing::Values((size_t{1} << 20) + 3)),
+                         shape_name);
+
 class CollectivesTest : public TransportTest {};
 
 TEST_P(CollectivesTest, BitwiseIdenticalAcrossRunsAndRanksForEachAlgorithm) {
   const int n = 5;
   const size_t count = 200000;  // several ring segments per block
-  for (Algorithm algorithm :
-       {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kHierarchical}) {
+  for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kHalvingDoubling,
+                              Algorithm::kHierarchical, Algorithm::kSharedMemory}) {
     for (DType type : {DType::kFloat32, DType::kBFloat16}) {
       auto reduce_random = [&] {
         std::vector<Tensor> out(n, Tensor(type, 0));
@@ -284,7 +318,9 @@ TEST_P(CollectivesTest, BitwiseIdenticalAcrossRunsAndRanksForEachAlgorithm) {
               out[c.rank()] = std::move(t);
               return s;
             },
-            2);
+            // Shared memory needs every rank on one host; the others run
+            // on two pretend hosts, so that hierarchical has both levels.
+            algorithm == Algorithm::kSharedMemory ? 0 : 2);
         for (auto& s : results)
           EXPECT_TRUE(s.ok()) << s;
         return out;
@@ -354,9 +390,67 @@ TEST_P(CollectivesTest, BadArgumentsAreRefused) {
     EXPECT_TRUE(s.ok()) << s;
 }
 
+// A rank that never comes: the others' shared-memory waits end at the
+// group's timeout, and the group is aborted, so that nobody waits longer.
+TEST_P(CollectivesTest, SharedMemoryWaitsEndAtTheTimeout) {
+  const int n = 3;
+  std::atomic<int> finished{0};
+  const absl::Time start = absl::Now();
+  auto results = run_group(
+      GetParam(), n,
+      [&](Communicator& c) -> absl::Status {
+        if (c.rank() == 1) {
+          const absl::Time deadline = absl::Now() + absl::Seconds(20);
+          while (finished.load() < n - 1 && absl::Now() < deadline)
+            std::this_thread::yield();
+          return c.failed();
+        }
+        std::vector<float> data(1000, 1.0f);
+        absl::Status s = allreduce(c, DType::kFloat32, ReduceOp::kSum, data.data(), data.size());
+        finished.fetch_add(1);
+        return s;
+      },
+      0, true, absl::Seconds(3));
+  // Rank 0 or 2 runs out of time first and aborts the group; the other may
+  // learn of the abort before its own time runs out.
+  for (int r : {0, 2}) {
+    EXPECT_TRUE(absl::IsDeadlineExceeded(results[r]) || absl::IsAborted(results[r]))
+        << "rank " << r << ": " << results[r];
+  }
+  EXPECT_TRUE(absl::IsDeadlineExceeded(results[0]) || absl::IsDeadlineExceeded(results[2]));
+  EXPECT_TRUE(absl::IsAborted(results[1])) << results[1];
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+}
+
+// Without shared memory (CommunicatorOptions::shared_memory false) there is
+// no segment, kAuto takes the transport, and asking for it is refused.
+TEST_P(CollectivesTest, SharedMemoryCanBeTurnedOff) {
+  auto results = run_group(
+      GetParam(), 2,
+      [&](Communicator& c) -> absl::Status {
+        if (c.shared_segment() != nullptr) return absl::InternalError("a segment was made");
+        if (choose_algorithm(c, 8) == Algorithm::kSharedMemory) {
+          return absl::InternalError("kAuto took shared memory");
+        }
+        float x = 1;
+        absl::Status s =
+            allreduce(c, DType::kFloat32, ReduceOp::kSum, &x, 1, Algorithm::kSharedMemory);
+        if (!absl::IsFailedPrecondition(s)) {
+          return absl::InternalError(absl::StrCat("shared memory asked for: ", s.ToString()));
+        }
+        if (absl::Status a = allreduce(c, DType::kFloat32, ReduceOp::kSum, &x, 1); !a.ok()) {
+          return a;
+        }
+        return x == 2 ? absl::OkStatus() : absl::InternalError(absl::StrCat("sum ", x));
+      },
+      0, false);
+  for (auto& s : results)
+    EXPECT_TRUE(s.ok()) << s;
+}
+
 TEST(CollectivesAlgorithmTest, NamesRoundTripAndUnknownNamesAreRefused) {
   for (Algorithm a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kHalvingDoubling,
-                      Algorithm::kHierarchical}) {
+                      Algorithm::kHierarchical, Algorithm::kSharedMemory}) {
     auto parsed = parse_algorithm(to_string(a));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, a);

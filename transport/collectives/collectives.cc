@@ -12,6 +12,7 @@
 #include "transport/collectives/halving_doubling.h"
 #include "transport/collectives/hierarchical.h"
 #include "transport/collectives/ring.h"
+#include "transport/collectives/shared_memory.h"
 
 namespace troupe::transport {
 namespace {
@@ -22,6 +23,13 @@ constexpr size_t kHalvingDoublingBelowBytes = 64 * 1024;
 
 // Small groups, the common case, need no allocation.
 using Ranks = absl::InlinedVector<int, 16>;
+
+absl::Status no_shared_segment(const Communicator& comm, const char* what) {
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, " over shared memory: group ", comm.group(),
+                   " has no shared segment (its ranks are not all on one host, or it could not "
+                   "be made)"));
+}
 
 Ranks all_ranks(const Communicator& comm) {
   Ranks ranks(static_cast<size_t>(comm.size()));
@@ -41,20 +49,24 @@ std::string_view to_string(Algorithm algorithm) {
       return "halving-doubling";
     case Algorithm::kHierarchical:
       return "hierarchical";
+    case Algorithm::kSharedMemory:
+      return "shared-memory";
   }
   return "?";
 }
 
 absl::StatusOr<Algorithm> parse_algorithm(std::string_view name) {
   for (Algorithm a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kHalvingDoubling,
-                      Algorithm::kHierarchical}) {
+                      Algorithm::kHierarchical, Algorithm::kSharedMemory}) {
     if (to_string(a) == name) return a;
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown algorithm '", std::string(name),
-                                                 "' (auto, ring, halving-doubling, hierarchical)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown algorithm '", std::string(name),
+                   "' (auto, ring, halving-doubling, hierarchical, shared-memory)"));
 }
 
 Algorithm choose_algorithm(const Communicator& comm, size_t bytes) {
+  if (comm.shared_segment() != nullptr) return Algorithm::kSharedMemory;
   if (comm.size() > 1 && bytes < kHalvingDoublingBelowBytes) return Algorithm::kHalvingDoubling;
   size_t hosts = detail::ranks_by_host(comm.hosts()).size();
   if (hosts > 1 && hosts < static_cast<size_t>(comm.size())) return Algorithm::kHierarchical;
@@ -64,9 +76,17 @@ Algorithm choose_algorithm(const Communicator& comm, size_t bytes) {
 absl::Status allreduce(Communicator& comm, DType type, ReduceOp op, void* data, size_t count,
                        Algorithm algorithm) {
   const uint64_t sequence = comm.next_sequence();
-  Communicator::Driving driving(comm);
   const ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   if (algorithm == Algorithm::kAuto) algorithm = choose_algorithm(comm, count * element_size(type));
+  if (algorithm == Algorithm::kSharedMemory) {
+    if (comm.shared_segment() == nullptr) return no_shared_segment(comm, "allreduce");
+    absl::Status s = detail::shm_allreduce(comm, type, base, data, count);
+    if (s.ok() && op == ReduceOp::kAvg && count > 0) {
+      scale(type, data, count, 1.0f / static_cast<float>(comm.size()));
+    }
+    return s;
+  }
+  Communicator::Driving driving(comm);
   const Ranks ranks = all_ranks(comm);
   const detail::Members members{ranks, comm.rank()};
   detail::BorrowedSends first_sends(comm);
@@ -74,6 +94,7 @@ absl::Status allreduce(Communicator& comm, DType type, ReduceOp op, void* data, 
   absl::Status s;
   switch (algorithm) {
     case Algorithm::kAuto:
+    case Algorithm::kSharedMemory:  // handled above
     case Algorithm::kRing:
       s = detail::ring_allreduce(comm, members, type, base, data, count, sequence, 0, first_sends,
                                  sends);
@@ -115,10 +136,26 @@ absl::InlinedVector<detail::Range, 16> consecutive(std::span<const size_t> sizes
 
 }  // namespace
 
-absl::Status reduce_scatter_v(Communicator& comm, DType type, ReduceOp op, const void* input,
-                              void* output, std::span<const size_t> counts) {
+namespace {
+
+absl::Status reduce_scatter_blocks(Communicator& comm, DType type, ReduceOp op, const void* input,
+                                   void* output, std::span<const size_t> counts,
+                                   Algorithm algorithm) {
   if (absl::Status s = check_blocks(comm, counts, "reduce_scatter_v"); !s.ok()) return s;
   const uint64_t sequence = comm.next_sequence();
+  if (algorithm == Algorithm::kAuto && comm.shared_segment() != nullptr) {
+    algorithm = Algorithm::kSharedMemory;
+  }
+  if (algorithm == Algorithm::kSharedMemory) {
+    if (comm.shared_segment() == nullptr) return no_shared_segment(comm, "reduce_scatter");
+    absl::Status s = detail::shm_reduce_scatter(
+        comm, type, op == ReduceOp::kAvg ? ReduceOp::kSum : op, input, output, counts);
+    const size_t mine = counts[static_cast<size_t>(comm.rank())];
+    if (s.ok() && op == ReduceOp::kAvg && mine > 0) {
+      scale(type, output, mine, 1.0f / static_cast<float>(comm.size()));
+    }
+    return s;
+  }
   Communicator::Driving driving(comm);
   const auto blocks = consecutive(counts);
   const Ranks ranks = all_ranks(comm);
@@ -135,10 +172,18 @@ absl::Status reduce_scatter_v(Communicator& comm, DType type, ReduceOp op, const
   return s;
 }
 
+}  // namespace
+
+absl::Status reduce_scatter_v(Communicator& comm, DType type, ReduceOp op, const void* input,
+                              void* output, std::span<const size_t> counts) {
+  return reduce_scatter_blocks(comm, type, op, input, output, counts, Algorithm::kAuto);
+}
+
 absl::Status allgather_v(Communicator& comm, const void* input, void* output,
                          std::span<const size_t> bytes) {
   if (absl::Status s = check_blocks(comm, bytes, "allgather_v"); !s.ok()) return s;
   const uint64_t sequence = comm.next_sequence();
+  if (comm.shared_segment() != nullptr) return detail::shm_allgather(comm, input, output, bytes);
   Communicator::Driving driving(comm);
   auto* out = static_cast<std::byte*>(output);
   const auto blocks = consecutive(bytes);
@@ -155,12 +200,14 @@ absl::Status allgather_v(Communicator& comm, const void* input, void* output,
 
 absl::Status reduce_scatter(Communicator& comm, DType type, ReduceOp op, const void* input,
                             void* output, size_t count, Algorithm algorithm) {
-  if (algorithm != Algorithm::kAuto && algorithm != Algorithm::kRing) {
-    return absl::InvalidArgumentError(absl::StrCat("reduce_scatter runs the ring algorithm, not ",
-                                                   std::string(to_string(algorithm))));
+  if (algorithm != Algorithm::kAuto && algorithm != Algorithm::kRing &&
+      algorithm != Algorithm::kSharedMemory) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduce_scatter runs the ring or shared-memory algorithm, not ",
+                     std::string(to_string(algorithm))));
   }
   const absl::InlinedVector<size_t, 16> counts(static_cast<size_t>(comm.size()), count);
-  return reduce_scatter_v(comm, type, op, input, output, counts);
+  return reduce_scatter_blocks(comm, type, op, input, output, counts, algorithm);
 }
 
 absl::Status allgather(Communicator& comm, const void* input, void* output, size_t bytes) {
@@ -203,6 +250,7 @@ absl::Status broadcast(Communicator& comm, void* data, size_t bytes, int root) {
 
 absl::Status barrier(Communicator& comm) {
   const uint64_t sequence = comm.next_sequence();
+  if (comm.shared_segment() != nullptr) return detail::shm_barrier(comm);
   Communicator::Driving driving(comm);
   const int n = comm.size();
   const int r = comm.rank();

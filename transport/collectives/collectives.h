@@ -33,14 +33,16 @@ enum class Algorithm : uint8_t {
   kRing,             // bandwidth-optimal: 2(n-1)/n of the data per rank
   kHalvingDoubling,  // recursive halving-doubling: 2 log2(n) steps, for small messages
   kHierarchical,     // reduce inside each host, allreduce across hosts, broadcast inside
+  kSharedMemory,     // every rank on one host: through shared memory (shared_memory.h)
 };
 std::string_view to_string(Algorithm algorithm);  // "auto", "ring", "halving-doubling", ...
 // Parses the names to_string gives. InvalidArgument for anything else.
 absl::StatusOr<Algorithm> parse_algorithm(std::string_view name);
 
-// The algorithm kAuto runs for an allreduce of `bytes` on `comm`: halving-
-// doubling below 64 KiB, hierarchical when ranks share hosts and there is
-// more than one host, ring otherwise. Never returns kAuto.
+// The algorithm kAuto runs for an allreduce of `bytes` on `comm`: shared
+// memory when every rank runs on this host (Communicator::shared_segment),
+// else halving-doubling below 64 KiB, hierarchical when ranks share hosts and
+// there is more than one host, ring otherwise. Never returns kAuto.
 Algorithm choose_algorithm(const Communicator& comm, size_t bytes);
 
 // data[0, count) = op over all ranks of their data[0, count), in place.
@@ -49,8 +51,9 @@ absl::Status allreduce(Communicator& comm, DType type, ReduceOp op, void* data, 
 
 // input holds size() blocks of `count` elements; output (count elements)
 // becomes op over all ranks of their block rank(). input and output may not
-// overlap. Runs the ring algorithm: kAuto or kRing (anything else is
-// InvalidArgument).
+// overlap. Runs the ring algorithm (kRing) or shared memory (kSharedMemory);
+// kAuto takes shared memory where allreduce would, else the ring (anything
+// else is InvalidArgument).
 absl::Status reduce_scatter(Communicator& comm, DType type, ReduceOp op, const void* input,
                             void* output, size_t count, Algorithm algorithm = Algorithm::kAuto);
 
@@ -61,7 +64,8 @@ absl::Status allgather(Communicator& comm, const void* input, void* output, size
 // MPI_Reduce_scatter: input holds size() consecutive blocks, block i of
 // counts[i] elements (any may be 0); output (counts[rank()] elements)
 // becomes op over all ranks of their block rank(). input and output may not
-// overlap, unless output is input's block rank() itself. Ring algorithm.
+// overlap, unless output is input's block rank() itself. Ring algorithm, or
+// shared memory where allreduce would take it.
 // InvalidArgument unless counts has size() entries.
 absl::Status reduce_scatter_v(Communicator& comm, DType type, ReduceOp op, const void* input,
                               void* output, std::span<const size_t> counts);

@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <numeric>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "spdlog/spdlog.h"
+#include "transport/collectives/detail/shared_segment.h"
 
 namespace troupe::transport {
 namespace {
@@ -133,6 +136,22 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::create(Transport& tr
         return s ? s->place(earlier, bytes) : Buffer();
       });
       c->direct_io_ = direct_io;
+    }
+  }
+  if (o.shared_memory && o.size > 1 && local_ranks == o.size) {
+    std::vector<int> members(static_cast<size_t>(o.size));
+    std::iota(members.begin(), members.end(), 0);
+    auto segment = detail::SharedSegment::create(store, key(o, "local"), members, o.rank,
+                                                 deadline - absl::Now());
+    if (segment.ok()) {
+      c->shared_segment_ = *std::move(segment);
+    } else if (absl::IsUnavailable(segment.status())) {
+      // Every rank learns the same, and all use the transport instead.
+      spdlog::warn(
+          "group {}: no shared memory between its ranks, collectives use the transport: {}",
+          o.group, segment.status().ToString());
+    } else {
+      return segment.status();
     }
   }
   return c;

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "transport/buffer.h"
+#include "transport/collectives/detail/shared_segment.h"
 #include "transport/collectives/store.h"
 #include "transport/connection.h"
 #include "transport/detail/direct_io.h"
@@ -45,6 +46,10 @@ struct CommunicatorOptions {
   // host reduce among themselves first). Empty: this machine's host name.
   std::string host;
   absl::Duration timeout = absl::Seconds(30);  // rendezvous and each recv
+  // When every rank runs on one host, the collectives go through a segment
+  // of shared memory they map together (shared_memory.h) instead of the
+  // transport. False: always the transport (tests of its algorithms).
+  bool shared_memory = true;
 };
 
 class Communicator {
@@ -62,6 +67,12 @@ class Communicator {
   uint64_t generation() const { return options_.generation; }
   // The host of every rank, by rank.
   const std::vector<std::string>& hosts() const { return hosts_; }
+  // The segment every rank maps, when all run on this host and it could be
+  // made (CommunicatorOptions::shared_memory); otherwise null. The same on
+  // every rank.
+  detail::SharedSegment* shared_segment() const { return shared_segment_.get(); }
+  // More ranks on this host than CPUs to run them: waits let the CPU go often.
+  bool crowded() const { return crowded_; }
 
   // Numbers collective operations: every rank calls it once per operation,
   // in the same order, so the numbers agree across ranks.
@@ -181,6 +192,7 @@ class Communicator {
   // The connections' transport, if a waiting thread can run its I/O.
   detail::DirectIo* direct_io_ = nullptr;
   bool crowded_ = false;  // more ranks on this host than CPUs to run them
+  std::unique_ptr<detail::SharedSegment> shared_segment_;
 };
 
 }  // namespace troupe::transport
