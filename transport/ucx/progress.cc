@@ -25,10 +25,23 @@ namespace {
 // cross-process call rates 3-6x - while a reply to a frame just sent comes
 // back well within the budget.
 constexpr int kSpinsBeforeSleep = 500;
+// The first idle calls do not yield at all: a reply to a frame just sent
+// comes back within a few microseconds, and a sched_yield - a trip through
+// the scheduler even when no other thread is waiting - costs more than the
+// shared-memory hop itself (it was most of the ucx round trip). A few
+// microseconds of pure polling hold the core no longer than a time slice
+// would notice.
+constexpr int kSpinsBeforeYield = 64;
 constexpr int kSleepMillis = 50;
 // While threads drive the worker themselves the progress thread sleeps in
 // steps this long: the most that work left to it can wait.
 constexpr int kStandBackMillis = 1;
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
 
 // Marks this thread as running `link`'s worker while it holds the worker lock.
 class Running {
@@ -104,7 +117,11 @@ void UcxTransport::run() {
       continue;
     }
     if (drivers_.load(std::memory_order_seq_cst) == 0 && ++idle < kSpinsBeforeSleep) {
-      sched_yield();  // any other thread of ours that can run goes first
+      if (idle < kSpinsBeforeYield) {
+        cpu_relax();
+      } else {
+        sched_yield();  // any other thread of ours that can run goes first
+      }
       continue;
     }
     idle = 0;
