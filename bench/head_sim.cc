@@ -141,13 +141,13 @@ uint64_t SimFleet::method_id(const std::string& type, const std::string& method)
 
 absl::Status SimFleet::connect(Agent& agent) {
   int slot = agent.slot;
-  transport::ConnectionCallbacks callbacks{[this, slot](Frame f) {
+  transport::ConnectionCallbacks callbacks{[this, slot](Frame& f) {
                                              Agent* a = nullptr;
                                              {
                                                std::lock_guard<std::mutex> lock(mu_);
                                                a = agents_[static_cast<size_t>(slot)].get();
                                              }
-                                             on_reply(*a, std::move(f));
+                                             on_reply(*a, f);
                                            },
                                            [](absl::Status) {}};
   auto conn = transport_->connect(options_.head, callbacks, absl::Seconds(30));
@@ -177,7 +177,7 @@ void SimFleet::send_call(Agent& agent, uint64_t method, Writer& args, Done done)
   }
 }
 
-void SimFleet::on_reply(Agent& agent, Frame frame) {
+void SimFleet::on_reply(Agent& agent, Frame& frame) {
   static_cast<void>(agent);
   auto reader = transport::read_message(frame.message);
   auto envelope = reader.getRoot<cluster::schema::Envelope>();
@@ -319,8 +319,7 @@ absl::Status SimFleet::add_workers(int n, absl::Duration spread, absl::Duration 
             agents_[static_cast<size_t>(slot)]->accepted.push_back(weak);
           }
           return transport::ConnectionCallbacks{
-              [this, slot, weak](Frame f) { on_head_call(slot, weak, std::move(f)); },
-              [](absl::Status) {}};
+              [this, slot, weak](Frame& f) { on_head_call(slot, weak, f); }, [](absl::Status) {}};
         });
     if (!listener.ok()) return listener.status();
     agent->listener = *std::move(listener);
@@ -495,7 +494,7 @@ void SimFleet::on_heartbeat(int slot, absl::Time sent, HeartbeatReply reply) {
 
 // --- The head's calls --------------------------------------------------------------
 
-void SimFleet::on_head_call(int slot, const std::weak_ptr<Connection>& conn, Frame frame) {
+void SimFleet::on_head_call(int slot, const std::weak_ptr<Connection>& conn, Frame& frame) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const Agent& a = *agents_[static_cast<size_t>(slot)];

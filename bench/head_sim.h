@@ -125,9 +125,9 @@ class SimFleet {
   explicit SimFleet(SimOptions options);
   absl::Status connect(Agent& agent);
   void send_call(Agent& agent, uint64_t method, Writer& args, Done done);
-  void on_reply(Agent& agent, transport::Frame frame);
+  void on_reply(Agent& agent, transport::Frame& frame);
   void on_head_call(int slot, const std::weak_ptr<transport::Connection>& conn,
-                    transport::Frame frame);
+                    transport::Frame& frame);
   void register_agent(int slot, std::function<void(absl::Status)> ready);
   void heartbeat(int slot, absl::Time due);
   void on_heartbeat(int slot, absl::Time sent, cluster::HeartbeatReply reply);

@@ -71,7 +71,7 @@ Pair make_pair(const std::string& kind, bool echo) {
   std::string address = kind == "inproc" ? "inproc://transport-bench" : kind + "://127.0.0.1:0";
   auto l = p.server->listen(address, [echo](std::shared_ptr<Connection> conn) {
     std::weak_ptr<Connection> weak = conn;
-    return ConnectionCallbacks{[weak, echo](Frame f) {
+    return ConnectionCallbacks{[weak, echo](Frame& f) {
                                  auto c2 = weak.lock();
                                  if (!c2) return;
                                  static_cast<void>(c2->send(echo ? std::move(f) : Frame()));
@@ -107,7 +107,7 @@ double run_window(Pair& p, std::function<Frame()> next_frame, long total, int wi
   d->next_frame = std::move(next_frame);
   d->total = total;
   auto conn = p.client->connect(p.listener->address(),
-                                ConnectionCallbacks{[d](Frame) {
+                                ConnectionCallbacks{[d](Frame&) {
                                                       if (++d->received == d->total) {
                                                         d->done.set_value();
                                                       } else {

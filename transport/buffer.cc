@@ -96,6 +96,16 @@ Buffer::Buffer(size_t size) : size_(size) {
   if (data_ == nullptr) data_ = aligned_block(bytes);
 }
 
+bool Buffer::reuse(size_t size) {
+  if (owner_ != nullptr || data_ == nullptr || size == 0) return false;
+  const size_t have = allocation_bytes(size_);
+  const size_t want = allocation_bytes(size);
+  // Large blocks go back to the cache by their size class, so they stay in it.
+  const bool fits = size_ < kMinCached ? size < kMinCached && want <= have : want == have;
+  if (fits) size_ = size;
+  return fits;
+}
+
 Buffer Buffer::copy_of(std::span<const std::byte> bytes) {
   Buffer b(bytes.size());
   if (!bytes.empty()) std::memcpy(b.data(), bytes.data(), bytes.size());

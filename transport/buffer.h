@@ -31,6 +31,12 @@ class Buffer {
     if (data_ != nullptr || owner_ != nullptr) release();  // moved-from buffers cost nothing
   }
 
+  // Makes this buffer `size` bytes long in the storage it owns, if that
+  // storage holds them; its bytes are then unspecified. False, leaving it as
+  // it was, if it is borrowed, empty or too small. (How a transport lays the
+  // next frame into the buffers of the last: see ConnectionCallbacks.)
+  bool reuse(size_t size);
+
   std::byte* data() { return data_; }
   const std::byte* data() const { return data_; }
   size_t size() const { return size_; }

@@ -20,8 +20,14 @@ namespace troupe::transport {
 // What a connection delivers. Called on the transport's I/O thread, one call
 // at a time per connection, in arrival order. Keep them short: they hold up
 // every connection of that transport.
+//
+// A frame is lent to on_frame for the call. What the callback keeps it moves
+// out - a buffer, or the whole frame; the rest stays with the transport,
+// which lays a later frame into that storage. So a connection whose frames
+// have one shape (a stream of small calls, a collective's messages) receives
+// them without allocating.
 struct ConnectionCallbacks {
-  std::function<void(Frame)> on_frame;          // Data frames, after authentication
+  std::function<void(Frame&)> on_frame;         // Data frames, after authentication
   std::function<void(absl::Status)> on_closed;  // exactly once; OK for an orderly close
 };
 

@@ -66,6 +66,21 @@ std::string to_string(FrameKind kind) {
   return absl::StrCat("unknown(", static_cast<int>(kind), ")");
 }
 
+void refit(Frame& frame, FrameKind kind, size_t message_bytes, std::span<const uint64_t> lengths) {
+  auto fit = [](Buffer& b, size_t size) {
+    if (size == 0) {
+      b = Buffer();
+    } else if (!b.reuse(size)) {
+      b = Buffer(size);
+    }
+  };
+  frame.kind = kind;
+  fit(frame.message, message_bytes);
+  frame.buffers.resize(lengths.size());
+  for (size_t i = 0; i < lengths.size(); ++i)
+    fit(frame.buffers[i], lengths[i]);
+}
+
 uint64_t Frame::wire_bytes() const {
   return header_of(*this).total_bytes();
 }

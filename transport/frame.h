@@ -81,6 +81,11 @@ struct Frame {
   uint64_t wire_bytes() const;
 };
 
+// Makes `frame` a frame of `kind` with a message of `message_bytes` and
+// buffers of `lengths`, their bytes unspecified, in the storage it already
+// holds where that fits (Buffer::reuse) and in new storage where not.
+void refit(Frame& frame, FrameKind kind, size_t message_bytes, std::span<const uint64_t> lengths);
+
 // Encoding.
 std::array<std::byte, kFrameHeaderBytes> encode_header(const FrameHeader& h);
 FrameHeader header_of(const Frame& frame);

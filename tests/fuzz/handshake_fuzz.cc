@@ -59,7 +59,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!frame.ok()) {
       session->on_bad_frame(frame.status());
     } else {
-      session->on_frame_received(*std::move(frame));
+      session->on_frame_received(*frame);
     }
   }
   if (session->open()) std::abort();

@@ -46,6 +46,33 @@ TEST(BufferTest, CopyOfAndMove) {
 namespace troupe::transport {
 namespace {
 
+// Reuse keeps owned storage that holds the new size, and refuses the rest.
+TEST(BufferTest, ReuseKeepsStorageThatFits) {
+  Buffer small(40);
+  std::byte* p = small.data();
+  EXPECT_TRUE(small.reuse(8));
+  EXPECT_EQ(small.size(), 8u);
+  EXPECT_EQ(small.data(), p);
+  EXPECT_TRUE(small.reuse(64)) << "a small block holds its size rounded up to 64";
+  EXPECT_FALSE(small.reuse(65));
+  EXPECT_EQ(small.size(), 64u);
+  EXPECT_FALSE(small.reuse(0)) << "an empty buffer holds no storage";
+
+  Buffer large(size_t{100} << 10);  // a 128 KiB block from the large-block cache
+  p = large.data();
+  EXPECT_TRUE(large.reuse(size_t{128} << 10));
+  EXPECT_EQ(large.data(), p);
+  EXPECT_FALSE(large.reuse(size_t{64} << 10)) << "a large block keeps its size class";
+  EXPECT_FALSE(large.reuse(1000));
+  EXPECT_EQ(large.size(), size_t{128} << 10);
+
+  Buffer none;
+  EXPECT_FALSE(none.reuse(8));
+  auto storage = std::make_shared<std::vector<std::byte>>(100);
+  Buffer lent = Buffer::borrow(storage, storage->data(), storage->size());
+  EXPECT_FALSE(lent.reuse(10)) << "borrowed storage is not the buffer's to reuse";
+}
+
 TEST(BufferTest, BorrowKeepsTheOwnerAliveAndCopiesNothing) {
   auto storage = std::make_shared<std::vector<std::byte>>(1000, std::byte{7});
   std::weak_ptr<std::vector<std::byte>> watch = storage;

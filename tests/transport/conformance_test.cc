@@ -2,9 +2,12 @@
 // inproc and tcp, and skips, saying so, what a transport cannot do.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -98,6 +101,42 @@ TEST_P(ConformanceTest, OrderPerSenderUnderConcurrentSenders) {
     next[sender] = seq + 1;
   }
   EXPECT_EQ(out_of_order, 0);
+}
+
+// Frames are lent to on_frame: a buffer the callback moves out stays as it
+// came while later frames arrive; what it leaves, the transport may reuse.
+TEST_P(ConformanceTest, BuffersKeptFromLentFramesStayIntact) {
+  std::string address = listen_echo();
+  std::mutex mu;
+  std::vector<Buffer> kept;  // the payload of every odd frame
+  std::atomic<int> seen{0};
+  auto conn = client_->connect(address,
+                               ConnectionCallbacks{[&](Frame& f) {
+                                                     auto [sender, seq] = tag_of(f);
+                                                     if (seq % 2 == 1) {
+                                                       std::lock_guard<std::mutex> lock(mu);
+                                                       kept.push_back(std::move(f.buffers[1]));
+                                                     }
+                                                     seen.fetch_add(1);
+                                                   },
+                                                   [](absl::Status) {}},
+                               absl::Seconds(10));
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  constexpr int kFrames = 400;
+  for (int i = 0; i < kFrames; ++i)
+    ASSERT_TRUE((*conn)->send(tagged(0, i, patterned(100 + i % 3, i))).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (seen.load() < kFrames && absl::Now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(seen.load(), kFrames);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(kept.size(), size_t{kFrames / 2});
+  for (size_t k = 0; k < kept.size(); ++k) {
+    const size_t i = 2 * k + 1;
+    EXPECT_EQ(kept[k].size(), 100 + i % 3);
+    EXPECT_TRUE(matches(kept[k], i)) << "kept payload of frame " << i << " was overwritten";
+  }
+  (*conn)->close();
 }
 
 TEST_P(ConformanceTest, BuffersOfEverySizeArriveIntact) {
@@ -195,7 +234,7 @@ TEST_P(ConformanceTest, WrongTokenIsRefusedBeforeAnyMessage) {
   std::atomic<int> accepted{0};
   auto listener = server_->listen(any_address(GetParam()), [&](std::shared_ptr<Connection>) {
     accepted++;
-    return ConnectionCallbacks{[](Frame) {}, [](absl::Status) {}};
+    return ConnectionCallbacks{[](Frame&) {}, [](absl::Status) {}};
   });
   ASSERT_TRUE(listener.ok());
   auto intruder = make_transport(GetParam(), options_with("not-the-token", "intruder"));
@@ -222,7 +261,7 @@ TEST_P(ConformanceTest, ClientRefusesAServerWithoutTheToken) {
   auto impostor = make_transport(GetParam(), options_with("impostor-token", "impostor"));
   ASSERT_TRUE(impostor.ok());
   auto listener = (*impostor)->listen(any_address(GetParam()), [](std::shared_ptr<Connection>) {
-    return ConnectionCallbacks{[](Frame) {}, [](absl::Status) {}};
+    return ConnectionCallbacks{[](Frame&) {}, [](absl::Status) {}};
   });
   ASSERT_TRUE(listener.ok());
   Inbox& inbox = new_inbox();

@@ -45,6 +45,31 @@ TEST(FrameTest, RoundTripWithBuffers) {
   EXPECT_EQ(std::string(hello.getPeerName().cStr()), "test peer");
 }
 
+// A frame refitted to a new shape keeps the storage that fits and makes the rest.
+TEST(FrameTest, RefitReusesWhatFits) {
+  Frame f;
+  const uint64_t first[] = {8, 300};
+  refit(f, FrameKind::kData, 16, first);
+  ASSERT_EQ(f.buffers.size(), 2u);
+  EXPECT_EQ(f.message.size(), 16u);
+  EXPECT_EQ(f.buffers[0].size(), 8u);
+  EXPECT_EQ(f.buffers[1].size(), 300u);
+  const std::byte* kept = f.buffers[0].data();
+  Buffer taken = std::move(f.buffers[1]);  // what a callback keeps
+  const uint64_t second[] = {16, 200, 0};
+  refit(f, FrameKind::kClose, 0, second);
+  EXPECT_EQ(f.kind, FrameKind::kClose);
+  EXPECT_TRUE(f.message.empty());
+  ASSERT_EQ(f.buffers.size(), 3u);
+  EXPECT_EQ(f.buffers[0].data(), kept);
+  EXPECT_EQ(f.buffers[0].size(), 16u);
+  EXPECT_EQ(f.buffers[1].size(), 200u);
+  EXPECT_NE(f.buffers[1].data(), taken.data());
+  EXPECT_TRUE(f.buffers[2].empty());
+  refit(f, FrameKind::kData, 0, {});
+  EXPECT_TRUE(f.buffers.empty());
+}
+
 TEST(FrameTest, EmptyFrame) {
   Frame f;
   f.kind = FrameKind::kClose;

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   if (argc == 5 && std::strcmp(argv[1], "send") == 0) {
     auto t = make_transport(argv[2], options_with(argv[4], "doomed sender"));
     if (!t.ok()) return 1;
-    auto c = (*t)->connect(argv[3], ConnectionCallbacks{[](Frame) {}, [](absl::Status) {}},
+    auto c = (*t)->connect(argv[3], ConnectionCallbacks{[](Frame&) {}, [](absl::Status) {}},
                            absl::Seconds(10));
     if (!c.ok()) {
       std::fprintf(stderr, "transport_peer: %s\n", c.status().ToString().c_str());

@@ -56,7 +56,7 @@ inline std::string transport_unavailable(const std::string& kind) {
 // connection weakly: a connection's callbacks must not keep it alive.
 inline ConnectionCallbacks echo_callbacks(const std::shared_ptr<Connection>& c) {
   std::weak_ptr<Connection> weak = c;
-  return ConnectionCallbacks{[weak](Frame f) {
+  return ConnectionCallbacks{[weak](Frame& f) {
                                if (auto conn = weak.lock())
                                  static_cast<void>(conn->send(std::move(f)));
                              },
@@ -103,7 +103,7 @@ inline std::pair<uint64_t, uint64_t> tag_of(const Frame& f) {
 class Inbox {
  public:
   ConnectionCallbacks callbacks() {
-    return ConnectionCallbacks{[this](Frame f) { push(std::move(f)); },
+    return ConnectionCallbacks{[this](Frame& f) { push(std::move(f)); },
                                [this](absl::Status s) { closed(std::move(s)); }};
   }
   void push(Frame f) {

@@ -78,9 +78,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::create(Transport& tr
   auto listener = transport.listen(o.listen_address, [weak](std::shared_ptr<Connection> conn) {
     // The connecting rank's first frame (a hello) says who it is.
     std::weak_ptr<Connection> weak_conn = conn;
-    return ConnectionCallbacks{[weak, weak_conn](Frame f) {
-                                 if (auto s = weak.lock())
-                                   s->deliver(std::move(f), weak_conn.lock());
+    return ConnectionCallbacks{[weak, weak_conn](Frame& f) {
+                                 if (auto s = weak.lock()) s->deliver(f, weak_conn.lock());
                                },
                                [weak](absl::Status why) {
                                  if (auto s = weak.lock()) s->lost(-1, why);
@@ -166,15 +165,15 @@ Communicator::~Communicator() {
 
 ConnectionCallbacks Communicator::callbacks(int peer) {
   std::weak_ptr<Shared> weak = shared_;
-  return ConnectionCallbacks{[weak](Frame f) {
-                               if (auto s = weak.lock()) s->deliver(std::move(f), nullptr);
+  return ConnectionCallbacks{[weak](Frame& f) {
+                               if (auto s = weak.lock()) s->deliver(f, nullptr);
                              },
                              [weak, peer](absl::Status why) {
                                if (auto s = weak.lock()) s->lost(peer, why);
                              }};
 }
 
-void Communicator::Shared::deliver(Frame frame, const std::shared_ptr<Connection>& from) {
+void Communicator::Shared::deliver(Frame& frame, const std::shared_ptr<Connection>& from) {
   Header h{};
   if (frame.buffers.size() != 2 || frame.buffers[0].size() != sizeof(h)) return;
   std::memcpy(&h, frame.buffers[0].data(), sizeof(h));

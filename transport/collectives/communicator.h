@@ -173,7 +173,8 @@ class Communicator {
     absl::Status failed;                                               // set once: Aborted
     std::string group;
 
-    void deliver(Frame frame, const std::shared_ptr<Connection>& from);
+    // Takes the payload it keeps out of the lent frame.
+    void deliver(Frame& frame, const std::shared_ptr<Connection>& from);
     // The transport's placement (detail::DirectIo) for a frame's payload.
     Buffer place(std::span<const Buffer> earlier, size_t bytes);
     void lost(int peer, const absl::Status& why);

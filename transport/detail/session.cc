@@ -91,7 +91,7 @@ absl::Status Session::wait_ready(absl::Time deadline) {
   return state_ == State::kOpen ? absl::OkStatus() : close_reason_;
 }
 
-void Session::on_frame_received(Frame frame) {
+void Session::on_frame_received(Frame& frame) {
   stats_->frames_received.fetch_add(1, std::memory_order_relaxed);
   // Read without the lock (as before, it may move on once read): states only
   // advance, and the branches below that change it do so under mu_.
@@ -99,7 +99,7 @@ void Session::on_frame_received(Frame frame) {
   if (state == State::kClosed) return;
   if (state == State::kOpen || state == State::kClosing) {
     if (frame.kind == FrameKind::kData) {
-      if (callbacks_.on_frame) callbacks_.on_frame(std::move(frame));
+      if (callbacks_.on_frame) callbacks_.on_frame(frame);
       return;
     }
     if (frame.kind == FrameKind::kClose) {

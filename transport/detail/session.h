@@ -42,7 +42,8 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   void set_accept(AcceptCallback on_accept) { on_accept_ = std::move(on_accept); }
 
   // For the transport, on its I/O thread, one call at a time.
-  void on_frame_received(Frame frame);
+  // The frame is lent, as to ConnectionCallbacks::on_frame.
+  void on_frame_received(Frame& frame);
   void on_channel_closed(absl::Status why);
   // A frame that failed to decode: counted, logged, and the connection dropped.
   void on_bad_frame(const absl::Status& why);

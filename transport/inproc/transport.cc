@@ -123,7 +123,7 @@ void IoThread::run() {
       queue_.pop_front();
     }
     if (d.frame) {
-      d.target->on_frame_received(std::move(*d.frame));
+      d.target->on_frame_received(*d.frame);  // the sender's storage, lent on
       continue;
     }
     d.target->on_channel_closed(absl::UnavailableError("the peer closed the connection"));

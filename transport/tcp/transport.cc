@@ -234,8 +234,6 @@ class TcpSession final : public detail::Session {
     absl::StatusOr<FrameHeader> h = decode_header(header_buf_, frame_limits());
     if (!h.ok()) return bad_frame(h.status());
     header_ = *h;
-    incoming_ = Frame();
-    incoming_.kind = header_.kind;
     if (header_.buffer_count == 0) return read_body({});
     lengths_buf_.resize(header_.lengths_bytes());
     asio::async_read(socket_, asio::buffer(lengths_buf_),
@@ -249,18 +247,18 @@ class TcpSession final : public detail::Session {
     read_body(*lengths);
   }
 
+  // The frame is read into the storage of the last one where it fits (the
+  // callbacks leave there what they did not keep).
   void read_body(const LengthTable& lengths) {
-    std::vector<asio::mutable_buffer> targets;
-    incoming_.message = Buffer(header_.message_bytes);
-    if (header_.message_bytes > 0)
-      targets.emplace_back(incoming_.message.data(), incoming_.message.size());
-    incoming_.buffers.reserve(lengths.size());
-    for (uint64_t len : lengths) {
-      incoming_.buffers.emplace_back(len);
-      if (len > 0) targets.emplace_back(incoming_.buffers.back().data(), len);
+    refit(incoming_, header_.kind, header_.message_bytes, lengths);
+    targets_.clear();
+    if (!incoming_.message.empty())
+      targets_.emplace_back(incoming_.message.data(), incoming_.message.size());
+    for (Buffer& b : incoming_.buffers) {
+      if (!b.empty()) targets_.emplace_back(b.data(), b.size());
     }
-    if (targets.empty()) return on_body({});
-    asio::async_read(socket_, targets,
+    if (targets_.empty()) return on_body({});
+    asio::async_read(socket_, targets_,
                      [self = self()](asio::error_code e, size_t) { self->on_body(e); });
   }
 
@@ -269,7 +267,7 @@ class TcpSession final : public detail::Session {
     if (absl::Status s = validate_message(incoming_.message, frame_limits()); !s.ok()) {
       return bad_frame(s);
     }
-    on_frame_received(std::move(incoming_));
+    on_frame_received(incoming_);
     read_header();
   }
 
@@ -288,7 +286,8 @@ class TcpSession final : public detail::Session {
   std::array<std::byte, kFrameHeaderBytes> header_buf_{};
   FrameHeader header_;
   std::vector<std::byte> lengths_buf_;
-  Frame incoming_;
+  Frame incoming_;                             // lent to the callbacks
+  std::vector<asio::mutable_buffer> targets_;  // where its parts are read to
 
   // Write state.
   std::mutex out_mu_;

@@ -45,7 +45,7 @@ class UcxListener final : public Listener {
 }  // namespace
 
 ConnectionCallbacks UcxTransport::side_callbacks(std::weak_ptr<UcxSession> session) {
-  return ConnectionCallbacks{[this, session](Frame f) {
+  return ConnectionCallbacks{[this, session](Frame& f) {
                                auto s = session.lock();
                                if (!s) return;
                                auto frame = std::make_shared<Frame>(std::move(f));
@@ -235,7 +235,7 @@ absl::StatusOr<std::shared_ptr<Connection>> UcxTransport::connect(std::string_vi
   auto early = std::make_shared<Early>();
   auto side =
       side_->connect(*side_addr,
-                     ConnectionCallbacks{[this, early](Frame f) {
+                     ConnectionCallbacks{[this, early](Frame& f) {
                                            std::unique_lock<std::mutex> lock(early->mu);
                                            if (early->session.expired()) {
                                              early->frames.push_back(std::move(f));
@@ -243,7 +243,7 @@ absl::StatusOr<std::shared_ptr<Connection>> UcxTransport::connect(std::string_vi
                                            }
                                            auto session = early->session;
                                            lock.unlock();
-                                           side_callbacks(session).on_frame(std::move(f));
+                                           side_callbacks(session).on_frame(f);
                                          },
                                          [this, early](absl::Status why) {
                                            std::unique_lock<std::mutex> lock(early->mu);
@@ -263,7 +263,7 @@ absl::StatusOr<std::shared_ptr<Connection>> UcxTransport::connect(std::string_vi
     early->session = s;
     ConnectionCallbacks cb = side_callbacks(s);
     for (Frame& f : early->frames)
-      cb.on_frame(std::move(f));
+      cb.on_frame(f);
     early->frames.clear();
     if (early->closed) cb.on_closed(*early->closed);
   }

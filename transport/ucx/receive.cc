@@ -73,21 +73,23 @@ ucs_status_t UcxTransport::on_frame_start(void* arg, const void*, size_t, void* 
     return UCS_OK;
   }
   if (whole && s->incoming.empty()) {  // the usual small frame: deliver it now
-    Frame f;
-    f.kind = h->kind;
+    // Laid into a frame from the pool, lent to the callback, and taken back
+    // with whatever storage the callback left in it.
+    Frame f = t->take_frame();
+    refit(f, h->kind, h->message_bytes, *lengths);
     const std::byte* src = bytes.data() + table_end;
-    f.message = Buffer::copy_of({src, h->message_bytes});
+    if (h->message_bytes > 0) std::memcpy(f.message.data(), src, h->message_bytes);
     src += h->message_bytes;
-    f.buffers.reserve(lengths->size());
-    for (uint64_t len : *lengths) {
-      f.buffers.push_back(Buffer::copy_of({src, len}));
-      src += len;
+    for (Buffer& b : f.buffers) {
+      if (!b.empty()) std::memcpy(b.data(), src, b.size());
+      src += b.size();
     }
     if (absl::Status v = validate_message(f.message, limits); !v.ok()) {
       s->hand_up_bad_frame(v);
     } else {
-      s->hand_up_frame(std::move(f));
+      s->hand_up_frame(f);
     }
+    t->give_back(std::move(f));
     return UCS_OK;
   }
   auto in = std::make_shared<UcxSession::Incoming>();

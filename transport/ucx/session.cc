@@ -67,7 +67,7 @@ void UcxSession::flush_deferred() {
     deferred_.pop_front();
     switch (e.kind) {
       case Event::kFrame:
-        on_frame_received(std::move(e.frame));
+        on_frame_received(e.frame);
         break;
       case Event::kBadFrame:
         on_bad_frame(e.status);

@@ -98,11 +98,11 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>, public detail::A
   }
   std::shared_ptr<Peer> peer(uint32_t node);
   void send_local(ActorId id, detail::Message* m);
-  void on_reply(Frame frame);
+  void on_reply(Frame& frame);
   void on_connection_lost(uint32_t node, const std::shared_ptr<Peer>& p, uint64_t generation,
                           absl::Status why);
   ConnectionCallbacks accept(const std::shared_ptr<Connection>& conn);
-  void on_call(const std::weak_ptr<Connection>& conn, Frame frame);
+  void on_call(const std::weak_ptr<Connection>& conn, Frame& frame);
   // Fails the calls in flight to `node` with `why`, but for those that may
   // be sent again (retry_lost).
   void fail_pending(uint32_t node, const absl::Status& why);
@@ -361,8 +361,8 @@ absl::StatusOr<std::shared_ptr<Connection>> NodeCore::connection_to(uint32_t nod
     usable.emplace(kind, t.get());
   std::weak_ptr<NodeCore> weak = weak_from_this();
   std::weak_ptr<Peer> weak_peer = p;
-  ConnectionCallbacks callbacks{[weak](Frame f) {
-                                  if (auto self = weak.lock()) self->on_reply(std::move(f));
+  ConnectionCallbacks callbacks{[weak](Frame& f) {
+                                  if (auto self = weak.lock()) self->on_reply(f);
                                 },
                                 [weak, weak_peer, node, generation](absl::Status why) {
                                   auto self = weak.lock();
@@ -512,7 +512,7 @@ void NodeCore::send_local(ActorId id, detail::Message* m) {
   target->send(m);
 }
 
-void NodeCore::on_reply(Frame frame) {
+void NodeCore::on_reply(Frame& frame) {
   try {
     auto reader = transport::read_message(frame.message);
     auto envelope = reader.getRoot<schema::Envelope>();
@@ -541,13 +541,13 @@ void NodeCore::on_reply(Frame frame) {
 ConnectionCallbacks NodeCore::accept(const std::shared_ptr<Connection>& conn) {
   std::weak_ptr<NodeCore> weak = weak_from_this();
   std::weak_ptr<Connection> weak_conn = conn;
-  return ConnectionCallbacks{[weak, weak_conn](Frame f) {
-                               if (auto self = weak.lock()) self->on_call(weak_conn, std::move(f));
+  return ConnectionCallbacks{[weak, weak_conn](Frame& f) {
+                               if (auto self = weak.lock()) self->on_call(weak_conn, f);
                              },
                              [](absl::Status) {}};
 }
 
-void NodeCore::on_call(const std::weak_ptr<Connection>& conn, Frame frame) {
+void NodeCore::on_call(const std::weak_ptr<Connection>& conn, Frame& frame) {
   uint64_t call_id = 0;
   // Sends the encoded result of call `call_id` back over `conn`.
   auto make_reply = [conn](uint64_t id) -> RemoteReply {

@@ -112,9 +112,10 @@ class UcxSession final : public detail::Session, public detail::DirectIo {
   // What the session's callbacks are told, from whichever thread runs the
   // worker - or, on a driving thread that the session has not allowed, in
   // order through the progress thread (see `deferred`).
-  void hand_up_frame(Frame frame) {
+  // The frame is lent, as to the callbacks; a deferred one is moved out.
+  void hand_up_frame(Frame& frame) {
     if (may_hand_up_here()) {
-      on_frame_received(std::move(frame));
+      on_frame_received(frame);
     } else {
       defer({Event::kFrame, std::move(frame), absl::OkStatus()});
     }
@@ -152,7 +153,7 @@ class UcxSession final : public detail::Session, public detail::DirectIo {
         incoming.clear();
         return;
       }
-      hand_up_frame(std::move(f));
+      hand_up_frame(f);
     }
   }
 

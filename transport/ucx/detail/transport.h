@@ -130,6 +130,19 @@ class UcxTransport final : public Transport {
     fn();
   }
 
+  // Worker lock holder only: a frame to lay a small incoming frame into, and
+  // its return once the callbacks are done with it. The pool holds a few, as
+  // a callback may run the worker again.
+  Frame take_frame() {
+    if (frame_pool_.empty()) return Frame();
+    Frame f = std::move(frame_pool_.back());
+    frame_pool_.pop_back();
+    return f;
+  }
+  void give_back(Frame f) {
+    if (frame_pool_.size() < kPooledFrames) frame_pool_.push_back(std::move(f));
+  }
+
   // Worker lock holder only: sends now, or holds the frame until `s` has an endpoint.
   void send_now(UcxSession* s, Frame frame);
   void close_now(const std::shared_ptr<UcxSession>& s);
@@ -222,6 +235,8 @@ class UcxTransport final : public Transport {
   // Worker lock holder only.
   absl::flat_hash_map<uint64_t, std::shared_ptr<UcxSession>> known_;  // by_id_'s, lock-free
   absl::flat_hash_map<ucp_ep_h, std::shared_ptr<UcxSession>> by_ep_;
+  static constexpr size_t kPooledFrames = 4;
+  std::vector<Frame> frame_pool_;                     // see take_frame()
   std::vector<std::byte> start_;                      // where the next inline frame is laid out
   std::vector<std::shared_ptr<UcxSession>> retired_;  // ended; released between progress calls
 };
