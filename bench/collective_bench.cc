@@ -8,6 +8,7 @@
 //   1K,4K,...,64M] [--iters N]
 //                    [--warmup N] [--latency-iters N] [--repeat 3]
 //                    [--transport ucx|tcp] [--algorithm auto|ring|...]
+//                    [--shared-memory on|off]
 //                    [--peers gloo,mpi] [--timeout 300] [--json FILE]
 //
 // algbw = bytes / time per operation; busbw = algbw x 2(n-1)/n for allreduce
@@ -20,12 +21,13 @@
 // over all three.
 //
 // troupe: its own transport per rank (ucx: shared memory; or tcp), meeting
-// through a FileStore. Gloo: tcp device on 127.0.0.1 (it has no shared-
-// memory transport), ring allreduce, as PyTorch's CPU process group runs it.
-// MPI: Open MPI's MPI_Allreduce over shared memory (vader), started by
-// mpirun. A peer that is not built in, or whose launcher is not on PATH, is
-// skipped with a message; one that fails to run is dropped with its error. A
-// wrong result from any library fails the benchmark.
+// through a FileStore; as every rank runs on this host, the collectives go
+// through a segment of shared memory the ranks map together (kAuto's choice
+// there), or with --shared-memory off over the transport. Gloo: tcp device on 127.0.0.1 (it has no
+// shared- memory transport), ring allreduce, as PyTorch's CPU process group runs it. MPI: Open
+// MPI's MPI_Allreduce over shared memory (vader), started by mpirun. A peer that is not built in,
+// or whose launcher is not on PATH, is skipped with a message; one that fails to run is dropped
+// with its error. A wrong result from any library fails the benchmark.
 #include <unistd.h>
 
 #include <cerrno>
@@ -107,7 +109,8 @@ int main(int argc, char** argv) {
         "usage: collective_bench [--op allreduce|reduce_scatter|allgather] [--ranks 2,4]\n"
         "                        [--sizes 1K,4K,...,64M] [--iters N] [--warmup N]\n"
         "                        [--latency-iters N] [--repeat 3] [--transport ucx|tcp]\n"
-        "                        [--algorithm auto|ring|halving-doubling|hierarchical]\n"
+        "                        [--algorithm auto|ring|halving-doubling|hierarchical|\n"
+        "                        shared-memory] [--shared-memory on|off]\n"
         "                        [--peers gloo,mpi|none] [--timeout SECONDS] [--json FILE]\n");
     return 0;
   }
@@ -116,6 +119,12 @@ int main(int argc, char** argv) {
   GroupOptions options;
   options.transport = flags.get("--transport", "ucx");
   options.algorithm = flags.get("--algorithm", "auto");
+  const std::string shared_memory = flags.get("--shared-memory", "on");
+  if (shared_memory != "on" && shared_memory != "off") {
+    std::fprintf(stderr, "collective_bench: --shared-memory is on or off\n");
+    return 2;
+  }
+  options.shared_memory = shared_memory == "on";
   options.timeout = absl::Seconds(flags.get_long("--timeout", 300));
   options.self = self_path();
   std::vector<int> rank_counts;

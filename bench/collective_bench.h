@@ -102,7 +102,7 @@ absl::StatusOr<RankFigures> read_figures(const std::string& path);
 // A rank's entry points (main() dispatches on --troupe-child, --gloo-child,
 // --mpi-child); each returns the process's exit code. Flags: --rank, --size
 // (not for MPI, which has its own), --run-dir (the rendezvous directory, and
-// where figures go), plan_flags, and --transport/--algorithm for troupe.
+// where figures go), plan_flags, and --transport/--algorithm/--shared-memory for troupe.
 int troupe_rank_main(const Flags& flags);
 int gloo_rank_main(const Flags& flags);  // only with TROUPE_HAVE_GLOO
 int mpi_rank_main(const Flags& flags);   // only with TROUPE_HAVE_MPI
@@ -122,6 +122,7 @@ struct GroupOptions {
   std::string run_dir;                          // an empty directory of the group's own
   std::string transport;                        // troupe's: "ucx" or "tcp"
   std::string algorithm;                        // troupe's, as parse_algorithm reads it
+  bool shared_memory = true;                    // troupe's CommunicatorOptions::shared_memory
   absl::Duration timeout = absl::Seconds(300);  // for the whole group
 };
 

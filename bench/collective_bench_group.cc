@@ -120,7 +120,8 @@ std::vector<std::string> rank_argv(Library library, int rank, int ranks, const P
     argv.insert(argv.end(), {"--rank", std::to_string(rank), "--size", std::to_string(ranks)});
   }
   if (library == Library::kTroupe) {
-    argv.insert(argv.end(), {"--transport", o.transport, "--algorithm", o.algorithm});
+    argv.insert(argv.end(), {"--transport", o.transport, "--algorithm", o.algorithm,
+                             "--shared-memory", o.shared_memory ? "on" : "off"});
   }
   for (std::string& flag : plan_flags(plan))
     argv.push_back(std::move(flag));

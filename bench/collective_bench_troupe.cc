@@ -29,10 +29,16 @@ class TroupeRank final : public RankComm {
   }
   absl::Status reduce_scatter_sum(const float* input, float* output, size_t count) override {
     return transport::reduce_scatter(comm_, transport::DType::kFloat32, transport::ReduceOp::kSum,
-                                     input, output, count);
+                                     input, output, count, reduce_scatter_algorithm());
   }
   absl::Status allgather(const float* input, float* output, size_t count) override {
     return transport::allgather(comm_, input, output, count * sizeof(float));
+  }
+  // reduce_scatter runs the ring or shared memory; for the others, kAuto's choice.
+  Algorithm reduce_scatter_algorithm() const {
+    return algorithm_ == Algorithm::kRing || algorithm_ == Algorithm::kSharedMemory
+               ? algorithm_
+               : Algorithm::kAuto;
   }
   // A one-element allreduce: it returns on no rank before every rank entered it.
   absl::Status barrier() override {
@@ -66,7 +72,8 @@ absl::Status run(const Flags& flags, int rank, int size) {
                                     .size = size,
                                     .group = "bench",
                                     .listen_address = kind + "://127.0.0.1:0",
-                                    .timeout = kTimeout});
+                                    .timeout = kTimeout,
+                                    .shared_memory = flags.get("--shared-memory", "on") == "on"});
   if (!comm.ok()) return comm.status();
   TroupeRank bench_rank(**comm, *algorithm);
   absl::Status status = run_rank(bench_rank, *plan, figures_path(run_dir, rank));

@@ -10,7 +10,8 @@
 // troupe's numbers are taken the way an actor runtime uses a connection:
 // replies are sent from the receive callback (no thread hand-off in the loop),
 // the sender keeps a window of frames in flight and its buffers are borrowed,
-// not copied. Latency is the full round trip; ratio = troupe / peer, so below
+// not copied (from a transport::Buffer, as perftest sends from memory UCX
+// allocated). Latency is the full round trip; ratio = troupe / peer, so below
 // 1 is better for latency and above 1 is better for bandwidth.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -144,7 +145,10 @@ double troupe_rtt_us(const std::string& kind, long round_trips) {
 // Bytes per second moving `frames` frames of `size` bytes, kWindow in flight.
 double troupe_bandwidth(const std::string& kind, size_t size, long frames) {
   Pair p = make_pair(kind, /*echo=*/false);
-  auto source = std::make_shared<std::vector<std::byte>>(size, std::byte{0x5a});
+  // The payload lives in a troupe Buffer, as ucx_perftest's lives in memory
+  // UCX allocated: each library's own allocation for what it sends.
+  auto source = std::make_shared<Buffer>(size);
+  std::memset(source->data(), 0x5a, size);
   auto borrowed = [source] {
     Frame f;
     f.buffers.push_back(Buffer::borrow(source, source->data(), source->size()));

@@ -189,9 +189,18 @@ bool UcxTransport::poll_once() {
 bool UcxTransport::try_send_here(UcxSession* s, Frame& frame) {
   std::unique_lock<std::mutex> lock(worker_mu_, std::try_to_lock);
   if (!lock.owns_lock() || s->queued.load(std::memory_order_acquire) > 0) return false;
-  Running running(link_.get(), /*driving=*/true);
-  send_now(s, std::move(frame));
-  if (!retired_.empty()) retired_.clear();
+  {
+    Running running(link_.get(), /*driving=*/true);
+    send_now(s, std::move(frame));
+    if (!retired_.empty()) retired_.clear();
+  }
+  lock.unlock();
+  // A send that did not finish at once needs the worker run: if no thread
+  // drives it, the progress thread must not sleep through that.
+  if (in_flight_.load(std::memory_order_seq_cst) > 0 &&
+      drivers_.load(std::memory_order_seq_cst) == 0) {
+    wake();
+  }
   return true;
 }
 

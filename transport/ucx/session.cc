@@ -20,12 +20,12 @@ absl::Status UcxSession::write_frame(Frame frame) {
       return absl::OkStatus();
     }
   }
-  if (driving_allowed.load(std::memory_order_acquire)) {
-    // A communicator's thread: send from here when the worker is free.
-    bool sent = false;
-    link_->visit([&](UcxTransport& t) { sent = t.try_send_here(this, frame); });
-    if (sent) return absl::OkStatus();
-  }
+  // Any other thread (an actor replying, a driver calling, a communicator):
+  // send from here when the worker is free, instead of handing the frame to
+  // the progress thread and waiting for it to wake and take it.
+  bool sent = false;
+  link_->visit([&](UcxTransport& t) { sent = t.try_send_here(this, frame); });
+  if (sent) return absl::OkStatus();
   std::lock_guard<std::mutex> lock(link_->mu);
   if (link_->transport == nullptr) return absl::UnavailableError("the ucx transport has shut down");
   link_->transport->post_send(std::static_pointer_cast<UcxSession>(shared_from_this()),
