@@ -25,13 +25,14 @@ namespace {
 // cross-process call rates 3-6x - while a reply to a frame just sent comes
 // back well within the budget.
 constexpr int kSpinsBeforeSleep = 500;
-// The first idle calls do not yield at all: a reply to a frame just sent
-// comes back within a few microseconds, and a sched_yield - a trip through
-// the scheduler even when no other thread is waiting - costs more than the
-// shared-memory hop itself (it was most of the ucx round trip). A few
-// microseconds of pure polling hold the core no longer than a time slice
-// would notice.
-constexpr int kSpinsBeforeYield = 64;
+// The first idle calls do not yield: a sched_yield is a trip through the
+// scheduler even when no other thread waits, and costs more than a
+// shared-memory hop (it was most of the ucx round trip: 1.3-1.6 us with a
+// yield after every call, 0.9-1.0 with 16 calls first, 0.55-0.85 with 64).
+// Not more: a poller that does not yield starves the threads that answer the
+// frames on a host with fewer cores than busy threads - 64 calls halved
+// cluster_bench's cross-process call rate on two cores, 16 did not.
+constexpr int kSpinsBeforeYield = 16;
 constexpr int kSleepMillis = 50;
 // While threads drive the worker themselves the progress thread sleeps in
 // steps this long: the most that work left to it can wait.
