@@ -10,6 +10,7 @@
 #include <future>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -26,6 +27,8 @@ namespace {
 using asio::ip::tcp;
 
 constexpr size_t kMaxFramesPerWrite = 64;
+// What one read takes from the socket at most, once the peer is authenticated.
+constexpr size_t kStagingBytes = 64 * 1024;
 constexpr auto kCloseGrace = std::chrono::seconds(2);
 // A connect whose handshake the listener closed tries again after these
 // pauses, doubling from the first to the last.
@@ -91,7 +94,7 @@ class TcpSession final : public detail::Session {
         close_timer_(io_->context) {}
 
   // On the I/O thread: begins the read loop.
-  void start_reading() { read_header(); }
+  void start_reading() { read_more(); }
 
   // On the I/O thread: drops the socket now.
   void close_socket() {
@@ -224,51 +227,92 @@ class TcpSession final : public detail::Session {
     close_socket();
   }
 
-  void read_header() {
-    asio::async_read(socket_, asio::buffer(header_buf_),
-                     [self = self()](asio::error_code ec, size_t) { self->on_header(ec); });
-  }
-
-  void on_header(asio::error_code ec) {
-    if (ec) return channel_failed(ec);
-    absl::StatusOr<FrameHeader> h = decode_header(header_buf_, frame_limits());
-    if (!h.ok()) return bad_frame(h.status());
-    header_ = *h;
-    if (header_.buffer_count == 0) return read_body({});
-    lengths_buf_.resize(header_.lengths_bytes());
-    asio::async_read(socket_, asio::buffer(lengths_buf_),
-                     [self = self()](asio::error_code e, size_t) { self->on_lengths(e); });
-  }
-
-  void on_lengths(asio::error_code ec) {
-    if (ec) return channel_failed(ec);
-    absl::StatusOr<LengthTable> lengths = decode_lengths(header_, lengths_buf_, frame_limits());
-    if (!lengths.ok()) return bad_frame(lengths.status());
-    read_body(*lengths);
-  }
-
-  // The frame is read into the storage of the last one where it fits (the
-  // callbacks leave there what they did not keep).
-  void read_body(const LengthTable& lengths) {
-    refit(incoming_, header_.kind, header_.message_bytes, lengths);
-    targets_.clear();
-    if (!incoming_.message.empty())
-      targets_.emplace_back(incoming_.message.data(), incoming_.message.size());
-    for (Buffer& b : incoming_.buffers) {
-      if (!b.empty()) targets_.emplace_back(b.data(), b.size());
+  // Reading. Bytes arrive in a staging buffer, as many as the socket has, and
+  // frames are taken from it whole: a stream of small frames costs one system
+  // call for as many as came together. A body longer than what is staged is
+  // read the rest of the way straight into its buffers. Before the peer is
+  // authenticated the staging buffer holds one handshake frame at most.
+  void read_more() {
+    const size_t staged = staged_end_ - staged_begin_;
+    if (staged_begin_ > 0) {
+      if (staged > 0) std::memmove(staging_.data(), staging_.data() + staged_begin_, staged);
+      staged_begin_ = 0;
+      staged_end_ = staged;
     }
-    if (targets_.empty()) return on_body({});
-    asio::async_read(socket_, targets_,
-                     [self = self()](asio::error_code e, size_t) { self->on_body(e); });
+    const size_t room = frame_limits().max_frame_bytes < kStagingBytes
+                            ? static_cast<size_t>(kHandshakeLimits.max_frame_bytes)
+                            : kStagingBytes;
+    const size_t want = std::max(staged + 1, room);
+    if (staging_.size() < want) staging_.resize(want);
+    socket_.async_read_some(
+        asio::buffer(staging_.data() + staged_end_, staging_.size() - staged_end_),
+        [self = self()](asio::error_code ec, size_t n) { self->on_read(ec, n); });
+  }
+
+  void on_read(asio::error_code ec, size_t n) {
+    if (ec) return channel_failed(ec);
+    staged_end_ += n;
+    take_frames();
+  }
+
+  // Delivers the whole frames staged, then reads on.
+  void take_frames() {
+    for (;;) {
+      std::span<const std::byte> staged(staging_.data() + staged_begin_,
+                                        staged_end_ - staged_begin_);
+      if (staged.size() < kFrameHeaderBytes) return read_more();
+      absl::StatusOr<FrameHeader> h =
+          decode_header(staged.first(kFrameHeaderBytes), frame_limits());
+      if (!h.ok()) return bad_frame(h.status());
+      const size_t table_end = kFrameHeaderBytes + h->lengths_bytes();
+      if (staged.size() < table_end) return read_more();
+      absl::StatusOr<LengthTable> lengths =
+          decode_lengths(*h, staged.subspan(kFrameHeaderBytes, h->lengths_bytes()), frame_limits());
+      if (!lengths.ok()) return bad_frame(lengths.status());
+      staged_begin_ += table_end;
+      refit(incoming_, h->kind, h->message_bytes, *lengths);
+      // The body's parts, in order; what is staged is copied into them.
+      targets_.clear();
+      if (!incoming_.message.empty())
+        targets_.emplace_back(incoming_.message.data(), incoming_.message.size());
+      for (Buffer& b : incoming_.buffers) {
+        if (!b.empty()) targets_.emplace_back(b.data(), b.size());
+      }
+      size_t rest = 0;  // the first part not wholly staged
+      for (; rest < targets_.size(); ++rest) {
+        asio::mutable_buffer& t = targets_[rest];
+        const size_t n = std::min(staged_end_ - staged_begin_, t.size());
+        if (n > 0) std::memcpy(t.data(), staging_.data() + staged_begin_, n);
+        staged_begin_ += n;
+        if (n < t.size()) {
+          t += n;
+          break;
+        }
+      }
+      if (rest < targets_.size()) {
+        targets_.erase(targets_.begin(), targets_.begin() + static_cast<ptrdiff_t>(rest));
+        asio::async_read(socket_, targets_,
+                         [self = self()](asio::error_code e, size_t) { self->on_body(e); });
+        return;
+      }
+      if (!deliver()) return;
+    }
   }
 
   void on_body(asio::error_code ec) {
     if (ec) return channel_failed(ec);
+    if (deliver()) take_frames();
+  }
+
+  // Hands the frame read into incoming_ up; false if it was malformed (the
+  // connection has then ended).
+  bool deliver() {
     if (absl::Status s = validate_message(incoming_.message, frame_limits()); !s.ok()) {
-      return bad_frame(s);
+      bad_frame(s);
+      return false;
     }
     on_frame_received(incoming_);
-    read_header();
+    return true;
   }
 
   // A frame that broke the rules: this connection ends; nothing else is affected.
@@ -283,11 +327,11 @@ class TcpSession final : public detail::Session {
   bool reported_ = false;  // I/O thread
 
   // Read state (I/O thread).
-  std::array<std::byte, kFrameHeaderBytes> header_buf_{};
-  FrameHeader header_;
-  std::vector<std::byte> lengths_buf_;
+  std::vector<std::byte> staging_;  // bytes read, not yet taken
+  size_t staged_begin_ = 0;         // the staged bytes: [begin, end)
+  size_t staged_end_ = 0;
   Frame incoming_;                             // lent to the callbacks
-  std::vector<asio::mutable_buffer> targets_;  // where its parts are read to
+  std::vector<asio::mutable_buffer> targets_;  // where its body's parts go
 
   // Write state.
   std::mutex out_mu_;
