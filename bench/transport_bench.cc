@@ -11,8 +11,11 @@
 // replies are sent from the receive callback (no thread hand-off in the loop),
 // the sender keeps a window of frames in flight and its buffers are borrowed,
 // not copied (from a transport::Buffer, as perftest sends from memory UCX
-// allocated). Latency is the full round trip; ratio = troupe / peer, so below
-// 1 is better for latency and above 1 is better for bandwidth.
+// allocated). The round trip is given twice: the median of all round trips
+// against perftest's median (its reported latency), and the run's time over
+// its round trips against perftest's overall figure (the same for it). Latency is the full round
+// trip; ratio = troupe / peer, so below 1 is better for latency and above 1 is better for
+// bandwidth.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -97,18 +100,32 @@ struct Driver {
   std::atomic<long> sent{0};
   std::atomic<long> received{0};
   std::promise<void> done;
+  std::vector<int64_t> arrivals;  // steady-clock ns of each reply (one callback at a time)
 
   void send_next() {
     if (sent.fetch_add(1) < total) static_cast<void>(conn->send(next_frame()));
   }
 };
 
-double run_window(Pair& p, std::function<Frame()> next_frame, long total, int window) {
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct WindowRun {
+  double seconds = 0;
+  double median_gap_us = 0;  // between consecutive replies: a round trip, for a window of 1
+};
+
+WindowRun run_window(Pair& p, std::function<Frame()> next_frame, long total, int window) {
   auto d = std::make_shared<Driver>();
   d->next_frame = std::move(next_frame);
   d->total = total;
+  d->arrivals.reserve(static_cast<size_t>(total) + 1);
   auto conn = p.client->connect(p.listener->address(),
                                 ConnectionCallbacks{[d](Frame&) {
+                                                      d->arrivals.push_back(now_ns());
                                                       if (++d->received == d->total) {
                                                         d->done.set_value();
                                                       } else {
@@ -123,15 +140,23 @@ double run_window(Pair& p, std::function<Frame()> next_frame, long total, int wi
   }
   d->conn = *conn;
   auto start = std::chrono::steady_clock::now();
+  const int64_t start_ns = now_ns();
   for (int i = 0; i < window; ++i)
     d->send_next();
   d->done.get_future().wait();
-  double seconds = troupe::bench::seconds_since(start);
+  WindowRun run{troupe::bench::seconds_since(start), 0};
   d->conn->close();
-  return seconds;
+  std::vector<double> gaps;
+  gaps.reserve(d->arrivals.size());
+  for (size_t i = 0; i < d->arrivals.size(); ++i)
+    gaps.push_back(static_cast<double>(d->arrivals[i] - (i == 0 ? start_ns : d->arrivals[i - 1])));
+  if (!gaps.empty()) run.median_gap_us = troupe::bench::median(gaps) / 1e3;
+  return run;
 }
 
-double troupe_rtt_us(const std::string& kind, long round_trips) {
+// The 8-byte round trip in microseconds: the median of all round trips, as
+// ucx_perftest reports its latency, or (`mean`) the run's time over them.
+double troupe_rtt_us(const std::string& kind, long round_trips, bool mean) {
   Pair p = make_pair(kind, /*echo=*/true);
   auto ping = [] {
     Frame f;
@@ -139,7 +164,8 @@ double troupe_rtt_us(const std::string& kind, long round_trips) {
     std::memset(f.buffers.back().data(), 1, 8);
     return f;
   };
-  return run_window(p, ping, round_trips, 1) * 1e6 / static_cast<double>(round_trips);
+  WindowRun run = run_window(p, ping, round_trips, 1);
+  return mean ? run.seconds * 1e6 / static_cast<double>(round_trips) : run.median_gap_us;
 }
 
 // Bytes per second moving `frames` frames of `size` bytes, kWindow in flight.
@@ -154,7 +180,7 @@ double troupe_bandwidth(const std::string& kind, size_t size, long frames) {
     f.buffers.push_back(Buffer::borrow(source, source->data(), source->size()));
     return f;
   };
-  double seconds = run_window(p, borrowed, frames, kWindow);
+  double seconds = run_window(p, borrowed, frames, kWindow).seconds;
   return static_cast<double>(size) * static_cast<double>(frames) / seconds;
 }
 
@@ -306,18 +332,25 @@ int main(int argc, char** argv) {
     // tcp), and for tcp also a plain socket ping-pong.
     std::string tls = kind == "tcp" ? "tcp" : "";
     Row lat{kind + " 8 B round trip", "us (lower is better)",
-            median_of([&] { return troupe_rtt_us(kind, round_trips); }), 0};
+            median_of([&] { return troupe_rtt_us(kind, round_trips, false); }), 0};
     if (have_perftest) {
       lat.peer = median_of([&] { return troupe::bench::perftest_rtt_us(tls, round_trips); });
     }
     rows.push_back(lat);
+    Row mean{kind + " 8 B round trip, mean", "us (lower is better)",
+             median_of([&] { return troupe_rtt_us(kind, round_trips, true); }), 0};
+    if (have_perftest) {
+      mean.peer =
+          median_of([&] { return troupe::bench::perftest_rtt_us(tls, round_trips, false, true); });
+    }
+    rows.push_back(mean);
     if (kind == "ucx" && have_perftest) {
       rows.push_back(
           Row{"ucx 8 B round trip vs perftest -e", "us (lower is better)", lat.troupe,
               median_of([&] { return troupe::bench::perftest_rtt_us(tls, round_trips, true); })});
     }
     if (kind == "tcp") {
-      rows.push_back(Row{"tcp 8 B round trip vs socket", "us (lower is better)", lat.troupe,
+      rows.push_back(Row{"tcp 8 B round trip, mean, vs socket", "us (lower is better)", mean.troupe,
                          median_of([&] { return socket_rtt_us(round_trips); })});
     }
     for (size_t size : kSizes) {

@@ -64,9 +64,10 @@ bool ucx_perftest_available() {
   return std::system("command -v ucx_perftest >/dev/null 2>&1") == 0;
 }
 
-double perftest_rtt_us(const std::string& tls, long iterations, bool error_handling) {
+double perftest_rtt_us(const std::string& tls, long iterations, bool error_handling, bool mean) {
   std::vector<double> v = run(tls, "ucp_am_lat", 8, iterations, error_handling);
-  return v.size() >= 2 ? 2 * v[1] : 0;
+  const size_t at = mean ? 3 : 1;
+  return v.size() > at ? 2 * v[at] : 0;
 }
 
 double perftest_bandwidth(const std::string& tls, size_t size, long iterations,

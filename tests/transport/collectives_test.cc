@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -400,9 +401,11 @@ TEST_P(CollectivesTest, SharedMemoryWaitsEndAtTheTimeout) {
       GetParam(), n,
       [&](Communicator& c) -> absl::Status {
         if (c.rank() == 1) {
+          // Stays up until the others have returned and their abort has
+          // reached it (it travels over the transport, after they return).
           const absl::Time deadline = absl::Now() + absl::Seconds(20);
-          while (finished.load() < n - 1 && absl::Now() < deadline)
-            std::this_thread::yield();
+          while ((finished.load() < n - 1 || c.failed().ok()) && absl::Now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
           return c.failed();
         }
         std::vector<float> data(1000, 1.0f);
