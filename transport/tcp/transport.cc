@@ -1,6 +1,7 @@
 #include "transport/tcp/transport.h"
 
 #include <netdb.h>
+#include <pthread.h>
 
 #include <asio.hpp>
 
@@ -371,7 +372,10 @@ class TcpTransport final : public Transport {
         stats_(std::move(stats)),
         io_(std::make_shared<Io>()),
         work_(asio::make_work_guard(io_->context)),
-        thread_([this] { io_->context.run(); }) {}
+        thread_([this] {
+          pthread_setname_np(pthread_self(), "troupe-tcp");  // as top -H and perf show it
+          io_->context.run();
+        }) {}
 
   // REQUIRES: not called from one of this transport's callbacks.
   ~TcpTransport() override {
