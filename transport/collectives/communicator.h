@@ -84,8 +84,12 @@ class Communicator {
   // The next buffer from `peer` under `tag`. Errors: Aborted (abort() was
   // called, or a member's connection broke), DeadlineExceeded.
   absl::StatusOr<Buffer> recv(int peer, uint64_t tag);
-  // Payload bytes send() has handed to other ranks so far (not to itself).
+  // Payload bytes send() has handed to other ranks so far (not to itself),
+  // and what other ranks have read of this rank's data through shared memory
+  // (the same bytes a ring would have sent them).
   uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
+  // For the shared-memory collectives: `bytes` of this rank's data were read by others.
+  void count_shared(uint64_t bytes) { bytes_sent_.fetch_add(bytes, std::memory_order_relaxed); }
 
   // Asks for the payload of the next message from `peer` under `tag` to land
   // in `target` (a buffer over the caller's memory, of the payload's size),

@@ -79,6 +79,11 @@ class Exchange {
     return absl::OkStatus();
   }
 
+  // Each other member read `bytes` of this one's data (Communicator::bytes_sent).
+  void count_read_by_others(size_t bytes) {
+    comm_.count_shared(static_cast<uint64_t>(n_ - 1) * bytes);
+  }
+
   // The operation's result: a failure is the group's (comm.abort), so that
   // no other member waits for this one.
   absl::Status finish(absl::Status s) {
@@ -126,6 +131,7 @@ absl::Status shm_allreduce(Communicator& comm, DType type, ReduceOp op, void* da
     SharedSegment::post(seg.arrive(me), c);
     if (absl::Status s = x.wait_arrivals(c); !s.ok()) return x.finish(s);
     reduce_members(seg, c, type, op, bytes, 0, count);
+    comm.count_shared(static_cast<uint64_t>(n - 1) * count * width);  // each read all of it
     return absl::OkStatus();
   }
   const size_t piece = SharedSegment::kBufferBytes / width;
@@ -155,6 +161,9 @@ absl::Status shm_allreduce(Communicator& comm, DType type, ReduceOp op, void* da
       std::memcpy(at + theirs.offset * width, seg.buffer(m, c) + theirs.offset * width,
                   theirs.count * width);
     }
+    // The others read their parts of this piece, and this rank's part of the result.
+    comm.count_shared((elements - mine.count) * width +
+                      static_cast<uint64_t>(n - 1) * mine.count * width);
   }
   return absl::OkStatus();
 }
@@ -198,8 +207,57 @@ absl::Status shm_reduce_scatter(Communicator& comm, DType type, ReduceOp op, con
                      std::min(piece, mine - offset));
     }
   }
+  // The others read every block of this rank's input but its own.
+  size_t total = 0;
+  for (size_t k : counts)
+    total += k;
+  comm.count_shared((total - mine) * width);
   return absl::OkStatus();
 }
+
+namespace {
+
+// Blocks from this size up are read straight from the other ranks' memory
+// where the system allows it (SharedSegment::cross_memory): one copy instead
+// of two, for a system call and the pinning of the pages read.
+constexpr size_t kCrossMemoryBytes = 64 * 1024;
+
+// Every rank offers its input, and reads every other's straight into its
+// output; none returns before the others have read its input.
+absl::Status cross_memory_allgather(Exchange& x, const std::byte* in, std::byte* out,
+                                    std::span<const size_t> bytes,
+                                    std::span<const size_t> block_at) {
+  SharedSegment& seg = x.segment();
+  const int n = x.members();
+  const int me = x.me();
+  const uint32_t c = seg.next_piece();
+  seg.peer(me).source.store(reinterpret_cast<uint64_t>(in), std::memory_order_relaxed);
+  SharedSegment::post(seg.arrive(me), c);
+  std::byte* own = out + block_at[static_cast<size_t>(me)];
+  if (own != in && bytes[static_cast<size_t>(me)] > 0) {
+    std::memcpy(own, in, bytes[static_cast<size_t>(me)]);
+  }
+  for (int m = 0; m < n; ++m) {
+    const size_t theirs = bytes[static_cast<size_t>(m)];
+    if (m == me) continue;
+    if (absl::Status s = x.wait(seg.arrive(m), c, m); !s.ok()) return x.finish(s);
+    if (theirs == 0) continue;
+    const uint64_t source = seg.peer(m).source.load(std::memory_order_relaxed);
+    if (absl::Status s = seg.read_from(m, source, out + block_at[static_cast<size_t>(m)], theirs);
+        !s.ok()) {
+      return x.finish(s);
+    }
+  }
+  SharedSegment::post(seg.done(me), c);
+  for (int m = 0; m < n; ++m) {
+    if (m == me) continue;
+    if (absl::Status s = x.wait(seg.done(m), c, m); !s.ok()) return x.finish(s);
+  }
+  x.count_read_by_others(bytes[static_cast<size_t>(me)]);
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status shm_allgather(Communicator& comm, const void* input, void* output,
                            std::span<const size_t> bytes) {
@@ -216,6 +274,9 @@ absl::Status shm_allgather(Communicator& comm, const void* input, void* output,
     block_at.push_back(at);
     at += b;
     longest = std::max(longest, b);
+  }
+  if (seg.cross_memory() && longest >= kCrossMemoryBytes) {
+    return cross_memory_allgather(x, in, out, bytes, block_at);
   }
   const size_t mine = bytes[static_cast<size_t>(me)];
   std::byte* own = out + block_at[static_cast<size_t>(me)];
@@ -239,6 +300,7 @@ absl::Status shm_allgather(Communicator& comm, const void* input, void* output,
                   std::min(piece, theirs - offset));
     }
   }
+  x.count_read_by_others(mine);
   return absl::OkStatus();
 }
 

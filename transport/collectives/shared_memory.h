@@ -9,7 +9,11 @@
 // from every buffer (one exchange); above, rank i reduces the i-th part of
 // each piece and the others copy it from there (reduce-scatter, allgather).
 // Every element is reduced in rank order by one rank, so every rank gets the
-// same bits.
+// same bits. allgather of blocks from 64 KiB up, where the system lets ranks
+// read each other's memory (SharedSegment::cross_memory), reads every other
+// block straight from its owner's input (process_vm_readv: one copy, as
+// Open MPI's vader does), and no rank returns before the others have read
+// its block.
 //
 // Waiting spins, then sleeps on the flag (a futex in the segment); it ends
 // with the group's failure once the communicator is aborted or loses a

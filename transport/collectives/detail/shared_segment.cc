@@ -6,6 +6,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -30,8 +31,11 @@ struct alignas(64) Header {
 size_t flags_offset() {
   return sizeof(Header);
 }
+size_t peers_offset(int members) {
+  return flags_offset() + 2 * static_cast<size_t>(members) * sizeof(SharedSegment::Flag);
+}
 size_t slots_offset(int members) {
-  size_t end = flags_offset() + 2 * static_cast<size_t>(members) * sizeof(SharedSegment::Flag);
+  size_t end = peers_offset(members) + static_cast<size_t>(members) * sizeof(SharedSegment::Peer);
   return (end + kPageBytes - 1) / kPageBytes * kPageBytes;
 }
 size_t segment_bytes(int members) {
@@ -73,6 +77,7 @@ absl::Status SharedSegment::map(int fd, size_t bytes) {
   base_ = p;
   bytes_ = bytes;
   flags_ = reinterpret_cast<Flag*>(static_cast<std::byte*>(base_) + flags_offset());
+  peers_ = reinterpret_cast<Peer*>(static_cast<std::byte*>(base_) + peers_offset(members_));
   slots_ = static_cast<std::byte*>(base_) + slots_offset(members_);
   return absl::OkStatus();
 }
@@ -119,6 +124,8 @@ absl::StatusOr<std::unique_ptr<SharedSegment>> SharedSegment::create(Store& stor
       static_cast<void>(h);
       for (int i = 0; i < 2 * n; ++i)
         new (&seg->flags_[i]) Flag;
+      for (int i = 0; i < n; ++i)
+        new (&seg->peers_[i]) Peer;
     }
     // The others learn the name, or that there is none (empty).
     absl::Status published = store.set(name_key, made.ok() ? *name : std::string());
@@ -138,6 +145,7 @@ absl::StatusOr<std::unique_ptr<SharedSegment>> SharedSegment::create(Store& stor
       return s;
     }
     if (!made.ok()) return made;
+    if (absl::Status s = seg->agree_on_cross_memory(deadline); !s.ok()) return s;
     return seg;
   }
 
@@ -174,7 +182,69 @@ absl::StatusOr<std::unique_ptr<SharedSegment>> SharedSegment::create(Store& stor
   absl::StatusOr<std::string> verdict = store.wait_get(verdict_key, deadline - absl::Now());
   if (!verdict.ok()) return verdict.status();
   if (!verdict->empty()) return absl::UnavailableError(*verdict);
+  if (absl::Status s = seg->agree_on_cross_memory(deadline); !s.ok()) return s;
   return seg;
+}
+
+template <class FlagOf>
+absl::Status SharedSegment::wait_all(FlagOf flag, uint32_t count, absl::Time deadline) {
+  for (int m = 0; m < members_; ++m) {
+    if (m == me_) continue;
+    while (!reached(flag(m), count)) {
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError("a member did not set up the shared segment in time");
+      }
+      ::usleep(20);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SharedSegment::agree_on_cross_memory(absl::Time deadline) {
+  // Piece 1 of every member: its pid and probe are published (arrive), its
+  // verdict on the others is (done).
+  const uint32_t c = next_piece();
+  Peer& mine = peer(me_);
+  mine.pid.store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
+  mine.probe.store(reinterpret_cast<uint64_t>(&mine.pid), std::memory_order_relaxed);
+  post(arrive(me_), c);
+  if (absl::Status s = wait_all([&](int m) -> Flag& { return arrive(m); }, c, deadline); !s.ok()) {
+    return s;
+  }
+  bool all = true;
+  for (int m = 0; m < members_ && all; ++m) {
+    if (m == me_) continue;
+    int32_t seen = 0;
+    const Peer& p = peer(m);
+    all = read_from(m, p.probe.load(std::memory_order_relaxed), &seen, sizeof(seen)).ok() &&
+          seen == p.pid.load(std::memory_order_relaxed);
+  }
+  mine.can_read.store(all ? 1 : 2, std::memory_order_relaxed);
+  post(done(me_), c);
+  if (absl::Status s = wait_all([&](int m) -> Flag& { return done(m); }, c, deadline); !s.ok()) {
+    return s;
+  }
+  cross_memory_ = true;
+  for (int m = 0; m < members_; ++m)
+    cross_memory_ = cross_memory_ && peer(m).can_read.load(std::memory_order_relaxed) == 1;
+  return absl::OkStatus();
+}
+
+absl::Status SharedSegment::read_from(int member, uint64_t address, void* to, size_t bytes) {
+  const pid_t pid = peer(member).pid.load(std::memory_order_relaxed);
+  auto* at = static_cast<std::byte*>(to);
+  while (bytes > 0) {
+    iovec local{at, bytes};
+    iovec remote{reinterpret_cast<void*>(address), bytes};
+    const ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      return system_error(absl::StrCat("reading ", bytes, " bytes of process ", pid));
+    }
+    at += n;
+    address += static_cast<uint64_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
 }
 
 void SharedSegment::post(Flag& flag, uint32_t count) {

@@ -6,7 +6,8 @@
 // two flags; the flags count pieces, so they only move forward.
 //
 // Layout: a header line, then per member its two flags on lines of their
-// own (arrive, done), then the slots, page aligned.
+// own (arrive, done), then per member a line saying where others may read
+// its memory (Peer), then the slots, page aligned.
 //
 // Made once per communicator (Communicator::create): the member with the
 // lowest rank creates it under a random name in /dev/shm, the others map it
@@ -47,6 +48,15 @@ class SharedSegment {
     std::atomic<uint32_t> sleepers{0};
   };
 
+  // What a member offers the others to read straight from its memory (cross-
+  // memory attach, process_vm_readv: one copy, as Open MPI's vader reads).
+  struct alignas(64) Peer {
+    std::atomic<int32_t> pid{0};
+    std::atomic<int32_t> can_read{0};  // 1: it read every other member's probe; 2: it could not
+    std::atomic<uint64_t> probe{0};    // the address, in its process, of its pid above
+    std::atomic<uint64_t> source{0};   // the block it offers in the operation under way
+  };
+
   // Maps the segment of the `members` ranks (ascending; `me` is this rank's
   // index among them) through `store`, under keys that start with `prefix`.
   // Every member must call it; each learns the same outcome. Errors: the
@@ -68,6 +78,15 @@ class SharedSegment {
 
   Flag& arrive(int member) { return flags_[2 * member]; }
   Flag& done(int member) { return flags_[2 * member + 1]; }
+  Peer& peer(int member) { return peers_[member]; }
+  // Whether every member can read every other's memory (found at creation,
+  // the same on every member; not where the system forbids it, as a
+  // container's seccomp profile or Yama's ptrace scope may).
+  bool cross_memory() const { return cross_memory_; }
+  // Reads `bytes` at `address` in member `member`'s process into `to`.
+  // Errors: Unavailable with the system's reason (the member is gone).
+  absl::Status read_from(int member, uint64_t address, void* to, size_t bytes);
+
   // Member `member`'s buffer `which` (0 or 1), kBufferBytes long.
   std::byte* buffer(int member, uint32_t which) {
     return slots_ + (static_cast<size_t>(member) * 2 + (which & 1)) * kBufferBytes;
@@ -85,13 +104,21 @@ class SharedSegment {
  private:
   SharedSegment() = default;
   absl::Status map(int fd, size_t bytes);
+  // Once every member has mapped it: publishes this member's pid and probe,
+  // reads every other's, and agrees with them on cross_memory().
+  absl::Status agree_on_cross_memory(absl::Time deadline);
+  // Waits, polling, until every other member's `flag(member)` reaches `count`.
+  template <class FlagOf>
+  absl::Status wait_all(FlagOf flag, uint32_t count, absl::Time deadline);
 
   void* base_ = nullptr;
   size_t bytes_ = 0;
   int members_ = 0;
   int me_ = 0;
   uint32_t pieces_ = 0;
+  bool cross_memory_ = false;
   Flag* flags_ = nullptr;
+  Peer* peers_ = nullptr;
   std::byte* slots_ = nullptr;
 };
 
