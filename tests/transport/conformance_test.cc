@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
@@ -108,16 +109,18 @@ TEST_P(ConformanceTest, OrderPerSenderUnderConcurrentSenders) {
 TEST_P(ConformanceTest, BuffersKeptFromLentFramesStayIntact) {
   std::string address = listen_echo();
   std::mutex mu;
-  std::vector<Buffer> kept;  // the payload of every odd frame
-  std::atomic<int> seen{0};
+  std::condition_variable arrived;
+  std::vector<Buffer> kept;  // the payload of every odd frame; guarded by mu
+  int seen = 0;              // guarded by mu
   auto conn = client_->connect(address,
                                ConnectionCallbacks{[&](Frame& f) {
                                                      auto [sender, seq] = tag_of(f);
+                                                     std::lock_guard<std::mutex> lock(mu);
                                                      if (seq % 2 == 1) {
-                                                       std::lock_guard<std::mutex> lock(mu);
                                                        kept.push_back(std::move(f.buffers[1]));
                                                      }
-                                                     seen.fetch_add(1);
+                                                     ++seen;
+                                                     arrived.notify_all();
                                                    },
                                                    [](absl::Status) {}},
                                absl::Seconds(10));
@@ -125,17 +128,16 @@ TEST_P(ConformanceTest, BuffersKeptFromLentFramesStayIntact) {
   constexpr int kFrames = 400;
   for (int i = 0; i < kFrames; ++i)
     ASSERT_TRUE((*conn)->send(tagged(0, i, patterned(100 + i % 3, i))).ok());
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (seen.load() < kFrames && absl::Now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_EQ(seen.load(), kFrames);
-  std::lock_guard<std::mutex> lock(mu);
+  std::unique_lock<std::mutex> lock(mu);
+  arrived.wait_for(lock, std::chrono::seconds(30), [&] { return seen == kFrames; });
+  ASSERT_EQ(seen, kFrames);
   ASSERT_EQ(kept.size(), size_t{kFrames / 2});
   for (size_t k = 0; k < kept.size(); ++k) {
     const size_t i = 2 * k + 1;
     EXPECT_EQ(kept[k].size(), 100 + i % 3);
     EXPECT_TRUE(matches(kept[k], i)) << "kept payload of frame " << i << " was overwritten";
   }
+  lock.unlock();
   (*conn)->close();
 }
 
