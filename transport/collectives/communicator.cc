@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "spdlog/spdlog.h"
 #include "transport/collectives/detail/shared_segment.h"
+#include "transport/detail/cpu_relax.h"
 
 namespace troupe::transport {
 namespace {
@@ -46,12 +47,6 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
 }
 
 }  // namespace
@@ -326,7 +321,7 @@ bool Communicator::Spinner::next() {
   if (direct_io_ == nullptr || idle_ % (crowded_ ? 4 : 16) == 0) {
     sched_yield();
   } else {
-    cpu_relax();
+    detail::cpu_relax();
   }
   if (idle_ % 8 != 0) return true;
   // The clock is read now and then: the budget starts at the first reading.

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "transport/collectives/detail/shared_segment.h"
 #include "transport/collectives/detail/steps.h"
+#include "transport/detail/cpu_relax.h"
 
 namespace troupe::transport::detail {
 namespace {
@@ -25,12 +26,6 @@ constexpr int64_t kSpinNanos = 50'000;
 constexpr int kChecksPerRound = 64;
 // How long one sleep lasts at most: the group's failure is noticed within it.
 constexpr absl::Duration kSleepSlice = absl::Milliseconds(2);
-
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 // One operation's view of the segment: waits on the others' flags, and
 // makes a failure the group's.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "transport/detail/cpu_relax.h"
 #include "transport/ucx/detail/transport.h"
 
 namespace troupe::transport::ucx {
@@ -38,12 +39,6 @@ constexpr int kSleepMillis = 50;
 // While threads drive the worker themselves the progress thread sleeps in
 // steps this long: the most that work left to it can wait.
 constexpr int kStandBackMillis = 1;
-
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 // Marks this thread as running `link`'s worker while it holds the worker lock.
 class Running {
@@ -121,7 +116,7 @@ void UcxTransport::run() {
     }
     if (drivers_.load(std::memory_order_seq_cst) == 0 && ++idle < kSpinsBeforeSleep) {
       if (idle < kSpinsBeforeYield) {
-        cpu_relax();
+        detail::cpu_relax();
       } else {
         sched_yield();  // any other thread of ours that can run goes first
       }
