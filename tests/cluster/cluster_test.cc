@@ -151,6 +151,16 @@ TEST_F(ClusterTest, KilledWorkerIsDeclaredDeadAndItsCallersGetActorDied) {
       << r.status();
   EXPECT_LT(failed_after, absl::Seconds(1)) << "the budget is 1 s";
   uint32_t dead = local_->worker_node(0);
+  // The head heard of the loss before the caller did: asked at once, it
+  // knows the actor is not alive (recovery relies on it; a caller that saw
+  // it alive would go on to call the actor's replacement, which may wait
+  // restart_wait for a node).
+  absl::StatusOr<ClusterStatus> first_look = driver_->status();
+  ASSERT_TRUE(first_look.ok()) << first_look.status();
+  bool alive = false;
+  for (const ActorStatus& a : first_look->actors)
+    alive = alive || (a.id == probe->id().value && a.state == ActorState::kAlive);
+  EXPECT_FALSE(alive) << "the head still thought the actor alive once its caller had seen it lost";
   EXPECT_TRUE(wait_status(
       [&](const ClusterStatus& s) {
         for (const NodeStatus& n : s.nodes) {

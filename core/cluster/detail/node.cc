@@ -395,7 +395,10 @@ void NodeCore::on_connection_lost(uint32_t node, const std::shared_ptr<Peer>& p,
     if (!p->lost.ok()) why = p->lost;  // declared gone: that is the reason
   }
   if (why.ok()) why = absl::UnavailableError("the peer closed the connection");
-  fail_pending(node, why);
+  // The head hears of the loss before the callers do: a caller that asks
+  // the head about the lost node once its call failed (recovery does) finds
+  // it dead, not still alive - the report is sent ahead on the same
+  // connection.
   bool shutting_down;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -404,6 +407,7 @@ void NodeCore::on_connection_lost(uint32_t node, const std::shared_ptr<Peer>& p,
   if (!shutting_down) {
     if (auto lost = hooks().peer_lost) lost(node, why);
   }
+  fail_pending(node, why);
 }
 
 void NodeCore::send(uint32_t hint, ActorId id, detail::Message* m, const ActorTypeInfo* type,
