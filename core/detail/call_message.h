@@ -74,6 +74,7 @@ class Call final : public FutureState<U>, public Message {
     }
     this->release();
   }
+  FutureStateBase* reply_state() override { return this; }
 
  private:
   M method_;

@@ -13,6 +13,8 @@ class Reader;
 
 namespace troupe::detail {
 
+class FutureStateBase;
+
 class Message {
  public:
   Message* next_ = nullptr;  // mailbox link
@@ -39,6 +41,9 @@ class Message {
   virtual bool wants_reply() const { return false; }
   virtual absl::Status encode_args(Writer& out);
   virtual void complete_remote(Reader& in);
+  // The state of the caller's future, which the reply completes; null for
+  // messages without a reply.
+  virtual FutureStateBase* reply_state() { return nullptr; }
 
  protected:
   virtual ~Message() = default;

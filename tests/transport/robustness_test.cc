@@ -24,7 +24,7 @@
 
 #include "tests/transport/transport_test_util.h"
 #include "transport/address.h"
-#include "transport/detail/direct_io.h"
+#include "transport/direct_io.h"
 
 extern char** environ;
 
@@ -419,11 +419,11 @@ TEST_P(PeerKilledTest, AFrameCutShortGivesBackThePlacedBuffer) {
   lent->sender =
       spawn_peer({"send", GetParam(), (*listener)->address(), kToken}, nullptr, &keepalive);
   absl::Time deadline = absl::Now() + absl::Seconds(30);
-  detail::DirectIo* direct_io = nullptr;
+  DirectIo* direct_io = nullptr;
   while (direct_io == nullptr && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(1));
     std::lock_guard<std::mutex> lock(mu);
-    direct_io = dynamic_cast<detail::DirectIo*>(kept.get());
+    direct_io = dynamic_cast<DirectIo*>(kept.get());
   }
   if (direct_io != nullptr) {
     direct_io->set_placement([lent](std::span<const Buffer>, size_t bytes) -> Buffer {

@@ -123,7 +123,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::create(Transport& tr
   // Every connection comes from one transport: if it lets waiting threads
   // run its I/O, they may run these connections' callbacks too.
   for (const auto& p : c->peers_) {
-    if (auto* direct_io = dynamic_cast<detail::DirectIo*>(p.get())) {
+    if (auto* direct_io = dynamic_cast<DirectIo*>(p.get())) {
       direct_io->allow_driving();
       direct_io->set_placement([weak](std::span<const Buffer> earlier, size_t bytes) {
         auto s = weak.lock();

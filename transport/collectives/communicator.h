@@ -29,7 +29,7 @@
 #include "transport/collectives/detail/shared_segment.h"
 #include "transport/collectives/store.h"
 #include "transport/connection.h"
-#include "transport/detail/direct_io.h"
+#include "transport/direct_io.h"
 
 namespace troupe::transport {
 
@@ -143,7 +143,7 @@ class Communicator {
     bool next();
 
    private:
-    detail::DirectIo* direct_io_;  // null unless this thread drives
+    DirectIo* direct_io_;  // null unless this thread drives
     bool crowded_;
     int64_t give_out_ns_ = 0;
     int idle_ = 0;
@@ -159,7 +159,7 @@ class Communicator {
     Blocked& operator=(const Blocked&) = delete;
 
    private:
-    detail::DirectIo* direct_io_;  // set if this thread drives
+    DirectIo* direct_io_;  // set if this thread drives
   };
 
  private:
@@ -179,7 +179,7 @@ class Communicator {
 
     // Takes the payload it keeps out of the lent frame.
     void deliver(Frame& frame, const std::shared_ptr<Connection>& from);
-    // The transport's placement (detail::DirectIo) for a frame's payload.
+    // The transport's placement (DirectIo) for a frame's payload.
     Buffer place(std::span<const Buffer> earlier, size_t bytes);
     void lost(int peer, const absl::Status& why);
   };
@@ -195,7 +195,7 @@ class Communicator {
   uint64_t sequence_ = 0;
   std::atomic<uint64_t> bytes_sent_{0};
   // The connections' transport, if a waiting thread can run its I/O.
-  detail::DirectIo* direct_io_ = nullptr;
+  DirectIo* direct_io_ = nullptr;
   bool crowded_ = false;  // more ranks on this host than CPUs to run them
   std::unique_ptr<detail::SharedSegment> shared_segment_;
 };

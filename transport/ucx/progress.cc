@@ -1,6 +1,6 @@
 // Running the worker. The progress thread runs it, and the commands other
 // threads post to it, while no thread drives the worker itself; a thread
-// driving it (detail::DirectIo) runs it instead, the progress thread then
+// driving it (DirectIo) runs it instead, the progress thread then
 // standing back. Whoever runs it holds the worker lock.
 #include <poll.h>
 #include <pthread.h>

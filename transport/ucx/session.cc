@@ -1,6 +1,6 @@
 // A ucx connection's own side: frames it is given to send, its close, the
 // callbacks it defers while a thread that may not run them drives the worker,
-// and detail::DirectIo, through which a consumer drives the worker itself.
+// and DirectIo, through which a consumer drives the worker itself.
 #include <memory>
 #include <mutex>
 #include <utility>

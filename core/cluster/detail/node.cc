@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/cluster/detail/remote_actor.h"
+#include "core/cluster/detail/reply_driver.h"
 #include "core/cluster/detail/rpc.capnp.h"
 #include "core/cluster/protocol.h"
 #include "core/codec.h"
@@ -35,8 +36,14 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>, public detail::A
   uint32_t index() const { return index_.load(std::memory_order_acquire); }
   void set_index(uint32_t index) { index_.store(index, std::memory_order_release); }
   const std::vector<std::string>& endpoints() const { return endpoints_; }
+  // An open connection to a node, and what a caller waiting for a reply on
+  // it may drive (null where the connection offers nothing to drive).
+  struct Link {
+    std::shared_ptr<Connection> conn;
+    std::shared_ptr<ReplyDriver> driver;
+  };
   // The connection to `node`, opened now if there is none.
-  absl::StatusOr<std::shared_ptr<Connection>> connection_to(uint32_t node);
+  absl::StatusOr<Link> connection_to(uint32_t node);
   uint64_t calls_served() const { return calls_served_.load(std::memory_order_relaxed); }
 
   void set_hooks(NodeHooks hooks) {
@@ -74,6 +81,7 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>, public detail::A
     std::mutex connect_mu;
     std::mutex mu;  // guards the fields below; never held while connecting
     std::shared_ptr<Connection> conn;
+    std::shared_ptr<ReplyDriver> driver;  // of `conn`, if it can be driven
     std::vector<std::string> endpoints;
     absl::Status lost;  // set once the node is declared gone
     // Bumped when the node moves (redirect): the loss of a connection to
@@ -240,6 +248,7 @@ void NodeCore::redirect(uint32_t node, std::vector<std::string> endpoints) {
     p->lost = absl::OkStatus();
     ++p->generation;
     conn = std::exchange(p->conn, nullptr);
+    p->driver = nullptr;
   }
   fail_pending(node, absl::UnavailableError(absl::StrCat("node ", node, " moved")));
   if (conn) conn->close();
@@ -255,6 +264,7 @@ void NodeCore::fail_node(uint32_t node, const absl::Status& reason) {
     p->lost = reason.ok() ? absl::UnavailableError("declared dead") : reason;
     lost = p->lost;
     conn = std::exchange(p->conn, nullptr);
+    p->driver = nullptr;
   }
   fail_pending(node, lost);  // before closing: the close reports a vaguer reason
   if (conn) conn->close();
@@ -326,12 +336,12 @@ uint32_t NodeCore::route(uint32_t hint, ActorId id) const {
   return it == moved_.end() ? hint : it->second;
 }
 
-absl::StatusOr<std::shared_ptr<Connection>> NodeCore::connection_to(uint32_t node) {
+absl::StatusOr<NodeCore::Link> NodeCore::connection_to(uint32_t node) {
   std::shared_ptr<Peer> p = peer(node);
-  auto usable_now = [&]() -> std::optional<absl::StatusOr<std::shared_ptr<Connection>>> {
+  auto usable_now = [&]() -> std::optional<absl::StatusOr<Link>> {
     std::lock_guard<std::mutex> lock(p->mu);
     if (!p->lost.ok()) return p->lost;
-    if (p->conn) return p->conn;
+    if (p->conn) return Link{p->conn, p->driver};
     return std::nullopt;
   };
   if (auto now = usable_now()) return *std::move(now);
@@ -373,12 +383,17 @@ absl::StatusOr<std::shared_ptr<Connection>> NodeCore::connection_to(uint32_t nod
                                 }};
   auto conn = transport::connect_best(usable, endpoints, callbacks, options_.connect_timeout);
   if (!conn.ok()) return conn.status();
+  // Callers waiting for replies run the transport themselves where it lets
+  // them (a call crosses fewer threads); replies are the connection's only
+  // frames, and on_reply and on_connection_lost do not block.
+  std::shared_ptr<ReplyDriver> driver = ReplyDriver::of(*conn);
   absl::Status lost;
   {
     std::lock_guard<std::mutex> lock(p->mu);
     if (p->lost.ok() && p->generation == generation) {
       p->conn = *conn;
-      return p->conn;
+      p->driver = std::move(driver);
+      return Link{p->conn, p->driver};
     }
     lost = p->lost.ok() ? absl::UnavailableError(absl::StrCat("node ", node, " moved")) : p->lost;
   }
@@ -391,7 +406,8 @@ void NodeCore::on_connection_lost(uint32_t node, const std::shared_ptr<Peer>& p,
   {
     std::lock_guard<std::mutex> lock(p->mu);
     if (p->generation != generation) return;  // a connection to where it was before it moved
-    p->conn = nullptr;                 // the next call reconnects, if the node is still alive
+    p->conn = nullptr;  // the next call reconnects, if the node is still alive
+    p->driver = nullptr;
     if (!p->lost.ok()) why = p->lost;  // declared gone: that is the reason
   }
   if (why.ok()) why = absl::UnavailableError("the peer closed the connection");
@@ -417,12 +433,12 @@ void NodeCore::send(uint32_t hint, ActorId id, detail::Message* m, const ActorTy
     send_local(id, m);
     return;
   }
-  auto conn = connection_to(node);
-  if (!conn.ok()) {
+  auto link = connection_to(node);
+  if (!link.ok()) {
     bool gone = lost(node);
     NodeHooks h = hooks();
-    if (!gone && absl::IsUnavailable(conn.status()) && h.peer_lost) {
-      h.peer_lost(node, conn.status());  // the head may declare the node dead at once
+    if (!gone && absl::IsUnavailable(link.status()) && h.peer_lost) {
+      h.peer_lost(node, link.status());  // the head may declare the node dead at once
     }
     // Ask the head where the actor is now: restarted elsewhere, or dead.
     // Only cluster actors move; the head's own service never does, so a
@@ -441,11 +457,11 @@ void NodeCore::send(uint32_t hint, ActorId id, detail::Message* m, const ActorTy
       }
     }
     if (gone) {
-      m->reject(node_lost_error(id, node, conn.status()));
+      m->reject(node_lost_error(id, node, link.status()));
     } else {
-      m->reject(absl::Status(conn.status().code(),
+      m->reject(absl::Status(link.status().code(),
                              absl::StrCat("cannot reach node ", node, " (for ", to_string(id),
-                                          "): ", conn.status().message())));
+                                          "): ", link.status().message())));
     }
     return;
   }
@@ -472,7 +488,12 @@ void NodeCore::send(uint32_t hint, ActorId id, detail::Message* m, const ActorTy
     }
     pending_.emplace(call_id, Pending{m, node, id, type, attempt});
   }
-  absl::Status sent = (*conn)->send(std::move(frame));
+  // Set before the send, while this node holds the message: the reply may
+  // complete it (and the caller drop it) at once.
+  if (reply && link->driver) {
+    if (detail::FutureStateBase* state = m->reply_state()) state->drive_with(link->driver);
+  }
+  absl::Status sent = link->conn->send(std::move(frame));
   if (!reply) {
     m->reject(absl::OkStatus());  // a tell is done once sent; reject() disposes of it
     return;

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "transport/detail/direct_io.h"
 #include "transport/detail/session.h"
+#include "transport/direct_io.h"
 
 namespace troupe::transport::ucx {
 
@@ -24,7 +24,7 @@ class UcxTransport;
 
 // How sessions reach their transport; cleared when it goes. Sends and
 // closes post to it under `mu`. Threads that drive the transport (see
-// detail::DirectIo) visit it through `live` instead, lock-free: the
+// DirectIo) visit it through `live` instead, lock-free: the
 // transport waits for the visitors to leave before it goes.
 struct Link {
   std::mutex mu;
@@ -47,7 +47,7 @@ struct Link {
 inline thread_local const Link* tls_running = nullptr;
 inline thread_local bool tls_driving = false;
 
-class UcxSession final : public detail::Session, public detail::DirectIo {
+class UcxSession final : public detail::Session, public DirectIo {
  public:
   UcxSession(Role role, const TransportOptions& options, std::shared_ptr<TransportStats> stats,
              std::string name, std::shared_ptr<Link> link, uint64_t id)
@@ -93,7 +93,7 @@ class UcxSession final : public detail::Session, public detail::DirectIo {
   // that buffers lent by placement go back to their owner (a collective
   // waits for them) even though the frame will never be whole.
   std::deque<std::shared_ptr<Incoming>> incoming;
-  detail::DirectIo::Placement placement;  // set under the worker lock
+  DirectIo::Placement placement;  // set under the worker lock
 
   // Where the part about to arrive lands: the frame's message, or a buffer
   // that placement chooses or the transport allocates.
@@ -137,7 +137,7 @@ class UcxSession final : public detail::Session, public detail::DirectIo {
   // Progress thread: hands up what was deferred.
   void flush_deferred();
 
-  // detail::DirectIo.
+  // DirectIo.
   void allow_driving() override { driving_allowed.store(true, std::memory_order_release); }
   void begin_driving() override;
   void end_driving(bool blocking) override;

@@ -48,7 +48,7 @@ namespace troupe::transport::ucx {
 // larger one sends its header and lengths that way, then (kFramePartAm, the
 // connection id as AM header) the message and each non-empty buffer: eager
 // up to kEagerPartBytes, above that by rendezvous as UCX sees fit (landing
-// where detail::DirectIo placement says). UCP delivers an endpoint's active
+// where DirectIo placement says). UCP delivers an endpoint's active
 // messages in order, so the receiver knows which part comes next.
 constexpr unsigned kFrameStartAm = 0;
 constexpr unsigned kFramePartAm = 1;
@@ -119,7 +119,7 @@ class UcxTransport final : public Transport {
   // and returns false.
   bool try_send_here(UcxSession* s, Frame& frame);
 
-  // A thread driving the worker (see detail::DirectIo).
+  // A thread driving the worker (see DirectIo).
   void begin_driving() { drivers_.fetch_add(1, std::memory_order_seq_cst); }
   void end_driving(bool blocking);
   bool poll_once();

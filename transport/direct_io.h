@@ -1,6 +1,6 @@
-// What a connection may offer beyond Connection to the one thread that
-// consumes its frames (a Communicator's), so that bytes reach it with less
-// handing over:
+// What a connection may offer beyond Connection to the threads that consume
+// its frames (a Communicator's; a node's callers waiting for replies), so
+// that bytes reach them with less handing over:
 //
 // Driving. The waiting thread runs the transport's I/O itself. Otherwise
 // every frame is handed over from the transport's I/O thread to the waiting
@@ -21,7 +21,7 @@
 
 #include "transport/buffer.h"
 
-namespace troupe::transport::detail {
+namespace troupe::transport {
 
 class DirectIo {
  public:
@@ -58,4 +58,4 @@ class DirectIo {
   ~DirectIo() = default;
 };
 
-}  // namespace troupe::transport::detail
+}  // namespace troupe::transport
