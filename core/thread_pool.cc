@@ -27,6 +27,13 @@ constexpr int kPausesPerRound = 32;
 // On two cores it tripled cluster_bench's 1 KiB call rate and left actor_bench
 // as it was.
 constexpr int kRoundsPerYield = 8;
+// Idle workers that spin at once, at most: this fraction of the pool, one at
+// least. In a pool of two, under a stream of calls to one actor, the second
+// idle spinner found no more work than the first and held a core that the
+// threads with work (the transport's poller, the caller beside it) needed:
+// cluster_bench's sync calls ran at 39-131 k/s, bimodal, with it; 62-108 k/s
+// without.
+constexpr int kThreadsPerSpinner = 2;
 // A next-slot entry seen unchanged, with its owner not advancing, for this
 // many spin rounds is stolen.
 constexpr int kNextAgeRounds = 4;
@@ -65,6 +72,7 @@ thread_local ThreadPool::Worker* ThreadPool::current_worker_ = nullptr;
 ThreadPool::ThreadPool(int threads, int max_threads, bool spin)
     : target_threads_(std::max(1, threads)),
       spin_rounds_(spin ? kSpinRounds : 0),
+      max_spinners_(std::max(1, target_threads_ / kThreadsPerSpinner)),
       max_threads_(max_threads > 0 ? std::max(max_threads, target_threads_)
                                    : target_threads_ * 8 + 16),
       workers_(new std::atomic<Worker*>[max_threads_]) {
@@ -232,16 +240,33 @@ Resumable* ThreadPool::find_other_work(Worker* w) {
   return nullptr;
 }
 
+bool ThreadPool::work_waiting() const {
+  if (global_size_.load(std::memory_order_relaxed) > 0) return true;
+  const int n = num_workers_.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    const Worker* w = workers_[i].load(std::memory_order_acquire);
+    if (w == nullptr) continue;
+    if (w->queue_size.load(std::memory_order_relaxed) > 0 ||
+        w->next.load(std::memory_order_relaxed) != nullptr) {
+      return true;
+    }
+  }
+  return false;
+}
+
 Resumable* ThreadPool::spin_then_park(Worker* w) {
   while (!stop_.load(std::memory_order_acquire)) {
-    spinning_.fetch_add(1, std::memory_order_seq_cst);
-    for (int round = 0; round < spin_rounds_; ++round) {
+    const int spinners = spinning_.fetch_add(1, std::memory_order_seq_cst);
+    const int rounds = spinners < max_spinners_ ? spin_rounds_ : 0;
+    for (int round = 0; round < rounds; ++round) {
       Resumable* r = find_own_work(w);
       if (r == nullptr) r = find_other_work(w);
       if (r != nullptr) {
-        // The last spinner to find work wakes a successor, so that work
-        // scheduled while we were spinning is not left unseen.
-        if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1) notify();
+        // The last spinner to find work wakes a successor if work is left:
+        // work scheduled while we spun woke nobody. (Dekker with notify():
+        // a producer that saw us spinning had published its work before our
+        // decrement, and we look after it.)
+        if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1 && work_waiting()) notify();
         return r;
       }
       for (int i = 0; i < kPausesPerRound; ++i)

@@ -9,8 +9,10 @@
 // advanced for a few microseconds), so a busy sender does not serialise its
 // receivers. Work scheduled from other threads goes to a global queue.
 //
-// Idle workers spin briefly, then park on a futex. At most the spinning workers
-// are woken for new work; a spinner that finds work wakes a successor.
+// Idle workers spin briefly, then park on a futex; at most half of them (one
+// at least) spin at a time, the others park at once. New work wakes a parked
+// worker only when none spins; a spinner that finds work wakes a successor if
+// more work is waiting.
 #pragma once
 
 #include <atomic>
@@ -54,6 +56,8 @@ class ThreadPool final : public Executor {
   Resumable* find_other_work(Worker* w);
   Resumable* steal_from(Worker* thief, Worker* victim);
   Resumable* spin_then_park(Worker* w);
+  // Whether any queue or next slot holds work.
+  bool work_waiting() const;
   void push_local(Worker* w, Resumable* r);
   void push_global(Resumable* r);
   Resumable* pop_global();
@@ -64,6 +68,7 @@ class ThreadPool final : public Executor {
 
   const int target_threads_;
   const int spin_rounds_;
+  const int max_spinners_;
   const int max_threads_;
   std::unique_ptr<std::atomic<Worker*>[]> workers_;  // max_threads_ slots
   std::atomic<int> num_workers_{0};
