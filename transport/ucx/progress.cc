@@ -35,13 +35,6 @@ constexpr int kSpinsBeforeSleep = 500;
 // frames on a host with fewer cores than busy threads - 64 calls halved
 // cluster_bench's cross-process call rate on two cores, 16 did not.
 constexpr int kSpinsBeforeYield = 16;
-// While operations are in flight (a large frame's rendezvous, a send not yet
-// out) the thread polls longer before it sleeps - milliseconds, yielding -
-// since their next steps do not all wake a thread asleep on the worker's fd:
-// ucx's 4 MiB frames went from 0.6-1.25x ucx_perftest's bandwidth, run to
-// run, to 1.46-1.55x. Bounded, so that a send to a stopped peer does not
-// keep a core busy until the peer is declared lost.
-constexpr int kSpinsInFlight = 20000;
 constexpr int kSleepMillis = 50;
 // While threads drive the worker themselves the progress thread sleeps in
 // steps this long: the most that work left to it can wait.
@@ -121,9 +114,7 @@ void UcxTransport::run() {
       idle = 0;
       continue;
     }
-    const int budget =
-        in_flight_.load(std::memory_order_relaxed) > 0 ? kSpinsInFlight : kSpinsBeforeSleep;
-    if (drivers_.load(std::memory_order_seq_cst) == 0 && ++idle < budget) {
+    if (drivers_.load(std::memory_order_seq_cst) == 0 && ++idle < kSpinsBeforeSleep) {
       if (idle < kSpinsBeforeYield) {
         detail::cpu_relax();
       } else {
