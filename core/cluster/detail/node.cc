@@ -80,8 +80,7 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>, public detail::A
     // a node that does not answer), so nothing else waits on it.
     std::mutex connect_mu;
     std::mutex mu;  // guards the fields below; never held while connecting
-    std::shared_ptr<Connection> conn;
-    std::shared_ptr<ReplyDriver> driver;  // of `conn`, if it can be driven
+    Link link;      // empty until connected
     std::vector<std::string> endpoints;
     absl::Status lost;  // set once the node is declared gone
     // Bumped when the node moves (redirect): the loss of a connection to
@@ -211,7 +210,7 @@ void NodeCore::shutdown() {
     l->close();
   for (auto& [node, p] : peers) {
     std::lock_guard<std::mutex> lock(p->mu);
-    if (p->conn) p->conn->close();
+    if (p->link.conn) p->link.conn->close();
   }
   std::vector<Pending> pending;
   {
@@ -247,8 +246,7 @@ void NodeCore::redirect(uint32_t node, std::vector<std::string> endpoints) {
     p->endpoints = std::move(endpoints);
     p->lost = absl::OkStatus();
     ++p->generation;
-    conn = std::exchange(p->conn, nullptr);
-    p->driver = nullptr;
+    conn = std::exchange(p->link, {}).conn;
   }
   fail_pending(node, absl::UnavailableError(absl::StrCat("node ", node, " moved")));
   if (conn) conn->close();
@@ -263,8 +261,7 @@ void NodeCore::fail_node(uint32_t node, const absl::Status& reason) {
     std::lock_guard<std::mutex> lock(p->mu);
     p->lost = reason.ok() ? absl::UnavailableError("declared dead") : reason;
     lost = p->lost;
-    conn = std::exchange(p->conn, nullptr);
-    p->driver = nullptr;
+    conn = std::exchange(p->link, {}).conn;
   }
   fail_pending(node, lost);  // before closing: the close reports a vaguer reason
   if (conn) conn->close();
@@ -341,7 +338,7 @@ absl::StatusOr<NodeCore::Link> NodeCore::connection_to(uint32_t node) {
   auto usable_now = [&]() -> std::optional<absl::StatusOr<Link>> {
     std::lock_guard<std::mutex> lock(p->mu);
     if (!p->lost.ok()) return p->lost;
-    if (p->conn) return Link{p->conn, p->driver};
+    if (p->link.conn) return p->link;
     return std::nullopt;
   };
   if (auto now = usable_now()) return *std::move(now);
@@ -391,9 +388,8 @@ absl::StatusOr<NodeCore::Link> NodeCore::connection_to(uint32_t node) {
   {
     std::lock_guard<std::mutex> lock(p->mu);
     if (p->lost.ok() && p->generation == generation) {
-      p->conn = *conn;
-      p->driver = std::move(driver);
-      return Link{p->conn, p->driver};
+      p->link = Link{*conn, std::move(driver)};
+      return p->link;
     }
     lost = p->lost.ok() ? absl::UnavailableError(absl::StrCat("node ", node, " moved")) : p->lost;
   }
@@ -406,8 +402,7 @@ void NodeCore::on_connection_lost(uint32_t node, const std::shared_ptr<Peer>& p,
   {
     std::lock_guard<std::mutex> lock(p->mu);
     if (p->generation != generation) return;  // a connection to where it was before it moved
-    p->conn = nullptr;  // the next call reconnects, if the node is still alive
-    p->driver = nullptr;
+    p->link = {};                      // the next call reconnects, if the node is still alive
     if (!p->lost.ok()) why = p->lost;  // declared gone: that is the reason
   }
   if (why.ok()) why = absl::UnavailableError("the peer closed the connection");
