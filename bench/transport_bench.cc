@@ -5,7 +5,9 @@
 // TCP socket ping-pong.
 //
 //   transport_bench [--round-trips 20000] [--frames 64] [--repeat 5]
-//                   [--transports tcp,ucx] [--json FILE]
+//                   [--transports tcp,ucx] [--no-peer] [--json FILE]
+//
+// --no-peer leaves the peers out, to profile troupe's side alone.
 //
 // troupe's numbers are taken the way an actor runtime uses a connection:
 // replies are sent from the receive callback (no thread hand-off in the loop),
@@ -22,6 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -90,20 +93,21 @@ Pair make_pair(const std::string& kind, bool echo) {
   return p;
 }
 
-// Sends `total` frames from `next_frame` with `window` in flight, each reply
-// releasing the next send from the receive callback; returns the seconds taken.
-// A window of 1 is a ping-pong.
+// Sends `warm + total` frames from `next_frame` with `window` in flight, each
+// reply releasing the next send from the receive callback. A window of 1 is
+// a ping-pong.
 struct Driver {
   std::shared_ptr<Connection> conn;
   std::function<Frame()> next_frame;
-  long total = 0;
+  long warm = 0;
+  long total = 0;  // timed replies, after the warm ones
   std::atomic<long> sent{0};
-  std::atomic<long> received{0};
+  long received = 0;              // one callback at a time
+  std::vector<int64_t> arrivals;  // steady-clock ns of the last warm reply and each timed one
   std::promise<void> done;
-  std::vector<int64_t> arrivals;  // steady-clock ns of each reply (one callback at a time)
 
   void send_next() {
-    if (sent.fetch_add(1) < total) static_cast<void>(conn->send(next_frame()));
+    if (sent.fetch_add(1) < warm + total) static_cast<void>(conn->send(next_frame()));
   }
 };
 
@@ -118,18 +122,31 @@ struct WindowRun {
   double median_gap_us = 0;  // between consecutive replies: a round trip, for a window of 1
 };
 
+// Runs `total` timed frames behind a warm-up, as ucx_perftest warms up
+// before it measures (on its own buffers, allocated once): a tenth of the run
+// and at least a window, so that the buffers a receiver lands frames in are
+// the ones it reuses, not fresh memory faulted in page by page while the
+// clock runs. The sends go on without a pause from the warm-up into the
+// timed frames; the clock starts at the last warm reply.
 WindowRun run_window(Pair& p, std::function<Frame()> next_frame, long total, int window) {
   auto d = std::make_shared<Driver>();
   d->next_frame = std::move(next_frame);
+  d->warm = std::max<long>(window, (total + 9) / 10);
   d->total = total;
   d->arrivals.reserve(static_cast<size_t>(total) + 1);
+  // The callbacks hold the driver weakly: it holds the connection.
+  std::weak_ptr<Driver> weak = d;
   auto conn = p.client->connect(p.listener->address(),
-                                ConnectionCallbacks{[d](Frame&) {
-                                                      d->arrivals.push_back(now_ns());
-                                                      if (++d->received == d->total) {
-                                                        d->done.set_value();
+                                ConnectionCallbacks{[weak](Frame&) {
+                                                      auto dr = weak.lock();
+                                                      if (!dr) return;
+                                                      long n = ++dr->received;
+                                                      if (n >= dr->warm)
+                                                        dr->arrivals.push_back(now_ns());
+                                                      if (n == dr->warm + dr->total) {
+                                                        dr->done.set_value();
                                                       } else {
-                                                        d->send_next();
+                                                        dr->send_next();
                                                       }
                                                     },
                                                     [](absl::Status) {}},
@@ -139,17 +156,16 @@ WindowRun run_window(Pair& p, std::function<Frame()> next_frame, long total, int
     std::exit(1);
   }
   d->conn = *conn;
-  auto start = std::chrono::steady_clock::now();
-  const int64_t start_ns = now_ns();
   for (int i = 0; i < window; ++i)
     d->send_next();
   d->done.get_future().wait();
-  WindowRun run{troupe::bench::seconds_since(start), 0};
   d->conn->close();
+  WindowRun run;
+  run.seconds = static_cast<double>(d->arrivals.back() - d->arrivals.front()) / 1e9;
   std::vector<double> gaps;
   gaps.reserve(d->arrivals.size());
-  for (size_t i = 0; i < d->arrivals.size(); ++i)
-    gaps.push_back(static_cast<double>(d->arrivals[i] - (i == 0 ? start_ns : d->arrivals[i - 1])));
+  for (size_t i = 1; i < d->arrivals.size(); ++i)
+    gaps.push_back(static_cast<double>(d->arrivals[i] - d->arrivals[i - 1]));
   if (!gaps.empty()) run.median_gap_us = troupe::bench::median(gaps) / 1e3;
   return run;
 }
@@ -302,7 +318,7 @@ int main(int argc, char** argv) {
   if (flags.has("--help")) {
     std::printf(
         "usage: transport_bench [--round-trips N] [--frames N] [--repeat N] "
-        "[--transports tcp,ucx] [--json FILE]\n");
+        "[--transports tcp,ucx] [--no-peer] [--json FILE]\n");
     return 0;
   }
   long round_trips = flags.get_long("--round-trips", 20000);
@@ -314,8 +330,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "transport_bench: sizes must be positive\n");
     return 2;
   }
-  bool have_perftest = troupe::bench::ucx_perftest_available();
-  if (!have_perftest) std::printf("ucx_perftest (ucx-utils) not found: its columns are skipped\n");
+  const bool no_peer = flags.has("--no-peer");
+  bool have_perftest = !no_peer && troupe::bench::ucx_perftest_available();
+  if (!have_perftest && !no_peer) {
+    std::printf("ucx_perftest (ucx-utils) not found: its columns are skipped\n");
+  }
   std::printf("transport_bench: %ld round trips, %ld frames per bandwidth run, %d repeats\n",
               round_trips, frames, repeat);
 
@@ -349,7 +368,7 @@ int main(int argc, char** argv) {
           Row{"ucx 8 B round trip vs perftest -e", "us (lower is better)", lat.troupe,
               median_of([&] { return troupe::bench::perftest_rtt_us(tls, round_trips, true); })});
     }
-    if (kind == "tcp") {
+    if (kind == "tcp" && !no_peer) {
       rows.push_back(Row{"tcp 8 B round trip, mean, vs socket", "us (lower is better)", mean.troupe,
                          median_of([&] { return socket_rtt_us(round_trips); })});
     }
@@ -367,7 +386,7 @@ int main(int argc, char** argv) {
                              return troupe::bench::perftest_bandwidth(tls, size, n, true);
                            }) / 1e9});
       }
-      if (kind == "tcp") {
+      if (kind == "tcp" && !no_peer) {
         rows.push_back(Row{label + " vs socket", "GB/s", bw.troupe,
                            median_of([&] { return socket_bandwidth(size, n); }) / 1e9});
       }

@@ -153,21 +153,6 @@ Buffer Buffer::borrow(std::shared_ptr<const void> owner, std::byte* data, size_t
   return b;
 }
 
-Buffer::Buffer(Buffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)),
-      owner_(std::move(other.owner_)) {}
-
-Buffer& Buffer::operator=(Buffer&& other) noexcept {
-  if (this != &other) {
-    release();
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-    owner_ = std::move(other.owner_);
-  }
-  return *this;
-}
-
 void Buffer::release() {
   if (owner_ == nullptr && data_ != nullptr) {
     const size_t bytes = allocation_bytes(size_);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 
 namespace troupe::transport {
 
@@ -23,8 +24,20 @@ class Buffer {
   // long as this Buffer. The bytes must not change while a send is in flight.
   static Buffer borrow(std::shared_ptr<const void> owner, std::byte* data, size_t size);
 
-  Buffer(Buffer&& other) noexcept;
-  Buffer& operator=(Buffer&& other) noexcept;
+  // Moves are inline: a frame's delivery moves its buffers a few times.
+  Buffer(Buffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)),
+        owner_(std::move(other.owner_)) {}
+  Buffer& operator=(Buffer&& other) noexcept {
+    if (this != &other) {
+      if (data_ != nullptr || owner_ != nullptr) release();
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+      owner_ = std::move(other.owner_);
+    }
+    return *this;
+  }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   ~Buffer() {

@@ -69,7 +69,7 @@ std::string to_string(FrameKind kind) {
 void refit(Frame& frame, FrameKind kind, size_t message_bytes, std::span<const uint64_t> lengths) {
   auto fit = [](Buffer& b, size_t size) {
     if (size == 0) {
-      b = Buffer();
+      if (b.data() != nullptr || b.borrowed()) b = Buffer();
     } else if (!b.reuse(size)) {
       b = Buffer(size);
     }
@@ -186,12 +186,12 @@ absl::StatusOr<FrameHeader> decode_header(std::span<const std::byte> bytes,
   return h;
 }
 
-absl::StatusOr<LengthTable> decode_lengths(const FrameHeader& h, std::span<const std::byte> bytes,
-                                           const FrameLimits& limits) {
+absl::Status decode_lengths(const FrameHeader& h, std::span<const std::byte> bytes,
+                            const FrameLimits& limits, LengthTable& lengths) {
   if (bytes.size() < h.lengths_bytes()) {
     return absl::InvalidArgumentError("truncated buffer length table");
   }
-  LengthTable lengths(h.buffer_count);
+  lengths.resize(h.buffer_count);
   uint64_t sum = 0;
   for (size_t i = 0; i < lengths.size(); ++i) {
     lengths[i] = load<uint64_t>(bytes, i * 8);
@@ -205,7 +205,7 @@ absl::StatusOr<LengthTable> decode_lengths(const FrameHeader& h, std::span<const
     return absl::InvalidArgumentError(
         absl::StrCat("buffer lengths add up to ", sum, " but the header says ", h.buffers_bytes));
   }
-  return lengths;
+  return absl::OkStatus();
 }
 
 absl::Status validate_message(const Buffer& message, const FrameLimits& limits) {
@@ -244,8 +244,8 @@ absl::StatusOr<Frame> decode_frame(std::span<const std::byte> bytes, const Frame
         absl::StrCat(bytes.size() - h->total_bytes(), " stray bytes after the frame"));
   }
   size_t at = kFrameHeaderBytes;
-  absl::StatusOr<LengthTable> lengths = decode_lengths(*h, bytes.subspan(at), limits);
-  if (!lengths.ok()) return lengths.status();
+  LengthTable lengths;
+  if (absl::Status s = decode_lengths(*h, bytes.subspan(at), limits, lengths); !s.ok()) return s;
   at += h->lengths_bytes();
 
   Frame frame;
@@ -253,7 +253,7 @@ absl::StatusOr<Frame> decode_frame(std::span<const std::byte> bytes, const Frame
   frame.message = Buffer::copy_of(bytes.subspan(at, h->message_bytes));
   at += h->message_bytes;
   if (absl::Status s = validate_message(frame.message, limits); !s.ok()) return s;
-  for (uint64_t len : *lengths) {
+  for (uint64_t len : lengths) {
     frame.buffers.push_back(Buffer::copy_of(bytes.subspan(at, len)));
     at += len;
   }

@@ -26,7 +26,7 @@ class FuzzSession final : public troupe::transport::detail::Session {
   using Session::frame_limits;  // what a transport reads the next frame with
 
  protected:
-  absl::Status write_frame(Frame) override { return absl::OkStatus(); }
+  absl::Status write_frame(Frame&&) override { return absl::OkStatus(); }
   void shutdown_channel() override {}
 
  private:

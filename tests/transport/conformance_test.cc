@@ -232,6 +232,23 @@ TEST_P(ConformanceTest, OrderlyCloseReachesBothSides) {
   EXPECT_EQ(conn->send(tagged(0, 1)).code(), absl::StatusCode::kUnavailable);
 }
 
+// send() takes the frame even when it refuses it: a borrowed buffer's owner
+// (a tensor a collective lent) is let go of before send() returns, not when
+// the caller's frame happens to go.
+TEST_P(ConformanceTest, ARefusedSendLetsGoOfTheFrame) {
+  Inbox& inbox = new_inbox();
+  auto conn = connect(listen_echo(), inbox);
+  ASSERT_NE(conn, nullptr);
+  conn->close();
+  ASSERT_TRUE(inbox.wait_closed());
+  auto owner = std::make_shared<std::vector<std::byte>>(64);
+  Frame frame;
+  frame.buffers.push_back(Buffer::borrow(owner, owner->data(), owner->size()));
+  ASSERT_EQ(owner.use_count(), 2);
+  EXPECT_EQ(conn->send(std::move(frame)).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(owner.use_count(), 1) << "the refused frame still holds its buffer";
+}
+
 TEST_P(ConformanceTest, WrongTokenIsRefusedBeforeAnyMessage) {
   std::atomic<int> accepted{0};
   auto listener = server_->listen(any_address(GetParam()), [&](std::shared_ptr<Connection>) {

@@ -345,16 +345,21 @@ void Session::on_channel_closed(absl::Status why) {
   if (callbacks_.on_closed) callbacks_.on_closed(reason);
 }
 
-absl::Status Session::send(Frame frame) {
+absl::Status Session::send(Frame&& frame) {
   if (state_.load(std::memory_order_acquire) != State::kOpen) {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ != State::kOpen) {
+      Frame dropped = std::move(frame);
       return close_reason_.ok() ? absl::UnavailableError("connection is closing") : close_reason_;
     }
   }
   frame.kind = FrameKind::kData;
   absl::Status s = write_frame(std::move(frame));
-  if (s.ok()) stats_->frames_sent.fetch_add(1, std::memory_order_relaxed);
+  if (s.ok()) {
+    stats_->frames_sent.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    Frame dropped = std::move(frame);  // what write_frame left, let go of as promised
+  }
   return s;
 }
 

@@ -56,13 +56,14 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   bool handshaking() const;
 
   // Connection.
-  absl::Status send(Frame frame) override;
+  absl::Status send(Frame&& frame) override;
   void close() override;
   std::string peer_name() const override;
 
  protected:
-  // Queues `frame` for writing, in order. Thread-safe.
-  virtual absl::Status write_frame(Frame frame) = 0;
+  // Queues `frame` for writing, in order, taking it (or, on failure,
+  // perhaps leaving it be: send() lets go of it then). Thread-safe.
+  virtual absl::Status write_frame(Frame&& frame) = 0;
   // Closes the channel once queued frames are written; the transport then
   // calls on_channel_closed(). Thread-safe, idempotent.
   virtual void shutdown_channel() = 0;

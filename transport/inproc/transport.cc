@@ -90,7 +90,7 @@ class InprocSession final : public detail::Session {
   IoHandle& io() { return *io_; }
 
  protected:
-  absl::Status write_frame(Frame frame) override {
+  absl::Status write_frame(Frame&& frame) override {
     std::shared_ptr<InprocSession> peer = peer_.lock();
     if (!peer || !peer->io().post({peer, std::move(frame)})) {
       return absl::UnavailableError("inproc peer is gone");

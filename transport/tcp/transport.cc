@@ -105,7 +105,7 @@ class TcpSession final : public detail::Session {
   }
 
  protected:
-  absl::Status write_frame(Frame frame) override {
+  absl::Status write_frame(Frame&& frame) override {
     Outgoing out;
     out.header = encode_header(header_of(frame));
     out.lengths = encode_lengths(frame);
@@ -267,11 +267,13 @@ class TcpSession final : public detail::Session {
       if (!h.ok()) return bad_frame(h.status());
       const size_t table_end = kFrameHeaderBytes + h->lengths_bytes();
       if (staged.size() < table_end) return read_more();
-      absl::StatusOr<LengthTable> lengths =
-          decode_lengths(*h, staged.subspan(kFrameHeaderBytes, h->lengths_bytes()), frame_limits());
-      if (!lengths.ok()) return bad_frame(lengths.status());
+      if (absl::Status s = decode_lengths(*h, staged.subspan(kFrameHeaderBytes, h->lengths_bytes()),
+                                          frame_limits(), lengths_);
+          !s.ok()) {
+        return bad_frame(s);
+      }
       staged_begin_ += table_end;
-      refit(incoming_, h->kind, h->message_bytes, *lengths);
+      refit(incoming_, h->kind, h->message_bytes, lengths_);
       // The body's parts, in order; what is staged is copied into them.
       targets_.clear();
       if (!incoming_.message.empty())
@@ -332,6 +334,7 @@ class TcpSession final : public detail::Session {
   size_t staged_begin_ = 0;         // the staged bytes: [begin, end)
   size_t staged_end_ = 0;
   Frame incoming_;                             // lent to the callbacks
+  LengthTable lengths_;                        // the table of the frame being read
   std::vector<asio::mutable_buffer> targets_;  // where its body's parts go
 
   // Write state.

@@ -27,12 +27,20 @@ struct RecvOp {
 }  // namespace
 
 UcxSession* UcxTransport::session_by_id(uint64_t id) {
-  if (auto it = known_.find(id); it != known_.end()) return it->second.get();
-  std::lock_guard<std::mutex> lock(sessions_mu_);
-  auto it = by_id_.find(id);
-  if (it == by_id_.end()) return nullptr;
-  known_.emplace(id, it->second);
-  return it->second.get();
+  if (id == last_id_) return last_session_;  // frames mostly come in runs for one
+  UcxSession* s = nullptr;
+  if (auto it = known_.find(id); it != known_.end()) {
+    s = it->second.get();
+  } else {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    auto found = by_id_.find(id);
+    if (found == by_id_.end()) return nullptr;
+    known_.emplace(id, found->second);
+    s = found->second.get();
+  }
+  last_id_ = id;
+  last_session_ = s;
+  return s;
 }
 
 ucs_status_t UcxTransport::on_frame_start(void* arg, const void*, size_t, void* data, size_t length,
@@ -61,10 +69,10 @@ ucs_status_t UcxTransport::on_frame_start(void* arg, const void*, size_t, void* 
     s->hand_up_bad_frame(absl::InvalidArgumentError("frame start has the wrong size"));
     return UCS_OK;
   }
-  absl::StatusOr<LengthTable> lengths =
-      decode_lengths(*h, bytes.subspan(kFrameHeaderBytes), limits);
-  if (!lengths.ok()) {
-    s->hand_up_bad_frame(lengths.status());
+  LengthTable lengths;
+  if (absl::Status v = decode_lengths(*h, bytes.subspan(kFrameHeaderBytes), limits, lengths);
+      !v.ok()) {
+    s->hand_up_bad_frame(v);
     return UCS_OK;
   }
   if (!s->incoming.empty() && s->incoming.back()->next_part < s->incoming.back()->parts.size()) {
@@ -73,10 +81,9 @@ ucs_status_t UcxTransport::on_frame_start(void* arg, const void*, size_t, void* 
     return UCS_OK;
   }
   if (whole && s->incoming.empty()) {  // the usual small frame: deliver it now
-    // Laid into a frame from the pool, lent to the callback, and taken back
-    // with whatever storage the callback left in it.
-    Frame f = t->take_frame();
-    refit(f, h->kind, h->message_bytes, *lengths);
+    InboundFrame inbound(*t);
+    Frame& f = *inbound;
+    refit(f, h->kind, h->message_bytes, lengths);
     const std::byte* src = bytes.data() + table_end;
     if (h->message_bytes > 0) std::memcpy(f.message.data(), src, h->message_bytes);
     src += h->message_bytes;
@@ -89,7 +96,6 @@ ucs_status_t UcxTransport::on_frame_start(void* arg, const void*, size_t, void* 
     } else {
       s->hand_up_frame(f);
     }
-    t->give_back(std::move(f));
     return UCS_OK;
   }
   auto in = std::make_shared<UcxSession::Incoming>();
@@ -99,7 +105,7 @@ ucs_status_t UcxTransport::on_frame_start(void* arg, const void*, size_t, void* 
     const std::byte* src = bytes.data() + table_end;
     raw->frame.message = Buffer::copy_of({src, h->message_bytes});
     src += h->message_bytes;
-    for (uint64_t len : *lengths) {
+    for (uint64_t len : lengths) {
       raw->frame.buffers.push_back(Buffer::copy_of({src, len}));
       src += len;
     }
@@ -107,7 +113,7 @@ ucs_status_t UcxTransport::on_frame_start(void* arg, const void*, size_t, void* 
     raw->frame.message = Buffer(h->message_bytes);
     if (!raw->frame.message.empty())
       raw->parts.push_back({UcxSession::Incoming::kMessage, h->message_bytes});
-    for (uint64_t len : *lengths) {
+    for (uint64_t len : lengths) {
       raw->frame.buffers.emplace_back();
       if (len > 0) raw->parts.push_back({static_cast<int>(raw->frame.buffers.size() - 1), len});
     }

@@ -39,7 +39,7 @@ void append_start(std::vector<std::byte>& out, uint64_t to, const FrameHeader& h
 }
 }  // namespace
 
-void UcxTransport::send_now(UcxSession* s, Frame frame) {
+void UcxTransport::send_now(UcxSession* s, Frame&& frame) {
   if (s->gone) return;
   if (s->ep == nullptr) {
     s->held.push_back(std::move(frame));  // the endpoint exchange is still on its way

@@ -11,7 +11,7 @@
 
 namespace troupe::transport::ucx {
 
-absl::Status UcxSession::write_frame(Frame frame) {
+absl::Status UcxSession::write_frame(Frame&& frame) {
   if (tls_running == link_.get()) {
     // A reply from a callback, or a thread driving the worker: no hand-off.
     // (Once the transport is going, sends fail below.)

@@ -43,7 +43,9 @@ struct Link {
 
 // The link whose worker this thread is running now, holding the worker lock
 // (the progress thread, or a thread driving it), and whether it is a thread
-// driving it rather than the progress thread.
+// driving it rather than the progress thread. (The initial-exec TLS model,
+// which spares the __tls_get_addr calls, made the ucx round trip twice as
+// slow on the development machine, unexplained; they stay general-dynamic.)
 inline thread_local const Link* tls_running = nullptr;
 inline thread_local bool tls_driving = false;
 
@@ -158,7 +160,7 @@ class UcxSession final : public detail::Session, public DirectIo {
   }
 
  protected:
-  absl::Status write_frame(Frame frame) override;
+  absl::Status write_frame(Frame&& frame) override;
   void shutdown_channel() override;
   void drop_channel() override;
 

@@ -12,6 +12,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -130,21 +131,31 @@ class UcxTransport final : public Transport {
     fn();
   }
 
-  // Worker lock holder only: a frame to lay a small incoming frame into, and
-  // its return once the callbacks are done with it. The pool holds a few, as
-  // a callback may run the worker again.
-  Frame take_frame() {
-    if (frame_pool_.empty()) return Frame();
-    Frame f = std::move(frame_pool_.back());
-    frame_pool_.pop_back();
-    return f;
-  }
-  void give_back(Frame f) {
-    if (frame_pool_.size() < kPooledFrames) frame_pool_.push_back(std::move(f));
-  }
+  // Worker lock holder only: the frame a small incoming frame is laid into,
+  // lent to the callbacks and kept, with whatever storage they left in it,
+  // for the next one - in place, as moving a frame costs about as much as
+  // the rest of its delivery. A callback may run the worker again, so each
+  // level of that nesting has a frame of its own (beyond kPooledFrames, a
+  // fresh one).
+  class InboundFrame {
+   public:
+    explicit InboundFrame(UcxTransport& t)
+        : t_(t), frame_(t.inbound_depth_ < kPooledFrames ? t.inbound_[t.inbound_depth_] : spare_) {
+      ++t_.inbound_depth_;
+    }
+    ~InboundFrame() { --t_.inbound_depth_; }
+    InboundFrame(const InboundFrame&) = delete;
+    InboundFrame& operator=(const InboundFrame&) = delete;
+    Frame& operator*() { return frame_; }
+
+   private:
+    UcxTransport& t_;
+    Frame spare_;
+    Frame& frame_;
+  };
 
   // Worker lock holder only: sends now, or holds the frame until `s` has an endpoint.
-  void send_now(UcxSession* s, Frame frame);
+  void send_now(UcxSession* s, Frame&& frame);
   void close_now(const std::shared_ptr<UcxSession>& s);
   void drop(const std::shared_ptr<UcxSession>& s, absl::Status why);
   // Forgets `s`, closes its endpoint (flushing queued sends, or not) and its
@@ -234,9 +245,12 @@ class UcxTransport final : public Transport {
   std::vector<Command> running_;  // the batch of commands being run; progress thread only
   // Worker lock holder only.
   absl::flat_hash_map<uint64_t, std::shared_ptr<UcxSession>> known_;  // by_id_'s, lock-free
+  uint64_t last_id_ = 0;  // the one found last, in known_ (ids start at 1)
+  UcxSession* last_session_ = nullptr;
   absl::flat_hash_map<ucp_ep_h, std::shared_ptr<UcxSession>> by_ep_;
   static constexpr size_t kPooledFrames = 4;
-  std::vector<Frame> frame_pool_;                     // see take_frame()
+  std::array<Frame, kPooledFrames> inbound_;  // see InboundFrame
+  size_t inbound_depth_ = 0;
   std::vector<std::byte> start_;                      // where the next inline frame is laid out
   std::vector<std::shared_ptr<UcxSession>> retired_;  // ended; released between progress calls
 };
