@@ -8,8 +8,11 @@
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -27,33 +30,49 @@ namespace {
 // cross-process call rates 3-6x - while a reply to a frame just sent comes
 // back well within the budget.
 constexpr int kSpinsBeforeSleep = 500;
-// The first idle calls do not yield: a sched_yield is a trip through the
-// scheduler even when no other thread waits, and costs more than a
-// shared-memory hop (it was most of the ucx round trip: 1.3-1.6 us with a
-// yield after every call, 0.9-1.0 with 16 calls first, 0.55-0.85 with 64).
-// Not more: a poller that does not yield starves the threads that answer the
-// frames on a host with fewer cores than busy threads - 64 calls halved
-// cluster_bench's cross-process call rate on two cores, 16 did not.
-constexpr int kSpinsBeforeYield = 16;
+// The first microsecond of idle calls does not yield: a sched_yield is a
+// trip through the scheduler even when no other thread waits, and costs more
+// than a shared-memory hop (it was most of the ucx round trip: 1.3-1.6 us
+// with a yield after every call, 0.9-1.0 with 16 calls first, 0.55-0.85
+// with 64). Not more: a poller that does not yield starves the threads that
+// answer the frames on a host with fewer cores than busy threads - 64 calls
+// (about 4 us) halved cluster_bench's cross-process call rate on two cores,
+// 16 (about 1 us) did not. By the clock, not by a count of calls: a count
+// is a time that moves with the loop's cost - when a turn got cheaper, 16
+// turns ended before a reply came back, and the round trip doubled, the
+// reply waiting behind a yield.
+constexpr int64_t kSpinNanos = 1000;
+constexpr int kClockEvery = 4;  // turns between clock reads while spinning
 constexpr int kSleepMillis = 50;
 // While threads drive the worker themselves the progress thread sleeps in
 // steps this long: the most that work left to it can wait.
 constexpr int kStandBackMillis = 1;
 
-// Marks this thread as running `link`'s worker while it holds the worker lock.
+// Marks this thread as running `link`'s worker: a thread driving it while it
+// holds the worker lock, the progress thread for its whole loop. Nested
+// marks put back the one they found.
 class Running {
  public:
-  Running(const Link* link, bool driving) {
-    tls_running = link;
-    tls_driving = driving;
-  }
+  Running(const Link* link, bool driving)
+      : outer_running_(std::exchange(tls_running, link)),
+        outer_driving_(std::exchange(tls_driving, driving)) {}
   ~Running() {
-    tls_running = nullptr;
-    tls_driving = false;
+    tls_running = outer_running_;
+    tls_driving = outer_driving_;
   }
   Running(const Running&) = delete;
   Running& operator=(const Running&) = delete;
+
+ private:
+  const Link* outer_running_;
+  bool outer_driving_;
 };
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
@@ -93,11 +112,16 @@ bool UcxTransport::run_commands() {
 void UcxTransport::run() {
   pthread_setname_np(pthread_self(), "troupe-ucx");  // as top -H and perf show it
   int idle = 0;
+  bool spinning = false;  // idle, but not yet yielding
+  int64_t spin_until = 0;
+  // Marked once for the whole loop, not each time round (four thread-local
+  // writes a turn, each a __tls_get_addr call in a shared library): between
+  // turns, without the lock, this thread runs nothing that reads the mark.
+  std::optional<Running> running(std::in_place, link_.get(), /*driving=*/false);
   while (!stopping_) {
     bool busy = false;
     {
       std::lock_guard<std::mutex> lock(worker_mu_);
-      Running running(link_.get(), /*driving=*/false);
       busy = run_commands();
       if (drivers_.load(std::memory_order_seq_cst) == 0) {
         while (ucp_worker_progress(worker_) != 0)
@@ -115,7 +139,13 @@ void UcxTransport::run() {
       continue;
     }
     if (drivers_.load(std::memory_order_seq_cst) == 0 && ++idle < kSpinsBeforeSleep) {
-      if (idle < kSpinsBeforeYield) {
+      if (idle == 1) {
+        spinning = true;
+        spin_until = now_ns() + kSpinNanos;
+      } else if (spinning && idle % kClockEvery == 0) {
+        spinning = now_ns() < spin_until;
+      }
+      if (spinning) {
         detail::cpu_relax();
       } else {
         sched_yield();  // any other thread of ours that can run goes first
@@ -125,6 +155,7 @@ void UcxTransport::run() {
     idle = 0;
     sleep();
   }
+  running.reset();
   // Shutting down: every connection ends now.
   std::vector<std::shared_ptr<UcxSession>> sessions;
   {

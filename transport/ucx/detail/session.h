@@ -41,11 +41,10 @@ struct Link {
   }
 };
 
-// The link whose worker this thread is running now, holding the worker lock
-// (the progress thread, or a thread driving it), and whether it is a thread
-// driving it rather than the progress thread. (The initial-exec TLS model,
-// which spares the __tls_get_addr calls, made the ucx round trip twice as
-// slow on the development machine, unexplained; they stay general-dynamic.)
+// The link whose worker this thread is running now - a thread driving it,
+// while it holds the worker lock, or the progress thread, for its whole loop
+// (between turns it runs nothing that reads this) - and whether it is a
+// thread driving it rather than the progress thread.
 inline thread_local const Link* tls_running = nullptr;
 inline thread_local bool tls_driving = false;
 
