@@ -94,6 +94,11 @@ struct Kill {
   // With the worker, and by the same signal sent right after it: an idle
   // worker (a spare, where the lost rank's replacement would go).
   bool with_spare = false;
+  // Before the step starts, on the test's thread, without waiting for
+  // anything: the step is the first to meet the loss. (A kill from a thread
+  // beside the step can land after it on a loaded machine, and the next
+  // step meets it instead.)
+  bool before_step = false;
 };
 
 struct RunLog {
@@ -238,6 +243,10 @@ class RecoveryTest : public ::testing::Test {
         if (kill.until_restarted) {
           local_->kill_worker(victim, kill.signal);
           await_restarted((*trainer)->repair()->actors_at(at));
+          continue;
+        }
+        if (kill.before_step) {
+          local_->kill_worker(victim, kill.signal);
           continue;
         }
         killers.emplace_back([this, victim, kill] {
@@ -806,7 +815,7 @@ TEST_F(RecoveryTest, WithoutANodeForTheReplacementTheJobEndsWithAClearError) {
   start_cluster(2);
   TrainConfig config = config_for(0);
   config.fault_tolerance.wait_for_node_s = 1;
-  const RunLog failed = run(config, {{.step = 3, .rank = 1}});
+  const RunLog failed = run(config, {{.step = 3, .rank = 1, .before_step = true}});
   EXPECT_FALSE(failed.status.ok());
   EXPECT_TRUE(absl::StrContains(failed.status.message(), "no node took the place of d1.p0.t0"))
       << failed.status;
