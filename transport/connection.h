@@ -35,12 +35,15 @@ class Connection {
  public:
   virtual ~Connection() = default;
 
-  // Queues a Data frame, taking it: its buffers are sent without being
-  // copied into the message, and on failure are let go of before this
-  // returns. Frames arrive in the order they were sent. Thread-safe. Taken
-  // by reference, not by value, because a frame is moved on through every
-  // layer below this one, and each move of a frame costs as much as the
-  // shared-memory hop of a small one.
+  // Queues a Data frame. Its buffers are sent without being copied into the
+  // message; frames arrive in the order they were sent. Thread-safe. The
+  // transport takes what it needs of `frame`: what the frame still holds
+  // when this returns (a small frame's bytes may have been copied out, its
+  // storage left) is the caller's to reuse or drop, and on failure the
+  // frame's buffers are let go of before this returns. By reference, not by
+  // value: a frame is handed through every layer below this one, and each
+  // move of a frame costs about what the shared-memory hop of a small one
+  // does.
   // Errors: Unavailable once the connection is closed, with the reason.
   virtual absl::Status send(Frame&& frame) = 0;
 

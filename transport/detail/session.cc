@@ -347,10 +347,18 @@ void Session::on_channel_closed(absl::Status why) {
 
 absl::Status Session::send(Frame&& frame) {
   if (state_.load(std::memory_order_acquire) != State::kOpen) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (state_ != State::kOpen) {
+    absl::Status refused;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (state_ != State::kOpen) {
+        refused =
+            close_reason_.ok() ? absl::UnavailableError("connection is closing") : close_reason_;
+      }
+    }
+    if (!refused.ok()) {
+      // Let go of outside the lock: a borrowed buffer's owner may run anything.
       Frame dropped = std::move(frame);
-      return close_reason_.ok() ? absl::UnavailableError("connection is closing") : close_reason_;
+      return refused;
     }
   }
   frame.kind = FrameKind::kData;

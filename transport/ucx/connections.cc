@@ -149,7 +149,10 @@ void UcxTransport::end_session(const std::shared_ptr<UcxSession>& s, absl::Statu
   s->gone = true;
   retired_.push_back(s);  // callbacks further up the stack may still use it
   known_.erase(s->id);
-  if (last_id_ == s->id) last_id_ = 0;
+  if (last_id_ == s->id) {
+    last_id_ = 0;  // no session has id 0: a frame naming it finds none
+    last_session_ = nullptr;
+  }
   {
     std::lock_guard<std::mutex> lock(sessions_mu_);
     by_id_.erase(s->id);

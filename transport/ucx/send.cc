@@ -40,7 +40,10 @@ void append_start(std::vector<std::byte>& out, uint64_t to, const FrameHeader& h
 }  // namespace
 
 void UcxTransport::send_now(UcxSession* s, Frame&& frame) {
-  if (s->gone) return;
+  if (s->gone) {
+    Frame dropped = std::move(frame);  // let go of now, as a refused send's
+    return;
+  }
   if (s->ep == nullptr) {
     s->held.push_back(std::move(frame));  // the endpoint exchange is still on its way
     return;
