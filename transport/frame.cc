@@ -69,7 +69,7 @@ std::string to_string(FrameKind kind) {
 void refit(Frame& frame, FrameKind kind, size_t message_bytes, std::span<const uint64_t> lengths) {
   auto fit = [](Buffer& b, size_t size) {
     if (size == 0) {
-      if (b.data() != nullptr || b.borrowed()) b = Buffer();
+      if (b.data() != nullptr || b.borrowed()) b = Buffer();  // an empty one stays as it is
     } else if (!b.reuse(size)) {
       b = Buffer(size);
     }

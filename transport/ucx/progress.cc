@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -111,13 +110,20 @@ bool UcxTransport::run_commands() {
 
 void UcxTransport::run() {
   pthread_setname_np(pthread_self(), "troupe-ucx");  // as top -H and perf show it
+  {
+    // Marked once for the whole loop, not each time round (four thread-local
+    // writes a turn, each a __tls_get_addr call in a shared library): between
+    // turns, without the lock, this thread runs nothing that reads the mark.
+    Running running(link_.get(), /*driving=*/false);
+    serve();
+  }
+  shut_down();
+}
+
+void UcxTransport::serve() {
   int idle = 0;
   bool spinning = false;  // idle, but not yet yielding
   int64_t spin_until = 0;
-  // Marked once for the whole loop, not each time round (four thread-local
-  // writes a turn, each a __tls_get_addr call in a shared library): between
-  // turns, without the lock, this thread runs nothing that reads the mark.
-  std::optional<Running> running(std::in_place, link_.get(), /*driving=*/false);
   while (!stopping_) {
     bool busy = false;
     {
@@ -155,8 +161,10 @@ void UcxTransport::run() {
     idle = 0;
     sleep();
   }
-  running.reset();
-  // Shutting down: every connection ends now.
+}
+
+void UcxTransport::shut_down() {
+  // Every connection ends now.
   std::vector<std::shared_ptr<UcxSession>> sessions;
   {
     std::lock_guard<std::mutex> lock(sessions_mu_);

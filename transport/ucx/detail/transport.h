@@ -179,7 +179,10 @@ class UcxTransport final : public Transport {
   absl::Status init();
   void enqueue(Command command);
   void wake();
+  // The progress thread: serve() until stopping_, then shut_down().
   void run();
+  void serve();
+  void shut_down();
   bool run_commands();
   // The progress thread with nothing to do: blocks until the worker or
   // another thread has something for it, or a while passes.
