@@ -232,6 +232,47 @@ TEST_P(ConformanceTest, OrderlyCloseReachesBothSides) {
   EXPECT_EQ(conn->send(tagged(0, 1)).code(), absl::StatusCode::kUnavailable);
 }
 
+// A server that closes while the client's frames are still coming reads them
+// as a proven peer's, buffers and all, not as a stranger's handshake: none is
+// a bad frame, and the close stays orderly on both sides.
+TEST_P(ConformanceTest, FramesInFlightAsTheServerClosesAreNotBadFrames) {
+  Inbox& server_side = new_inbox();
+  std::mutex mu;
+  std::shared_ptr<Connection> accepted;  // guarded by mu
+  bool closing = false;                  // guarded by mu
+  auto listener = server_->listen(any_address(GetParam()), [&](std::shared_ptr<Connection> c) {
+    std::lock_guard<std::mutex> lock(mu);
+    accepted = std::move(c);
+    ConnectionCallbacks callbacks = server_side.callbacks();
+    callbacks.on_frame = [&, keep = callbacks.on_frame](Frame& f) {
+      keep(f);
+      std::shared_ptr<Connection> to_close;
+      {
+        std::lock_guard<std::mutex> inner(mu);
+        if (!closing) to_close = accepted;
+        closing = true;
+      }
+      if (to_close) to_close->close();  // at the first frame; the rest are on their way
+    };
+    return callbacks;
+  });
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  Inbox& inbox = new_inbox();
+  auto conn = connect((*listener)->address(), inbox);
+  ASSERT_NE(conn, nullptr);
+  constexpr int kFrames = 64;
+  for (int i = 0; i < kFrames; ++i)
+    (void)conn->send(tagged(0, i, patterned(4096, i)));
+  ASSERT_TRUE(inbox.wait_closed());
+  EXPECT_TRUE(inbox.close_status().ok()) << inbox.close_status();
+  ASSERT_TRUE(server_side.wait_closed());
+  EXPECT_TRUE(server_side.close_status().ok()) << server_side.close_status();
+  EXPECT_EQ(server_->stats().bad_frames.load(), 0u);
+  EXPECT_GE(server_side.take().size(), 1u);
+  std::lock_guard<std::mutex> lock(mu);
+  accepted.reset();
+}
+
 // send() takes the frame even when it refuses it: a borrowed buffer's owner
 // (a tensor a collective lent) is let go of before send() returns, not when
 // the caller's frame happens to go.

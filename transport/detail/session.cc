@@ -263,6 +263,7 @@ bool Session::mark_open() {
     if (state_ != State::kHandshaking) return false;
     state_ = State::kOpen;
   }
+  proven_ = true;
   end_handshaking();
   return true;
 }

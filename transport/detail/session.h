@@ -74,10 +74,11 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
 
   const TransportOptions& options() const { return options_; }
   // The limits for the next frame: kHandshakeLimits while an accepted peer
-  // has not proven the token, options().limits after. (A connection we made
-  // trusts the peer we chose, whose frames may follow its Proof at once.)
+  // has not proven the token, options().limits after, closing included (its
+  // last frames are a proven peer's). A connection we made trusts the peer
+  // we chose, whose frames may follow its Proof at once. I/O thread only.
   const FrameLimits& frame_limits() const {
-    return role_ == Role::kServer && !open() ? kHandshakeLimits : options_.limits;
+    return role_ == Role::kServer && !proven_ ? kHandshakeLimits : options_.limits;
   }
 
  private:
@@ -104,6 +105,7 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   // Handshake progress (I/O thread only).
   bool got_hello_ = false;
   bool got_verdict_ = false;
+  bool proven_ = false;  // the peer proved the token and the session opened
   Nonce their_nonce_{};
 
   ConnectionCallbacks callbacks_;
