@@ -1033,7 +1033,13 @@ TEST_P(RecoveryPhaseTest, AWorkerDyingInThisPhaseCostsAtMostTheStepInFlight) {
   const RecoveryReport& r = failed.recoveries[0];
   EXPECT_FALSE(r.checkpoint_step.has_value()) << r.summary();
   // Past the commit point the survivors applied the step: nothing runs again.
-  EXPECT_EQ(r.steps_lost, std::string(p.phase) == "commit" ? 0 : 1) << r.summary();
+  // The checkpoint is written beside step 5, and its writer may reach the
+  // failpoint before or after that step's commit point: one step at most.
+  if (checkpoint) {
+    EXPECT_LE(r.steps_lost, 1) << r.summary();
+  } else {
+    EXPECT_EQ(r.steps_lost, std::string(p.phase) == "commit" ? 0 : 1) << r.summary();
+  }
   if (checkpoint) {
     // The checkpoint the lost shard was writing failed; the next ones did not.
     ASSERT_EQ(failed.checkpoints_failed.size(), 1u);
