@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "transport/collectives/detail/stream_copy.h"
 #include "transport/collectives/dtype.h"
 #include "transport/collectives/reduce.h"
 
@@ -644,6 +645,41 @@ TEST(ReduceTest, KernelsAcceptBuffersAlignedToTheirElementOnly) {
             << to_string(type) << " " << to_string(op) << " offset " << offset;
       }
     }
+  }
+}
+
+// stream_copy(): every byte, at every alignment of either side and every
+// length around its 16-byte head and 64-byte body, and nothing outside.
+TEST(StreamCopyTest, CopiesEveryByteAtEveryAlignmentAndLength) {
+  constexpr size_t kMost = 300;
+  std::vector<std::byte> src(kMost + 64);
+  for (size_t i = 0; i < src.size(); ++i)
+    src[i] = static_cast<std::byte>(i * 7 + 3);
+  for (size_t from = 0; from < 16; ++from) {
+    for (size_t to = 0; to < 16; ++to) {
+      for (size_t n = 0; n <= kMost; n += (n < 140 ? 1 : 37)) {
+        std::vector<std::byte> dst(kMost + 64, std::byte{0xee});
+        detail::stream_copy(dst.data() + to, src.data() + from, n);
+        for (size_t i = 0; i < dst.size(); ++i) {
+          const bool inside = i >= to && i < to + n;
+          const std::byte want = inside ? src[i - to + from] : std::byte{0xee};
+          ASSERT_EQ(dst[i], want) << "from +" << from << " to +" << to << ", " << n
+                                  << " bytes: byte " << i;
+        }
+      }
+    }
+  }
+}
+
+// copy_block() takes either way by size; both give the source's bytes.
+TEST(StreamCopyTest, BlocksOnEitherSideOfTheThresholdArriveWhole) {
+  for (size_t n : {detail::kStreamCopyBytes - 1, detail::kStreamCopyBytes + 13}) {
+    std::vector<uint32_t> src(n / 4 + 1);
+    for (size_t i = 0; i < src.size(); ++i)
+      src[i] = static_cast<uint32_t>(i * 2654435761u);
+    std::vector<uint32_t> dst(src.size(), 0);
+    detail::copy_block(dst.data(), src.data(), n);
+    EXPECT_EQ(std::memcmp(dst.data(), src.data(), n), 0) << n << " bytes";
   }
 }
 

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "transport/collectives/detail/shared_segment.h"
 #include "transport/collectives/detail/steps.h"
+#include "transport/collectives/detail/stream_copy.h"
 #include "transport/detail/cpu_relax.h"
 
 namespace troupe::transport::detail {
@@ -230,7 +231,7 @@ absl::Status cross_memory_allgather(Exchange& x, const std::byte* in, std::byte*
   SharedSegment::post(seg.arrive(me), c);
   std::byte* own = out + block_at[static_cast<size_t>(me)];
   if (own != in && bytes[static_cast<size_t>(me)] > 0) {
-    std::memcpy(own, in, bytes[static_cast<size_t>(me)]);
+    copy_block(own, in, bytes[static_cast<size_t>(me)]);
   }
   for (int m = 0; m < n; ++m) {
     const size_t theirs = bytes[static_cast<size_t>(m)];
